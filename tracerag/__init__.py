@@ -1,4 +1,3 @@
 """tracerag: traced, verified retrieval-augmented generation for LangChain."""
 
 __version__ = "0.1.0"
-

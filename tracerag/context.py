@@ -40,7 +40,9 @@ class Material:
         if until:
             today = today or utcnow().date()
             try:
-                until_date = until if isinstance(until, date) else date.fromisoformat(str(until)[:10])
+                until_date = (
+                    until if isinstance(until, date) else date.fromisoformat(str(until)[:10])
+                )
             except ValueError:
                 return None
             if until_date < today:
@@ -121,6 +123,9 @@ class RequestContext:
     errors: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     calibration: str | None = None
+    # stage name -> seconds spent in it; "request" -> whole request
+    timings: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def material(self, material_id: str) -> Material | None:
         """The retrieved material with this id, or None if it was not retrieved."""
@@ -164,6 +169,8 @@ class RequestContext:
                 "errors": self.errors,
                 "skipped": self.skipped,
                 "calibration": self.calibration,
+                "timings": self.timings,
+                "warnings": self.warnings,
             }
         )
 

@@ -52,7 +52,10 @@ INLINE_INSTRUCTION = (
     "citing every sentence with [material id]."
 )
 
-HUMAN = "<task>{task}</task>\n<materials>\n{materials}\n</materials>\n<question>{question}</question>\n{instruction}"
+HUMAN = (
+    "<task>{task}</task>\n<materials>\n{materials}\n</materials>\n"
+    "<question>{question}</question>\n{instruction}"
+)
 
 PROMPT = ChatPromptTemplate.from_messages([("system", SYSTEM), ("human", HUMAN)])
 
@@ -68,9 +71,11 @@ ANSWER_LINE_RE = re.compile(r"^\s*ANSWER:\s*(?P<answer>.*)\Z", re.M | re.S)
 
 def format_materials(materials: Sequence[Material]) -> str:
     """The materials block of a prompt, one ``<material>`` element per retrieved material."""
+    def attr(value: str) -> str:
+        return html.escape(value, quote=True)
+
     return "\n".join(
-        f'<material id="{html.escape(m.id, quote=True)}" title="{html.escape(m.title, quote=True)}">\n'
-        f"{m.text}\n</material>"
+        f'<material id="{attr(m.id)}" title="{attr(m.title)}">\n{m.text}\n</material>'
         for m in materials
     )
 
@@ -112,5 +117,11 @@ def fingerprint(*texts: str) -> str:
     return f"sha256:{digest[:12]}"
 
 
-DEFAULT_PROMPT_VERSION = fingerprint(SYSTEM, HUMAN, PLAN_INSTRUCTION, ANSWER_INSTRUCTION,
-                                     ANSWER_WITH_PLAN_INSTRUCTION, INLINE_INSTRUCTION)
+DEFAULT_PROMPT_VERSION = fingerprint(
+    SYSTEM,
+    HUMAN,
+    PLAN_INSTRUCTION,
+    ANSWER_INSTRUCTION,
+    ANSWER_WITH_PLAN_INSTRUCTION,
+    INLINE_INSTRUCTION,
+)
