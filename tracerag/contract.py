@@ -1,0 +1,156 @@
+"""The Response a caller receives, and the JSON Schema frontends code against.
+
+``RESPONSE_SCHEMA`` (draft 2020-12) is shipped as ``tracerag/schemas/response.schema.json``;
+every Response is validated against it before it is returned.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Literal
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Field
+
+Decision = Literal["pass", "review", "escalate"]
+Status = Literal["answered", "flagged_for_review", "pending_human_review", "unverified"]
+Verdict = Literal["supported", "unsupported", "fabricated_citation", "stale", "uncited"]
+
+
+class Evidence(BaseModel):
+    """A retrieved material and the exact sentence of it that supports the answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    material_id: str
+    title: str
+    quote: str = Field(description="The sentence of the material, verbatim, that supports a claim.")
+    score: float = Field(ge=0.0, le=1.0, description="Support score of the quote for its claim.")
+    start: int | None = Field(default=None, description="Offset of the quote in the material text.")
+    end: int | None = None
+    source: str | None = None
+
+
+class ClaimCheck(BaseModel):
+    """One sentence of the answer, what it cites, and whether the cited material backs it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    cited_ids: list[str]
+    verdict: Verdict
+    score: float = Field(ge=0.0, le=1.0)
+    material_id: str | None = None
+    quote: str | None = None
+    reason: str = ""
+
+
+class SignalDetail(BaseModel):
+    """The signals behind the confidence. Null means the signal was not measured (e.g. tier)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    self_consistency: float | None = Field(default=None, ge=0.0, le=1.0)
+    consistency_informative: bool | None = None
+    consistency_groups: int | None = None
+    semantic_entropy: float | None = None
+    citation_valid: bool | None = None
+    citation_score: float | None = Field(default=None, ge=0.0, le=1.0)
+    citation_coverage: float | None = Field(default=None, ge=0.0, le=1.0)
+    citation_accuracy: float | None = Field(default=None, ge=0.0, le=1.0)
+    fabricated_citations: list[str] = Field(default_factory=list)
+    stale_citations: list[str] = Field(default_factory=list)
+    rule_check: bool | None = None
+    rules: list[dict[str, Any]] = Field(default_factory=list)
+    plan_ok: bool | None = None
+    retrieval_margin: float | None = None
+    samples_ok: int = 0
+    samples_failed: int = 0
+    confidence_caps: list[str] = Field(default_factory=list)
+
+
+class Versions(BaseModel):
+    """Which prompt, model and tracerag produced the answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str
+    model: str
+    tracerag: str
+
+
+class Response(BaseModel):
+    """What tracerag returns for one question: the answer (or why it is withheld) and its proof."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str
+    trace_id: str | None = Field(description="W3C trace id (32 hex) of the request's trace.")
+    answer: str | None = Field(description="Null when the answer is withheld for a human.")
+    confidence: float | None = Field(
+        ge=0.0, le=1.0, description="Null only for tier 'low', which does not verify."
+    )
+    decision: Decision
+    status: Status
+    tier: Literal["high", "medium", "low"] = "high"
+    signal_detail: SignalDetail
+    evidence: list[Evidence]
+    claims: list[ClaimCheck] = Field(default_factory=list)
+    versions: Versions
+    ticket_id: str | None = None
+    calibration: str | None = None
+    audit_persisted: bool | None = Field(
+        default=None, description="False when the audit record could not yet be written."
+    )
+    warnings: list[str] = Field(default_factory=list)
+
+
+def build_schema() -> dict[str, Any]:
+    """The Response JSON Schema (draft 2020-12) generated from the pydantic model."""
+    schema = Response.model_json_schema(mode="serialization")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://tracerag.dev/schemas/response.schema.json",
+        **schema,
+    }
+
+
+@lru_cache(maxsize=1)
+def _load_schema() -> dict[str, Any]:
+    text = resources.files("tracerag").joinpath("schemas/response.schema.json").read_text("utf-8")
+    return json.loads(text)
+
+
+def response_schema() -> dict[str, Any]:
+    """The shipped Response JSON Schema as a dict (a copy, safe to modify)."""
+    return json.loads(json.dumps(_load_schema()))
+
+
+@lru_cache(maxsize=1)
+def _validator() -> jsonschema.protocols.Validator:
+    schema = _load_schema()
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def validate_response(payload: dict[str, Any] | Response) -> None:
+    """Raise ``jsonschema.ValidationError`` if the payload does not match the Response schema."""
+    if isinstance(payload, Response):
+        payload = payload.model_dump(mode="json")
+    _validator().validate(payload)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RESPONSE_SCHEMA":
+        return response_schema()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if __name__ == "__main__":  # regenerate the shipped schema: python -m tracerag.contract
+    out = resources.files("tracerag").joinpath("schemas/response.schema.json")
+    with open(str(out), "w", encoding="utf-8") as fh:
+        json.dump(build_schema(), fh, indent=2, ensure_ascii=False)
+        fh.write("\n")
