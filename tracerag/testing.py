@@ -1,0 +1,207 @@
+"""Helpers for testing your own chains with tracerag: scripted chat models and span capture.
+
+``ScriptedChatModel`` is a real LangChain chat model whose replies you script (a list cycled per
+call, or a function of the prompt), that can sleep, fail a set number of times, or always fail.
+``SpanCapture`` is a real OpenTelemetry SDK TracerProvider with an in-memory exporter, with
+helpers to look at the span tree of one request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic import Field, PrivateAttr
+
+from tracerag import semconv
+from tracerag.prompts import TASK_RE
+
+
+class ScriptedModelError(RuntimeError):
+    """The failure a ScriptedChatModel raises when told to fail."""
+
+
+@dataclass(frozen=True)
+class ScriptCall:
+    """What a responder function is told about one call."""
+
+    index: int
+    task: str | None
+    prompt: str
+    temperature: float
+
+
+Responder = Callable[[ScriptCall], str]
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A chat model that replies from a script.
+
+    ``responses`` are returned in turn (cycling); ``plan_responses`` are used instead for plan
+    calls (prompts whose task is ``plan``); ``responder`` computes a reply from the call.
+    ``fail_first`` calls raise ``ScriptedModelError`` before replies start; ``always_fail`` makes
+    every call raise. ``latency`` seconds are slept per call (asynchronously in ``ainvoke``).
+    """
+
+    responses: list[str] = Field(default_factory=lambda: ["I cannot answer from the materials."])
+    plan_responses: list[str] | None = None
+    responder: Responder | None = None
+    model_name: str = "scripted-chat-model"
+    temperature: float = 0.7
+    latency: float = 0.0
+    fail_first: int = 0
+    always_fail: bool = False
+    failure_message: str = "scripted model failure"
+
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _calls: list[ScriptCall] = PrivateAttr(default_factory=list)
+    _answer_counter: Any = PrivateAttr(default_factory=itertools.count)
+    _plan_counter: Any = PrivateAttr(default_factory=itertools.count)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_name": self.model_name, "temperature": self.temperature}
+
+    @property
+    def calls(self) -> list[ScriptCall]:
+        """Every call made so far (including failed ones), in order."""
+        with self._lock:
+            return list(self._calls)
+
+    @property
+    def call_count(self) -> int:
+        with self._lock:
+            return len(self._calls)
+
+    def _next(self, messages: list[BaseMessage]) -> str:
+        prompt = "\n".join(str(m.content) for m in messages)
+        match = TASK_RE.search(prompt)
+        task = match.group("task") if match else None
+        with self._lock:
+            call = ScriptCall(len(self._calls), task, prompt, self.temperature)
+            self._calls.append(call)
+        if self.always_fail or call.index < self.fail_first:
+            raise ScriptedModelError(f"{self.failure_message} (call {call.index})")
+        if self.responder is not None:
+            return self.responder(call)
+        if task == "plan" and self.plan_responses:
+            seq = self.plan_responses
+            return seq[next(self._plan_counter) % len(seq)]
+        return self.responses[next(self._answer_counter) % len(self.responses)]
+
+    def _result(self, text: str) -> ChatResult:
+        message = AIMessage(
+            content=text,
+            response_metadata={"model_name": self.model_name},
+            usage_metadata={
+                "input_tokens": 0,
+                "output_tokens": len(text.split()),
+                "total_tokens": len(text.split()),
+            },
+        )
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        if self.latency:
+            time.sleep(self.latency)
+        return self._result(self._next(messages))
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        return self._result(self._next(messages))
+
+
+class SpanCapture:
+    """A real SDK TracerProvider whose finished spans are kept in memory for inspection."""
+
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+
+    def spans(self) -> list[ReadableSpan]:
+        """All finished spans so far."""
+        return list(self.exporter.get_finished_spans())
+
+    def clear(self) -> None:
+        self.exporter.clear()
+
+    def for_request(self, request_id: str) -> list[ReadableSpan]:
+        """The spans that carry this request_id."""
+        return [
+            s for s in self.spans() if (s.attributes or {}).get(semconv.REQUEST_ID) == request_id
+        ]
+
+    def named(self, name: str, request_id: str | None = None) -> list[ReadableSpan]:
+        spans = self.for_request(request_id) if request_id else self.spans()
+        return [s for s in spans if s.name == name]
+
+    def root(self, request_id: str) -> ReadableSpan:
+        """The ``tracerag.request`` span of a request."""
+        roots = self.named(semconv.SPAN_REQUEST, request_id)
+        if len(roots) != 1:
+            raise AssertionError(f"expected one root span for {request_id}, found {len(roots)}")
+        return roots[0]
+
+    def children(self, span: ReadableSpan) -> list[ReadableSpan]:
+        sid = span.context.span_id
+        return sorted(
+            (s for s in self.spans() if s.parent is not None and s.parent.span_id == sid),
+            key=lambda s: s.start_time or 0,
+        )
+
+    def tree_problems(self, request_id: str) -> list[str]:
+        """What is wrong with a request's span tree (empty when it is one complete tree)."""
+        problems: list[str] = []
+        root = self.root(request_id)
+        trace_id = root.context.trace_id
+        same_trace = [s for s in self.spans() if s.context.trace_id == trace_id]
+        ids = {s.context.span_id for s in same_trace}
+        for s in same_trace:
+            if (s.attributes or {}).get(semconv.REQUEST_ID) != request_id:
+                problems.append(f"span {s.name} lacks request_id {request_id}")
+            if s is not root and (s.parent is None or s.parent.span_id not in ids):
+                problems.append(f"span {s.name} is orphaned")
+        stage_names = [c.name for c in self.children(root)]
+        for name in semconv.STAGE_SPANS.values():
+            if stage_names.count(name) != 1:
+                problems.append(f"stage span {name} appears {stage_names.count(name)} times")
+        other = [s for s in self.for_request(request_id) if s.context.trace_id != trace_id]
+        problems.extend(f"span {s.name} is in another trace" for s in other)
+        return problems
+
+
+def iter_attrs(spans: Sequence[ReadableSpan], key: str) -> Iterator[Any]:
+    """The values of one attribute across spans (spans without it are skipped)."""
+    for s in spans:
+        if s.attributes and key in s.attributes:
+            yield s.attributes[key]
