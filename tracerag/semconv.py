@@ -165,3 +165,10 @@ METRIC_MODEL_ERRORS = "tracerag.model.errors"
 METRIC_AUDIT_FAILURES = "tracerag.audit.persist_failures"
 METRIC_AUDIT_DROPPED = "tracerag.audit.dropped"
 METRIC_SPANS_DROPPED = "tracerag.spans.dropped"
+
+# Metric attribute keys (short, so Prometheus labels read well: decision, tier, stage, ...)
+METRIC_ATTR_DECISION = "decision"
+METRIC_ATTR_TIER = "tier"
+METRIC_ATTR_STAGE = "stage"
+METRIC_ATTR_ERROR_TYPE = "error_type"
+METRIC_ATTR_REASON = "reason"
