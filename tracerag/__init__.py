@@ -1,3 +1,93 @@
-"""tracerag: traced, verified retrieval-augmented generation for LangChain."""
+"""tracerag: traced, verified retrieval-augmented generation for LangChain.
+
+Wrap a chain (``wrap``) or build one (``RAGPipeline``); every request runs six traced stages and
+returns a ``Response`` with a confidence, a decision (pass / review / escalate) and evidence.
+Public names load on first use, so ``import tracerag`` stays cheap.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "RAGPipeline": "tracerag.pipeline",
+    "wrap": "tracerag.wrap",
+    "Response": "tracerag.contract",
+    "Evidence": "tracerag.contract",
+    "response_schema": "tracerag.contract",
+    "validate_response": "tracerag.contract",
+    "ExtractiveChatModel": "tracerag.models.extractive",
+    "support": "tracerag.signals.support",
+    "Support": "tracerag.signals.support",
+    "RuleResult": "tracerag.signals.rules",
+    "rule": "tracerag.signals.rules",
+    "Thresholds": "tracerag.routing",
+    "Ticket": "tracerag.routing",
+    "EscalationHandler": "tracerag.routing",
+    "InMemoryEscalationHandler": "tracerag.routing",
+    "RetryPolicy": "tracerag.settings",
+    "TraceragError": "tracerag.errors",
+    "InputError": "tracerag.errors",
+    "MissingVersionError": "tracerag.errors",
+    "PlanError": "tracerag.errors",
+    "ConfigurationError": "tracerag.errors",
+}
+
+__all__ = [
+    "ConfigurationError",
+    "EscalationHandler",
+    "Evidence",
+    "ExtractiveChatModel",
+    "InMemoryEscalationHandler",
+    "InputError",
+    "MissingVersionError",
+    "PlanError",
+    "RAGPipeline",
+    "Response",
+    "RetryPolicy",
+    "RuleResult",
+    "Support",
+    "Thresholds",
+    "Ticket",
+    "TraceragError",
+    "__version__",
+    "response_schema",
+    "rule",
+    "support",
+    "validate_response",
+    "wrap",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tracerag' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from tracerag.contract import Evidence, Response, response_schema, validate_response
+    from tracerag.errors import (
+        ConfigurationError,
+        InputError,
+        MissingVersionError,
+        PlanError,
+        TraceragError,
+    )
+    from tracerag.models.extractive import ExtractiveChatModel
+    from tracerag.pipeline import RAGPipeline
+    from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds, Ticket
+    from tracerag.settings import RetryPolicy
+    from tracerag.signals.rules import RuleResult, rule
+    from tracerag.signals.support import Support, support
+    from tracerag.wrap import wrap

@@ -77,6 +77,8 @@ class Sample:
     latency_s: float = 0.0
     input_tokens: int | None = None
     output_tokens: int | None = None
+    # the retrieved order this sample saw, for ``[1]``-style positional citations (wrap mode)
+    material_order: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -1,0 +1,131 @@
+"""Calling the chat model: temperature, bounded retries with backoff, token usage."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.runnables import RunnableConfig
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from tracerag.errors import TraceragError
+from tracerag.settings import RetryPolicy
+
+OnRetry = Callable[[int, BaseException], None]
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether a model error is worth retrying (programming errors are not)."""
+    return not isinstance(error, (TraceragError, TypeError, NotImplementedError, AttributeError))
+
+
+def retrying(
+    policy: RetryPolicy,
+    on_retry: OnRetry | None = None,
+    retry_on: Callable[[BaseException], bool] = is_transient,
+) -> AsyncRetrying:
+    """A tenacity controller: bounded attempts, exponential backoff with jitter."""
+
+    def before_sleep(state: RetryCallState) -> None:
+        if on_retry is not None and state.outcome is not None:
+            error = state.outcome.exception()
+            if error is not None:
+                on_retry(state.attempt_number, error)
+
+    return AsyncRetrying(
+        stop=stop_after_attempt(policy.attempts),
+        wait=wait_exponential_jitter(
+            initial=policy.initial_wait, max=policy.max_wait, jitter=policy.jitter
+        ),
+        retry=retry_if_exception(retry_on),
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+
+
+def with_temperature(llm: BaseChatModel, temperature: float) -> tuple[BaseChatModel, bool]:
+    """A copy of the model set to ``temperature``; False when the model has no such field."""
+    fields = type(llm).model_fields
+    if "temperature" in fields:
+        if getattr(llm, "temperature", None) == temperature:
+            return llm, True
+        return llm.model_copy(update={"temperature": temperature}), True
+    return llm, False
+
+
+def model_name(llm: Any) -> str | None:
+    """The model's name as the provider knows it, when it says."""
+    for attr in ("model_name", "model", "model_id", "deployment_name", "repo_id"):
+        value = getattr(llm, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    with contextlib.suppress(Exception):  # a model that cannot describe itself has no name
+        params = llm._get_ls_params()
+        if params.get("ls_model_name"):
+            return str(params["ls_model_name"])
+    return None
+
+
+def provider_name(llm: Any) -> str:
+    """The GenAI provider name (``openai``, ``anthropic``, …) or the LangChain model type."""
+    with contextlib.suppress(Exception):
+        provider = llm._get_ls_params().get("ls_provider")
+        if provider:
+            return str(provider)
+    return str(getattr(llm, "_llm_type", type(llm).__name__))
+
+
+def invocation_parameters(llm: Any) -> dict[str, Any]:
+    """The model's invocation parameters, JSON-safe."""
+    try:
+        params = dict(llm._identifying_params)
+    except Exception:
+        params = {}
+    return json.loads(json.dumps(params, default=str))
+
+
+async def call_model(
+    llm: BaseChatModel,
+    messages: list[BaseMessage],
+    *,
+    policy: RetryPolicy,
+    on_retry: OnRetry | None = None,
+    config: RunnableConfig | None = None,
+) -> tuple[AIMessage, int]:
+    """Invoke the model with retries; returns the message and the number of attempts made."""
+    attempts = 0
+    async for attempt in retrying(policy, on_retry):
+        with attempt:
+            attempts = attempt.retry_state.attempt_number
+            message = await llm.ainvoke(messages, config=config)
+    return message, attempts  # type: ignore[return-value]
+
+
+def text_of(message: AIMessage) -> str:
+    """The plain text of a chat model reply (content blocks joined)."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict) and block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+    return "".join(parts)
+
+
+def token_usage(message: AIMessage) -> tuple[int | None, int | None]:
+    """Input and output token counts the model reported, if any."""
+    usage = getattr(message, "usage_metadata", None) or {}
+    return usage.get("input_tokens"), usage.get("output_tokens")

@@ -1,0 +1,109 @@
+"""From confidence to decision, and where withheld answers go.
+
+``pass`` (confidence ≥ ``thresholds.pass_at``) returns the answer; ``review`` (≥ ``review_at``)
+returns it flagged for human review; ``escalate`` withholds it and hands a ticket to the
+escalation handler. The handler is a seam: the default keeps tickets in memory and logs them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from tracerag.context import utcnow
+from tracerag.errors import ConfigurationError
+
+logger = logging.getLogger("tracerag.escalation")
+
+PASS = "pass"
+REVIEW = "review"
+ESCALATE = "escalate"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Confidence lines: at or above ``pass_at`` pass; at or above ``review_at`` review."""
+
+    pass_at: float = 0.85
+    review_at: float = 0.6
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.review_at <= self.pass_at <= 1.0:
+            raise ConfigurationError(
+                f"thresholds must satisfy 0 <= review_at <= pass_at <= 1, got {self}"
+            )
+
+    @property
+    def cap(self) -> float:
+        """The highest confidence that still escalates: where hard failures are capped."""
+        return max(0.0, round(self.review_at - 0.01, 4))
+
+
+def decide(confidence: float, thresholds: Thresholds, *, tier: str = "high") -> str:
+    """The route for a confidence; tier ``medium`` flags for review instead of withholding."""
+    if confidence >= thresholds.pass_at:
+        return PASS
+    if confidence >= thresholds.review_at or tier == "medium":
+        return REVIEW
+    return ESCALATE
+
+
+@dataclass
+class Ticket:
+    """A request handed to humans: withheld (escalate) or flagged (review)."""
+
+    ticket_id: str
+    request_id: str
+    decision: str
+    question: str
+    candidate_answer: str | None
+    confidence: float | None
+    reasons: list[str] = field(default_factory=list)
+    trace_id: str | None = None
+    created_at: datetime = field(default_factory=utcnow)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def new_ticket_id() -> str:
+    """A fresh ticket id."""
+    return f"T-{uuid.uuid4().hex[:12]}"
+
+
+@runtime_checkable
+class EscalationHandler(Protocol):
+    """Receives every escalated or review-flagged request."""
+
+    def handle(self, ticket: Ticket) -> None: ...
+
+
+class InMemoryEscalationHandler:
+    """The default handler: keeps tickets in memory (thread-safe) and logs each one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tickets: list[Ticket] = []
+
+    def handle(self, ticket: Ticket) -> None:
+        with self._lock:
+            self._tickets.append(ticket)
+        logger.warning(
+            "tracerag %s: request %s ticket %s confidence %s (%s)",
+            ticket.decision,
+            ticket.request_id,
+            ticket.ticket_id,
+            ticket.confidence,
+            "; ".join(ticket.reasons) or "low confidence",
+        )
+
+    @property
+    def tickets(self) -> list[Ticket]:
+        with self._lock:
+            return list(self._tickets)
+
+    def get(self, ticket_id: str) -> Ticket | None:
+        with self._lock:
+            return next((t for t in self._tickets if t.ticket_id == ticket_id), None)

@@ -1,0 +1,79 @@
+"""Settings: everything a pipeline run needs besides the request itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.retrievers import BaseRetriever
+from opentelemetry.trace import Tracer
+
+from tracerag.errors import ConfigurationError
+from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
+from tracerag.signals.confidence import Combiner, HeuristicCombiner
+from tracerag.signals.consistency import Equivalence
+from tracerag.signals.rules import Rule
+from tracerag.signals.support import SupportBackend
+
+TIERS = ("high", "medium", "low")
+PLAN_MODES = ("separate", "inline")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded retries with exponential backoff for model calls and malformed plans."""
+
+    attempts: int = 3
+    initial_wait: float = 0.5
+    max_wait: float = 8.0
+    jitter: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ConfigurationError("retry attempts must be at least 1")
+
+
+@dataclass
+class Settings:
+    """The configuration every stage reads (built once per pipeline)."""
+
+    retriever: BaseRetriever | None
+    llm: BaseChatModel | None
+    tracer: Tracer
+    prompt_version: str | None = None
+    model_version: str | None = None
+    n_samples: int = 5
+    temperature: float = 0.7
+    plan_mode: str = "separate"
+    tier: str = "high"
+    k: int | None = None
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    rules: Sequence[Rule] = ()
+    escalation: EscalationHandler = field(default_factory=InMemoryEscalationHandler)
+    support_backend: str | SupportBackend = "lexical"
+    equivalence: Equivalence | None = None
+    combiner: Combiner = field(default_factory=HeuristicCombiner)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    record_sink: Callable[[dict[str, Any]], bool] | None = None
+    meter_provider: Any = None
+    max_question_chars: int = 8000
+
+    def __post_init__(self) -> None:
+        if self.tier not in TIERS:
+            raise ConfigurationError(f"tier must be one of {TIERS}, got {self.tier!r}")
+        if self.plan_mode not in PLAN_MODES:
+            raise ConfigurationError(f"plan must be one of {PLAN_MODES}, got {self.plan_mode!r}")
+        if not isinstance(self.n_samples, int) or self.n_samples < 1:
+            raise ConfigurationError(f"n_samples must be a positive int, got {self.n_samples!r}")
+        if not 0.0 <= float(self.temperature) <= 2.0:
+            raise ConfigurationError(f"temperature must be in [0, 2], got {self.temperature!r}")
+
+    def samples_for_tier(self) -> int:
+        """How many samples this tier draws: all for high, up to 3 for medium, 1 for low."""
+        if self.tier == "low":
+            return 1
+        if self.tier == "medium":
+            return min(self.n_samples, 3)
+        return self.n_samples

@@ -1,0 +1,150 @@
+"""Citation verification: did the answer cite only what was retrieved, and does it say so?
+
+For each claim of an answer: an id that was not retrieved is a fabricated citation; a stale or
+superseded material is not support; otherwise the support backend scores the claim against each
+cited material and the best one gives the verdict and the supporting sentence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+
+from tracerag.context import Material
+from tracerag.signals.claims import Claim, split_claims
+from tracerag.signals.support import Support, SupportBackend, get_backend
+
+SUPPORTED = "supported"
+UNSUPPORTED = "unsupported"
+FABRICATED = "fabricated_citation"
+STALE = "stale"
+UNCITED = "uncited"
+
+
+@dataclass
+class ClaimVerdict:
+    """The verdict on one claim, with the material sentence that best supports it."""
+
+    text: str
+    cited_ids: list[str]
+    verdict: str
+    score: float = 0.0
+    material_id: str | None = None
+    sentence: str | None = None
+    start: int | None = None
+    end: int | None = None
+    reason: str = ""
+    fabricated_ids: list[str] = field(default_factory=list)
+    stale_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CitationReport:
+    """Per-claim verdicts and the answer-level citation signals."""
+
+    claims: list[ClaimVerdict] = field(default_factory=list)
+    coverage: float = 0.0  # share of claims with at least one valid (retrieved) citation
+    accuracy: float = 0.0  # share of (claim, cited id) pairs that verify
+    score: float = 0.0  # share of claims supported
+    fabricated: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    backend: str = ""
+
+    @property
+    def valid(self) -> bool:
+        """True when nothing is fabricated and every claim is supported."""
+        return bool(self.claims) and not self.fabricated and self.score == 1.0
+
+
+IdResolver = Callable[[str], "str | None"]
+
+
+def verify_citations(
+    answer: str,
+    materials: Sequence[Material],
+    *,
+    backend: str | SupportBackend = "lexical",
+    resolve: IdResolver | None = None,
+    today: date | None = None,
+) -> CitationReport:
+    """Verify every claim of ``answer`` against the retrieved ``materials``.
+
+    ``resolve`` maps a cited marker to a material id (e.g. ``"1"`` → the first retrieved
+    material, for foreign chains); by default markers are material ids.
+    """
+    impl = get_backend(backend)
+    by_id = {m.id: m for m in materials}
+    corpus = [m.text for m in materials]
+    report = CitationReport(backend=impl.name)
+    pairs = verified_pairs = 0
+    for claim in split_claims(answer):
+        verdict = _verify_claim(claim, by_id, impl, corpus, resolve, today)
+        report.claims.append(verdict)
+        pairs += len(verdict.cited_ids)
+        if verdict.verdict == SUPPORTED:
+            verified_pairs += _supporting_count(verdict)
+        report.fabricated.extend(i for i in verdict.fabricated_ids if i not in report.fabricated)
+        report.stale.extend(i for i in verdict.stale_ids if i not in report.stale)
+    n = len(report.claims)
+    if n:
+        with_valid = sum(
+            1 for c in report.claims if set(c.cited_ids) - set(c.fabricated_ids) and c.cited_ids
+        )
+        report.coverage = with_valid / n
+        report.score = sum(1 for c in report.claims if c.verdict == SUPPORTED) / n
+    report.accuracy = verified_pairs / pairs if pairs else 0.0
+    return report
+
+
+def _supporting_count(verdict: ClaimVerdict) -> int:
+    # the cited ids that are retrieved and not stale; the best of them verified the claim
+    return max(1, len(verdict.cited_ids) - len(verdict.fabricated_ids) - len(verdict.stale_ids))
+
+
+def _verify_claim(
+    claim: Claim,
+    by_id: dict[str, Material],
+    backend: SupportBackend,
+    corpus: list[str],
+    resolve: IdResolver | None,
+    today: date | None,
+) -> ClaimVerdict:
+    verdict = ClaimVerdict(text=claim.text, cited_ids=list(claim.cited_ids), verdict=UNCITED)
+    if not claim.cited_ids:
+        verdict.reason = "no citation"
+        return verdict
+    best: tuple[Support, Material] | None = None
+    stale_reasons: list[str] = []
+    for marker in claim.cited_ids:
+        material_id = resolve(marker) if resolve else marker
+        material = by_id.get(material_id) if material_id else None
+        if material is None:
+            verdict.fabricated_ids.append(marker)
+            continue
+        stale = material.stale_reason(today)
+        if stale:
+            verdict.stale_ids.append(marker)
+            stale_reasons.append(f"{material.id} {stale}")
+            continue
+        result = backend(claim.text, material.text, corpus=corpus)
+        if best is None or result.score > best[0].score:
+            best = (result, material)
+    if verdict.fabricated_ids:
+        verdict.verdict = FABRICATED
+        verdict.reason = "cited but not retrieved: " + ", ".join(verdict.fabricated_ids)
+    if best is not None:
+        result, material = best
+        verdict.score = round(float(result.score), 4)
+        verdict.material_id = material.id
+        verdict.sentence = result.sentence
+        verdict.start, verdict.end = result.start, result.end
+        if verdict.verdict != FABRICATED:
+            verdict.verdict = SUPPORTED if result.supported else UNSUPPORTED
+            verdict.reason = result.reason
+    elif verdict.verdict != FABRICATED:
+        verdict.verdict = STALE
+        verdict.reason = "cited material is not valid support: " + "; ".join(stale_reasons)
+    if stale_reasons and verdict.verdict != STALE:
+        verdict.reason = "; ".join(filter(None, [verdict.reason, *stale_reasons]))
+    return verdict

@@ -1,0 +1,148 @@
+"""Stage 2, retrieve: call the retriever once and record every material.
+
+These materials are the only ones later stages may cite. A material's id comes from its
+document metadata ``id`` (else a stable content hash); its score is the retriever's relevance
+score where it gives one (vector-store retrievers), else recorded as absent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableConfig
+from langchain_core.vectorstores import VectorStoreRetriever
+from opentelemetry.trace import Span
+
+from tracerag import metrics, semconv
+from tracerag.context import Material, RequestContext
+from tracerag.llm import retrying
+from tracerag.settings import Settings
+from tracerag.tracing import capture
+
+SCORE_KEYS = ("relevance_score", "score", "_score", "similarity", "similarity_score")
+
+
+def content_id(text: str) -> str:
+    """A stable id for a document without one: a short hash of its text."""
+    return "doc-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+
+
+def to_materials(pairs: list[tuple[Document, float | None]]) -> list[Material]:
+    """Materials from documents in retrieved order; duplicate ids are made unique."""
+    materials: list[Material] = []
+    seen: dict[str, str] = {}
+    for doc, score in pairs:
+        meta = dict(doc.metadata or {})
+        material_id = str(meta.get("id") or content_id(doc.page_content)).strip()
+        if material_id in seen:
+            if seen[material_id] == doc.page_content:
+                continue  # the same document retrieved twice
+            material_id = f"{material_id}#{sum(1 for k in seen if k.startswith(material_id)) + 1}"
+        seen[material_id] = doc.page_content
+        if score is None:
+            score = next((float(meta[k]) for k in SCORE_KEYS if _is_number(meta.get(k))), None)
+        materials.append(
+            Material(
+                id=material_id,
+                text=doc.page_content,
+                title=str(meta.get("title") or meta.get("name") or material_id),
+                source=str(meta["source"]) if meta.get("source") is not None else None,
+                score=score,
+                rank=len(materials) + 1,
+                metadata=meta,
+            )
+        )
+    return materials
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+async def fetch(
+    retriever: BaseRetriever, query: str, config: RunnableConfig | None = None
+) -> list[tuple[Document, float | None]]:
+    """Documents with relevance scores where the retriever can give them."""
+    if isinstance(retriever, VectorStoreRetriever) and retriever.search_type in {
+        "similarity",
+        "similarity_score_threshold",
+    }:
+        kwargs = dict(retriever.search_kwargs)
+        pairs = await retriever.vectorstore.asimilarity_search_with_relevance_scores(
+            query, **kwargs
+        )
+        return [(doc, float(score)) for doc, score in pairs]
+    docs = await retriever.ainvoke(query, config=config)
+    return [(doc, None) for doc in docs]
+
+
+async def retrieve(
+    ctx: RequestContext, settings: Settings, span: Span, config: RunnableConfig | None = None
+) -> RequestContext:
+    """Retrieve materials for the question and record them with their scores and margin."""
+    if settings.retriever is None:
+        raise ValueError("retrieve stage needs a retriever")
+
+    def on_retry(attempt: int, error: BaseException) -> None:
+        ctx.record_error("retrieve", error, attempt=attempt, retried=True)
+        span.add_event(
+            semconv.EVENT_RETRY, {semconv.RETRY_ATTEMPT: attempt, semconv.RETRY_ERROR: repr(error)}
+        )
+        metrics.record_retry("retrieve", error, meter_provider=settings.meter_provider)
+
+    pairs: list[tuple[Document, float | None]] = []
+    try:
+        async for attempt in retrying(settings.retry, on_retry):
+            with attempt:
+                pairs = await fetch(settings.retriever, ctx.question, config)
+    except Exception as exc:  # no materials: the answer cannot verify and will be escalated
+        ctx.record_error("retrieve", exc, final=True)
+        span.record_exception(exc)
+        pairs = []
+    if settings.k:
+        pairs = pairs[: settings.k]
+    ctx.materials = to_materials(pairs)
+    record_materials(ctx, span)
+    return ctx
+
+
+def record_materials(ctx: RequestContext, span: Span) -> None:
+    """Put the materials and retrieval signals on the context and the span."""
+    scores = [m.score for m in ctx.materials if m.score is not None]
+    scored = bool(ctx.materials) and len(scores) == len(ctx.materials)
+    ordered = sorted(scores, reverse=True)
+    margin = round(ordered[0] - ordered[1], 6) if scored and len(ordered) > 1 else None
+    ctx.retrieval = {
+        "count": len(ctx.materials),
+        "scored": scored,
+        "top_score": ordered[0] if scored else None,
+        "score_margin": margin,
+        "note": None if scored else "retriever gives no relevance scores",
+    }
+    span.set_attribute(semconv.RETRIEVAL_COUNT, len(ctx.materials))
+    span.set_attribute(semconv.RETRIEVAL_SCORED, scored)
+    span.set_attribute(semconv.RETRIEVAL_MATERIAL_IDS, [m.id for m in ctx.materials])
+    if scored:
+        span.set_attribute(semconv.RETRIEVAL_TOP_SCORE, float(ordered[0]))
+    if margin is not None:
+        span.set_attribute(semconv.RETRIEVAL_SCORE_MARGIN, float(margin))
+    for i, m in enumerate(ctx.materials):
+        span.set_attribute(semconv.oi_document(i, "id"), m.id)
+        content = capture(m.text)
+        if content is not None:
+            span.set_attribute(semconv.oi_document(i, "content"), content)
+        if m.score is not None:
+            span.set_attribute(semconv.oi_document(i, "score"), float(m.score))
+        span.set_attribute(
+            semconv.oi_document(i, "metadata"),
+            json_dumps({"title": m.title, "source": m.source, "rank": m.rank}),
+        )
+
+
+def json_dumps(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False, default=str)

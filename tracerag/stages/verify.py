@@ -1,0 +1,178 @@
+"""Stage 5, verify: citations, self-consistency and rules, each recorded on the span.
+
+(a) Every successful sample's citations are checked against the retrieved materials (fabricated
+ids, stale materials, support of each claim by its cited material). (b) Samples are grouped by
+the conclusion they reach. (c) The candidate answer — a representative of the largest
+consistent group whose citations verify — is checked by the user's rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from langchain_core.runnables import RunnableConfig
+from opentelemetry.trace import Span
+
+from tracerag import semconv
+from tracerag.context import RequestContext, Sample
+from tracerag.settings import Settings
+from tracerag.signals.citations import CitationReport, verify_citations
+from tracerag.signals.consistency import ConsistencyReport, score_consistency
+from tracerag.signals.rules import run_rules
+
+
+@dataclass
+class Selection:
+    """Which sample answers, and how many samples agree with it."""
+
+    sample_index: int | None
+    group: list[int]
+    share: float
+    reason: str
+
+
+def resolver_for(ctx: RequestContext, sample: Sample):
+    """Maps a cited marker to a material id: an id as is, or a 1-based position (``[2]``)."""
+    ids = {m.id for m in ctx.materials}
+    order = sample.material_order or [m.id for m in ctx.materials]
+
+    def resolve(marker: str) -> str | None:
+        if marker in ids:
+            return marker
+        if marker.isdigit() and 1 <= int(marker) <= len(order) and ctx.params.get("positional"):
+            return order[int(marker) - 1]
+        return None
+
+    return resolve
+
+
+def select(
+    ctx: RequestContext, reports: dict[int, CitationReport], consistency: ConsistencyReport
+) -> Selection:
+    """The largest group with a verified member, and its best-verified member."""
+    n = max(1, len(ctx.samples))
+
+    def rank(i: int) -> tuple:
+        r = reports[i]
+        return (r.valid, not r.fabricated, r.score, r.coverage, -i)
+
+    for group in consistency.groups:
+        verified = [i for i in group if reports[i].valid]
+        if verified:
+            best = max(verified, key=rank)
+            return Selection(best, group, len(group) / n, "largest group with verified citations")
+    if consistency.groups:
+        group = consistency.groups[0]
+        best = max(group, key=rank)
+        return Selection(best, group, len(group) / n, "no group verified; largest group")
+    return Selection(None, [], 0.0, "no successful sample")
+
+
+async def verify(
+    ctx: RequestContext, settings: Settings, span: Span, config: RunnableConfig | None = None
+) -> RequestContext:
+    """Check citations of every sample, score consistency, choose the candidate, run rules."""
+    reports: dict[int, CitationReport] = {}
+    for s in ctx.samples:
+        if s.ok:
+            reports[s.index] = verify_citations(
+                s.answer or "",
+                ctx.materials,
+                backend=settings.support_backend,
+                resolve=resolver_for(ctx, s),
+            )
+    zero = settings.temperature == 0.0 or bool(ctx.params.get("temperature_zero"))
+    consistency = score_consistency(
+        [s.answer if s.ok else None for s in ctx.samples],
+        equivalence=settings.equivalence,
+        informative=not zero,
+        note="temperature 0: samples cannot disagree" if zero else "",
+    )
+    chosen = select(ctx, reports, consistency)
+    report = reports.get(chosen.sample_index) if chosen.sample_index is not None else None
+    answer = ctx.samples[chosen.sample_index].answer if chosen.sample_index is not None else None
+    rules = run_rules(settings.rules, ctx.question, answer, ctx.materials) if answer else []
+    ctx.signals.update(
+        {
+            "citations": report or CitationReport(),
+            "citations_by_sample": {
+                i: {
+                    "valid": r.valid,
+                    "score": r.score,
+                    "coverage": r.coverage,
+                    "accuracy": r.accuracy,
+                    "fabricated": r.fabricated,
+                }
+                for i, r in reports.items()
+            },
+            "consistency": consistency,
+            "selection": chosen,
+            "rules": rules,
+        }
+    )
+    record_signals(ctx, span)
+    return ctx
+
+
+def record_signals(ctx: RequestContext, span: Span) -> None:
+    """The verify signals as span attributes and GenAI evaluation events."""
+    report: CitationReport = ctx.signals["citations"]
+    consistency: ConsistencyReport = ctx.signals["consistency"]
+    selection: Selection = ctx.signals["selection"]
+    rules = ctx.signals["rules"]
+    span.set_attributes(
+        {
+            semconv.OI_SPAN_KIND: semconv.OI_KIND_EVALUATOR,
+            semconv.SIGNAL_CITATION_VALID: report.valid,
+            semconv.SIGNAL_CITATION_SCORE: report.score,
+            semconv.SIGNAL_CITATION_COVERAGE: report.coverage,
+            semconv.SIGNAL_CITATION_ACCURACY: report.accuracy,
+            semconv.SIGNAL_FABRICATED: report.fabricated,
+            semconv.SIGNAL_STALE: report.stale,
+            semconv.SIGNAL_CONSISTENCY: selection.share,
+            semconv.SIGNAL_CONSISTENCY_GROUPS: consistency.n_groups,
+            semconv.SIGNAL_SEMANTIC_ENTROPY: consistency.entropy,
+            semconv.SIGNAL_CONSISTENCY_INFORMATIVE: consistency.informative,
+            semconv.SIGNAL_RULE_CHECK: all(r.passed for r in rules),
+            semconv.SIGNAL_RULES_FAILED: [r.name for r in rules if not r.passed],
+        }
+    )
+    if selection.sample_index is not None:
+        span.set_attribute(semconv.CHOSEN_SAMPLE, selection.sample_index)
+    evaluation(
+        span,
+        "citation_validity",
+        report.score,
+        "valid" if report.valid else ("fabricated" if report.fabricated else "invalid"),
+        f"{sum(c.verdict == 'supported' for c in report.claims)}/{len(report.claims)} "
+        f"claims supported; fabricated: {report.fabricated or 'none'}",
+    )
+    evaluation(
+        span,
+        "self_consistency",
+        selection.share,
+        "informative" if consistency.informative else "uninformative",
+        f"{consistency.n_groups} conclusion groups over {consistency.n_samples} samples; "
+        f"entropy {consistency.entropy}",
+    )
+    for r in rules:
+        evaluation(
+            span,
+            f"rule:{r.name}",
+            1.0 if r.passed else 0.0,
+            "pass" if r.passed else "fail",
+            r.detail,
+        )
+
+
+def evaluation(span: Span, name: str, score: float, label: str, explanation: str) -> None:
+    """A ``gen_ai.evaluation.result`` event on the span."""
+    span.add_event(
+        semconv.GENAI_EVALUATION_EVENT,
+        {
+            semconv.GENAI_EVALUATION_NAME: name,
+            semconv.GENAI_EVALUATION_SCORE_VALUE: float(score),
+            semconv.GENAI_EVALUATION_SCORE_LABEL: label,
+            semconv.GENAI_EVALUATION_EXPLANATION: explanation,
+        },
+    )
