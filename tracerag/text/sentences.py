@@ -24,17 +24,17 @@ class Sentence(NamedTuple):
 # Full stops that always end a sentence, and the English ones that need a look at context.
 _CJK_TERMINATORS = frozenset("。！？；!?;…")
 _CLOSERS = frozenset("\"'”’」』）)】]》>")
+_BLANKS_RE = re.compile(r"[ \t]*")
 _CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 # Abbreviations after which a full stop never ends a sentence (compared lowercased, without
 # the final dot). Single letters (initials, "U.S.", "e.g.") are handled separately.
-_ABBREVIATIONS = frozenset(
-    """
+_ABBREVIATION_TEXT = """
     mr mrs ms dr prof sr jr st mt vs etc approx dept est fig figs vol vols ed eds rev gen col
     lt sgt capt cmdr gov sen rep pres no nos art sec ch pp para ref refs inc ltd co corp
     jan feb mar apr jun jul aug sep sept oct nov dec cf al
-    """.split()
-)
+"""
+_ABBREVIATIONS = frozenset(_ABBREVIATION_TEXT.split())
 # Of those, the ones that often end a sentence: split after them when a capital letter follows.
 _FINAL_ABBREVIATIONS = frozenset({"etc", "inc", "ltd", "co", "corp", "al"})
 
@@ -77,8 +77,20 @@ def _dot_ends_sentence(text: str, i: int) -> bool:
         # "No. 5" is an abbreviation; "The answer is no." is not.
         return not (after.isdigit() or after == "#")
     if low in _ABBREVIATIONS:
-        if low in {"mar", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "jan",
-                   "feb", "apr"}:
+        if low in {
+            "mar",
+            "jun",
+            "jul",
+            "aug",
+            "sep",
+            "sept",
+            "oct",
+            "nov",
+            "dec",
+            "jan",
+            "feb",
+            "apr",
+        }:
             return not after.isdigit() and not (after and after.islower())
         return after == "" or after == "\n"
     return True
@@ -117,8 +129,7 @@ def _boundaries(text: str) -> list[int]:
         # Citation markers that follow the full stop belong to the sentence before.
         k = j
         while True:
-            m = re.compile(r"[ \t]*").match(text, k)
-            p = m.end() if m else k
+            p = _BLANKS_RE.match(text, k).end()  # type: ignore[union-attr]
             cm = CITATION_MARKER_RE.match(text, p)
             if not cm:
                 break
