@@ -1,0 +1,449 @@
+"""ExtractiveChatModel: an offline stand-in for a chat model, for demos and tests.
+
+It is not a language model and generates no new text. It reads the materials and the question
+in its prompt, scores every sentence of every material against the question, and answers with
+one or more of those sentences copied verbatim, each followed by the id of the material it came
+from. Temperature makes it sample among close candidates, so repeated calls disagree where the
+materials are ambiguous and agree where one sentence clearly answers the question. It needs no
+weights and no network.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import json
+import math
+import random
+import re
+import secrets
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import PrivateAttr
+
+from tracerag.prompts import (
+    MATERIAL_BLOCK_RE,
+    QUESTION_RE,
+    TASK_ANSWER,
+    TASK_PLAN,
+    TASK_PLAN_AND_ANSWER,
+    TASK_RE,
+)
+from tracerag.text import content_terms, extract_quantities, split_sentences
+
+__all__ = ["CANNOT_ANSWER_EN", "CANNOT_ANSWER_ZH", "ExtractiveChatModel"]
+
+CANNOT_ANSWER_EN = "I cannot answer this from the provided materials."
+CANNOT_ANSWER_ZH = "根据所提供的资料无法回答该问题。"
+
+#: A sentence must cover at least this share of the question's (IDF-weighted) terms.
+SCORE_FLOOR = 0.25
+#: Further sentences are added only when they score at least this share of the best one.
+RELATIVE_FLOOR = 0.8
+#: Bonus for a sentence with an amount, date or duration when the question asks for one.
+QUANTITY_BONUS = 0.1
+#: Sampling considers at most this many top-scoring sentences.
+TOP_CANDIDATES = 5
+#: softmax(score / (temperature * TEMPERATURE_SCALE)): at 0.7, a 0.05 score gap gives roughly a
+#: 3:1 split, while a sentence 0.25 below the best is picked first less than 1% of the time.
+TEMPERATURE_SCALE = 0.07
+
+_CJK_CHARS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_CJK_RE = re.compile(f"[{_CJK_CHARS}]")
+_LATIN_WORD_RE = re.compile(r"[A-Za-z]+")
+_TOKEN_APPROX_RE = re.compile(rf"[{_CJK_CHARS}]|[^\s{_CJK_CHARS}]+")
+_PLAN_BLOCK_RE = re.compile(r"<plan>(?P<plan>.*?)</plan>", re.S)
+_CLAUSE_RE = re.compile(
+    r"(?:Clause|Section|Article|§)\s*\d+(?:\.\d+)*|第\s*\d+(?:\.\d+)*\s*条", re.IGNORECASE
+)
+_ASKS_QUANTITY_RE = re.compile(
+    r"\b(?:how\s+(?:much|many|long|soon|often)|when|what\s+(?:date|time|day)|which\s+date"
+    r"|cost|costs|fee|fees|price|deadline|until)\b"
+    r"|多少|多久|多长|几天|几个|几次|几点|何时|什么时候|哪天|期限|费用|价格|金额|收费|日期",
+    re.IGNORECASE,
+)
+_QUESTION_LABEL_RE = re.compile(
+    r"(?:^|\n)[ \t]*(?:question|query|user question|问题|用户问题)[ \t]*[:：][ \t]*",
+    re.IGNORECASE,
+)
+_CONTEXT_LABEL_RE = re.compile(
+    r"(?:^|\n)[ \t]*(?:context|contexts|documents|sources|materials|上下文|资料|参考资料|文档)"
+    r"[ \t]*[:：][ \t]*",
+    re.IGNORECASE,
+)
+_TRAILING_LABEL_RE = re.compile(
+    r"\n[ \t]*(?:answer|helpful answer|回答|答案)[ \t]*[:：][ \t]*\Z", re.IGNORECASE
+)
+
+
+@dataclass
+class _Material:
+    id: str
+    title: str
+    sentences: list[str]
+
+
+@dataclass
+class _Parsed:
+    task: str
+    question: str
+    materials: list[_Material]
+    foreign: bool = False
+    plan_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Scored:
+    material_id: str
+    sentence: str
+    score: float
+    order: int
+
+
+def _is_chinese(text: str) -> bool:
+    """Whether text is mainly Chinese (by CJK characters against Latin words)."""
+    cjk = len(_CJK_RE.findall(text))
+    return cjk > 0 and cjk >= len(_LATIN_WORD_RE.findall(text))
+
+
+def _approx_tokens(text: str) -> int:
+    """An approximate token count: one per CJK character, one per whitespace-separated chunk."""
+    return len(_TOKEN_APPROX_RE.findall(text))
+
+
+def _message_text(message: BaseMessage) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict) and isinstance(block.get("text"), str):
+            parts.append(block["text"])
+    return "\n".join(parts)
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.text.strip() for s in split_sentences(text) if s.text.strip()]
+
+
+def _paragraphs(text: str) -> list[str]:
+    return [p.strip() for p in re.split(r"\n[ \t]*\n", text) if p.strip()]
+
+
+def _parse_plan_ids(text: str) -> list[str]:
+    match = _PLAN_BLOCK_RE.search(text)
+    if not match:
+        return []
+    try:
+        plan = json.loads(match.group("plan"))
+    except ValueError:
+        return []
+    ids = plan.get("material_ids") if isinstance(plan, dict) else None
+    return [str(i) for i in ids] if isinstance(ids, list) else []
+
+
+def _context_of(text: str) -> tuple[str, bool]:
+    """The text after the last "Context:" label (and whether there was one), else all of it."""
+    found = list(_CONTEXT_LABEL_RE.finditer(text))
+    return (text[found[-1].end() :], True) if found else (text, False)
+
+
+def _parse_foreign(human: str, earlier: Sequence[str]) -> tuple[str, list[_Material]]:
+    """Question and materials of a prompt without ``<material>`` blocks.
+
+    The question is the text after the last "Question:" label of the last human message, or
+    its last line. Materials are the paragraphs (separated by blank lines) of the context:
+    the text after a "Context:" label, else everything before the question. When the human
+    message holds only the question, the earlier messages are read the same way (without a
+    label, their first paragraph is taken to be the instruction, not a material).
+    """
+    body = _TRAILING_LABEL_RE.sub("", human.rstrip())
+    labels = list(_QUESTION_LABEL_RE.finditer(body))
+    if labels:
+        question = body[labels[-1].end() :].strip()
+        before = body[: labels[-1].start()]
+    else:
+        lines = [ln for ln in body.splitlines() if ln.strip()]
+        question = lines[-1].strip() if lines else ""
+        before = body[: body.rfind(question)] if question else body
+    context, _ = _context_of(before)
+    if not _paragraphs(context) and earlier:
+        context, labelled = _context_of("\n\n".join(earlier))
+        if not labelled:
+            context = "\n\n".join(_paragraphs(context)[1:])
+    materials = [
+        _Material(id=str(i), title="", sentences=_sentences(p))
+        for i, p in enumerate(_paragraphs(context), start=1)
+    ]
+    return question, [m for m in materials if m.sentences]
+
+
+def parse_prompt(messages: Sequence[BaseMessage]) -> _Parsed:
+    """The task, question and materials of a prompt (tracerag's format, or a foreign one)."""
+    last_human = max(
+        (i for i, m in enumerate(messages) if isinstance(m, HumanMessage)),
+        default=len(messages) - 1,
+    )
+    human_text = _message_text(messages[last_human]) if messages else ""
+    blocks = list(MATERIAL_BLOCK_RE.finditer(human_text))
+    if not blocks:
+        earlier = [_message_text(m) for m in messages[:last_human]]
+        question, materials = _parse_foreign(human_text, [t for t in earlier if t.strip()])
+        return _Parsed(task=TASK_ANSWER, question=question, materials=materials, foreign=True)
+    task_match = TASK_RE.search(human_text)
+    question_match = QUESTION_RE.search(human_text)
+    materials = [
+        _Material(
+            id=html.unescape(b.group("id")),
+            title=html.unescape(b.group("title") or ""),
+            sentences=_sentences(b.group("text")),
+        )
+        for b in blocks
+    ]
+    return _Parsed(
+        task=task_match.group("task") if task_match else TASK_ANSWER,
+        question=html.unescape(question_match.group("q").strip()) if question_match else "",
+        materials=[m for m in materials if m.sentences],
+        plan_ids=_parse_plan_ids(human_text),
+    )
+
+
+def score_sentences(question: str, materials: Sequence[_Material]) -> list[_Scored]:
+    """Every sentence scored by the IDF-weighted share of the question's terms it contains.
+
+    IDF is computed over the materials in the prompt; a sentence with an amount, date or
+    duration gets a small bonus when the question asks for one.
+    """
+    q_terms = set(content_terms(question))
+    if not q_terms or not materials:
+        return []
+    material_terms = [[set(content_terms(s)) for s in m.sentences] for m in materials]
+    n = len(materials)
+    df = {t: sum(1 for sents in material_terms if any(t in s for s in sents)) for t in q_terms}
+    idf = {t: math.log(1.0 + (n + 1) / (df[t] + 1)) for t in q_terms}
+    total = sum(idf.values())
+    asks_quantity = bool(_ASKS_QUANTITY_RE.search(question))
+    scored: list[_Scored] = []
+    order = 0
+    for material, sents in zip(materials, material_terms, strict=True):
+        for sentence, terms in zip(material.sentences, sents, strict=True):
+            score = sum(idf[t] for t in q_terms & terms) / total
+            if score > 0 and asks_quantity and extract_quantities(sentence):
+                score += QUANTITY_BONUS
+            scored.append(_Scored(material.id, sentence, score, order))
+            order += 1
+    return scored
+
+
+def _softmax_pick(rng: random.Random, pool: list[_Scored], temperature: float) -> _Scored:
+    if temperature <= 0 or len(pool) == 1:
+        return pool[0]
+    scale = temperature * TEMPERATURE_SCALE
+    best = pool[0].score
+    weights = [math.exp((c.score - best) / scale) for c in pool]
+    return rng.choices(pool, weights=weights, k=1)[0]
+
+
+def select_sentences(
+    scored: Sequence[_Scored], max_sentences: int, temperature: float, rng: random.Random
+) -> list[_Scored]:
+    """Up to ``max_sentences`` sentences: the best at temperature 0, sampled above it."""
+    ranked = sorted(scored, key=lambda c: (-c.score, c.order))
+    ranked = [c for c in ranked if c.score >= SCORE_FLOOR][:TOP_CANDIDATES]
+    if not ranked:
+        return []
+    first = _softmax_pick(rng, ranked, temperature)
+    chosen = [first]
+    threshold = max(SCORE_FLOOR, RELATIVE_FLOOR * ranked[0].score)
+    pool = [c for c in ranked if c is not first and c.score >= threshold]
+    while pool and len(chosen) < max_sentences:
+        pick = _softmax_pick(rng, pool, temperature)
+        chosen.append(pick)
+        pool = [c for c in pool if c is not pick]
+    return sorted(chosen, key=lambda c: (-c.score, c.order))
+
+
+def _ends_chinese(sentence: str) -> bool:
+    return bool(sentence) and (sentence[-1] in "。！？；…" or bool(_CJK_RE.match(sentence[-1])))
+
+
+def format_answer(chosen: Sequence[_Scored], question: str) -> str:
+    """The chosen sentences, verbatim, each followed by its citation.
+
+    English: ``"Sentence. [M01]"``; Chinese: ``"句子。[M01]"``.
+    """
+    if not chosen:
+        return CANNOT_ANSWER_ZH if _is_chinese(question) else CANNOT_ANSWER_EN
+    out = ""
+    previous_chinese = False
+    for c in chosen:
+        chinese = _ends_chinese(c.sentence)
+        if out and not (previous_chinese and _is_chinese(c.sentence)):
+            out += " "
+        out += f"{c.sentence}[{c.material_id}]" if chinese else f"{c.sentence} [{c.material_id}]"
+        previous_chinese = chinese
+    return out
+
+
+def _facts(sentence: str) -> list[str]:
+    """Clause numbers and quantities of a sentence, as written, in order; nested ones dropped."""
+    spans = [(m.start(), m.end(), m.group(0)) for m in _CLAUSE_RE.finditer(sentence)]
+    spans += [(q.start, q.end, q.raw) for q in extract_quantities(sentence)]
+    kept = [
+        (start, end, raw)
+        for start, end, raw in spans
+        if not any(
+            (s2 <= start and end <= e2) and (e2 - s2) > (end - start) for s2, e2, _ in spans
+        )
+    ]
+    return [raw.strip() for _, _, raw in sorted(kept) if raw.strip()]
+
+
+def make_plan(chosen: Sequence[_Scored]) -> dict[str, list[str]]:
+    """The plan for the chosen sentences: their material ids and the facts they state."""
+    ids: list[str] = []
+    facts: list[str] = []
+    for c in chosen:
+        if c.material_id not in ids:
+            ids.append(c.material_id)
+        for fact in _facts(c.sentence):
+            if fact not in facts:
+                facts.append(fact)
+    return {"material_ids": ids, "key_facts": facts}
+
+
+class _CallCounter:
+    """A thread-safe call counter; copies share nothing and start where the original was."""
+
+    def __init__(self, start: int = 0) -> None:
+        self._lock = threading.Lock()
+        self._count = itertools.count(start)
+        self._last = start - 1
+
+    def next(self) -> int:
+        with self._lock:
+            self._last = next(self._count)
+            return self._last
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _CallCounter:
+        return _CallCounter(self._last + 1)
+
+
+class ExtractiveChatModel(BaseChatModel):
+    """An extractive answerer with a chat-model interface; not a language model.
+
+    It answers only from the ``<material>`` blocks in its prompt (see ``tracerag.prompts``),
+    with up to ``max_sentences`` sentences copied verbatim from them, each followed by its
+    citation, e.g. ``"Laptops are covered for 24 months. [warranty]"``. Sentences are ranked
+    by the IDF-weighted share of the question's content terms they contain. At temperature 0
+    the best sentences are taken; above 0 they are sampled from a softmax over the top
+    candidates, so close candidates split and a dominant one is nearly always chosen. When no
+    sentence is relevant enough it says it cannot answer, in the question's language.
+
+    Tasks: ``answer`` (restricted to the materials of a ``<plan>`` when one is given),
+    ``plan`` (a JSON plan: material ids and the amounts, dates and clauses of the chosen
+    sentences) and ``plan_and_answer`` (``PLAN: {json}`` then ``ANSWER: …``). Prompts without
+    material blocks are read as foreign RAG prompts: blank-line-separated paragraphs of the
+    context are materials cited by position, ``[1]``, ``[2]``, ….
+
+    Calls draw from ``random.Random`` seeded with (``seed``, call number): with a seed, a run
+    of calls is reproducible; without one, every call differs. ``usage_metadata`` token
+    counts are approximations (one token per CJK character or whitespace-separated chunk).
+    """
+
+    model_name: str = "tracerag-extractive-1"
+    temperature: float = 0.7
+    max_sentences: int = 2
+    seed: int | None = None
+
+    _counter: _CallCounter = PrivateAttr(default_factory=_CallCounter)
+    _salt: str = PrivateAttr(default_factory=lambda: secrets.token_hex(8))
+
+    @property
+    def _llm_type(self) -> str:
+        return "tracerag-extractive"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {
+            "model_name": self.model_name,
+            "temperature": self.temperature,
+            "max_sentences": self.max_sentences,
+            "seed": self.seed,
+        }
+
+    def _rng(self) -> random.Random:
+        call = self._counter.next()
+        base = self._salt if self.seed is None else str(self.seed)
+        return random.Random(f"{base}:{call}")
+
+    def respond(self, messages: Sequence[BaseMessage], temperature: float | None = None) -> str:
+        """The text this model replies to ``messages`` with."""
+        temp = self.temperature if temperature is None else float(temperature)
+        parsed = parse_prompt(messages)
+        rng = self._rng()
+        materials = parsed.materials
+        if parsed.plan_ids:
+            planned = [m for m in materials if m.id in set(parsed.plan_ids)]
+            materials = planned or materials
+        scored = score_sentences(parsed.question, materials)
+        chosen = select_sentences(scored, max(1, self.max_sentences), temp, rng)
+        if parsed.task == TASK_PLAN:
+            return json.dumps(make_plan(chosen), ensure_ascii=False)
+        answer = format_answer(chosen, parsed.question)
+        if parsed.task == TASK_PLAN_AND_ANSWER:
+            plan = json.dumps(make_plan(chosen), ensure_ascii=False)
+            return f"PLAN: {plan}\nANSWER: {answer}"
+        return answer
+
+    def _result(self, messages: Sequence[BaseMessage], text: str, temperature: float) -> ChatResult:
+        input_tokens = sum(_approx_tokens(_message_text(m)) for m in messages)
+        output_tokens = _approx_tokens(text)
+        usage = {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens,
+        }
+        message = AIMessage(
+            content=text,
+            usage_metadata=usage,
+            response_metadata={
+                "model_name": self.model_name,
+                "temperature": temperature,
+                "finish_reason": "stop",
+                "token_usage_approximate": True,
+            },
+        )
+        return ChatResult(
+            generations=[ChatGeneration(message=message)],
+            llm_output={"model_name": self.model_name, "token_usage": usage},
+        )
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        temperature = float(kwargs.get("temperature", self.temperature))
+        return self._result(messages, self.respond(messages, temperature), temperature)
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        temperature = float(kwargs.get("temperature", self.temperature))
+        return self._result(messages, self.respond(messages, temperature), temperature)
