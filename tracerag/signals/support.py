@@ -1,0 +1,154 @@
+"""How well a material supports a claim: the result type, the backend interface and a registry.
+
+A support backend scores one claim against one material text and names the material sentence
+that supports it best. ``"lexical"`` (term overlap with number, date and negation checks) is
+always available; ``"embeddings"`` is registered when its optional dependencies are installed.
+Other backends can be added with ``register_backend``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from tracerag.errors import ConfigurationError, InputError
+
+__all__ = [
+    "Support",
+    "SupportBackend",
+    "available_backends",
+    "check_inputs",
+    "get_backend",
+    "register_backend",
+    "support",
+]
+
+
+@dataclass(frozen=True)
+class Support:
+    """How well a material supports a claim, and the material sentence that supports it best."""
+
+    score: float  # in [0, 1]
+    supported: bool  # score >= backend threshold and no hard mismatch
+    sentence: str  # the material's best-supporting sentence
+    start: int  # offsets of `sentence` in the material text
+    end: int
+    backend: str
+    reason: str = ""  # why, for people (e.g. "amount 600元 not in material")
+    mismatches: tuple[str, ...] = ()  # claim quantities not found in the material (raw text)
+    candidates: tuple[tuple[int, int, float], ...] = ()  # top sentences (start, end, score)
+    unsupported_terms: tuple[str, ...] = ()  # words of the claim the material does not back
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.score <= 1.0:
+            raise ValueError(f"support score must be in [0, 1], got {self.score!r}")
+        if self.start > self.end:
+            raise ValueError(f"support span start {self.start} is after end {self.end}")
+
+
+@runtime_checkable
+class SupportBackend(Protocol):
+    """Scores how well ``material_text`` supports ``claim``.
+
+    ``corpus`` is the set of retrieved material texts (for term rarity); without it the
+    material's own sentences are used. ``threshold`` is the score at or above which a claim
+    counts as supported.
+    """
+
+    name: str
+    threshold: float
+
+    def __call__(
+        self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
+    ) -> Support: ...
+
+
+_FACTORIES: dict[str, Callable[[], SupportBackend]] = {}
+_INSTANCES: dict[str, SupportBackend] = {}
+_LOCK = threading.Lock()
+# Built-in backends and the module that registers each one on import.
+_BUILTIN_MODULES = {
+    "lexical": "tracerag.signals.lexical",
+    "embeddings": "tracerag.signals.embeddings",
+}
+_EXTRA_HINTS = {
+    "embeddings": "install the optional extra: pip install 'tracerag[embeddings]'",
+}
+
+
+def register_backend(name: str, factory: Callable[[], SupportBackend]) -> None:
+    """Make a support backend available by name; ``factory`` builds it on first use."""
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigurationError("a support backend needs a non-empty name")
+    if not callable(factory):
+        raise ConfigurationError(f"the factory of support backend {name!r} is not callable")
+    with _LOCK:
+        _FACTORIES[name] = factory
+        _INSTANCES.pop(name, None)
+
+
+def _load_builtin(name: str) -> None:
+    module = _BUILTIN_MODULES.get(name)
+    if module is None or name in _FACTORIES:
+        return
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return
+
+
+def available_backends() -> list[str]:
+    """Names of the support backends that can be used here (built-in and registered)."""
+    for name in _BUILTIN_MODULES:
+        _load_builtin(name)
+    return sorted(_FACTORIES)
+
+
+def get_backend(name: str | SupportBackend) -> SupportBackend:
+    """The backend registered under ``name`` (built once, then reused), or ``name`` itself."""
+    if not isinstance(name, str):
+        if callable(name) and hasattr(name, "threshold"):
+            return name
+        raise ConfigurationError(
+            f"support backend must be a name or a SupportBackend, got {type(name).__name__}"
+        )
+    instance = _INSTANCES.get(name)
+    if instance is not None:
+        return instance
+    _load_builtin(name)
+    with _LOCK:
+        factory = _FACTORIES.get(name)
+        if factory is None:
+            known = ", ".join(sorted(set(_FACTORIES) | set(_BUILTIN_MODULES)))
+            hint = _EXTRA_HINTS.get(name)
+            detail = f"; {hint}" if hint else f"; known backends: {known}"
+            raise ConfigurationError(f"support backend {name!r} is not available{detail}")
+        instance = _INSTANCES.get(name)
+        if instance is None:
+            instance = factory()
+            _INSTANCES[name] = instance
+    return instance
+
+
+def check_inputs(claim: str, material_text: str) -> None:
+    """Raise ``InputError`` unless claim and material are non-empty strings."""
+    for label, value in (("claim", claim), ("material text", material_text)):
+        if not isinstance(value, str):
+            raise InputError(f"{label} must be a string, got {type(value).__name__}")
+        if not value.strip():
+            raise InputError(f"{label} is empty")
+
+
+def support(
+    claim: str,
+    material_text: str,
+    *,
+    backend: str | SupportBackend = "lexical",
+    corpus: Sequence[str] | None = None,
+) -> Support:
+    """How well ``material_text`` supports ``claim``, scored by ``backend``."""
+    check_inputs(claim, material_text)
+    return get_backend(backend)(claim, material_text, corpus=corpus)
