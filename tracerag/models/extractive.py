@@ -366,7 +366,6 @@ class ExtractiveChatModel(BaseChatModel):
     seed: int | None = None
 
     _counter: _CallCounter = PrivateAttr(default_factory=_CallCounter)
-    _salt: str = PrivateAttr(default_factory=lambda: secrets.token_hex(8))
 
     @property
     def _llm_type(self) -> str:
@@ -383,7 +382,7 @@ class ExtractiveChatModel(BaseChatModel):
 
     def _rng(self) -> random.Random:
         call = self._counter.next()
-        base = self._salt if self.seed is None else str(self.seed)
+        base = secrets.token_hex(8) if self.seed is None else str(self.seed)
         return random.Random(f"{base}:{call}")
 
     def respond(self, messages: Sequence[BaseMessage], temperature: float | None = None) -> str:
