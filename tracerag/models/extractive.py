@@ -38,7 +38,15 @@ from tracerag.prompts import (
 )
 from tracerag.text import content_terms, extract_quantities, split_sentences
 
-__all__ = ["CANNOT_ANSWER_EN", "CANNOT_ANSWER_ZH", "ExtractiveChatModel"]
+__all__ = [
+    "CANNOT_ANSWER_EN",
+    "CANNOT_ANSWER_ZH",
+    "ExtractiveChatModel",
+    "ParsedPrompt",
+    "PromptMaterial",
+    "ScoredSentence",
+    "parse_prompt",
+]
 
 CANNOT_ANSWER_EN = "I cannot answer this from the provided materials."
 CANNOT_ANSWER_ZH = "根据所提供的资料无法回答该问题。"
@@ -84,23 +92,33 @@ _TRAILING_LABEL_RE = re.compile(
 
 
 @dataclass
-class _Material:
+class PromptMaterial:
+    """A material as read back from a prompt: its id, title and sentences."""
+
     id: str
     title: str
     sentences: list[str]
 
 
 @dataclass
-class _Parsed:
+class ParsedPrompt:
+    """What a prompt asks: the task, the question, the materials and any planned material ids.
+
+    ``foreign`` is True for prompts without ``<material>`` blocks, whose materials are the
+    context's paragraphs with ids ``"1"``, ``"2"``, ….
+    """
+
     task: str
     question: str
-    materials: list[_Material]
+    materials: list[PromptMaterial]
     foreign: bool = False
     plan_ids: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
-class _Scored:
+class ScoredSentence:
+    """One sentence of a material with its relevance score; ``order`` is its prompt position."""
+
     material_id: str
     sentence: str
     score: float
@@ -157,7 +175,7 @@ def _context_of(text: str) -> tuple[str, bool]:
     return (text[found[-1].end() :], True) if found else (text, False)
 
 
-def _parse_foreign(human: str, earlier: Sequence[str]) -> tuple[str, list[_Material]]:
+def _parse_foreign(human: str, earlier: Sequence[str]) -> tuple[str, list[PromptMaterial]]:
     """Question and materials of a prompt without ``<material>`` blocks.
 
     The question is the text after the last "Question:" label of the last human message, or
@@ -181,13 +199,13 @@ def _parse_foreign(human: str, earlier: Sequence[str]) -> tuple[str, list[_Mater
         if not labelled:
             context = "\n\n".join(_paragraphs(context)[1:])
     materials = [
-        _Material(id=str(i), title="", sentences=_sentences(p))
+        PromptMaterial(id=str(i), title="", sentences=_sentences(p))
         for i, p in enumerate(_paragraphs(context), start=1)
     ]
     return question, [m for m in materials if m.sentences]
 
 
-def parse_prompt(messages: Sequence[BaseMessage]) -> _Parsed:
+def parse_prompt(messages: Sequence[BaseMessage]) -> ParsedPrompt:
     """The task, question and materials of a prompt (tracerag's format, or a foreign one)."""
     last_human = max(
         (i for i, m in enumerate(messages) if isinstance(m, HumanMessage)),
@@ -198,26 +216,26 @@ def parse_prompt(messages: Sequence[BaseMessage]) -> _Parsed:
     if not blocks:
         earlier = [_message_text(m) for m in messages[:last_human]]
         question, materials = _parse_foreign(human_text, [t for t in earlier if t.strip()])
-        return _Parsed(task=TASK_ANSWER, question=question, materials=materials, foreign=True)
+        return ParsedPrompt(task=TASK_ANSWER, question=question, materials=materials, foreign=True)
     task_match = TASK_RE.search(human_text)
     question_match = QUESTION_RE.search(human_text)
     materials = [
-        _Material(
+        PromptMaterial(
             id=html.unescape(b.group("id")),
             title=html.unescape(b.group("title") or ""),
             sentences=_sentences(b.group("text")),
         )
         for b in blocks
     ]
-    return _Parsed(
+    return ParsedPrompt(
         task=task_match.group("task") if task_match else TASK_ANSWER,
-        question=html.unescape(question_match.group("q").strip()) if question_match else "",
+        question=question_match.group("q").strip() if question_match else "",
         materials=[m for m in materials if m.sentences],
         plan_ids=_parse_plan_ids(human_text),
     )
 
 
-def score_sentences(question: str, materials: Sequence[_Material]) -> list[_Scored]:
+def score_sentences(question: str, materials: Sequence[PromptMaterial]) -> list[ScoredSentence]:
     """Every sentence scored by the IDF-weighted share of the question's terms it contains.
 
     IDF is computed over the materials in the prompt; a sentence with an amount, date or
@@ -232,19 +250,21 @@ def score_sentences(question: str, materials: Sequence[_Material]) -> list[_Scor
     idf = {t: math.log(1.0 + (n + 1) / (df[t] + 1)) for t in q_terms}
     total = sum(idf.values())
     asks_quantity = bool(_ASKS_QUANTITY_RE.search(question))
-    scored: list[_Scored] = []
+    scored: list[ScoredSentence] = []
     order = 0
     for material, sents in zip(materials, material_terms, strict=True):
         for sentence, terms in zip(material.sentences, sents, strict=True):
             score = sum(idf[t] for t in q_terms & terms) / total
             if score > 0 and asks_quantity and extract_quantities(sentence):
                 score += QUANTITY_BONUS
-            scored.append(_Scored(material.id, sentence, score, order))
+            scored.append(ScoredSentence(material.id, sentence, score, order))
             order += 1
     return scored
 
 
-def _softmax_pick(rng: random.Random, pool: list[_Scored], temperature: float) -> _Scored:
+def _softmax_pick(
+    rng: random.Random, pool: list[ScoredSentence], temperature: float
+) -> ScoredSentence:
     if temperature <= 0 or len(pool) == 1:
         return pool[0]
     scale = temperature * TEMPERATURE_SCALE
@@ -254,8 +274,8 @@ def _softmax_pick(rng: random.Random, pool: list[_Scored], temperature: float) -
 
 
 def select_sentences(
-    scored: Sequence[_Scored], max_sentences: int, temperature: float, rng: random.Random
-) -> list[_Scored]:
+    scored: Sequence[ScoredSentence], max_sentences: int, temperature: float, rng: random.Random
+) -> list[ScoredSentence]:
     """Up to ``max_sentences`` sentences: the best at temperature 0, sampled above it."""
     ranked = sorted(scored, key=lambda c: (-c.score, c.order))
     ranked = [c for c in ranked if c.score >= SCORE_FLOOR][:TOP_CANDIDATES]
@@ -276,7 +296,7 @@ def _ends_chinese(sentence: str) -> bool:
     return bool(sentence) and (sentence[-1] in "。！？；…" or bool(_CJK_RE.match(sentence[-1])))
 
 
-def format_answer(chosen: Sequence[_Scored], question: str) -> str:
+def format_answer(chosen: Sequence[ScoredSentence], question: str) -> str:
     """The chosen sentences, verbatim, each followed by its citation.
 
     English: ``"Sentence. [M01]"``; Chinese: ``"句子。[M01]"``.
@@ -301,14 +321,12 @@ def _facts(sentence: str) -> list[str]:
     kept = [
         (start, end, raw)
         for start, end, raw in spans
-        if not any(
-            (s2 <= start and end <= e2) and (e2 - s2) > (end - start) for s2, e2, _ in spans
-        )
+        if not any((s2 <= start and end <= e2) and (e2 - s2) > (end - start) for s2, e2, _ in spans)
     ]
     return [raw.strip() for _, _, raw in sorted(kept) if raw.strip()]
 
 
-def make_plan(chosen: Sequence[_Scored]) -> dict[str, list[str]]:
+def make_plan(chosen: Sequence[ScoredSentence]) -> dict[str, list[str]]:
     """The plan for the chosen sentences: their material ids and the facts they state."""
     ids: list[str] = []
     facts: list[str] = []
