@@ -1,0 +1,138 @@
+"""Content capture policy, the default redactor and trace links."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from tracerag import tracing
+
+
+@pytest.fixture(autouse=True)
+def clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv(tracing.CAPTURE_ENV, raising=False)
+    tracing.reset_for_tests()
+    yield
+    tracing.reset_for_tests()
+
+
+def test_default_captures_text() -> None:
+    assert tracing.capture_content_mode() == "true"
+    assert tracing.capture("call me at 13800138000") == "call me at 13800138000"
+    assert tracing.capture(None) is None
+
+
+@pytest.mark.parametrize("value", ["false", "False", "0", "off", "omit"])
+def test_env_false_omits(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv(tracing.CAPTURE_ENV, value)
+    assert tracing.capture("secret") is None
+    assert not tracing.capture_enabled()
+
+
+def test_env_redact_uses_default_redactor(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(tracing.CAPTURE_ENV, "redact")
+    assert tracing.capture("mail bob@example.com") == "mail [EMAIL]"
+
+
+def test_unknown_env_value_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(tracing.CAPTURE_ENV, "maybe")
+    assert tracing.capture("secret") is None
+
+
+def test_code_setting_overrides_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(tracing.CAPTURE_ENV, "false")
+    tracing.set_capture_content(True)
+    assert tracing.capture("x") == "x"
+    tracing.set_capture_content("redact")
+    assert tracing.capture("bob@example.com") == "[EMAIL]"
+    tracing.set_capture_content(None)
+    assert tracing.capture("x") is None
+    with pytest.raises(ValueError):
+        tracing.set_capture_content("sometimes")
+
+
+def test_user_redactor_applies_in_true_and_redact_modes() -> None:
+    tracing.set_redactor(lambda text: text.replace("Alice", "<name>"))
+    assert tracing.capture("Alice paid") == "<name> paid"
+    tracing.set_capture_content("redact")
+    assert tracing.capture("Alice bob@example.com") == "<name> bob@example.com"
+    tracing.set_capture_content(False)
+    assert tracing.capture("Alice") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("write to jane.doe+rag@mail.example.co.uk today", "write to [EMAIL] today"),
+        ("手机 13812345678 联系", "手机 [PHONE] 联系"),
+        ("call +86 138 1234 5678.", "call [PHONE]."),
+        ("call +86-13812345678", "call [PHONE]"),
+        ("tel (415) 555-2671", "tel [PHONE]"),
+        ("tel +44 20 7946 0958", "tel [PHONE]"),
+        ("座机 010-6552 1234", "座机 [PHONE]"),
+        ("card 4111 1111 1111 1111 exp", "card [CARD_NUMBER] exp"),
+        ("card 4111-1111-1111-1111", "card [CARD_NUMBER]"),
+        ("卡号6222021234567890123", "卡号[CARD_NUMBER]"),
+        ("身份证 11010519491231002X 已核验", "身份证 [ID_NUMBER] 已核验"),
+        ("id 110105194912310021", "id [ID_NUMBER]"),
+    ],
+)
+def test_default_redactor_masks_personal_data(text: str, expected: str) -> None:
+    assert tracing.default_redactor(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Clause 6.1: laptops are covered for 24 months.",
+        "Orders placed on 2024-03-15 ship within 3 days.",
+        "退货须在签收后7天内申请，运费12.50元。",
+        "Version 1.2.3 of doc kb-042, order 123456, price $1,299.00",
+        "积分有效期为365天，满1000积分可兑换。",
+    ],
+)
+def test_default_redactor_keeps_ordinary_text(text: str) -> None:
+    assert tracing.default_redactor(text) == text
+
+
+TID = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def test_jaeger_link() -> None:
+    assert tracing.trace_link(TID) == f"http://localhost:16686/trace/{TID}"
+    assert (
+        tracing.trace_link(int(TID, 16), "jaeger", "https://jaeger.example/")
+        == f"https://jaeger.example/trace/{TID}"
+    )
+
+
+def test_tempo_link_is_grafana_explore_with_traceql_trace_id() -> None:
+    url = tracing.trace_link(TID, "tempo", "http://grafana:3000", datasource_uid="tempo-prod")
+    parts = urlsplit(url)
+    assert parts.path == "/explore"
+    query = parse_qs(parts.query)
+    assert query["orgId"] == ["1"]
+    panes = json.loads(query["panes"][0])
+    (pane,) = panes.values()
+    assert pane["datasource"] == "tempo-prod"
+    assert pane["queries"][0]["query"] == TID
+    assert pane["queries"][0]["datasource"] == {"type": "tempo", "uid": "tempo-prod"}
+
+
+def test_phoenix_link() -> None:
+    assert tracing.trace_link(TID, "phoenix") == f"http://localhost:6006/redirects/traces/{TID}"
+    assert (
+        tracing.trace_link(TID, "phoenix", "http://p:6006", project="UHJvamVjdDox")
+        == f"http://p:6006/projects/UHJvamVjdDox/traces/{TID}"
+    )
+
+
+def test_trace_link_rejects_bad_input() -> None:
+    with pytest.raises(ValueError):
+        tracing.trace_link("not-a-trace", "jaeger")
+    with pytest.raises(ValueError):
+        tracing.trace_link(TID, "zipkin")
+    assert tracing.format_trace_id("0xABC") == "abc".rjust(32, "0")
