@@ -15,7 +15,8 @@ from tenacity import (
     RetryCallState,
     retry_if_exception,
     stop_after_attempt,
-    wait_exponential_jitter,
+    wait_exponential,
+    wait_random,
 )
 
 from tracerag.errors import TraceragError
@@ -44,9 +45,8 @@ def retrying(
 
     return AsyncRetrying(
         stop=stop_after_attempt(policy.attempts),
-        wait=wait_exponential_jitter(
-            initial=policy.initial_wait, max=policy.max_wait, jitter=policy.jitter
-        ),
+        wait=wait_exponential(multiplier=policy.initial_wait, max=policy.max_wait)
+        + wait_random(0, policy.jitter),
         retry=retry_if_exception(retry_on),
         before_sleep=before_sleep,
         reraise=True,
