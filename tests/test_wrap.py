@@ -1,0 +1,119 @@
+"""wrap() around a chain written the standard LCEL way, unchanged."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import FAST_RETRY, QUESTION
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.runnables import RunnableLambda, RunnablePassthrough
+
+from tracerag import MissingVersionError, validate_response, wrap
+from tracerag import semconv as sc
+from tracerag.testing import ScriptedChatModel
+
+TEMPLATE = (
+    "Answer from the context. Cite passages as [n].\n\nContext:\n{context}\n\nQuestion: {question}"
+)
+
+
+def format_docs(docs):
+    return "\n\n".join(f"[{i}] {d.page_content}" for i, d in enumerate(docs, 1))
+
+
+def standard_chain(retriever, llm):
+    prompt = ChatPromptTemplate.from_template(TEMPLATE)
+    return (
+        {"context": retriever | format_docs, "question": RunnablePassthrough()}
+        | prompt
+        | llm
+        | StrOutputParser()
+    )
+
+
+def positional_answer(call):
+    """Cites the passage that mentions returns by its position in the prompt's context."""
+    for line in call.prompt.splitlines():
+        if line.startswith("[") and "30 days" in line:
+            n = line[1 : line.index("]")]
+            return f"Customers may return unused items within 30 days of delivery. [{n}]"
+    return "I cannot tell. [9]"
+
+
+def test_wrap_standard_chain_learns_versions_and_verifies(retriever, spans):
+    llm = ScriptedChatModel(responder=positional_answer, model_name="scripted-x", temperature=0.7)
+    chain = standard_chain(retriever, llm)
+    wrapped = wrap(chain, n_samples=3, retry=FAST_RETRY, tracer_provider=spans.provider)
+    response = wrapped.invoke(QUESTION)
+    validate_response(response.model_dump(mode="json"))
+    assert response.versions.model == "scripted-x"
+    assert response.versions.prompt.startswith("sha256:")
+    assert response.decision == "pass", response.signal_detail
+    assert response.evidence[0].material_id == "returns"
+    assert response.claims[0].cited_ids[0].isdigit()
+    assert spans.tree_problems(response.request_id) == []
+    root = spans.root(response.request_id)
+    assert root.attributes[sc.MODE] == "wrap"
+    generation = spans.named(sc.SPAN_SAMPLE_ONE, response.request_id)[0].attributes
+    assert generation[sc.GENAI_REQUEST_TEMPERATURE] == 0.7
+    assert generation[sc.OI_LLM_MODEL_NAME] == "scripted-x"
+    plan = spans.named(sc.SPAN_PLAN, response.request_id)[0].attributes
+    assert list(plan[sc.PLAN_MATERIAL_IDS]) == ["returns"]
+    assert plan[sc.PLAN_SOURCE] == "wrap"
+    # the chain itself ran three times: one retrieval per run plus the retrieve stage's own
+    assert llm.call_count == 3
+
+
+def test_prompt_fingerprint_is_stable_and_changes_with_the_prompt(retriever):
+    llm = ScriptedChatModel(responder=positional_answer)
+    a = wrap(standard_chain(retriever, llm)).settings.prompt_version
+    b = wrap(standard_chain(retriever, llm)).settings.prompt_version
+    other = (
+        {"context": retriever | format_docs, "question": RunnablePassthrough()}
+        | ChatPromptTemplate.from_template(TEMPLATE + " Be brief.")
+        | llm
+        | StrOutputParser()
+    )
+    assert a == b
+    assert wrap(other).settings.prompt_version != a
+
+
+def test_wrap_fabricated_position_is_escalated(retriever, spans):
+    llm = ScriptedChatModel(responses=["Returns are accepted for 30 days. [42]"])
+    response = wrap(
+        standard_chain(retriever, llm), n_samples=2, tracer_provider=spans.provider
+    ).invoke(QUESTION)
+    assert response.decision == "escalate"
+    assert response.answer is None
+    assert response.signal_detail.fabricated_citations == ["42"]
+
+
+def test_wrap_temperature_zero_warns_and_is_uninformative(retriever, spans, caplog):
+    llm = ScriptedChatModel(responder=positional_answer, temperature=0.0)
+    with caplog.at_level("WARNING", logger="tracerag.wrap"):
+        wrapped = wrap(standard_chain(retriever, llm), n_samples=3, tracer_provider=spans.provider)
+        response = wrapped.invoke(QUESTION)
+    assert "temperature 0" in caplog.text
+    assert response.signal_detail.consistency_informative is False
+    assert any("temperature 0" in w for w in response.warnings)
+    sample_span = spans.named(sc.SPAN_SAMPLE, response.request_id)[0]
+    assert sample_span.attributes[sc.TEMPERATURE_ZERO] is True
+
+
+def test_wrap_refuses_when_versions_cannot_be_determined(retriever):
+    # no prompt template and no chat model inside: nothing to fingerprint or name
+    chain = RunnableLambda(lambda q: "Returns within 30 days. [1]")
+    with pytest.raises(MissingVersionError):
+        wrap(chain).invoke(QUESTION)
+    response = wrap(chain, prompt_version="p1", model_version="m1", n_samples=1).invoke(QUESTION)
+    assert response.decision == "escalate"  # [1] names nothing that was retrieved
+
+
+def test_wrap_retries_a_failing_chain_then_answers(retriever, spans):
+    llm = ScriptedChatModel(responder=positional_answer, fail_first=2)
+    response = wrap(
+        standard_chain(retriever, llm), n_samples=1, retry=FAST_RETRY,
+        tracer_provider=spans.provider,
+    ).invoke(QUESTION)
+    assert response.signal_detail.samples_ok == 1
+    assert llm.call_count == 3
