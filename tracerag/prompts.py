@@ -71,6 +71,7 @@ ANSWER_LINE_RE = re.compile(r"^\s*ANSWER:\s*(?P<answer>.*)\Z", re.M | re.S)
 
 def format_materials(materials: Sequence[Material]) -> str:
     """The materials block of a prompt, one ``<material>`` element per retrieved material."""
+
     def attr(value: str) -> str:
         return html.escape(value, quote=True)
 
