@@ -117,7 +117,7 @@ def score_consistency(
     if n and groups:
         report.agreement = len(groups[0]) / n
         shares = [len(g) / n for g in groups] + ([failed / n] if failed else [])
-        report.entropy = round(-sum(p * math.log(p) for p in shares if p > 0), 6)
+        report.entropy = round(-sum(p * math.log(p) for p in shares if p > 0), 6) + 0.0
     if report.informative is False and not note:
         report.note = "fewer than two successful samples"
     return report

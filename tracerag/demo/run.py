@@ -1,0 +1,172 @@
+"""``tracerag demo``: the main job, offline, with no API key.
+
+Answers the bundled demo questions about a fictional retailer's policies through the full
+pipeline — a real in-memory vector store over the bundled knowledge base and the offline
+ExtractiveChatModel (or, with ``--model local``, a small real LLM run by llama.cpp) — and
+prints, per question, the decision, confidence, signals and evidence, and where the traces
+went.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from tracerag.contract import Response
+from tracerag.prompts import DEFAULT_PROMPT_VERSION
+
+DEFAULT_DIR = Path(".tracerag")
+
+
+def build_model(name: str, seed: int | None) -> Any:
+    """The chat model the demo runs: ``extractive`` (no weights) or ``local`` (GGUF)."""
+    if name == "extractive":
+        from tracerag.models.extractive import ExtractiveChatModel
+
+        return ExtractiveChatModel(seed=seed)
+    if name == "local":
+        try:
+            from tracerag.models.local import LocalChatModel
+        except ImportError as exc:
+            raise SystemExit(
+                f"--model local needs the 'local' extra: pip install 'tracerag[local]' ({exc})"
+            ) from exc
+        return LocalChatModel()
+    raise SystemExit(f"unknown model {name!r}: choose extractive or local")
+
+
+def configure_traces(path: Path) -> str:
+    """Send traces to OTLP when OTEL_* says so, and always to a JSON-lines file; say where."""
+    from tracerag.tracing import configure
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    configure(file=str(path), otlp=bool(endpoint))
+    where = f"{path} (one JSON span per line)"
+    if endpoint:
+        where += f" and OTLP {endpoint}"
+    return where
+
+
+def build_pipeline(args: argparse.Namespace) -> Any:
+    """The demo pipeline over the bundled knowledge base."""
+    from tracerag.demo.kb import build_retriever
+    from tracerag.pipeline import RAGPipeline
+
+    llm = build_model(args.model, args.seed)
+    from tracerag.llm import model_name
+
+    return RAGPipeline(
+        build_retriever(k=4),
+        llm,
+        prompt_version=DEFAULT_PROMPT_VERSION,
+        model_version=model_name(llm) or type(llm).__name__,
+        n_samples=args.samples,
+        temperature=args.temperature,
+        plan=args.plan,
+        audit=getattr(args, "audit_sink", None),
+    )
+
+
+def _answer(response: Response) -> str:
+    return response.answer if response.answer is not None else "(withheld for a human)"
+
+
+def render(index: int, question: dict[str, Any], response: Response) -> str:
+    """One question's result, for people."""
+    s = response.signal_detail
+    lines = [
+        f"[{index}] {question['question']}",
+        f"    decision: {response.decision.upper()}  confidence: {response.confidence}  "
+        f"status: {response.status}"
+        + (f"  ticket: {response.ticket_id}" if response.ticket_id else ""),
+        f"    answer: {_answer(response)}",
+        f"    signals: citations valid={s.citation_valid} score={s.citation_score} "
+        f"coverage={s.citation_coverage} accuracy={s.citation_accuracy}; "
+        f"self-consistency={s.self_consistency} over {s.samples_ok} samples "
+        f"({s.consistency_groups} conclusion groups, entropy {s.semantic_entropy}); "
+        f"plan ok={s.plan_ok}",
+    ]
+    if s.fabricated_citations:
+        lines.append(f"    fabricated citations: {', '.join(s.fabricated_citations)}")
+    if s.stale_citations:
+        lines.append(f"    outdated materials cited: {', '.join(s.stale_citations)}")
+    for claim in response.claims:
+        lines.append(f"    claim [{claim.verdict}] {claim.text}")
+        if claim.reason and claim.verdict != "supported":
+            lines.append(f"        why: {claim.reason}")
+    for ev in response.evidence:
+        lines.append(
+            f'    evidence {ev.material_id} ({ev.title}), score {ev.score:.2f}: "{ev.quote}"'
+        )
+    if question.get("expect"):
+        lines.append(f"    (built to show: {question['expect']} — {question.get('why', '')})")
+    lines.append(f"    request_id: {response.request_id}  trace_id: {response.trace_id}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Answer the demo questions and print what happened to each."""
+    from tracerag.demo.kb import load_questions
+    from tracerag.tracing import force_flush
+
+    traces = configure_traces(Path(args.traces))
+    pipeline = build_pipeline(args)
+    questions = load_questions()
+    if args.question:
+        questions = [{"id": "cli", "question": q} for q in args.question]
+    results = []
+    print(
+        f"tracerag demo — {len(questions)} questions, model {args.model}, "
+        f"{args.samples} samples at temperature {args.temperature}, plan {args.plan}\n"
+    )
+    for i, q in enumerate(questions, 1):
+        response = pipeline.invoke(q["question"])
+        results.append({"question": q, "response": response.model_dump(mode="json")})
+        if not args.json:
+            print(render(i, q, response), end="\n\n")
+    force_flush()
+    if args.json:
+        json.dump(results, sys.stdout, ensure_ascii=False, indent=2)
+        print()
+        return 0
+    counts = {
+        d: sum(r["response"]["decision"] == d for r in results)
+        for d in ("pass", "review", "escalate")
+    }
+    print(
+        f"routes: {counts['pass']} pass, {counts['review']} review, {counts['escalate']} escalate"
+    )
+    print(f"traces: {traces}")
+    for line in getattr(args, "after_run_notes", []):
+        print(line)
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``tracerag demo``."""
+    p = subparsers.add_parser("demo", help="answer the bundled demo questions offline")
+    p.add_argument(
+        "--model",
+        default="extractive",
+        choices=["extractive", "local"],
+        help="extractive (no weights, default) or local (small GGUF LLM, extra)",
+    )
+    p.add_argument("--samples", type=int, default=5, help="samples per question (default 5)")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--plan", default="separate", choices=["separate", "inline"])
+    p.add_argument("--seed", type=int, default=7, help="seed of the extractive model")
+    p.add_argument("--question", action="append", help="ask this instead (repeatable)")
+    p.add_argument(
+        "--traces",
+        default=str(DEFAULT_DIR / "traces.jsonl"),
+        help="file the spans are written to (JSON lines)",
+    )
+    p.add_argument("--json", action="store_true", help="print the Responses as JSON")
+    p.set_defaults(func=run)
