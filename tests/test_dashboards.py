@@ -1,0 +1,210 @@
+"""The Grafana dashboards only query what tracerag really emits.
+
+The real metrics code runs against the real Prometheus exporter; every PromQL expression in
+dashboards/ is parsed and each metric it names must be among the exposed series. TraceQL
+queries may only use span attributes defined in semconv.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tracerag import metrics, semconv
+from tracerag.context import RequestContext, Sample
+
+DASHBOARDS = Path(__file__).resolve().parent.parent / "dashboards"
+GRAFANA_GLOBALS = {
+    "__rate_interval",
+    "__interval",
+    "__range",
+    "__url_time_range",
+    "__value",
+    "__data",
+    "__field",
+    "__series",
+    "__all",
+}
+PROMQL_WORDS = {
+    "by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless",
+    "bool", "offset", "inf", "nan", "le",
+}  # fmt: skip
+
+
+def dashboards() -> list[tuple[str, dict[str, Any]]]:
+    files = sorted(DASHBOARDS.glob("*.json"))
+    assert files, "no dashboards found"
+    return [(f.name, json.loads(f.read_text(encoding="utf-8"))) for f in files]
+
+
+def all_panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for panel in panels:
+        yield panel
+        yield from all_panels(panel.get("panels", []))
+
+
+def datasource_type(dashboard: dict[str, Any], ds: Any) -> str | None:
+    if isinstance(ds, dict):
+        if ds.get("type"):
+            return str(ds["type"])
+        ds = ds.get("uid")
+    if isinstance(ds, str):
+        name = ds.strip("${}")
+        for var in dashboard["templating"]["list"]:
+            if var["name"] == name and var["type"] == "datasource":
+                return str(var["query"])
+    return None
+
+
+def queries(kind: str) -> list[tuple[str, str, str]]:
+    """(dashboard file, panel title, query) for every target on a datasource of ``kind``."""
+    found = []
+    for name, dash in dashboards():
+        for panel in all_panels(dash.get("panels", [])):
+            for target in panel.get("targets", []):
+                ds = target.get("datasource") or panel.get("datasource")
+                if datasource_type(dash, ds) != kind:
+                    continue
+                query = target.get("expr") if kind == "prometheus" else target.get("query")
+                assert query, f"{name}: panel {panel.get('title')!r} has an empty {kind} query"
+                found.append((name, panel.get("title", ""), query))
+        for var in dash["templating"]["list"]:
+            if var["type"] == "query" and datasource_type(dash, var.get("datasource")) == kind:
+                q = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
+                found.append((name, f"variable {var['name']}", q))
+    return found
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """Metric names an expression selects (strings, matchers, ranges and label lists removed)."""
+    s = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    s = re.sub(r"\{[^}]*\}", " ", s)
+    s = re.sub(r"\[[^\]]*\]", " ", s)
+    s = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", s)
+    names = set()
+    for m in re.finditer(r"(?<![\w$.])[A-Za-z_:][\w:]*", s):
+        rest = s[m.end() :].lstrip()
+        if rest.startswith("("):
+            continue  # a function or aggregation
+        if m.group(0).lower() in PROMQL_WORDS:
+            continue
+        names.add(m.group(0))
+    return names
+
+
+def label_values_metric(query: str) -> set[str]:
+    m = re.match(r"\s*label_values\(\s*([A-Za-z_:][\w:]*)", query)
+    return {m.group(1)} if m else set()
+
+
+def test_promql_parser_helper() -> None:
+    expr = (
+        'histogram_quantile(0.95, sum by (le, stage) (rate(a_bucket{tier=~"$tier"}'
+        "[$__rate_interval]))) / on(job) group_left sum(b_total) or vector(0)"
+    )
+    assert promql_metric_names(expr) == {"a_bucket", "b_total"}
+
+
+@pytest.fixture(scope="module")
+def exposed_names() -> set[str]:
+    """Sample names the real Prometheus exporter exposes after every record_* function ran."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics import MeterProvider
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
+    for decision, confidence in (("pass", 0.92), ("review", 0.7), ("escalate", 0.3)):
+        ctx = RequestContext(question="q", decision=decision, confidence=confidence)
+        ctx.samples = [Sample(index=i, answer="a") for i in range(5)]
+        ctx.timings = {stage: 0.01 for stage in semconv.STAGES} | {"request": 0.1}
+        ctx.signals["citations"] = {"coverage": 0.8, "accuracy": 0.9, "fabricated": ["x"]}
+        metrics.record_request(ctx, meter_provider=provider)
+    metrics.record_retry("sample", TimeoutError(), meter_provider=provider)
+    metrics.record_model_error("sample", TimeoutError(), meter_provider=provider)
+    metrics.record_audit_failure("OperationalError", dropped=True, meter_provider=provider)
+    metrics.record_spans_dropped(3, "export_failed", meter_provider=provider)
+    names = {sample.name for family in registry.collect() for sample in family.samples}
+    provider.shutdown()
+    assert "tracerag_requests_total" in names
+    return names
+
+
+def test_every_dashboard_metric_is_emitted(exposed_names: set[str]) -> None:
+    checked = 0
+    for name, title, expr in queries("prometheus"):
+        if expr.lstrip().startswith("label_values"):
+            referenced = label_values_metric(expr)
+        else:
+            referenced = promql_metric_names(expr)
+        assert referenced, f"{name}: {title!r}: no metric found in {expr!r}"
+        missing = referenced - exposed_names
+        assert not missing, f"{name}: panel {title!r} queries {sorted(missing)} not emitted"
+        checked += 1
+    assert checked >= 20
+
+
+def test_quality_dashboard_covers_the_issue() -> None:
+    exprs = " ".join(expr for _, _, expr in queries("prometheus"))
+    titles = " ".join(title.lower() for _, title, _ in queries("prometheus"))
+    for needle in (
+        "sum by (decision) (rate(tracerag_requests_total",
+        'decision="escalate"',
+        'decision="review"',
+        "tracerag_confidence_bucket",
+        "tracerag_citation_coverage",
+        "tracerag_citation_accuracy",
+        "histogram_quantile(0.5, sum by (le, stage) (rate(tracerag_stage_duration_seconds_bucket",
+        "histogram_quantile(0.95, sum by (le, stage) (rate(tracerag_stage_duration_seconds_bucket",
+    ):
+        assert needle in exprs, needle
+    for word in ("decision", "confidence", "escalation", "review", "coverage", "latency"):
+        assert word in titles, word
+
+
+def test_traceql_uses_only_known_attributes() -> None:
+    known = {v for k, v in vars(semconv).items() if k.isupper() and isinstance(v, str)}
+    traceql = [q for q in queries("tempo") if q[2] != "$trace_id"]
+    assert any('{ span.tracerag.request_id = "$request_id" }' in query for _, _, query in traceql)
+    for name, title, query in traceql:
+        for attr in re.findall(r"\bspan\.([\w.]+)", query):
+            assert attr in known, f"{name}: {title!r} uses unknown span attribute {attr!r}"
+        for span_name in re.findall(r'\bname\s*=\s*"([^"]+)"', query):
+            assert span_name in known, f"{name}: {title!r} uses unknown span name {span_name!r}"
+
+
+def test_variables_are_defined_and_datasources_templated() -> None:
+    for name, dash in dashboards():
+        defined = {v["name"] for v in dash["templating"]["list"]}
+        text = json.dumps(dash)
+        used = set(re.findall(r"\$\{?([A-Za-z_][\w]*)", text))
+        unknown = {u for u in used if u not in defined and u not in GRAFANA_GLOBALS}
+        assert not unknown, f"{name}: undefined variables {sorted(unknown)}"
+        for panel in all_panels(dash.get("panels", [])):
+            if panel.get("type") in {"row", "text"}:
+                continue
+            uid = (panel.get("datasource") or {}).get("uid", "")
+            assert uid.startswith("${DS_"), f"{name}: {panel['title']!r} has a fixed datasource"
+        inputs = {i["name"] for i in dash.get("__inputs", [])}
+        assert inputs and inputs <= defined
+        assert dash["uid"] and dash["title"]
+
+
+def test_dashboard_uids_and_panel_ids_unique() -> None:
+    uids = [d["uid"] for _, d in dashboards()]
+    assert len(uids) == len(set(uids))
+    for name, dash in dashboards():
+        ids = [p["id"] for p in all_panels(dash["panels"])]
+        assert len(ids) == len(set(ids)), name
+
+
+def test_jaeger_link_present() -> None:
+    traces = json.loads((DASHBOARDS / "tracerag-traces.json").read_text())
+    urls = [link["url"] for link in traces["links"]]
+    assert any("/trace/${trace_id}" in url for url in urls)
+    assert any("tracerag.request_id" in url for url in urls)
