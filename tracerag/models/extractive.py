@@ -53,14 +53,14 @@ CANNOT_ANSWER_ZH = "根据所提供的资料无法回答该问题。"
 
 #: A sentence must cover at least this share of the question's (IDF-weighted) terms.
 SCORE_FLOOR = 0.25
-#: Further sentences are added only when they score at least this share of the best one.
+#: Only sentences scoring at least this share of the best one are candidates for an answer.
 RELATIVE_FLOOR = 0.8
 #: Bonus for a sentence with an amount, date or duration when the question asks for one.
 QUANTITY_BONUS = 0.1
 #: Sampling considers at most this many top-scoring sentences.
 TOP_CANDIDATES = 5
 #: softmax(score / (temperature * TEMPERATURE_SCALE)): at 0.7, a 0.05 score gap gives roughly a
-#: 3:1 split, while a sentence 0.25 below the best is picked first less than 1% of the time.
+#: 3:1 split and equal scores an even one.
 TEMPERATURE_SCALE = 0.07
 
 _CJK_CHARS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -273,18 +273,30 @@ def _softmax_pick(
     return rng.choices(pool, weights=weights, k=1)[0]
 
 
+def _ranked(scored: Sequence[ScoredSentence]) -> list[ScoredSentence]:
+    ranked = sorted(scored, key=lambda c: (-c.score, c.order))
+    return [c for c in ranked if c.score >= SCORE_FLOOR][:TOP_CANDIDATES]
+
+
+def strong_candidates(scored: Sequence[ScoredSentence]) -> list[ScoredSentence]:
+    """The sentences close enough to the best one to be worth answering with, best first."""
+    ranked = _ranked(scored)
+    if not ranked:
+        return []
+    threshold = max(SCORE_FLOOR, RELATIVE_FLOOR * ranked[0].score)
+    return [c for c in ranked if c.score >= threshold]
+
+
 def select_sentences(
     scored: Sequence[ScoredSentence], max_sentences: int, temperature: float, rng: random.Random
 ) -> list[ScoredSentence]:
-    """Up to ``max_sentences`` sentences: the best at temperature 0, sampled above it."""
-    ranked = sorted(scored, key=lambda c: (-c.score, c.order))
-    ranked = [c for c in ranked if c.score >= SCORE_FLOOR][:TOP_CANDIDATES]
-    if not ranked:
-        return []
-    first = _softmax_pick(rng, ranked, temperature)
-    chosen = [first]
-    threshold = max(SCORE_FLOOR, RELATIVE_FLOOR * ranked[0].score)
-    pool = [c for c in ranked if c is not first and c.score >= threshold]
+    """Up to ``max_sentences`` of the strong candidates: the best at temperature 0, else sampled.
+
+    Sampling is a softmax over the strong candidates only, so sentences that score close to
+    each other split the samples, and a sentence well below the best never joins an answer.
+    """
+    pool = strong_candidates(scored)
+    chosen: list[ScoredSentence] = []
     while pool and len(chosen) < max_sentences:
         pick = _softmax_pick(rng, pool, temperature)
         chosen.append(pick)
@@ -363,15 +375,18 @@ class ExtractiveChatModel(BaseChatModel):
     with up to ``max_sentences`` sentences copied verbatim from them, each followed by its
     citation, e.g. ``"Laptops are covered for 24 months. [warranty]"``. Sentences are ranked
     by the IDF-weighted share of the question's content terms they contain. At temperature 0
-    the best sentences are taken; above 0 they are sampled from a softmax over the top
-    candidates, so close candidates split and a dominant one is nearly always chosen. When no
-    sentence is relevant enough it says it cannot answer, in the question's language.
+    the best sentences are taken; above 0 they are sampled from a softmax over the sentences
+    scoring within 80% of the best, so close candidates split the samples and a clearly
+    dominant sentence is always chosen. When no sentence is relevant enough it says it cannot
+    answer, in the question's language.
 
-    Tasks: ``answer`` (restricted to the materials of a ``<plan>`` when one is given),
-    ``plan`` (a JSON plan: material ids and the amounts, dates and clauses of the chosen
-    sentences) and ``plan_and_answer`` (``PLAN: {json}`` then ``ANSWER: …``). Prompts without
-    material blocks are read as foreign RAG prompts: blank-line-separated paragraphs of the
-    context are materials cited by position, ``[1]``, ``[2]``, ….
+    Tasks: ``answer`` (restricted to the materials of a ``<plan>`` when one is given);
+    ``plan``, a JSON plan naming the materials of every sentence close to the best one, with
+    the amounts, dates and clauses they state (not sampled: a plan keeps competing materials
+    in play); and ``plan_and_answer``, ``PLAN: {json}`` for the sentences actually chosen,
+    then ``ANSWER: …``. Prompts without material blocks are read as foreign RAG prompts:
+    blank-line-separated paragraphs of the context are materials cited by position, ``[1]``,
+    ``[2]``, ….
 
     Calls draw from ``random.Random`` seeded with (``seed``, call number): with a seed, a run
     of calls is reproducible; without one, every call differs. ``usage_metadata`` token
@@ -413,9 +428,11 @@ class ExtractiveChatModel(BaseChatModel):
             planned = [m for m in materials if m.id in set(parsed.plan_ids)]
             materials = planned or materials
         scored = score_sentences(parsed.question, materials)
-        chosen = select_sentences(scored, max(1, self.max_sentences), temp, rng)
         if parsed.task == TASK_PLAN:
-            return json.dumps(make_plan(chosen), ensure_ascii=False)
+            # A plan names everything worth relying on, so it does not settle an ambiguity
+            # that the answers themselves would disagree about.
+            return json.dumps(make_plan(strong_candidates(scored)), ensure_ascii=False)
+        chosen = select_sentences(scored, max(1, self.max_sentences), temp, rng)
         answer = format_answer(chosen, parsed.question)
         if parsed.task == TASK_PLAN_AND_ANSWER:
             plan = json.dumps(make_plan(chosen), ensure_ascii=False)
