@@ -126,6 +126,13 @@ def test_plan_task_returns_valid_json_plan():
     assert "24-month" in plan["key_facts"]
 
 
+def test_plan_keeps_competing_materials_in_play():
+    model = ExtractiveChatModel(temperature=0.7)
+    plan = json.loads(model.invoke(messages(INSTALL_Q, INSTALL_IDS, task=TASK_PLAN)).content)
+    assert plan["material_ids"] == ["appliance-installation", "tv-installation"]
+    assert {"¥199", "¥350", "¥149", "¥299"} <= set(plan["key_facts"])
+
+
 def test_plan_and_answer_inline_format():
     model = ExtractiveChatModel(temperature=0)
     text = model.invoke(messages(WARRANTY_Q, WARRANTY_IDS, task=TASK_PLAN_AND_ANSWER)).content
