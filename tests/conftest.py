@@ -63,6 +63,21 @@ QUESTION = "How many days do I have to return an item?"
 FAST_RETRY = RetryPolicy(attempts=3, initial_wait=0.001, max_wait=0.01, jitter=0.0)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _audit_store_in_temp_dir(tmp_path_factory):
+    """Pipelines built with the default audit="auto" write to a temporary SQLite store."""
+    import os
+
+    path = tmp_path_factory.mktemp("audit") / "audit.sqlite"
+    previous = os.environ.get("TRACERAG_STORE")
+    os.environ["TRACERAG_STORE"] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop("TRACERAG_STORE", None)
+    else:
+        os.environ["TRACERAG_STORE"] = previous
+
+
 @pytest.fixture
 def documents() -> list[Document]:
     return [Document(page_content=d.page_content, metadata=dict(d.metadata)) for d in POLICIES]

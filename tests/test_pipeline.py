@@ -326,3 +326,24 @@ def test_audit_sink_receives_the_full_record(make_pipeline):
     assert record["materials"][0]["id"]
     assert record["signals"]["citations"]["claims"][0]["verdict"] == "supported"
     assert record["response"]["decision"] == "pass"
+
+
+def test_plain_in_memory_vector_store_without_relevance_scores(documents, spans):
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    from tracerag import RAGPipeline
+
+    store = InMemoryVectorStore.from_documents(documents, DeterministicFakeEmbedding(size=64))
+    pipeline = RAGPipeline(
+        store.as_retriever(search_kwargs={"k": 5}),
+        scripted([GOOD]),
+        prompt_version="p",
+        model_version="m",
+        tracer_provider=spans.provider,
+        audit=None,
+    )
+    response = pipeline.invoke(QUESTION)
+    assert response.decision == "pass"
+    retrieve = spans.named(sc.SPAN_RETRIEVE, response.request_id)[0]
+    assert retrieve.attributes[sc.RETRIEVAL_SCORED] is False

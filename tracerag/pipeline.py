@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -10,6 +10,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableConfig
 from opentelemetry.trace import TracerProvider
 
+from tracerag.audit import resolve_sink
 from tracerag.contract import Response
 from tracerag.errors import ConfigurationError
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
@@ -97,7 +98,7 @@ class RAGPipeline(Runnable[Any, Response]):
         retry: RetryPolicy | None = None,
         tracer_provider: TracerProvider | None = None,
         meter_provider: Any = None,
-        audit: Callable[[dict[str, Any]], bool] | None = None,
+        audit: Any = "auto",
     ) -> None:
         if not isinstance(retriever, BaseRetriever):
             raise ConfigurationError(
@@ -127,7 +128,7 @@ class RAGPipeline(Runnable[Any, Response]):
             equivalence=equivalence,
             combiner=combiner or HeuristicCombiner(),
             retry=retry or RetryPolicy(),
-            record_sink=audit,
+            record_sink=resolve_sink(audit),
             meter_provider=meter_provider,
         )
         self.steps = steps_for(tier, plan)

@@ -39,6 +39,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from opentelemetry.trace import Span, TracerProvider
 
 from tracerag import metrics, semconv
+from tracerag.audit import resolve_sink
 from tracerag.context import Plan, RequestContext, Sample
 from tracerag.contract import Response
 from tracerag.llm import model_name, retrying, text_of
@@ -399,7 +400,7 @@ def wrap(
     chain_input: Callable[[str], Any] | None = None,
     tracer_provider: TracerProvider | None = None,
     meter_provider: Any = None,
-    audit: Callable[[dict[str, Any]], bool] | None = None,
+    audit: Any = "auto",
 ) -> WrappedChain:
     """Wrap an existing LCEL RAG chain so each request runs the six traced, verified stages.
 
@@ -428,7 +429,7 @@ def wrap(
         equivalence=equivalence,
         combiner=combiner or HeuristicCombiner(),
         retry=retry or RetryPolicy(),
-        record_sink=audit,
+        record_sink=resolve_sink(audit),
         meter_provider=meter_provider,
     )
     if temperature == 0.0 and n_samples > 1:

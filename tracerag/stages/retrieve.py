@@ -71,10 +71,13 @@ async def fetch(
         "similarity_score_threshold",
     }:
         kwargs = dict(retriever.search_kwargs)
-        pairs = await retriever.vectorstore.asimilarity_search_with_relevance_scores(
-            query, **kwargs
-        )
-        return [(doc, float(score)) for doc, score in pairs]
+        store = retriever.vectorstore
+        try:
+            pairs = await store.asimilarity_search_with_relevance_scores(query, **kwargs)
+            return [(doc, float(score)) for doc, score in pairs]
+        except NotImplementedError:
+            # a store without a relevance function: fall back to plain retrieval, unscored
+            pass
     docs = await retriever.ainvoke(query, config=config)
     return [(doc, None) for doc in docs]
 

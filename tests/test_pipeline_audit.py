@@ -1,0 +1,76 @@
+"""The pipeline's audit trail: everything written can be read back by request_id; a store
+that is down never fails a request and never loses a record silently."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from conftest import FABRICATED, GOOD, QUESTION, scripted
+
+from tracerag.store import open_store
+from tracerag.store.writer import AuditWriter
+
+
+def test_default_store_records_each_request_readably(make_pipeline, _audit_store_in_temp_dir):
+    pipeline = make_pipeline(scripted([GOOD]))
+    response = pipeline.invoke(QUESTION)
+    assert response.audit_persisted is True
+    writer = pipeline.settings.record_sink.writer
+    assert writer.flush(timeout=10)
+    store = open_store(str(_audit_store_in_temp_dir))
+    trail = store.get(response.request_id)
+    assert trail.trace_id == response.trace_id
+    assert trail.decision == "pass"
+    assert trail.versions["prompt"] == "test-prompt-v1"
+    assert len(trail.samples) == 5
+    assert trail.claims[0]["verdict"] == "supported"
+    assert store.verify_chain().ok
+
+
+def test_escalated_request_enters_the_review_queue(make_pipeline, tmp_path):
+    store = open_store(str(tmp_path / "a.sqlite"))
+    pipeline = make_pipeline(scripted([FABRICATED]), audit=store)
+    response = pipeline.invoke(QUESTION)
+    assert response.decision == "escalate"
+    assert pipeline.settings.record_sink.writer.flush(timeout=10)
+    queued = [item.request_id for item in store.list_queue()]
+    assert queued == [response.request_id]
+    trail = store.get(response.request_id)
+    assert trail.cited_not_retrieved == ["policy-99"]
+
+
+class DownStore:
+    """A store whose every write fails, like a database that is unreachable."""
+
+    def __init__(self):
+        self.attempts = 0
+
+    def append_record(self, record):
+        self.attempts += 1
+        raise ConnectionError("store unreachable")
+
+    def close(self):
+        pass
+
+
+def test_store_down_still_answers_and_says_so(make_pipeline, caplog):
+    store = DownStore()
+    writer = AuditWriter(store, max_buffer=1, backoff_initial=0.01, backoff_max=0.02)
+    pipeline = make_pipeline(scripted([GOOD]), audit=writer)
+    with caplog.at_level(logging.ERROR, logger="tracerag.audit"):
+        first = pipeline.invoke(QUESTION)
+        writer_had_failure = False
+        for _ in range(200):
+            if not writer.healthy:
+                writer_had_failure = True
+                break
+            time.sleep(0.01)
+        second = pipeline.invoke(QUESTION)
+        third = pipeline.invoke(QUESTION)
+    assert first.decision == second.decision == third.decision == "pass"
+    assert writer_had_failure
+    assert second.audit_persisted is False and third.audit_persisted is False
+    assert writer.dropped >= 1
+    assert third.request_id in caplog.text or second.request_id in caplog.text
+    writer.close(timeout=0.1)
