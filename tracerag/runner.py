@@ -86,8 +86,13 @@ async def run_steps(
     config: RunnableConfig | None = None,
     *,
     mode: str = "pipeline",
+    on_stage: Callable[[str, RequestContext], None] | None = None,
 ) -> Response:
-    """Run the steps under one root span; return the assembled Response."""
+    """Run the steps under one root span; return the assembled Response.
+
+    ``on_stage(name, ctx)``, if given, is called after each step (skipped ones included); an
+    exception it raises is logged and never fails the request.
+    """
     tracer = settings.tracer
     started = time.perf_counter()
     with tracer.start_as_current_span(
@@ -103,6 +108,11 @@ async def run_steps(
                 ctx = await _run_step(step, ctx, settings, config)
                 if ctx.request_id:
                     root.set_attribute(semconv.REQUEST_ID, ctx.request_id)
+                if on_stage is not None:
+                    try:
+                        on_stage(step.name, ctx)
+                    except Exception:
+                        logger.exception("tracerag: on_stage hook failed after %s", step.name)
         except BaseException as exc:
             root.record_exception(exc)
             root.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
