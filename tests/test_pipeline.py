@@ -347,3 +347,27 @@ def test_plain_in_memory_vector_store_without_relevance_scores(documents, spans)
     assert response.decision == "pass"
     retrieve = spans.named(sc.SPAN_RETRIEVE, response.request_id)[0]
     assert retrieve.attributes[sc.RETRIEVAL_SCORED] is False
+
+
+def test_inlined_schema_gives_the_same_verdicts_as_the_shipped_schema():
+    import jsonschema
+
+    from tracerag.contract import compiled_validator, response_schema
+
+    shipped = jsonschema.Draft202012Validator(response_schema())
+    inlined = compiled_validator("response.schema.json")
+    bad = [
+        {},
+        {"request_id": "r", "trace_id": None, "answer": None, "confidence": 1.5},
+        {"request_id": "r", "trace_id": None, "answer": None, "confidence": 0.5,
+         "decision": "maybe", "status": "answered", "signal_detail": {}, "evidence": [],
+         "versions": {"prompt": "p", "model": "m", "tracerag": "t"}},
+        {"request_id": "r", "trace_id": None, "answer": None, "confidence": 0.5,
+         "decision": "pass", "status": "answered", "signal_detail": {},
+         "evidence": [{"material_id": "m", "title": "t", "quote": "q", "score": 2}],
+         "versions": {"prompt": "p", "model": "m", "tracerag": "t"}},
+    ]
+    for instance in bad:
+        assert not shipped.is_valid(instance) and not inlined.is_valid(instance)
+    good = dict(bad[2], decision="pass")
+    assert shipped.is_valid(good) and inlined.is_valid(good)

@@ -7,7 +7,7 @@ every Response is validated against it before it is returned.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any, Literal
 
@@ -128,12 +128,43 @@ def response_schema() -> dict[str, Any]:
     return json.loads(json.dumps(_load_schema()))
 
 
-@lru_cache(maxsize=1)
-def _validator() -> jsonschema.protocols.Validator:
-    schema = _load_schema()
+def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema with local ``#/$defs/…`` references replaced by their definitions.
+
+    Validation gives the same verdicts, without a reference lookup per instance (the Response
+    schema has no recursive definitions).
+    """
+    defs = schema.get("$defs", {})
+
+    def resolve(node: Any, depth: int = 0) -> Any:
+        if depth > 50:
+            raise ValueError("schema nesting too deep (recursive $ref?)")
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                target = resolve(defs[ref.split("/")[-1]], depth + 1)
+                rest = {k: resolve(v, depth + 1) for k, v in node.items() if k != "$ref"}
+                return {**target, **rest}
+            return {k: resolve(v, depth + 1) for k, v in node.items() if k != "$defs"}
+        if isinstance(node, list):
+            return [resolve(v, depth + 1) for v in node]
+        return node
+
+    return resolve(schema)
+
+
+@cache
+def compiled_validator(name: str) -> jsonschema.protocols.Validator:
+    """A checked, reference-free validator for a schema shipped in ``tracerag/schemas``."""
+    text = resources.files("tracerag").joinpath(f"schemas/{name}").read_text("utf-8")
+    schema = json.loads(text)
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
-    return cls(schema)
+    return cls(inline_refs(schema))
+
+
+def _validator() -> jsonschema.protocols.Validator:
+    return compiled_validator("response.schema.json")
 
 
 def validate_response(payload: dict[str, Any] | Response) -> None:

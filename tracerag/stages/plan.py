@@ -14,8 +14,6 @@ import json
 import re
 from collections import Counter
 from collections.abc import Sequence
-from functools import lru_cache
-from importlib import resources
 
 import jsonschema
 from langchain_core.runnables import RunnableConfig
@@ -23,19 +21,13 @@ from opentelemetry.trace import Span
 
 from tracerag import metrics, semconv
 from tracerag.context import Plan, RequestContext, Sample
+from tracerag.contract import compiled_validator
 from tracerag.errors import PlanError
 from tracerag.llm import is_transient, retrying, text_of, with_temperature
 from tracerag.prompts import PROMPT, TASK_PLAN, prompt_values
 from tracerag.settings import Settings
 
 _JSON_OBJECT = re.compile(r"\{.*\}", re.S)
-
-
-@lru_cache(maxsize=1)
-def plan_schema() -> dict:
-    """The JSON Schema a plan must satisfy."""
-    text = resources.files("tracerag").joinpath("schemas/plan.schema.json").read_text("utf-8")
-    return json.loads(text)
 
 
 def parse_plan(text: str, retrieved_ids: Sequence[str], *, mode: str = "separate") -> Plan:
@@ -47,10 +39,11 @@ def parse_plan(text: str, retrieved_ids: Sequence[str], *, mode: str = "separate
         data = json.loads(match.group(0))
     except json.JSONDecodeError as exc:
         raise PlanError(f"plan is not valid JSON: {exc}") from exc
-    try:
-        jsonschema.validate(data, plan_schema())
-    except jsonschema.ValidationError as exc:
-        raise PlanError(f"plan does not match the plan schema: {exc.message}") from exc
+    error = jsonschema.exceptions.best_match(
+        compiled_validator("plan.schema.json").iter_errors(data)
+    )
+    if error is not None:
+        raise PlanError(f"plan does not match the plan schema: {error.message}")
     known = set(retrieved_ids)
     ids = [i for i in dict.fromkeys(data["material_ids"]) if i in known]
     unknown = [i for i in data["material_ids"] if i not in known]

@@ -1,0 +1,167 @@
+"""What tracerag costs on top of a bare LCEL chain: wall time and CPU time per request.
+
+Same question, same retriever (the demo knowledge base in an in-memory vector store), and a chat
+model that sleeps a fixed latency (default 200 ms) per call, measured side by side in one run:
+
+- bare: the standard LCEL RAG chain, one call;
+- RAGPipeline, N samples, plan="inline" (one model latency) and plan="separate" (two);
+- wrap(bare chain), N samples (the chain runs N times concurrently).
+
+Wall-time ratios are to one bare call. CPU time tracerag adds per request is measured with a
+zero-latency model: process CPU per pipeline request minus the CPU of doing the same model calls
+and retrieval directly, both through the real OTel SDK (batch processor, spans discarded).
+
+    python benchmarks/overhead.py [--latency 0.2] [--samples 5] [--rounds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.runnables import RunnablePassthrough
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from tracerag import RAGPipeline, wrap
+from tracerag.demo.kb import build_retriever
+from tracerag.prompts import PROMPT, TASK_ANSWER, prompt_values
+from tracerag.stages.retrieve import fetch, to_materials
+from tracerag.testing import ScriptCall, ScriptedChatModel
+
+QUESTION = "How long is the warranty on a laptop?"
+ANSWER = (
+    "Under Clause 6.1, laptops and tablets are covered by an extended 24-month warranty. "
+    "[warranty]"
+)
+PLAN = '{"material_ids": ["warranty"], "key_facts": ["24-month"]}'
+
+
+class Discard(SpanExporter):
+    def export(self, spans):
+        return SpanExportResult.SUCCESS
+
+
+def respond(call: ScriptCall) -> str:
+    if call.task == "plan":
+        return PLAN
+    if call.task == "plan_and_answer":
+        return f"PLAN: {PLAN}\nANSWER: {ANSWER}"
+    return ANSWER
+
+
+def model(latency: float) -> ScriptedChatModel:
+    return ScriptedChatModel(responder=respond, latency=latency, model_name="sleepy")
+
+
+def bare_chain(latency: float):
+    retriever = build_retriever(k=4)
+    prompt = ChatPromptTemplate.from_template("Context:\n{context}\n\nQuestion: {question}")
+    return (
+        {
+            "context": retriever | (lambda docs: "\n\n".join(d.page_content for d in docs)),
+            "question": RunnablePassthrough(),
+        }
+        | prompt
+        | model(latency)
+        | StrOutputParser()
+    )
+
+
+def provider() -> TracerProvider:
+    p = TracerProvider()
+    p.add_span_processor(BatchSpanProcessor(Discard()))
+    return p
+
+
+def pipelines(latency: float, n: int, tp: TracerProvider, audit=None) -> dict[str, object]:
+    common = dict(prompt_version="bench", model_version="sleepy", n_samples=n,
+                  tracer_provider=tp, audit=audit)
+    return {
+        "pipeline inline": RAGPipeline(build_retriever(k=4), model(latency), plan="inline",
+                                       **common),
+        "pipeline separate": RAGPipeline(build_retriever(k=4), model(latency), plan="separate",
+                                         **common),
+        "wrap(chain)": wrap(bare_chain(latency), n_samples=n, tracer_provider=tp, audit=audit),
+    }
+
+
+async def wall(runnable, rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        await runnable.ainvoke(QUESTION)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+async def cpu_per_request(runnable, requests: int) -> float:
+    await runnable.ainvoke(QUESTION)  # warm up caches
+    t0 = time.process_time()
+    for _ in range(requests):
+        await runnable.ainvoke(QUESTION)
+    return (time.process_time() - t0) / requests
+
+
+async def cpu_direct_calls(n_calls: int, requests: int) -> float:
+    """CPU of the model calls and one retrieval, made directly (the work tracerag wraps)."""
+    retriever = build_retriever(k=4)
+    llm = model(0.0)
+
+    async def once() -> None:
+        materials = to_materials(await fetch(retriever, QUESTION))
+        messages = PROMPT.format_messages(**prompt_values(TASK_ANSWER, QUESTION, materials))
+        await asyncio.gather(*(llm.ainvoke(messages) for _ in range(n_calls)))
+
+    await once()
+    t0 = time.process_time()
+    for _ in range(requests):
+        await once()
+    return (time.process_time() - t0) / requests
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--latency", type=float, default=0.2)
+    ap.add_argument("--samples", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--cpu-requests", type=int, default=200)
+    args = ap.parse_args()
+    tp = provider()
+
+    print(f"model latency {args.latency * 1000:.0f} ms, N={args.samples}, "
+          f"median of {args.rounds} rounds each, interleaved\n")
+    bare = bare_chain(args.latency)
+    runs = {"bare LCEL chain (1 call)": bare, **pipelines(args.latency, args.samples, tp)}
+    results: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(args.rounds):  # interleave so machine noise hits all alike
+        for name, runnable in runs.items():
+            results[name].append(await wall(runnable, 1))
+    base = statistics.median(results["bare LCEL chain (1 call)"])
+    goals = {"pipeline inline": 1.1, "pipeline separate": 2.1}
+    print(f"{'configuration':28} {'median wall':>12} {'ratio to bare':>14}  goal")
+    for name, values in results.items():
+        med = statistics.median(values)
+        goal = f"<= {goals[name]}x" if name in goals else ""
+        print(f"{name:28} {med * 1000:10.1f}ms {med / base:13.2f}x  {goal}")
+
+    print(f"\nCPU time per request outside the model (zero-latency model, "
+          f"{args.cpu_requests} requests each):")
+    zero = pipelines(0.0, args.samples, tp)
+    direct_inline = await cpu_direct_calls(args.samples, args.cpu_requests)
+    direct_separate = await cpu_direct_calls(args.samples + 1, args.cpu_requests)
+    for name, direct in (("pipeline inline", direct_inline),
+                         ("pipeline separate", direct_separate)):
+        total = await cpu_per_request(zero[name], args.cpu_requests)
+        print(f"  {name:26} total {total * 1000:6.2f} ms, model+retrieval alone "
+              f"{direct * 1000:6.2f} ms, tracerag adds {(total - direct) * 1000:6.2f} ms "
+              f"(goal < 2 ms)")
+    tp.shutdown()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
