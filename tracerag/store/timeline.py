@@ -17,6 +17,7 @@ from typing import Any
 from tracerag.store.base import KIND_REVIEW_DECISION, RequestTrail, _dig
 
 INDENT = "  "
+STAGE_ORDER = ("register", "retrieve", "plan", "sample", "verify", "assemble", "request")
 WIDTH = 100
 
 
@@ -236,7 +237,9 @@ def _outcome(rec: Mapping[str, Any]) -> list[str]:
         out += _block(answer, INDENT * 2)
     timings = rec.get("timings")
     if isinstance(timings, Mapping) and timings:
-        shown = ", ".join(f"{k} {_fmt(v, 3)}s" for k, v in timings.items())
+        order = {name: i for i, name in enumerate(STAGE_ORDER)}
+        ranked = sorted(timings.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
+        shown = ", ".join(f"{k} {_fmt(v, 3)}s" for k, v in ranked)
         out += _block(f"timings: {shown}", INDENT)
     for key in ("skipped", "warnings"):
         if rec.get(key):
@@ -254,12 +257,13 @@ def _errors(trail: RequestTrail) -> list[str]:
             out += _block(str(e), INDENT)
             continue
         extra = {k: v for k, v in e.items() if k not in {"stage", "type", "message", "at"}}
-        tail = ("  " + ", ".join(f"{k}={_fmt(v)}" for k, v in extra.items())) if extra else ""
         out += _block(
             f"{_fmt(e.get('at'))}  {_fmt(e.get('stage'))}  {_fmt(e.get('type'))}: "
-            f"{_fmt(e.get('message'))}{tail}",
+            f"{_fmt(e.get('message'))}",
             INDENT,
         )
+        if extra:
+            out += _block(", ".join(f"{k}={_fmt(v)}" for k, v in extra.items()), INDENT * 3)
     return out
 
 
@@ -312,10 +316,12 @@ def render_timeline(trail: RequestTrail) -> str:
         f"REQUEST {trail.request_id}",
         f"{INDENT}trace {_fmt(rec.get('trace_id'))}",
         f"{INDENT}started {_fmt(rec.get('started_at'))}    recorded "
-        f"{first.created_at if first else '-'}",
-        f"{INDENT}{len(trail.entries)} audit entries, seq "
-        f"{first.seq if first else '-'}..{last.seq if last else '-'}",
+        f"{(first.created_at if first else '') or '-'}",
     ]
+    if first is not None and last is not None and first.sealed:
+        head.append(f"{INDENT}{len(trail.entries)} audit entries, seq {first.seq}..{last.seq}")
+    else:
+        head.append(f"{INDENT}{len(trail.entries)} audit entries (not stored)")
     parts = [
         head,
         _versions(trail, rec),
