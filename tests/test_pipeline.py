@@ -352,10 +352,20 @@ def test_plain_in_memory_vector_store_without_relevance_scores(documents, spans)
 def test_inlined_schema_gives_the_same_verdicts_as_the_shipped_schema():
     import jsonschema
 
-    from tracerag.contract import compiled_validator, response_schema
+    from tracerag.contract import response_schema, validate_with
 
     shipped = jsonschema.Draft202012Validator(response_schema())
-    inlined = compiled_validator("response.schema.json")
+
+    class Fast:
+        @staticmethod
+        def is_valid(instance):
+            try:
+                validate_with("response.schema.json", instance)
+            except jsonschema.ValidationError:
+                return False
+            return True
+
+    inlined = Fast()
     bad = [
         {},
         {"request_id": "r", "trace_id": None, "answer": None, "confidence": 1.5},

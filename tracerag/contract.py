@@ -7,10 +7,12 @@ every Response is validated against it before it is returned.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from functools import cache, lru_cache
 from importlib import resources
 from typing import Any, Literal
 
+import fastjsonschema
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -154,24 +156,38 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 @cache
-def compiled_validator(name: str) -> jsonschema.protocols.Validator:
-    """A checked, reference-free validator for a schema shipped in ``tracerag/schemas``."""
+def _schemas(name: str) -> tuple[jsonschema.protocols.Validator, Callable[[Any], Any]]:
     text = resources.files("tracerag").joinpath(f"schemas/{name}").read_text("utf-8")
     schema = json.loads(text)
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(inline_refs(schema))
+    reference = jsonschema.validators.validator_for(schema)
+    reference.check_schema(schema)
+    # The shipped schemas use only draft-07 keywords once their $defs are inlined, so the
+    # compiled (fast) validator checks them under draft-07; the reference validator explains.
+    flat = {**inline_refs(schema), "$schema": "http://json-schema.org/draft-07/schema#"}
+    return reference(schema), fastjsonschema.compile(flat)
 
 
-def _validator() -> jsonschema.protocols.Validator:
-    return compiled_validator("response.schema.json")
+def validate_with(name: str, instance: Any) -> None:
+    """Validate against a schema in ``tracerag/schemas``; raises ``jsonschema.ValidationError``.
+
+    The common (valid) case runs a compiled validator; a failure is explained by the reference
+    ``jsonschema`` validator, so the error names the offending path.
+    """
+    reference, fast = _schemas(name)
+    try:
+        fast(instance)
+    except fastjsonschema.JsonSchemaException:
+        error = jsonschema.exceptions.best_match(reference.iter_errors(instance))
+        if error is None:  # the two validators disagree: trust the reference one
+            return
+        raise error from None
 
 
 def validate_response(payload: dict[str, Any] | Response) -> None:
     """Raise ``jsonschema.ValidationError`` if the payload does not match the Response schema."""
     if isinstance(payload, Response):
         payload = payload.model_dump(mode="json")
-    _validator().validate(payload)
+    validate_with("response.schema.json", payload)
 
 
 def __getattr__(name: str) -> Any:

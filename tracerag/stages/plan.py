@@ -21,7 +21,7 @@ from opentelemetry.trace import Span
 
 from tracerag import metrics, semconv
 from tracerag.context import Plan, RequestContext, Sample
-from tracerag.contract import compiled_validator
+from tracerag.contract import validate_with
 from tracerag.errors import PlanError
 from tracerag.llm import is_transient, retrying, text_of, with_temperature
 from tracerag.prompts import PROMPT, TASK_PLAN, prompt_values
@@ -39,11 +39,10 @@ def parse_plan(text: str, retrieved_ids: Sequence[str], *, mode: str = "separate
         data = json.loads(match.group(0))
     except json.JSONDecodeError as exc:
         raise PlanError(f"plan is not valid JSON: {exc}") from exc
-    error = jsonschema.exceptions.best_match(
-        compiled_validator("plan.schema.json").iter_errors(data)
-    )
-    if error is not None:
-        raise PlanError(f"plan does not match the plan schema: {error.message}")
+    try:
+        validate_with("plan.schema.json", data)
+    except jsonschema.ValidationError as exc:
+        raise PlanError(f"plan does not match the plan schema: {exc.message}") from None
     known = set(retrieved_ids)
     ids = [i for i in dict.fromkeys(data["material_ids"]) if i in known]
     unknown = [i for i in data["material_ids"] if i not in known]

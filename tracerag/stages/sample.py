@@ -130,10 +130,12 @@ async def sample(
     tracer: Tracer = settings.tracer
     retrieved = [m.id for m in ctx.materials]
 
+    model_attributes = llm_span_attributes(llm, settings.temperature)
+
     async def one(index: int) -> Sample:
         result = Sample(index=index)
         with tracer.start_as_current_span(semconv.SPAN_SAMPLE_ONE) as child:
-            child.set_attributes(llm_span_attributes(llm, settings.temperature))
+            child.set_attributes(model_attributes)
 
             def on_retry(attempt: int, error: BaseException) -> None:
                 ctx.record_error("sample", error, sample=index, attempt=attempt, retried=True)

@@ -73,14 +73,19 @@ async def verify(
 ) -> RequestContext:
     """Check citations of every sample, score consistency, choose the candidate, run rules."""
     reports: dict[int, CitationReport] = {}
+    seen: dict[tuple[str, tuple[str, ...]], CitationReport] = {}
     for s in ctx.samples:
         if s.ok:
-            reports[s.index] = verify_citations(
-                s.answer or "",
-                ctx.materials,
-                backend=settings.support_backend,
-                resolve=resolver_for(ctx, s),
-            )
+            # samples often repeat an answer word for word: verify each distinct one once
+            key = (s.answer or "", tuple(s.material_order))
+            if key not in seen:
+                seen[key] = verify_citations(
+                    s.answer or "",
+                    ctx.materials,
+                    backend=settings.support_backend,
+                    resolve=resolver_for(ctx, s),
+                )
+            reports[s.index] = seen[key]
     zero = settings.temperature == 0.0 or bool(ctx.params.get("temperature_zero"))
     consistency = score_consistency(
         [s.answer if s.ok else None for s in ctx.samples],
