@@ -16,6 +16,10 @@ from tracerag import __version__
 
 COMMANDS = [
     "tracerag.demo.run",
+    "tracerag.cli_store",
+    "tracerag.replay",
+    "tracerag.indicators",
+    "tracerag.server.cli",
 ]
 
 
