@@ -208,3 +208,50 @@ def test_jaeger_link_present() -> None:
     urls = [link["url"] for link in traces["links"]]
     assert any("/trace/${trace_id}" in url for url in urls)
     assert any("tracerag.request_id" in url for url in urls)
+
+
+EXAMPLE = DASHBOARDS.parent / "examples" / "observability"
+
+
+def test_example_stack_is_consistent() -> None:
+    import shutil
+    import subprocess
+
+    import yaml
+
+    compose = yaml.safe_load((EXAMPLE / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert {"otel-collector", "jaeger", "tempo", "prometheus", "grafana"} <= set(services)
+    for name, service in services.items():
+        assert ":latest" not in service["image"] and ":" in service["image"], name
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)
+    grafana_mounts = {
+        m.split(":")[1]: m.split(":")[0] for m in services["grafana"]["volumes"] if ":" in m
+    }
+    provider = yaml.safe_load(
+        (EXAMPLE / "grafana/provisioning/dashboards/tracerag.yaml").read_text()
+    )["providers"][0]
+    assert grafana_mounts[provider["options"]["path"]] == "../../dashboards"
+    assert (EXAMPLE / "../../dashboards").resolve() == DASHBOARDS
+    datasources = yaml.safe_load(
+        (EXAMPLE / "grafana/provisioning/datasources/datasources.yaml").read_text()
+    )["datasources"]
+    assert {d["type"]: d["uid"] for d in datasources}["tempo"] == "tempo"  # trace_link default
+    collector = yaml.safe_load((EXAMPLE / "otel-collector.yaml").read_text())
+    pipelines = collector["service"]["pipelines"]
+    for pipeline in pipelines.values():
+        for exporter in pipeline["exporters"]:
+            assert exporter in collector["exporters"], exporter
+        for receiver in pipeline["receivers"]:
+            assert receiver in collector["receivers"], receiver
+    assert set(pipelines) == {"traces", "metrics"}
+    promtool = shutil.which("promtool")
+    if promtool:
+        result = subprocess.run(
+            [promtool, "check", "config", "--syntax-only", str(EXAMPLE / "prometheus.yml")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
