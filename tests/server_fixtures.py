@@ -1,0 +1,149 @@
+"""Shared pieces for the server tests: a store, pipelines (one fed a hostile document), an app.
+
+Import what a test module needs: ``from server_fixtures import TOKEN, make_app, ...``.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from conftest import FAST_RETRY, POLICIES
+from langchain_core.documents import Document
+
+from tracerag.pipeline import RAGPipeline
+from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.testing import ScriptedChatModel
+
+TOKEN = "reviewer-token-for-tests-0123456789"
+API_KEY = "frontend-key-for-tests-0123"
+
+# A retrieved document is untrusted: this one tries to run script in a reviewer's browser.
+EVIL_TEXT = (
+    "This policy covers goods that arrive damaged. "
+    "Refunds for damaged goods are paid within 5 business days. "
+    "<script>window.__pwned = 1; alert('script ran')</script>"
+    "<img src=x onerror=\"window.__pwned = 2; alert('onerror ran')\"> "
+    "Keep the receipt of the damaged goods."
+)
+EVIL = Document(
+    page_content=EVIL_TEXT,
+    metadata={
+        "id": "evil",
+        "title": 'Damaged goods <img src=x onerror="window.__pwned = 3">',
+        "source": "kb://evil",
+    },
+)
+SUPPORTED_SENTENCE = "Refunds for damaged goods are paid within 5 business days."
+# The model repeats hostile markup and cites a material that was never retrieved: escalated.
+EVIL_ANSWER = (
+    f"{SUPPORTED_SENTENCE} [evil] "
+    "<img src=x onerror=\"window.__pwned = 4; alert('answer ran')\"> Keep the receipt. [policy-99]"
+)
+EVIL_QUESTION = (
+    "How fast are refunds for damaged goods? <script>window.__pwned = 5; alert('q')</script>"
+)
+EVIL_PLAN = '{"material_ids": ["evil"], "key_facts": ["5 business days"]}'
+GOOD_ANSWER = (
+    "Customers may return unused items within 30 days of delivery for a full refund. [returns]"
+)
+GOOD_QUESTION = "How many days do I have to return an item?"
+
+
+def documents() -> list[Document]:
+    """The test policies plus the hostile document."""
+    docs = [Document(page_content=d.page_content, metadata=dict(d.metadata)) for d in POLICIES]
+    return [*docs, Document(page_content=EVIL.page_content, metadata=dict(EVIL.metadata))]
+
+
+def make_pipeline(
+    answers: list[str] | None = None, tracer_provider: Any = None, **options: Any
+) -> RAGPipeline:
+    """A pipeline over real documents in a real vector store, with a scripted model."""
+    from tracerag.demo.kb import build_vectorstore
+
+    retriever = build_vectorstore(documents()).as_retriever(search_kwargs={"k": 4})
+    llm = ScriptedChatModel(
+        responses=answers or [EVIL_ANSWER],
+        plan_responses=[EVIL_PLAN],
+    )
+    settings: dict[str, Any] = {
+        "prompt_version": "test-prompt-v1",
+        "model_version": llm.model_name,
+        "n_samples": 3,
+        "retry": FAST_RETRY,
+        "tracer_provider": tracer_provider,
+        "audit": None,
+    }
+    settings.update(options)
+    return RAGPipeline(retriever, llm, **settings)
+
+
+def make_store(tmp_path: Any) -> SQLiteAuditStore:
+    """A fresh SQLite audit store in the test's directory."""
+    return SQLiteAuditStore(str(tmp_path / "audit.sqlite"))
+
+
+def make_app(store: Any, pipeline: Any = None, **options: Any) -> Any:
+    """The app over a store, with the test reviewer token unless told otherwise."""
+    from tracerag.server.app import create_app
+
+    options.setdefault("reviewer_token", TOKEN)
+    return create_app(pipeline if pipeline is not None else make_pipeline(), store, **options)
+
+
+def csrf_of(html: str) -> str:
+    """The CSRF token in a reviewer page's form."""
+    match = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert match, "no CSRF field on the page"
+    return match.group(1)
+
+
+def sign_in(client: Any, name: str = "alice") -> None:
+    """Sign a TestClient in as a reviewer (cookie)."""
+    reply = client.post(
+        "/review/signin", data={"reviewer": name, "token": TOKEN}, follow_redirects=False
+    )
+    assert reply.status_code == 303, reply.text
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def running(app: Any, timeout: float = 20.0) -> Iterator[str]:
+    """Serve an app with uvicorn on 127.0.0.1 in a background thread; yields its base URL."""
+    import httpx
+    import uvicorn
+
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="test-uvicorn", daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(base + "/healthz", timeout=1.0).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or not thread.is_alive():
+            server.should_exit = True
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.05)
+    try:
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(timeout)
