@@ -136,3 +136,85 @@ def test_trace_link_rejects_bad_input() -> None:
     with pytest.raises(ValueError):
         tracing.trace_link(TID, "zipkin")
     assert tracing.format_trace_id("0xABC") == "abc".rjust(32, "0")
+
+
+def _span() -> tuple[object, object]:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider.get_tracer("t").start_span("s"), exporter
+
+
+def test_openinference_helpers_follow_the_capture_policy() -> None:
+    from tracerag import semconv
+
+    span, exporter = _span()
+    tracing.set_span_io(span, input="mail bob@example.com", output={"decision": "pass"})  # type: ignore[arg-type]
+    tracing.set_span_metadata(span, {"tier": "high", "prompt_version": "p1"})
+    tracing.set_prompt_template(span, "p1", "Answer {question}", {"question": "q?"})
+    span.end()  # type: ignore[attr-defined]
+    (finished,) = exporter.get_finished_spans()  # type: ignore[attr-defined]
+    attrs = dict(finished.attributes)
+    assert attrs[semconv.OI_INPUT_VALUE] == "mail bob@example.com"
+    assert attrs[semconv.OI_INPUT_MIME] == "text/plain"
+    assert json.loads(attrs[semconv.OI_OUTPUT_VALUE]) == {"decision": "pass"}
+    assert attrs[semconv.OI_OUTPUT_MIME] == "application/json"
+    assert json.loads(attrs[semconv.OI_METADATA]) == {"prompt_version": "p1", "tier": "high"}
+    assert attrs[semconv.OI_PROMPT_TEMPLATE_VERSION] == "p1"
+    assert attrs[semconv.OI_PROMPT_TEMPLATE] == "Answer {question}"
+
+    tracing.set_capture_content("redact")
+    span, exporter = _span()
+    tracing.set_span_io(span, input="mail bob@example.com")  # type: ignore[arg-type]
+    span.end()  # type: ignore[attr-defined]
+    (finished,) = exporter.get_finished_spans()  # type: ignore[attr-defined]
+    assert finished.attributes[semconv.OI_INPUT_VALUE] == "mail [EMAIL]"
+
+    tracing.set_capture_content(False)
+    span, exporter = _span()
+    tracing.set_span_io(span, input="secret", output="answer")  # type: ignore[arg-type]
+    tracing.set_prompt_template(span, "p2", "Answer {question}", {"question": "q"})
+    span.end()  # type: ignore[attr-defined]
+    (finished,) = exporter.get_finished_spans()  # type: ignore[attr-defined]
+    assert dict(finished.attributes) == {semconv.OI_PROMPT_TEMPLATE_VERSION: "p2"}
+
+
+def test_phoenix_annotations_from_spans() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tracerag import semconv
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("t")
+    with tracer.start_as_current_span(semconv.SPAN_REQUEST) as root:
+        root.set_attribute(semconv.REQUEST_ID, "r1")
+        root.set_attribute(semconv.CONFIDENCE, 0.7)
+        root.set_attribute(semconv.DECISION, "review")
+        with tracer.start_as_current_span(semconv.SPAN_VERIFY) as verify:
+            verify.add_event(
+                semconv.GENAI_EVALUATION_EVENT,
+                {
+                    semconv.GENAI_EVALUATION_NAME: "citation_validity",
+                    semconv.GENAI_EVALUATION_SCORE_VALUE: 0.5,
+                    semconv.GENAI_EVALUATION_SCORE_LABEL: "invalid",
+                    semconv.GENAI_EVALUATION_EXPLANATION: "1/2 claims supported",
+                },
+            )
+    records = tracing.PhoenixEvaluationExporter.annotations(exporter.get_finished_spans())
+    by_name = {r["name"]: r for r in records}
+    assert by_name["citation_validity"]["result"] == {
+        "score": 0.5,
+        "label": "invalid",
+        "explanation": "1/2 claims supported",
+    }
+    assert by_name["confidence"]["result"] == {"score": 0.7, "label": "review"}
+    assert by_name["confidence"]["metadata"] == {"request_id": "r1"}
+    assert all(r["annotator_kind"] == "CODE" and len(r["span_id"]) == 16 for r in records)

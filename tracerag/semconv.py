@@ -172,3 +172,9 @@ METRIC_ATTR_TIER = "tier"
 METRIC_ATTR_STAGE = "stage"
 METRIC_ATTR_ERROR_TYPE = "error_type"
 METRIC_ATTR_REASON = "reason"
+
+# OpenInference prompt template and tags (set through tracerag.tracing helpers)
+OI_PROMPT_TEMPLATE = "llm.prompt_template.template"
+OI_PROMPT_TEMPLATE_VERSION = "llm.prompt_template.version"
+OI_PROMPT_TEMPLATE_VARIABLES = "llm.prompt_template.variables"
+OI_TAGS = "tag.tags"
