@@ -441,6 +441,8 @@ _NUMBER_PATTERNS = [
     re.compile(rf"\b(?P<num>{_EN_WORD_NUM})\b", re.I),
 ]
 _LONE_WORDS = frozenset({"one", "zero"})
+# A range of years with the second one shortened: 2018–19.
+_YEAR_RANGE_RE = re.compile(r"(?<![\d.])(?P<y1>[12]\d{3})\s*[–—-]\s*(?P<y2>\d{2})(?![\d])")
 
 
 def _mask_citations(text: str) -> str:
@@ -531,6 +533,17 @@ def extract_quantities(text: str) -> list[Quantity]:
             base, factor = _duration_unit(unit)
             take(_Found("duration", value * factor, base, m.start(), m.end(), value))
 
+    for m in _YEAR_RANGE_RE.finditer(masked):
+        if not free(m.start(), m.end()):
+            continue
+        first, second = int(m.group("y1")), int(m.group("y2"))
+        century = first - first % 100
+        if not first % 100 < second:
+            continue
+        take(_Found("number", float(first), "", m.start("y1"), m.end("y1"), float(first)))
+        take(_Found("number", float(century + second), "", m.start("y2"), m.end("y2"),
+                    float(century + second)))
+
     for pattern in _NUMBER_PATTERNS:
         for m in pattern.finditer(masked):
             start, end = m.start("num"), m.end()
@@ -607,11 +620,38 @@ def _one_match(c: Quantity, m: Quantity) -> bool:
     return False
 
 
+def _year_stated(year: str, material_qs: Sequence[Quantity]) -> bool:
+    for m in material_qs:
+        if m.kind == "date" and _date_parts(str(m.value))[0] == year:
+            return True
+        if m.kind == "number" and m.unit == "" and float(m.value) == float(year):
+            return True
+    return False
+
+
+def _composed_date_match(c: Quantity, material_qs: Sequence[Quantity]) -> bool:
+    """A claim date stated in pieces: month and day without a year, and the year elsewhere."""
+    year, month, day = _date_parts(str(c.value))
+    if year is None or month is None:
+        return False
+    for m in material_qs:
+        if m.kind != "date":
+            continue
+        m_year, m_month, m_day = _date_parts(str(m.value))
+        if m_year is None and m_month == month and (day is None or m_day == day):
+            return _year_stated(year, material_qs)
+    return False
+
+
 def quantities_match(claim_q: Quantity, material_qs: Sequence[Quantity]) -> bool:
     """Whether the material states the claim's quantity.
 
     Equal keys match. A material date matches a claim date it makes more precise (claim
-    "March 2024", material "2024-03-15"). A plain number matches a quantity written with the
-    same number (claim "30", material "30 days") and a year matches a date in that year.
+    "March 2024", material "2024-03-15"), and a claim date whose month and day the material
+    states without a year matches when the material states that year elsewhere. A plain
+    number matches a quantity written with the same number (claim "30", material "30 days")
+    and a year matches a date in that year.
     """
-    return any(_one_match(claim_q, m) for m in material_qs)
+    if any(_one_match(claim_q, m) for m in material_qs):
+        return True
+    return claim_q.kind == "date" and _composed_date_match(claim_q, material_qs)

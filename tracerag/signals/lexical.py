@@ -1,0 +1,414 @@
+"""The default support backend: weighted term coverage with number, date and negation checks.
+
+A claim is scored by how much of its weighted content (rare words count more, numbers and
+named entities count extra) the best one to three sentences of the material cover. Every
+amount, percentage, date, duration and number of the claim must be stated by the material: one
+that is not caps the score well below the threshold and is listed in ``mismatches``. A claim
+and sentence that disagree on negation score lower.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from tracerag.signals.support import Support, check_inputs, register_backend
+from tracerag.text.negation import is_negated
+from tracerag.text.quantities import Quantity, extract_quantities, quantities_match
+from tracerag.text.sentences import Sentence, split_sentences
+from tracerag.text.tokens import is_stopword, tokenize, tokenize_spans
+
+__all__ = ["DEFAULT_THRESHOLD", "LexicalParams", "LexicalSupport"]
+
+#: Score at or above which a claim counts as supported (chosen on the WiCE dev set).
+DEFAULT_THRESHOLD = 0.45
+
+_CJK_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+# Chinese characters that are mostly function words: bigrams across them are often not words.
+_FUNCTION_CHARS = frozenset("是在和与及或也都就而将被把对于为以从向由给让很更" "会要可能您我你他她它这那")
+_KIND_LABELS = {
+    "money": "amount",
+    "percent": "percentage",
+    "date": "date",
+    "duration": "duration",
+    "number": "number",
+}
+
+
+@dataclass(frozen=True)
+class LexicalParams:
+    """Tuning knobs of the lexical backend."""
+
+    max_sentences: int = 3  # sentences whose union may cover the claim
+    min_gain: float = 0.08  # coverage a further sentence must add to join the union
+    union_weight: float = 0.7  # score = w * union coverage + (1 - w) * best single sentence
+    quantity_weight: float = 1.5  # weight of a claim quantity relative to the rarest word
+    entity_boost: float = 1.5  # extra weight of capitalised words (names) inside a sentence
+    partial_credit: float = 0.5  # credit of a prefix (English) or character (Chinese) match
+    prefix_len: int = 5
+    negation_factor: float = 0.4  # score multiplier when claim and sentence disagree on negation
+    negation_min_cover: float = 0.7  # ... if the sentence covers at least this much of the claim
+    entity_penalty: float = 0.1  # score lost per name of the claim the sentences do not back
+    mismatch_penalty: float = 0.3  # score lost per claim quantity the material does not state
+    mismatch_cap: float = 0.8  # ... and the score is capped at this share of the threshold
+    idf_power: float = 1.0  # weight = idf ** idf_power
+    pool: int = 30  # sentences considered for the union (best single scores first)
+
+
+@dataclass
+class _Term:
+    token: str
+    weight: float
+    spans: list[tuple[int, int]]
+    entity: bool = False
+
+
+def _idf_table(docs: Sequence[frozenset[str]]) -> tuple[dict[str, float], float]:
+    n = len(docs)
+    df: Counter[str] = Counter()
+    for d in docs:
+        df.update(d)
+    idf = {t: math.log(1.0 + (n - c + 0.5) / (c + 0.5)) for t, c in df.items()}
+    unseen = math.log(1.0 + (n + 0.5) / 0.5)
+    return idf, unseen
+
+
+def _is_entity(claim: str, start: int, end: int) -> bool:
+    word = claim[start:end]
+    if not word[:1].isupper():
+        return False
+    before = claim[:start].rstrip()
+    return bool(before) and before[-1] not in ".!?。！？:;\"“"
+
+
+class LexicalSupport:
+    """Support by weighted term coverage, with exact agreement of numbers, dates and negation."""
+
+    def __init__(
+        self,
+        threshold: float = DEFAULT_THRESHOLD,
+        params: LexicalParams | None = None,
+        *,
+        name: str = "lexical",
+    ) -> None:
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
+        self.name = name
+        self.threshold = float(threshold)
+        self.params = params or LexicalParams()
+
+    def __repr__(self) -> str:
+        return f"LexicalSupport(threshold={self.threshold})"
+
+    # ------------------------------------------------------------------------------------------
+
+    def __call__(
+        self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
+    ) -> Support:
+        """Score how well ``material_text`` supports ``claim``."""
+        check_inputs(claim, material_text)
+        analysis = analyse(claim, material_text, corpus, self.params)
+        return analysis.to_support(self, claim, _material_view(material_text).sentences)
+
+    def with_threshold(self, threshold: float) -> LexicalSupport:
+        """The same backend with another threshold."""
+        return LexicalSupport(threshold, self.params, name=self.name)
+
+    def with_params(self, **changes: float) -> LexicalSupport:
+        """The same backend with some parameters changed."""
+        return LexicalSupport(self.threshold, replace(self.params, **changes), name=self.name)
+
+
+@dataclass
+class _Analysis:
+    terms: list[_Term]
+    claim_qs: list[Quantity]
+    sentence_scores: list[float]
+    chosen: list[int]
+    union_cov: float
+    covered: dict[int, float]  # term index -> credit in the chosen union
+    q_covered: list[bool]
+    mismatches: list[Quantity]
+    negation_mismatch: bool
+    claim_negated: bool
+    missing_entities: list[str]
+    score: float
+    params: LexicalParams
+
+    def to_support(
+        self,
+        backend: LexicalSupport,
+        claim: str,
+        sentences: list[Sentence],
+    ) -> Support:
+        p = self.params
+        score = self.score
+        reasons: list[str] = []
+        if self.negation_mismatch:
+            score *= p.negation_factor
+            reasons.append(
+                "negation mismatch: the claim is negated, the sentence is not"
+                if self.claim_negated
+                else "negation mismatch: the sentence is negated, the claim is not"
+            )
+        if self.mismatches:
+            score -= p.mismatch_penalty * len(self.mismatches)
+            score = min(score, p.mismatch_cap * backend.threshold)
+            for q in self.mismatches:
+                reasons.insert(0, f"{_KIND_LABELS.get(q.kind, q.kind)} {q.raw} not in material")
+        score = max(0.0, min(1.0, score))
+        supported = score >= backend.threshold and not self.mismatches
+        if not reasons:
+            share = f"{self.union_cov:.0%} of the claim's weighted terms"
+            reasons.append(
+                f"sentence covers {share}" if supported else f"low overlap: covers {share}"
+            )
+        order = sorted(range(len(sentences)), key=lambda i: -self.sentence_scores[i])
+        if sentences:
+            best = self.chosen[0] if self.chosen else order[0]
+            s = sentences[best]
+            sentence, start, end = s.text, s.start, s.end
+        else:
+            sentence, start, end = "", 0, 0
+        candidates = tuple(
+            (sentences[i].start, sentences[i].end, round(self.sentence_scores[i], 4))
+            for i in order[:5]
+        )
+        return Support(
+            score=round(score, 6),
+            supported=supported,
+            sentence=sentence,
+            start=start,
+            end=end,
+            backend=backend.name,
+            reason="; ".join(reasons),
+            mismatches=tuple(q.raw for q in self.mismatches),
+            candidates=candidates,
+            unsupported_terms=tuple(self.unsupported_terms(claim)),
+        )
+
+    def unsupported_terms(self, claim: str) -> list[str]:
+        """Words of the claim not covered by the chosen sentences, in claim order."""
+        spans: list[tuple[int, int]] = []
+        cjk_chars_bad: dict[int, bool] = {}
+        for i, term in enumerate(self.terms):
+            ok = self.covered.get(i, 0.0) > 0.0
+            for a, b in term.spans:
+                if _CJK_RE.match(claim[a:b]) and b - a == 2:
+                    for k in (a, a + 1):
+                        # a Chinese character is unsupported when no bigram of it is covered
+                        cjk_chars_bad[k] = cjk_chars_bad.get(k, True) and not ok
+                elif not ok:
+                    spans.append((a, b))
+        for k, bad in cjk_chars_bad.items():
+            if bad:
+                spans.append((k, k + 1))
+        for q, ok in zip(self.claim_qs, self.q_covered, strict=True):
+            if not ok:
+                spans.append((q.start, q.end))
+        spans.sort()
+        merged: list[tuple[int, int]] = []
+        for a, b in spans:
+            if merged and (
+                a < merged[-1][1] or (a == merged[-1][1] and _CJK_RE.match(claim[a : a + 1]))
+            ):
+                merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+            else:
+                merged.append((a, b))
+        out: list[str] = []
+        for a, b in merged:
+            word = claim[a:b]
+            if word not in out:
+                out.append(word)
+        return out
+
+
+def _claim_terms(claim: str, claim_qs: list[Quantity]) -> list[tuple[str, int, int]]:
+    inside = [(q.start, q.end) for q in claim_qs]
+    out = []
+    for tok in tokenize_spans(claim):
+        if is_stopword(tok.text):
+            continue
+        if any(tok.start < b and a < tok.end for a, b in inside):
+            continue
+        if tok.text.replace(".", "").isdigit():
+            continue  # numbers are checked as quantities
+        out.append((tok.text, tok.start, tok.end))
+    return out
+
+
+@dataclass(frozen=True)
+class _MaterialView:
+    """What the backend needs of a material, computed once per material text."""
+
+    sentences: list[Sentence]
+    tokens: list[frozenset[str]]
+    chars: list[frozenset[str]]
+    quantities: list[Quantity]
+    sentence_quantities: list[list[Quantity]]
+    negated: list[bool]
+    idf: dict[str, float]
+    unseen: float
+
+
+def _prefixes(tokens: frozenset[str], n: int) -> frozenset[str]:
+    return frozenset(t[:n] for t in tokens if len(t) >= n and t.isascii())
+
+
+@lru_cache(maxsize=256)
+def _material_view(material_text: str) -> _MaterialView:
+    sentences = split_sentences(material_text)
+    tokens = [frozenset(tokenize(s.text)) for s in sentences]
+    quantities = extract_quantities(material_text)
+    per_sentence: list[list[Quantity]] = [[] for _ in sentences]
+    starts = [s.start for s in sentences]
+    for q in quantities:
+        i = bisect_right(starts, q.start) - 1
+        if 0 <= i < len(sentences) and q.start < sentences[i].end:
+            per_sentence[i].append(q)
+    idf, unseen = _idf_table(tokens)
+    return _MaterialView(
+        sentences=sentences,
+        tokens=tokens,
+        chars=[frozenset(_CJK_RE.findall(s.text)) for s in sentences],
+        quantities=quantities,
+        sentence_quantities=per_sentence,
+        negated=[is_negated(s.text) for s in sentences],
+        idf=idf,
+        unseen=unseen,
+    )
+
+
+@lru_cache(maxsize=32)
+def _corpus_idf(corpus: tuple[str, ...]) -> tuple[dict[str, float], float]:
+    return _idf_table([frozenset(tokenize(d)) for d in corpus])
+
+
+def analyse(
+    claim: str,
+    material_text: str,
+    corpus: Sequence[str] | None,
+    params: LexicalParams,
+) -> _Analysis:
+    """Score every sentence of the material against the claim and pick the covering union."""
+    p = params
+    view = _material_view(material_text)
+    sentences = view.sentences
+    n = len(sentences)
+    if corpus:
+        docs = tuple(d for d in corpus if isinstance(d, str))
+        if material_text not in docs:
+            docs = (*docs, material_text)
+        idf, unseen = _corpus_idf(docs)
+    else:
+        idf, unseen = view.idf, view.unseen
+
+    claim_qs = extract_quantities(claim)
+    terms: dict[str, _Term] = {}
+    for tok, a, b in _claim_terms(claim, claim_qs):
+        weight = idf.get(tok, unseen) ** p.idf_power
+        entity = _is_entity(claim, a, b)
+        if entity:
+            weight *= p.entity_boost
+        elif len(tok) == 2 and (tok[0] in _FUNCTION_CHARS or tok[1] in _FUNCTION_CHARS):
+            weight *= 0.5  # a Chinese bigram across a function word is weak evidence
+        if tok in terms:
+            terms[tok].spans.append((a, b))
+            terms[tok].weight = max(terms[tok].weight, weight)
+            terms[tok].entity = terms[tok].entity or entity
+        else:
+            terms[tok] = _Term(tok, weight, [(a, b)], entity)
+    term_list = list(terms.values())
+    q_weight = p.quantity_weight * unseen**p.idf_power
+    total = sum(t.weight for t in term_list) + q_weight * len(claim_qs)
+
+    # credit[i][k]: how far sentence i backs term k (1 exact, partial for a prefix or characters)
+    credit: list[dict[int, float]] = []
+    for i in range(n):
+        toks = view.tokens[i]
+        prefixes = _prefixes(toks, p.prefix_len) if p.partial_credit else frozenset()
+        row: dict[int, float] = {}
+        for k, t in enumerate(term_list):
+            if t.token in toks:
+                row[k] = 1.0
+            elif p.partial_credit and (
+                (t.token.isascii() and t.token[: p.prefix_len] in prefixes
+                 and len(t.token) >= p.prefix_len)
+                or (len(t.token) == 2 and not t.token.isascii() and set(t.token) <= view.chars[i])
+            ):
+                row[k] = p.partial_credit
+        credit.append(row)
+    q_hit = [
+        [quantities_match(q, view.sentence_quantities[i]) for q in claim_qs] for i in range(n)
+    ]
+
+    def gain(i: int, cur: dict[int, float], qcov: list[bool]) -> float:
+        got = sum(
+            term_list[k].weight * (c - cur.get(k, 0.0))
+            for k, c in credit[i].items()
+            if c > cur.get(k, 0.0)
+        )
+        got += q_weight * sum(1 for j, hit in enumerate(q_hit[i]) if hit and not qcov[j])
+        return got / total if total > 0 else 0.0
+
+    no_q = [False] * len(claim_qs)
+    sentence_scores = [gain(i, {}, no_q) for i in range(n)]
+    chosen: list[int] = []
+    cur: dict[int, float] = {}
+    qcov = list(no_q)
+    union_cov = 0.0
+    if n:
+        order = sorted(range(n), key=lambda i: -sentence_scores[i])
+        best = order[0]
+        while True:
+            chosen.append(best)
+            union_cov += gain(best, cur, qcov)
+            for k, c in credit[best].items():
+                cur[k] = max(cur.get(k, 0.0), c)
+            qcov = [a or b for a, b in zip(qcov, q_hit[best], strict=True)]
+            if len(chosen) >= p.max_sentences:
+                break
+            # only sentences that cover something on their own can add to the union
+            pool = [i for i in order[: p.pool] if i not in chosen]
+            if not pool:
+                break
+            best_gain, best = max((gain(i, cur, qcov), i) for i in pool)
+            if best_gain < p.min_gain:
+                break
+
+    best_single = sentence_scores[chosen[0]] if chosen else 0.0
+    score = p.union_weight * union_cov + (1.0 - p.union_weight) * best_single
+    # names the chosen sentences do not back
+    missing_entities = [t.token for k, t in enumerate(term_list) if t.entity and cur.get(k, 0) < 1]
+    score -= p.entity_penalty * len(missing_entities)
+    mismatches = [q for q in claim_qs if not quantities_match(q, view.quantities)]
+    claim_negated = is_negated(claim)
+    # a negation flip matters when the sentence otherwise restates the claim
+    negation_mismatch = (
+        bool(chosen)
+        and claim_negated != view.negated[chosen[0]]
+        and best_single >= p.negation_min_cover
+    )
+    return _Analysis(
+        terms=term_list,
+        claim_qs=claim_qs,
+        sentence_scores=sentence_scores,
+        chosen=chosen,
+        union_cov=min(1.0, union_cov),
+        covered=cur,
+        q_covered=qcov,
+        mismatches=mismatches,
+        negation_mismatch=negation_mismatch,
+        claim_negated=claim_negated,
+        missing_entities=missing_entities,
+        score=min(1.0, score),
+        params=p,
+    )
+
+
+register_backend("lexical", LexicalSupport)
