@@ -30,7 +30,9 @@ DEFAULT_THRESHOLD = 0.45
 
 _CJK_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 # Chinese characters that are mostly function words: bigrams across them are often not words.
-_FUNCTION_CHARS = frozenset("是在和与及或也都就而将被把对于为以从向由给让很更" "会要可能您我你他她它这那")
+_FUNCTION_CHARS = frozenset(
+    "是在和与及或也都就而将被把对于为以从向由给让很更会要可能您我你他她它这那"
+)
 _KIND_LABELS = {
     "money": "amount",
     "percent": "percentage",
