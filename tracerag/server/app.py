@@ -477,7 +477,7 @@ def create_app(
     api_key: str | None = None,
     *,
     review_desk: bool = True,
-    on_decision: DecisionHook | str | None = None,
+    on_decision: DecisionHook | str | Delivery | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     model: str = "extractive",
     secure_cookies: bool = False,
@@ -490,8 +490,9 @@ def create_app(
     ``TRACERAG_STORE``, else ``./.tracerag/audit.sqlite``). ``reviewer_token`` (default env
     ``TRACERAG_REVIEWER_TOKEN``) is required for the review desk; ``review_desk=False`` serves
     the answer API alone. ``api_key`` (default env ``TRACERAG_API_KEY``) guards ``/v1``.
-    ``on_decision``: a callable or webhook URL told of every review decision (default env
-    ``TRACERAG_DECISION_WEBHOOK``). Raises ``ConfigurationError`` on an unusable configuration.
+    ``on_decision``: a callable or webhook URL (or a configured ``Delivery``) told of every
+    review decision (default env ``TRACERAG_DECISION_WEBHOOK``). Raises ``ConfigurationError``
+    on an unusable configuration.
     """
     token = (
         reviewer_token if reviewer_token is not None else os.environ.get(REVIEWER_TOKEN_ENV, "")
@@ -511,7 +512,7 @@ def create_app(
     if on_decision is None:
         on_decision = os.environ.get(WEBHOOK_ENV, "").strip() or None
     try:
-        delivery = Delivery(on_decision)
+        delivery = on_decision if isinstance(on_decision, Delivery) else Delivery(on_decision)
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from exc
 
@@ -674,8 +675,8 @@ def create_app(
 
     # -- review desk ----------------------------------------------------------------------
 
-    def page(name: str, code: int = 200, session: Session | None = None, **values: Any):
-        html = templates.get_template(name).render(
+    def page(template: str, code: int = 200, session: Session | None = None, **values: Any):
+        html = templates.get_template(template).render(
             reviewer=session.reviewer if session else None,
             csrf=auth.csrf_token(session) if session else "",
             **values,
