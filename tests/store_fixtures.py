@@ -130,7 +130,7 @@ class PostgresBackend(Backend):
             conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.integration)])
 def backend(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Backend]:
     """Each backend in turn, on a fresh empty database."""
     if request.param == "sqlite":

@@ -343,3 +343,21 @@ def test_closed_store_refuses_work(tmp_path) -> None:
     s.close()
     with pytest.raises(StoreError):
         s.append_record(make_record())
+
+
+def test_append_records_writes_a_batch_in_one_go(store) -> None:  # noqa: F811
+    store.append_record(make_record("old", decision="pass"))
+    outcomes = store.append_records(
+        [
+            make_record("n1", decision="pass"),
+            {"request_id": ""},
+            make_record("old", decision="pass"),
+            make_record("n2", decision="escalate"),
+            make_record("n1", decision="pass"),
+        ]
+    )
+    kinds = [type(o).__name__ if o else None for o in outcomes]
+    assert kinds == [None, "InvalidRecord", "DuplicateRequest", None, "DuplicateRequest"]
+    assert store.get("n2").review.status == "pending"
+    assert [r.request_id for r in store.list_requests()] == ["n2", "n1", "old"]
+    assert store.verify_chain().ok

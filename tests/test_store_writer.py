@@ -272,3 +272,91 @@ def test_writer_with_each_backend(backend) -> None:  # noqa: F811
     finally:
         writer.close()
         store.close()
+
+
+class GatedStore:
+    """A real store behind a gate, so records pile up into one batch."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.gate = threading.Event()
+        self.batches: list[int] = []
+
+    def append_record(self, record: Mapping[str, Any]) -> None:
+        self.gate.wait(10)
+        self.batches.append(1)
+        self.store.append_record(record)
+
+    def append_records(self, records: list[Mapping[str, Any]]) -> list:
+        self.gate.wait(10)
+        self.batches.append(len(records))
+        return self.store.append_records(records)
+
+
+def test_buffered_records_are_written_in_batches(tmp_path) -> None:
+    real = SQLiteAuditStore(tmp_path / "a.sqlite")
+    real.append_record(make_record("stored-before", decision="pass"))
+    store = GatedStore(real)
+    drops = Drops()
+    writer = AuditWriter(store, batch_size=50, on_drop=drops, **FAST)
+    try:
+        writer.submit(make_record("first", decision="pass"))
+        wait_for(lambda: writer.pending == 1)
+        ids = [f"b{i:02d}" for i in range(60)]
+        for rid in ids:
+            writer.submit(make_record(rid, decision="pass"))
+        writer.submit({"question": "no id"})
+        writer.submit(make_record("stored-before", decision="pass"))
+        writer.submit(make_record("b00", decision="pass"))  # repeated
+        store.gate.set()
+        assert writer.flush(10)
+        assert sum(store.batches) == 64 and 1 < max(store.batches) <= 50
+        assert writer.written == 63 and writer.dropped == 1
+        assert drops.calls[0][1].startswith("invalid_record")
+        assert all(writer.persisted(rid) for rid in ["first", *ids, "stored-before"])
+        firsts = [real.get(rid).entries[0].seq for rid in ["first", *ids]]
+        assert firsts == sorted(firsts)
+        assert real.verify_chain().ok
+    finally:
+        store.gate.set()
+        writer.close()
+        real.close()
+
+
+class PickyBatchStore(FakeStore):
+    """Refuses a whole batch when one record in it is bad (as a database may)."""
+
+    def append_records(self, records: list[Mapping[str, Any]]) -> list:
+        self.gate.wait(10)
+        if any(r.get("poison") for r in records):
+            raise InvalidRecord("value out of range in one of the rows")
+        for r in records:
+            self.records.append(r)
+        return [None] * len(records)
+
+    def append_record(self, record: Mapping[str, Any]) -> None:
+        if record.get("poison"):
+            raise InvalidRecord("value out of range")
+        super().append_record(record)
+
+
+def test_a_batch_refused_as_a_whole_is_retried_record_by_record() -> None:
+    store = PickyBatchStore()
+    store.gate.clear()
+    drops = Drops()
+    writer = AuditWriter(store, on_drop=drops, **FAST)
+    try:
+        writer.submit(make_record("p0"))
+        wait_for(lambda: writer.pending == 1)
+        for rid in ["p1", "p2"]:
+            writer.submit(make_record(rid))
+        writer.submit(make_record("bad", poison=True))
+        writer.submit(make_record("p3"))
+        store.gate.set()
+        assert writer.flush(5)
+        assert store.ids == ["p0", "p1", "p2", "p3"]
+        assert [d[0] for d in drops.calls] == ["bad"]
+        assert writer.healthy
+    finally:
+        store.gate.set()
+        writer.close()

@@ -347,7 +347,7 @@ def entries_from_record(record: Mapping[str, Any]) -> list[Entry]:
     if not isinstance(record, Mapping):
         raise InvalidRecord(f"an audit record must be a mapping, not {type(record).__name__}")
     request_id = record.get("request_id")
-    if not isinstance(request_id, str) or not request_id.strip():
+    if not isinstance(request_id, str) or not request_id.strip() or "\x00" in request_id:
         raise InvalidRecord("an audit record needs a non-empty string request_id")
     record = _normalise(dict(record), f"record {request_id!r}")
 
@@ -568,7 +568,8 @@ def _summary_fields(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _str_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
+    # PostgreSQL text cannot hold NUL characters
+    return None if value is None else str(value).replace("\x00", "\ufffd")
 
 
 def review_reason(record: Mapping[str, Any]) -> str:
@@ -821,31 +822,63 @@ class SQLAuditStore:
     # -- records and actions ------------------------------------------------------------------
     def append_record(self, record: Mapping[str, Any]) -> None:
         entries = entries_from_record(record)
+        with self._write() as (cur, head):
+            if self._exists(cur, entries[0].request_id):
+                raise DuplicateRequest(entries[0].request_id)
+            self._insert_record(cur, head, record, entries)
+
+    def append_records(self, records: Sequence[Mapping[str, Any]]) -> list[StoreError | None]:
+        """Store several records in one transaction (one commit, one disk sync).
+
+        Returns one outcome per record: None when written, ``DuplicateRequest`` when it was
+        already stored (or repeated in the batch), ``InvalidRecord`` when it cannot be stored;
+        those records are skipped and the rest are written. Store failures raise and write
+        nothing.
+        """
+        outcomes: list[StoreError | None] = [None] * len(records)
+        prepared: list[tuple[int, Mapping[str, Any], list[Entry]]] = []
+        for i, record in enumerate(records):
+            try:
+                prepared.append((i, record, entries_from_record(record)))
+            except InvalidRecord as exc:
+                outcomes[i] = exc
+        if prepared:
+            with self._write() as (cur, head):
+                seen: set[str] = set()
+                for i, record, entries in prepared:
+                    request_id = entries[0].request_id
+                    if request_id in seen or self._exists(cur, request_id):
+                        outcomes[i] = DuplicateRequest(request_id)
+                        continue
+                    seen.add(request_id)
+                    self._insert_record(cur, head, record, entries)
+        return outcomes
+
+    def _insert_record(
+        self, cur: Cursor, head: _Head, record: Mapping[str, Any], entries: list[Entry]
+    ) -> None:
         request_id = entries[0].request_id
         summary = _summary_fields(record)
-        with self._write() as (cur, head):
-            if self._exists(cur, request_id):
-                raise DuplicateRequest(request_id)
-            cur.execute(
-                "INSERT INTO requests (request_id, trace_id, created_at, question, first_seq, "
-                "n_entries, decision, confidence, tier, channel) "
-                "VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?)",
-                (
-                    request_id,
-                    summary["trace_id"],
-                    now_iso(),
-                    summary["question"],
-                    head.seq + 1,
-                    summary["decision"],
-                    summary["confidence"],
-                    summary["tier"],
-                    summary["channel"],
-                ),
-            )
-            self._append(cur, head, entries)
-            decision = summary["decision"]
-            if self.auto_enqueue and decision in REVIEW_ROUTES:
-                self._enqueue(cur, head, request_id, review_reason(record), decision, SYSTEM_ACTOR)
+        cur.execute(
+            "INSERT INTO requests (request_id, trace_id, created_at, question, first_seq, "
+            "n_entries, decision, confidence, tier, channel) "
+            "VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?)",
+            (
+                request_id,
+                summary["trace_id"],
+                now_iso(),
+                summary["question"],
+                head.seq + 1,
+                summary["decision"],
+                summary["confidence"],
+                summary["tier"],
+                summary["channel"],
+            ),
+        )
+        self._append(cur, head, entries)
+        decision = summary["decision"]
+        if self.auto_enqueue and decision in REVIEW_ROUTES:
+            self._enqueue(cur, head, request_id, review_reason(record), decision, SYSTEM_ACTOR)
 
     def append_action(
         self,
@@ -988,7 +1021,14 @@ class SQLAuditStore:
         cur.execute(
             "INSERT INTO review_queue (request_id, route, priority, reason, status, "
             "enqueued_seq, enqueued_at) VALUES (?, ?, ?, ?, 'pending', ?, ?)",
-            (request_id, route, _priority(route), reason, entry.seq, entry.created_at),
+            (
+                request_id,
+                route,
+                _priority(route),
+                _str_or_none(reason),
+                entry.seq,
+                entry.created_at,
+            ),
         )
         item = self._queue_item(cur, request_id)
         assert item is not None
@@ -1247,7 +1287,7 @@ def _priority(route: str) -> int:
 
 
 def _require_actor(actor: str) -> None:
-    if not isinstance(actor, str) or not actor.strip():
+    if not isinstance(actor, str) or not actor.strip() or "\x00" in actor:
         raise InvalidRecord("every action needs a named actor")
 
 

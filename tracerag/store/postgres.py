@@ -16,7 +16,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from tracerag.store.base import Cursor, SchemaTooNew, SQLAuditStore, StoreError, _Head, now_iso
+from tracerag.store.base import (
+    Cursor,
+    InvalidRecord,
+    SchemaTooNew,
+    SQLAuditStore,
+    StoreError,
+    _Head,
+    now_iso,
+)
 from tracerag.store.chain import GENESIS_HASH
 
 try:  # psycopg is an optional dependency
@@ -266,7 +274,10 @@ class PostgresAuditStore(SQLAuditStore):
             row = cur.fetchone()
             if row is None:
                 raise StoreError("the audit store has no chain head row")
-            yield cur, _Head(int(row[0]), str(row[1]))
+            try:
+                yield cur, _Head(int(row[0]), str(row[1]))
+            except psycopg.DataError as exc:  # e.g. a NUL character in a text value
+                raise InvalidRecord(f"PostgreSQL refused the data: {exc}") from exc
 
     @contextmanager
     def _read(self) -> Iterator[Cursor]:

@@ -28,6 +28,7 @@ None while still pending (or when the writer does not remember the request_id).
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
 import threading
 import time
@@ -77,6 +78,7 @@ class AuditWriter:
         on_drop: DropHook | None = None,
         backoff_initial: float = 0.1,
         backoff_max: float = 30.0,
+        batch_size: int = 200,
         remember: int = 10_000,
         close_timeout: float = 5.0,
         name: str = "tracerag-audit-writer",
@@ -90,6 +92,7 @@ class AuditWriter:
             self._store = None
             self._open = store  # type: ignore[assignment]
         self.max_buffer = max_buffer
+        self.batch_size = max(1, batch_size)
         self.on_drop = on_drop
         self.close_timeout = close_timeout
         self._wait = tenacity.wait_exponential_jitter(initial=backoff_initial, max=backoff_max)
@@ -238,6 +241,10 @@ class AuditWriter:
         return self._store
 
     # -- background thread --------------------------------------------------------------------
+    def _batch_limit(self) -> int:
+        store = self._store
+        return self.batch_size if store is not None and hasattr(store, "append_records") else 1
+
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -245,42 +252,55 @@ class AuditWriter:
                     self._cond.wait()
                 if not self._buffer or self._abort:
                     return
-                record = self._buffer[0]
+                batch = list(itertools.islice(self._buffer, self._batch_limit()))
                 self._busy = True
-            outcome: str | None = None
+            outcomes: list[str | None] | None
             try:
-                self._write_with_retry(record)
-                outcome = "written"
+                outcomes = self._write_with_retry(batch)
             except _Aborted:
-                outcome = None  # left in the buffer; close() drops and logs it
-            except InvalidRecord as exc:
-                outcome = f"{DROP_INVALID}: {exc}"
-            except Exception as exc:  # not retryable and not expected: never lose it silently
-                outcome = f"{DROP_INVALID}: {type(exc).__name__}: {exc}"
-            with self._cond:
+                outcomes = None  # left in the buffer; close() drops and logs them
+            except Exception as exc:  # pragma: no cover - defensive: never lose silently
+                outcomes = [f"{DROP_INVALID}: {type(exc).__name__}: {exc}"] * len(batch)
+            if outcomes is not None:
+                with self._cond:
+                    for record in batch:
+                        if self._buffer and self._buffer[0] is record:
+                            self._buffer.popleft()
+                    for record, outcome in zip(batch, outcomes, strict=True):
+                        if outcome is None:
+                            self.written += 1
+                            self._set_status(_request_id(record), True)
+                for record, outcome in zip(batch, outcomes, strict=True):
+                    if outcome is not None:
+                        self._drop(record, outcome)
+            with self._cond:  # only now may flush() return: drops are counted and reported
                 self._busy = False
-                if outcome is not None:
-                    self._buffer.popleft()
-                    if outcome == "written":
-                        self.written += 1
-                        self._set_status(_request_id(record), True)
                 self._cond.notify_all()
-            if outcome is not None and outcome != "written":
-                self._drop(record, outcome)
-            if outcome is None:
+            if outcomes is None:
                 return
 
-    def _write_once(self, record: Mapping[str, Any]) -> None:
+    def _write_once(self, batch: list[Mapping[str, Any]]) -> list[str | None]:
+        """One attempt: None per record written (or already stored), else the drop reason."""
         if self._abort:
             raise _Aborted()
         store = self._ensure_store()
+        if len(batch) > 1:
+            results = store.append_records(batch)  # type: ignore[attr-defined]
+            return [
+                None if r is None or isinstance(r, DuplicateRequest) else f"{DROP_INVALID}: {r}"
+                for r in results
+            ]
+        record = batch[0]
         try:
             store.append_record(record)
         except DuplicateRequest:
             # Already stored: an earlier attempt committed but its acknowledgement was lost.
             logger.info("audit record request_id=%s was already stored", _request_id(record))
+        except InvalidRecord as exc:
+            return [f"{DROP_INVALID}: {exc}"]
+        return [None]
 
-    def _write_with_retry(self, record: Mapping[str, Any]) -> None:
+    def _write_with_retry(self, batch: list[Mapping[str, Any]]) -> list[str | None]:
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(self._retryable),
             wait=self._wait,
@@ -291,17 +311,19 @@ class AuditWriter:
             reraise=True,
         )
         try:
-            retrying(self._write_once, record)
-        except InvalidRecord:
-            self._recovered()  # the store answered; the record itself is bad
-            raise
+            outcomes = retrying(self._write_once, batch)
         except _Aborted:
             raise
+        except InvalidRecord:
+            # The store refused the batch as a whole: find the bad record one at a time.
+            self._recovered()
+            return [out for record in batch for out in self._write_with_retry([record])]
         except Exception:
             if self._abort:
                 raise _Aborted() from None
             raise
         self._recovered()
+        return outcomes
 
     def _retryable(self, exc: BaseException) -> bool:
         return not isinstance(exc, (InvalidRecord, _Aborted))
@@ -327,10 +349,14 @@ class AuditWriter:
     def _before_sleep(self, retry_state: tenacity.RetryCallState) -> None:
         exc = retry_state.outcome.exception() if retry_state.outcome else None
         wait = retry_state.next_action.sleep if retry_state.next_action else 0.0
+        batch = retry_state.args[0] if retry_state.args else []
+        ids = _request_id(batch[0]) if batch else "?"
+        if len(batch) > 1:
+            ids += f" (+{len(batch) - 1} more in the batch)"
         logger.warning(
             "audit store write failed for request_id=%s (attempt %d, %d buffered), "
             "retrying in %.1fs: %s: %s",
-            _request_id(retry_state.args[0] if retry_state.args else None),
+            ids,
             retry_state.attempt_number,
             self.pending,
             wait,
