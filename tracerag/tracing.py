@@ -11,7 +11,8 @@ Provider choice, in order:
    (``http/protobuf`` or ``grpc``), ``OTEL_EXPORTER_OTLP_(TRACES_)HEADERS``, ``_TIMEOUT``,
    ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_BSP_*``.
    When none of them names an exporter, spans are still real SDK spans (trace ids exist and
-   appear on every Response) but nothing is exported; one log line says so.
+   appear on every Response) but nothing is exported; one warning (logger
+   ``tracerag.tracing``) says so.
 
 Every exporter tracerag sets up sits behind a batch processor, so a slow or unreachable
 collector never delays a request. Spans that could not be delivered (failed exports, a full
@@ -138,7 +139,7 @@ def configure_from_env() -> TracerProvider:
     if wanted is None:
         if not _default_notice_logged:
             _default_notice_logged = True
-            logger.info(
+            logger.warning(
                 "tracerag: no TracerProvider was set and no OTLP endpoint is configured "
                 "(OTEL_EXPORTER_OTLP_ENDPOINT); spans get trace ids but are not exported. "
                 "Call tracerag.tracing.configure(endpoint=...) or set the OTEL_* variables."
