@@ -735,6 +735,10 @@ class SQLAuditStore:
         """A cursor for reads."""
         raise NotImplementedError
 
+    def _snapshot(self) -> AbstractContextManager[Cursor]:
+        """A cursor for long reads (verification) that should not hold up writers."""
+        return self._read()
+
     def close(self) -> None:
         raise NotImplementedError
 
@@ -954,7 +958,7 @@ class SQLAuditStore:
 
     # -- verification -------------------------------------------------------------------------
     def verify_chain(self, batch: int = 2000, max_issues: int = 1000) -> ChainReport:
-        with self._read() as cur:
+        with self._snapshot() as cur:
 
             def find(h: str) -> StoredRow | None:
                 cur.execute(f"SELECT {_ENTRY_COLUMNS} FROM audit_entries WHERE hash = ?", (h,))

@@ -214,6 +214,28 @@ class SQLiteAuditStore(SQLAuditStore):
                 cur.execute("COMMIT")
                 cur.close()
 
+    @contextmanager
+    def _snapshot(self) -> Iterator[Cursor]:
+        if self.path == ":memory:":
+            with self._read() as cur:
+                yield cur
+            return
+        self._check_open()
+        # A separate read-only connection: in WAL mode it reads a consistent snapshot while
+        # this store's connection goes on writing.
+        conn = sqlite3.connect(
+            Path(self.path).resolve().as_uri() + "?mode=ro", uri=True, isolation_level=None
+        )
+        try:
+            cur = conn.cursor()
+            cur.execute("BEGIN")
+            try:
+                yield cur
+            finally:
+                cur.execute("COMMIT")
+        finally:
+            conn.close()
+
     def _check_open(self) -> None:
         if self._closed:
             raise StoreError("the audit store is closed")
