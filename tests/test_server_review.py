@@ -422,3 +422,18 @@ def test_highlight_uses_offsets_only_when_they_cut_out_the_sentence():
     assert highlight(text, 0, 4, None).marked == "第一句。"
     assert not highlight(text, 5, 500, None).found
     assert highlight(EVIL_TEXT, None, None, SUPPORTED_SENTENCE).marked == SUPPORTED_SENTENCE
+
+
+def test_queue_page_separates_open_and_recently_decided_items(client, store):
+    first, second, third = escalate(client), escalate(client), escalate(client)
+    for rid in (first, third):
+        reply = client.post(
+            f"/review/api/items/{rid}/decision", json={"action": "approve"}, headers=BEARER
+        )
+        assert reply.status_code == 200
+    sign_in(client)
+    html = client.get("/review").text
+    assert "1 pending · 0 claimed · 2 decided" in html
+    open_table, _, decided_table = html.partition("Recently decided")
+    assert f"/review/items/{second}" in open_table and f"/review/items/{first}" not in open_table
+    assert decided_table.index(third) < decided_table.index(first)  # newest first

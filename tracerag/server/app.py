@@ -78,6 +78,8 @@ from tracerag.store.base import (
 logger = logging.getLogger("tracerag.server")
 
 MAX_BODY_BYTES = 64 * 1024
+QUEUE_PAGE_LIMIT = 500  # open items listed per status on the queue page
+DECIDED_SCAN_LIMIT = 5000  # decided items read to show the most recent ones
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
     "frame-ancestors 'none'; base-uri 'none'"
@@ -816,20 +818,20 @@ def create_app(
         session = session_of(request)
         if session is None:
             return unauthorized(request)
-        items = await call(audit_store.list_queue, None, 500)
+        open_items = [
+            *await call(audit_store.list_queue, "pending", QUEUE_PAGE_LIMIT),
+            *await call(audit_store.list_queue, "claimed", QUEUE_PAGE_LIMIT),
+        ]
+        decided_all = await call(audit_store.list_queue, "decided", DECIDED_SCAN_LIMIT)
         counts: dict[str, int] = {}
-        for item in items:
+        for item in [*open_items, *decided_all]:
             counts[item.status] = counts.get(item.status, 0) + 1
-        decided = sorted(
-            (i for i in items if i.status == "decided"),
-            key=lambda i: i.decided_at or "",
-            reverse=True,
-        )[:20]
+        decided = sorted(decided_all, key=lambda i: i.decided_at or "", reverse=True)[:20]
         return page(
             "queue.html",
             session=session,
             counts=counts,
-            open_items=[i for i in items if i.status != "decided"],
+            open_items=open_items,
             decided_items=decided,
         )
 
