@@ -1,0 +1,870 @@
+"""Fitted confidence: learn from labelled responses how often answers with given signals are right.
+
+``tracerag calibrate DATA.jsonl`` fits a calibration and writes it to a versioned JSON file;
+``CalibratedCombiner.from_file(path)`` turns it into a ``Combiner`` whose ``name`` — the
+calibration id, e.g. ``logistic-3f2a9c1b`` — every Response records in ``calibration``. Set
+``TRACERAG_CALIBRATION=path`` to have ``default_combiner()`` load it.
+
+Data: one JSON object per line (a JSON array is accepted too). Either a row of signals::
+
+    {"signals": {"citation_score": 1.0, "self_consistency": 0.8, "plan_ok": true,
+                 "fabricated": false, "retrieval_margin": 0.12, "semantic_entropy": 0.5,
+                 "citation_coverage": 1.0, "samples_ok": 5}, "correct": true}
+
+or a stored record or Response — anything with ``signal_detail`` at the top level or under
+``response`` (``fabricated_citations`` and ``rules`` are read from it) — plus the label. The
+label is ``correct`` or ``label``: true/false, 1/0, or a word (``correct``, ``right``, ``yes``,
+``approve`` are true; ``incorrect``, ``wrong``, ``no``, ``reject``, ``edit`` are false). Rows
+without a label are skipped and counted. Missing signals are allowed (``null``).
+
+Methods (numpy only):
+
+``logistic``
+    L2-regularised logistic regression on the signals above (standardised; a missing value
+    takes the training mean), fitted by Newton's method (IRLS).
+``isotonic``
+    a monotone map from the heuristic confidence (``heuristic-v1``) to the observed share of
+    right answers, fitted by pool-adjacent-violators and interpolated linearly.
+
+Either way the combiner keeps the heuristic's hard rules: a fabricated citation or a failed
+required rule caps the confidence at ``cap`` (just below the escalation line), each failed
+optional rule multiplies it by 0.85, and no successful sample gives 0.
+
+The calibration file: ``format`` ("tracerag.calibration"), ``format_version``, ``id``,
+``method``, ``features``, ``model`` (coefficients or breakpoints), ``fitted_at``, ``n``,
+``n_correct``, and ``provenance`` (data hash and evaluation figures). The id is the method and
+the first 8 hex digits of the SHA-256 of the canonical JSON of format version, method,
+features, model and n; loading a file whose content does not match its id fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import random
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tracerag.errors import ConfigurationError, InputError
+from tracerag.evaluation import DEFAULT_BINS, summarize
+from tracerag.routing import Thresholds
+from tracerag.signals.confidence import Combined, Combiner, HeuristicCombiner, Signals
+from tracerag.signals.rules import RuleResult
+
+__all__ = [
+    "CALIBRATION_ENV",
+    "FEATURES",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "METHODS",
+    "CalibratedCombiner",
+    "Calibration",
+    "Example",
+    "add_parser",
+    "compare",
+    "default_combiner",
+    "demo_calibration_rows",
+    "feature_values",
+    "fit_calibration",
+    "fit_isotonic",
+    "fit_logistic",
+    "heuristic_confidence",
+    "label_of",
+    "load_calibration",
+    "read_examples",
+    "signals_from_row",
+    "split_holdout",
+]
+
+FORMAT = "tracerag.calibration"
+FORMAT_VERSION = 1
+CALIBRATION_ENV = "TRACERAG_CALIBRATION"
+METHODS = ("logistic", "isotonic")
+#: The signals the logistic calibration reads, in order.
+FEATURES = (
+    "citation_score",
+    "self_consistency",
+    "plan_ok",
+    "fabricated",
+    "retrieval_margin",
+    "semantic_entropy",
+    "citation_coverage",
+)
+FAILED_RULE_FACTOR = 0.85
+
+_TRUE_WORDS = frozenset({"correct", "right", "true", "yes", "y", "1", "approve", "approved",
+                         "good", "pass"})
+_FALSE_WORDS = frozenset({"incorrect", "wrong", "false", "no", "n", "0", "reject", "rejected",
+                          "edit", "edited", "bad", "fail"})
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading labelled data
+
+
+@dataclass(frozen=True)
+class Example:
+    """One labelled response: its signals and whether the answer was right."""
+
+    signals: Signals
+    correct: bool
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def label_of(row: Mapping[str, Any]) -> bool | None:
+    """The row's label (``correct`` or ``label``) as a bool; None when it has none."""
+    for key in ("correct", "label"):
+        if key not in row or row[key] is None:
+            continue
+        value = row[key]
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, (int, float)) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str):
+            word = value.strip().lower()
+            if word in _TRUE_WORDS:
+                return True
+            if word in _FALSE_WORDS:
+                return False
+        raise InputError(f"cannot read label {key}={value!r}: use true/false, 1/0 or a word")
+    return None
+
+
+def _float(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None if value is None else float(value)
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    raise InputError(f"expected a number, got {value!r}")
+
+
+def _bool(value: Any) -> bool | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return bool(value)
+    if isinstance(value, list):  # e.g. fabricated_citations
+        return bool(value)
+    raise InputError(f"expected true/false, got {value!r}")
+
+
+def _rules(raw: Any) -> tuple[RuleResult, ...]:
+    out = []
+    for r in raw or []:
+        if isinstance(r, Mapping):
+            out.append(
+                RuleResult(
+                    name=str(r.get("name", "rule")),
+                    passed=bool(r.get("passed")),
+                    required=bool(r.get("required")),
+                    detail=str(r.get("detail") or ""),
+                )
+            )
+    return tuple(out)
+
+
+def signals_from_row(row: Mapping[str, Any]) -> Signals:
+    """The Signals of a data row: a ``signals`` object, or a record's/Response's detail."""
+    if isinstance(row.get("signals"), Mapping) and "signal_detail" not in row and not (
+        isinstance(row.get("response"), Mapping) and "signal_detail" in row["response"]
+    ):
+        s = row["signals"]
+        fabricated = s.get("fabricated", s.get("fabricated_citations"))
+    else:
+        detail = row.get("signal_detail")
+        if detail is None and isinstance(row.get("response"), Mapping):
+            detail = row["response"].get("signal_detail")
+        if not isinstance(detail, Mapping):
+            raise InputError("row has neither 'signals' nor 'signal_detail'")
+        s = detail
+        fabricated = s.get("fabricated_citations", s.get("fabricated"))
+    samples_ok = s.get("samples_ok")
+    informative = s.get("consistency_informative")
+    return Signals(
+        citation_score=_float(s.get("citation_score")),
+        fabricated=bool(_bool(fabricated)),
+        self_consistency=_float(s.get("self_consistency")),
+        consistency_informative=True if informative is None else bool(informative),
+        plan_ok=_bool(s.get("plan_ok")),
+        rules=_rules(s.get("rules")),
+        retrieval_margin=_float(s.get("retrieval_margin")),
+        retrieval_top_score=_float(s.get("retrieval_top_score")),
+        samples_ok=1 if samples_ok is None else int(samples_ok),
+        n_samples=int(s.get("n_samples") or s.get("samples_ok") or 1),
+        semantic_entropy=_float(s.get("semantic_entropy")),
+        citation_coverage=_float(s.get("citation_coverage")),
+    )
+
+
+def _rows(text: str, where: str) -> Iterable[tuple[str, Any]]:
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise InputError(f"{where}: not valid JSON ({exc})") from None
+        for i, row in enumerate(data, 1):
+            yield f"{where} item {i}", row
+        return
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            yield f"{where}:{number}", json.loads(line)
+        except ValueError as exc:
+            raise InputError(f"{where}:{number}: not valid JSON ({exc.msg})") from None
+
+
+def read_examples(path: str | Path) -> tuple[list[Example], int]:
+    """The labelled examples of a JSON-lines file, and how many rows had no label."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    examples: list[Example] = []
+    unlabelled = 0
+    for where, row in _rows(text, str(path)):
+        if not isinstance(row, Mapping):
+            raise InputError(f"{where}: expected a JSON object")
+        try:
+            label = label_of(row)
+            if label is None:
+                unlabelled += 1
+                continue
+            signals = signals_from_row(row)
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
+        meta = {k: row[k] for k in ("question", "mutation", "seed") if k in row}
+        examples.append(Example(signals, label, meta))
+    return examples, unlabelled
+
+
+# ----------------------------------------------------------------------------------------------
+# Features and the two fits
+
+
+def feature_values(signals: Signals) -> dict[str, float | None]:
+    """The logistic features of a response (None: not measured)."""
+    consistency = signals.self_consistency if signals.consistency_informative else None
+    return {
+        "citation_score": signals.citation_score,
+        "self_consistency": consistency,
+        "plan_ok": None if signals.plan_ok is None else float(signals.plan_ok),
+        "fabricated": float(signals.fabricated),
+        "retrieval_margin": signals.retrieval_margin,
+        "semantic_entropy": signals.semantic_entropy,
+        "citation_coverage": signals.citation_coverage,
+    }
+
+
+def heuristic_confidence(signals: Signals, cap: float | None = None) -> float:
+    """The default combiner's (``heuristic-v1``) confidence for these signals."""
+    cap = Thresholds().cap if cap is None else cap
+    return HeuristicCombiner()(signals, cap=cap).value
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.clip(z, -40.0, 40.0)))
+
+
+def fit_logistic(
+    x: np.ndarray, y: np.ndarray, *, l2: float = 1.0, max_iter: int = 100, tol: float = 1e-10
+) -> tuple[float, np.ndarray]:
+    """Intercept and weights of L2-regularised logistic regression, by Newton's method (IRLS).
+
+    The intercept is not penalised; the penalty is ``l2/2 * ||w||²``.
+    """
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    n, d = x.shape
+    design = np.hstack([np.ones((n, 1)), x])
+    penalty = np.full(d + 1, float(l2))
+    penalty[0] = 0.0
+    beta = np.zeros(d + 1)
+    prior = float(np.clip(y.mean() if n else 0.5, 1e-3, 1 - 1e-3))
+    beta[0] = math.log(prior / (1 - prior))
+    for _ in range(max_iter):
+        p = _sigmoid(design @ beta)
+        gradient = design.T @ (p - y) + penalty * beta
+        weights = np.maximum(p * (1 - p), 1e-12)
+        hessian = (design * weights[:, None]).T @ design + np.diag(penalty) + 1e-9 * np.eye(d + 1)
+        step = np.linalg.solve(hessian, gradient)
+        beta = beta - step
+        if float(np.max(np.abs(step))) < tol:
+            break
+    return float(beta[0]), beta[1:]
+
+
+def fit_isotonic(
+    x: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Breakpoints of the non-decreasing least-squares fit of ``y`` on ``x`` (pool-adjacent-
+    violators); equal ``x`` are pooled first. Returns the distinct ``x`` and fitted values."""
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    w = np.ones_like(y) if weights is None else np.asarray(weights, dtype=float)
+    if not x.size:
+        return np.array([]), np.array([])
+    order = np.argsort(x, kind="mergesort")
+    xs, inverse = np.unique(x[order], return_inverse=True)
+    sums = np.bincount(inverse, weights=(y * w)[order])
+    totals = np.bincount(inverse, weights=w[order])
+    # blocks: [value, weight, count of distinct x]
+    values: list[float] = []
+    block_w: list[float] = []
+    sizes: list[int] = []
+    for s, t in zip(sums, totals, strict=True):
+        values.append(s / t)
+        block_w.append(t)
+        sizes.append(1)
+        while len(values) > 1 and values[-2] > values[-1]:
+            v2, w2, n2 = values.pop(), block_w.pop(), sizes.pop()
+            v1, w1, n1 = values.pop(), block_w.pop(), sizes.pop()
+            values.append((v1 * w1 + v2 * w2) / (w1 + w2))
+            block_w.append(w1 + w2)
+            sizes.append(n1 + n2)
+    fitted = np.repeat(values, sizes)
+    return xs, fitted
+
+
+# ----------------------------------------------------------------------------------------------
+# The calibration and its file
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _round(values: Iterable[float], digits: int = 10) -> list[float]:
+    return [round(float(v), digits) for v in values]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A fitted map from signals to the probability that an answer is right."""
+
+    method: str
+    features: tuple[str, ...]
+    model: dict[str, Any]
+    n: int
+    n_correct: int
+    fitted_at: str
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        """``<method>-<8 hex digits>``: a hash of what determines the predictions."""
+        content = {
+            "format_version": FORMAT_VERSION,
+            "method": self.method,
+            "features": list(self.features),
+            "model": self.model,
+            "n": self.n,
+        }
+        digest = hashlib.sha256(_canonical(content).encode("utf-8")).hexdigest()
+        return f"{self.method}-{digest[:8]}"
+
+    def probability(self, signals: Signals) -> float:
+        """The calibrated probability that an answer with these signals is right (no caps)."""
+        if self.method == "logistic":
+            values = feature_values(signals)
+            m = self.model
+            z = float(m["intercept"])
+            for name, coef, mean, scale, impute in zip(
+                self.features, m["coefficients"], m["mean"], m["scale"], m["impute"], strict=True
+            ):
+                v = values.get(name)
+                v = impute if v is None else v
+                z += coef * (v - mean) / scale
+            return float(_sigmoid(np.array([z]))[0])
+        if self.method == "isotonic":
+            x = heuristic_confidence(signals, self.model.get("heuristic_cap"))
+            xs, ys = self.model["x"], self.model["y"]
+            if not xs:
+                return 0.0
+            return float(np.interp(x, xs, ys))
+        raise ConfigurationError(f"unknown calibration method {self.method!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file's JSON content."""
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "id": self.id,
+            "method": self.method,
+            "features": list(self.features),
+            "model": self.model,
+            "fitted_at": self.fitted_at,
+            "n": self.n,
+            "n_correct": self.n_correct,
+            "provenance": self.provenance,
+        }
+
+    def save(self, path: str | Path) -> Path:
+        """Write the calibration file (JSON) and return its path."""
+        path = Path(path)
+        if path.parent and not path.parent.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        return path
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "calibration") -> Calibration:
+        """Read a calibration file's content; checks format, version, fields and id."""
+        if not isinstance(data, Mapping) or data.get("format") != FORMAT:
+            raise ConfigurationError(f"{where} is not a tracerag calibration file")
+        version = data.get("format_version")
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise ConfigurationError(
+                f"{where} has format version {version!r}; this tracerag reads up to "
+                f"{FORMAT_VERSION}: upgrade tracerag or refit"
+            )
+        method = data.get("method")
+        if method not in METHODS:
+            raise ConfigurationError(f"{where}: unknown method {method!r}")
+        model = data.get("model")
+        features = tuple(data.get("features") or ())
+        needed = ("intercept", "coefficients", "mean", "scale", "impute")
+        if method == "isotonic":
+            needed = ("x", "y")
+        if not isinstance(model, Mapping) or any(k not in model for k in needed):
+            raise ConfigurationError(f"{where}: the {method} model needs {', '.join(needed)}")
+        if method == "logistic":
+            unknown = set(features) - set(FEATURES)
+            if unknown or any(len(model[k]) != len(features) for k in needed[1:]):
+                raise ConfigurationError(f"{where}: features and coefficients do not match")
+        elif len(model["x"]) != len(model["y"]):
+            raise ConfigurationError(f"{where}: isotonic x and y differ in length")
+        calibration = cls(
+            method=method,
+            features=features,
+            model=dict(model),
+            n=int(data.get("n") or 0),
+            n_correct=int(data.get("n_correct") or 0),
+            fitted_at=str(data.get("fitted_at") or ""),
+            provenance=dict(data.get("provenance") or {}),
+        )
+        if data.get("id") != calibration.id:
+            raise ConfigurationError(
+                f"{where}: its id {data.get('id')!r} does not match its content "
+                f"({calibration.id}); the file was changed after fitting"
+            )
+        return calibration
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read and check a calibration file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read calibration {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ConfigurationError(f"calibration {path} is not valid JSON ({exc})") from None
+    return Calibration.from_dict(data, where=f"calibration {path}")
+
+
+def fit_calibration(
+    examples: Sequence[Example],
+    method: str = "logistic",
+    *,
+    l2: float = 1.0,
+    cap: float | None = None,
+    provenance: Mapping[str, Any] | None = None,
+) -> Calibration:
+    """Fit a calibration of ``method`` to labelled examples."""
+    if method not in METHODS:
+        raise ConfigurationError(f"unknown method {method!r}: choose {' or '.join(METHODS)}")
+    if not examples:
+        raise InputError("no labelled examples to fit")
+    y = np.array([e.correct for e in examples], dtype=float)
+    cap = Thresholds().cap if cap is None else cap
+    if method == "isotonic":
+        x = np.array([heuristic_confidence(e.signals, cap) for e in examples])
+        xs, ys = fit_isotonic(x, y)
+        model: dict[str, Any] = {"x": _round(xs), "y": _round(ys), "heuristic_cap": cap}
+        features: tuple[str, ...] = ("heuristic-v1",)
+    else:
+        features = FEATURES
+        raw = [feature_values(e.signals) for e in examples]
+        columns = []
+        impute, mean, scale = [], [], []
+        for name in features:
+            col = np.array([np.nan if r[name] is None else r[name] for r in raw], dtype=float)
+            known = col[~np.isnan(col)]
+            fill = float(known.mean()) if known.size else 0.0
+            col = np.where(np.isnan(col), fill, col)
+            mu = float(col.mean())
+            sd = float(col.std())
+            sd = sd if sd > 1e-9 else 1.0
+            impute.append(fill)
+            mean.append(mu)
+            scale.append(sd)
+            columns.append((col - mu) / sd)
+        design = np.column_stack(columns)
+        intercept, weights = fit_logistic(design, y, l2=l2)
+        model = {
+            "intercept": round(intercept, 10),
+            "coefficients": _round(weights),
+            "mean": _round(mean),
+            "scale": _round(scale),
+            "impute": _round(impute),
+            "l2": l2,
+            "standardised": True,
+        }
+    return Calibration(
+        method=method,
+        features=features,
+        model=model,
+        n=len(examples),
+        n_correct=int(y.sum()),
+        fitted_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        provenance=dict(provenance or {}),
+    )
+
+
+class CalibratedCombiner:
+    """A ``Combiner`` giving the fitted probability, with the heuristic's caps and rule factors.
+
+    Its ``name`` is the calibration id, which every Response records in ``calibration``.
+    """
+
+    def __init__(
+        self, calibration: Calibration, *, failed_rule_factor: float = FAILED_RULE_FACTOR
+    ) -> None:
+        self.calibration = calibration
+        self.failed_rule_factor = failed_rule_factor
+        self.name = calibration.id
+
+    def __repr__(self) -> str:
+        return f"CalibratedCombiner({self.name})"
+
+    @classmethod
+    def from_file(cls, path: str | Path, **options: Any) -> CalibratedCombiner:
+        """The combiner of a calibration file written by ``tracerag calibrate``."""
+        return cls(load_calibration(path), **options)
+
+    def __call__(self, signals: Signals, *, cap: float) -> Combined:
+        if signals.samples_ok == 0:
+            return Combined(0.0, ["no successful sample"])
+        value = self.calibration.probability(signals)
+        parts = {"calibrated": round(value, 6)}
+        for result in signals.rules:
+            if not result.passed and not result.required:
+                value *= self.failed_rule_factor
+                parts[f"rule:{result.name}"] = self.failed_rule_factor
+        caps: list[str] = []
+        if signals.fabricated:
+            caps.append("fabricated citation")
+        caps.extend(
+            f"required rule failed: {r.name}" for r in signals.rules if r.required and not r.passed
+        )
+        if caps:
+            value = min(value, cap)
+        return Combined(round(min(1.0, max(0.0, value)), 4), caps, parts)
+
+
+def default_combiner() -> Combiner:
+    """The combiner of the file named by ``TRACERAG_CALIBRATION``, else ``heuristic-v1``."""
+    path = os.environ.get(CALIBRATION_ENV, "").strip()
+    if not path:
+        return HeuristicCombiner()
+    try:
+        return CalibratedCombiner.from_file(path)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{CALIBRATION_ENV}={path}: {exc}") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# Evaluation
+
+
+def split_holdout(
+    examples: Sequence[Example], share: float, seed: int = 0
+) -> tuple[list[Example], list[Example]]:
+    """A (fit, held-out) split with ``share`` of each label held out, reproducible by seed."""
+    if not 0.0 < share < 1.0:
+        raise InputError(f"holdout share must be between 0 and 1, got {share}")
+    rng = random.Random(seed)
+    fit: list[Example] = []
+    held: list[Example] = []
+    for label in (True, False):
+        group = [e for e in examples if e.correct is label]
+        rng.shuffle(group)
+        k = round(len(group) * share)
+        held.extend(group[:k])
+        fit.extend(group[k:])
+    return fit, held
+
+
+def compare(
+    examples: Sequence[Example],
+    combiners: Mapping[str, Callable[..., Combined]],
+    *,
+    bins: int = DEFAULT_BINS,
+    thresholds: Thresholds | None = None,
+) -> dict[str, dict[str, Any]]:
+    """ECE, Brier, AUROC and risk–coverage of each combiner on the examples."""
+    thresholds = thresholds or Thresholds()
+    labels = [e.correct for e in examples]
+    out = {}
+    for name, combiner in combiners.items():
+        confidences = [combiner(e.signals, cap=thresholds.cap).value for e in examples]
+        out[name] = summarize(
+            confidences,
+            labels,
+            bins=bins,
+            pass_at=thresholds.pass_at,
+            review_at=thresholds.review_at,
+        )
+    return out
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}"
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def render_comparison(title: str, results: Mapping[str, Mapping[str, Any]], bins: int) -> str:
+    """A side-by-side table of ``compare`` results, for people."""
+    names = list(results)
+    width = max(16, *(len(n) + 2 for n in names))
+    first = next(iter(results.values()))
+    lines = [f"{title} (n={first['n']}, {_pct(first['accuracy'])} right)"]
+    lines.append(" " * 26 + "".join(f"{n:>{width}}" for n in names))
+    rows = [
+        (f"ECE ({bins} bins)", lambda r: _num(r["ece"])),
+        ("Brier", lambda r: _num(r["brier"])),
+        ("AUROC", lambda r: _num(r["auroc"])),
+        ("mean confidence", lambda r: _num(r["mean_confidence"])),
+        ("auto-passed", lambda r: _pct(r["risk_coverage"]["passed"])),
+        ("  wrong among passed", lambda r: _pct(r["risk_coverage"]["pass_error_rate"])),
+        ("reviewed", lambda r: _pct(r["risk_coverage"]["reviewed"])),
+        ("  wrong among reviewed", lambda r: _pct(r["risk_coverage"]["review_error_rate"])),
+        ("escalated", lambda r: _pct(r["risk_coverage"]["escalated"])),
+        ("  wrong among escalated", lambda r: _pct(r["risk_coverage"]["escalate_error_rate"])),
+    ]
+    for label, get in rows:
+        lines.append(f"  {label:<24}" + "".join(f"{get(results[n]):>{width}}" for n in names))
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# A synthetic labelled set from the demo knowledge base
+
+
+def _label(record: Mapping[str, Any], mutated: Mapping[str, Any], relevant: Sequence[str]) -> bool:
+    from tracerag.adversarial import _material
+    from tracerag.signals.claims import split_claims
+
+    selection = (record.get("signals") or {}).get("selection") or {}
+    index = selection.get("sample_index")
+    samples = record.get("samples") or []
+    answer = samples[index].get("answer") if index is not None and index < len(samples) else None
+    if not answer:
+        return False
+    claims = split_claims(answer)
+    cited = [c for claim in claims for c in claim.cited_ids]
+    if not cited:  # a refusal answers nothing: even where it is apt, a person should take over
+        return False
+    if answer in mutated or any(not claim.cited_ids for claim in claims):
+        return False
+    materials = {m.get("id"): _material(m) for m in record.get("materials") or []}
+    if any(c not in materials or materials[c].stale_reason() for c in cited):
+        return False
+    return bool(set(cited) & set(relevant))
+
+
+def demo_calibration_rows(
+    seeds: Sequence[int] = (1, 2, 3),
+    *,
+    questions: Sequence[str] | None = None,
+    kinds: Sequence[str] | None = None,
+    rates: Sequence[float] = (0.4, 0.8, 1.0),
+    n_samples: int = 5,
+) -> list[dict[str, Any]]:
+    """A synthetic labelled set: demo questions answered clean and with mutated samples.
+
+    For each seed, the demo and probe questions are answered through ``RAGPipeline`` by the
+    extractive model, once as is and once per mutation kind with a share (cycling through
+    ``rates``) of the samples mutated. A row is right when the chosen answer is not mutated,
+    cites only current materials, and cites a document that answers the question; a refusal
+    is not right (the customer got no answer). Returns rows in the data format.
+    """
+    from tracerag.adversarial import (
+        MUTATION_KINDS,
+        MutatingChatModel,
+        demo_records,
+        relevant_documents,
+    )
+    from tracerag.context import Material
+    from tracerag.demo.kb import load_documents
+    from tracerag.models.extractive import ExtractiveChatModel
+
+    relevant = relevant_documents()
+    questions = list(questions) if questions is not None else list(relevant)
+    kb = {
+        d.id: Material(
+            id=str(d.id), text=d.page_content, title=d.metadata.get("title", ""),
+            metadata=dict(d.metadata),
+        )
+        for d in load_documents()
+    }
+    kinds = list(kinds) if kinds is not None else list(MUTATION_KINDS)
+    rows: list[dict[str, Any]] = []
+    runs: list[tuple[int, str | None, float]] = []
+    for seed in seeds:
+        runs.append((seed, None, 0.0))
+        for i, kind in enumerate(kinds):
+            runs.append((seed, kind, rates[(seed + i) % len(rates)]))
+    for seed, kind, rate in runs:
+        model: Any = ExtractiveChatModel(seed=seed)
+        if kind is not None:
+            model = MutatingChatModel(
+                base=model, kind=kind, rate=rate, seed=seed, materials=kb,
+                model_name=model.model_name,
+            )
+        records = demo_records([seed], questions, llm_factory=lambda _s, m=model: m,
+                               n_samples=n_samples)
+        mutated = model.mutated if kind is not None else {}
+        for record in records:
+            question = str(record.get("question"))
+            response = record.get("response") or {}
+            rows.append(
+                {
+                    "question": question,
+                    "seed": seed,
+                    "mutation": kind,
+                    "mutation_rate": rate,
+                    "signals": _row_signals(response.get("signal_detail") or {}),
+                    "heuristic_confidence": record.get("confidence"),
+                    "correct": _label(record, mutated, relevant.get(question, ())),
+                }
+            )
+    return rows
+
+
+def _row_signals(detail: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "citation_score": detail.get("citation_score"),
+        "self_consistency": detail.get("self_consistency"),
+        "consistency_informative": detail.get("consistency_informative"),
+        "plan_ok": detail.get("plan_ok"),
+        "fabricated": bool(detail.get("fabricated_citations")),
+        "retrieval_margin": detail.get("retrieval_margin"),
+        "semantic_entropy": detail.get("semantic_entropy"),
+        "citation_coverage": detail.get("citation_coverage"),
+        "samples_ok": detail.get("samples_ok"),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+
+
+def _data_hash(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _run(args: argparse.Namespace) -> int:
+    prog = "tracerag calibrate"
+    try:
+        thresholds = Thresholds(pass_at=args.pass_at, review_at=args.review_at)
+        examples, unlabelled = read_examples(args.data)
+        if not examples:
+            raise InputError(f"{args.data}: no labelled rows")
+        if len({e.correct for e in examples}) < 2:
+            raise InputError(f"{args.data}: every row has the same label; need both")
+        fit_set, held = (
+            split_holdout(examples, args.holdout, args.seed) if args.holdout else (examples, [])
+        )
+        provenance: dict[str, Any] = {
+            "data": Path(args.data).name,
+            "data_sha256": _data_hash(Path(args.data)),
+            "holdout": args.holdout or 0.0,
+            "split_seed": args.seed,
+        }
+        calibration = fit_calibration(
+            fit_set, args.method, l2=args.l2, cap=thresholds.cap, provenance=provenance
+        )
+    except (InputError, ConfigurationError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    combiners = {"heuristic-v1": HeuristicCombiner(), calibration.id: CalibratedCombiner(
+        calibration)}
+    results = {"fit": compare(fit_set, combiners, bins=args.bins, thresholds=thresholds)}
+    if held:
+        results["holdout"] = compare(held, combiners, bins=args.bins, thresholds=thresholds)
+    calibration.provenance["evaluation"] = results
+    out = calibration.save(args.out)
+    if args.json:
+        json.dump(
+            {"calibration": calibration.to_dict(), "file": str(out), "unlabelled": unlabelled},
+            sys.stdout,
+            ensure_ascii=False,
+            indent=2,
+        )
+        print()
+        return 0
+    print(
+        f"calibration {calibration.id} ({args.method}) fitted on {len(fit_set)} rows of "
+        f"{args.data}" + (f"; {unlabelled} unlabelled rows skipped" if unlabelled else "")
+    )
+    print(
+        f"thresholds: pass ≥ {thresholds.pass_at}, review ≥ {thresholds.review_at}, "
+        f"else escalate\n"
+    )
+    print(render_comparison("on the data it was fitted to", results["fit"], args.bins))
+    if held:
+        print()
+        print(render_comparison(f"on the held-out {args.holdout:.0%}", results["holdout"],
+                                args.bins))
+    if args.method == "logistic":
+        print("\ncoefficients (per standard deviation of each signal):")
+        for name, coef in zip(calibration.features, calibration.model["coefficients"],
+                              strict=True):
+            print(f"  {name:<20}{coef:+.3f}")
+    print(f"\nwrote {out}")
+    print(f"use it: {CALIBRATION_ENV}={out}  or  "
+          f"RAGPipeline(..., combiner=CalibratedCombiner.from_file({str(out)!r}))")
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``tracerag calibrate``."""
+    p = subparsers.add_parser(
+        "calibrate",
+        help="fit a confidence calibration to labelled responses",
+        description="Fit a calibration to labelled responses (JSON lines) and compare it with "
+        "the heuristic: ECE, Brier, AUROC and the routing it gives.",
+    )
+    p.add_argument("data", metavar="DATA.jsonl", help="labelled rows (see tracerag.calibration)")
+    p.add_argument("--method", choices=METHODS, default="logistic")
+    p.add_argument("--out", default="calibration.json", help="file to write (calibration.json)")
+    p.add_argument("--bins", type=int, default=DEFAULT_BINS, help="ECE bins (default 15)")
+    p.add_argument("--holdout", type=float, default=0.0, metavar="SHARE",
+                   help="hold out this share (e.g. 0.3) to evaluate on; the fit uses the rest")
+    p.add_argument("--seed", type=int, default=0, help="seed of the holdout split")
+    p.add_argument("--l2", type=float, default=1.0, help="L2 penalty of the logistic fit")
+    p.add_argument("--pass-at", type=float, default=Thresholds().pass_at)
+    p.add_argument("--review-at", type=float, default=Thresholds().review_at)
+    p.add_argument("--json", action="store_true", help="print the calibration file as JSON")
+    p.set_defaults(func=_run)
