@@ -20,6 +20,8 @@ COMMANDS = [
     "tracerag.replay",
     "tracerag.indicators",
     "tracerag.server.cli",
+    "tracerag.calibration",
+    "tracerag.adversarial",
 ]
 
 
