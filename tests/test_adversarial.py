@@ -264,6 +264,8 @@ def test_store_cases_and_command(records, tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 1 and "BELOW FLOOR" in out and "result: FAIL" in out
     assert main(["audit", "adversarial", "--store", url, "--floor", "nonsense=1"]) == 2
+    assert main(["audit", "adversarial", "--store", url, "--backend", "judge"]) == 2
+    assert "JudgeSupport" in capsys.readouterr().err
 
 
 def test_mutating_model_makes_answers_wrong():

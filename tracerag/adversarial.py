@@ -1231,10 +1231,14 @@ def parse_floors(texts: Sequence[str] | None) -> dict[str, float]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import tracerag.signals.judge  # noqa: F401  (so "--backend judge" says how to configure it)
+    from tracerag.errors import ConfigurationError
+
     try:
         floors = parse_floors(args.floor)
         seeds = [int(s) for s in str(args.seeds).split(",") if s.strip()]
-    except ValueError as exc:
+        backend = get_backend(args.backend)
+    except (ValueError, ConfigurationError) as exc:
         print(f"tracerag audit adversarial: {exc}", file=sys.stderr)
         return 2
     if args.store:
@@ -1243,20 +1247,14 @@ def _run(args: argparse.Namespace) -> int:
     else:
         cases = demo_cases(seeds)
         source = f"demo knowledge base, extractive model, seeds {','.join(map(str, seeds))}"
-    from tracerag.errors import ConfigurationError
-
-    try:
-        report = run_adversarial(
-            cases,
-            backend=args.backend,
-            floors=floors,
-            max_false_alarm=args.max_false_alarm,
-            seed=args.seed,
-            source=source,
-        )
-    except ConfigurationError as exc:
-        print(f"tracerag audit adversarial: {exc}", file=sys.stderr)
-        return 2
+    report = run_adversarial(
+        cases,
+        backend=backend,
+        floors=floors,
+        max_false_alarm=args.max_false_alarm,
+        seed=args.seed,
+        source=source,
+    )
     if args.json:
         json.dump(report.to_dict(), sys.stdout, ensure_ascii=False, indent=2)
         print()
