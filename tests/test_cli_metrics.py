@@ -12,8 +12,6 @@ from tracerag import cli
 from tracerag.indicators import compute, interception_reasons, parse_since
 from tracerag.store.sqlite import SQLiteAuditStore
 
-NOW = datetime.now(timezone.utc)
-
 
 def record(
     rid: str,
@@ -28,7 +26,7 @@ def record(
     **extra,
 ):
     rec = make_record(rid, decision=decision, **extra)
-    rec["started_at"] = (started_at or NOW).isoformat()
+    rec["started_at"] = (started_at or datetime.now(timezone.utc)).isoformat()
     rec["confidence"] = {"pass": 0.95, "review": 0.7, "escalate": 0.3}[decision]
     if coverage is None:  # tier low: nothing verified
         rec["signals"] = {}
@@ -70,7 +68,7 @@ def store(tmp_path):
             coverage=1.0,
             accuracy=0.0,
             verdicts=("unsupported",),
-            started_at=NOW - timedelta(hours=1),
+            started_at=datetime.now(timezone.utc) - timedelta(hours=1),
         )
     )
     s.append_record(record("esc-open", "escalate", verdicts=("unsupported",)))
@@ -101,13 +99,13 @@ def test_indicators_over_everything(store):
 
 
 def test_a_window_in_the_future_is_empty(store):
-    out = compute(store, since=NOW + timedelta(days=1))
+    out = compute(store, since=datetime.now(timezone.utc) + timedelta(days=1))
     assert out.requests == 0 and out.verifier_interception_rate is None
     assert "requests                      0" in out.render()
 
 
 def test_the_window_bounds_and_limit(store):
-    assert compute(store, until=NOW - timedelta(days=1)).requests == 0
+    assert compute(store, until=datetime.now(timezone.utc) - timedelta(days=1)).requests == 0
     limited = compute(store, limit=2)
     assert limited.truncated and limited.requests + limited.replays == 2
 
