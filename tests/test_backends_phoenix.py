@@ -37,7 +37,7 @@ DEFAULT_VENV = Path.home() / ".cache" / "tracerag" / "phoenix-venv"
 def phoenix_python() -> str | None:
     explicit = os.environ.get("TRACERAG_PHOENIX_PYTHON")
     if explicit:
-        return explicit
+        return explicit if Path(explicit).exists() else None
     venv = Path(os.environ.get("TRACERAG_PHOENIX_VENV") or DEFAULT_VENV)
     candidate = venv / "bin" / "python"
     if candidate.exists():

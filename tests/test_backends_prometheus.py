@@ -46,7 +46,7 @@ SUBSTITUTIONS = {
 def prometheus_binary() -> str | None:
     explicit = os.environ.get("TRACERAG_PROMETHEUS_BIN")
     if explicit:
-        return explicit
+        return explicit if Path(explicit).exists() else None
     return shutil.which("prometheus") or (
         "/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None
     )
