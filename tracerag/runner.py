@@ -25,7 +25,7 @@ from tracerag.context import RequestContext
 from tracerag.contract import Response
 from tracerag.errors import InputError
 from tracerag.settings import Settings
-from tracerag.tracing import capture
+from tracerag.tracing import capture, set_span_metadata
 
 logger = logging.getLogger("tracerag")
 
@@ -203,6 +203,21 @@ def _set_root(root: Span, ctx: RequestContext) -> None:
             attrs[semconv.OI_OUTPUT_MIME] = "application/json"
     try:
         root.set_attributes(attrs)
+        set_span_metadata(
+            root,
+            {
+                "request_id": ctx.request_id,
+                "tier": ctx.tier,
+                "versions": {
+                    "prompt": ctx.versions.prompt,
+                    "model": ctx.versions.model,
+                    "tracerag": ctx.versions.tracerag,
+                },
+                "decision": ctx.decision,
+                "confidence": ctx.confidence,
+                "calibration": ctx.calibration,
+            },
+        )
     except Exception:  # tracing never fails a request
         logger.exception("tracerag: could not set root span attributes")
 

@@ -20,7 +20,7 @@ from tracerag import metrics, semconv
 from tracerag.context import Material, RequestContext
 from tracerag.llm import retrying
 from tracerag.settings import Settings
-from tracerag.tracing import capture
+from tracerag.tracing import capture, set_span_io
 
 SCORE_KEYS = ("relevance_score", "score", "_score", "similarity", "similarity_score")
 
@@ -109,6 +109,7 @@ async def retrieve(
         pairs = pairs[: settings.k]
     ctx.materials = to_materials(pairs)
     record_materials(ctx, span)
+    set_span_io(span, input=ctx.question)
     return ctx
 
 

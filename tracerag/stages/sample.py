@@ -30,7 +30,7 @@ from tracerag.llm import (
 from tracerag.prompts import PROMPT, TASK_ANSWER, TASK_PLAN_AND_ANSWER, prompt_values
 from tracerag.settings import Settings
 from tracerag.stages.plan import parse_plan, split_inline
-from tracerag.tracing import capture
+from tracerag.tracing import capture, set_prompt_template
 
 TEMPERATURE_ZERO_WARNING = (
     "the model samples at temperature 0, so samples cannot disagree: "
@@ -136,6 +136,7 @@ async def sample(
         result = Sample(index=index)
         with tracer.start_as_current_span(semconv.SPAN_SAMPLE_ONE) as child:
             child.set_attributes(model_attributes)
+            set_prompt_template(child, ctx.versions.prompt)
 
             def on_retry(attempt: int, error: BaseException) -> None:
                 ctx.record_error("sample", error, sample=index, attempt=attempt, retried=True)

@@ -19,6 +19,7 @@ from tracerag.settings import Settings
 from tracerag.signals.citations import CitationReport, verify_citations
 from tracerag.signals.consistency import ConsistencyReport, score_consistency
 from tracerag.signals.rules import run_rules
+from tracerag.tracing import set_span_io
 
 
 @dataclass
@@ -144,6 +145,27 @@ def record_signals(ctx: RequestContext, span: Span) -> None:
     )
     if selection.sample_index is not None:
         span.set_attribute(semconv.CHOSEN_SAMPLE, selection.sample_index)
+    set_span_io(
+        span,
+        output={
+            "citation_valid": report.valid,
+            "citation_score": report.score,
+            "fabricated": report.fabricated,
+            "stale": report.stale,
+            "claims": [
+                {
+                    "verdict": c.verdict,
+                    "cited_ids": c.cited_ids,
+                    "material_id": c.material_id,
+                    "score": c.score,
+                }
+                for c in report.claims
+            ],
+            "self_consistency": selection.share,
+            "groups": consistency.groups,
+            "rules": [{"name": r.name, "passed": r.passed} for r in rules],
+        },
+    )
     evaluation(
         span,
         "citation_validity",
