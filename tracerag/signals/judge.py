@@ -45,7 +45,6 @@ from tracerag.text import content_terms
 
 __all__ = [
     "DEFAULT_THRESHOLD",
-    "JUDGE_PROMPT_VERSION",
     "VERDICT_SCHEMA",
     "JudgeSupport",
     "find_quote",
@@ -54,7 +53,6 @@ __all__ = [
 
 #: Score at or above which a (supported) verdict counts as support.
 DEFAULT_THRESHOLD = 0.5
-JUDGE_PROMPT_VERSION = "judge-v1"
 
 VERDICT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
