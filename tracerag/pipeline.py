@@ -11,12 +11,13 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from opentelemetry.trace import TracerProvider
 
 from tracerag.audit import resolve_sink
+from tracerag.calibration import default_combiner
 from tracerag.contract import Response
 from tracerag.errors import ConfigurationError
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag.runner import Step, parse_input, run_steps, run_sync
 from tracerag.settings import RetryPolicy, Settings
-from tracerag.signals.confidence import Combiner, HeuristicCombiner
+from tracerag.signals.confidence import Combiner
 from tracerag.signals.consistency import Equivalence
 from tracerag.signals.rules import Rule
 from tracerag.signals.support import SupportBackend
@@ -126,7 +127,7 @@ class RAGPipeline(Runnable[Any, Response]):
             escalation=escalation or InMemoryEscalationHandler(),
             support_backend=support_backend,
             equivalence=equivalence,
-            combiner=combiner or HeuristicCombiner(),
+            combiner=combiner or default_combiner(),
             retry=retry or RetryPolicy(),
             record_sink=resolve_sink(audit),
             meter_provider=meter_provider,

@@ -40,6 +40,7 @@ from opentelemetry.trace import Span, TracerProvider
 
 from tracerag import metrics, semconv
 from tracerag.audit import resolve_sink
+from tracerag.calibration import default_combiner
 from tracerag.context import Plan, RequestContext, Sample
 from tracerag.contract import Response
 from tracerag.llm import model_name, retrying, text_of
@@ -48,7 +49,7 @@ from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thres
 from tracerag.runner import Step, parse_input, run_steps, run_sync
 from tracerag.settings import RetryPolicy, Settings
 from tracerag.signals.claims import citation_ids, strip_citations
-from tracerag.signals.confidence import Combiner, HeuristicCombiner
+from tracerag.signals.confidence import Combiner
 from tracerag.signals.consistency import Equivalence
 from tracerag.signals.rules import Rule
 from tracerag.signals.support import SupportBackend
@@ -427,7 +428,7 @@ def wrap(
         escalation=escalation or InMemoryEscalationHandler(),
         support_backend=support_backend,
         equivalence=equivalence,
-        combiner=combiner or HeuristicCombiner(),
+        combiner=combiner or default_combiner(),
         retry=retry or RetryPolicy(),
         record_sink=resolve_sink(audit),
         meter_provider=meter_provider,
