@@ -4,8 +4,9 @@ Several application instances may share one database. Every write transaction fi
 single ``chain_head`` row (``SELECT ... FOR UPDATE``), so appends from all instances are
 serialised and the hash chain stays linear; reviewers claim items with
 ``FOR UPDATE SKIP LOCKED`` (since every claim also appends to the chain, claims are serialised by
-the head lock as well; SKIP LOCKED keeps an item from being handed out twice regardless). Migrations run under a transaction-scoped advisory lock, so
-instances starting together do not race. ``schema=`` keeps the tables in their own schema
+the head lock as well; SKIP LOCKED keeps an item from being handed out twice regardless).
+Migrations run under a transaction-scoped advisory lock, so instances starting together do not
+race. ``schema=`` keeps the tables in their own schema
 (created if missing); otherwise the connection's ``search_path`` decides, which can also be set
 in the URL (``?options=-csearch_path%3Dmyschema``).
 """
