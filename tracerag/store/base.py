@@ -214,6 +214,8 @@ class Entry:
     created_at: str = ""
     prev_hash: str = ""
     hash: str = ""
+    # the payload's canonical JSON, when already computed (saves encoding it twice)
+    payload_json: str = field(default="", repr=False, compare=False)
 
     @property
     def sealed(self) -> bool:
@@ -328,12 +330,17 @@ class StoreMetrics:
 # Records <-> entries
 
 
-def _normalise(value: Any, what: str) -> Any:
-    """The value as it will read back from the store (a JSON round trip)."""
+def _encode(value: Any, what: str) -> str:
+    """The canonical JSON text of a value, or ``InvalidRecord`` if it has none."""
     try:
-        return json.loads(canonical_json(value))
+        return canonical_json(value)
     except (TypeError, ValueError) as exc:
         raise InvalidRecord(f"{what} is not JSON-able: {exc}") from exc
+
+
+def _normalise(value: Any, what: str) -> Any:
+    """The value as it will read back from the store (a JSON round trip)."""
+    return json.loads(_encode(value, what))
 
 
 def entries_from_record(record: Mapping[str, Any]) -> list[Entry]:
@@ -349,35 +356,38 @@ def entries_from_record(record: Mapping[str, Any]) -> list[Entry]:
     request_id = record.get("request_id")
     if not isinstance(request_id, str) or not request_id.strip() or "\x00" in request_id:
         raise InvalidRecord("an audit record needs a non-empty string request_id")
-    record = _normalise(dict(record), f"record {request_id!r}")
+    record = dict(record)
+    what = f"record {request_id!r}"
+
+    def entry(kind: str, payload: dict[str, Any]) -> Entry:
+        text = _encode(payload, what)
+        return Entry(request_id=request_id, kind=kind, payload=json.loads(text), payload_json=text)
 
     def part(keys: Sequence[str]) -> dict[str, Any]:
         return {k: record[k] for k in keys if k in record}
 
     entries = [
-        Entry(request_id=request_id, kind=KIND_REGISTER, payload=part(REGISTER_KEYS)),
-        Entry(request_id=request_id, kind=KIND_RETRIEVE, payload=part(RETRIEVE_KEYS)),
-        Entry(request_id=request_id, kind=KIND_PLAN, payload=part(PLAN_KEYS)),
+        entry(KIND_REGISTER, part(REGISTER_KEYS)),
+        entry(KIND_RETRIEVE, part(RETRIEVE_KEYS)),
+        entry(KIND_PLAN, part(PLAN_KEYS)),
     ]
     known = {"request_id", *REGISTER_KEYS, *RETRIEVE_KEYS, *PLAN_KEYS, *VERIFY_KEYS}
     known |= set(RESPONSE_KEYS)
     samples = record.get("samples")
-    if isinstance(samples, list):
+    if isinstance(samples, (list, tuple)):
         known.add("samples")
-        entries += [
-            Entry(request_id=request_id, kind=KIND_SAMPLE, payload=_wrap(s)) for s in samples
-        ]
-    entries.append(Entry(request_id=request_id, kind=KIND_VERIFY, payload=part(VERIFY_KEYS)))
+        entries += [entry(KIND_SAMPLE, _wrap(s)) for s in samples]
+    entries.append(entry(KIND_VERIFY, part(VERIFY_KEYS)))
     response = part(RESPONSE_KEYS)
     errors = record.get("errors")
-    if isinstance(errors, list):
+    if isinstance(errors, (list, tuple)):
         known.add("errors")
     extra = {k: v for k, v in record.items() if k not in known}
     if extra:
         response["extra"] = extra
-    entries.append(Entry(request_id=request_id, kind=KIND_RESPONSE, payload=response))
-    if isinstance(errors, list):
-        entries += [Entry(request_id=request_id, kind=KIND_ERROR, payload=_wrap(e)) for e in errors]
+    entries.append(entry(KIND_RESPONSE, response))
+    if isinstance(errors, (list, tuple)):
+        entries += [entry(KIND_ERROR, _wrap(e)) for e in errors]
     return entries
 
 
@@ -758,7 +768,7 @@ class SQLAuditStore:
         for entry in entries:
             seq = head.seq + 1
             created_at = now_iso()
-            payload_json = canonical_json(entry.payload)
+            payload_json = entry.payload_json or canonical_json(entry.payload)
             digest = entry_hash(
                 head.hash, seq, entry.request_id, entry.kind, payload_json, entry.actor, created_at
             )
@@ -785,6 +795,7 @@ class SQLAuditStore:
                     created_at=created_at,
                     prev_hash=head.hash,
                     hash=digest,
+                    payload_json=payload_json,
                 )
             )
             head.seq, head.hash = seq, digest
