@@ -188,9 +188,12 @@ class LocalChatModel(BaseChatModel):
     ``usage_metadata`` holds the token counts llama.cpp reports.
 
     Sampling: every call gets its own sampler seed, reported in ``response_metadata["seed"]``.
-    With ``seed`` set, call *i* of an instance and its copies uses ``seed + i``, so a run of
-    calls made in the same order is reproducible; without it each call draws a random seed.
-    At temperature 0 decoding is greedy and the seed does not matter.
+    With ``seed`` set, call *i* of an instance and its copies uses ``seed + i``; without it each
+    call draws a random seed. At temperature 0 decoding is greedy and the seed does not matter.
+    The shared llama.cpp context reuses the prompt prefix it evaluated for the previous call
+    (the samples of a request share their whole prompt), and logits computed that way differ
+    in rounding from a fresh evaluation, so a seed reproduces outputs only for the same
+    sequence of calls in a fresh process, not one call on its own.
 
     Call options (``model.bind(...)`` or ``invoke(..., **kwargs)``): ``temperature``,
     ``max_tokens``, ``stop`` and ``response_format`` (e.g. ``{"type": "json_object",
@@ -284,9 +287,9 @@ class LocalChatModel(BaseChatModel):
         extra: dict[str, Any] = {}
         if kwargs.get("response_format") is not None:  # llama.cpp's grammar-constrained JSON
             extra["response_format"] = kwargs["response_format"]
-        seed = self._call_seed()
         loaded = _load(self.model_path, self.n_ctx, self.n_threads)
         with loaded.lock:
+            seed = self._call_seed()  # numbered in the order the calls reach the model
             try:
                 out = loaded.llama.create_chat_completion(
                     messages=chat,
