@@ -95,7 +95,9 @@ class AuditWriter:
         self.batch_size = max(1, batch_size)
         self.on_drop = on_drop
         self.close_timeout = close_timeout
-        self._wait = tenacity.wait_exponential_jitter(initial=backoff_initial, max=backoff_max)
+        self._wait = tenacity.wait_exponential(
+            multiplier=backoff_initial, max=backoff_max
+        ) + tenacity.wait_random(0, backoff_initial)
         self._remember = max(remember, 2 * max_buffer)
         self._buffer: deque[Mapping[str, Any]] = deque()
         self._status: OrderedDict[str, bool | None] = OrderedDict()
