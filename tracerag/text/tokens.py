@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import NamedTuple
 
 from tracerag.text.sentences import CITATION_MARKER_RE
@@ -65,6 +66,25 @@ CHINESE_STOPWORDS: frozenset[str] = _words(
 _PARTICLES = frozenset("的了吗呢吧啊呀嘛哦着")
 
 
+# Irregular English verb forms and their base form (stemmed like any other word afterwards).
+_IRREGULAR_TEXT = """
+took:take taken:take won:win began:begin begun:begin became:become came:come went:go gone:go
+made:make gave:give given:give got:get gotten:get held:hold led:lead left:leave met:meet
+paid:pay ran:run said:say saw:see seen:see sent:send sold:sell spent:spend stood:stand
+told:tell thought:think wrote:write written:write built:build bought:buy brought:bring
+chose:choose chosen:choose drew:draw drawn:draw fell:fall fallen:fall found:find grew:grow
+grown:grow kept:keep knew:know known:know lost:lose rose:rise risen:rise sang:sing sung:sing
+spoke:speak spoken:speak taught:teach threw:throw thrown:throw wore:wear worn:wear
+fought:fight flew:fly flown:fly forgot:forget forgotten:forget meant:mean shot:shoot
+struck:strike swam:swim ate:eat eaten:eat drove:drive driven:drive rode:ride ridden:ride
+broke:break broken:break froze:freeze frozen:freeze stole:steal stolen:steal hid:hide
+hidden:hide felt:feel heard:hear slept:sleep sought:seek dealt:deal taken:take
+understood:understand withdrew:withdraw withdrawn:withdraw undertook:undertake
+children:child men:man women:woman people:person feet:foot teeth:tooth mice:mouse
+"""
+_IRREGULAR = dict(pair.split(":") for pair in _IRREGULAR_TEXT.split())
+
+
 class Token(NamedTuple):
     """One token and the ``[start, end)`` offsets of the text it was made from."""
 
@@ -73,11 +93,13 @@ class Token(NamedTuple):
     end: int
 
 
+@lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     """A light English stem: drops possessives, plural and common verb endings."""
     w = word.lower().replace("’", "'")
     if w.endswith("'s"):
         w = w[:-2]
+    w = _IRREGULAR.get(w, w)
     if "'" in w or len(w) <= 3:
         return w
     if w.endswith("ies") and len(w) > 4:
