@@ -70,7 +70,7 @@ def build_pipeline(args: argparse.Namespace) -> Any:
         n_samples=args.samples,
         temperature=args.temperature,
         plan=args.plan,
-        audit=getattr(args, "audit_sink", None),
+        audit=args.store or "auto",
     )
 
 
@@ -122,16 +122,19 @@ def run(args: argparse.Namespace) -> int:
     if args.question:
         questions = [{"id": "cli", "question": q} for q in args.question]
     results = []
-    print(
-        f"tracerag demo — {len(questions)} questions, model {args.model}, "
-        f"{args.samples} samples at temperature {args.temperature}, plan {args.plan}\n"
-    )
+    if not args.json:
+        print(
+            f"tracerag demo — {len(questions)} questions, model {args.model}, "
+            f"{args.samples} samples at temperature {args.temperature}, plan {args.plan}\n"
+        )
     for i, q in enumerate(questions, 1):
         response = pipeline.invoke(q["question"])
         results.append({"question": q, "response": response.model_dump(mode="json")})
         if not args.json:
             print(render(i, q, response), end="\n\n")
     force_flush()
+    writer = getattr(pipeline.settings.record_sink, "writer", None)
+    stored = writer.flush(timeout=30) if writer is not None else False
     if args.json:
         json.dump(results, sys.stdout, ensure_ascii=False, indent=2)
         print()
@@ -144,8 +147,13 @@ def run(args: argparse.Namespace) -> int:
         f"routes: {counts['pass']} pass, {counts['review']} review, {counts['escalate']} escalate"
     )
     print(f"traces: {traces}")
-    for line in getattr(args, "after_run_notes", []):
-        print(line)
+    if stored:
+        from tracerag.store import resolve_store_url
+
+        example = results[-1]["response"]["request_id"]
+        print(f"audit trail: {resolve_store_url(args.store)} — e.g. tracerag show {example}")
+    else:
+        print("audit trail: not written (see the log above)")
     return 0
 
 
@@ -167,6 +175,11 @@ def add_parser(subparsers: Any) -> None:
         "--traces",
         default=str(DEFAULT_DIR / "traces.jsonl"),
         help="file the spans are written to (JSON lines)",
+    )
+    p.add_argument(
+        "--store",
+        default=None,
+        help="audit store URL or path (default: TRACERAG_STORE, else .tracerag/audit.sqlite)",
     )
     p.add_argument("--json", action="store_true", help="print the Responses as JSON")
     p.set_defaults(func=run)
