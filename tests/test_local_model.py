@@ -74,7 +74,7 @@ def test_real_model_answer_is_verified_and_routed(local_model):
         attrs = span.attributes or {}
         assert attrs[semconv.GENAI_REQUEST_MODEL] == "SmolLM2-135M-Instruct-Q4_1"
         assert attrs[semconv.GENAI_USAGE_INPUT_TOKENS] > 100  # system prompt + four materials
-        assert 0 < attrs[semconv.GENAI_USAGE_OUTPUT_TOKENS] <= 96
+        assert 0 <= attrs[semconv.GENAI_USAGE_OUTPUT_TOKENS] <= 96
 
     # The route follows from the confidence, and the confidence from the signals.
     assert response.confidence is not None
