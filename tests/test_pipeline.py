@@ -381,3 +381,18 @@ def test_inlined_schema_gives_the_same_verdicts_as_the_shipped_schema():
         assert not shipped.is_valid(instance) and not inlined.is_valid(instance)
     good = dict(bad[2], decision="pass")
     assert shipped.is_valid(good) and inlined.is_valid(good)
+
+
+def test_malformed_plan_is_retried_at_a_raised_temperature(make_pipeline):
+    llm = ScriptedChatModel(responses=[GOOD], plan_responses=["not json", "still not", PLAN])
+    response = make_pipeline(llm).invoke(QUESTION)
+    assert response.signal_detail.plan_ok is True
+    temperatures = [c.temperature for c in llm.calls if c.task == "plan"]
+    assert temperatures == [0.0, 0.3, 0.6]
+
+
+def test_citation_ids_match_regardless_of_case_and_markup_is_not_a_claim(make_pipeline):
+    answer = "<answer>\nCustomers may return unused items within 30 days of delivery. [Returns]"
+    response = make_pipeline(scripted([answer])).invoke(QUESTION)
+    assert [c.verdict for c in response.claims] == ["supported"]
+    assert response.signal_detail.fabricated_citations == []

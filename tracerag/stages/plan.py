@@ -55,14 +55,23 @@ def parse_plan(text: str, retrieved_ids: Sequence[str], *, mode: str = "separate
 async def plan(
     ctx: RequestContext, settings: Settings, span: Span, config: RunnableConfig | None = None
 ) -> RequestContext:
-    """Separate mode: ask the model for a plan (temperature 0), with bounded retries."""
+    """Separate mode: ask the model for a plan, with bounded retries.
+
+    The first attempt runs at temperature 0. A malformed plan is retried at a raised
+    temperature (0.3, then 0.6, …), since a deterministic model repeats the same malformed
+    output; a transient model error is retried unchanged.
+    """
     assert settings.llm is not None
-    llm, _ = with_temperature(settings.llm, 0.0)
+    deterministic, _ = with_temperature(settings.llm, 0.0)
+    llm = deterministic
     messages = PROMPT.format_messages(**prompt_values(TASK_PLAN, ctx.question, ctx.materials))
     retrieved = [m.id for m in ctx.materials]
     attempts = 0
 
     def on_retry(attempt: int, error: BaseException) -> None:
+        nonlocal llm
+        if isinstance(error, PlanError):
+            llm, _ = with_temperature(settings.llm, min(1.0, 0.3 * attempt))
         ctx.record_error("plan", error, attempt=attempt, retried=True)
         span.add_event(
             semconv.EVENT_RETRY, {semconv.RETRY_ATTEMPT: attempt, semconv.RETRY_ERROR: repr(error)}

@@ -35,11 +35,17 @@ class Selection:
 def resolver_for(ctx: RequestContext, sample: Sample):
     """Maps a cited marker to a material id: an id as is, or a 1-based position (``[2]``)."""
     ids = {m.id for m in ctx.materials}
+    folded: dict[str, list[str]] = {}
+    for material_id in ids:
+        folded.setdefault(material_id.casefold(), []).append(material_id)
     order = sample.material_order or [m.id for m in ctx.materials]
 
     def resolve(marker: str) -> str | None:
         if marker in ids:
             return marker
+        same = folded.get(marker.casefold(), [])
+        if len(same) == 1:  # ``[Warranty]`` for ``warranty``: the same id, differently cased
+            return same[0]
         if marker.isdigit() and 1 <= int(marker) <= len(order) and ctx.params.get("positional"):
             return order[int(marker) - 1]
         return None
