@@ -132,3 +132,20 @@ def test_a_claim_whose_number_is_not_in_the_material_is_never_supported(
 def test_the_claim_restated_by_the_material_is_supported(n: int, claim: str) -> None:
     text = claim.format(n=n)
     assert support(text, "Policy. " + text + " Other things apply.").supported
+
+
+_text = st.lists(
+    st.sampled_from([*"ab Z1.2,。！？；!?;元%$年月日不没[]M0 \n", "退款", "30天", " not "]),
+    min_size=1,
+    max_size=40,
+).map("".join)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_text, _text)
+def test_any_text_gives_a_well_formed_result(claim: str, material: str) -> None:
+    assume(claim.strip() and material.strip())
+    result = support(claim, material)
+    assert 0.0 <= result.score <= 1.0
+    assert material[result.start : result.end] == result.sentence
+    assert not (result.supported and result.mismatches)

@@ -1,3 +1,5 @@
+from itertools import pairwise
+
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -154,3 +156,14 @@ def test_the_same_text_always_matches(n: int, fmt: str) -> None:
     text = "退款为 " + fmt.format(n=n) + "。"
     qs = extract_quantities(text)
     assert qs and all(quantities_match(q, qs) for q in qs)
+
+
+@given(st.text(max_size=80))
+def test_any_text_extracts_without_overlaps(text: str) -> None:
+    qs = extract_quantities(text)
+    for q in qs:
+        assert text[q.start : q.end] == q.raw
+        assert q.kind in {"money", "percent", "date", "duration", "number"}
+        hash(q.key)
+    for a, b in pairwise(qs):
+        assert a.end <= b.start

@@ -52,7 +52,8 @@ class EmbeddingSupport:
     """Support by embedding similarity of the claim and each material sentence.
 
     ``similarity_floor`` and ``similarity_ceiling`` map cosine similarity onto [0, 1];
-    ``weight`` is the share of the similarity in the score, the rest being lexical coverage.
+    ``weight`` is the share of the similarity in the score, the rest being lexical coverage;
+    ``locate_weight`` is its share when ranking sentences to name the supporting one.
     """
 
     def __init__(
@@ -60,23 +61,25 @@ class EmbeddingSupport:
         embeddings: Embeddings,
         threshold: float = DEFAULT_THRESHOLD,
         *,
-        weight: float = 0.5,
+        weight: float = 0.4,
+        locate_weight: float = 0.2,
         similarity_floor: float = 0.2,
-        similarity_ceiling: float = 0.8,
+        similarity_ceiling: float = 0.9,
         lexical_params: LexicalParams | None = None,
         name: str = "embeddings",
         cache_size: int = 64,
     ) -> None:
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
-        if not 0.0 <= weight <= 1.0:
-            raise ValueError(f"weight must be in [0, 1], got {weight!r}")
+        if not 0.0 <= weight <= 1.0 or not 0.0 <= locate_weight <= 1.0:
+            raise ValueError(f"weights must be in [0, 1], got {weight!r}, {locate_weight!r}")
         if not similarity_floor < similarity_ceiling:
             raise ValueError("similarity_floor must be below similarity_ceiling")
         self.embeddings = embeddings
         self.name = name
         self.threshold = float(threshold)
         self.weight = float(weight)
+        self.locate_weight = float(locate_weight)
         self.similarity_floor = float(similarity_floor)
         self.similarity_ceiling = float(similarity_ceiling)
         self.lexical = LexicalSupport(self.threshold, lexical_params, name=name)
@@ -121,11 +124,12 @@ class EmbeddingSupport:
         lexical = analysis.to_support(self.lexical, claim, view.sentences)
         if not view.sentences:
             return lexical
-        sims = [self._scale(c) for c in self.similarities(claim, material_text)]
-        w = self.weight
+        cosines = self.similarities(claim, material_text)
+        sims = [self._scale(c) for c in cosines]
+        w, lw = self.weight, self.locate_weight
         per_sentence = [
-            w * sim + (1.0 - w) * lex
-            for sim, lex in zip(sims, analysis.sentence_scores, strict=True)
+            max(0.0, min(1.0, lw * cos + (1.0 - lw) * lex))
+            for cos, lex in zip(cosines, analysis.sentence_scores, strict=True)
         ]
         order = sorted(range(len(per_sentence)), key=lambda i: -per_sentence[i])
         best = order[0]

@@ -60,6 +60,8 @@ class LexicalParams:
     mismatch_cap: float = 0.8  # ... and the score is capped at this share of the threshold
     idf_power: float = 1.0  # weight = idf ** idf_power
     pool: int = 30  # sentences considered for the union (best single scores first)
+    join_gaps: bool = False  # report "only one dedicated", not "only" and "dedicated"
+    supported_credit: float = 0.01  # credit at which a claim word counts as backed
 
 
 @dataclass
@@ -203,7 +205,7 @@ class _Analysis:
         spans: list[tuple[int, int]] = []
         cjk_chars_bad: dict[int, bool] = {}
         for i, term in enumerate(self.terms):
-            ok = self.covered.get(i, 0.0) > 0.0
+            ok = self.covered.get(i, 0.0) >= self.params.supported_credit
             for a, b in term.spans:
                 if _CJK_RE.match(claim[a:b]) and b - a == 2:
                     for k in (a, a + 1):
@@ -221,7 +223,9 @@ class _Analysis:
         merged: list[tuple[int, int]] = []
         for a, b in spans:
             if merged and (
-                a < merged[-1][1] or (a == merged[-1][1] and _CJK_RE.match(claim[a : a + 1]))
+                a < merged[-1][1]
+                or (a == merged[-1][1] and _CJK_RE.match(claim[a : a + 1]))
+                or (self.params.join_gaps and _only_function_words(claim[merged[-1][1] : a]))
             ):
                 merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
             else:
@@ -232,6 +236,14 @@ class _Analysis:
             if word not in out:
                 out.append(word)
         return out
+
+
+_GAP_RE = re.compile(r"[\sA-Za-z'’]+")
+
+
+def _only_function_words(gap: str) -> bool:
+    """Whether the text between two flagged words holds only function words (" of the ")."""
+    return bool(_GAP_RE.fullmatch(gap)) and all(is_stopword(t) for t in tokenize(gap))
 
 
 def _claim_terms(claim: str, claim_qs: list[Quantity]) -> list[tuple[str, int, int]]:
