@@ -57,7 +57,7 @@ import numpy as np
 from tracerag.errors import ConfigurationError, InputError
 from tracerag.evaluation import DEFAULT_BINS, summarize
 from tracerag.routing import Thresholds
-from tracerag.signals.confidence import Combined, Combiner, HeuristicCombiner, Signals
+from tracerag.signals.confidence import Combined, Combiner, HeuristicCombiner, Signals, finish
 from tracerag.signals.rules import RuleResult
 
 __all__ = [
@@ -101,10 +101,25 @@ FEATURES = (
 )
 FAILED_RULE_FACTOR = 0.85
 
-_TRUE_WORDS = frozenset({"correct", "right", "true", "yes", "y", "1", "approve", "approved",
-                         "good", "pass"})
-_FALSE_WORDS = frozenset({"incorrect", "wrong", "false", "no", "n", "0", "reject", "rejected",
-                          "edit", "edited", "bad", "fail"})
+_TRUE_WORDS = frozenset(
+    {"correct", "right", "true", "yes", "y", "1", "approve", "approved", "good", "pass"}
+)
+_FALSE_WORDS = frozenset(
+    {
+        "incorrect",
+        "wrong",
+        "false",
+        "no",
+        "n",
+        "0",
+        "reject",
+        "rejected",
+        "edit",
+        "edited",
+        "bad",
+        "fail",
+    }
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -177,8 +192,10 @@ def _rules(raw: Any) -> tuple[RuleResult, ...]:
 
 def signals_from_row(row: Mapping[str, Any]) -> Signals:
     """The Signals of a data row: a ``signals`` object, or a record's/Response's detail."""
-    if isinstance(row.get("signals"), Mapping) and "signal_detail" not in row and not (
-        isinstance(row.get("response"), Mapping) and "signal_detail" in row["response"]
+    if (
+        isinstance(row.get("signals"), Mapping)
+        and "signal_detail" not in row
+        and not (isinstance(row.get("response"), Mapping) and "signal_detail" in row["response"])
     ):
         s = row["signals"]
         fabricated = s.get("fabricated", s.get("fabricated_citations"))
@@ -564,19 +581,7 @@ class CalibratedCombiner:
             return Combined(0.0, ["no successful sample"])
         value = self.calibration.probability(signals)
         parts = {"calibrated": round(value, 6)}
-        for result in signals.rules:
-            if not result.passed and not result.required:
-                value *= self.failed_rule_factor
-                parts[f"rule:{result.name}"] = self.failed_rule_factor
-        caps: list[str] = []
-        if signals.fabricated:
-            caps.append("fabricated citation")
-        caps.extend(
-            f"required rule failed: {r.name}" for r in signals.rules if r.required and not r.passed
-        )
-        if caps:
-            value = min(value, cap)
-        return Combined(round(min(1.0, max(0.0, value)), 4), caps, parts)
+        return finish(value, signals, cap=cap, parts=parts, rule_factor=self.failed_rule_factor)
 
 
 def default_combiner() -> Combiner:
@@ -723,7 +728,9 @@ def demo_calibration_rows(
     questions = list(questions) if questions is not None else list(relevant)
     kb = {
         d.id: Material(
-            id=str(d.id), text=d.page_content, title=d.metadata.get("title", ""),
+            id=str(d.id),
+            text=d.page_content,
+            title=d.metadata.get("title", ""),
             metadata=dict(d.metadata),
         )
         for d in load_documents()
@@ -739,11 +746,16 @@ def demo_calibration_rows(
         model: Any = ExtractiveChatModel(seed=seed)
         if kind is not None:
             model = MutatingChatModel(
-                base=model, kind=kind, rate=rate, seed=seed, materials=kb,
+                base=model,
+                kind=kind,
+                rate=rate,
+                seed=seed,
+                materials=kb,
                 model_name=model.model_name,
             )
-        records = demo_records([seed], questions, llm_factory=lambda _s, m=model: m,
-                               n_samples=n_samples)
+        records = demo_records(
+            [seed], questions, llm_factory=lambda _s, m=model: m, n_samples=n_samples
+        )
         mutated = model.mutated if kind is not None else {}
         for record in records:
             question = str(record.get("question"))
@@ -808,8 +820,10 @@ def _run(args: argparse.Namespace) -> int:
     except (InputError, ConfigurationError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
-    combiners = {"heuristic-v1": HeuristicCombiner(), calibration.id: CalibratedCombiner(
-        calibration)}
+    combiners = {
+        "heuristic-v1": HeuristicCombiner(),
+        calibration.id: CalibratedCombiner(calibration),
+    }
     results = {"fit": compare(fit_set, combiners, bins=args.bins, thresholds=thresholds)}
     if held:
         results["holdout"] = compare(held, combiners, bins=args.bins, thresholds=thresholds)
@@ -829,22 +843,23 @@ def _run(args: argparse.Namespace) -> int:
         f"{args.data}" + (f"; {unlabelled} unlabelled rows skipped" if unlabelled else "")
     )
     print(
-        f"thresholds: pass ≥ {thresholds.pass_at}, review ≥ {thresholds.review_at}, "
-        f"else escalate\n"
+        f"thresholds: pass ≥ {thresholds.pass_at}, review ≥ {thresholds.review_at}, else escalate\n"
     )
     print(render_comparison("on the data it was fitted to", results["fit"], args.bins))
     if held:
         print()
-        print(render_comparison(f"on the held-out {args.holdout:.0%}", results["holdout"],
-                                args.bins))
+        print(
+            render_comparison(f"on the held-out {args.holdout:.0%}", results["holdout"], args.bins)
+        )
     if args.method == "logistic":
         print("\ncoefficients (per standard deviation of each signal):")
-        for name, coef in zip(calibration.features, calibration.model["coefficients"],
-                              strict=True):
+        for name, coef in zip(calibration.features, calibration.model["coefficients"], strict=True):
             print(f"  {name:<20}{coef:+.3f}")
     print(f"\nwrote {out}")
-    print(f"use it: {CALIBRATION_ENV}={out}  or  "
-          f"RAGPipeline(..., combiner=CalibratedCombiner.from_file({str(out)!r}))")
+    print(
+        f"use it: {CALIBRATION_ENV}={out}  or  "
+        f"RAGPipeline(..., combiner=CalibratedCombiner.from_file({str(out)!r}))"
+    )
     return 0
 
 
@@ -860,8 +875,13 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--method", choices=METHODS, default="logistic")
     p.add_argument("--out", default="calibration.json", help="file to write (calibration.json)")
     p.add_argument("--bins", type=int, default=DEFAULT_BINS, help="ECE bins (default 15)")
-    p.add_argument("--holdout", type=float, default=0.0, metavar="SHARE",
-                   help="hold out this share (e.g. 0.3) to evaluate on; the fit uses the rest")
+    p.add_argument(
+        "--holdout",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="hold out this share (e.g. 0.3) to evaluate on; the fit uses the rest",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the holdout split")
     p.add_argument("--l2", type=float, default=1.0, help="L2 penalty of the logistic fit")
     p.add_argument("--pass-at", type=float, default=Thresholds().pass_at)

@@ -25,6 +25,22 @@ from tracerag.settings import RetryPolicy
 OnRetry = Callable[[int, BaseException], None]
 
 
+def record_retry(
+    ctx: Any, span: Any, stage: str, meter_provider: Any = None, **extra: Any
+) -> OnRetry:
+    """An ``on_retry`` callback keeping each retried error on the context, span and metrics."""
+    from tracerag import metrics, semconv
+
+    def on_retry(attempt: int, error: BaseException) -> None:
+        ctx.record_error(stage, error, attempt=attempt, retried=True, **extra)
+        span.add_event(
+            semconv.EVENT_RETRY, {semconv.RETRY_ATTEMPT: attempt, semconv.RETRY_ERROR: repr(error)}
+        )
+        metrics.record_retry(stage, error, meter_provider=meter_provider)
+
+    return on_retry
+
+
 def is_transient(error: BaseException) -> bool:
     """Whether a model error is worth retrying (programming errors are not)."""
     return not isinstance(error, (TraceragError, TypeError, NotImplementedError, AttributeError))
@@ -111,8 +127,11 @@ async def call_model(
     return message, attempts  # type: ignore[return-value]
 
 
-def text_of(message: AIMessage) -> str:
-    """The plain text of a chat model reply (content blocks joined)."""
+def text_of(message: BaseMessage, *, strict: bool = False, sep: str = "") -> str:
+    """The plain text of a message (text content blocks joined with ``sep``).
+
+    ``strict`` raises TypeError on a non-text block (an image, a tool call) instead of skipping it.
+    """
     content = message.content
     if isinstance(content, str):
         return content
@@ -120,9 +139,11 @@ def text_of(message: AIMessage) -> str:
     for block in content:
         if isinstance(block, str):
             parts.append(block)
-        elif isinstance(block, dict) and block.get("type") == "text":
-            parts.append(str(block.get("text", "")))
-    return "".join(parts)
+        elif isinstance(block, dict) and isinstance(block.get("text"), str):
+            parts.append(block["text"])
+        elif strict:
+            raise TypeError(f"a {type(block).__name__} content block is not text")
+    return sep.join(parts)
 
 
 def token_usage(message: AIMessage) -> tuple[int | None, int | None]:

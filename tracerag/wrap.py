@@ -43,7 +43,7 @@ from tracerag.audit import resolve_sink
 from tracerag.calibration import default_combiner
 from tracerag.context import Plan, RequestContext, Sample
 from tracerag.contract import Response
-from tracerag.llm import model_name, retrying, text_of
+from tracerag.llm import model_name, record_retry, retrying, text_of
 from tracerag.prompts import fingerprint
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag.runner import Step, parse_input, run_steps, run_sync
@@ -273,14 +273,7 @@ class WrappedChain(Runnable[Any, Response]):
             result = Sample(index=index)
             capture_run = captures[index]
             with tracer.start_as_current_span(semconv.SPAN_SAMPLE_ONE) as child:
-
-                def on_retry(attempt: int, error: BaseException) -> None:
-                    ctx.record_error("sample", error, sample=index, attempt=attempt, retried=True)
-                    child.add_event(
-                        semconv.EVENT_RETRY,
-                        {semconv.RETRY_ATTEMPT: attempt, semconv.RETRY_ERROR: repr(error)},
-                    )
-                    metrics.record_retry("sample", error, meter_provider=settings.meter_provider)
+                on_retry = record_retry(ctx, child, "sample", settings.meter_provider, sample=index)
 
                 started = time.perf_counter()
                 run_config: RunnableConfig = {**(config or {}), "callbacks": [capture_run]}

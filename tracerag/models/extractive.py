@@ -28,6 +28,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import PrivateAttr
 
+from tracerag.llm import text_of
 from tracerag.prompts import (
     MATERIAL_BLOCK_RE,
     QUESTION_RE,
@@ -137,16 +138,7 @@ def _approx_tokens(text: str) -> int:
 
 
 def _message_text(message: BaseMessage) -> str:
-    content = message.content
-    if isinstance(content, str):
-        return content
-    parts = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, dict) and isinstance(block.get("text"), str):
-            parts.append(block["text"])
-    return "\n".join(parts)
+    return text_of(message, sep="\n")
 
 
 def _sentences(text: str) -> list[str]:

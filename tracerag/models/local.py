@@ -38,6 +38,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr, model_validator
 
 from tracerag.errors import TraceragError
+from tracerag.llm import text_of
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
@@ -160,18 +161,10 @@ def _role(message: BaseMessage) -> str:
 
 
 def _text(message: BaseMessage) -> str:
-    content = message.content
-    if isinstance(content, str):
-        return content
-    parts = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, dict) and block.get("type") == "text":
-            parts.append(str(block.get("text", "")))
-        else:
-            raise TypeError("LocalChatModel accepts text content only")
-    return "".join(parts)
+    try:
+        return text_of(message, strict=True)
+    except TypeError:
+        raise TypeError("LocalChatModel accepts text content only") from None
 
 
 class LocalChatModel(BaseChatModel):

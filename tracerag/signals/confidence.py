@@ -82,22 +82,38 @@ class HeuristicCombiner:
             weighted.append((signals.self_consistency, self.consistency_weight))
             parts["consistency"] = signals.self_consistency
         value = _geometric_mean(weighted) if weighted else 0.0
-        caps: list[str] = []
         if signals.plan_ok is False:
             value *= self.failed_plan_factor
             parts["plan_factor"] = self.failed_plan_factor
-        for result in signals.rules:
-            if not result.passed and not result.required:
-                value *= self.failed_rule_factor
-                parts[f"rule:{result.name}"] = self.failed_rule_factor
-        if signals.fabricated:
-            caps.append("fabricated citation")
-        caps.extend(
-            f"required rule failed: {r.name}" for r in signals.rules if r.required and not r.passed
-        )
-        if caps:
-            value = min(value, cap)
-        return Combined(round(min(1.0, max(0.0, value)), 4), caps, parts)
+        return finish(value, signals, cap=cap, parts=parts, rule_factor=self.failed_rule_factor)
+
+
+def hard_caps(signals: Signals) -> list[str]:
+    """What forces a confidence below the escalation line: fabrication, failed required rules."""
+    caps = ["fabricated citation"] if signals.fabricated else []
+    caps.extend(
+        f"required rule failed: {r.name}" for r in signals.rules if r.required and not r.passed
+    )
+    return caps
+
+
+def finish(
+    value: float,
+    signals: Signals,
+    *,
+    cap: float,
+    parts: dict[str, float],
+    rule_factor: float = 0.85,
+) -> Combined:
+    """Apply the failed-optional-rule factor and the hard caps; clamp to [0, 1]."""
+    for result in signals.rules:
+        if not result.passed and not result.required:
+            value *= rule_factor
+            parts[f"rule:{result.name}"] = rule_factor
+    caps = hard_caps(signals)
+    if caps:
+        value = min(value, cap)
+    return Combined(round(min(1.0, max(0.0, value)), 4), caps, parts)
 
 
 def _geometric_mean(weighted: list[tuple[float, float]]) -> float:

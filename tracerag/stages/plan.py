@@ -23,7 +23,7 @@ from tracerag import metrics, semconv
 from tracerag.context import Plan, RequestContext, Sample
 from tracerag.contract import validate_with
 from tracerag.errors import PlanError
-from tracerag.llm import is_transient, retrying, text_of, with_temperature
+from tracerag.llm import is_transient, record_retry, retrying, text_of, with_temperature
 from tracerag.prompts import PROMPT, TASK_PLAN, prompt_values
 from tracerag.settings import Settings
 
@@ -68,15 +68,13 @@ async def plan(
     retrieved = [m.id for m in ctx.materials]
     attempts = 0
 
+    recorded = record_retry(ctx, span, "plan", settings.meter_provider)
+
     def on_retry(attempt: int, error: BaseException) -> None:
         nonlocal llm
         if isinstance(error, PlanError):
             llm, _ = with_temperature(settings.llm, min(1.0, 0.3 * attempt))
-        ctx.record_error("plan", error, attempt=attempt, retried=True)
-        span.add_event(
-            semconv.EVENT_RETRY, {semconv.RETRY_ATTEMPT: attempt, semconv.RETRY_ERROR: repr(error)}
-        )
-        metrics.record_retry("plan", error, meter_provider=settings.meter_provider)
+        recorded(attempt, error)
 
     def retry_on(error: BaseException) -> bool:
         return isinstance(error, PlanError) or is_transient(error)

@@ -16,9 +16,9 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.vectorstores import VectorStoreRetriever
 from opentelemetry.trace import Span
 
-from tracerag import metrics, semconv
+from tracerag import semconv
 from tracerag.context import Material, RequestContext
-from tracerag.llm import retrying
+from tracerag.llm import record_retry, retrying
 from tracerag.settings import Settings
 from tracerag.tracing import capture, set_span_io
 
@@ -89,12 +89,7 @@ async def retrieve(
     if settings.retriever is None:
         raise ValueError("retrieve stage needs a retriever")
 
-    def on_retry(attempt: int, error: BaseException) -> None:
-        ctx.record_error("retrieve", error, attempt=attempt, retried=True)
-        span.add_event(
-            semconv.EVENT_RETRY, {semconv.RETRY_ATTEMPT: attempt, semconv.RETRY_ERROR: repr(error)}
-        )
-        metrics.record_retry("retrieve", error, meter_provider=settings.meter_provider)
+    on_retry = record_retry(ctx, span, "retrieve", settings.meter_provider)
 
     pairs: list[tuple[Document, float | None]] = []
     try:

@@ -23,6 +23,7 @@ from tracerag.llm import (
     invocation_parameters,
     model_name,
     provider_name,
+    record_retry,
     text_of,
     token_usage,
     with_temperature,
@@ -138,13 +139,7 @@ async def sample(
             child.set_attributes(model_attributes)
             set_prompt_template(child, ctx.versions.prompt)
 
-            def on_retry(attempt: int, error: BaseException) -> None:
-                ctx.record_error("sample", error, sample=index, attempt=attempt, retried=True)
-                child.add_event(
-                    semconv.EVENT_RETRY,
-                    {semconv.RETRY_ATTEMPT: attempt, semconv.RETRY_ERROR: repr(error)},
-                )
-                metrics.record_retry("sample", error, meter_provider=settings.meter_provider)
+            on_retry = record_retry(ctx, child, "sample", settings.meter_provider, sample=index)
 
             started = time.perf_counter()
             try:
