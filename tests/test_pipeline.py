@@ -396,3 +396,40 @@ def test_citation_ids_match_regardless_of_case_and_markup_is_not_a_claim(make_pi
     response = make_pipeline(scripted([answer])).invoke(QUESTION)
     assert [c.verdict for c in response.claims] == ["supported"]
     assert response.signal_detail.fabricated_citations == []
+
+
+def test_retries_are_bounded_and_back_off(monkeypatch):
+    from tracerag import RetryPolicy
+    from tracerag.llm import Tries, retry_call
+
+    sleeps = []
+
+    async def fake_sleep(seconds):
+        sleeps.append(seconds)
+
+    monkeypatch.setattr("asyncio.sleep", fake_sleep)
+    calls = []
+
+    async def always_fails():
+        calls.append(1)
+        raise ConnectionError("down")
+
+    policy = RetryPolicy(attempts=4, initial_wait=0.5, max_wait=1.5, jitter=0.0)
+    tries = Tries()
+    seen = []
+    with pytest.raises(ConnectionError):
+        asyncio.run(retry_call(always_fails, policy, on_retry=lambda n, e: seen.append(n),
+                               tries=tries))
+    assert len(calls) == 4 and tries.count == 4
+    assert seen == [1, 2, 3]
+    assert sleeps == [0.5, 1.0, 1.5]  # exponential, capped at max_wait
+
+    calls.clear()
+
+    async def not_retryable():
+        calls.append(1)
+        raise TypeError("a bug, not a transient failure")
+
+    with pytest.raises(TypeError):
+        asyncio.run(retry_call(not_retryable, policy))
+    assert len(calls) == 1

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-from collections.abc import Callable
-from typing import Any
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
@@ -23,6 +26,7 @@ from tracerag.errors import TraceragError
 from tracerag.settings import RetryPolicy
 
 OnRetry = Callable[[int, BaseException], None]
+T = TypeVar("T")
 
 
 def record_retry(
@@ -50,23 +54,69 @@ def retrying(
     policy: RetryPolicy,
     on_retry: OnRetry | None = None,
     retry_on: Callable[[BaseException], bool] = is_transient,
+    *,
+    offset: int = 0,
 ) -> AsyncRetrying:
-    """A tenacity controller: bounded attempts, exponential backoff with jitter."""
+    """A tenacity controller: bounded attempts, exponential backoff with jitter.
+
+    ``offset`` attempts already happened outside it: they count against the bound, the backoff
+    continues from there, and ``on_retry`` hears overall attempt numbers.
+    """
 
     def before_sleep(state: RetryCallState) -> None:
         if on_retry is not None and state.outcome is not None:
             error = state.outcome.exception()
             if error is not None:
-                on_retry(state.attempt_number, error)
+                on_retry(state.attempt_number + offset, error)
 
     return AsyncRetrying(
-        stop=stop_after_attempt(policy.attempts),
-        wait=wait_exponential(multiplier=policy.initial_wait, max=policy.max_wait)
+        stop=stop_after_attempt(max(1, policy.attempts - offset)),
+        wait=wait_exponential(multiplier=policy.initial_wait * 2**offset, max=policy.max_wait)
         + wait_random(0, policy.jitter),
         retry=retry_if_exception(retry_on),
         before_sleep=before_sleep,
         reraise=True,
     )
+
+
+@dataclass
+class Tries:
+    """How many attempts a retried call made (set while it runs, kept when it fails)."""
+
+    count: int = 0
+
+
+async def retry_call(
+    fn: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    *,
+    on_retry: OnRetry | None = None,
+    retry_on: Callable[[BaseException], bool] = is_transient,
+    tries: Tries | None = None,
+) -> T:
+    """Await ``fn()``; retry errors ``retry_on`` accepts, bounded, with exponential backoff.
+
+    The first attempt runs directly, so a call that succeeds costs no retry machinery; only a
+    failure enters tenacity. The last error is raised when the attempts run out.
+    """
+    tries = tries if tries is not None else Tries()
+    tries.count = 1
+    try:
+        return await fn()
+    except Exception as exc:
+        if policy.attempts < 2 or not retry_on(exc):
+            raise
+        first = exc
+    if on_retry is not None:
+        on_retry(1, first)
+    await asyncio.sleep(
+        min(policy.max_wait, policy.initial_wait) + random.uniform(0, policy.jitter)
+    )
+    async for attempt in retrying(policy, on_retry, retry_on, offset=1):
+        with attempt:
+            tries.count = attempt.retry_state.attempt_number + 1
+            result = await fn()
+    return result
 
 
 def with_temperature(llm: BaseChatModel, temperature: float) -> tuple[BaseChatModel, bool]:
@@ -117,14 +167,14 @@ async def call_model(
     policy: RetryPolicy,
     on_retry: OnRetry | None = None,
     config: RunnableConfig | None = None,
-) -> tuple[AIMessage, int]:
-    """Invoke the model with retries; returns the message and the number of attempts made."""
-    attempts = 0
-    async for attempt in retrying(policy, on_retry):
-        with attempt:
-            attempts = attempt.retry_state.attempt_number
-            message = await llm.ainvoke(messages, config=config)
-    return message, attempts  # type: ignore[return-value]
+    tries: Tries | None = None,
+) -> AIMessage:
+    """Invoke the model with bounded retries (attempts made are counted in ``tries``)."""
+
+    async def once() -> AIMessage:
+        return await llm.ainvoke(messages, config=config)  # type: ignore[return-value]
+
+    return await retry_call(once, policy, on_retry=on_retry, tries=tries)
 
 
 def text_of(message: BaseMessage, *, strict: bool = False, sep: str = "") -> str:

@@ -43,7 +43,7 @@ from tracerag.audit import resolve_sink
 from tracerag.calibration import default_combiner
 from tracerag.context import Plan, RequestContext, Sample
 from tracerag.contract import Response
-from tracerag.llm import model_name, record_retry, retrying, text_of
+from tracerag.llm import Tries, model_name, record_retry, retry_call, text_of
 from tracerag.prompts import fingerprint
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag.runner import Step, parse_input, run_steps, run_sync
@@ -277,14 +277,16 @@ class WrappedChain(Runnable[Any, Response]):
 
                 started = time.perf_counter()
                 run_config: RunnableConfig = {**(config or {}), "callbacks": [capture_run]}
+                tries = Tries()
+
+                async def once() -> Any:
+                    capture_run.documents.clear()
+                    return await self.chain.ainvoke(
+                        self.chain_input(ctx.question), config=run_config
+                    )
+
                 try:
-                    async for attempt in retrying(settings.retry, on_retry):
-                        with attempt:
-                            result.attempts = attempt.retry_state.attempt_number
-                            capture_run.documents.clear()
-                            output = await self.chain.ainvoke(
-                                self.chain_input(ctx.question), config=run_config
-                            )
+                    output = await retry_call(once, settings.retry, on_retry=on_retry, tries=tries)
                     result.raw = output_text(output)
                     result.answer = result.raw.strip()
                     if not result.answer:
@@ -296,6 +298,7 @@ class WrappedChain(Runnable[Any, Response]):
                         "sample", exc, meter_provider=settings.meter_provider
                     )
                     child.record_exception(exc)
+                result.attempts = tries.count
                 result.latency_s = round(time.perf_counter() - started, 6)
                 result.input_tokens = capture_run.token_usage.get("input_tokens")
                 result.output_tokens = capture_run.token_usage.get("output_tokens")

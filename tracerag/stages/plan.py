@@ -23,7 +23,7 @@ from tracerag import metrics, semconv
 from tracerag.context import Plan, RequestContext, Sample
 from tracerag.contract import validate_with
 from tracerag.errors import PlanError
-from tracerag.llm import is_transient, record_retry, retrying, text_of, with_temperature
+from tracerag.llm import Tries, is_transient, record_retry, retry_call, text_of, with_temperature
 from tracerag.prompts import PROMPT, TASK_PLAN, prompt_values
 from tracerag.settings import Settings
 
@@ -66,7 +66,6 @@ async def plan(
     llm = deterministic
     messages = PROMPT.format_messages(**prompt_values(TASK_PLAN, ctx.question, ctx.materials))
     retrieved = [m.id for m in ctx.materials]
-    attempts = 0
 
     recorded = record_retry(ctx, span, "plan", settings.meter_provider)
 
@@ -79,18 +78,21 @@ async def plan(
     def retry_on(error: BaseException) -> bool:
         return isinstance(error, PlanError) or is_transient(error)
 
+    async def once() -> Plan:
+        raw = text_of(await llm.ainvoke(messages, config=config))
+        return parse_plan(raw, retrieved)
+
+    tries = Tries()
     try:
-        async for attempt in retrying(settings.retry, on_retry, retry_on):
-            with attempt:
-                attempts = attempt.retry_state.attempt_number
-                raw = text_of(await llm.ainvoke(messages, config=config))
-                result = parse_plan(raw, retrieved)
-        result.attempts = attempts
+        result = await retry_call(
+            once, settings.retry, on_retry=on_retry, retry_on=retry_on, tries=tries
+        )
+        result.attempts = tries.count
     except Exception as exc:
-        ctx.record_error("plan", exc, attempt=attempts, final=True)
+        ctx.record_error("plan", exc, attempt=tries.count, final=True)
         if not isinstance(exc, PlanError):
             metrics.record_model_error("plan", exc, meter_provider=settings.meter_provider)
-        result = Plan(ok=False, error=f"{type(exc).__name__}: {exc}", attempts=attempts)
+        result = Plan(ok=False, error=f"{type(exc).__name__}: {exc}", attempts=tries.count)
     ctx.plan = result
     record_plan(ctx.plan, span, source="model")
     return ctx

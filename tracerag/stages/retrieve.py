@@ -18,7 +18,7 @@ from opentelemetry.trace import Span
 
 from tracerag import semconv
 from tracerag.context import Material, RequestContext
-from tracerag.llm import record_retry, retrying
+from tracerag.llm import record_retry, retry_call
 from tracerag.settings import Settings
 from tracerag.tracing import capture, set_span_io
 
@@ -93,9 +93,10 @@ async def retrieve(
 
     pairs: list[tuple[Document, float | None]] = []
     try:
-        async for attempt in retrying(settings.retry, on_retry):
-            with attempt:
-                pairs = await fetch(settings.retriever, ctx.question, config)
+        retriever = settings.retriever
+        pairs = await retry_call(
+            lambda: fetch(retriever, ctx.question, config), settings.retry, on_retry=on_retry
+        )
     except Exception as exc:  # no materials: the answer cannot verify and will be escalated
         ctx.record_error("retrieve", exc, final=True)
         span.record_exception(exc)

@@ -19,6 +19,7 @@ from tracerag import metrics, semconv
 from tracerag.context import Plan, RequestContext, Sample
 from tracerag.errors import PlanError
 from tracerag.llm import (
+    Tries,
     call_model,
     invocation_parameters,
     model_name,
@@ -142,9 +143,15 @@ async def sample(
             on_retry = record_retry(ctx, child, "sample", settings.meter_provider, sample=index)
 
             started = time.perf_counter()
+            tries = Tries()
             try:
-                message, result.attempts = await call_model(
-                    llm, messages, policy=settings.retry, on_retry=on_retry, config=config
+                message = await call_model(
+                    llm,
+                    messages,
+                    policy=settings.retry,
+                    on_retry=on_retry,
+                    config=config,
+                    tries=tries,
                 )
                 result.raw = text_of(message)
                 result.input_tokens, result.output_tokens = token_usage(message)
@@ -157,10 +164,10 @@ async def sample(
                     result.error = "empty answer"
             except Exception as exc:
                 result.error = f"{type(exc).__name__}: {exc}"
-                result.attempts = settings.retry.attempts
                 ctx.record_error("sample", exc, sample=index, final=True)
                 metrics.record_model_error("sample", exc, meter_provider=settings.meter_provider)
                 child.record_exception(exc)
+            result.attempts = tries.count
             result.latency_s = round(time.perf_counter() - started, 6)
             set_messages(child, messages, result.raw)
             finish_sample_span(child, ctx, result)
