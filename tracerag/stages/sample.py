@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
@@ -32,7 +33,7 @@ from tracerag.llm import (
 from tracerag.prompts import PROMPT, TASK_ANSWER, TASK_PLAN_AND_ANSWER, prompt_values
 from tracerag.settings import Settings
 from tracerag.stages.plan import parse_plan, split_inline
-from tracerag.tracing import capture, set_prompt_template
+from tracerag.tracing import capture
 
 TEMPERATURE_ZERO_WARNING = (
     "the model samples at temperature 0, so samples cannot disagree: "
@@ -59,46 +60,64 @@ def llm_span_attributes(llm: BaseChatModel, temperature: float | None) -> dict:
     return attrs
 
 
-def set_messages(span: Span, messages: list[BaseMessage], output: str | None) -> None:
-    """Input and output messages on a span, under the content-capture policy."""
+def input_message_attributes(messages: list[BaseMessage]) -> dict[str, Any]:
+    """OpenInference input messages, under the content-capture policy (computed once a request)."""
+    attrs: dict[str, Any] = {}
     for i, message in enumerate(messages):
+        attrs[semconv.oi_input_message(i, "role")] = message.type
         content = capture(str(message.content))
-        span.set_attribute(semconv.oi_input_message(i, "role"), message.type)
         if content is not None:
-            span.set_attribute(semconv.oi_input_message(i, "content"), content)
-    if output is not None:
-        span.set_attribute(semconv.oi_output_message(0, "role"), "assistant")
-        content = capture(output)
-        if content is not None:
-            span.set_attribute(semconv.oi_output_message(0, "content"), content)
-            span.set_attribute(semconv.OI_OUTPUT_VALUE, content)
+            attrs[semconv.oi_input_message(i, "content")] = content
+    return attrs
 
 
-def set_usage(span: Span, sample: Sample) -> None:
-    """Token counts on a sample span, where the model reported them."""
+def output_attributes(output: str | None) -> dict[str, Any]:
+    """OpenInference output message and value of a sample, under the capture policy."""
+    if output is None:
+        return {}
+    attrs: dict[str, Any] = {semconv.oi_output_message(0, "role"): "assistant"}
+    content = capture(output)
+    if content is not None:
+        attrs[semconv.oi_output_message(0, "content")] = content
+        attrs[semconv.OI_OUTPUT_VALUE] = content
+    return attrs
+
+
+def usage_attributes(sample: Sample) -> dict[str, Any]:
+    """Token counts of a sample, where the model reported them (OpenInference and GenAI)."""
+    attrs: dict[str, Any] = {}
     if sample.input_tokens is not None:
-        span.set_attribute(semconv.OI_LLM_TOKEN_PROMPT, sample.input_tokens)
-        span.set_attribute(semconv.GENAI_USAGE_INPUT_TOKENS, sample.input_tokens)
+        attrs[semconv.OI_LLM_TOKEN_PROMPT] = sample.input_tokens
+        attrs[semconv.GENAI_USAGE_INPUT_TOKENS] = sample.input_tokens
     if sample.output_tokens is not None:
-        span.set_attribute(semconv.OI_LLM_TOKEN_COMPLETION, sample.output_tokens)
-        span.set_attribute(semconv.GENAI_USAGE_OUTPUT_TOKENS, sample.output_tokens)
+        attrs[semconv.OI_LLM_TOKEN_COMPLETION] = sample.output_tokens
+        attrs[semconv.GENAI_USAGE_OUTPUT_TOKENS] = sample.output_tokens
     if sample.input_tokens is not None and sample.output_tokens is not None:
-        span.set_attribute(semconv.OI_LLM_TOKEN_TOTAL, sample.input_tokens + sample.output_tokens)
+        attrs[semconv.OI_LLM_TOKEN_TOTAL] = sample.input_tokens + sample.output_tokens
+    return attrs
 
 
-def finish_sample_span(span: Span, ctx: RequestContext, sample: Sample) -> None:
-    """Common attributes of a finished sample span."""
-    span.set_attribute(semconv.REQUEST_ID, ctx.request_id)
-    span.set_attribute(semconv.SAMPLE_INDEX, sample.index)
-    span.set_attribute(semconv.SAMPLE_ATTEMPTS, sample.attempts)
-    span.set_attribute(semconv.SAMPLE_OK, sample.ok)
+def finish_sample_span(
+    span: Span, ctx: RequestContext, sample: Sample, extra: dict[str, Any] | None = None
+) -> None:
+    """All attributes of a finished sample span, set in one call."""
+    attrs: dict[str, Any] = dict(extra or {})
+    attrs.update(
+        {
+            semconv.REQUEST_ID: ctx.request_id,
+            semconv.SAMPLE_INDEX: sample.index,
+            semconv.SAMPLE_ATTEMPTS: sample.attempts,
+            semconv.SAMPLE_OK: sample.ok,
+        }
+    )
     raw = capture(sample.raw)
     if raw is not None:
-        span.set_attribute(semconv.SAMPLE_RAW, raw)
-    set_usage(span, sample)
+        attrs[semconv.SAMPLE_RAW] = raw
+    attrs.update(usage_attributes(sample))
     if sample.error:
-        span.set_attribute(semconv.SAMPLE_ERROR, sample.error)
+        attrs[semconv.SAMPLE_ERROR] = sample.error
         span.set_status(Status(StatusCode.ERROR, sample.error))
+    span.set_attributes(attrs)
 
 
 def record_samples(ctx: RequestContext, span: Span, temperature: float) -> None:
@@ -133,13 +152,13 @@ async def sample(
     retrieved = [m.id for m in ctx.materials]
 
     model_attributes = llm_span_attributes(llm, settings.temperature)
+    model_attributes.update(input_message_attributes(messages))
+    if ctx.versions.prompt:
+        model_attributes[semconv.OI_PROMPT_TEMPLATE_VERSION] = ctx.versions.prompt
 
     async def one(index: int) -> Sample:
         result = Sample(index=index)
         with tracer.start_as_current_span(semconv.SPAN_SAMPLE_ONE) as child:
-            child.set_attributes(model_attributes)
-            set_prompt_template(child, ctx.versions.prompt)
-
             on_retry = record_retry(ctx, child, "sample", settings.meter_provider, sample=index)
 
             started = time.perf_counter()
@@ -169,8 +188,9 @@ async def sample(
                 child.record_exception(exc)
             result.attempts = tries.count
             result.latency_s = round(time.perf_counter() - started, 6)
-            set_messages(child, messages, result.raw)
-            finish_sample_span(child, ctx, result)
+            finish_sample_span(
+                child, ctx, result, {**model_attributes, **output_attributes(result.raw)}
+            )
         return result
 
     ctx.samples = list(await asyncio.gather(*(one(i) for i in range(n))))

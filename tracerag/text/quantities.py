@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from tracerag.text.sentences import CITATION_MARKER_RE
 
@@ -457,6 +458,16 @@ def extract_quantities(text: str) -> list[Quantity]:
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, not {type(text).__name__}")
+    return list(_extract_cached(text))
+
+
+@lru_cache(maxsize=8192)
+def _extract_cached(text: str) -> tuple[Quantity, ...]:
+    # the same materials are analysed by many requests; Quantity is immutable
+    return tuple(_extract(text))
+
+
+def _extract(text: str) -> list[Quantity]:
     masked = _mask_citations(text)
     taken = bytearray(len(masked))
     found: list[_Found] = []
