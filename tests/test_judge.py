@@ -198,3 +198,16 @@ def test_find_quote():
     assert find_quote("b  c", "a b c d") == (2, 5)
     assert find_quote("x", "a b c") is None
     assert find_quote("", "a b c") is None
+
+
+def test_judge_by_name_explains_how_to_configure_it_in_a_fresh_process():
+    import subprocess
+    import sys
+
+    code = (
+        "from tracerag.signals.support import get_backend\n"
+        "try:\n    get_backend('judge')\n"
+        "except Exception as exc:\n    print(type(exc).__name__, exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    assert out.startswith("ConfigurationError") and "JudgeSupport(llm)" in out

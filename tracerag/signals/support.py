@@ -73,6 +73,7 @@ _LOCK = threading.Lock()
 _BUILTIN_MODULES = {
     "lexical": "tracerag.signals.lexical",
     "embeddings": "tracerag.signals.embeddings",
+    "judge": "tracerag.signals.judge",
 }
 _EXTRA_HINTS = {
     "embeddings": "install the optional extra: pip install 'tracerag[embeddings]'",
