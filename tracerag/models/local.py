@@ -14,6 +14,7 @@ which is usually to withhold it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.metadata
 import importlib.util
@@ -108,6 +109,16 @@ class _Loaded:
 
 _MODELS: dict[tuple[str, int, int | None], _Loaded] = {}
 _MODELS_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_models() -> None:
+    # free llama.cpp contexts while the interpreter is whole (its __del__ fails at teardown)
+    with _MODELS_LOCK:
+        for loaded in _MODELS.values():
+            with contextlib.suppress(Exception):
+                loaded.llama.close()
+        _MODELS.clear()
 
 
 def _load(model_path: str, n_ctx: int, n_threads: int | None) -> _Loaded:
