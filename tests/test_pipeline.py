@@ -433,3 +433,17 @@ def test_retries_are_bounded_and_back_off(monkeypatch):
     with pytest.raises(TypeError):
         asyncio.run(retry_call(not_retryable, policy))
     assert len(calls) == 1
+
+
+def test_a_failing_support_backend_escalates_instead_of_crashing(make_pipeline):
+    class Broken:
+        name = "broken"
+        threshold = 0.5
+
+        def __call__(self, claim, material_text, *, corpus=None):
+            raise RuntimeError("backend down")
+
+    response = make_pipeline(scripted([GOOD]), support_backend=Broken()).invoke(QUESTION)
+    assert response.decision == "escalate"
+    assert response.answer is None
+    assert response.signal_detail.citation_valid is False

@@ -53,6 +53,23 @@ def resolver_for(ctx: RequestContext, sample: Sample):
     return resolve
 
 
+def _verified(
+    ctx: RequestContext, sample: Sample, settings: Settings, span: Span
+) -> CitationReport:
+    """The sample's citation report; a failing support backend verifies nothing (and is kept)."""
+    try:
+        return verify_citations(
+            sample.answer or "",
+            ctx.materials,
+            backend=settings.support_backend,
+            resolve=resolver_for(ctx, sample),
+        )
+    except Exception as exc:  # an answer that cannot be verified must not pass: route it
+        ctx.record_error("verify", exc, sample=sample.index)
+        span.record_exception(exc)
+        return CitationReport(backend=f"failed: {type(exc).__name__}: {exc}")
+
+
 def select(
     ctx: RequestContext, reports: dict[int, CitationReport], consistency: ConsistencyReport
 ) -> Selection:
@@ -86,12 +103,7 @@ async def verify(
             # samples often repeat an answer word for word: verify each distinct one once
             key = (s.answer or "", tuple(s.material_order))
             if key not in seen:
-                seen[key] = verify_citations(
-                    s.answer or "",
-                    ctx.materials,
-                    backend=settings.support_backend,
-                    resolve=resolver_for(ctx, s),
-                )
+                seen[key] = _verified(ctx, s, settings, span)
             reports[s.index] = seen[key]
     zero = settings.temperature == 0.0 or bool(ctx.params.get("temperature_zero"))
     consistency = score_consistency(
