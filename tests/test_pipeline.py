@@ -447,3 +447,16 @@ def test_a_failing_support_backend_escalates_instead_of_crashing(make_pipeline):
     assert response.decision == "escalate"
     assert response.answer is None
     assert response.signal_detail.citation_valid is False
+
+
+def test_no_op_tracer_gives_no_fake_trace_id(retriever):
+    from opentelemetry.trace import NoOpTracerProvider
+
+    from tracerag import RAGPipeline
+
+    response = RAGPipeline(
+        retriever, scripted([GOOD]), prompt_version="p", model_version="m",
+        tracer_provider=NoOpTracerProvider(), audit=None,
+    ).invoke(QUESTION)
+    assert response.trace_id is None
+    assert response.decision == "pass"

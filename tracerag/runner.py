@@ -100,7 +100,10 @@ async def run_steps(
     ) as root:
         root.set_attribute(semconv.OI_SPAN_KIND, semconv.OI_KIND_CHAIN)
         root.set_attribute(semconv.MODE, mode)
-        ctx.trace_id = trace.format_trace_id(root.get_span_context().trace_id)
+        span_context = root.get_span_context()
+        ctx.trace_id = (
+            trace.format_trace_id(span_context.trace_id) if span_context.is_valid else None
+        )
         if ctx.request_id:
             root.set_attribute(semconv.REQUEST_ID, ctx.request_id)
         try:

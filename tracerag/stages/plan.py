@@ -22,7 +22,7 @@ from opentelemetry.trace import Span
 from tracerag import metrics, semconv
 from tracerag.context import Plan, RequestContext, Sample
 from tracerag.contract import validate_with
-from tracerag.errors import PlanError
+from tracerag.errors import ConfigurationError, PlanError
 from tracerag.llm import Tries, is_transient, record_retry, retry_call, text_of, with_temperature
 from tracerag.prompts import PROMPT, TASK_PLAN, prompt_values
 from tracerag.settings import Settings
@@ -61,7 +61,8 @@ async def plan(
     temperature (0.3, then 0.6, …), since a deterministic model repeats the same malformed
     output; a transient model error is retried unchanged.
     """
-    assert settings.llm is not None
+    if settings.llm is None:
+        raise ConfigurationError("the plan stage needs a chat model")
     deterministic, _ = with_temperature(settings.llm, 0.0)
     llm = deterministic
     messages = PROMPT.format_messages(**prompt_values(TASK_PLAN, ctx.question, ctx.materials))

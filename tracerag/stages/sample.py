@@ -18,7 +18,7 @@ from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from tracerag import metrics, semconv
 from tracerag.context import Plan, RequestContext, Sample
-from tracerag.errors import PlanError
+from tracerag.errors import ConfigurationError, PlanError
 from tracerag.llm import (
     Tries,
     call_model,
@@ -137,7 +137,8 @@ async def sample(
     ctx: RequestContext, settings: Settings, span: Span, config: RunnableConfig | None = None
 ) -> RequestContext:
     """Draw the tier's number of samples concurrently, each in its own child span."""
-    assert settings.llm is not None
+    if settings.llm is None:
+        raise ConfigurationError("the sample stage needs a chat model")
     llm, applied = with_temperature(settings.llm, settings.temperature)
     if not applied:
         ctx.warnings.append(
