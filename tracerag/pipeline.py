@@ -70,6 +70,32 @@ def steps_for(tier: str, plan_mode: str) -> list[Step]:
     ]
 
 
+def build_settings(
+    *,
+    tracer_provider: TracerProvider | None = None,
+    thresholds: Thresholds | tuple[float, float] | None = None,
+    rules: Sequence[Rule] = (),
+    escalation: EscalationHandler | None = None,
+    combiner: Combiner | None = None,
+    retry: RetryPolicy | None = None,
+    audit: Any = "auto",
+    **options: Any,
+) -> Settings:
+    """Settings from user-facing options, with every default filled in (shared with wrap())."""
+    if isinstance(thresholds, tuple):
+        thresholds = Thresholds(pass_at=thresholds[0], review_at=thresholds[1])
+    return Settings(
+        tracer=get_tracer(tracer_provider),
+        thresholds=thresholds or Thresholds(),
+        rules=tuple(rules),
+        escalation=escalation or InMemoryEscalationHandler(),
+        combiner=combiner or default_combiner(),
+        retry=retry or RetryPolicy(),
+        record_sink=resolve_sink(audit),
+        **options,
+    )
+
+
 class RAGPipeline(Runnable[Any, Response]):
     """Answers questions from a retriever's materials with verified citations and a confidence.
 
@@ -109,12 +135,10 @@ class RAGPipeline(Runnable[Any, Response]):
             raise ConfigurationError(
                 f"llm must be a LangChain BaseChatModel, got {type(llm).__name__}"
             )
-        if isinstance(thresholds, tuple):
-            thresholds = Thresholds(pass_at=thresholds[0], review_at=thresholds[1])
-        self.settings = Settings(
+        self.settings = build_settings(
             retriever=retriever,
             llm=llm,
-            tracer=get_tracer(tracer_provider),
+            tracer_provider=tracer_provider,
             prompt_version=prompt_version,
             model_version=model_version,
             n_samples=n_samples,
@@ -122,14 +146,14 @@ class RAGPipeline(Runnable[Any, Response]):
             plan_mode=plan,
             tier=tier,
             k=k,
-            thresholds=thresholds or Thresholds(),
-            rules=tuple(rules),
-            escalation=escalation or InMemoryEscalationHandler(),
+            thresholds=thresholds,
+            rules=rules,
+            escalation=escalation,
             support_backend=support_backend,
             equivalence=equivalence,
-            combiner=combiner or default_combiner(),
-            retry=retry or RetryPolicy(),
-            record_sink=resolve_sink(audit),
+            combiner=combiner,
+            retry=retry,
+            audit=audit,
             meter_provider=meter_provider,
         )
         self.steps = steps_for(tier, plan)

@@ -39,13 +39,12 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from opentelemetry.trace import Span, TracerProvider
 
 from tracerag import metrics, semconv
-from tracerag.audit import resolve_sink
-from tracerag.calibration import default_combiner
 from tracerag.context import Plan, RequestContext, Sample
 from tracerag.contract import Response
 from tracerag.llm import Tries, model_name, record_retry, retry_call, text_of
+from tracerag.pipeline import build_settings
 from tracerag.prompts import fingerprint
-from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
+from tracerag.routing import EscalationHandler, Thresholds
 from tracerag.runner import Step, parse_input, run_steps, run_sync
 from tracerag.settings import RetryPolicy, Settings
 from tracerag.signals.claims import citation_ids, strip_citations
@@ -64,7 +63,7 @@ from tracerag.stages.sample import (
 )
 from tracerag.stages.verify import resolver_for, verify
 from tracerag.text.quantities import extract_quantities
-from tracerag.tracing import capture, get_tracer
+from tracerag.tracing import capture
 
 logger = logging.getLogger("tracerag.wrap")
 
@@ -406,27 +405,25 @@ def wrap(
     if not isinstance(chain, Runnable):
         raise TypeError(f"wrap() needs a LangChain Runnable, got {type(chain).__name__}")
     info = inspect_chain(chain)
-    if isinstance(thresholds, tuple):
-        thresholds = Thresholds(pass_at=thresholds[0], review_at=thresholds[1])
     temperature = info.temperature
-    settings = Settings(
+    settings = build_settings(
         retriever=None,
         llm=None,
-        tracer=get_tracer(tracer_provider),
+        tracer_provider=tracer_provider,
         prompt_version=prompt_version or info.prompt_version,
         model_version=model_version or info.model_version,
         n_samples=n_samples,
         temperature=temperature if temperature is not None else 0.7,
         plan_mode="inline",
         tier=tier,
-        thresholds=thresholds or Thresholds(),
-        rules=tuple(rules),
-        escalation=escalation or InMemoryEscalationHandler(),
+        thresholds=thresholds,
+        rules=rules,
+        escalation=escalation,
         support_backend=support_backend,
         equivalence=equivalence,
-        combiner=combiner or default_combiner(),
-        retry=retry or RetryPolicy(),
-        record_sink=resolve_sink(audit),
+        combiner=combiner,
+        retry=retry,
+        audit=audit,
         meter_provider=meter_provider,
     )
     if temperature == 0.0 and n_samples > 1:
