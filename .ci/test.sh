@@ -25,6 +25,7 @@ trap 'bash .ci/postgres.sh stop >/dev/null 2>&1 || true' EXIT
 
 step "lint"
 python -m ruff check .
+lint-imports
 
 step "tests"
 python -m pytest -ra

@@ -9,6 +9,7 @@ import pytest
 from langchain_core.documents import Document
 
 from tracerag import RAGPipeline, RetryPolicy
+from tracerag.config import reset_config
 from tracerag.testing import ScriptedChatModel, SpanCapture
 
 POLICIES = [
@@ -71,11 +72,21 @@ def _audit_store_in_temp_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("audit") / "audit.sqlite"
     previous = os.environ.get("TRACERAG_STORE")
     os.environ["TRACERAG_STORE"] = str(path)
+    reset_config()
     yield path
     if previous is None:
         os.environ.pop("TRACERAG_STORE", None)
     else:
         os.environ["TRACERAG_STORE"] = previous
+    reset_config()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_config():
+    """Each test reads the environment it set up (tracerag reads it once per process)."""
+    reset_config()
+    yield
+    reset_config()
 
 
 @pytest.fixture

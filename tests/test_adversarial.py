@@ -7,7 +7,11 @@ import random
 
 import pytest
 
-from tracerag.adversarial import (
+from tracerag.cli import main
+from tracerag.context import Material
+from tracerag.demo.models.extractive import ExtractiveChatModel
+from tracerag.signals.claims import split_claims
+from tracerag.tools.adversarial import (
     DEFAULT_FLOORS,
     MUTATION_KINDS,
     Case,
@@ -22,10 +26,6 @@ from tracerag.adversarial import (
     run_adversarial,
     store_cases,
 )
-from tracerag.cli import main
-from tracerag.context import Material
-from tracerag.models.extractive import ExtractiveChatModel
-from tracerag.signals.claims import split_claims
 
 WARRANTY = Material(
     id="warranty",

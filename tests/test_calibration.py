@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 from conftest import GOOD, QUESTION, scripted
 
-from tracerag.calibration import (
+from tracerag.cli import main
+from tracerag.config import reset_config
+from tracerag.errors import ConfigurationError, InputError
+from tracerag.signals.confidence import HeuristicCombiner, Signals
+from tracerag.signals.rules import RuleResult
+from tracerag.tools.calibration import (
     CALIBRATION_ENV,
     FEATURES,
     CalibratedCombiner,
@@ -29,10 +34,6 @@ from tracerag.calibration import (
     signals_from_row,
     split_holdout,
 )
-from tracerag.cli import main
-from tracerag.errors import ConfigurationError, InputError
-from tracerag.signals.confidence import HeuristicCombiner, Signals
-from tracerag.signals.rules import RuleResult
 
 EXAMPLE_DATA = Path(__file__).resolve().parent.parent / "examples/calibration/demo_labelled.jsonl"
 CAP = 0.59
@@ -258,9 +259,11 @@ def test_default_combiner_from_env(calibration, tmp_path, monkeypatch):
     assert isinstance(default_combiner(), HeuristicCombiner)
     path = calibration.save(tmp_path / "c.json")
     monkeypatch.setenv(CALIBRATION_ENV, str(path))
+    reset_config()  # the environment is read once; this test changes it on purpose
     combiner = default_combiner()
     assert isinstance(combiner, CalibratedCombiner) and combiner.name == calibration.id
     monkeypatch.setenv(CALIBRATION_ENV, str(tmp_path / "missing.json"))
+    reset_config()
     with pytest.raises(ConfigurationError, match=CALIBRATION_ENV):
         default_combiner()
 

@@ -7,8 +7,9 @@ import json
 import pytest
 from store_fixtures import SQLiteBackend, make_record
 
-from tracerag import cli, cli_store
+from tracerag import cli
 from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.tools import cli_store
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from tracerag.demo.kb import (
     load_documents,
     load_questions,
 )
-from tracerag.models.extractive import CANNOT_ANSWER_EN, CANNOT_ANSWER_ZH, ExtractiveChatModel
+from tracerag.demo.models.extractive import CANNOT_ANSWER_EN, CANNOT_ANSWER_ZH, ExtractiveChatModel
 from tracerag.prompts import PROMPT, TASK_ANSWER, prompt_values
 from tracerag.text import split_sentences
 

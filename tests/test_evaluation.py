@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tracerag.evaluation import (
+from tracerag.tools.evaluation import (
     auroc,
     brier,
     ece,

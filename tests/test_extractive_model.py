@@ -14,7 +14,7 @@ from langchain_core.prompts import ChatPromptTemplate
 
 from tracerag.context import Material, Plan
 from tracerag.demo.kb import load_documents
-from tracerag.models.extractive import (
+from tracerag.demo.models.extractive import (
     CANNOT_ANSWER_EN,
     CANNOT_ANSWER_ZH,
     ExtractiveChatModel,

@@ -33,7 +33,7 @@ def local_model():
         if os.environ.get("CI"):
             pytest.fail(f"the local model must run in CI: {reason}")
         pytest.skip(reason)
-    from tracerag.models.local import DEFAULT_MODEL_NAME, LocalChatModel
+    from tracerag.demo.models.local import DEFAULT_MODEL_NAME, LocalChatModel
 
     model = LocalChatModel(seed=11, max_tokens=96)
     assert model.model_name == DEFAULT_MODEL_NAME

@@ -74,3 +74,18 @@ def test_store_down_still_answers_and_says_so(make_pipeline, caplog):
     assert writer.dropped >= 1
     assert third.request_id in caplog.text or second.request_id in caplog.text
     writer.close(timeout=0.1)
+
+
+def test_no_store_configured_means_no_trail_and_no_file(make_pipeline, tmp_path, monkeypatch):
+    """A library call never writes into the caller's working directory by default."""
+    from tracerag.config import reset_config
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TRACERAG_STORE", raising=False)
+    reset_config()
+    pipeline = make_pipeline(scripted([GOOD]))
+    response = pipeline.invoke(QUESTION)
+    assert response.decision == "pass"
+    assert response.audit_persisted is None  # nothing claims a trail that does not exist
+    assert pipeline.settings.record_sink is None
+    assert list(tmp_path.iterdir()) == []

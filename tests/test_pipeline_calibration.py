@@ -6,11 +6,13 @@ from pathlib import Path
 
 from conftest import GOOD, QUESTION, scripted
 
+from tracerag.config import reset_config
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "calibration" / "calibration.json"
 
 
 def test_pipeline_uses_the_calibration_named_in_the_environment(make_pipeline, monkeypatch):
-    from tracerag.calibration import CalibratedCombiner
+    from tracerag.signals.calibrated import CalibratedCombiner
 
     monkeypatch.setenv("TRACERAG_CALIBRATION", str(EXAMPLE))
     pipeline = make_pipeline(scripted([GOOD]))
@@ -19,4 +21,5 @@ def test_pipeline_uses_the_calibration_named_in_the_environment(make_pipeline, m
     assert response.calibration == pipeline.settings.combiner.name
     assert response.calibration.startswith(("logistic-", "isotonic-"))
     monkeypatch.delenv("TRACERAG_CALIBRATION")
+    reset_config()  # the environment is read once; this test changes it on purpose
     assert make_pipeline(scripted([GOOD])).invoke(QUESTION).calibration == "heuristic-v1"

@@ -11,17 +11,17 @@ from langchain_core.vectorstores import VectorStoreRetriever
 
 from tracerag import cli
 from tracerag.pipeline import RAGPipeline
-from tracerag.replay import (
+from tracerag.stages.retrieve import fetch
+from tracerag.store import RequestNotFound
+from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.testing import ScriptedChatModel
+from tracerag.tools.replay import (
     ReplayRefused,
     ReplayRetriever,
     diff_records,
     replay,
     replay_retriever,
 )
-from tracerag.stages.retrieve import fetch
-from tracerag.store import RequestNotFound
-from tracerag.store.sqlite import SQLiteAuditStore
-from tracerag.testing import ScriptedChatModel
 
 PROMPT = "test-prompt-v1"
 

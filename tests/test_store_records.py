@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from store_fixtures import backend, make_record, store  # noqa: F401
 
+from tracerag.config import reset_config
 from tracerag.context import Material, Plan, RequestContext, Sample, Versions
 from tracerag.errors import ConfigurationError
 from tracerag.store import (
@@ -298,12 +299,14 @@ def test_store_is_durable_across_reopen(backend) -> None:  # noqa: F811
 def test_open_store_paths_and_urls(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("TRACERAG_STORE", raising=False)
-    s = open_store()
-    assert isinstance(s, SQLiteAuditStore)
-    assert (tmp_path / ".tracerag" / "audit.sqlite").exists()
-    s.close()
+    reset_config()
+    # nothing configured: refused, and no file appears in the working directory
+    with pytest.raises(ConfigurationError, match="TRACERAG_STORE"):
+        open_store()
+    assert list(tmp_path.iterdir()) == []
 
     monkeypatch.setenv("TRACERAG_STORE", str(tmp_path / "env" / "a.sqlite"))
+    reset_config()
     s = open_store()
     assert s.path == str(tmp_path / "env" / "a.sqlite")
     s.close()

@@ -6,8 +6,9 @@ import json
 
 from store_fixtures import make_record
 
-from tracerag.store import RequestTrail, entries_from_record, render_json, render_timeline
+from tracerag.store import RequestTrail, entries_from_record
 from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.tools.show import render_json, render_timeline
 
 SECTIONS = [
     "REQUEST req-0001",

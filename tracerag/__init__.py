@@ -19,7 +19,7 @@ _EXPORTS = {
     "Evidence": "tracerag.contract",
     "response_schema": "tracerag.contract",
     "validate_response": "tracerag.contract",
-    "ExtractiveChatModel": "tracerag.models.extractive",
+    "ExtractiveChatModel": "tracerag.demo.models.extractive",
     "support": "tracerag.signals.support",
     "Support": "tracerag.signals.support",
     "RuleResult": "tracerag.signals.rules",
@@ -77,6 +77,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag.contract import Evidence, Response, response_schema, validate_response
+    from tracerag.demo.models.extractive import ExtractiveChatModel
     from tracerag.errors import (
         ConfigurationError,
         InputError,
@@ -84,7 +85,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         PlanError,
         TraceragError,
     )
-    from tracerag.models.extractive import ExtractiveChatModel
     from tracerag.pipeline import RAGPipeline
     from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds, Ticket
     from tracerag.settings import RetryPolicy

@@ -2,8 +2,8 @@
 
 ``RAGPipeline(audit=...)`` and ``wrap(..., audit=...)`` accept:
 
-- ``"auto"`` (default): the store named by ``TRACERAG_STORE``, else the embedded SQLite file
-  ``./.tracerag/audit.sqlite``, created on first use;
+- ``"auto"`` (default): the store named by ``TRACERAG_STORE``; when it is unset, no audit trail
+  (``audit_persisted`` is null) and no file is written anywhere;
 - a store URL or path (``postgresql://…``, ``sqlite:///…``, ``/path/audit.sqlite``);
 - an ``AuditStore`` or an ``AuditWriter``;
 - any callable ``(record) -> bool`` (True when the record was accepted);
@@ -33,7 +33,7 @@ def _on_drop(record: Mapping[str, Any], reason: str) -> None:
 
 
 def writer_for(target: str | None) -> Any:
-    """The shared AuditWriter for a store URL or path (None: TRACERAG_STORE or the default)."""
+    """The shared AuditWriter for a store URL or path (None: TRACERAG_STORE)."""
     from tracerag.store import open_store, resolve_store_url
     from tracerag.store.writer import AuditWriter
 
@@ -65,7 +65,10 @@ def resolve_sink(audit: Any) -> Sink | None:
     if audit is None or audit is False:
         return None
     if audit == "auto":
-        return writer_sink(writer_for(None))
+        from tracerag.config import get_config
+
+        store = get_config().store
+        return writer_sink(writer_for(store)) if store else None
     if isinstance(audit, str):
         return writer_sink(writer_for(audit))
     if hasattr(audit, "submit") and hasattr(audit, "healthy"):

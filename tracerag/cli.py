@@ -16,12 +16,12 @@ from tracerag import __version__
 
 COMMANDS = [
     "tracerag.demo.run",
-    "tracerag.cli_store",
-    "tracerag.replay",
-    "tracerag.indicators",
+    "tracerag.tools.cli_store",
+    "tracerag.tools.replay",
+    "tracerag.tools.indicators",
     "tracerag.server.cli",
-    "tracerag.calibration",
-    "tracerag.adversarial",
+    "tracerag.tools.calibration",
+    "tracerag.tools.adversarial",
 ]
 
 

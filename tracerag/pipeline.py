@@ -11,12 +11,12 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from opentelemetry.trace import TracerProvider
 
 from tracerag.audit import resolve_sink
-from tracerag.calibration import default_combiner
 from tracerag.contract import Response
 from tracerag.errors import ConfigurationError
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag.runner import Step, parse_input, run_steps, run_sync
 from tracerag.settings import RetryPolicy, Settings
+from tracerag.signals.calibrated import default_combiner
 from tracerag.signals.confidence import Combiner
 from tracerag.signals.consistency import Equivalence
 from tracerag.signals.rules import Rule

@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from tracerag.calibration import demo_calibration_rows
+from tracerag.tools.calibration import demo_calibration_rows
 
 HERE = Path(__file__).resolve().parent
 

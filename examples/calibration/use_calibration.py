@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 from tracerag import RAGPipeline
-from tracerag.calibration import CalibratedCombiner
 from tracerag.demo.kb import build_retriever, load_questions
-from tracerag.models.extractive import ExtractiveChatModel
+from tracerag.demo.models.extractive import ExtractiveChatModel
 from tracerag.prompts import DEFAULT_PROMPT_VERSION
+from tracerag.signals.calibrated import CalibratedCombiner
 
 HERE = Path(__file__).resolve().parent
 

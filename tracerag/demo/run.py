@@ -25,12 +25,12 @@ DEFAULT_DIR = Path(".tracerag")
 def build_model(name: str, seed: int | None) -> Any:
     """The chat model the demo runs: ``extractive`` (no weights) or ``local`` (GGUF)."""
     if name == "extractive":
-        from tracerag.models.extractive import ExtractiveChatModel
+        from tracerag.demo.models.extractive import ExtractiveChatModel
 
         return ExtractiveChatModel(seed=seed)
     if name == "local":
         try:
-            from tracerag.models.local import LocalChatModel
+            from tracerag.demo.models.local import LocalChatModel
 
             return LocalChatModel()
         except ImportError as exc:
@@ -59,6 +59,7 @@ def build_pipeline(args: argparse.Namespace) -> Any:
     """The demo pipeline over the bundled knowledge base."""
     from tracerag.demo.kb import build_retriever
     from tracerag.pipeline import RAGPipeline
+    from tracerag.store import cli_store_url
 
     llm = build_model(args.model, args.seed)
     from tracerag.llm import model_name
@@ -71,7 +72,7 @@ def build_pipeline(args: argparse.Namespace) -> Any:
         n_samples=args.samples,
         temperature=args.temperature,
         plan=args.plan,
-        audit=args.store or "auto",
+        audit=cli_store_url(args.store),
     )
 
 
@@ -149,10 +150,10 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"traces: {traces}")
     if stored:
-        from tracerag.store import resolve_store_url
-
         example = results[-1]["response"]["request_id"]
-        print(f"audit trail: {resolve_store_url(args.store)} — e.g. tracerag show {example}")
+        from tracerag.store import cli_store_url
+
+        print(f"audit trail: {cli_store_url(args.store)} — e.g. tracerag show {example}")
     else:
         print("audit trail: not written (see the log above)")
     return 0
@@ -180,7 +181,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--store",
         default=None,
-        help="audit store URL or path (default: TRACERAG_STORE, else .tracerag/audit.sqlite)",
+        help="audit store URL or path (default: $TRACERAG_STORE, else .tracerag/audit.sqlite)",
     )
     p.add_argument("--json", action="store_true", help="print the Responses as JSON")
     p.set_defaults(func=run)

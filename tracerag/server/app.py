@@ -47,7 +47,6 @@ from starlette.responses import StreamingResponse
 from tracerag.context import RequestContext
 from tracerag.contract import Response as RAGResponse
 from tracerag.errors import ConfigurationError, InputError
-from tracerag.replay import candidate_answer
 from tracerag.runner import parse_input, run_steps
 from tracerag.server.auth import (
     API_KEY_ENV,
@@ -74,6 +73,7 @@ from tracerag.store.base import (
     RequestTrail,
     ReviewDecision,
 )
+from tracerag.tools.replay import candidate_answer
 
 logger = logging.getLogger("tracerag.server")
 

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from tracerag.replay import MODEL_ENV
+    from tracerag.tools.replay import MODEL_ENV
 
     model = args.model or os.environ.get(MODEL_ENV, "").strip() or "extractive"
     try:
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``tracerag serve``."""
-    from tracerag.cli_store import add_store_argument
+    from tracerag.tools.cli_store import add_store_argument
 
     p = subparsers.add_parser(
         "serve",

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracerag.replay import candidate_answer
 from tracerag.store.base import RequestTrail, _dig
+from tracerag.tools.replay import candidate_answer
 
 
 @dataclass(frozen=True)

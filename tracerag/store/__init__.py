@@ -1,16 +1,15 @@
 """The durable audit trail: every request's artifacts, hash-chained, with a review queue.
 
-``open_store()`` opens the store named by its argument, else by ``TRACERAG_STORE``, else the
-SQLite file ``./.tracerag/audit.sqlite``. ``AuditWriter`` writes records in the background so
-that storing never slows or breaks an answer; ``render_timeline`` shows one request the way an
-investigator reads it.
+``open_store()`` opens the store named by its argument, else by ``TRACERAG_STORE``; with
+neither it refuses (tracerag never picks a file location on its own). ``AuditWriter`` writes
+records in the background so that storing never slows or breaks an answer.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
 from tracerag.store.base import (
     ACTION_KINDS,
@@ -36,24 +35,39 @@ from tracerag.store.base import (
     record_from_entries,
 )
 from tracerag.store.chain import ChainIssue, ChainReport
-from tracerag.store.timeline import render_json, render_timeline
 from tracerag.store.writer import AuditWriter
 
 STORE_ENV = "TRACERAG_STORE"
-DEFAULT_STORE_PATH = "./.tracerag/audit.sqlite"
+#: Where the command line (``tracerag demo``, ``show``, ``audit verify``…) keeps its audit trail
+#: when neither ``--store`` nor ``TRACERAG_STORE`` names one; library calls never use it.
+CLI_DEFAULT_STORE = ".tracerag/audit.sqlite"
+
+
+def cli_store_url(url_or_path: str | None = None) -> str:
+    """The store a command uses: ``--store``, else ``TRACERAG_STORE``, else the CLI default."""
+    if url_or_path and str(url_or_path).strip():
+        return str(url_or_path)
+    return get_config().store or CLI_DEFAULT_STORE
 
 
 def resolve_store_url(url_or_path: str | None = None) -> str:
-    """The store location that ``open_store`` would use for this argument."""
+    """The store location that ``open_store`` would use for this argument.
+
+    ``None`` or blank: ``TRACERAG_STORE``; ``ConfigurationError`` when that is unset too.
+    """
     if url_or_path is None or not str(url_or_path).strip():
-        url_or_path = os.environ.get(STORE_ENV, "").strip() or DEFAULT_STORE_PATH
+        url_or_path = get_config().store
+        if not url_or_path:
+            raise ConfigurationError(
+                f"no audit store configured: pass a store URL or path, or set {STORE_ENV}"
+            )
     return str(url_or_path)
 
 
 def open_store(url_or_path: str | None = None, **options: Any) -> AuditStore:
     """Open (creating and migrating if needed) the audit store at a URL or path.
 
-    ``None`` → env ``TRACERAG_STORE`` → ``./.tracerag/audit.sqlite``.
+    ``None`` → env ``TRACERAG_STORE`` (``ConfigurationError`` when unset).
     ``postgresql://…`` / ``postgres://…`` → PostgreSQL. ``sqlite:///relative/path``,
     ``sqlite:////absolute/path``, ``sqlite://`` or ``:memory:`` (in memory) and plain paths →
     SQLite. ``options`` go to the backend's constructor (e.g. ``auto_enqueue=False``).
@@ -88,7 +102,7 @@ def open_store(url_or_path: str | None = None, **options: Any) -> AuditStore:
 
 __all__ = [
     "ACTION_KINDS",
-    "DEFAULT_STORE_PATH",
+    "CLI_DEFAULT_STORE",
     "RECORD_KINDS",
     "REVIEW_ACTIONS",
     "REVIEW_ROUTES",
@@ -111,10 +125,9 @@ __all__ = [
     "SchemaTooNew",
     "StoreError",
     "StoreMetrics",
+    "cli_store_url",
     "entries_from_record",
     "open_store",
     "record_from_entries",
-    "render_json",
-    "render_timeline",
     "resolve_store_url",
 ]

@@ -395,8 +395,8 @@ def configured_model(name: str | None, seed: int | None = None) -> tuple[Any, st
 
 def run(args: argparse.Namespace) -> int:
     """Replay one stored request and print what changed."""
-    from tracerag.cli_store import open_cli_store
     from tracerag.store import RequestNotFound
+    from tracerag.tools.cli_store import open_cli_store
 
     llm, prompt_version, model_version = configured_model(args.model, args.seed)
     store = open_cli_store(args.store, auto_enqueue=False)
@@ -434,7 +434,7 @@ def _default_actor() -> str:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``tracerag replay``."""
-    from tracerag.cli_store import add_store_argument
+    from tracerag.tools.cli_store import add_store_argument
 
     p = subparsers.add_parser(
         "replay",

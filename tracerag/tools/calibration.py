@@ -43,7 +43,6 @@ import argparse
 import hashlib
 import json
 import math
-import os
 import random
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -55,10 +54,23 @@ from typing import Any
 import numpy as np
 
 from tracerag.errors import ConfigurationError, InputError
-from tracerag.evaluation import DEFAULT_BINS, summarize
 from tracerag.routing import Thresholds
-from tracerag.signals.confidence import Combined, Combiner, HeuristicCombiner, Signals, finish
+from tracerag.signals.calibrated import (
+    CALIBRATION_ENV,
+    FEATURES,
+    FORMAT,
+    FORMAT_VERSION,
+    METHODS,
+    CalibratedCombiner,
+    Calibration,
+    default_combiner,
+    feature_values,
+    heuristic_confidence,
+    load_calibration,
+)
+from tracerag.signals.confidence import Combined, HeuristicCombiner, Signals
 from tracerag.signals.rules import RuleResult
+from tracerag.tools.evaluation import DEFAULT_BINS, summarize
 
 __all__ = [
     "CALIBRATION_ENV",
@@ -85,21 +97,6 @@ __all__ = [
     "split_holdout",
 ]
 
-FORMAT = "tracerag.calibration"
-FORMAT_VERSION = 1
-CALIBRATION_ENV = "TRACERAG_CALIBRATION"
-METHODS = ("logistic", "isotonic")
-#: The signals the logistic calibration reads, in order.
-FEATURES = (
-    "citation_score",
-    "self_consistency",
-    "plan_ok",
-    "fabricated",
-    "retrieval_margin",
-    "semantic_entropy",
-    "citation_coverage",
-)
-FAILED_RULE_FACTOR = 0.85
 
 _TRUE_WORDS = frozenset(
     {"correct", "right", "true", "yes", "y", "1", "approve", "approved", "good", "pass"}
@@ -273,30 +270,6 @@ def read_examples(path: str | Path) -> tuple[list[Example], int]:
 # Features and the two fits
 
 
-def feature_values(signals: Signals) -> dict[str, float | None]:
-    """The logistic features of a response (None: not measured)."""
-    consistency = signals.self_consistency if signals.consistency_informative else None
-    return {
-        "citation_score": signals.citation_score,
-        "self_consistency": consistency,
-        "plan_ok": None if signals.plan_ok is None else float(signals.plan_ok),
-        "fabricated": float(signals.fabricated),
-        "retrieval_margin": signals.retrieval_margin,
-        "semantic_entropy": signals.semantic_entropy,
-        "citation_coverage": signals.citation_coverage,
-    }
-
-
-def heuristic_confidence(signals: Signals, cap: float | None = None) -> float:
-    """The default combiner's (``heuristic-v1``) confidence for these signals."""
-    cap = Thresholds().cap if cap is None else cap
-    return HeuristicCombiner()(signals, cap=cap).value
-
-
-def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-np.clip(z, -40.0, 40.0)))
-
-
 def fit_logistic(
     x: np.ndarray, y: np.ndarray, *, l2: float = 1.0, max_iter: int = 100, tol: float = 1e-10
 ) -> tuple[float, np.ndarray]:
@@ -357,145 +330,6 @@ def fit_isotonic(
     return xs, fitted
 
 
-# ----------------------------------------------------------------------------------------------
-# The calibration and its file
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def _round(values: Iterable[float], digits: int = 10) -> list[float]:
-    return [round(float(v), digits) for v in values]
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """A fitted map from signals to the probability that an answer is right."""
-
-    method: str
-    features: tuple[str, ...]
-    model: dict[str, Any]
-    n: int
-    n_correct: int
-    fitted_at: str
-    provenance: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def id(self) -> str:
-        """``<method>-<8 hex digits>``: a hash of what determines the predictions."""
-        content = {
-            "format_version": FORMAT_VERSION,
-            "method": self.method,
-            "features": list(self.features),
-            "model": self.model,
-            "n": self.n,
-        }
-        digest = hashlib.sha256(_canonical(content).encode("utf-8")).hexdigest()
-        return f"{self.method}-{digest[:8]}"
-
-    def probability(self, signals: Signals) -> float:
-        """The calibrated probability that an answer with these signals is right (no caps)."""
-        if self.method == "logistic":
-            values = feature_values(signals)
-            m = self.model
-            z = float(m["intercept"])
-            for name, coef, mean, scale, impute in zip(
-                self.features, m["coefficients"], m["mean"], m["scale"], m["impute"], strict=True
-            ):
-                v = values.get(name)
-                v = impute if v is None else v
-                z += coef * (v - mean) / scale
-            return float(_sigmoid(np.array([z]))[0])
-        if self.method == "isotonic":
-            x = heuristic_confidence(signals, self.model.get("heuristic_cap"))
-            xs, ys = self.model["x"], self.model["y"]
-            if not xs:
-                return 0.0
-            return float(np.interp(x, xs, ys))
-        raise ConfigurationError(f"unknown calibration method {self.method!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """The file's JSON content."""
-        return {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "id": self.id,
-            "method": self.method,
-            "features": list(self.features),
-            "model": self.model,
-            "fitted_at": self.fitted_at,
-            "n": self.n,
-            "n_correct": self.n_correct,
-            "provenance": self.provenance,
-        }
-
-    def save(self, path: str | Path) -> Path:
-        """Write the calibration file (JSON) and return its path."""
-        path = Path(path)
-        if path.parent and not path.parent.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
-            json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
-        return path
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "calibration") -> Calibration:
-        """Read a calibration file's content; checks format, version, fields and id."""
-        if not isinstance(data, Mapping) or data.get("format") != FORMAT:
-            raise ConfigurationError(f"{where} is not a tracerag calibration file")
-        version = data.get("format_version")
-        if not isinstance(version, int) or version > FORMAT_VERSION:
-            raise ConfigurationError(
-                f"{where} has format version {version!r}; this tracerag reads up to "
-                f"{FORMAT_VERSION}: upgrade tracerag or refit"
-            )
-        method = data.get("method")
-        if method not in METHODS:
-            raise ConfigurationError(f"{where}: unknown method {method!r}")
-        model = data.get("model")
-        features = tuple(data.get("features") or ())
-        needed = ("intercept", "coefficients", "mean", "scale", "impute")
-        if method == "isotonic":
-            needed = ("x", "y")
-        if not isinstance(model, Mapping) or any(k not in model for k in needed):
-            raise ConfigurationError(f"{where}: the {method} model needs {', '.join(needed)}")
-        if method == "logistic":
-            unknown = set(features) - set(FEATURES)
-            if unknown or any(len(model[k]) != len(features) for k in needed[1:]):
-                raise ConfigurationError(f"{where}: features and coefficients do not match")
-        elif len(model["x"]) != len(model["y"]):
-            raise ConfigurationError(f"{where}: isotonic x and y differ in length")
-        calibration = cls(
-            method=method,
-            features=features,
-            model=dict(model),
-            n=int(data.get("n") or 0),
-            n_correct=int(data.get("n_correct") or 0),
-            fitted_at=str(data.get("fitted_at") or ""),
-            provenance=dict(data.get("provenance") or {}),
-        )
-        if data.get("id") != calibration.id:
-            raise ConfigurationError(
-                f"{where}: its id {data.get('id')!r} does not match its content "
-                f"({calibration.id}); the file was changed after fitting"
-            )
-        return calibration
-
-
-def load_calibration(path: str | Path) -> Calibration:
-    """Read and check a calibration file."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read calibration {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise ConfigurationError(f"calibration {path} is not valid JSON ({exc})") from None
-    return Calibration.from_dict(data, where=f"calibration {path}")
-
-
 def fit_calibration(
     examples: Sequence[Example],
     method: str = "logistic",
@@ -553,46 +387,6 @@ def fit_calibration(
         fitted_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         provenance=dict(provenance or {}),
     )
-
-
-class CalibratedCombiner:
-    """A ``Combiner`` giving the fitted probability, with the heuristic's caps and rule factors.
-
-    Its ``name`` is the calibration id, which every Response records in ``calibration``.
-    """
-
-    def __init__(
-        self, calibration: Calibration, *, failed_rule_factor: float = FAILED_RULE_FACTOR
-    ) -> None:
-        self.calibration = calibration
-        self.failed_rule_factor = failed_rule_factor
-        self.name = calibration.id
-
-    def __repr__(self) -> str:
-        return f"CalibratedCombiner({self.name})"
-
-    @classmethod
-    def from_file(cls, path: str | Path, **options: Any) -> CalibratedCombiner:
-        """The combiner of a calibration file written by ``tracerag calibrate``."""
-        return cls(load_calibration(path), **options)
-
-    def __call__(self, signals: Signals, *, cap: float) -> Combined:
-        if signals.samples_ok == 0:
-            return Combined(0.0, ["no successful sample"])
-        value = self.calibration.probability(signals)
-        parts = {"calibrated": round(value, 6)}
-        return finish(value, signals, cap=cap, parts=parts, rule_factor=self.failed_rule_factor)
-
-
-def default_combiner() -> Combiner:
-    """The combiner of the file named by ``TRACERAG_CALIBRATION``, else ``heuristic-v1``."""
-    path = os.environ.get(CALIBRATION_ENV, "").strip()
-    if not path:
-        return HeuristicCombiner()
-    try:
-        return CalibratedCombiner.from_file(path)
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"{CALIBRATION_ENV}={path}: {exc}") from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -677,8 +471,8 @@ def render_comparison(title: str, results: Mapping[str, Mapping[str, Any]], bins
 
 
 def _label(record: Mapping[str, Any], mutated: Mapping[str, Any], relevant: Sequence[str]) -> bool:
-    from tracerag.adversarial import _material
     from tracerag.signals.claims import split_claims
+    from tracerag.tools.adversarial import _material
 
     selection = (record.get("signals") or {}).get("selection") or {}
     index = selection.get("sample_index")
@@ -714,15 +508,15 @@ def demo_calibration_rows(
     cites only current materials, and cites a document that answers the question; a refusal
     is not right (the customer got no answer). Returns rows in the data format.
     """
-    from tracerag.adversarial import (
+    from tracerag.context import Material
+    from tracerag.demo.kb import load_documents
+    from tracerag.demo.models.extractive import ExtractiveChatModel
+    from tracerag.tools.adversarial import (
         MUTATION_KINDS,
         MutatingChatModel,
         demo_records,
         relevant_documents,
     )
-    from tracerag.context import Material
-    from tracerag.demo.kb import load_documents
-    from tracerag.models.extractive import ExtractiveChatModel
 
     relevant = relevant_documents()
     questions = list(questions) if questions is not None else list(relevant)
@@ -871,7 +665,9 @@ def add_parser(subparsers: Any) -> None:
         description="Fit a calibration to labelled responses (JSON lines) and compare it with "
         "the heuristic: ECE, Brier, AUROC and the routing it gives.",
     )
-    p.add_argument("data", metavar="DATA.jsonl", help="labelled rows (see tracerag.calibration)")
+    p.add_argument(
+        "data", metavar="DATA.jsonl", help="labelled rows (see tracerag.tools.calibration)"
+    )
     p.add_argument("--method", choices=METHODS, default="logistic")
     p.add_argument("--out", default="calibration.json", help="file to write (calibration.json)")
     p.add_argument("--bins", type=int, default=DEFAULT_BINS, help="ECE bins (default 15)")
@@ -888,3 +684,11 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--review-at", type=float, default=Thresholds().review_at)
     p.add_argument("--json", action="store_true", help="print the calibration file as JSON")
     p.set_defaults(func=_run)
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.clip(z, -40.0, 40.0)))
+
+
+def _round(values: Iterable[float], digits: int = 10) -> list[float]:
+    return [round(float(v), digits) for v in values]

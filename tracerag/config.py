@@ -1,0 +1,129 @@
+"""tracerag's configuration from the environment: every ``TRACERAG_*`` variable, read once.
+
+``get_config()`` reads the environment the first time it is called and returns the same frozen
+``Config`` afterwards; ``reset_config()`` forgets it (tests, or an app that changes the
+environment on purpose before building pipelines). Nothing else in tracerag reads a
+``TRACERAG_*`` variable, and stages never read the environment at all. Standard OpenTelemetry
+variables (``OTEL_*``) are read by the OpenTelemetry SDK and its exporters, not here.
+
+Variables (each is optional):
+
+.. envvar:: TRACERAG_STORE
+
+   Where the audit trail is written, for pipelines built with ``audit="auto"`` (the default)
+   and for the CLI's ``--store``: a path (``/var/lib/app/audit.sqlite``), ``sqlite:///…`` or
+   ``postgresql://…``. Unset: a library pipeline keeps no audit trail (``audit_persisted`` is
+   null) and writes no file; the CLI asks for ``--store``.
+
+.. envvar:: TRACERAG_CALIBRATION
+
+   A calibration file written by ``tracerag calibrate``; pipelines built without ``combiner=``
+   use it. Unset: the ``heuristic-v1`` combiner.
+
+.. envvar:: TRACERAG_CAPTURE_CONTENT
+
+   Whether spans carry content (questions, prompts, answers, materials): ``true`` (default),
+   ``false`` or ``redact``.
+
+.. envvar:: TRACERAG_PROMETHEUS_PORT / TRACERAG_PROMETHEUS_ADDR
+
+   Serve ``/metrics`` for Prometheus on this port and address (default address 127.0.0.1),
+   when metrics are configured by tracerag's own ``configure_metrics()``.
+
+.. envvar:: TRACERAG_MINILM_MODEL / TRACERAG_MINILM_TOKENIZER
+
+   Paths to the MiniLM ONNX model and ``tokenizer.json`` for the embeddings support backend.
+   Unset: the files shipped by the ``embeddings`` extra's packages.
+
+.. envvar:: TRACERAG_MODEL
+
+   The chat model ``tracerag serve`` and ``tracerag replay`` build: ``extractive`` (default)
+   or ``local``.
+
+.. envvar:: TRACERAG_API_KEY
+
+   ``tracerag serve``: the key callers send as ``Authorization: Bearer …`` to the answer API.
+   Unset: the answer API is open (bind it to 127.0.0.1 only).
+
+.. envvar:: TRACERAG_REVIEWER_TOKEN
+
+   ``tracerag serve``: the review desk's sign-in token.
+
+.. envvar:: TRACERAG_DECISION_WEBHOOK
+
+   ``tracerag serve``: a URL that receives every reviewer decision as JSON.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["ENV_VARS", "Config", "get_config", "reset_config"]
+
+#: Every environment variable tracerag itself reads, by the ``Config`` field it fills.
+ENV_VARS: Mapping[str, str] = {
+    "store": "TRACERAG_STORE",
+    "calibration": "TRACERAG_CALIBRATION",
+    "capture_content": "TRACERAG_CAPTURE_CONTENT",
+    "prometheus_port": "TRACERAG_PROMETHEUS_PORT",
+    "prometheus_addr": "TRACERAG_PROMETHEUS_ADDR",
+    "minilm_model": "TRACERAG_MINILM_MODEL",
+    "minilm_tokenizer": "TRACERAG_MINILM_TOKENIZER",
+    "model": "TRACERAG_MODEL",
+    "api_key": "TRACERAG_API_KEY",
+    "reviewer_token": "TRACERAG_REVIEWER_TOKEN",
+    "decision_webhook": "TRACERAG_DECISION_WEBHOOK",
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """The ``TRACERAG_*`` environment as read once (empty strings become None)."""
+
+    store: str | None = None
+    calibration: str | None = None
+    capture_content: str | None = None
+    prometheus_port: str | None = None
+    prometheus_addr: str | None = None
+    minilm_model: str | None = None
+    minilm_tokenizer: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+    reviewer_token: str | None = None
+    decision_webhook: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
+        """Read every variable in ``ENV_VARS`` from ``environ`` (default ``os.environ``)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, str | None] = {}
+        for field_name, var in ENV_VARS.items():
+            raw = env.get(var, "").strip()
+            values[field_name] = raw or None
+        return cls(**values)
+
+
+_lock = threading.Lock()
+_config: Config | None = None
+
+
+def get_config() -> Config:
+    """The configuration, read from the environment on first use and kept."""
+    global _config
+    config = _config
+    if config is None:
+        with _lock:
+            if _config is None:
+                _config = Config.from_env()
+            config = _config
+    return config
+
+
+def reset_config() -> None:
+    """Forget the configuration read so far; the next ``get_config()`` reads the environment."""
+    global _config
+    with _lock:
+        _config = None
