@@ -7,7 +7,7 @@ one with ``eval "$(bash .ci/postgres.sh)"``), in one run:
   (what a request would pay if it wrote its own audit record);
 - background drain: records submitted to an ``AuditWriter`` at once, then flushed;
 - added latency per request, side by side: a simulated request (building its record from a
-  RequestContext, as the pipeline does) with no store at all, versus the same request ending with
+  RequestState, as the pipeline does) with no store at all, versus the same request ending with
   ``AuditWriter.submit`` while the writer thread is busy writing the round's records (in
   batches). Rounds alternate between the two so drift hits both equally; before each baseline
   round the writer is drained, so the baseline shares the process with an idle writer only.
@@ -26,7 +26,18 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from tracerag.context import Material, Plan, RequestContext, Sample, Versions
+from tracerag.signals.types import Material, Plan
+from tracerag.state import (
+    ErrorLog,
+    PlanResult,
+    Registration,
+    RequestInput,
+    RequestState,
+    Retrieval,
+    RunVersions,
+    Sample,
+    SampleSet,
+)
 from tracerag.store import AuditWriter
 from tracerag.store.base import SQLAuditStore
 
@@ -35,31 +46,53 @@ PG_ENV = "TRACERAG_TEST_POSTGRES_DSN"
 
 def build_record(request_id: str) -> dict[str, Any]:
     """A realistic record: 4 materials, a plan, 3 raw samples, citation signals, one retry."""
-    ctx = RequestContext(
-        question="I received a damaged kettle. How long do I have to return it?",
-        request_id=request_id,
-        trace_id=uuid.uuid4().hex,
-        channel="helpdesk",
-        versions=Versions(prompt="support-answer@3f9c2a1", model="gpt-4o-mini", tracerag="0.1.0"),
-        params={"n_samples": 3, "temperature": 0.7},
-    )
-    ctx.materials = [
-        Material(
-            id=f"M{i:02d}",
-            text="Items that arrive damaged may be returned within 30 days of delivery. " * 4,
-            title=f"Policy {i}",
-            score=0.9 - i / 10,
-            rank=i + 1,
-        )
-        for i in range(4)
-    ]
-    ctx.retrieval = {"count": 4, "top_score": 0.9, "score_margin": 0.1}
-    ctx.plan = Plan(material_ids=["M00", "M01"], key_facts=["30 days", "we pay shipping"])
+    errors = ErrorLog()
+    errors.record_error("sample", TimeoutError("model call timed out"), attempt=1)
     answer = "You can return a damaged item within 30 days of delivery [M00]. We pay [M01]."
-    ctx.samples = [
-        Sample(index=i, raw=answer, answer=answer, attempts=1, latency_s=1.2) for i in range(3)
-    ]
-    ctx.signals = {
+    state = RequestState(
+        input=RequestInput(
+            question="I received a damaged kettle. How long do I have to return it?",
+            request_id=request_id,
+            channel="helpdesk",
+        ),
+        trace_id=uuid.uuid4().hex,
+        registration=Registration(
+            request_id=request_id,
+            tier="high",
+            versions=RunVersions("support-answer@3f9c2a1", "gpt-4o-mini", "0.1.0"),
+            n_samples=3,
+            temperature=0.7,
+            plan_mode="separate",
+        ),
+        retrieval=Retrieval.of(
+            tuple(
+                Material(
+                    id=f"M{i:02d}",
+                    text="Items that arrive damaged may be returned within 30 days of delivery. "
+                    * 4,
+                    title=f"Policy {i}",
+                    score=0.9 - i / 10,
+                    rank=i + 1,
+                )
+                for i in range(4)
+            )
+        ),
+        planning=PlanResult(
+            Plan(material_ids=("M00", "M01"), key_facts=("30 days", "we pay shipping"))
+        ),
+        samples=SampleSet(
+            samples=tuple(
+                Sample(index=i, raw=answer, answer=answer, attempts=1, latency_s=1.2)
+                for i in range(3)
+            ),
+            temperature=0.7,
+            errors=errors.freeze(),
+        ),
+        errors=errors.freeze(),
+        timings={"request": 3.2},
+    )
+    record = state.to_record(response={"answer": answer, "status": "answered"})
+    record["signals"] = {
         "citations": {
             "claims": [
                 {
@@ -79,11 +112,8 @@ def build_record(request_id: str) -> dict[str, Any]:
         "consistency": {"agreement": 1.0, "groups": 1, "entropy": 0.0},
         "rules": [{"name": "no_personal_data", "passed": True, "required": True, "detail": ""}],
     }
-    ctx.confidence, ctx.decision = 0.91, "pass"
-    ctx.response = {"answer": answer, "status": "answered"}
-    ctx.record_error("sample", TimeoutError("model call timed out"), attempt=1)
-    ctx.timings = {"request": 3.2}
-    return ctx.to_record()
+    record["confidence"], record["decision"] = 0.91, "pass"
+    return record
 
 
 def pct(values: list[float], q: float) -> float:

@@ -8,9 +8,9 @@ import random
 import pytest
 
 from tracerag.cli import main
-from tracerag.context import Material
 from tracerag.demo.models.extractive import ExtractiveChatModel
 from tracerag.signals.claims import split_claims
+from tracerag.signals.types import Material
 from tracerag.tools.adversarial import (
     DEFAULT_FLOORS,
     MUTATION_KINDS,

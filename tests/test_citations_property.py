@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracerag.context import Material
 from tracerag.signals.citations import SUPPORTED, verify_citations
 from tracerag.signals.claims import citation_ids, split_claims, strip_citations
+from tracerag.signals.types import Material
 
 TEMPLATES = [
     ("Customers may return unused items within {n} days of delivery.", "en"),

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from tracerag import metrics, semconv
-from tracerag.context import RequestContext, Sample
 
 DASHBOARDS = Path(__file__).resolve().parent.parent / "dashboards"
 GRAFANA_GLOBALS = {
@@ -120,11 +119,17 @@ def exposed_names() -> set[str]:
     registry = CollectorRegistry()
     provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
     for decision, confidence in (("pass", 0.92), ("review", 0.7), ("escalate", 0.3)):
-        ctx = RequestContext(question="q", decision=decision, confidence=confidence)
-        ctx.samples = [Sample(index=i, answer="a") for i in range(5)]
-        ctx.timings = {stage: 0.01 for stage in semconv.STAGES} | {"request": 0.1}
-        ctx.signals["citations"] = {"coverage": 0.8, "accuracy": 0.9, "fabricated": ["x"]}
-        metrics.record_request(ctx, meter_provider=provider)
+        outcome = metrics.RequestOutcome(
+            tier="high",
+            decision=decision,
+            confidence=confidence,
+            timings={stage: 0.01 for stage in semconv.STAGES} | {"request": 0.1},
+            n_samples=5,
+            citation_coverage=0.8,
+            citation_accuracy=0.9,
+            fabricated=["x"],
+        )
+        metrics.record_request(outcome, meter_provider=provider)
     metrics.record_retry("sample", TimeoutError(), meter_provider=provider)
     metrics.record_model_error("sample", TimeoutError(), meter_provider=provider)
     metrics.record_audit_failure("OperationalError", dropped=True, meter_provider=provider)

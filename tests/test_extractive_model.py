@@ -12,7 +12,6 @@ from langchain_core.messages import AIMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 
-from tracerag.context import Material, Plan
 from tracerag.demo.kb import load_documents
 from tracerag.demo.models.extractive import (
     CANNOT_ANSWER_EN,
@@ -29,6 +28,7 @@ from tracerag.prompts import (
     TASK_PLAN_AND_ANSWER,
     prompt_values,
 )
+from tracerag.signals.types import Material, Plan
 
 CITATION_RE = re.compile(r"\[([^\]]+)\]")
 DOCS = {d.metadata["id"]: d for d in load_documents()}

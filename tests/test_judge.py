@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from tracerag.context import Material
 from tracerag.errors import ConfigurationError
 from tracerag.signals.citations import FABRICATED, SUPPORTED, UNSUPPORTED, verify_citations
 from tracerag.signals.judge import JudgeSupport, find_quote, unconfigured_judge
 from tracerag.signals.support import get_backend, register_backend
+from tracerag.signals.types import Material
 from tracerag.testing import ScriptedChatModel
 
 MATERIAL = (

@@ -15,7 +15,6 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from otlp_receiver import OtlpHttpReceiver, counter_total, metric_points
 
 from tracerag import metrics, semconv
-from tracerag.context import RequestContext, Sample
 
 
 @pytest.fixture(autouse=True)
@@ -49,21 +48,29 @@ class CitationReport:
     fabricated: list[str] = field(default_factory=list)
 
 
-def make_ctx(decision: str = "pass", confidence: float = 0.9, **kw: object) -> RequestContext:
-    ctx = RequestContext(question="q", decision=decision, confidence=confidence)
-    ctx.tier = str(kw.get("tier", "high"))
-    ctx.samples = [Sample(index=i, answer="a") for i in range(int(kw.get("n", 5)))]  # type: ignore[call-overload]
-    ctx.timings = {
-        "register": 0.001,
-        "retrieve": 0.02,
-        "plan": 0.3,
-        "sample": 1.2,
-        "verify": 0.04,
-        "assemble": 0.002,
-        "request": 1.6,
-    }
-    ctx.signals["citations"] = kw.get("citations", CitationReport(0.75, 0.5, ["m9", "m10"]))
-    return ctx
+def make_ctx(
+    decision: str = "pass", confidence: float = 0.9, **kw: object
+) -> metrics.RequestOutcome:
+    citations = kw.get("citations", CitationReport(0.75, 0.5, ["m9", "m10"]))
+    field = citations.get if isinstance(citations, dict) else lambda k: getattr(citations, k)
+    return metrics.RequestOutcome(
+        tier=str(kw.get("tier", "high")),
+        decision=decision,
+        confidence=confidence,
+        timings={
+            "register": 0.001,
+            "retrieve": 0.02,
+            "plan": 0.3,
+            "sample": 1.2,
+            "verify": 0.04,
+            "assemble": 0.002,
+            "request": 1.6,
+        },
+        n_samples=int(kw.get("n", 5)),  # type: ignore[call-overload]
+        citation_coverage=field("coverage"),
+        citation_accuracy=field("accuracy"),
+        fabricated=field("fabricated"),
+    )
 
 
 def test_record_request_fills_every_instrument(
@@ -121,7 +128,7 @@ def test_record_request_is_defensive(provider: MeterProvider, reader: InMemoryMe
     odd = SimpleNamespace(decision=None, confidence=float("inf"), timings={"x": "slow"})
     metrics.record_request(odd, meter_provider=provider)  # type: ignore[arg-type]
     metrics.record_request(object(), meter_provider=provider)  # type: ignore[arg-type]
-    bare = RequestContext(question="q")
+    bare = metrics.RequestOutcome()
     metrics.record_request(bare, meter_provider=provider)
     assert counter_total(reader, semconv.METRIC_REQUESTS) == 5
     assert counter_total(reader, semconv.METRIC_REQUESTS, decision="none") == 3

@@ -166,8 +166,14 @@ def demo_store(tmp_path):
     path = str(tmp_path / "demo.sqlite")
     s = SQLiteAuditStore(path)
     pipeline = demo_pipeline("extractive", seed=7)
-    pipeline.settings.record_sink = lambda r: s.append_record(r) or True
-    rid = pipeline.invoke("How long is the warranty on a laptop?").request_id
+    response = asyncio.run(
+        pipeline.arun(
+            "How long is the warranty on a laptop?",
+            record_sink=lambda r: s.append_record(r) or True,
+        )
+    )
+    assert response.audit_persisted is True
+    rid = response.request_id
     other = RAGPipeline(
         pipeline.settings.retriever,
         pipeline.settings.llm,

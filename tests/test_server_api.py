@@ -122,18 +122,14 @@ def test_stream_marks_stages_a_tier_skips(store):
 
 
 def test_on_stage_hook_failures_never_fail_the_request():
-    from tracerag.runner import parse_input, run_steps
-
     pipeline = make_pipeline([GOOD_ANSWER])
     seen = []
 
-    def hook(name, ctx):
-        seen.append(name)
+    def hook(event):
+        seen.append(event.stage)
         raise RuntimeError("a broken listener")
 
-    response = asyncio.run(
-        run_steps(parse_input(GOOD_QUESTION), pipeline.settings, pipeline.steps, on_stage=hook)
-    )
+    response = asyncio.run(pipeline.arun(GOOD_QUESTION, on_stage=hook))
     assert seen == STAGES
     assert response.decision == "pass"
 

@@ -12,8 +12,19 @@ from hypothesis import strategies as st
 from store_fixtures import backend, make_record, store  # noqa: F401
 
 from tracerag.config import reset_config
-from tracerag.context import Material, Plan, RequestContext, Sample, Versions
 from tracerag.errors import ConfigurationError
+from tracerag.signals.types import Material, Plan
+from tracerag.state import (
+    ErrorLog,
+    PlanResult,
+    Registration,
+    RequestInput,
+    RequestState,
+    Retrieval,
+    RunVersions,
+    Sample,
+    SampleSet,
+)
 from tracerag.store import (
     AuditStore,
     DuplicateRequest,
@@ -63,18 +74,30 @@ def test_unknown_keys_travel_in_the_response_entry() -> None:
     assert record_from_entries(entries) == record
 
 
-def test_record_from_a_real_request_context_round_trips() -> None:
-    ctx = RequestContext(
-        question="Can I change my delivery address?",
-        request_id="ctx-1",
-        versions=Versions(prompt="p@1", model="m@1", tracerag="0.1.0"),
+def test_record_from_a_real_request_state_round_trips() -> None:
+    errors = ErrorLog()
+    errors.record_error("retrieve", ConnectionError("vector store slow"), attempt=1)
+    state = RequestState(
+        input=RequestInput(question="Can I change my delivery address?", request_id="ctx-1"),
+        registration=Registration(
+            request_id="ctx-1",
+            tier="high",
+            versions=RunVersions(prompt="p@1", model="m@1", tracerag="0.1.0"),
+            n_samples=1,
+            temperature=0.7,
+            plan_mode="separate",
+        ),
+        retrieval=Retrieval.of(
+            (Material(id="M01", text="Addresses can be changed.", score=0.8, rank=1),),
+            errors=errors.freeze(),
+        ),
+        planning=PlanResult(Plan(material_ids=("M01",))),
+        samples=SampleSet(samples=(Sample(index=0, raw="Yes [M01].", answer="Yes [M01]."),)),
     )
-    ctx.materials = [Material(id="M01", text="Addresses can be changed.", score=0.8, rank=1)]
-    ctx.plan = Plan(material_ids=["M01"])
-    ctx.samples = [Sample(index=0, raw="Yes [M01].", answer="Yes [M01].")]
-    ctx.confidence, ctx.decision = 0.9, "pass"
-    ctx.record_error("retrieve", ConnectionError("vector store slow"), attempt=1)
-    record = ctx.to_record()
+    state = state.with_output("retrieve", state.retrieval)
+    record = state.to_record()
+    assert record["errors"][0]["type"] == "ConnectionError"
+    assert record["errors"][0]["attempt"] == 1
     assert record_from_entries(entries_from_record(record)) == record
 
 

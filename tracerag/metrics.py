@@ -50,7 +50,6 @@ from opentelemetry import metrics as otel_metrics
 from opentelemetry.metrics import Meter, MeterProvider
 
 from tracerag import __version__, semconv
-from tracerag.context import RequestContext
 
 logger = logging.getLogger(__name__)
 
@@ -300,12 +299,19 @@ def _ratio(value: Any) -> float | None:
     return min(1.0, max(0.0, number))
 
 
-def _field(obj: Any, name: str) -> Any:
-    if obj is None:
-        return None
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    return getattr(obj, name, None)
+@dataclass(frozen=True)
+class RequestOutcome:
+    """What the metrics record of one finished request (None: not measured)."""
+
+    tier: str | None = None
+    decision: str | None = None
+    confidence: float | None = None
+    timings: Mapping[str, float] = field(default_factory=dict)
+    n_samples: int | None = None
+    citation_coverage: float | None = None
+    citation_accuracy: float | None = None
+    #: the fabricated citation ids, or their count; None when citations were not verified
+    fabricated: Sequence[str] | int | None = None
 
 
 def _error_type(error: BaseException | str | None) -> str:
@@ -316,19 +322,21 @@ def _error_type(error: BaseException | str | None) -> str:
     return str(error) or "error"
 
 
-def record_request(ctx: RequestContext, *, meter_provider: MeterProvider | None = None) -> None:
+def record_request(
+    outcome: RequestOutcome, *, meter_provider: MeterProvider | None = None
+) -> None:
     """Record one finished request: decision, confidence, durations, samples and citations."""
     try:
         inst = _instruments(meter_provider)
-        tier = _label(getattr(ctx, "tier", None))
-        decision = _label(getattr(ctx, "decision", None))
+        tier = _label(getattr(outcome, "tier", None))
+        decision = _label(getattr(outcome, "decision", None))
         attrs = {semconv.METRIC_ATTR_DECISION: decision, semconv.METRIC_ATTR_TIER: tier}
         tier_only = {semconv.METRIC_ATTR_TIER: tier}
         inst.requests.add(1, attrs)
-        confidence = _ratio(getattr(ctx, "confidence", None))
+        confidence = _ratio(getattr(outcome, "confidence", None))
         if confidence is not None:
             inst.confidence.record(confidence, attrs)
-        timings = getattr(ctx, "timings", None) or {}
+        timings = getattr(outcome, "timings", None) or {}
         for stage, seconds in dict(timings).items():
             try:
                 value = float(seconds)
@@ -342,23 +350,21 @@ def record_request(ctx: RequestContext, *, meter_provider: MeterProvider | None 
                 inst.stage_duration.record(
                     value, {semconv.METRIC_ATTR_STAGE: str(stage), semconv.METRIC_ATTR_TIER: tier}
                 )
-        samples = getattr(ctx, "samples", None)
+        samples = getattr(outcome, "n_samples", None)
         if samples is not None:
-            inst.samples.record(len(samples), tier_only)
-        signals = getattr(ctx, "signals", None) or {}
-        citations = signals.get("citations") if isinstance(signals, Mapping) else None
-        if citations is not None:
-            coverage = _ratio(_field(citations, "coverage"))
-            if coverage is not None:
-                inst.coverage.record(coverage, tier_only)
-            accuracy = _ratio(_field(citations, "accuracy"))
-            if accuracy is not None:
-                inst.accuracy.record(accuracy, tier_only)
-            fabricated = _field(citations, "fabricated")
+            inst.samples.record(samples, tier_only)
+        coverage = _ratio(getattr(outcome, "citation_coverage", None))
+        if coverage is not None:
+            inst.coverage.record(coverage, tier_only)
+        accuracy = _ratio(getattr(outcome, "citation_accuracy", None))
+        if accuracy is not None:
+            inst.accuracy.record(accuracy, tier_only)
+        fabricated = getattr(outcome, "fabricated", None)
+        if fabricated is not None:
             count = 0
             if isinstance(fabricated, (int, float)) and not isinstance(fabricated, bool):
                 count = int(fabricated)
-            elif fabricated is not None:
+            else:
                 try:
                     count = len(fabricated)
                 except TypeError:

@@ -7,67 +7,22 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import Runnable, RunnableConfig
 from opentelemetry.trace import TracerProvider
 
 from tracerag.audit import resolve_sink
-from tracerag.contract import Response
 from tracerag.errors import ConfigurationError
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
-from tracerag.runner import Step, parse_input, run_steps, run_sync
+from tracerag.runner import StagedRunnable
 from tracerag.settings import RetryPolicy, Settings
 from tracerag.signals.calibrated import default_combiner
 from tracerag.signals.confidence import Combiner
 from tracerag.signals.consistency import Equivalence
 from tracerag.signals.rules import Rule
 from tracerag.signals.support import SupportBackend
-from tracerag.stages.assemble import assemble
-from tracerag.stages.plan import plan, plan_from_samples
-from tracerag.stages.register import register
-from tracerag.stages.retrieve import retrieve
-from tracerag.stages.sample import sample
-from tracerag.stages.verify import verify
+from tracerag.stages.table import ModelSource, Step, steps_for
 from tracerag.tracing import get_tracer
 
-
-def steps_for(tier: str, plan_mode: str) -> list[Step]:
-    """The six stages in run order for a tier and plan mode (skipped ones kept, marked)."""
-    if tier == "low":
-        return [
-            Step("register", register),
-            Step("retrieve", retrieve),
-            Step("plan", None, "tier low: no plan"),
-            Step("sample", sample),
-            Step("verify", None, "tier low: no verification"),
-            Step("assemble", assemble),
-        ]
-    if tier == "medium":
-        planning = Step("plan", None, "tier medium: no plan")
-        return [
-            Step("register", register),
-            Step("retrieve", retrieve),
-            planning,
-            Step("sample", sample),
-            Step("verify", verify),
-            Step("assemble", assemble),
-        ]
-    if plan_mode == "inline":  # plans are written by the samples, so they are recorded after
-        return [
-            Step("register", register),
-            Step("retrieve", retrieve),
-            Step("sample", sample),
-            Step("plan", plan_from_samples),
-            Step("verify", verify),
-            Step("assemble", assemble),
-        ]
-    return [
-        Step("register", register),
-        Step("retrieve", retrieve),
-        Step("plan", plan),
-        Step("sample", sample),
-        Step("verify", verify),
-        Step("assemble", assemble),
-    ]
+__all__ = ["RAGPipeline", "Step", "build_settings", "steps_for"]
 
 
 def build_settings(
@@ -86,6 +41,7 @@ def build_settings(
         thresholds = Thresholds(pass_at=thresholds[0], review_at=thresholds[1])
     return Settings(
         tracer=get_tracer(tracer_provider),
+        tracer_provider=tracer_provider,
         thresholds=thresholds or Thresholds(),
         rules=tuple(rules),
         escalation=escalation or InMemoryEscalationHandler(),
@@ -96,12 +52,13 @@ def build_settings(
     )
 
 
-class RAGPipeline(Runnable[Any, Response]):
+class RAGPipeline(StagedRunnable):
     """Answers questions from a retriever's materials with verified citations and a confidence.
 
     Input: a question string, or ``{"question", "session_id", "user_id", "channel"}`` (all but
     question optional). Output: a ``tracerag.Response``. Works with ``invoke``, ``ainvoke``,
-    ``batch``, ``abatch`` and inside LCEL.
+    ``batch``, ``abatch`` and inside LCEL; ``arun`` adds per-call hooks (stage events, record
+    sink).
     """
 
     def __init__(
@@ -135,7 +92,7 @@ class RAGPipeline(Runnable[Any, Response]):
             raise ConfigurationError(
                 f"llm must be a LangChain BaseChatModel, got {type(llm).__name__}"
             )
-        self.settings = build_settings(
+        settings = build_settings(
             retriever=retriever,
             llm=llm,
             tracer_provider=tracer_provider,
@@ -156,26 +113,9 @@ class RAGPipeline(Runnable[Any, Response]):
             audit=audit,
             meter_provider=meter_provider,
         )
-        self.steps = steps_for(tier, plan)
+        super().__init__(settings, ModelSource())
 
     @property
     def escalation(self) -> EscalationHandler:
         """The handler that receives escalated and review-flagged requests."""
         return self.settings.escalation
-
-    async def ainvoke(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> Response:
-        ctx = parse_input(input, max_chars=self.settings.max_question_chars)
-        return await run_steps(ctx, self.settings, self.steps, config)
-
-    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Response:
-        return run_sync(lambda: self.ainvoke(input, config, **kwargs))
-
-    @property
-    def InputType(self) -> Any:
-        return str | dict
-
-    @property
-    def OutputType(self) -> type[Response]:
-        return Response

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from langchain_core.prompts import ChatPromptTemplate
 
-from tracerag.context import Material, Plan
+from tracerag.signals.types import Material, Plan
 
 TASK_PLAN = "plan"
 TASK_ANSWER = "answer"

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from tracerag.context import utcnow
 from tracerag.errors import ConfigurationError
+from tracerag.signals.types import utcnow
 
 logger = logging.getLogger("tracerag.escalation")
 

@@ -1,14 +1,17 @@
-"""Runs stages over a RequestContext, each in its own span under one ``tracerag.request`` root.
+"""Runs the stage table over a request, each stage in its own span under one root span.
 
-The runner owns the span tree: it opens the root, opens one span per stage in order (stages a
-tier skips still get a span, marked skipped), stamps the request_id on every span, times each
-stage, and at the end hands the audit record to the record sink and the metrics. A failure of
-tracing, storage or metrics never fails the request.
+The runner owns the span tree and the request's state: it opens the root, opens one span per
+stage in order (stages a tier skips still get a span, marked skipped), stamps the request_id on
+every span, times each stage, and puts each stage's output into a new ``RequestState``. At the
+end it hands the audit record to the record sink, builds and validates the Response once (with
+what the sink said), and records the metrics. A failure of tracing, storage, metrics or a stage
+listener never fails the request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import threading
 import time
@@ -16,149 +19,251 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
 from tracerag import metrics, semconv
-from tracerag.context import RequestContext
-from tracerag.contract import Response
-from tracerag.errors import InputError
+from tracerag.contract import Response, validate_response
 from tracerag.settings import Settings
+from tracerag.stages.register import new_request_id
+from tracerag.stages.table import Source, Step, steps_for
+from tracerag.state import INPUT_KEYS, RequestInput, RequestState
 from tracerag.tracing import capture, set_span_metadata
+
+__all__ = [
+    "INPUT_KEYS",
+    "RecordSink",
+    "StageEvent",
+    "StageListener",
+    "StagedRunnable",
+    "Step",
+    "parse_input",
+    "run",
+    "run_sync",
+]
 
 logger = logging.getLogger("tracerag")
 
-StageFn = Callable[
-    [RequestContext, Settings, Span, RunnableConfig | None], Awaitable[RequestContext]
-]
-
-INPUT_KEYS = {"question", "session_id", "user_id", "channel", "request_id"}
-
 T = TypeVar("T")
+
+#: Where a finished request's audit record goes: ``(record) -> accepted``, sync or async.
+RecordSink = Callable[[dict[str, Any]], "bool | Awaitable[bool]"]
 
 
 @dataclass(frozen=True)
-class Step:
-    """One stage in a run: its name, its function, or why it is skipped."""
+class StageEvent:
+    """What a listener hears after each stage, skipped ones included."""
 
-    name: str
-    fn: StageFn | None = None
-    skip_reason: str | None = None
+    stage: str
+    skipped: bool
+    duration_s: float | None
+    state: RequestState
+
+    @property
+    def request_id(self) -> str:
+        return self.state.request_id
+
+    @property
+    def trace_id(self) -> str | None:
+        return self.state.trace_id
+
+    @property
+    def output(self) -> Any:
+        """The stage's typed output (None when it was skipped)."""
+        return getattr(self.state, RequestState.slot(self.stage))
+
+    def signals(self) -> dict[str, Any]:
+        """The stage's key signals, JSON-able (empty when it was skipped)."""
+        state = self.state
+        if self.skipped:
+            return {}
+        if self.stage == "register" and state.registration is not None:
+            reg = state.registration
+            return {
+                "tier": reg.tier,
+                "n_samples": reg.n_samples,
+                "prompt_version": reg.versions.prompt,
+                "model_version": reg.versions.model,
+            }
+        if self.stage == "retrieve" and state.retrieval is not None:
+            return {
+                "count": len(state.retrieval.materials),
+                "material_ids": [m.id for m in state.retrieval.materials],
+                "top_score": state.retrieval.top_score,
+                "score_margin": state.retrieval.score_margin,
+            }
+        if self.stage == "plan" and state.plan is not None:
+            return {
+                "material_ids": list(state.plan.material_ids),
+                "ok": state.plan.ok,
+                "attempts": state.plan.attempts,
+                "mode": state.plan.mode,
+            }
+        if self.stage == "sample" and state.samples is not None:
+            ok = len(state.samples.ok)
+            return {"samples_ok": ok, "samples_failed": len(state.samples.samples) - ok}
+        if self.stage == "verify" and state.verification is not None:
+            report = state.verification.citations
+            return {
+                "citation_valid": report.valid,
+                "citation_score": report.score,
+                "citation_coverage": report.coverage,
+                "citation_accuracy": report.accuracy,
+                "fabricated_citations": list(report.fabricated),
+                "stale_citations": list(report.stale),
+                "self_consistency": state.verification.selection.share,
+                "consistency_groups": state.verification.consistency.n_groups,
+            }
+        if self.stage == "assemble" and state.decision is not None:
+            return {"confidence": state.decision.confidence, "decision": state.decision.decision}
+        return {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as a stream sends it: stage, ids, skipped, duration and signals."""
+        return {
+            "stage": self.stage,
+            "request_id": self.request_id,
+            "trace_id": self.trace_id,
+            "skipped": self.skipped,
+            "duration_s": self.duration_s,
+            "signals": self.signals(),
+        }
 
 
-def parse_input(value: Any, *, max_chars: int = 8000) -> RequestContext:
-    """A RequestContext from a question string or a dict; InputError on anything else."""
-    if isinstance(value, str):
-        data: dict[str, Any] = {"question": value}
-    elif isinstance(value, dict):
-        unknown = set(value) - INPUT_KEYS
-        if unknown:
-            raise InputError(
-                f"unknown input field(s) {sorted(unknown)}; accepted: {sorted(INPUT_KEYS)}"
-            )
-        data = dict(value)
-    else:
-        raise InputError(
-            f"input must be a question string or a dict with 'question', got {type(value).__name__}"
-        )
-    question = data.get("question")
-    if not isinstance(question, str) or not question.strip():
-        raise InputError("the question must be a non-empty string")
-    if len(question) > max_chars:
-        raise InputError(f"the question is {len(question)} characters; the limit is {max_chars}")
-    for key in ("session_id", "user_id", "channel", "request_id"):
-        if data.get(key) is not None and not isinstance(data[key], str):
-            raise InputError(f"{key} must be a string")
-    return RequestContext(
-        question=question.strip(),
-        session_id=data.get("session_id"),
-        user_id=data.get("user_id"),
-        channel=data.get("channel"),
-        request_id=data.get("request_id") or "",
-    )
+#: Called with each ``StageEvent``; may be async. What it raises is logged, never re-raised.
+StageListener = Callable[[StageEvent], "Awaitable[None] | None"]
+
+_SETTINGS_SINK: Any = object()
 
 
-async def run_steps(
-    ctx: RequestContext,
+def parse_input(value: Any, *, max_chars: int = 8000) -> RequestInput:
+    """A RequestInput from a question string or a dict; InputError on anything else."""
+    return RequestInput.parse(value, max_chars=max_chars)
+
+
+async def run(
+    request: RequestInput,
     settings: Settings,
     steps: Sequence[Step],
     config: RunnableConfig | None = None,
     *,
     mode: str = "pipeline",
-    on_stage: Callable[[str, RequestContext], None] | None = None,
+    on_stage: StageListener | None = None,
+    record_sink: RecordSink | None = _SETTINGS_SINK,
 ) -> Response:
-    """Run the steps under one root span; return the assembled Response.
+    """Run the steps under one root span; return the validated Response.
 
-    ``on_stage(name, ctx)``, if given, is called after each step (skipped ones included); an
-    exception it raises is logged and never fails the request.
+    ``record_sink`` replaces the settings' sink for this request (None: keep no record).
     """
+    sink = settings.record_sink if record_sink is _SETTINGS_SINK else record_sink
+    if not request.request_id:
+        request = RequestInput(
+            question=request.question,
+            session_id=request.session_id,
+            user_id=request.user_id,
+            channel=request.channel,
+            request_id=new_request_id(),
+            started_at=request.started_at,
+        )
     tracer = settings.tracer
     started = time.perf_counter()
     with tracer.start_as_current_span(
         semconv.SPAN_REQUEST, record_exception=False, set_status_on_exception=False
     ) as root:
-        root.set_attribute(semconv.OI_SPAN_KIND, semconv.OI_KIND_CHAIN)
-        root.set_attribute(semconv.MODE, mode)
         span_context = root.get_span_context()
-        ctx.trace_id = (
-            trace.format_trace_id(span_context.trace_id) if span_context.is_valid else None
+        state = RequestState(
+            input=request,
+            trace_id=trace.format_trace_id(span_context.trace_id)
+            if span_context.is_valid
+            else None,
         )
-        if ctx.request_id:
-            root.set_attribute(semconv.REQUEST_ID, ctx.request_id)
+        root.set_attributes(
+            {
+                semconv.OI_SPAN_KIND: semconv.OI_KIND_CHAIN,
+                semconv.MODE: mode,
+                semconv.REQUEST_ID: state.request_id,
+            }
+        )
         try:
             for step in steps:
-                ctx = await _run_step(step, ctx, settings, config)
-                if ctx.request_id:
-                    root.set_attribute(semconv.REQUEST_ID, ctx.request_id)
+                state = await _run_step(step, state, settings, config)
                 if on_stage is not None:
-                    try:
-                        on_stage(step.name, ctx)
-                    except Exception:
-                        logger.exception("tracerag: on_stage hook failed after %s", step.name)
+                    await _tell(on_stage, step, state)
         except BaseException as exc:
             root.record_exception(exc)
             root.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-            ctx.record_error("request", exc, final=True)
-            ctx.timings["request"] = round(time.perf_counter() - started, 6)
-            _set_root(root, ctx)
-            _deliver(ctx, settings)
+            state = state.with_error("request", exc, final=True)
+            state = state.with_timing("request", time.perf_counter() - started)
+            _set_root(root, state, None)
+            await _deliver(state, settings, sink)
+            _record_metrics(state, settings)
             raise
-        ctx.timings["request"] = round(time.perf_counter() - started, 6)
-        _deliver(ctx, settings)
-        _set_root(root, ctx)
-    return ctx.response
+        state = state.with_timing("request", time.perf_counter() - started)
+        persisted = await _deliver(state, settings, sink)
+        try:
+            response = _respond(state, persisted)
+        except BaseException as exc:
+            root.record_exception(exc)
+            root.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            _record_metrics(state, settings)
+            raise
+        _record_metrics(state, settings)
+        _set_root(root, state, response)
+    return response
+
+
+def _respond(state: RequestState, persisted: bool | None) -> Response:
+    if state.decision is None:
+        raise RuntimeError("the stage table has no assemble stage: there is no Response")
+    response = state.decision.response(state.request_id, state.trace_id, persisted)
+    validate_response(response)
+    return response
+
+
+async def _tell(listener: StageListener, step: Step, state: RequestState) -> None:
+    event = StageEvent(
+        stage=step.name,
+        skipped=step.fn is None,
+        duration_s=state.timings.get(step.name),
+        state=state,
+    )
+    try:
+        result = listener(event)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        logger.exception("tracerag: on_stage listener failed after %s", step.name)
 
 
 async def _run_step(
-    step: Step, ctx: RequestContext, settings: Settings, config: RunnableConfig | None
-) -> RequestContext:
+    step: Step, state: RequestState, settings: Settings, config: RunnableConfig | None
+) -> RequestState:
     name = semconv.STAGE_SPANS[step.name]
     with settings.tracer.start_as_current_span(
         name, record_exception=False, set_status_on_exception=False
     ) as span:
-        span.set_attribute(semconv.STAGE, step.name)
-        span.set_attribute(semconv.OI_SPAN_KIND, _KINDS.get(step.name, semconv.OI_KIND_CHAIN))
-        if ctx.request_id:
-            span.set_attribute(semconv.REQUEST_ID, ctx.request_id)
+        span.set_attributes(
+            {
+                semconv.STAGE: step.name,
+                semconv.OI_SPAN_KIND: _KINDS.get(step.name, semconv.OI_KIND_CHAIN),
+                semconv.REQUEST_ID: state.request_id,
+                semconv.STAGE_SKIPPED: step.fn is None,
+            }
+        )
         if step.fn is None:
-            span.set_attribute(semconv.STAGE_SKIPPED, True)
             span.set_attribute(semconv.STAGE_SKIP_REASON, step.skip_reason or "skipped")
-            ctx.skipped.append(step.name)
-            return ctx
-        span.set_attribute(semconv.STAGE_SKIPPED, False)
+            return state.with_skipped(step.name)
         started = time.perf_counter()
         try:
-            ctx = await step.fn(ctx, settings, span, config)
+            output = await step.fn(state, settings, span, config)
         except BaseException as exc:
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             raise
         finally:
-            ctx.timings[step.name] = round(time.perf_counter() - started, 6)
-            if ctx.request_id:
-                span.set_attribute(semconv.REQUEST_ID, ctx.request_id)
-    return ctx
+            state = state.with_timing(step.name, time.perf_counter() - started)
+    return state.with_output(step.name, output)
 
 
 _KINDS = {
@@ -168,27 +273,27 @@ _KINDS = {
 }
 
 
-def _set_root(root: Span, ctx: RequestContext) -> None:
-    attrs: dict[str, Any] = {
-        semconv.TIER: ctx.tier,
-        semconv.ERROR_COUNT: len(ctx.errors),
-    }
-    if ctx.versions.prompt:
-        attrs[semconv.VERSION_PROMPT] = ctx.versions.prompt
-    if ctx.versions.model:
-        attrs[semconv.VERSION_MODEL] = ctx.versions.model
-    if ctx.versions.tracerag:
-        attrs[semconv.VERSION_TRACERAG] = ctx.versions.tracerag
-    if ctx.session_id:
-        attrs[semconv.OI_SESSION_ID] = ctx.session_id
-    if ctx.user_id:
-        attrs[semconv.OI_USER_ID] = ctx.user_id
-    if ctx.channel:
-        attrs[semconv.CHANNEL] = ctx.channel
-    question = capture(ctx.question)
+def _set_root(root: Span, state: RequestState, response: Response | None) -> None:
+    reg = state.registration
+    attrs: dict[str, Any] = {semconv.ERROR_COUNT: len(state.errors)}
+    if reg is not None:
+        attrs[semconv.TIER] = reg.tier
+        if reg.versions.prompt:
+            attrs[semconv.VERSION_PROMPT] = reg.versions.prompt
+        if reg.versions.model:
+            attrs[semconv.VERSION_MODEL] = reg.versions.model
+        if reg.versions.tracerag:
+            attrs[semconv.VERSION_TRACERAG] = reg.versions.tracerag
+    request = state.input
+    if request.session_id:
+        attrs[semconv.OI_SESSION_ID] = request.session_id
+    if request.user_id:
+        attrs[semconv.OI_USER_ID] = request.user_id
+    if request.channel:
+        attrs[semconv.CHANNEL] = request.channel
+    question = capture(request.question)
     if question is not None:
         attrs[semconv.OI_INPUT_VALUE] = question
-    response: Response | None = ctx.response
     if response is not None:
         attrs[semconv.DECISION] = response.decision
         attrs[semconv.STATUS] = response.status
@@ -204,43 +309,142 @@ def _set_root(root: Span, ctx: RequestContext) -> None:
         if output is not None:
             attrs[semconv.OI_OUTPUT_VALUE] = output
             attrs[semconv.OI_OUTPUT_MIME] = "application/json"
+    decision = state.decision
     try:
         root.set_attributes(attrs)
         set_span_metadata(
             root,
             {
-                "request_id": ctx.request_id,
-                "tier": ctx.tier,
+                "request_id": state.request_id,
+                "tier": reg.tier if reg is not None else None,
                 "versions": {
-                    "prompt": ctx.versions.prompt,
-                    "model": ctx.versions.model,
-                    "tracerag": ctx.versions.tracerag,
+                    "prompt": reg.versions.prompt if reg else None,
+                    "model": reg.versions.model if reg else None,
+                    "tracerag": reg.versions.tracerag if reg else "",
                 },
-                "decision": ctx.decision,
-                "confidence": ctx.confidence,
-                "calibration": ctx.calibration,
+                "decision": decision.decision if decision is not None else None,
+                "confidence": decision.confidence if decision is not None else None,
+                "calibration": decision.calibration if decision is not None else None,
             },
         )
     except Exception:  # tracing never fails a request
         logger.exception("tracerag: could not set root span attributes")
 
 
-def _deliver(ctx: RequestContext, settings: Settings) -> None:
-    """Hand the finished record to the audit sink and the metrics; never raises."""
-    persisted: bool | None = None
-    if settings.record_sink is not None:
-        try:
-            persisted = bool(settings.record_sink(ctx.to_record()))
-        except Exception as exc:
-            persisted = False
-            logger.exception("tracerag: audit sink failed for request %s", ctx.request_id)
-            metrics.record_audit_failure(type(exc).__name__, meter_provider=settings.meter_provider)
-    if ctx.response is not None and persisted is not None:
-        ctx.response = ctx.response.model_copy(update={"audit_persisted": persisted})
+async def _deliver(state: RequestState, settings: Settings, sink: RecordSink | None) -> bool | None:
+    """Hand the finished record to the sink: True if it took it, None without a sink."""
+    if sink is None:
+        return None
     try:
-        metrics.record_request(ctx, meter_provider=settings.meter_provider)
+        accepted = sink(state.to_record())
+        if inspect.isawaitable(accepted):
+            accepted = await accepted
+        return bool(accepted)
+    except Exception as exc:
+        logger.exception("tracerag: audit sink failed for request %s", state.request_id)
+        metrics.record_audit_failure(type(exc).__name__, meter_provider=settings.meter_provider)
+        return False
+
+
+def outcome_of(state: RequestState) -> metrics.RequestOutcome:
+    """What the metrics record of a finished (or failed) request."""
+    citations = state.verification.citations if state.verification is not None else None
+    return metrics.RequestOutcome(
+        tier=state.registration.tier if state.registration is not None else None,
+        decision=state.decision.decision if state.decision is not None else None,
+        confidence=state.decision.confidence if state.decision is not None else None,
+        timings=state.timings,
+        n_samples=len(state.samples.samples) if state.samples is not None else 0,
+        citation_coverage=citations.coverage if citations is not None else None,
+        citation_accuracy=citations.accuracy if citations is not None else None,
+        fabricated=citations.fabricated if citations is not None else None,
+    )
+
+
+def _record_metrics(state: RequestState, settings: Settings) -> None:
+    try:
+        metrics.record_request(outcome_of(state), meter_provider=settings.meter_provider)
     except Exception:
-        logger.exception("tracerag: metrics failed for request %s", ctx.request_id)
+        logger.exception("tracerag: metrics failed for request %s", state.request_id)
+
+
+class StagedRunnable(Runnable[Any, Response]):
+    """A LangChain Runnable that answers through the stage table; base of both front doors.
+
+    Input: a question string, or ``{"question", "session_id", "user_id", "channel",
+    "request_id"}`` (all but question optional). Output: a validated ``tracerag.Response``.
+    """
+
+    def __init__(self, settings: Settings, source: Source) -> None:
+        self._settings = settings
+        self._source = source
+        self._steps = steps_for(settings.tier, settings.plan_mode, source)
+
+    @property
+    def settings(self) -> Settings:
+        """The frozen settings every request of this runnable reads."""
+        return self._settings
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """The stages a request runs, in order (skipped ones marked)."""
+        return self._steps
+
+    @property
+    def mode(self) -> str:
+        """``pipeline`` or ``wrap``: how materials and samples are obtained."""
+        return self._source.mode
+
+    @property
+    def escalation(self) -> Any:
+        """The handler that receives escalated and review-flagged requests."""
+        return self._settings.escalation
+
+    def parse_input(self, input: Any) -> RequestInput:
+        """The checked input; ``InputError`` when it is not a valid question."""
+        return RequestInput.parse(input, max_chars=self._settings.max_question_chars)
+
+    async def arun(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        on_stage: StageListener | None = None,
+        record_sink: RecordSink | None = _SETTINGS_SINK,
+    ) -> Response:
+        """Answer one question; like ``ainvoke``, with hooks for this call.
+
+        ``on_stage`` hears a ``StageEvent`` after each stage (skipped ones included), for
+        streaming; what it raises is logged and never fails the request. ``record_sink``
+        receives the request's audit record instead of the configured audit sink (None: keep
+        no record); its answer (True when it took the record) is ``audit_persisted``.
+        """
+        request = self.parse_input(input)
+        return await run(
+            request,
+            self._settings,
+            self._steps,
+            config,
+            mode=self._source.mode,
+            on_stage=on_stage,
+            record_sink=record_sink,
+        )
+
+    async def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Response:
+        return await self.arun(input, config)
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Response:
+        return run_sync(lambda: self.ainvoke(input, config, **kwargs))
+
+    @property
+    def InputType(self) -> Any:
+        return str | dict
+
+    @property
+    def OutputType(self) -> type[Response]:
+        return Response
 
 
 def run_sync(coro_factory: Callable[[], Coroutine[Any, Any, T]]) -> T:

@@ -1,14 +1,14 @@
-"""Settings: everything a pipeline run needs besides the request itself."""
+"""Settings: everything a pipeline run needs besides the request itself (frozen once built)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import Tracer, TracerProvider
 
 from tracerag.errors import ConfigurationError
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
@@ -35,9 +35,9 @@ class RetryPolicy:
             raise ConfigurationError("retry attempts must be at least 1")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
-    """The configuration every stage reads (built once per pipeline)."""
+    """The configuration every stage reads (built once per pipeline, never changed after)."""
 
     retriever: BaseRetriever | None
     llm: BaseChatModel | None
@@ -56,7 +56,8 @@ class Settings:
     equivalence: Equivalence | None = None
     combiner: Combiner = field(default_factory=HeuristicCombiner)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    record_sink: Callable[[dict[str, Any]], bool] | None = None
+    record_sink: Callable[[dict[str, Any]], bool | Awaitable[bool]] | None = None
+    tracer_provider: TracerProvider | None = None
     meter_provider: Any = None
     max_question_chars: int = 8000
 

@@ -9,11 +9,14 @@ retrieve stage can call it once. Each request then runs:
 - sample: the chain itself, run N times concurrently; LangChain callbacks capture, per run, the
   documents it retrieved (``on_retriever_end``) and the model's invocation parameters
   (``on_chat_model_start`` / ``on_llm_start``); documents a run retrieved that the retrieve stage
-  did not are added to the materials, so what was in a prompt can be cited;
-- plan: a foreign chain writes no plan, so this stage records each sample's *implied* plan —
-  the materials it actually cited and the quantities it states — and how far they agree;
-- verify and assemble: as in RAGPipeline. Citations may be material ids (``[policy-7]``) or
-  1-based positions in the run's retrieved order (``[1]``).
+  did not join the materials after the retrieved ones, so what was in a prompt can be cited.
+  A foreign chain writes no plan, so each sample carries its *implied* plan — the materials it
+  actually cited and the quantities it states;
+- plan, verify and assemble: the stage table of RAGPipeline with ``plan="inline"`` (the plan
+  stage records how far the samples' plans agree). Citations may be material ids
+  (``[policy-7]``) or 1-based positions in the run's retrieved order (``[1]``).
+
+Only retrieval and sampling are wrap's own (``ChainSource``); every stage is the shared one.
 
 If the model runs at temperature 0 the samples cannot disagree: a warning is logged and put on
 the span and the Response, and self-consistency is reported as uninformative.
@@ -21,9 +24,9 @@ the span and the Response, and self-consistency is reported as uninformative.
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
+import json
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,30 +41,29 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableConfig
 from opentelemetry.trace import Span, TracerProvider
 
-from tracerag import metrics, semconv
-from tracerag.context import Plan, RequestContext, Sample
-from tracerag.contract import Response
-from tracerag.llm import Tries, model_name, record_retry, retry_call, text_of
+from tracerag import semconv
+from tracerag.llm import OnRetry, Tries, model_name, retry_call, text_of
 from tracerag.pipeline import build_settings
 from tracerag.prompts import fingerprint
 from tracerag.routing import EscalationHandler, Thresholds
-from tracerag.runner import Step, parse_input, run_steps, run_sync
+from tracerag.runner import StagedRunnable
 from tracerag.settings import RetryPolicy, Settings
 from tracerag.signals.claims import citation_ids, strip_citations
 from tracerag.signals.confidence import Combiner
 from tracerag.signals.consistency import Equivalence
 from tracerag.signals.rules import Rule
 from tracerag.signals.support import SupportBackend
-from tracerag.stages.assemble import assemble
-from tracerag.stages.plan import plan_from_samples
-from tracerag.stages.register import register
+from tracerag.signals.types import Material, Plan
 from tracerag.stages.retrieve import fetch, record_materials, to_materials
 from tracerag.stages.sample import (
     TEMPERATURE_ZERO_WARNING,
-    finish_sample_span,
+    Draw,
+    draw_samples,
     record_samples,
+    samples_wanted,
 )
-from tracerag.stages.verify import resolver_for, verify
+from tracerag.stages.verify import resolver_for
+from tracerag.state import ErrorLog, RequestState, Retrieval, Sample, SampleSet
 from tracerag.text.quantities import extract_quantities
 from tracerag.tracing import capture
 
@@ -189,7 +191,126 @@ def output_text(output: Any) -> str:
     raise TypeError(f"cannot read an answer from chain output of type {type(output).__name__}")
 
 
-class WrappedChain(Runnable[Any, Response]):
+class ChainSource:
+    """wrap()'s source: the chain's retrievers, and samples from whole runs of the chain."""
+
+    mode = "wrap"
+
+    def __init__(
+        self, chain: Runnable, info: ChainInfo, chain_input: Callable[[str], Any] | None = None
+    ) -> None:
+        self.chain = chain
+        self.info = info
+        self.chain_input = chain_input or (lambda question: question)
+
+    async def retrieve(
+        self, state: RequestState, settings: Settings, span: Span, config: Any = None
+    ) -> Retrieval:
+        """The chain's retrievers, each called once; a failing one is kept as an error."""
+        errors = ErrorLog()
+        pairs: list[tuple[Document, float | None]] = []
+        for retriever in self.info.retrievers:
+            try:
+                pairs.extend(await fetch(retriever, state.question, config))
+            except Exception as exc:  # the chain's own runs will retrieve again
+                errors.record_error("retrieve", exc)
+                span.record_exception(exc)
+        note = None if self.info.retrievers else NO_RETRIEVER_NOTE
+        retrieval = Retrieval.of(to_materials(pairs), note=note, errors=errors.freeze())
+        record_materials(retrieval, span)
+        return retrieval
+
+    async def sample(
+        self, state: RequestState, settings: Settings, span: Span, config: Any = None
+    ) -> SampleSet:
+        """The chain run N times concurrently; each sample with its run's documents and plan."""
+        n = samples_wanted(state, settings)
+        captures = [RunCapture() for _ in range(n)]
+        question = self.chain_input(state.question)
+
+        async def generate(index: int, on_retry: OnRetry, tries: Tries) -> Draw:
+            capture_run = captures[index]
+            run_config: RunnableConfig = {**(config or {}), "callbacks": [capture_run]}
+
+            async def once() -> Any:
+                capture_run.documents.clear()
+                return await self.chain.ainvoke(question, config=run_config)
+
+            output = await retry_call(once, settings.retry, on_retry=on_retry, tries=tries)
+            return Draw(
+                output_text(output),
+                input_tokens=capture_run.token_usage.get("input_tokens"),
+                output_tokens=capture_run.token_usage.get("output_tokens"),
+            )
+
+        def describe(index: int, draw: Draw | None) -> dict[str, Any]:
+            attrs = _model_attrs(captures[index], self.info)
+            if draw is not None:
+                output_value = capture(draw.raw)
+                if output_value is not None:
+                    attrs[semconv.OI_OUTPUT_VALUE] = output_value
+            return attrs
+
+        errors = ErrorLog()
+        drawn = await draw_samples(state, settings, n, generate, describe, errors)
+        extra, orders = _run_materials(state.materials, captures)
+        materials = state.materials + extra
+        samples = tuple(
+            _with_implied_plan(dataclasses.replace(s, material_order=order), materials)
+            for s, order in zip(drawn, orders, strict=True)
+        )
+        if extra:
+            span.set_attribute(semconv.RETRIEVAL_MATERIAL_IDS, [m.id for m in materials])
+        temperatures = {c.temperature for c in captures if c.temperature is not None}
+        temperature = temperatures.pop() if len(temperatures) == 1 else settings.temperature
+        zero = temperature == 0.0 and n > 1
+        if zero:
+            logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)
+        warnings = record_samples(samples, span, float(temperature))
+        return SampleSet(
+            samples=samples,
+            temperature=temperature,
+            temperature_zero=settings.temperature == 0.0 or zero,
+            positional=True,
+            extra_materials=extra,
+            warnings=warnings,
+            errors=errors.freeze(),
+        )
+
+
+NO_RETRIEVER_NOTE = "no retriever found in the chain; materials come from its runs"
+
+
+def _run_materials(
+    known_materials: tuple[Material, ...], captures: list[RunCapture]
+) -> tuple[tuple[Material, ...], list[tuple[str, ...]]]:
+    """Materials the runs retrieved beyond the known ones, and each run's retrieved order."""
+    known = {m.id for m in known_materials}
+    extra: list[Material] = []
+    orders: list[tuple[str, ...]] = []
+    for capture_run in captures:
+        order: list[str] = []
+        for m in to_materials([(d, None) for d in capture_run.documents]):
+            if m.id not in known:
+                extra.append(dataclasses.replace(m, rank=len(known_materials) + len(extra) + 1))
+                known.add(m.id)
+            order.append(m.id)
+        orders.append(tuple(order))
+    return tuple(extra), orders
+
+
+def _with_implied_plan(sample: Sample, materials: tuple[Material, ...]) -> Sample:
+    """The sample with the plan its answer implies: what it cited, the quantities it states."""
+    if not sample.ok:
+        return sample
+    resolve = resolver_for(materials, sample, positional=True)
+    ids = [resolve(i) or i for i in citation_ids(sample.answer or "")]
+    facts = [q.raw for q in extract_quantities(strip_citations(sample.answer or ""))]
+    plan = Plan(material_ids=tuple(dict.fromkeys(ids)), key_facts=tuple(facts), mode="wrap")
+    return dataclasses.replace(sample, plan=plan)
+
+
+class WrappedChain(StagedRunnable):
     """An existing chain run through the six traced stages; returns a ``Response``."""
 
     def __init__(
@@ -200,183 +321,34 @@ class WrappedChain(Runnable[Any, Response]):
         info: ChainInfo,
         chain_input: Callable[[str], Any] | None = None,
     ) -> None:
+        super().__init__(settings, ChainSource(chain, info, chain_input))
         self.chain = chain
-        self.settings = settings
         self.info = info
-        self.chain_input = chain_input or (lambda question: question)
-        steps = [
-            Step("register", self._register),
-            Step("retrieve", self._retrieve),
-            Step("sample", self._sample),
-            Step("plan", self._plan),
-            Step("verify", verify),
-            Step("assemble", assemble),
-        ]
-        if settings.tier == "low":
-            steps[3] = Step("plan", None, "tier low: no plan")
-            steps[4] = Step("verify", None, "tier low: no verification")
-        self.steps = steps
 
     @property
     def escalation(self) -> EscalationHandler:
         return self.settings.escalation
 
-    async def ainvoke(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> Response:
-        ctx = parse_input(input, max_chars=self.settings.max_question_chars)
-        ctx.params["positional"] = True
-        return await run_steps(ctx, self.settings, self.steps, config, mode="wrap")
 
-    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Response:
-        return run_sync(lambda: self.ainvoke(input, config, **kwargs))
-
-    @property
-    def OutputType(self) -> type[Response]:
-        return Response
-
-    async def _register(
-        self, ctx: RequestContext, settings: Settings, span: Span, config: Any = None
-    ) -> RequestContext:
-        ctx = await register(ctx, settings, span, config)
-        temperature = self.info.temperature
-        if temperature is not None:
-            ctx.params["temperature"] = temperature
-            span.set_attribute(semconv.TEMPERATURE, temperature)
-        return ctx
-
-    async def _retrieve(
-        self, ctx: RequestContext, settings: Settings, span: Span, config: Any = None
-    ) -> RequestContext:
-        pairs: list[tuple[Document, float | None]] = []
-        for retriever in self.info.retrievers:
-            try:
-                pairs.extend(await fetch(retriever, ctx.question, config))
-            except Exception as exc:  # the chain's own runs will retrieve again
-                ctx.record_error("retrieve", exc)
-                span.record_exception(exc)
-        if not self.info.retrievers:
-            ctx.retrieval["note"] = "no retriever found in the chain; materials come from its runs"
-        ctx.materials = to_materials(pairs)
-        record_materials(ctx, span)
-        return ctx
-
-    async def _sample(
-        self, ctx: RequestContext, settings: Settings, span: Span, config: Any = None
-    ) -> RequestContext:
-        n = settings.samples_for_tier()
-        tracer = settings.tracer
-        captures = [RunCapture() for _ in range(n)]
-
-        async def one(index: int) -> Sample:
-            result = Sample(index=index)
-            capture_run = captures[index]
-            with tracer.start_as_current_span(semconv.SPAN_SAMPLE_ONE) as child:
-                on_retry = record_retry(ctx, child, "sample", settings.meter_provider, sample=index)
-
-                started = time.perf_counter()
-                run_config: RunnableConfig = {**(config or {}), "callbacks": [capture_run]}
-                tries = Tries()
-
-                async def once() -> Any:
-                    capture_run.documents.clear()
-                    return await self.chain.ainvoke(
-                        self.chain_input(ctx.question), config=run_config
-                    )
-
-                try:
-                    output = await retry_call(once, settings.retry, on_retry=on_retry, tries=tries)
-                    result.raw = output_text(output)
-                    result.answer = result.raw.strip()
-                    if not result.answer:
-                        result.error = "empty answer"
-                except Exception as exc:
-                    result.error = f"{type(exc).__name__}: {exc}"
-                    ctx.record_error("sample", exc, sample=index, final=True)
-                    metrics.record_model_error(
-                        "sample", exc, meter_provider=settings.meter_provider
-                    )
-                    child.record_exception(exc)
-                result.attempts = tries.count
-                result.latency_s = round(time.perf_counter() - started, 6)
-                result.input_tokens = capture_run.token_usage.get("input_tokens")
-                result.output_tokens = capture_run.token_usage.get("output_tokens")
-                _model_attrs(child, capture_run, self.info)
-                if result.raw is not None:
-                    output_value = capture(result.raw)
-                    if output_value is not None:
-                        child.set_attribute(semconv.OI_OUTPUT_VALUE, output_value)
-                finish_sample_span(child, ctx, result)
-            return result
-
-        ctx.samples = list(await asyncio.gather(*(one(i) for i in range(n))))
-        self._merge_run_materials(ctx, captures, span)
-        temperatures = {c.temperature for c in captures if c.temperature is not None}
-        temperature = (
-            temperatures.pop() if len(temperatures) == 1 else ctx.params.get("temperature")
-        )
-        if temperature is not None:
-            ctx.params["temperature"] = temperature
-        if temperature == 0.0 and n > 1:
-            ctx.params["temperature_zero"] = True
-            logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)
-        record_samples(ctx, span, float(temperature if temperature is not None else -1.0))
-        return ctx
-
-    def _merge_run_materials(
-        self, ctx: RequestContext, captures: list[RunCapture], span: Span
-    ) -> None:
-        known = {m.id: m for m in ctx.materials}
-        added: list[str] = []
-        for sample, capture_run in zip(ctx.samples, captures, strict=True):
-            run_materials = to_materials([(d, None) for d in capture_run.documents])
-            order: list[str] = []
-            for m in run_materials:
-                if m.id not in known:
-                    m.rank = len(ctx.materials) + 1
-                    ctx.materials.append(m)
-                    known[m.id] = m
-                    added.append(m.id)
-                order.append(m.id)
-            sample.material_order = order
-        if added:
-            ctx.retrieval["added_from_runs"] = added
-            span.set_attribute(semconv.RETRIEVAL_MATERIAL_IDS, [m.id for m in ctx.materials])
-
-    async def _plan(
-        self, ctx: RequestContext, settings: Settings, span: Span, config: Any = None
-    ) -> RequestContext:
-        for s in ctx.samples:
-            if not s.ok:
-                continue
-            resolve = resolver_for(ctx, s)
-            ids = [resolve(i) or i for i in citation_ids(s.answer or "")]
-            facts = [q.raw for q in extract_quantities(strip_citations(s.answer or ""))]
-            s.plan = Plan(material_ids=list(dict.fromkeys(ids)), key_facts=facts, mode="wrap")
-        return await plan_from_samples(ctx, settings, span, config)
-
-
-def _model_attrs(span: Span, capture_run: RunCapture, info: ChainInfo) -> None:
-    import json
-
+def _model_attrs(capture_run: RunCapture, info: ChainInfo) -> dict[str, Any]:
+    """The model attributes of a sample span, from what its run's callbacks saw."""
     name = capture_run.model_name or info.model_version
-    span.set_attribute(semconv.OI_SPAN_KIND, semconv.OI_KIND_LLM)
-    span.set_attribute(semconv.GENAI_OPERATION_NAME, semconv.GENAI_OPERATION_CHAT)
+    attrs: dict[str, Any] = {
+        semconv.OI_SPAN_KIND: semconv.OI_KIND_LLM,
+        semconv.GENAI_OPERATION_NAME: semconv.GENAI_OPERATION_CHAT,
+    }
     if name:
-        span.set_attribute(semconv.OI_LLM_MODEL_NAME, name)
-        span.set_attribute(semconv.GENAI_REQUEST_MODEL, name)
-    provider = capture_run.invocation_params.get(
-        "ls_provider"
-    ) or capture_run.invocation_params.get("_type")
+        attrs[semconv.OI_LLM_MODEL_NAME] = name
+        attrs[semconv.GENAI_REQUEST_MODEL] = name
+    params = capture_run.invocation_params
+    provider = params.get("ls_provider") or params.get("_type")
     if provider:
-        span.set_attribute(semconv.GENAI_PROVIDER_NAME, str(provider))
+        attrs[semconv.GENAI_PROVIDER_NAME] = str(provider)
     if capture_run.temperature is not None:
-        span.set_attribute(semconv.GENAI_REQUEST_TEMPERATURE, capture_run.temperature)
-    if capture_run.invocation_params:
-        span.set_attribute(
-            semconv.OI_LLM_INVOCATION_PARAMETERS,
-            json.dumps(capture_run.invocation_params, default=str),
-        )
+        attrs[semconv.GENAI_REQUEST_TEMPERATURE] = capture_run.temperature
+    if params:
+        attrs[semconv.OI_LLM_INVOCATION_PARAMETERS] = json.dumps(params, default=str)
+    return attrs
 
 
 def wrap(
@@ -431,4 +403,4 @@ def wrap(
     return WrappedChain(chain, settings=settings, info=info, chain_input=chain_input)
 
 
-__all__ = ["ChainInfo", "RunCapture", "WrappedChain", "inspect_chain", "wrap"]
+__all__ = ["ChainInfo", "ChainSource", "RunCapture", "WrappedChain", "inspect_chain", "wrap"]

@@ -44,10 +44,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.background import BackgroundTasks
 from starlette.responses import StreamingResponse
 
-from tracerag.context import RequestContext
 from tracerag.contract import Response as RAGResponse
 from tracerag.errors import ConfigurationError, InputError
-from tracerag.runner import parse_input, run_steps
+from tracerag.runner import StagedRunnable, StageEvent, parse_input
 from tracerag.server.auth import (
     API_KEY_ENV,
     COOKIE_NAME,
@@ -243,7 +242,7 @@ def demo_pipeline(
     )
 
 
-StageHook = Callable[[str, RequestContext], None]
+StageHook = Callable[[StageEvent], None]
 
 
 class Answerer:
@@ -252,19 +251,18 @@ class Answerer:
     def __init__(self, pipeline: Any, store: AuditStore) -> None:
         self.pipeline = pipeline
         self.store = store
-        self.settings = getattr(pipeline, "settings", None)
-        self.steps = getattr(pipeline, "steps", None)
-        self.mode = "wrap" if type(pipeline).__name__ == "WrappedChain" else "pipeline"
         self._writer: Any = None
 
     @property
     def staged(self) -> bool:
-        """True when the pipeline's stages can be run here (and so streamed and recorded)."""
-        return self.settings is not None and self.steps is not None
+        """True when the pipeline runs tracerag's stages (and so can be streamed and recorded)."""
+        return isinstance(self.pipeline, StagedRunnable)
 
     @property
     def max_question_chars(self) -> int:
-        return int(getattr(self.settings, "max_question_chars", 8000))
+        if isinstance(self.pipeline, StagedRunnable):
+            return self.pipeline.settings.max_question_chars
+        return 8000
 
     def persist(self, record: Mapping[str, Any]) -> bool:
         """Write a record now; on a store failure hand it to a retrying background writer."""
@@ -284,6 +282,10 @@ class Answerer:
             )
             self.writer().submit(record)
             return False
+
+    async def persist_async(self, record: dict[str, Any]) -> bool:
+        """``persist`` off the event loop: the record sink of every request run here."""
+        return await asyncio.to_thread(self.persist, record)
 
     def writer(self) -> Any:
         if self._writer is None:
@@ -306,80 +308,19 @@ class Answerer:
         """Answer one request inside the caller's trace context; store its record first."""
         token = otel_context.attach(parent) if parent is not None else None
         try:
-            if not self.staged:
+            if not isinstance(self.pipeline, StagedRunnable):
                 return await self.pipeline.ainvoke(data)
-            ctx = parse_input(data, max_chars=self.max_question_chars)
-            records: list[dict[str, Any]] = []
-
-            def sink(record: dict[str, Any]) -> bool:
-                records.append(record)
-                return True
-
-            settings = dataclasses.replace(self.settings, record_sink=sink)
-            try:
-                response = await run_steps(
-                    ctx, settings, self.steps, mode=self.mode, on_stage=on_stage
-                )
-            finally:
-                persisted = await asyncio.to_thread(self.persist, records[-1]) if records else None
-            return response.model_copy(update={"audit_persisted": persisted})
+            return await self.pipeline.arun(
+                data, on_stage=on_stage, record_sink=self.persist_async
+            )
         finally:
             if token is not None:
                 otel_context.detach(token)
 
 
-def stage_event(name: str, ctx: RequestContext) -> dict[str, Any]:
+def stage_event(event: StageEvent) -> dict[str, Any]:
     """What a stream tells about a completed stage: its name, duration and key signals."""
-    event: dict[str, Any] = {
-        "stage": name,
-        "request_id": ctx.request_id,
-        "trace_id": ctx.trace_id,
-        "skipped": name in ctx.skipped,
-        "duration_s": ctx.timings.get(name),
-    }
-    signals: dict[str, Any] = {}
-    if name == "register":
-        signals = {
-            "tier": ctx.tier,
-            "n_samples": ctx.params.get("n_samples"),
-            "prompt_version": ctx.versions.prompt,
-            "model_version": ctx.versions.model,
-        }
-    elif name == "retrieve":
-        signals = {
-            "count": len(ctx.materials),
-            "material_ids": [m.id for m in ctx.materials],
-            "top_score": ctx.retrieval.get("top_score"),
-            "score_margin": ctx.retrieval.get("score_margin"),
-        }
-    elif name == "plan" and ctx.plan is not None:
-        signals = {
-            "material_ids": list(ctx.plan.material_ids),
-            "ok": ctx.plan.ok,
-            "attempts": ctx.plan.attempts,
-            "mode": ctx.plan.mode,
-        }
-    elif name == "sample":
-        ok = sum(1 for s in ctx.samples if s.ok)
-        signals = {"samples_ok": ok, "samples_failed": len(ctx.samples) - ok}
-    elif name == "verify" and "citations" in ctx.signals:
-        report = ctx.signals.get("citations")
-        consistency = ctx.signals.get("consistency")
-        selection = ctx.signals.get("selection")
-        signals = {
-            "citation_valid": getattr(report, "valid", None),
-            "citation_score": getattr(report, "score", None),
-            "citation_coverage": getattr(report, "coverage", None),
-            "citation_accuracy": getattr(report, "accuracy", None),
-            "fabricated_citations": list(getattr(report, "fabricated", []) or []),
-            "stale_citations": list(getattr(report, "stale", []) or []),
-            "self_consistency": getattr(selection, "share", None),
-            "consistency_groups": getattr(consistency, "n_groups", None),
-        }
-    elif name == "assemble":
-        signals = {"confidence": ctx.confidence, "decision": ctx.decision}
-    event["signals"] = signals
-    return event
+    return event.to_dict()
 
 
 def sse(event: str, data: Any, event_id: int | None = None) -> str:
@@ -608,8 +549,8 @@ def create_app(
         parent = propagate.extract(request.headers)
         queue: asyncio.Queue[tuple[str, Any] | None] = asyncio.Queue()
 
-        def on_stage(name: str, ctx: RequestContext) -> None:
-            queue.put_nowait(("stage", stage_event(name, ctx)))
+        def on_stage(event: StageEvent) -> None:
+            queue.put_nowait(("stage", stage_event(event)))
 
         async def job() -> None:
             try:

@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 
-from tracerag.context import Material
 from tracerag.signals.claims import Claim, split_claims
 from tracerag.signals.support import Support, SupportBackend, get_backend
+from tracerag.signals.types import Material
 
 SUPPORTED = "supported"
 UNSUPPORTED = "unsupported"

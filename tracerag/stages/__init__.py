@@ -1,2 +1,7 @@
-"""The six stages. Each is ``async def stage(ctx, settings, span, config) -> ctx``: it reads what
-earlier stages put in the RequestContext, adds its own part, and records it on its span."""
+"""The six stages and the one table that orders them for a tier.
+
+Each stage is ``async def stage(state, settings, span, config) -> output``: it reads the
+``RequestState`` built so far and returns its own typed, immutable output, recorded on its span.
+``steps_for`` is the stage table both front doors run; they differ only in their ``Source``:
+how a request retrieves its materials and draws its samples.
+"""

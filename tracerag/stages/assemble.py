@@ -1,8 +1,9 @@
-"""Stage 6, assemble: one confidence, the chosen answer, the Response, and the route.
+"""Stage 6, assemble: one confidence, the chosen answer, the route, and the Response's content.
 
-The confidence comes from the settings' combiner (see ``tracerag.signals.confidence``). The
-Response is validated against the shipped JSON Schema before it is returned. An escalated
-answer is withheld (``answer=None``) and handed to the escalation handler with a ticket.
+The confidence comes from the settings' combiner (see ``tracerag.signals.confidence``). An
+escalated answer is withheld (``answer=None``) and handed to the escalation handler with a
+ticket. The stage returns a ``Decision``; the runner builds the Response from it once, after the
+audit record has been handed to its sink.
 """
 
 from __future__ import annotations
@@ -10,43 +11,44 @@ from __future__ import annotations
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
-from tracerag import __version__, semconv
-from tracerag.context import RequestContext
-from tracerag.contract import ClaimCheck, Evidence, Response, SignalDetail, Versions
-from tracerag.contract import validate_response as validate
+from tracerag import semconv
+from tracerag.contract import ClaimCheck, Evidence, SignalDetail, Versions
 from tracerag.routing import ESCALATE, PASS, REVIEW, Ticket, decide, new_ticket_id
 from tracerag.settings import Settings
 from tracerag.signals.citations import SUPPORTED, CitationReport
 from tracerag.signals.confidence import Signals
-from tracerag.signals.consistency import ConsistencyReport
-from tracerag.stages.verify import Selection
+from tracerag.state import Decision, ErrorLog, RequestState, SampleSet
 from tracerag.tracing import capture
 
 STATUS = {PASS: "answered", REVIEW: "flagged_for_review", ESCALATE: "pending_human_review"}
 
 
-def gather_signals(ctx: RequestContext) -> Signals:
+def gather_signals(state: RequestState) -> Signals:
     """The combiner's view of the verify stage's signals."""
-    report: CitationReport = ctx.signals["citations"]
-    consistency: ConsistencyReport = ctx.signals["consistency"]
-    selection: Selection = ctx.signals["selection"]
+    verification = state.verification
+    if verification is None:
+        raise ValueError("a verified tier needs the verify stage's signals")
+    report = verification.citations
+    consistency = verification.consistency
+    samples = state.samples.samples if state.samples is not None else ()
+    retrieval = state.retrieval
     return Signals(
         citation_score=report.score,
         fabricated=bool(report.fabricated),
-        self_consistency=selection.share,
+        self_consistency=verification.selection.share,
         consistency_informative=consistency.informative,
-        plan_ok=ctx.plan.ok if ctx.plan is not None else None,
-        rules=tuple(ctx.signals["rules"]),
-        retrieval_margin=ctx.retrieval.get("score_margin"),
-        retrieval_top_score=ctx.retrieval.get("top_score"),
-        samples_ok=sum(1 for s in ctx.samples if s.ok),
-        n_samples=len(ctx.samples),
+        plan_ok=state.plan.ok if state.plan is not None else None,
+        rules=tuple(verification.rules),
+        retrieval_margin=retrieval.score_margin if retrieval is not None else None,
+        retrieval_top_score=retrieval.top_score if retrieval is not None else None,
+        samples_ok=sum(1 for s in samples if s.ok),
+        n_samples=len(samples),
         semantic_entropy=consistency.entropy,
         citation_coverage=report.coverage,
     )
 
 
-def evidence_of(ctx: RequestContext, report: CitationReport) -> list[Evidence]:
+def evidence_of(state: RequestState, report: CitationReport) -> list[Evidence]:
     """One Evidence per distinct supporting sentence of the answer's supported claims."""
     seen: set[tuple[str, int | None]] = set()
     evidence: list[Evidence] = []
@@ -57,7 +59,7 @@ def evidence_of(ctx: RequestContext, report: CitationReport) -> list[Evidence]:
         if key in seen:
             continue
         seen.add(key)
-        material = ctx.material(claim.material_id)
+        material = state.material(claim.material_id)
         evidence.append(
             Evidence(
                 material_id=claim.material_id,
@@ -89,45 +91,54 @@ def claims_of(report: CitationReport) -> list[ClaimCheck]:
 
 
 async def assemble(
-    ctx: RequestContext, settings: Settings, span: Span, config: RunnableConfig | None = None
-) -> RequestContext:
-    """Build and route the Response (verified tiers) or record the unverified answer (low)."""
+    state: RequestState, settings: Settings, span: Span, config: RunnableConfig | None = None
+) -> Decision:
+    """Decide the route and the Response's content (verified tiers), or pass the unverified one."""
+    registration = state.registration
+    run_versions = registration.versions if registration is not None else None
     versions = Versions(
-        prompt=ctx.versions.prompt or "", model=ctx.versions.model or "", tracerag=__version__
+        prompt=(run_versions.prompt if run_versions else None) or "",
+        model=(run_versions.model if run_versions else None) or "",
+        tracerag=run_versions.tracerag if run_versions else "",
     )
-    ok = [s for s in ctx.samples if s.ok]
+    sampled = state.samples if state.samples is not None else SampleSet()
+    ok = sampled.ok
+    errors = ErrorLog()
     if settings.tier == "low":
-        ctx.decision, ctx.confidence = PASS, None
-        ctx.response = Response(
-            request_id=ctx.request_id,
-            trace_id=ctx.trace_id,
-            answer=ok[0].answer if ok else None,
-            confidence=None,
+        if not ok:  # nothing to return: hand it to humans rather than lose it
+            _escalate(state, settings, span, errors, PASS, None, None, ["no successful sample"])
+        decision = Decision(
             decision=PASS,
             status="unverified",
             tier="low",
+            confidence=None,
+            answer=ok[0].answer if ok else None,
             signal_detail=SignalDetail(
-                samples_ok=len(ok), samples_failed=len(ctx.samples) - len(ok)
+                samples_ok=len(ok), samples_failed=len(sampled.samples) - len(ok)
             ),
-            evidence=[],
+            evidence=(),
+            claims=(),
             versions=versions,
-            warnings=ctx.warnings + ([] if ok else ["the model gave no answer"]),
+            warnings=state.warnings + (() if ok else ("the model gave no answer",)),
+            errors=errors.freeze(),
         )
-        if not ok:  # nothing to return: hand it to humans rather than lose it
-            _escalate(ctx, settings, span, None, ["no successful sample"])
-        return _finish(ctx, span)
+        _finish(decision, span)
+        return decision
 
-    signals = gather_signals(ctx)
+    signals = gather_signals(state)
     combined = settings.combiner(signals, cap=settings.thresholds.cap)
-    ctx.confidence = combined.value
-    ctx.calibration = getattr(settings.combiner, "name", type(settings.combiner).__name__)
-    ctx.decision = decide(combined.value, settings.thresholds, tier=settings.tier)
-    report: CitationReport = ctx.signals["citations"]
-    consistency: ConsistencyReport = ctx.signals["consistency"]
-    selection: Selection = ctx.signals["selection"]
-    rules = ctx.signals["rules"]
+    calibration = getattr(settings.combiner, "name", type(settings.combiner).__name__)
+    routed = decide(combined.value, settings.thresholds, tier=settings.tier)
+    verification = state.verification
+    assert verification is not None  # gather_signals checked it
+    report = verification.citations
+    consistency = verification.consistency
+    selection = verification.selection
+    rules = verification.rules
     candidate = (
-        ctx.samples[selection.sample_index].answer if selection.sample_index is not None else None
+        sampled.samples[selection.sample_index].answer
+        if selection.sample_index is not None
+        else None
     )
     detail = SignalDetail(
         self_consistency=round(selection.share, 4),
@@ -145,33 +156,35 @@ async def assemble(
             {"name": r.name, "passed": r.passed, "required": r.required, "detail": r.detail}
             for r in rules
         ],
-        plan_ok=ctx.plan.ok if ctx.plan is not None else None,
-        retrieval_margin=ctx.retrieval.get("score_margin"),
+        plan_ok=state.plan.ok if state.plan is not None else None,
+        retrieval_margin=signals.retrieval_margin,
         samples_ok=signals.samples_ok,
         samples_failed=signals.n_samples - signals.samples_ok,
         confidence_caps=combined.caps,
     )
     ticket_id = None
-    if ctx.decision in (ESCALATE, REVIEW):
+    if routed in (ESCALATE, REVIEW):
         reasons = list(combined.caps) or [_why(signals)]
-        ticket_id = _escalate(ctx, settings, span, candidate, reasons)
-    ctx.response = Response(
-        request_id=ctx.request_id,
-        trace_id=ctx.trace_id,
-        answer=None if ctx.decision == ESCALATE else candidate,
+        ticket_id = _escalate(
+            state, settings, span, errors, routed, combined.value, candidate, reasons
+        )
+    decision = Decision(
+        decision=routed,
+        status=STATUS[routed],
+        tier=settings.tier,
         confidence=combined.value,
-        decision=ctx.decision,  # type: ignore[arg-type]
-        status=STATUS[ctx.decision],  # type: ignore[arg-type]
-        tier=settings.tier,  # type: ignore[arg-type]
+        answer=None if routed == ESCALATE else candidate,
         signal_detail=detail,
-        evidence=evidence_of(ctx, report),
-        claims=claims_of(report),
+        evidence=tuple(evidence_of(state, report)),
+        claims=tuple(claims_of(report)),
         versions=versions,
         ticket_id=ticket_id,
-        calibration=ctx.calibration,
-        warnings=list(ctx.warnings),
+        calibration=calibration,
+        warnings=state.warnings,
+        errors=errors.freeze(),
     )
-    return _finish(ctx, span)
+    _finish(decision, span)
+    return decision
 
 
 def _why(signals: Signals) -> str:
@@ -182,22 +195,29 @@ def _why(signals: Signals) -> str:
 
 
 def _escalate(
-    ctx: RequestContext, settings: Settings, span: Span, candidate: str | None, reasons: list[str]
+    state: RequestState,
+    settings: Settings,
+    span: Span,
+    errors: ErrorLog,
+    decision: str,
+    confidence: float | None,
+    candidate: str | None,
+    reasons: list[str],
 ) -> str:
     ticket = Ticket(
         ticket_id=new_ticket_id(),
-        request_id=ctx.request_id,
-        decision=ctx.decision or ESCALATE,
-        question=ctx.question,
+        request_id=state.request_id,
+        decision=decision or ESCALATE,
+        question=state.question,
         candidate_answer=candidate,
-        confidence=ctx.confidence,
+        confidence=confidence,
         reasons=reasons,
-        trace_id=ctx.trace_id,
+        trace_id=state.trace_id,
     )
     try:
         settings.escalation.handle(ticket)
     except Exception as exc:  # the answer stays withheld; the failure is recorded, not raised
-        ctx.record_error("assemble", exc, handler=type(settings.escalation).__name__)
+        errors.record_error("assemble", exc, handler=type(settings.escalation).__name__)
         span.record_exception(exc)
     span.add_event(
         semconv.EVENT_ESCALATED,
@@ -206,18 +226,18 @@ def _escalate(
     return ticket.ticket_id
 
 
-def _finish(ctx: RequestContext, span: Span) -> RequestContext:
-    response: Response = ctx.response
-    validate(response)
-    span.set_attribute(semconv.DECISION, response.decision)
-    span.set_attribute(semconv.STATUS, response.status)
-    if response.confidence is not None:
-        span.set_attribute(semconv.CONFIDENCE, response.confidence)
-    if response.ticket_id:
-        span.set_attribute(semconv.TICKET_ID, response.ticket_id)
-    if ctx.calibration:
-        span.set_attribute(semconv.CALIBRATION, ctx.calibration)
-    output = capture(response.answer)
+def _finish(decision: Decision, span: Span) -> None:
+    attrs: dict[str, object] = {
+        semconv.DECISION: decision.decision,
+        semconv.STATUS: decision.status,
+    }
+    if decision.confidence is not None:
+        attrs[semconv.CONFIDENCE] = decision.confidence
+    if decision.ticket_id:
+        attrs[semconv.TICKET_ID] = decision.ticket_id
+    if decision.calibration:
+        attrs[semconv.CALIBRATION] = decision.calibration
+    output = capture(decision.answer)
     if output is not None:
-        span.set_attribute(semconv.OI_OUTPUT_VALUE, output)
-    return ctx
+        attrs[semconv.OI_OUTPUT_VALUE] = output
+    span.set_attributes(attrs)  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ each sample actually cited (its cited ids and the quantities it states), with th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections import Counter
@@ -20,12 +21,13 @@ from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
 from tracerag import metrics, semconv
-from tracerag.context import Plan, RequestContext, Sample
 from tracerag.contract import validate_with
 from tracerag.errors import ConfigurationError, PlanError
 from tracerag.llm import Tries, is_transient, record_retry, retry_call, text_of, with_temperature
 from tracerag.prompts import PROMPT, TASK_PLAN, prompt_values
 from tracerag.settings import Settings
+from tracerag.signals.types import Plan
+from tracerag.state import ErrorLog, PlanResult, RequestState, Sample
 
 _JSON_OBJECT = re.compile(r"\{.*\}", re.S)
 
@@ -46,15 +48,16 @@ def parse_plan(text: str, retrieved_ids: Sequence[str], *, mode: str = "separate
     known = set(retrieved_ids)
     ids = [i for i in dict.fromkeys(data["material_ids"]) if i in known]
     unknown = [i for i in data["material_ids"] if i not in known]
-    plan = Plan(material_ids=ids, key_facts=list(data["key_facts"]), raw=text, mode=mode)
+    error = None
     if unknown:
-        plan.error = "plan named materials that were not retrieved: " + ", ".join(unknown)
-    return plan
+        error = "plan named materials that were not retrieved: " + ", ".join(unknown)
+    facts = tuple(data["key_facts"])
+    return Plan(material_ids=tuple(ids), key_facts=facts, raw=text, mode=mode, error=error)
 
 
 async def plan(
-    ctx: RequestContext, settings: Settings, span: Span, config: RunnableConfig | None = None
-) -> RequestContext:
+    state: RequestState, settings: Settings, span: Span, config: RunnableConfig | None = None
+) -> PlanResult:
     """Separate mode: ask the model for a plan, with bounded retries.
 
     The first attempt runs at temperature 0. A malformed plan is retried at a raised
@@ -65,10 +68,11 @@ async def plan(
         raise ConfigurationError("the plan stage needs a chat model")
     deterministic, _ = with_temperature(settings.llm, 0.0)
     llm = deterministic
-    messages = PROMPT.format_messages(**prompt_values(TASK_PLAN, ctx.question, ctx.materials))
-    retrieved = [m.id for m in ctx.materials]
-
-    recorded = record_retry(ctx, span, "plan", settings.meter_provider)
+    materials = state.materials
+    messages = PROMPT.format_messages(**prompt_values(TASK_PLAN, state.question, materials))
+    retrieved = [m.id for m in materials]
+    errors = ErrorLog()
+    recorded = record_retry(errors, span, "plan", settings.meter_provider)
 
     def on_retry(attempt: int, error: BaseException) -> None:
         nonlocal llm
@@ -85,18 +89,17 @@ async def plan(
 
     tries = Tries()
     try:
-        result = await retry_call(
+        parsed = await retry_call(
             once, settings.retry, on_retry=on_retry, retry_on=retry_on, tries=tries
         )
-        result.attempts = tries.count
+        result = dataclasses.replace(parsed, attempts=tries.count)
     except Exception as exc:
-        ctx.record_error("plan", exc, attempt=tries.count, final=True)
+        errors.record_error("plan", exc, attempt=tries.count, final=True)
         if not isinstance(exc, PlanError):
             metrics.record_model_error("plan", exc, meter_provider=settings.meter_provider)
         result = Plan(ok=False, error=f"{type(exc).__name__}: {exc}", attempts=tries.count)
-    ctx.plan = result
-    record_plan(ctx.plan, span, source="model")
-    return ctx
+    record_plan(result, span, source="model")
+    return PlanResult(result, errors.freeze())
 
 
 def split_inline(raw: str) -> tuple[str | None, str]:
@@ -126,8 +129,8 @@ def agree(plans: Sequence[Plan], n_samples: int) -> Plan:
         dict.fromkeys(f for p in good if frozenset(p.material_ids) == ids for f in p.key_facts)
     )
     return Plan(
-        material_ids=list(chosen.material_ids),
-        key_facts=facts,
+        material_ids=tuple(chosen.material_ids),
+        key_facts=tuple(facts),
         ok=True,
         mode=chosen.mode,
         agreement=round(count / max(1, n_samples), 4),
@@ -136,13 +139,14 @@ def agree(plans: Sequence[Plan], n_samples: int) -> Plan:
 
 
 async def plan_from_samples(
-    ctx: RequestContext, settings: Settings, span: Span, config: RunnableConfig | None = None
-) -> RequestContext:
+    state: RequestState, settings: Settings, span: Span, config: RunnableConfig | None = None
+) -> PlanResult:
     """Inline and wrap modes: record the plans the samples wrote and how far they agree."""
-    plans = [s.plan if s.plan is not None else _missing(s) for s in ctx.samples]
-    ctx.plan = agree(plans, len(ctx.samples))
-    record_plan(ctx.plan, span, source=plans[0].mode if plans else "inline")
-    return ctx
+    samples = state.samples.samples if state.samples is not None else ()
+    plans = [s.plan if s.plan is not None else _missing(s) for s in samples]
+    result = agree(plans, len(samples))
+    record_plan(result, span, source=plans[0].mode if plans else "inline")
+    return PlanResult(result)
 
 
 def _missing(sample: Sample) -> Plan:
@@ -151,12 +155,15 @@ def _missing(sample: Sample) -> Plan:
 
 def record_plan(result: Plan, span: Span, *, source: str) -> None:
     """Put a plan on its span."""
-    span.set_attribute(semconv.PLAN_OK, result.ok)
-    span.set_attribute(semconv.PLAN_SOURCE, source)
-    span.set_attribute(semconv.PLAN_ATTEMPTS, result.attempts)
-    span.set_attribute(semconv.PLAN_MATERIAL_IDS, result.material_ids)
-    span.set_attribute(semconv.PLAN_KEY_FACTS, result.key_facts)
+    attrs = {
+        semconv.PLAN_OK: result.ok,
+        semconv.PLAN_SOURCE: source,
+        semconv.PLAN_ATTEMPTS: result.attempts,
+        semconv.PLAN_MATERIAL_IDS: list(result.material_ids),
+        semconv.PLAN_KEY_FACTS: list(result.key_facts),
+    }
     if result.agreement is not None:
-        span.set_attribute(semconv.PLAN_AGREEMENT, result.agreement)
+        attrs[semconv.PLAN_AGREEMENT] = result.agreement
     if result.error:
-        span.set_attribute(semconv.PLAN_ERROR, result.error)
+        attrs[semconv.PLAN_ERROR] = result.error
+    span.set_attributes(attrs)

@@ -8,6 +8,7 @@ score where it gives one (vector-store retrievers), else recorded as absent.
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 from langchain_core.documents import Document
@@ -17,9 +18,11 @@ from langchain_core.vectorstores import VectorStoreRetriever
 from opentelemetry.trace import Span
 
 from tracerag import semconv
-from tracerag.context import Material, RequestContext
+from tracerag.errors import ConfigurationError
 from tracerag.llm import record_retry, retry_call
 from tracerag.settings import Settings
+from tracerag.signals.types import Material
+from tracerag.state import ErrorLog, RequestState, Retrieval
 from tracerag.tracing import capture, set_span_io
 
 SCORE_KEYS = ("relevance_score", "score", "_score", "similarity", "similarity_score")
@@ -30,7 +33,9 @@ def content_id(text: str) -> str:
     return "doc-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
 
 
-def to_materials(pairs: list[tuple[Document, float | None]]) -> list[Material]:
+def to_materials(
+    pairs: list[tuple[Document, float | None]], *, first_rank: int = 1
+) -> tuple[Material, ...]:
     """Materials from documents in retrieved order; duplicate ids are made unique."""
     materials: list[Material] = []
     seen: dict[str, str] = {}
@@ -51,11 +56,11 @@ def to_materials(pairs: list[tuple[Document, float | None]]) -> list[Material]:
                 title=str(meta.get("title") or meta.get("name") or material_id),
                 source=str(meta["source"]) if meta.get("source") is not None else None,
                 score=score,
-                rank=len(materials) + 1,
+                rank=first_rank + len(materials),
                 metadata=meta,
             )
         )
-    return materials
+    return tuple(materials)
 
 
 def _is_number(value: Any) -> bool:
@@ -83,66 +88,56 @@ async def fetch(
 
 
 async def retrieve(
-    ctx: RequestContext, settings: Settings, span: Span, config: RunnableConfig | None = None
-) -> RequestContext:
+    state: RequestState, settings: Settings, span: Span, config: RunnableConfig | None = None
+) -> Retrieval:
     """Retrieve materials for the question and record them with their scores and margin."""
     if settings.retriever is None:
-        raise ValueError("retrieve stage needs a retriever")
-
-    on_retry = record_retry(ctx, span, "retrieve", settings.meter_provider)
+        raise ConfigurationError("the retrieve stage needs a retriever")
+    errors = ErrorLog()
+    on_retry = record_retry(errors, span, "retrieve", settings.meter_provider)
 
     pairs: list[tuple[Document, float | None]] = []
     try:
         retriever = settings.retriever
         pairs = await retry_call(
-            lambda: fetch(retriever, ctx.question, config), settings.retry, on_retry=on_retry
+            lambda: fetch(retriever, state.question, config), settings.retry, on_retry=on_retry
         )
     except Exception as exc:  # no materials: the answer cannot verify and will be escalated
-        ctx.record_error("retrieve", exc, final=True)
+        errors.record_error("retrieve", exc, final=True)
         span.record_exception(exc)
         pairs = []
     if settings.k:
         pairs = pairs[: settings.k]
-    ctx.materials = to_materials(pairs)
-    record_materials(ctx, span)
-    set_span_io(span, input=ctx.question)
-    return ctx
+    retrieval = Retrieval.of(to_materials(pairs), errors=errors.freeze())
+    record_materials(retrieval, span)
+    set_span_io(span, input=state.question)
+    return retrieval
 
 
-def record_materials(ctx: RequestContext, span: Span) -> None:
-    """Put the materials and retrieval signals on the context and the span."""
-    scores = [m.score for m in ctx.materials if m.score is not None]
-    scored = bool(ctx.materials) and len(scores) == len(ctx.materials)
-    ordered = sorted(scores, reverse=True)
-    margin = round(ordered[0] - ordered[1], 6) if scored and len(ordered) > 1 else None
-    ctx.retrieval = {
-        "count": len(ctx.materials),
-        "scored": scored,
-        "top_score": ordered[0] if scored else None,
-        "score_margin": margin,
-        "note": None if scored else "retriever gives no relevance scores",
+def record_materials(retrieval: Retrieval, span: Span) -> None:
+    """Put the materials and retrieval signals on the span."""
+    materials = retrieval.materials
+    attrs: dict[str, Any] = {
+        semconv.RETRIEVAL_COUNT: len(materials),
+        semconv.RETRIEVAL_SCORED: retrieval.scored,
+        semconv.RETRIEVAL_MATERIAL_IDS: [m.id for m in materials],
     }
-    span.set_attribute(semconv.RETRIEVAL_COUNT, len(ctx.materials))
-    span.set_attribute(semconv.RETRIEVAL_SCORED, scored)
-    span.set_attribute(semconv.RETRIEVAL_MATERIAL_IDS, [m.id for m in ctx.materials])
-    if scored:
-        span.set_attribute(semconv.RETRIEVAL_TOP_SCORE, float(ordered[0]))
-    if margin is not None:
-        span.set_attribute(semconv.RETRIEVAL_SCORE_MARGIN, float(margin))
-    for i, m in enumerate(ctx.materials):
-        span.set_attribute(semconv.oi_document(i, "id"), m.id)
+    if retrieval.top_score is not None:
+        attrs[semconv.RETRIEVAL_TOP_SCORE] = float(retrieval.top_score)
+    if retrieval.score_margin is not None:
+        attrs[semconv.RETRIEVAL_SCORE_MARGIN] = float(retrieval.score_margin)
+    for i, m in enumerate(materials):
+        attrs[semconv.oi_document(i, "id")] = m.id
         content = capture(m.text)
         if content is not None:
-            span.set_attribute(semconv.oi_document(i, "content"), content)
+            attrs[semconv.oi_document(i, "content")] = content
         if m.score is not None:
-            span.set_attribute(semconv.oi_document(i, "score"), float(m.score))
-        span.set_attribute(
-            semconv.oi_document(i, "metadata"),
-            json_dumps({"title": m.title, "source": m.source, "rank": m.rank}),
+            attrs[semconv.oi_document(i, "score")] = float(m.score)
+        attrs[semconv.oi_document(i, "metadata")] = json_dumps(
+            {"title": m.title, "source": m.source, "rank": m.rank}
         )
+    span.set_attributes(attrs)
 
 
 def json_dumps(value: Any) -> str:
-    import json
-
     return json.dumps(value, ensure_ascii=False, default=str)

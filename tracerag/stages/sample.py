@@ -2,6 +2,9 @@
 
 Each sample is its own child span with its raw output. Transient model errors are retried
 (bounded, exponential backoff); a sample that still fails is kept with its error, never dropped.
+``draw_samples`` is that machinery for any way of producing one answer (a chat model here, a
+whole chain under ``wrap()``); ``sample`` is the RAGPipeline's way: the chat model, prompted
+with the materials (and the plan, when there is one).
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -17,9 +22,9 @@ from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from tracerag import metrics, semconv
-from tracerag.context import Plan, RequestContext, Sample
 from tracerag.errors import ConfigurationError, PlanError
 from tracerag.llm import (
+    OnRetry,
     Tries,
     call_model,
     invocation_parameters,
@@ -32,7 +37,9 @@ from tracerag.llm import (
 )
 from tracerag.prompts import PROMPT, TASK_ANSWER, TASK_PLAN_AND_ANSWER, prompt_values
 from tracerag.settings import Settings
+from tracerag.signals.types import Plan
 from tracerag.stages.plan import parse_plan, split_inline
+from tracerag.state import ErrorLog, RequestState, Sample, SampleSet
 from tracerag.tracing import capture
 
 TEMPERATURE_ZERO_WARNING = (
@@ -98,13 +105,13 @@ def usage_attributes(sample: Sample) -> dict[str, Any]:
 
 
 def finish_sample_span(
-    span: Span, ctx: RequestContext, sample: Sample, extra: dict[str, Any] | None = None
+    span: Span, request_id: str, sample: Sample, extra: Mapping[str, Any] | None = None
 ) -> None:
     """All attributes of a finished sample span, set in one call."""
     attrs: dict[str, Any] = dict(extra or {})
     attrs.update(
         {
-            semconv.REQUEST_ID: ctx.request_id,
+            semconv.REQUEST_ID: request_id,
             semconv.SAMPLE_INDEX: sample.index,
             semconv.SAMPLE_ATTEMPTS: sample.attempts,
             semconv.SAMPLE_OK: sample.ok,
@@ -120,83 +127,148 @@ def finish_sample_span(
     span.set_attributes(attrs)
 
 
-def record_samples(ctx: RequestContext, span: Span, temperature: float) -> None:
-    """Stage-level sample attributes, and the temperature-zero warning where it applies."""
-    ok = sum(1 for s in ctx.samples if s.ok)
-    span.set_attribute(semconv.SAMPLES_OK, ok)
-    span.set_attribute(semconv.SAMPLES_FAILED, len(ctx.samples) - ok)
-    span.set_attribute(semconv.TEMPERATURE, float(temperature))
-    zero = temperature == 0.0 and len(ctx.samples) > 1
-    span.set_attribute(semconv.TEMPERATURE_ZERO, zero)
-    if zero and TEMPERATURE_ZERO_WARNING not in ctx.warnings:
-        ctx.warnings.append(TEMPERATURE_ZERO_WARNING)
-        span.add_event(semconv.EVENT_WARNING, {semconv.WARNING_MESSAGE: TEMPERATURE_ZERO_WARNING})
+def record_samples(samples: tuple[Sample, ...], span: Span, temperature: float) -> tuple[str, ...]:
+    """Stage-level sample attributes; the temperature-zero warning, if it applies."""
+    ok = sum(1 for s in samples if s.ok)
+    zero = temperature == 0.0 and len(samples) > 1
+    span.set_attributes(
+        {
+            semconv.SAMPLES_OK: ok,
+            semconv.SAMPLES_FAILED: len(samples) - ok,
+            semconv.TEMPERATURE: float(temperature),
+            semconv.TEMPERATURE_ZERO: zero,
+        }
+    )
+    if not zero:
+        return ()
+    span.add_event(semconv.EVENT_WARNING, {semconv.WARNING_MESSAGE: TEMPERATURE_ZERO_WARNING})
+    return (TEMPERATURE_ZERO_WARNING,)
+
+
+@dataclass(frozen=True)
+class Draw:
+    """What one way of answering produced for a sample: its raw text and what it reported."""
+
+    raw: str
+    answer: str | None = None  # default: the raw text, stripped
+    plan: Plan | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+#: Produce one sample's answer: ``(index, on_retry, tries) -> Draw``; raise when it fails.
+Generate = Callable[[int, OnRetry, Tries], Awaitable[Draw]]
+#: The sample span's own attributes: ``(index, draw or None when it failed) -> attributes``.
+Describe = Callable[[int, "Draw | None"], Mapping[str, Any]]
+
+
+async def draw_samples(
+    state: RequestState,
+    settings: Settings,
+    n: int,
+    generate: Generate,
+    describe: Describe,
+    errors: ErrorLog,
+) -> tuple[Sample, ...]:
+    """Draw ``n`` samples concurrently, each in its own child span; failures are kept."""
+    tracer: Tracer = settings.tracer
+    request_id = state.request_id
+
+    async def one(index: int) -> Sample:
+        with tracer.start_as_current_span(semconv.SPAN_SAMPLE_ONE) as child:
+            on_retry = record_retry(errors, child, "sample", settings.meter_provider, sample=index)
+            started = time.perf_counter()
+            tries = Tries()
+            draw: Draw | None = None
+            error: str | None = None
+            try:
+                draw = await generate(index, on_retry, tries)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                errors.record_error("sample", exc, sample=index, final=True)
+                metrics.record_model_error("sample", exc, meter_provider=settings.meter_provider)
+                child.record_exception(exc)
+            answer = None
+            if draw is not None:
+                answer = draw.answer if draw.answer is not None else draw.raw.strip()
+                if not answer:
+                    error = "empty answer"
+            result = Sample(
+                index=index,
+                raw=draw.raw if draw is not None else None,
+                answer=answer,
+                plan=draw.plan if draw is not None else None,
+                error=error,
+                attempts=tries.count,
+                latency_s=round(time.perf_counter() - started, 6),
+                input_tokens=draw.input_tokens if draw is not None else None,
+                output_tokens=draw.output_tokens if draw is not None else None,
+            )
+            finish_sample_span(child, request_id, result, describe(index, draw))
+        return result
+
+    return tuple(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+def samples_wanted(state: RequestState, settings: Settings) -> int:
+    """How many samples this request draws, as registered."""
+    if state.registration is not None:
+        return state.registration.n_samples
+    return settings.samples_for_tier()
 
 
 async def sample(
-    ctx: RequestContext, settings: Settings, span: Span, config: RunnableConfig | None = None
-) -> RequestContext:
-    """Draw the tier's number of samples concurrently, each in its own child span."""
+    state: RequestState, settings: Settings, span: Span, config: RunnableConfig | None = None
+) -> SampleSet:
+    """Draw the tier's number of samples from the chat model, each in its own child span."""
     if settings.llm is None:
         raise ConfigurationError("the sample stage needs a chat model")
     llm, applied = with_temperature(settings.llm, settings.temperature)
+    warnings: list[str] = []
     if not applied:
-        ctx.warnings.append(
+        warnings.append(
             f"{type(settings.llm).__name__} has no temperature field; sampled at its own setting"
         )
     inline = settings.plan_mode == "inline" and settings.tier == "high"
     task = TASK_PLAN_AND_ANSWER if inline else TASK_ANSWER
-    plan = ctx.plan if ctx.plan is not None and ctx.plan.ok else None
-    messages = PROMPT.format_messages(**prompt_values(task, ctx.question, ctx.materials, plan))
-    n = settings.samples_for_tier()
-    tracer: Tracer = settings.tracer
-    retrieved = [m.id for m in ctx.materials]
+    plan = state.plan if state.plan is not None and state.plan.ok else None
+    materials = state.materials
+    messages = PROMPT.format_messages(**prompt_values(task, state.question, materials, plan))
+    retrieved = [m.id for m in materials]
 
     model_attributes = llm_span_attributes(llm, settings.temperature)
     model_attributes.update(input_message_attributes(messages))
-    if ctx.versions.prompt:
-        model_attributes[semconv.OI_PROMPT_TEMPLATE_VERSION] = ctx.versions.prompt
+    versions = state.registration.versions if state.registration is not None else None
+    if versions is not None and versions.prompt:
+        model_attributes[semconv.OI_PROMPT_TEMPLATE_VERSION] = versions.prompt
 
-    async def one(index: int) -> Sample:
-        result = Sample(index=index)
-        with tracer.start_as_current_span(semconv.SPAN_SAMPLE_ONE) as child:
-            on_retry = record_retry(ctx, child, "sample", settings.meter_provider, sample=index)
+    async def generate(index: int, on_retry: OnRetry, tries: Tries) -> Draw:
+        message = await call_model(
+            llm, messages, policy=settings.retry, on_retry=on_retry, config=config, tries=tries
+        )
+        raw = text_of(message)
+        input_tokens, output_tokens = token_usage(message)
+        if inline:
+            plan_text, answer = split_inline(raw)
+            plan = _inline_plan(plan_text, retrieved)
+            return Draw(raw, answer, plan, input_tokens, output_tokens)
+        return Draw(raw, None, None, input_tokens, output_tokens)
 
-            started = time.perf_counter()
-            tries = Tries()
-            try:
-                message = await call_model(
-                    llm,
-                    messages,
-                    policy=settings.retry,
-                    on_retry=on_retry,
-                    config=config,
-                    tries=tries,
-                )
-                result.raw = text_of(message)
-                result.input_tokens, result.output_tokens = token_usage(message)
-                if inline:
-                    plan_text, result.answer = split_inline(result.raw)
-                    result.plan = _inline_plan(plan_text, retrieved)
-                else:
-                    result.answer = result.raw.strip()
-                if not result.answer:
-                    result.error = "empty answer"
-            except Exception as exc:
-                result.error = f"{type(exc).__name__}: {exc}"
-                ctx.record_error("sample", exc, sample=index, final=True)
-                metrics.record_model_error("sample", exc, meter_provider=settings.meter_provider)
-                child.record_exception(exc)
-            result.attempts = tries.count
-            result.latency_s = round(time.perf_counter() - started, 6)
-            finish_sample_span(
-                child, ctx, result, {**model_attributes, **output_attributes(result.raw)}
-            )
-        return result
+    def describe(index: int, draw: Draw | None) -> Mapping[str, Any]:
+        return {**model_attributes, **output_attributes(draw.raw if draw else None)}
 
-    ctx.samples = list(await asyncio.gather(*(one(i) for i in range(n))))
-    record_samples(ctx, span, settings.temperature)
-    return ctx
+    errors = ErrorLog()
+    samples = await draw_samples(
+        state, settings, samples_wanted(state, settings), generate, describe, errors
+    )
+    warnings.extend(record_samples(samples, span, settings.temperature))
+    return SampleSet(
+        samples=samples,
+        temperature=settings.temperature,
+        temperature_zero=settings.temperature == 0.0,
+        warnings=tuple(warnings),
+        errors=errors.freeze(),
+    )
 
 
 def _inline_plan(plan_text: str | None, retrieved: list[str]) -> Plan:

@@ -8,37 +8,30 @@ consistent group whose citations verify — is checked by the user's rules.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
 from tracerag import semconv
-from tracerag.context import RequestContext, Sample
 from tracerag.settings import Settings
 from tracerag.signals.citations import CitationReport, verify_citations
 from tracerag.signals.consistency import ConsistencyReport, score_consistency
 from tracerag.signals.rules import run_rules
+from tracerag.signals.types import Material
+from tracerag.state import ErrorLog, RequestState, Sample, SampleSet, Selection, Verification
 from tracerag.tracing import set_span_io
 
 
-@dataclass
-class Selection:
-    """Which sample answers, and how many samples agree with it."""
-
-    sample_index: int | None
-    group: list[int]
-    share: float
-    reason: str
-
-
-def resolver_for(ctx: RequestContext, sample: Sample):
+def resolver_for(
+    materials: Sequence[Material], sample: Sample, *, positional: bool = False
+) -> Callable[[str], str | None]:
     """Maps a cited marker to a material id: an id as is, or a 1-based position (``[2]``)."""
-    ids = {m.id for m in ctx.materials}
+    ids = {m.id for m in materials}
     folded: dict[str, list[str]] = {}
     for material_id in ids:
         folded.setdefault(material_id.casefold(), []).append(material_id)
-    order = sample.material_order or [m.id for m in ctx.materials]
+    order = sample.material_order or tuple(m.id for m in materials)
 
     def resolve(marker: str) -> str | None:
         if marker in ids:
@@ -46,7 +39,7 @@ def resolver_for(ctx: RequestContext, sample: Sample):
         same = folded.get(marker.casefold(), [])
         if len(same) == 1:  # ``[Warranty]`` for ``warranty``: the same id, differently cased
             return same[0]
-        if marker.isdigit() and 1 <= int(marker) <= len(order) and ctx.params.get("positional"):
+        if positional and marker.isdigit() and 1 <= int(marker) <= len(order):
             return order[int(marker) - 1]
         return None
 
@@ -54,27 +47,32 @@ def resolver_for(ctx: RequestContext, sample: Sample):
 
 
 def _verified(
-    ctx: RequestContext, sample: Sample, settings: Settings, span: Span
+    materials: Sequence[Material],
+    sample: Sample,
+    positional: bool,
+    settings: Settings,
+    span: Span,
+    errors: ErrorLog,
 ) -> CitationReport:
     """The sample's citation report; a failing support backend verifies nothing (and is kept)."""
     try:
         return verify_citations(
             sample.answer or "",
-            ctx.materials,
+            materials,
             backend=settings.support_backend,
-            resolve=resolver_for(ctx, sample),
+            resolve=resolver_for(materials, sample, positional=positional),
         )
     except Exception as exc:  # an answer that cannot be verified must not pass: route it
-        ctx.record_error("verify", exc, sample=sample.index)
+        errors.record_error("verify", exc, sample=sample.index)
         span.record_exception(exc)
         return CitationReport(backend=f"failed: {type(exc).__name__}: {exc}")
 
 
 def select(
-    ctx: RequestContext, reports: dict[int, CitationReport], consistency: ConsistencyReport
+    samples: Sequence[Sample], reports: dict[int, CitationReport], consistency: ConsistencyReport
 ) -> Selection:
     """The largest group with a verified member, and its best-verified member."""
-    n = max(1, len(ctx.samples))
+    n = max(1, len(samples))
 
     def rank(i: int) -> tuple:
         r = reports[i]
@@ -93,57 +91,51 @@ def select(
 
 
 async def verify(
-    ctx: RequestContext, settings: Settings, span: Span, config: RunnableConfig | None = None
-) -> RequestContext:
+    state: RequestState, settings: Settings, span: Span, config: RunnableConfig | None = None
+) -> Verification:
     """Check citations of every sample, score consistency, choose the candidate, run rules."""
+    sampled = state.samples if state.samples is not None else SampleSet()
+    samples = sampled.samples
+    materials = state.materials
+    errors = ErrorLog()
     reports: dict[int, CitationReport] = {}
     seen: dict[tuple[str, tuple[str, ...]], CitationReport] = {}
-    for s in ctx.samples:
+    for s in samples:
         if s.ok:
             # samples often repeat an answer word for word: verify each distinct one once
             key = (s.answer or "", tuple(s.material_order))
             if key not in seen:
-                seen[key] = _verified(ctx, s, settings, span)
+                seen[key] = _verified(materials, s, sampled.positional, settings, span, errors)
             reports[s.index] = seen[key]
-    zero = settings.temperature == 0.0 or bool(ctx.params.get("temperature_zero"))
+    zero = sampled.temperature_zero
     consistency = score_consistency(
-        [s.answer if s.ok else None for s in ctx.samples],
+        [s.answer if s.ok else None for s in samples],
         equivalence=settings.equivalence,
         informative=not zero,
         note="temperature 0: samples cannot disagree" if zero else "",
     )
-    chosen = select(ctx, reports, consistency)
+    chosen = select(samples, reports, consistency)
     report = reports.get(chosen.sample_index) if chosen.sample_index is not None else None
-    answer = ctx.samples[chosen.sample_index].answer if chosen.sample_index is not None else None
-    rules = run_rules(settings.rules, ctx.question, answer, ctx.materials) if answer else []
-    ctx.signals.update(
-        {
-            "citations": report or CitationReport(),
-            "citations_by_sample": {
-                i: {
-                    "valid": r.valid,
-                    "score": r.score,
-                    "coverage": r.coverage,
-                    "accuracy": r.accuracy,
-                    "fabricated": r.fabricated,
-                }
-                for i, r in reports.items()
-            },
-            "consistency": consistency,
-            "selection": chosen,
-            "rules": rules,
-        }
+    answer = samples[chosen.sample_index].answer if chosen.sample_index is not None else None
+    rules = run_rules(settings.rules, state.question, answer, materials) if answer else []
+    verification = Verification(
+        citations=report or CitationReport(),
+        by_sample=reports,
+        consistency=consistency,
+        selection=chosen,
+        rules=tuple(rules),
+        errors=errors.freeze(),
     )
-    record_signals(ctx, span)
-    return ctx
+    record_signals(verification, span)
+    return verification
 
 
-def record_signals(ctx: RequestContext, span: Span) -> None:
+def record_signals(verification: Verification, span: Span) -> None:
     """The verify signals as span attributes and GenAI evaluation events."""
-    report: CitationReport = ctx.signals["citations"]
-    consistency: ConsistencyReport = ctx.signals["consistency"]
-    selection: Selection = ctx.signals["selection"]
-    rules = ctx.signals["rules"]
+    report = verification.citations
+    consistency = verification.consistency
+    selection = verification.selection
+    rules = verification.rules
     span.set_attributes(
         {
             semconv.OI_SPAN_KIND: semconv.OI_KIND_EVALUATOR,

@@ -46,10 +46,10 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr
 
-from tracerag.context import Material
 from tracerag.signals.citations import SUPPORTED, verify_citations
 from tracerag.signals.claims import CITATION_RE, Claim, citation_ids, split_claims
 from tracerag.signals.support import SupportBackend, get_backend
+from tracerag.signals.types import Material
 from tracerag.text import extract_quantities, is_negated
 from tracerag.text.quantities import Quantity
 

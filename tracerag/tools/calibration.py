@@ -508,9 +508,9 @@ def demo_calibration_rows(
     cites only current materials, and cites a document that answers the question; a refusal
     is not right (the customer got no answer). Returns rows in the data format.
     """
-    from tracerag.context import Material
     from tracerag.demo.kb import load_documents
     from tracerag.demo.models.extractive import ExtractiveChatModel
+    from tracerag.signals.types import Material
     from tracerag.tools.adversarial import (
         MUTATION_KINDS,
         MutatingChatModel,

@@ -1,0 +1,105 @@
+"""The stage table: which stages a request runs, in which order, for a tier and plan mode.
+
+Both front doors run this one table. What differs between them is their ``Source``: how a
+request's materials are retrieved and its samples drawn (the retriever and the chat model for
+``RAGPipeline``, the wrapped chain's own runs for ``wrap()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from langchain_core.runnables import RunnableConfig
+from opentelemetry.trace import Span
+
+from tracerag.settings import Settings
+from tracerag.stages.assemble import assemble
+from tracerag.stages.plan import plan, plan_from_samples
+from tracerag.stages.register import register
+from tracerag.stages.retrieve import retrieve
+from tracerag.stages.sample import sample
+from tracerag.stages.verify import verify
+from tracerag.state import RequestState, Retrieval, SampleSet
+
+__all__ = ["ModelSource", "Source", "StageFn", "Step", "steps_for"]
+
+StageFn = Callable[[RequestState, Settings, Span, "RunnableConfig | None"], Awaitable[Any]]
+
+
+class Source(Protocol):
+    """How a front door gets a request's materials and samples."""
+
+    #: ``pipeline`` or ``wrap``: recorded on the root span.
+    mode: str
+
+    async def retrieve(
+        self, state: RequestState, settings: Settings, span: Span, config: RunnableConfig | None
+    ) -> Retrieval: ...
+
+    async def sample(
+        self, state: RequestState, settings: Settings, span: Span, config: RunnableConfig | None
+    ) -> SampleSet: ...
+
+
+class ModelSource:
+    """RAGPipeline's source: the settings' retriever, and samples from its chat model."""
+
+    mode = "pipeline"
+
+    async def retrieve(
+        self, state: RequestState, settings: Settings, span: Span, config: RunnableConfig | None
+    ) -> Retrieval:
+        return await retrieve(state, settings, span, config)
+
+    async def sample(
+        self, state: RequestState, settings: Settings, span: Span, config: RunnableConfig | None
+    ) -> SampleSet:
+        return await sample(state, settings, span, config)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One stage in a run: its name, its function, or why it is skipped."""
+
+    name: str
+    fn: StageFn | None = None
+    skip_reason: str | None = None
+
+
+def steps_for(tier: str, plan_mode: str, source: Source) -> tuple[Step, ...]:
+    """The six stages in run order (skipped ones kept, marked).
+
+    ``plan_mode="inline"``: the samples write their plans, so the plan stage runs after them
+    and records how far they agree. Tiers ``medium`` and ``low`` make no plan; ``low`` does not
+    verify either.
+    """
+    first = (Step("register", register), Step("retrieve", source.retrieve))
+    drawing = Step("sample", source.sample)
+    if tier == "low":
+        return (
+            *first,
+            Step("plan", None, "tier low: no plan"),
+            drawing,
+            Step("verify", None, "tier low: no verification"),
+            Step("assemble", assemble),
+        )
+    if tier == "medium":
+        planning = Step("plan", None, "tier medium: no plan")
+        return (*first, planning, drawing, Step("verify", verify), Step("assemble", assemble))
+    if plan_mode == "inline":
+        return (
+            *first,
+            drawing,
+            Step("plan", plan_from_samples),
+            Step("verify", verify),
+            Step("assemble", assemble),
+        )
+    return (
+        *first,
+        Step("plan", plan),
+        drawing,
+        Step("verify", verify),
+        Step("assemble", assemble),
+    )

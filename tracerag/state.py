@@ -1,0 +1,517 @@
+"""The state of one request: its input and the typed, immutable output of each stage.
+
+Each stage reads the ``RequestState`` built so far and returns its own output (``Registration``,
+``Retrieval``, ``Plan``, ``SampleSet``, ``Verification``, ``Decision``); the runner puts that
+output into a new state. No stage changes what an earlier stage produced. ``to_record()`` turns
+a state into the JSON-able audit record (see ``tracerag.record`` for its typed reader).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from tracerag.errors import InputError
+from tracerag.signals.types import Material, Plan, utcnow
+
+if TYPE_CHECKING:
+    from tracerag.contract import ClaimCheck, Evidence, Response, SignalDetail
+    from tracerag.contract import Versions as ResponseVersions
+    from tracerag.signals.citations import CitationReport
+    from tracerag.signals.consistency import ConsistencyReport
+    from tracerag.signals.rules import RuleResult
+
+__all__ = [
+    "INPUT_KEYS",
+    "RECORD_VERSION",
+    "Decision",
+    "ErrorLog",
+    "PlanResult",
+    "Registration",
+    "RequestInput",
+    "RequestState",
+    "Retrieval",
+    "RunVersions",
+    "Sample",
+    "SampleSet",
+    "Selection",
+    "StageError",
+    "Verification",
+]
+
+#: The layout version of the audit record ``RequestState.to_record()`` writes.
+RECORD_VERSION = 2
+
+INPUT_KEYS = frozenset({"question", "session_id", "user_id", "channel", "request_id"})
+
+
+
+@dataclass(frozen=True)
+class StageError:
+    """Something that went wrong in a stage: kept as data, never lost."""
+
+    stage: str
+    type: str
+    message: str
+    at: str
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The error as it appears in the audit record."""
+        return {
+            "stage": self.stage,
+            "type": self.type,
+            "message": self.message,
+            **_jsonable(dict(self.extra)),
+            "at": self.at,
+        }
+
+
+class ErrorLog:
+    """The errors one stage run collects (retries included), in the order they happened."""
+
+    def __init__(self) -> None:
+        self._errors: list[StageError] = []
+
+    def record_error(self, stage: str, error: BaseException | str, **extra: Any) -> None:
+        """Keep an error with its stage."""
+        if isinstance(error, BaseException):
+            kind, message = type(error).__name__, str(error)
+        else:
+            kind, message = "error", error
+        self._errors.append(
+            StageError(stage, kind, message, utcnow().isoformat(), MappingProxyType(extra))
+        )
+
+    def freeze(self) -> tuple[StageError, ...]:
+        """The errors collected so far."""
+        return tuple(self._errors)
+
+
+@dataclass(frozen=True)
+class RequestInput:
+    """What the caller asked, checked: a non-empty question and optional ids."""
+
+    question: str
+    session_id: str | None = None
+    user_id: str | None = None
+    channel: str | None = None
+    request_id: str | None = None
+    started_at: datetime = field(default_factory=utcnow)
+
+    @classmethod
+    def parse(cls, value: Any, *, max_chars: int = 8000) -> RequestInput:
+        """A RequestInput from a question string or a dict; InputError on anything else."""
+        if isinstance(value, RequestInput):
+            data: dict[str, Any] = {
+                k: getattr(value, k) for k in ("question", *sorted(INPUT_KEYS - {"question"}))
+            }
+        elif isinstance(value, str):
+            data = {"question": value}
+        elif isinstance(value, dict):
+            unknown = set(value) - INPUT_KEYS
+            if unknown:
+                raise InputError(
+                    f"unknown input field(s) {sorted(unknown)}; accepted: {sorted(INPUT_KEYS)}"
+                )
+            data = dict(value)
+        else:
+            raise InputError(
+                "input must be a question string or a dict with 'question', "
+                f"got {type(value).__name__}"
+            )
+        question = data.get("question")
+        if not isinstance(question, str) or not question.strip():
+            raise InputError("the question must be a non-empty string")
+        if len(question) > max_chars:
+            raise InputError(
+                f"the question is {len(question)} characters; the limit is {max_chars}"
+            )
+        for key in ("session_id", "user_id", "channel", "request_id"):
+            if data.get(key) is not None and not isinstance(data[key], str):
+                raise InputError(f"{key} must be a string")
+        return cls(
+            question=question.strip(),
+            session_id=data.get("session_id"),
+            user_id=data.get("user_id"),
+            channel=data.get("channel"),
+            request_id=data.get("request_id") or None,
+        )
+
+
+@dataclass(frozen=True)
+class RunVersions:
+    """Which prompt, model and tracerag produced an answer."""
+
+    prompt: str | None = None
+    model: str | None = None
+    tracerag: str = ""
+
+
+@dataclass(frozen=True)
+class Registration:
+    """Stage 1: the request's id, tier, versions and sampling parameters."""
+
+    request_id: str
+    tier: str
+    versions: RunVersions
+    n_samples: int
+    temperature: float
+    plan_mode: str
+    k: int | None = None
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The sampling parameters as the audit record keeps them."""
+        return {
+            "n_samples": self.n_samples,
+            "temperature": self.temperature,
+            "plan_mode": self.plan_mode,
+            "k": self.k,
+        }
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """Stage 2: the retrieved materials in rank order, and what their scores say."""
+
+    materials: tuple[Material, ...] = ()
+    scored: bool = False
+    top_score: float | None = None
+    score_margin: float | None = None
+    note: str | None = None
+    errors: tuple[StageError, ...] = ()
+
+    @classmethod
+    def of(
+        cls, materials: tuple[Material, ...], *, note: str | None = None, errors: tuple = ()
+    ) -> Retrieval:
+        """A Retrieval with its score signals computed from the materials."""
+        scores = [m.score for m in materials if m.score is not None]
+        scored = bool(materials) and len(scores) == len(materials)
+        ordered = sorted(scores, reverse=True)
+        margin = round(ordered[0] - ordered[1], 6) if scored and len(ordered) > 1 else None
+        if note is None and not scored:
+            note = "retriever gives no relevance scores"
+        return cls(
+            materials=materials,
+            scored=scored,
+            top_score=ordered[0] if scored else None,
+            score_margin=margin,
+            note=note,
+            errors=tuple(errors),
+        )
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """Stage 3: the plan (asked of the model, or agreed among the samples' own)."""
+
+    plan: Plan
+    errors: tuple[StageError, ...] = ()
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sampled answer; ``answer`` is the text after any inline plan has been split off."""
+
+    index: int
+    raw: str | None = None
+    answer: str | None = None
+    plan: Plan | None = None
+    error: str | None = None
+    attempts: int = 0
+    latency_s: float = 0.0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    # the retrieved order this sample saw, for ``[1]``-style positional citations (wrap mode)
+    material_order: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.answer and self.answer.strip())
+
+
+@dataclass(frozen=True)
+class SampleSet:
+    """Stage 4: the samples, the temperature they were drawn at, and what sampling learned.
+
+    ``extra_materials`` are documents the samples' own runs retrieved that the retrieve stage
+    did not (wrap mode): they may be cited, so they join the materials after retrieval's.
+    ``positional`` allows ``[2]``-style citations by position in a sample's retrieved order.
+    """
+
+    samples: tuple[Sample, ...] = ()
+    temperature: float | None = None
+    temperature_zero: bool = False
+    positional: bool = False
+    extra_materials: tuple[Material, ...] = ()
+    warnings: tuple[str, ...] = ()
+    errors: tuple[StageError, ...] = ()
+
+    @property
+    def ok(self) -> tuple[Sample, ...]:
+        """The samples that gave an answer."""
+        return tuple(s for s in self.samples if s.ok)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which sample answers, and how many samples agree with it."""
+
+    sample_index: int | None
+    group: list[int]
+    share: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Stage 5: the chosen answer's citation report, consistency, selection and rules."""
+
+    citations: CitationReport
+    by_sample: Mapping[int, CitationReport]
+    consistency: ConsistencyReport
+    selection: Selection
+    rules: tuple[RuleResult, ...] = ()
+    errors: tuple[StageError, ...] = ()
+
+    def to_record(self) -> dict[str, Any]:
+        """The signals as the audit record keeps them."""
+        return {
+            "citations": _jsonable(self.citations),
+            "citations_by_sample": {
+                str(i): {
+                    "valid": r.valid,
+                    "score": r.score,
+                    "coverage": r.coverage,
+                    "accuracy": r.accuracy,
+                    "fabricated": list(r.fabricated),
+                }
+                for i, r in self.by_sample.items()
+            },
+            "consistency": _jsonable(self.consistency),
+            "selection": _jsonable(self.selection),
+            "rules": _jsonable(list(self.rules)),
+        }
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Stage 6: the confidence, the route and everything the Response will say."""
+
+    decision: str
+    status: str
+    tier: str
+    confidence: float | None
+    answer: str | None
+    signal_detail: SignalDetail
+    evidence: tuple[Evidence, ...]
+    claims: tuple[ClaimCheck, ...]
+    versions: ResponseVersions
+    ticket_id: str | None = None
+    calibration: str | None = None
+    warnings: tuple[str, ...] = ()
+    errors: tuple[StageError, ...] = ()
+
+    def _fields(self, request_id: str, trace_id: str | None) -> dict[str, Any]:
+        return {
+            "request_id": request_id,
+            "trace_id": trace_id,
+            "answer": self.answer,
+            "confidence": self.confidence,
+            "decision": self.decision,
+            "status": self.status,
+            "tier": self.tier,
+            "signal_detail": self.signal_detail,
+            "evidence": list(self.evidence),
+            "claims": list(self.claims),
+            "versions": self.versions,
+            "ticket_id": self.ticket_id,
+            "calibration": self.calibration,
+            "warnings": list(self.warnings),
+        }
+
+    def response(
+        self, request_id: str, trace_id: str | None, audit_persisted: bool | None
+    ) -> Response:
+        """The Response, validated (its one construction)."""
+        from tracerag.contract import Response
+
+        return Response(
+            **self._fields(request_id, trace_id), audit_persisted=audit_persisted
+        )
+
+    def response_record(self, request_id: str, trace_id: str | None) -> dict[str, Any]:
+        """The Response as the audit record keeps it, before the record is persisted."""
+        from tracerag.contract import Response
+
+        draft = Response.model_construct(**self._fields(request_id, trace_id))
+        return draft.model_dump(mode="json")
+
+
+_SLOTS = {
+    "register": "registration",
+    "retrieve": "retrieval",
+    "plan": "planning",
+    "sample": "samples",
+    "verify": "verification",
+    "assemble": "decision",
+}
+
+
+@dataclass(frozen=True)
+class RequestState:
+    """Everything known about one request so far, in the order the stages learn it."""
+
+    input: RequestInput
+    trace_id: str | None = None
+    registration: Registration | None = None
+    retrieval: Retrieval | None = None
+    planning: PlanResult | None = None
+    samples: SampleSet | None = None
+    verification: Verification | None = None
+    decision: Decision | None = None
+    errors: tuple[StageError, ...] = ()
+    skipped: tuple[str, ...] = ()
+    timings: Mapping[str, float] = field(default_factory=dict)
+
+    @staticmethod
+    def slot(stage: str) -> str:
+        """The field a stage's output fills."""
+        return _SLOTS[stage]
+
+    def with_output(self, stage: str, output: Any) -> RequestState:
+        """A new state holding a stage's output (and the errors it collected)."""
+        errors = getattr(output, "errors", ()) if output is not None else ()
+        return dataclasses.replace(
+            self, **{_SLOTS[stage]: output}, errors=self.errors + tuple(errors)
+        )
+
+    def with_error(self, stage: str, error: BaseException, **extra: Any) -> RequestState:
+        """A new state with one more error kept."""
+        log = ErrorLog()
+        log.record_error(stage, error, **extra)
+        return dataclasses.replace(self, errors=self.errors + log.freeze())
+
+    def with_timing(self, name: str, seconds: float) -> RequestState:
+        """A new state with the time spent in a stage (or ``request``)."""
+        return dataclasses.replace(
+            self, timings=MappingProxyType({**self.timings, name: round(seconds, 6)})
+        )
+
+    def with_skipped(self, stage: str) -> RequestState:
+        """A new state that records a stage its tier skips."""
+        return dataclasses.replace(self, skipped=(*self.skipped, stage))
+
+    @property
+    def request_id(self) -> str:
+        if self.registration is not None:
+            return self.registration.request_id
+        return self.input.request_id or ""
+
+    @property
+    def plan(self) -> Plan | None:
+        return self.planning.plan if self.planning is not None else None
+
+    @property
+    def question(self) -> str:
+        return self.input.question
+
+    @property
+    def materials(self) -> tuple[Material, ...]:
+        """Every material the answer may cite: retrieval's, then any the samples' runs added."""
+        retrieved = self.retrieval.materials if self.retrieval is not None else ()
+        if self.samples is not None and self.samples.extra_materials:
+            return retrieved + self.samples.extra_materials
+        return retrieved
+
+    def material(self, material_id: str) -> Material | None:
+        """The material with this id, or None if it was not retrieved."""
+        for m in self.materials:
+            if m.id == material_id:
+                return m
+        return None
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self.samples.warnings if self.samples is not None else ()
+
+    def to_record(self, response: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The JSON-able audit record of this request (layout ``RECORD_VERSION``).
+
+        ``response`` is the Response as recorded; by default the one the decision describes.
+        """
+        reg = self.registration
+        params: dict[str, Any] = reg.params if reg is not None else {}
+        samples = self.samples
+        if samples is not None:
+            if samples.positional:
+                params["positional"] = True
+            if samples.temperature is not None:
+                params["temperature"] = samples.temperature
+            if samples.temperature_zero:
+                params["temperature_zero"] = True
+        retrieval: dict[str, Any] = {}
+        if self.retrieval is not None:
+            r = self.retrieval
+            retrieval = {
+                "count": len(r.materials),
+                "scored": r.scored,
+                "top_score": r.top_score,
+                "score_margin": r.score_margin,
+                "note": r.note,
+            }
+            if samples is not None and samples.extra_materials:
+                retrieval["added_from_runs"] = [m.id for m in samples.extra_materials]
+        decision = self.decision
+        if response is None and decision is not None:
+            response = decision.response_record(self.request_id, self.trace_id)
+        versions = reg.versions if reg is not None else RunVersions()
+        return {
+            "record_version": RECORD_VERSION,
+            "request_id": self.request_id,
+            "trace_id": self.trace_id,
+            "question": self.input.question,
+            "session_id": self.input.session_id,
+            "user_id": self.input.user_id,
+            "channel": self.input.channel,
+            "tier": reg.tier if reg is not None else None,
+            "versions": _jsonable(versions),
+            "params": _jsonable(params),
+            "started_at": self.input.started_at.isoformat(),
+            "materials": _jsonable(list(self.materials)),
+            "retrieval": retrieval,
+            "plan": _jsonable(self.plan),
+            "samples": _jsonable(list(samples.samples) if samples is not None else []),
+            "signals": self.verification.to_record() if self.verification is not None else {},
+            "confidence": decision.confidence if decision is not None else None,
+            "decision": decision.decision if decision is not None else None,
+            "response": dict(response) if response is not None else None,
+            "errors": [e.to_dict() for e in self.errors],
+            "skipped": list(self.skipped),
+            "calibration": decision.calibration if decision is not None else None,
+            "timings": dict(self.timings),
+            "warnings": list(self.warnings),
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    """Convert dataclasses, pydantic models, datetimes and containers to JSON-able values."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    return str(value)
