@@ -29,7 +29,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from langchain_core.callbacks import AsyncCallbackHandler
@@ -45,15 +45,8 @@ from tracerag import semconv
 from tracerag.llm import OnRetry, Tries, model_name, retry_call, text_of
 from tracerag.pipeline import build_settings
 from tracerag.prompts import fingerprint
-from tracerag.routing import EscalationHandler, Thresholds
 from tracerag.runner import StagedRunnable
-from tracerag.settings import RetryPolicy, Settings
-from tracerag.signals.claims import citation_ids, strip_citations
-from tracerag.signals.confidence import Combiner
-from tracerag.signals.consistency import Equivalence
-from tracerag.signals.rules import Rule
-from tracerag.signals.support import SupportBackend
-from tracerag.signals.types import Material, Plan
+from tracerag.stages.plan import implied_plan
 from tracerag.stages.retrieve import fetch, record_materials, to_materials
 from tracerag.stages.sample import (
     TEMPERATURE_ZERO_WARNING,
@@ -62,10 +55,17 @@ from tracerag.stages.sample import (
     record_samples,
     samples_wanted,
 )
-from tracerag.stages.verify import resolver_for
-from tracerag.state import ErrorLog, RequestState, Retrieval, Sample, SampleSet
-from tracerag.text.quantities import extract_quantities
+from tracerag.state import ErrorLog, RequestState, Retrieval, SampleSet
 from tracerag.tracing import capture
+
+if TYPE_CHECKING:
+    from tracerag.routing import EscalationHandler, Thresholds
+    from tracerag.settings import RetryPolicy, Settings
+    from tracerag.signals.confidence import Combiner
+    from tracerag.signals.consistency import Equivalence
+    from tracerag.signals.rules import Rule
+    from tracerag.signals.support import SupportBackend
+    from tracerag.signals.types import Material
 
 logger = logging.getLogger("tracerag.wrap")
 
@@ -256,7 +256,7 @@ class ChainSource:
         extra, orders = _run_materials(state.materials, captures)
         materials = state.materials + extra
         samples = tuple(
-            _with_implied_plan(dataclasses.replace(s, material_order=order), materials)
+            implied_plan(dataclasses.replace(s, material_order=order), materials)
             for s, order in zip(drawn, orders, strict=True)
         )
         if extra:
@@ -297,17 +297,6 @@ def _run_materials(
             order.append(m.id)
         orders.append(tuple(order))
     return tuple(extra), orders
-
-
-def _with_implied_plan(sample: Sample, materials: tuple[Material, ...]) -> Sample:
-    """The sample with the plan its answer implies: what it cited, the quantities it states."""
-    if not sample.ok:
-        return sample
-    resolve = resolver_for(materials, sample, positional=True)
-    ids = [resolve(i) or i for i in citation_ids(sample.answer or "")]
-    facts = [q.raw for q in extract_quantities(strip_citations(sample.answer or ""))]
-    plan = Plan(material_ids=tuple(dict.fromkeys(ids)), key_facts=tuple(facts), mode="wrap")
-    return dataclasses.replace(sample, plan=plan)
 
 
 class WrappedChain(StagedRunnable):

@@ -72,7 +72,6 @@ from tracerag.store.base import (
     RequestTrail,
     ReviewDecision,
 )
-from tracerag.tools.replay import candidate_answer
 
 logger = logging.getLogger("tracerag.server")
 
@@ -679,7 +678,7 @@ def create_app(
             raise NotQueued(request_id)
         reason = (reason or "").strip() or None
         if action == "approve":
-            final_answer = candidate_answer(trail.record)
+            final_answer = trail.audit.candidate_answer
             if not final_answer:
                 raise ValueError("there is no candidate answer to approve: edit or reject")
         elif action == "reject":

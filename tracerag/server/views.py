@@ -7,12 +7,11 @@ returned as (before, marked, after) pieces for the template to wrap in ``<mark>`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracerag.store.base import RequestTrail, _dig
-from tracerag.tools.replay import candidate_answer
+from tracerag.record import RecordMaterial
+from tracerag.store.base import RequestTrail
 
 
 @dataclass(frozen=True)
@@ -86,8 +85,8 @@ class SampleView:
     in_group: bool
 
 
-def _stale(material: Mapping[str, Any]) -> str | None:
-    meta = material.get("metadata") if isinstance(material.get("metadata"), Mapping) else {}
+def _stale(material: RecordMaterial) -> str | None:
+    meta = material.metadata
     if meta.get("superseded_by"):
         return f"superseded by {meta['superseded_by']}"
     if meta.get("status") in {"superseded", "stale", "withdrawn", "expired"}:
@@ -99,35 +98,33 @@ def _stale(material: Mapping[str, Any]) -> str | None:
 
 def claim_views(trail: RequestTrail) -> list[ClaimView]:
     """Each claim with every cited material, the supporting sentence marked in its text."""
-    materials = {str(m.get("id")): m for m in trail.materials}
+    rec = trail.audit
     out: list[ClaimView] = []
-    for claim in trail.claims:
+    for claim in rec.claims:
         view = ClaimView(
-            text=str(claim.get("text") or ""),
-            verdict=str(claim.get("verdict") or "?"),
-            score=claim.get("score"),
-            reason=str(claim.get("reason") or ""),
+            text=claim.text,
+            verdict=claim.verdict or "?",
+            score=claim.score,
+            reason=claim.reason,
         )
-        support_id = claim.get("material_id")
-        sentence = claim.get("sentence") or claim.get("quote")
-        for cid in [str(c) for c in claim.get("cited_ids") or []]:
-            m = materials.get(cid)
+        sentence = claim.support
+        for cid in claim.cited_ids:
+            m = rec.material(cid)
             if m is None:
                 view.materials.append(CitedMaterial(id=cid, retrieved=False))
                 continue
-            text = str(m.get("text") or "")
-            supports = support_id is not None and str(support_id) == cid and bool(sentence)
+            supports = claim.material_id is not None and claim.material_id == cid and bool(sentence)
             view.materials.append(
                 CitedMaterial(
                     id=cid,
                     retrieved=True,
-                    title=str(m.get("title") or cid),
-                    source=m.get("source"),
-                    score=m.get("score"),
+                    title=m.title or cid,
+                    source=m.source,
+                    score=m.score,
                     stale=_stale(m),
-                    text=highlight(text, claim.get("start"), claim.get("end"), sentence)
+                    text=highlight(m.text, claim.start, claim.end, sentence)
                     if supports
-                    else Highlight(text, "", ""),
+                    else Highlight(m.text, "", ""),
                     supports=supports,
                 )
             )
@@ -137,20 +134,17 @@ def claim_views(trail: RequestTrail) -> list[ClaimView]:
 
 def sample_views(trail: RequestTrail) -> list[SampleView]:
     """The sampled answers, the chosen one and its agreeing group marked."""
-    selection = _dig(trail.signals, "selection", default={}) or {}
-    chosen = selection.get("sample_index")
-    group = set(selection.get("group") or [])
+    selection = trail.audit.signals.selection
+    chosen = selection.sample_index if selection is not None else None
+    group = set(selection.group if selection is not None else [])
     out = []
-    for i, s in enumerate(trail.samples):
-        if not isinstance(s, Mapping):
-            out.append(SampleView(i, str(s), None, False, False))
-            continue
-        index = s.get("index", i)
+    for i, s in enumerate(trail.audit.samples):
+        index = s.index if s.index is not None else i
         out.append(
             SampleView(
                 index=index,
-                answer=s.get("answer"),
-                error=s.get("error"),
+                answer=s.answer if s.answer is not None else s.raw,
+                error=s.error,
                 chosen=index == chosen,
                 in_group=index in group,
             )
@@ -160,12 +154,11 @@ def sample_views(trail: RequestTrail) -> list[SampleView]:
 
 def signal_rows(trail: RequestTrail) -> list[tuple[str, str]]:
     """The signals behind the confidence, as (name, value) rows."""
-    rec = trail.record
-    citations = _dig(trail.signals, "citations", default={}) or {}
-    consistency = _dig(trail.signals, "consistency", default={}) or {}
-    selection = _dig(trail.signals, "selection", default={}) or {}
-    retrieval = rec.get("retrieval") if isinstance(rec.get("retrieval"), Mapping) else {}
-    plan = rec.get("plan") if isinstance(rec.get("plan"), Mapping) else None
+    rec = trail.audit
+    citations = rec.citations
+    consistency = rec.signals.consistency
+    retrieval = rec.retrieval
+    plan = rec.plan
 
     def fmt(value: Any) -> str:
         if value is None:
@@ -179,46 +172,43 @@ def signal_rows(trail: RequestTrail) -> list[tuple[str, str]]:
         return str(value)
 
     rows = [
-        ("confidence", fmt(rec.get("confidence"))),
-        ("decision", fmt(rec.get("decision"))),
-        ("citation score", fmt(citations.get("score"))),
-        ("citation coverage", fmt(citations.get("coverage"))),
-        ("citation accuracy", fmt(citations.get("accuracy"))),
-        ("fabricated citations", fmt(citations.get("fabricated") or [])),
-        ("outdated materials cited", fmt(citations.get("stale") or [])),
-        ("self-consistency", fmt(selection.get("share", consistency.get("agreement")))),
-        ("conclusion groups", fmt(consistency.get("n_groups"))),
-        ("semantic entropy", fmt(consistency.get("entropy"))),
-        ("plan", "-" if plan is None else ("ok" if plan.get("ok", True) else "FAILED")),
+        ("confidence", fmt(rec.confidence)),
+        ("decision", fmt(rec.decision)),
+        ("citation score", fmt(citations.score)),
+        ("citation coverage", fmt(citations.coverage)),
+        ("citation accuracy", fmt(citations.accuracy)),
+        ("fabricated citations", fmt(citations.fabricated)),
+        ("outdated materials cited", fmt(citations.stale)),
+        ("self-consistency", fmt(rec.self_consistency)),
+        ("conclusion groups", fmt(consistency.n_groups if consistency is not None else None)),
+        ("semantic entropy", fmt(consistency.entropy if consistency is not None else None)),
+        ("plan", "-" if plan is None else ("ok" if plan.ok else "FAILED")),
         ("retrieval top score", fmt(retrieval.get("top_score"))),
         ("retrieval margin", fmt(retrieval.get("score_margin"))),
-        ("errors", str(len(trail.errors))),
+        ("errors", str(len(rec.errors))),
     ]
-    for rule in _dig(trail.signals, "rules", default=[]) or []:
-        if isinstance(rule, Mapping):
-            state = "pass" if rule.get("passed") else "FAIL"
-            detail = f" — {rule.get('detail')}" if rule.get("detail") else ""
-            rows.append((f"rule {rule.get('name')}", f"{state}{detail}"))
-    caps = _dig(rec, "response", "signal_detail", "confidence_caps", default=[]) or []
-    if caps:
-        rows.append(("confidence capped by", fmt(caps)))
+    for rule in rec.signals.rules:
+        state = "pass" if rule.passed else "FAIL"
+        detail = f" — {rule.detail}" if rule.detail else ""
+        rows.append((f"rule {rule.name}", f"{state}{detail}"))
+    if rec.confidence_caps:
+        rows.append(("confidence capped by", fmt(rec.confidence_caps)))
     return rows
 
 
 def item_context(trail: RequestTrail) -> dict[str, Any]:
     """Everything the item page shows about one queued request."""
-    rec = trail.record
-    response = rec.get("response") if isinstance(rec.get("response"), Mapping) else {}
+    rec = trail.audit
     decision = trail.review_decision
     return {
         "request_id": trail.request_id,
-        "question": rec.get("question") or "",
-        "trace_id": rec.get("trace_id"),
-        "ticket_id": response.get("ticket_id"),
-        "started_at": rec.get("started_at"),
-        "route": rec.get("decision"),
-        "confidence": rec.get("confidence"),
-        "candidate": candidate_answer(rec),
+        "question": rec.question or "",
+        "trace_id": rec.trace_id,
+        "ticket_id": rec.response.ticket_id if rec.response is not None else None,
+        "started_at": rec.started_at,
+        "route": rec.decision,
+        "confidence": rec.confidence,
+        "candidate": rec.candidate_answer,
         "samples": sample_views(trail),
         "signals": signal_rows(trail),
         "claims": claim_views(trail),
@@ -226,5 +216,5 @@ def item_context(trail: RequestTrail) -> dict[str, Any]:
         "decision": decision.payload if decision is not None else None,
         "decided_by": decision.actor if decision is not None else None,
         "decided_at": decision.created_at if decision is not None else None,
-        "versions": rec.get("versions") or {},
+        "versions": rec.versions.model_dump(exclude_unset=True),
     }

@@ -26,8 +26,11 @@ from tracerag.errors import ConfigurationError, PlanError
 from tracerag.llm import Tries, is_transient, record_retry, retry_call, text_of, with_temperature
 from tracerag.prompts import PROMPT, TASK_PLAN, prompt_values
 from tracerag.settings import Settings
-from tracerag.signals.types import Plan
+from tracerag.signals.claims import citation_ids, strip_citations
+from tracerag.signals.types import Material, Plan
+from tracerag.stages.verify import resolver_for
 from tracerag.state import ErrorLog, PlanResult, RequestState, Sample
+from tracerag.text.quantities import extract_quantities
 
 _JSON_OBJECT = re.compile(r"\{.*\}", re.S)
 
@@ -147,6 +150,20 @@ async def plan_from_samples(
     result = agree(plans, len(samples))
     record_plan(result, span, source=plans[0].mode if plans else "inline")
     return PlanResult(result)
+
+
+def implied_plan(sample: Sample, materials: Sequence[Material]) -> Sample:
+    """The sample with the plan its answer implies: what it cited, the quantities it states.
+
+    A chain that writes no plan (``wrap()``) is judged by what its answers actually rely on.
+    """
+    if not sample.ok:
+        return sample
+    resolve = resolver_for(materials, sample, positional=True)
+    ids = [resolve(i) or i for i in citation_ids(sample.answer or "")]
+    facts = [q.raw for q in extract_quantities(strip_citations(sample.answer or ""))]
+    plan = Plan(material_ids=tuple(dict.fromkeys(ids)), key_facts=tuple(facts), mode="wrap")
+    return dataclasses.replace(sample, plan=plan)
 
 
 def _missing(sample: Sample) -> Plan:

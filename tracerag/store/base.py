@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from typing import Any, Protocol, runtime_checkable
 
 from tracerag.errors import TraceragError
+from tracerag.record import AuditRecord
 from tracerag.store.chain import (
     GENESIS_HASH,
     ChainReport,
@@ -81,6 +82,7 @@ QUEUE_STATUSES = ("pending", "claimed", "decided")
 # Which top-level record keys go into which entry (any other key travels in the response
 # entry under "extra", so nothing in a record is lost).
 REGISTER_KEYS = (
+    "record_version",
     "trace_id",
     "question",
     "session_id",
@@ -429,19 +431,6 @@ def record_from_entries(entries: Sequence[Entry]) -> dict[str, Any]:
     return ordered
 
 
-def _dig(value: Any, *path: Any, default: Any = None) -> Any:
-    for key in path:
-        if isinstance(value, Mapping):
-            value = value.get(key)
-        elif isinstance(value, list) and isinstance(key, int) and -len(value) <= key < len(value):
-            value = value[key]
-        else:
-            return default
-        if value is None:
-            return default
-    return value
-
-
 @dataclass
 class RequestTrail:
     """Everything stored under one request_id: its entries in seq order and review state."""
@@ -450,6 +439,7 @@ class RequestTrail:
     entries: list[Entry]
     review: QueueItem | None = None
     _record: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    _audit: AuditRecord | None = field(default=None, repr=False, compare=False)
 
     @property
     def record(self) -> dict[str, Any]:
@@ -457,6 +447,13 @@ class RequestTrail:
         if self._record is None:
             self._record = record_from_entries(self.entries)
         return self._record
+
+    @property
+    def audit(self) -> AuditRecord:
+        """The request record, typed (``tracerag.record.AuditRecord``)."""
+        if self._audit is None:
+            self._audit = AuditRecord.parse(self.record)
+        return self._audit
 
     def of_kind(self, *kinds: str) -> list[Entry]:
         """The entries of the given kinds, in seq order."""
@@ -498,10 +495,7 @@ class RequestTrail:
 
     @property
     def claims(self) -> list[dict[str, Any]]:
-        claims = _dig(self.signals, "citations", "claims", default=[])
-        if not claims:
-            claims = _dig(self.record, "response", "claims", default=[])
-        return [c for c in claims if isinstance(c, dict)]
+        return [c.model_dump(exclude_unset=True) for c in self.audit.claims]
 
     @property
     def confidence(self) -> float | None:
@@ -531,21 +525,12 @@ class RequestTrail:
     @property
     def cited_ids(self) -> list[str]:
         """Every material id the answer cited, in first-cited order."""
-        seen: list[str] = []
-        for claim in self.claims:
-            for cid in claim.get("cited_ids") or []:
-                if str(cid) not in seen:
-                    seen.append(str(cid))
-        for cid in _dig(self.signals, "citations", "fabricated", default=[]) or []:
-            if str(cid) not in seen:
-                seen.append(str(cid))
-        return seen
+        return self.audit.cited_ids
 
     @property
     def cited_not_retrieved(self) -> list[str]:
         """Cited ids that are not among the retrieved materials (fabricated citations)."""
-        retrieved = set(self.retrieved_ids)
-        return [cid for cid in self.cited_ids if cid not in retrieved]
+        return self.audit.cited_not_retrieved
 
     @property
     def review_decision(self) -> Entry | None:
@@ -588,14 +573,11 @@ def review_reason(record: Mapping[str, Any]) -> str:
     confidence = record.get("confidence")
     if isinstance(confidence, (int, float)):
         parts.append(f"confidence {confidence:.2f}")
-    fabricated = _dig(record, "signals", "citations", "fabricated", default=[])
+    typed = AuditRecord.parse(record)
+    fabricated = typed.citations.fabricated
     if fabricated:
-        parts.append("fabricated citations " + ", ".join(map(str, fabricated)))
-    failed = [
-        str(r.get("name"))
-        for r in _dig(record, "signals", "rules", default=[]) or []
-        if isinstance(r, dict) and r.get("passed") is False
-    ]
+        parts.append("fabricated citations " + ", ".join(fabricated))
+    failed = typed.rules_failed
     if failed:
         parts.append("rules failed " + ", ".join(failed))
     errors = record.get("errors") or []

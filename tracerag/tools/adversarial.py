@@ -46,6 +46,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr
 
+from tracerag.record import AuditRecord
 from tracerag.signals.citations import SUPPORTED, verify_citations
 from tracerag.signals.claims import CITATION_RE, Claim, citation_ids, split_claims
 from tracerag.signals.support import SupportBackend, get_backend
@@ -172,38 +173,25 @@ class Case:
     source: str = ""
 
 
-def _material(raw: Mapping[str, Any]) -> Material:
-    return Material(
-        id=str(raw.get("id")),
-        text=str(raw.get("text") or ""),
-        title=str(raw.get("title") or ""),
-        source=raw.get("source"),
-        score=raw.get("score"),
-        rank=int(raw.get("rank") or 0),
-        metadata=dict(raw.get("metadata") or {}),
-    )
-
-
-def cases_from_records(records: Iterable[Mapping[str, Any]], source: str = "") -> list[Case]:
+def cases_from_records(
+    records: Iterable[AuditRecord | Mapping[str, Any]], source: str = ""
+) -> list[Case]:
     """One Case per distinct successful sample answer of each audit record."""
     cases: list[Case] = []
     seen: set[tuple[str, str, tuple[str, ...]]] = set()
-    for record in records:
-        materials = tuple(
-            _material(m) for m in record.get("materials") or [] if isinstance(m, Mapping)
-        )
+    for data in records:
+        record = AuditRecord.parse(data)
+        materials = tuple(m.to_material() for m in record.materials)
         if not materials:
             continue
         answers: list[str] = []
-        for sample in record.get("samples") or []:
-            if isinstance(sample, Mapping) and not sample.get("error"):
-                text = sample.get("answer")
-                if isinstance(text, str) and text.strip():
-                    answers.append(text)
-        response = record.get("response")
-        if not answers and isinstance(response, Mapping) and response.get("answer"):
-            answers.append(str(response["answer"]))
-        question = str(record.get("question") or "")
+        for sample in record.samples:
+            if not sample.error and sample.answer and sample.answer.strip():
+                answers.append(sample.answer)
+        response = record.response
+        if not answers and response is not None and response.answer:
+            answers.append(response.answer)
+        question = record.question or ""
         ids = tuple(m.id for m in materials)
         for answer in answers:
             key = (question, answer, ids)

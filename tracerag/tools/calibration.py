@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from tracerag.errors import ConfigurationError, InputError
+from tracerag.record import AuditRecord
 from tracerag.routing import Thresholds
 from tracerag.signals.calibrated import (
     CALIBRATION_ENV,
@@ -470,14 +471,11 @@ def render_comparison(title: str, results: Mapping[str, Mapping[str, Any]], bins
 # A synthetic labelled set from the demo knowledge base
 
 
-def _label(record: Mapping[str, Any], mutated: Mapping[str, Any], relevant: Sequence[str]) -> bool:
+def _label(record: AuditRecord, mutated: Mapping[str, Any], relevant: Sequence[str]) -> bool:
     from tracerag.signals.claims import split_claims
-    from tracerag.tools.adversarial import _material
 
-    selection = (record.get("signals") or {}).get("selection") or {}
-    index = selection.get("sample_index")
-    samples = record.get("samples") or []
-    answer = samples[index].get("answer") if index is not None and index < len(samples) else None
+    chosen = record.chosen_sample
+    answer = chosen.answer if chosen is not None else None
     if not answer:
         return False
     claims = split_claims(answer)
@@ -486,7 +484,7 @@ def _label(record: Mapping[str, Any], mutated: Mapping[str, Any], relevant: Sequ
         return False
     if answer in mutated or any(not claim.cited_ids for claim in claims):
         return False
-    materials = {m.get("id"): _material(m) for m in record.get("materials") or []}
+    materials = {str(m.id): m.to_material() for m in record.materials}
     if any(c not in materials or materials[c].stale_reason() for c in cited):
         return False
     return bool(set(cited) & set(relevant))
@@ -551,17 +549,18 @@ def demo_calibration_rows(
             [seed], questions, llm_factory=lambda _s, m=model: m, n_samples=n_samples
         )
         mutated = model.mutated if kind is not None else {}
-        for record in records:
-            question = str(record.get("question"))
-            response = record.get("response") or {}
+        for data in records:
+            record = AuditRecord.parse(data)
+            question = str(record.question)
+            detail = record.response.signal_detail if record.response is not None else {}
             rows.append(
                 {
                     "question": question,
                     "seed": seed,
                     "mutation": kind,
                     "mutation_rate": rate,
-                    "signals": _row_signals(response.get("signal_detail") or {}),
-                    "heuristic_confidence": record.get("confidence"),
+                    "signals": _row_signals(detail),
+                    "heuristic_confidence": record.confidence,
                     "correct": _label(record, mutated, relevant.get(question, ())),
                 }
             )

@@ -153,18 +153,18 @@ def _number(value: Any) -> float | None:
 
 def interception_reasons(trail: RequestTrail) -> list[str] | None:
     """Why verification intercepted this request's answer (empty: it did not); None: unverified."""
-    citations = trail.signals.get("citations")
-    if not isinstance(citations, Mapping):
+    rec = trail.audit
+    citations = rec.signals.citations
+    if citations is None:
         return None
     reasons: set[str] = set()
-    if citations.get("fabricated"):
+    if citations.fabricated:
         reasons.add("fabricated_citation")
-    if citations.get("stale"):
+    if citations.stale:
         reasons.add("stale")
-    for claim in trail.claims:
-        verdict = claim.get("verdict")
-        if verdict in INTERCEPTED_VERDICTS:
-            reasons.add(str(verdict))
+    for claim in rec.claims:
+        if claim.verdict in INTERCEPTED_VERDICTS:
+            reasons.add(str(claim.verdict))
     return sorted(reasons)
 
 
@@ -189,7 +189,8 @@ def compute(
             trail = store.get(summary.request_id)
         except KeyError:  # removed between listing and reading: verify_chain reports it
             continue
-        if trail.record.get("replay_of"):
+        rec = trail.audit
+        if rec.replay_of:
             out.replays += 1  # an operator's replay, not a customer request
             continue
         out.requests += 1
@@ -198,8 +199,7 @@ def compute(
         reasons = interception_reasons(trail)
         if reasons is not None:
             out.verified += 1
-            citations = trail.signals.get("citations") or {}
-            cov, acc = _number(citations.get("coverage")), _number(citations.get("accuracy"))
+            cov, acc = _number(rec.citations.coverage), _number(rec.citations.accuracy)
             if cov is not None:
                 coverage.append(cov)
             if acc is not None:
@@ -210,7 +210,7 @@ def compute(
                     out.intercepted_by[reason] = out.intercepted_by.get(reason, 0) + 1
         if decision == "escalate":
             decided = trail.review_decision
-            started = _parse_time(trail.record.get("started_at")) or _parse_time(summary.created_at)
+            started = _parse_time(rec.started_at) or _parse_time(summary.created_at)
             decided_at = _parse_time(decided.created_at) if decided is not None else None
             if decided_at is not None and started is not None:
                 out.escalations_resolved += 1

@@ -33,7 +33,8 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
 
 from tracerag.errors import TraceragError
-from tracerag.store.base import KIND_OPERATOR_ACTION, AuditStore, RequestTrail, _dig
+from tracerag.record import AuditRecord, RecordMaterial
+from tracerag.store.base import KIND_OPERATOR_ACTION, AuditStore, RequestTrail
 
 MODEL_ENV = "TRACERAG_MODEL"
 MODELS = ("extractive", "local")
@@ -47,25 +48,26 @@ class ReplayRefused(TraceragError):
 # -- a retriever that gives back exactly the stored materials ------------------------------
 
 
-def material_documents(materials: Sequence[Mapping[str, Any]]) -> list[tuple[Document, Any]]:
+def material_documents(
+    materials: Sequence[RecordMaterial | Mapping[str, Any]],
+) -> list[tuple[Document, Any]]:
     """The stored materials as (Document, score) pairs, in retrieved order."""
     from tracerag.stages.retrieve import content_id
 
+    typed = [RecordMaterial.model_validate(m) for m in materials]
     pairs: list[tuple[Document, Any]] = []
-    ordered = sorted(
-        enumerate(materials), key=lambda im: (im[1].get("rank") is None, im[1].get("rank"), im[0])
-    )
+    ordered = sorted(enumerate(typed), key=lambda im: (im[1].rank is None, im[1].rank, im[0]))
     for _, m in ordered:
-        text = str(m.get("text") or "")
-        meta = dict(m.get("metadata") or {})
-        mid = str(m.get("id") or "")
+        text = m.text
+        meta = dict(m.metadata)
+        mid = m.id or ""
         if mid and str(meta.get("id") or content_id(text)).strip() != mid:
             meta["id"] = mid  # the id the original run gave it (e.g. made unique with #2)
-        if m.get("title") and not (meta.get("title") or meta.get("name")):
-            meta["title"] = m["title"]
-        if m.get("source") is not None and meta.get("source") is None:
-            meta["source"] = m["source"]
-        pairs.append((Document(page_content=text, metadata=meta, id=mid or None), m.get("score")))
+        if m.title and not (meta.get("title") or meta.get("name")):
+            meta["title"] = m.title
+        if m.source is not None and meta.get("source") is None:
+            meta["source"] = m.source
+        pairs.append((Document(page_content=text, metadata=meta, id=mid or None), m.score))
     return pairs
 
 
@@ -124,7 +126,7 @@ class ReplayRetriever(BaseRetriever):
         return list(self.documents)
 
 
-def replay_retriever(materials: Sequence[Mapping[str, Any]]) -> BaseRetriever:
+def replay_retriever(materials: Sequence[RecordMaterial | Mapping[str, Any]]) -> BaseRetriever:
     """A retriever returning exactly these stored materials, with their scores when all have one."""
     pairs = material_documents(materials)
     if pairs and all(isinstance(s, (int, float)) and not isinstance(s, bool) for _, s in pairs):
@@ -136,52 +138,40 @@ def replay_retriever(materials: Sequence[Mapping[str, Any]]) -> BaseRetriever:
 # -- what a record concluded, and what changed -------------------------------------------------
 
 
-def candidate_answer(record: Mapping[str, Any]) -> str | None:
+def candidate_answer(record: AuditRecord | Mapping[str, Any]) -> str | None:
     """The answer the pipeline chose (also when it was withheld for a human)."""
-    index = _dig(record, "signals", "selection", "sample_index")
-    samples = record.get("samples") or []
-    if isinstance(index, int) and 0 <= index < len(samples) and isinstance(samples[index], dict):
-        answer = samples[index].get("answer")
-        if answer:
-            return str(answer)
-    answer = _dig(record, "response", "answer")
-    return str(answer) if answer else None
+    return AuditRecord.parse(record).candidate_answer
 
 
-def _aspects(record: Mapping[str, Any]) -> dict[str, Any]:
-    materials = [m for m in record.get("materials") or [] if isinstance(m, dict)]
-    plan = record.get("plan") if isinstance(record.get("plan"), dict) else None
-    consistency = _dig(record, "signals", "consistency", default={}) or {}
-    citations = _dig(record, "signals", "citations", default={}) or {}
-    claims = [c for c in citations.get("claims") or [] if isinstance(c, dict)]
-    confidence = record.get("confidence")
+def _aspects(record: AuditRecord | Mapping[str, Any]) -> dict[str, Any]:
+    rec = AuditRecord.parse(record)
+    plan = rec.plan
+    consistency = rec.signals.consistency
+    selection = rec.signals.selection
+    citations = rec.citations
     return {
         "retrieved set": [
-            [str(m.get("id")), None if m.get("score") is None else round(float(m["score"]), 4)]
-            for m in materials
+            [str(m.id), None if m.score is None else round(m.score, 4)] for m in rec.materials
         ],
         "plan": None
         if plan is None
         else {
-            "material_ids": list(plan.get("material_ids") or []),
-            "key_facts": list(plan.get("key_facts") or []),
-            "ok": plan.get("ok"),
+            "material_ids": list(plan.material_ids),
+            "key_facts": list(plan.key_facts),
+            "ok": plan.ok,
         },
         "conclusions": {
-            "answer": candidate_answer(record),
-            "groups": consistency.get("n_groups"),
-            "agreement": _dig(record, "signals", "selection", "share"),
+            "answer": rec.candidate_answer,
+            "groups": consistency.n_groups if consistency is not None else None,
+            "agreement": selection.share if selection is not None else None,
         },
         "citations": {
-            "claims": [
-                [str(c.get("text")), list(c.get("cited_ids") or []), c.get("verdict")]
-                for c in claims
-            ],
-            "fabricated": list(citations.get("fabricated") or []),
-            "stale": list(citations.get("stale") or []),
+            "claims": [[c.text, list(c.cited_ids), c.verdict] for c in citations.claims],
+            "fabricated": list(citations.fabricated),
+            "stale": list(citations.stale),
         },
-        "confidence": None if confidence is None else round(float(confidence), 4),
-        "decision": record.get("decision"),
+        "confidence": None if rec.confidence is None else round(rec.confidence, 4),
+        "decision": rec.decision,
     }
 
 
@@ -226,7 +216,9 @@ def _short(value: Any, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def diff_records(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]:
+def diff_records(
+    before: AuditRecord | Mapping[str, Any], after: AuditRecord | Mapping[str, Any]
+) -> list[Change]:
     """Retrieved set, plan, conclusions, citations, confidence and decision, before and after."""
     b, a = _aspects(before), _aspects(after)
     return [Change(name, b[name], a[name]) for name in ASPECTS]
@@ -314,8 +306,8 @@ def replay(
     from tracerag.pipeline import RAGPipeline
 
     trail: RequestTrail = store.get(request_id)
-    record = trail.record
-    recorded = dict(record.get("versions") or {})
+    record = trail.audit
+    recorded = record.versions.model_dump(exclude_unset=True)
     current = {"prompt": prompt_version, "model": model_version}
     mismatches = version_mismatches(recorded, current)
     if mismatches and not force:
@@ -324,7 +316,7 @@ def replay(
             f"({'; '.join(mismatches)}). A replay would not show what that request did; "
             "configure the recorded versions, or pass --force to replay with the current ones."
         )
-    params = dict(record.get("params") or {})
+    params = record.params
     captured: list[dict[str, Any]] = []
 
     def sink(rec: dict[str, Any]) -> bool:
@@ -337,16 +329,16 @@ def replay(
         "n_samples": int(params.get("n_samples") or 1),
         "temperature": float(params.get("temperature", 0.7)),
         "plan": str(params.get("plan_mode") or "separate"),
-        "tier": str(record.get("tier") or "high"),
+        "tier": record.tier or "high",
         "k": params.get("k"),
         "audit": sink,
     }
     options.update(pipeline_options)
-    pipeline = RAGPipeline(replay_retriever(trail.materials), llm, **options)
+    pipeline = RAGPipeline(replay_retriever(record.materials), llm, **options)
     question = {
-        key: record.get(key)
+        key: getattr(record, key)
         for key in ("question", "session_id", "user_id", "channel")
-        if record.get(key) is not None
+        if getattr(record, key) is not None
     }
     response = pipeline.invoke(question)
     new_record = dict(captured[-1]) if captured else {}
@@ -370,7 +362,7 @@ def replay(
         original_id=request_id,
         replay_id=response.request_id,
         versions_before=recorded,
-        versions_now={**current, "tracerag": _dig(new_record, "versions", "tracerag")},
+        versions_now={**current, "tracerag": AuditRecord.parse(new_record).versions.tracerag},
         forced=bool(force and mismatches),
         changes=changes,
         response=response,

@@ -3,18 +3,19 @@
 Order: versions and tier → question → retrieved materials and which of them the answer cited
 (flagging cited ids that were not retrieved) → plan → raw samples → signals and per-claim
 verdicts → confidence, decision and response → errors and retries → review and operator
-actions. Every field is read defensively: a record from an older or newer pipeline still
-renders, with "-" where something is missing.
+actions. The record is read through ``tracerag.record.AuditRecord``: a record from an older or
+newer pipeline still renders, with "-" where something is missing, and keys it does not know
+are shown as they are.
 """
 
 from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Mapping
 from typing import Any
 
-from tracerag.store.base import KIND_REVIEW_DECISION, RequestTrail, _dig
+from tracerag.record import AuditRecord
+from tracerag.store.base import KIND_REVIEW_DECISION, RequestTrail
 
 INDENT = "  "
 STAGE_ORDER = ("register", "retrieve", "plan", "sample", "verify", "assemble", "request")
@@ -50,168 +51,136 @@ def _section(title: str, detail: str = "") -> list[str]:
     return ["", f"{title.upper()} {detail}".rstrip(), ""]
 
 
-def _answer_text(response: Any) -> Any:
-    if isinstance(response, Mapping):
-        for key in ("answer", "text", "output", "content"):
-            if key in response:
-                return response[key]
-    return response
-
-
-def _versions(trail: RequestTrail, rec: Mapping[str, Any]) -> list[str]:
-    versions = trail.versions if isinstance(trail.versions, Mapping) else {}
+def _versions(rec: AuditRecord) -> list[str]:
+    versions = rec.versions
     out = _section("Versions")
-    out.append(f"{INDENT}prompt    {_fmt(versions.get('prompt'))}")
-    out.append(f"{INDENT}model     {_fmt(versions.get('model'))}")
-    out.append(f"{INDENT}tracerag  {_fmt(versions.get('tracerag'))}")
+    out.append(f"{INDENT}prompt    {_fmt(versions.prompt)}")
+    out.append(f"{INDENT}model     {_fmt(versions.model)}")
+    out.append(f"{INDENT}tracerag  {_fmt(versions.tracerag)}")
     out.append(
-        f"{INDENT}tier      {_fmt(rec.get('tier'))}    channel {_fmt(rec.get('channel'))}"
-        f"    session {_fmt(rec.get('session_id'))}    user {_fmt(rec.get('user_id'))}"
+        f"{INDENT}tier      {_fmt(rec.tier)}    channel {_fmt(rec.channel)}"
+        f"    session {_fmt(rec.session_id)}    user {_fmt(rec.user_id)}"
     )
-    params = rec.get("params")
-    if isinstance(params, Mapping) and params:
-        shown = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(params.items()))
+    if rec.params:
+        shown = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(rec.params.items()))
         out += _block(f"params    {shown}", INDENT)
     return out
 
 
-def _retrieved(trail: RequestTrail, rec: Mapping[str, Any]) -> list[str]:
-    materials = trail.materials
-    cited = set(trail.cited_ids)
-    plan_ids = set(_dig(rec, "plan", "material_ids", default=[]) or [])
+def _retrieved(rec: AuditRecord) -> list[str]:
+    materials = rec.materials
+    cited = set(rec.cited_ids)
+    plan_ids = set(rec.plan.material_ids if rec.plan is not None else [])
     out = _section("Retrieved materials", f"({len(materials)})")
     if not materials:
         out.append(f"{INDENT}(none retrieved)")
-    for m in sorted(materials, key=lambda m: (m.get("rank") is None, m.get("rank") or 0)):
-        mid = str(m.get("id", "?"))
+    for m in sorted(materials, key=lambda m: (m.rank is None, m.rank or 0)):
+        mid = m.id if m.id is not None else "?"
         marks = []
         if mid in cited:
             marks.append("CITED")
         if mid in plan_ids:
             marks.append("planned")
-        meta = m.get("metadata") if isinstance(m.get("metadata"), Mapping) else {}
-        stale = meta.get("superseded_by") or meta.get("status") in {
-            "superseded",
-            "stale",
-            "withdrawn",
-            "expired",
-        }
-        if stale:
+        if m.stale:
             marks.append("STALE")
-        title = m.get("title") or m.get("source") or ""
+        title = m.title or m.source or ""
         out.append(
-            f"{INDENT}#{_fmt(m.get('rank'))}  {mid:<10} score {_fmt(m.get('score'), 3):>6}  "
+            f"{INDENT}#{_fmt(m.rank)}  {mid:<10} score {_fmt(m.score, 3):>6}  "
             f"{title}{'  [' + ', '.join(marks) + ']' if marks else ''}"
         )
-    missing = trail.cited_not_retrieved
+    missing = rec.cited_not_retrieved
     if missing:
         out.append(f"{INDENT}!! cited but NOT retrieved: {', '.join(missing)}")
-    retrieval = rec.get("retrieval")
-    if isinstance(retrieval, Mapping) and retrieval:
-        shown = ", ".join(f"{k}={_fmt(v, 3)}" for k, v in sorted(retrieval.items()))
+    if rec.retrieval:
+        shown = ", ".join(f"{k}={_fmt(v, 3)}" for k, v in sorted(rec.retrieval.items()))
         out += _block(f"retrieval {shown}", INDENT)
     return out
 
 
-def _plan(rec: Mapping[str, Any]) -> list[str]:
-    plan = rec.get("plan")
-    if not isinstance(plan, Mapping):
+def _plan(rec: AuditRecord) -> list[str]:
+    plan = rec.plan
+    if plan is None:
         return [*_section("Plan"), f"{INDENT}(no plan)"]
-    state = "ok" if plan.get("ok", True) else "FAILED"
-    out = _section(
-        "Plan", f"({_fmt(plan.get('mode'))}, {state}, {_fmt(plan.get('attempts'))} attempt(s))"
-    )
-    out.append(f"{INDENT}materials: {', '.join(map(str, plan.get('material_ids') or [])) or '-'}")
-    facts = plan.get("key_facts") or []
-    if facts:
+    state = "ok" if plan.ok else "FAILED"
+    out = _section("Plan", f"({_fmt(plan.mode)}, {state}, {_fmt(plan.attempts)} attempt(s))")
+    out.append(f"{INDENT}materials: {', '.join(plan.material_ids) or '-'}")
+    if plan.key_facts:
         out.append(f"{INDENT}key facts:")
-        for fact in facts:
+        for fact in plan.key_facts:
             out += _block(f"- {fact}", INDENT * 2)
-    if plan.get("agreement") is not None:
-        out.append(f"{INDENT}agreement across samples: {_fmt(plan.get('agreement'))}")
-    if plan.get("error"):
-        out += _block(f"error: {plan.get('error')}", INDENT)
-    if plan.get("raw") and not plan.get("ok", True):
+    if plan.agreement is not None:
+        out.append(f"{INDENT}agreement across samples: {_fmt(plan.agreement)}")
+    if plan.error:
+        out += _block(f"error: {plan.error}", INDENT)
+    if plan.raw and not plan.ok:
         out.append(f"{INDENT}raw plan:")
-        out += _block(plan.get("raw"), INDENT * 2)
+        out += _block(plan.raw, INDENT * 2)
     return out
 
 
-def _samples(trail: RequestTrail) -> list[str]:
-    samples = trail.samples
+def _samples(rec: AuditRecord) -> list[str]:
+    samples = rec.samples
     out = _section("Samples", f"({len(samples)})")
     if not samples:
         out.append(f"{INDENT}(no samples)")
     for i, s in enumerate(samples):
-        if not isinstance(s, Mapping):
-            out.append(f"{INDENT}[{i}]")
-            out += _block(s, INDENT * 3)
-            continue
-        status = f"ERROR {s.get('error')}" if s.get("error") else "ok"
+        status = f"ERROR {s.error}" if s.error else "ok"
         tokens = ""
-        if s.get("input_tokens") is not None or s.get("output_tokens") is not None:
-            tokens = f" · tokens {_fmt(s.get('input_tokens'))}->{_fmt(s.get('output_tokens'))}"
+        if s.input_tokens is not None or s.output_tokens is not None:
+            tokens = f" · tokens {_fmt(s.input_tokens)}->{_fmt(s.output_tokens)}"
         out.append(
-            f"{INDENT}[{_fmt(s.get('index', i))}] {status} · {_fmt(s.get('latency_s'))} s"
-            f" · {_fmt(s.get('attempts'))} attempt(s){tokens}"
+            f"{INDENT}[{_fmt(s.index if s.index is not None else i)}] {status} · "
+            f"{_fmt(s.latency_s)} s · {_fmt(s.attempts)} attempt(s){tokens}"
         )
-        out += _block(s.get("raw") if s.get("raw") is not None else s.get("answer"), INDENT * 3)
+        out += _block(s.raw if s.raw is not None else s.answer, INDENT * 3)
     return out
 
 
-def _signals(trail: RequestTrail) -> list[str]:
-    signals = trail.signals
+def _signals(rec: AuditRecord) -> list[str]:
+    signals = rec.signals
     out = _section("Signals and verdicts")
-    citations = signals.get("citations") if isinstance(signals.get("citations"), Mapping) else {}
-    if citations:
-        fabricated = citations.get("fabricated") or []
-        stale = citations.get("stale") or []
+    citations = signals.citations
+    if citations is not None and citations.model_fields_set:
         out.append(
-            f"{INDENT}citations: coverage {_fmt(citations.get('coverage'))} · "
-            f"accuracy {_fmt(citations.get('accuracy'))}"
-            + (f" · score {_fmt(citations.get('score'))}" if "score" in citations else "")
-            + (f" · FABRICATED {', '.join(map(str, fabricated))}" if fabricated else "")
-            + (f" · STALE {', '.join(map(str, stale))}" if stale else "")
+            f"{INDENT}citations: coverage {_fmt(citations.coverage)} · "
+            f"accuracy {_fmt(citations.accuracy)}"
+            + (f" · score {_fmt(citations.score)}" if citations.score is not None else "")
+            + (f" · FABRICATED {', '.join(citations.fabricated)}" if citations.fabricated else "")
+            + (f" · STALE {', '.join(citations.stale)}" if citations.stale else "")
         )
-    claims = trail.claims
-    for n, claim in enumerate(claims, 1):
-        cited = ", ".join(map(str, claim.get("cited_ids") or [])) or "no citation"
+    for n, claim in enumerate(rec.claims, 1):
+        cited = ", ".join(claim.cited_ids) or "no citation"
         out.append(
-            f"{INDENT}claim {n}: {str(claim.get('verdict', '?')).upper()}  "
-            f"score {_fmt(claim.get('score'))}  cites [{cited}]"
+            f"{INDENT}claim {n}: {str(claim.verdict or '?').upper()}  "
+            f"score {_fmt(claim.score)}  cites [{cited}]"
         )
-        out += _block(f'"{claim.get("text", "")}"', INDENT * 3)
-        sentence = claim.get("sentence") or claim.get("quote")
-        if sentence:
-            source = claim.get("material_id") or "?"
-            out += _block(f'support ({source}): "{sentence}"', INDENT * 3)
-        if claim.get("reason"):
-            out += _block(f"why: {claim.get('reason')}", INDENT * 3)
-    consistency = signals.get("consistency")
-    if isinstance(consistency, Mapping):
-        groups = consistency.get("n_groups", consistency.get("groups"))
-        if isinstance(groups, list):
-            groups = len(groups)
-        note = f" · {consistency.get('note')}" if consistency.get("note") else ""
-        informative = consistency.get("informative")
+        out += _block(f'"{claim.text}"', INDENT * 3)
+        if claim.support:
+            source = claim.material_id or "?"
+            out += _block(f'support ({source}): "{claim.support}"', INDENT * 3)
+        if claim.reason:
+            out += _block(f"why: {claim.reason}", INDENT * 3)
+    consistency = signals.consistency
+    if consistency is not None:
+        note = f" · {consistency.note}" if consistency.note else ""
         out.append(
-            f"{INDENT}consistency: agreement {_fmt(consistency.get('agreement'))} · "
-            f"groups {_fmt(groups)} · entropy {_fmt(consistency.get('entropy'))}"
-            + (" · not informative" if informative is False else "")
+            f"{INDENT}consistency: agreement {_fmt(consistency.agreement)} · "
+            f"groups {_fmt(consistency.group_count)} · entropy {_fmt(consistency.entropy)}"
+            + (" · not informative" if consistency.informative is False else "")
             + note
         )
-    rules = signals.get("rules")
-    if isinstance(rules, list) and rules:
+    if signals.rules:
         out.append(f"{INDENT}rules:")
-        for rule in rules:
-            if not isinstance(rule, Mapping):
-                out.append(f"{INDENT * 2}{rule}")
-                continue
-            mark = "pass" if rule.get("passed") else "FAIL"
-            required = " (required)" if rule.get("required") else ""
-            detail = f" - {rule.get('detail')}" if rule.get("detail") else ""
-            out.append(f"{INDENT * 2}{mark}  {rule.get('name', '?')}{required}{detail}")
-    others = {k: v for k, v in signals.items() if k not in {"citations", "consistency", "rules"}}
+        for rule in signals.rules:
+            mark = {True: "pass", False: "FAIL"}.get(rule.passed, "?")  # type: ignore[arg-type]
+            required = " (required)" if rule.required else ""
+            detail = f" - {rule.detail}" if rule.detail else ""
+            out.append(f"{INDENT * 2}{mark}  {rule.name or '?'}{required}{detail}")
+    others = dict(signals.model_extra or {})
+    if signals.selection is not None:
+        others["selection"] = signals.selection.model_dump()
+    if signals.citations_by_sample:
+        others["citations_by_sample"] = signals.citations_by_sample
     for name, value in sorted(others.items()):
         out += _block(f"{name}: {json.dumps(value, ensure_ascii=False, sort_keys=True)}", INDENT)
     if len(out) == 3:
@@ -219,51 +188,45 @@ def _signals(trail: RequestTrail) -> list[str]:
     return out
 
 
-def _outcome(rec: Mapping[str, Any]) -> list[str]:
+def _outcome(rec: AuditRecord) -> list[str]:
     out = _section("Outcome")
     out.append(
-        f"{INDENT}confidence {_fmt(rec.get('confidence'))} -> decision "
-        f"{str(rec.get('decision') or '-').upper()}"
-        + (f"    calibration {rec.get('calibration')}" if rec.get("calibration") else "")
+        f"{INDENT}confidence {_fmt(rec.confidence)} -> decision "
+        f"{str(rec.decision or '-').upper()}"
+        + (f"    calibration {rec.calibration}" if rec.calibration else "")
     )
-    response = rec.get("response")
-    answer = _answer_text(response)
-    if isinstance(response, Mapping) and response.get("status"):
-        out.append(f"{INDENT}status {response.get('status')}")
-    if answer is None and rec.get("decision") == "escalate":
+    response = rec.response
+    answer = response.answer if response is not None else None
+    if response is not None and response.status:
+        out.append(f"{INDENT}status {response.status}")
+    if answer is None and rec.decision == "escalate":
         out.append(f"{INDENT}answer withheld for a human")
     else:
         out.append(f"{INDENT}response:")
         out += _block(answer, INDENT * 2)
-    timings = rec.get("timings")
-    if isinstance(timings, Mapping) and timings:
+    if rec.timings:
         order = {name: i for i, name in enumerate(STAGE_ORDER)}
-        ranked = sorted(timings.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
+        ranked = sorted(rec.timings.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
         shown = ", ".join(f"{k} {_fmt(v, 3)}s" for k, v in ranked)
         out += _block(f"timings: {shown}", INDENT)
-    for key in ("skipped", "warnings"):
-        if rec.get(key):
-            out += _block(f"{key}: {', '.join(map(str, rec[key]))}", INDENT)
+    for key, values in (("skipped", rec.skipped), ("warnings", rec.warnings)):
+        if values:
+            out += _block(f"{key}: {', '.join(values)}", INDENT)
     return out
 
 
-def _errors(trail: RequestTrail) -> list[str]:
-    errors = trail.errors
+def _errors(rec: AuditRecord) -> list[str]:
+    errors = rec.errors
     out = _section("Errors and retries", f"({len(errors)})")
     if not errors:
         out.append(f"{INDENT}(none)")
     for e in errors:
-        if not isinstance(e, Mapping):
-            out += _block(str(e), INDENT)
-            continue
-        extra = {k: v for k, v in e.items() if k not in {"stage", "type", "message", "at"}}
         out += _block(
-            f"{_fmt(e.get('at'))}  {_fmt(e.get('stage'))}  {_fmt(e.get('type'))}: "
-            f"{_fmt(e.get('message'))}",
+            f"{_fmt(e.at)}  {_fmt(e.stage)}  {_fmt(e.type)}: {_fmt(e.message)}",
             INDENT,
         )
-        if extra:
-            out += _block(", ".join(f"{k}={_fmt(v)}" for k, v in extra.items()), INDENT * 3)
+        if e.details:
+            out += _block(", ".join(f"{k}={_fmt(v)}" for k, v in e.details.items()), INDENT * 3)
     return out
 
 
@@ -309,13 +272,13 @@ def _compact(value: Any) -> str:
 
 def render_timeline(trail: RequestTrail) -> str:
     """A readable plain-text account of one request, in the investigator's order."""
-    rec = trail.record
+    rec = trail.audit
     first = trail.entries[0] if trail.entries else None
     last = trail.entries[-1] if trail.entries else None
     head = [
         f"REQUEST {trail.request_id}",
-        f"{INDENT}trace {_fmt(rec.get('trace_id'))}",
-        f"{INDENT}started {_fmt(rec.get('started_at'))}    recorded "
+        f"{INDENT}trace {_fmt(rec.trace_id)}",
+        f"{INDENT}started {_fmt(rec.started_at)}    recorded "
         f"{(first.created_at if first else '') or '-'}",
     ]
     if first is not None and last is not None and first.sealed:
@@ -324,14 +287,14 @@ def render_timeline(trail: RequestTrail) -> str:
         head.append(f"{INDENT}{len(trail.entries)} audit entries (not stored)")
     parts = [
         head,
-        _versions(trail, rec),
-        [*_section("Question"), *_block(rec.get("question"), INDENT)],
-        _retrieved(trail, rec),
+        _versions(rec),
+        [*_section("Question"), *_block(rec.question, INDENT)],
+        _retrieved(rec),
         _plan(rec),
-        _samples(trail),
-        _signals(trail),
+        _samples(rec),
+        _signals(rec),
         _outcome(rec),
-        _errors(trail),
+        _errors(rec),
         _actions(trail),
     ]
     return "\n".join(line for part in parts for line in part) + "\n"
