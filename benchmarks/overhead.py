@@ -7,6 +7,10 @@ model that sleeps a fixed latency (default 200 ms) per call, measured side by si
 - RAGPipeline, N samples, plan="inline" (one model latency) and plan="separate" (two);
 - wrap(bare chain), N samples (the chain runs N times concurrently).
 
+It also compares the sync entry point with the async one on the same pipeline: ``invoke()`` from
+sync code, ``invoke()`` called inside a running event loop, and ``await ainvoke()``, each with
+a zero-latency model so the figure is the bridge's own cost.
+
 Wall-time ratios are to one bare call. CPU time tracerag adds per request is measured with a
 zero-latency model: process CPU per pipeline request minus the CPU of doing the same model calls
 and retrieval directly, both through the real OTel SDK (batch processor, spans discarded).
@@ -131,12 +135,50 @@ async def cpu_overhead(runnable, baseline, requests: int) -> tuple[float, float]
     return spent[0] / requests, spent[1] / requests
 
 
+def _timed_sync(runnable, requests: int) -> tuple[float, float]:
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(requests):
+        runnable.invoke(QUESTION)
+    return (time.perf_counter() - t0) / requests, (time.process_time() - c0) / requests
+
+
+async def _timed_async(runnable, requests: int) -> tuple[float, float]:
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(requests):
+        await runnable.ainvoke(QUESTION)
+    return (time.perf_counter() - t0) / requests, (time.process_time() - c0) / requests
+
+
+async def _timed_sync_in_loop(runnable, requests: int) -> tuple[float, float]:
+    return _timed_sync(runnable, requests)  # sync calls while this event loop runs
+
+
+async def sync_vs_async(runnable, requests: int, rounds: int) -> dict[str, tuple[float, float]]:
+    """Median wall and CPU per request of invoke() (from sync code and inside a running loop)
+    and of ainvoke(), interleaved."""
+    runs = {
+        "invoke() from sync code": lambda: asyncio.to_thread(_timed_sync, runnable, requests),
+        "invoke() inside a running loop": lambda: _timed_sync_in_loop(runnable, requests),
+        "await ainvoke()": lambda: _timed_async(runnable, requests),
+    }
+    await runnable.ainvoke(QUESTION)
+    seen: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            seen[name].append(await run())
+    return {
+        name: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
+        for name, v in seen.items()
+    }
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--latency", type=float, default=0.2)
     ap.add_argument("--samples", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--cpu-requests", type=int, default=200)
+    ap.add_argument("--sync-requests", type=int, default=50)
     args = ap.parse_args()
     tp = provider()
 
@@ -175,6 +217,18 @@ async def main() -> None:
         "  (goal: < 2 ms added; 'spans off' runs the same stages with a no-op tracer, so the "
         "difference is the OpenTelemetry SDK's share)"
     )
+
+    print(
+        f"\ninvoke() against ainvoke() (pipeline inline, zero-latency model, "
+        f"{args.sync_requests} requests x {args.rounds} rounds, medians):"
+    )
+    timings = await sync_vs_async(zero["pipeline inline"], args.sync_requests, args.rounds)
+    base_wall, base_cpu = timings["await ainvoke()"]
+    for name, (w, c) in timings.items():
+        print(
+            f"  {name:32} wall {w * 1000:6.2f} ms ({w / base_wall:4.2f}x)  "
+            f"CPU {c * 1000:6.2f} ms ({c / base_cpu:4.2f}x)"
+        )
     tp.shutdown()
 
 
