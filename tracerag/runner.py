@@ -30,6 +30,7 @@ from tracerag.context import RequestContext
 from tracerag.contract import Response
 from tracerag.errors import InputError
 from tracerag.settings import Settings
+from tracerag.text.unicode import first_lone_surrogate, fix_surrogates, is_invisible
 from tracerag.tracing import capture, set_span_metadata
 
 logger = logging.getLogger("tracerag")
@@ -53,7 +54,13 @@ class Step:
 
 
 def parse_input(value: Any, *, max_chars: int = 8000) -> RequestContext:
-    """A RequestContext from a question string or a dict; InputError on anything else."""
+    """A RequestContext from a question string or a dict; InputError on anything else.
+
+    Refused: a question that is empty or shows nothing (only whitespace, zero-width or other
+    invisible characters), longer than ``max_chars``, or any field that is not valid Unicode
+    (a lone UTF-16 surrogate such as ``"\\ud800"``). Surrogate pairs are joined into the
+    character they encode.
+    """
     if isinstance(value, str):
         data: dict[str, Any] = {"question": value}
     elif isinstance(value, dict):
@@ -72,9 +79,21 @@ def parse_input(value: Any, *, max_chars: int = 8000) -> RequestContext:
         raise InputError("the question must be a non-empty string")
     if len(question) > max_chars:
         raise InputError(f"the question is {len(question)} characters; the limit is {max_chars}")
-    for key in ("session_id", "user_id", "channel", "request_id"):
-        if data.get(key) is not None and not isinstance(data[key], str):
+    for key in ("question", "session_id", "user_id", "channel", "request_id"):
+        field = data.get(key)
+        if field is None:
+            continue
+        if not isinstance(field, str):
             raise InputError(f"{key} must be a string")
+        lone = first_lone_surrogate(field)
+        if lone is not None:
+            raise InputError(
+                f"{key} is not valid Unicode: a lone UTF-16 surrogate at character {lone}"
+            )
+        data[key] = fix_surrogates(field)
+    question = data["question"]
+    if is_invisible(question):
+        raise InputError("the question shows no visible character")
     return RequestContext(
         question=question.strip(),
         session_id=data.get("session_id"),

@@ -22,6 +22,7 @@ the span and the Response, and self-consistency is reported as uninformative.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -41,7 +42,16 @@ from opentelemetry.trace import Span, TracerProvider
 from tracerag import metrics, semconv
 from tracerag.context import Plan, RequestContext, Sample
 from tracerag.contract import Response
-from tracerag.llm import Tries, model_name, record_retry, retry_call, text_of
+from tracerag.errors import ConfigurationError, OutputTooLongError, RetrieverTimeoutError
+from tracerag.llm import (
+    Tries,
+    clean_text,
+    model_name,
+    record_retry,
+    retry_call,
+    text_of,
+    within,
+)
 from tracerag.pipeline import build_settings
 from tracerag.prompts import fingerprint
 from tracerag.routing import EscalationHandler, Thresholds
@@ -251,7 +261,13 @@ class WrappedChain(Runnable[Any, Response]):
         pairs: list[tuple[Document, float | None]] = []
         for retriever in self.info.retrievers:
             try:
-                pairs.extend(await fetch(retriever, ctx.question, config))
+                pairs.extend(
+                    await within(
+                        functools.partial(fetch, retriever, ctx.question, config),
+                        settings.retry.retriever_timeout,
+                        RetrieverTimeoutError,
+                    )
+                )
             except Exception as exc:  # the chain's own runs will retrieve again
                 ctx.record_error("retrieve", exc)
                 span.record_exception(exc)
@@ -286,12 +302,14 @@ class WrappedChain(Runnable[Any, Response]):
 
                 try:
                     output = await retry_call(once, settings.retry, on_retry=on_retry, tries=tries)
-                    result.raw = output_text(output)
+                    result.raw = clean_text(output_text(output), settings.retry.max_output_chars)
                     result.answer = result.raw.strip()
                     if not result.answer:
                         result.error = "empty answer"
                 except Exception as exc:
                     result.error = f"{type(exc).__name__}: {exc}"
+                    if isinstance(exc, OutputTooLongError):  # keep what fits, for the record
+                        result.raw = exc.text
                     ctx.record_error("sample", exc, sample=index, final=True)
                     metrics.record_model_error(
                         "sample", exc, meter_provider=settings.meter_provider
@@ -403,7 +421,9 @@ def wrap(
     ``chain_input`` turns the question into the chain's input (default: the question string).
     """
     if not isinstance(chain, Runnable):
-        raise TypeError(f"wrap() needs a LangChain Runnable, got {type(chain).__name__}")
+        raise ConfigurationError(
+            f"wrap() needs a LangChain Runnable, got {type(chain).__name__}"
+        )
     info = inspect_chain(chain)
     temperature = info.temperature
     settings = build_settings(

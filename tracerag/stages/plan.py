@@ -23,7 +23,15 @@ from tracerag import metrics, semconv
 from tracerag.context import Plan, RequestContext, Sample
 from tracerag.contract import validate_with
 from tracerag.errors import ConfigurationError, PlanError
-from tracerag.llm import Tries, is_transient, record_retry, retry_call, text_of, with_temperature
+from tracerag.llm import (
+    Tries,
+    ainvoke_model,
+    is_transient,
+    record_retry,
+    retry_call,
+    text_of,
+    with_temperature,
+)
 from tracerag.prompts import PROMPT, TASK_PLAN, prompt_values
 from tracerag.settings import Settings
 
@@ -80,7 +88,10 @@ async def plan(
         return isinstance(error, PlanError) or is_transient(error)
 
     async def once() -> Plan:
-        raw = text_of(await llm.ainvoke(messages, config=config))
+        message = await ainvoke_model(
+            llm, messages, config=config, max_chars=settings.retry.max_output_chars
+        )
+        raw = text_of(message)
         return parse_plan(raw, retrieved)
 
     tries = Tries()

@@ -18,6 +18,7 @@ from opentelemetry.trace import Span
 
 from tracerag import semconv
 from tracerag.context import Material, RequestContext
+from tracerag.errors import ConfigurationError
 from tracerag.llm import record_retry, retry_call
 from tracerag.settings import Settings
 from tracerag.tracing import capture, set_span_io
@@ -87,7 +88,7 @@ async def retrieve(
 ) -> RequestContext:
     """Retrieve materials for the question and record them with their scores and margin."""
     if settings.retriever is None:
-        raise ValueError("retrieve stage needs a retriever")
+        raise ConfigurationError("the retrieve stage needs a retriever")
 
     on_retry = record_retry(ctx, span, "retrieve", settings.meter_provider)
 
@@ -95,7 +96,10 @@ async def retrieve(
     try:
         retriever = settings.retriever
         pairs = await retry_call(
-            lambda: fetch(retriever, ctx.question, config), settings.retry, on_retry=on_retry
+            lambda: fetch(retriever, ctx.question, config),
+            settings.retry,
+            on_retry=on_retry,
+            calls="retriever",
         )
     except Exception as exc:  # no materials: the answer cannot verify and will be escalated
         ctx.record_error("retrieve", exc, final=True)

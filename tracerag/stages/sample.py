@@ -18,7 +18,7 @@ from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from tracerag import metrics, semconv
 from tracerag.context import Plan, RequestContext, Sample
-from tracerag.errors import ConfigurationError, PlanError
+from tracerag.errors import ConfigurationError, OutputTooLongError, PlanError
 from tracerag.llm import (
     Tries,
     call_model,
@@ -184,6 +184,8 @@ async def sample(
                     result.error = "empty answer"
             except Exception as exc:
                 result.error = f"{type(exc).__name__}: {exc}"
+                if isinstance(exc, OutputTooLongError):  # keep what fits, for the record
+                    result.raw = exc.text
                 ctx.record_error("sample", exc, sample=index, final=True)
                 metrics.record_model_error("sample", exc, meter_provider=settings.meter_provider)
                 child.record_exception(exc)
