@@ -34,6 +34,10 @@ def test_every_error_class_is_a_tracerag_error_and_named_in_the_tree():
         assert issubclass(cls, TraceragError)
         assert cls.__name__ in (errors.__doc__ or ""), cls.__name__
     assert sorted(errors.__all__) == sorted(c.__name__ for c in classes)
+    import tracerag
+
+    for cls in classes:
+        assert getattr(tracerag, cls.__name__) is cls and cls.__name__ in tracerag.__all__
 
 
 def test_store_errors_are_in_the_tree_and_keep_the_builtins_callers_catch():
