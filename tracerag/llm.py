@@ -304,7 +304,8 @@ def invocation_parameters(llm: Any) -> dict[str, Any]:
         params = dict(llm._identifying_params)
     except Exception:
         params = {}
-    return json.loads(json.dumps(params, default=str))
+    safe: dict[str, Any] = json.loads(json.dumps(params, default=str))
+    return safe
 
 
 async def ainvoke_model(

@@ -14,16 +14,16 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from tracerag.context import utcnow
 from tracerag.errors import ConfigurationError
 
 logger = logging.getLogger("tracerag.escalation")
 
-PASS = "pass"
-REVIEW = "review"
-ESCALATE = "escalate"
+PASS: Final = "pass"
+REVIEW: Final = "review"
+ESCALATE: Final = "escalate"
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,8 @@ async def run_steps(
         ctx.timings["request"] = round(time.perf_counter() - started, 6)
         _deliver(ctx, settings)
         _set_root(root, ctx)
-    return ctx.response
+    response: Response = ctx.response
+    return response
 
 
 async def _run_step(

@@ -87,7 +87,9 @@ class SampleView:
 
 
 def _stale(material: Mapping[str, Any]) -> str | None:
-    meta = material.get("metadata") if isinstance(material.get("metadata"), Mapping) else {}
+    meta: Mapping[str, Any] = (
+        material["metadata"] if isinstance(material.get("metadata"), Mapping) else {}
+    )
     if meta.get("superseded_by"):
         return f"superseded by {meta['superseded_by']}"
     if meta.get("status") in {"superseded", "stale", "withdrawn", "expired"}:
@@ -164,7 +166,9 @@ def signal_rows(trail: RequestTrail) -> list[tuple[str, str]]:
     citations = _dig(trail.signals, "citations", default={}) or {}
     consistency = _dig(trail.signals, "consistency", default={}) or {}
     selection = _dig(trail.signals, "selection", default={}) or {}
-    retrieval = rec.get("retrieval") if isinstance(rec.get("retrieval"), Mapping) else {}
+    retrieval: Mapping[str, Any] = (
+        rec["retrieval"] if isinstance(rec.get("retrieval"), Mapping) else {}
+    )
     plan = rec.get("plan") if isinstance(rec.get("plan"), Mapping) else None
 
     def fmt(value: Any) -> str:
@@ -208,7 +212,9 @@ def signal_rows(trail: RequestTrail) -> list[tuple[str, str]]:
 def item_context(trail: RequestTrail) -> dict[str, Any]:
     """Everything the item page shows about one queued request."""
     rec = trail.record
-    response = rec.get("response") if isinstance(rec.get("response"), Mapping) else {}
+    response: Mapping[str, Any] = (
+        rec["response"] if isinstance(rec.get("response"), Mapping) else {}
+    )
     decision = trail.review_decision
     return {
         "request_id": trail.request_id,

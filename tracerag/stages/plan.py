@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 import jsonschema
+from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
@@ -71,7 +72,8 @@ async def plan(
     """
     if settings.llm is None:
         raise ConfigurationError("the plan stage needs a chat model")
-    deterministic, _ = with_temperature(settings.llm, 0.0)
+    base: BaseChatModel = settings.llm
+    deterministic, _ = with_temperature(base, 0.0)
     llm = deterministic
     messages = PROMPT.format_messages(**prompt_values(TASK_PLAN, ctx.question, ctx.materials))
     retrieved = [m.id for m in ctx.materials]
@@ -81,7 +83,7 @@ async def plan(
     def on_retry(attempt: int, error: BaseException) -> None:
         nonlocal llm
         if isinstance(error, PlanError):
-            llm, _ = with_temperature(settings.llm, min(1.0, 0.3 * attempt))
+            llm, _ = with_temperature(base, min(1.0, 0.3 * attempt))
         recorded(attempt, error)
 
     def retry_on(error: BaseException) -> bool:

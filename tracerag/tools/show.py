@@ -89,7 +89,7 @@ def _retrieved(trail: RequestTrail, rec: Mapping[str, Any]) -> list[str]:
             marks.append("CITED")
         if mid in plan_ids:
             marks.append("planned")
-        meta = m.get("metadata") if isinstance(m.get("metadata"), Mapping) else {}
+        meta: Mapping[str, Any] = m["metadata"] if isinstance(m.get("metadata"), Mapping) else {}
         stale = meta.get("superseded_by") or meta.get("status") in {
             "superseded",
             "stale",
