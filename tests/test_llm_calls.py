@@ -286,3 +286,28 @@ def test_clean_message_joins_pairs_and_checks_block_content():
     assert info.value.length == 11 and info.value.text == "x" * 10
     untouched = AIMessage(content="fine")
     assert clean_message(untouched, 100) is untouched
+
+
+def test_a_lone_surrogate_in_a_retrieved_document_does_not_crash_the_request(documents):
+    from tracerag.demo.kb import build_vectorstore
+
+    documents.append(
+        Document(
+            page_content="Returns \ud800 are possible within 30 days of delivery.",
+            metadata={"title": "Returns \udc00 note", "source": "kb://\ud800"},
+        )
+    )
+    retriever = build_vectorstore(documents).as_retriever(search_kwargs={"k": 6})
+    records: list[dict[str, Any]] = []
+    pipeline = RAGPipeline(
+        retriever,
+        ScriptedChatModel(responses=[GOOD], plan_responses=[PLAN]),
+        prompt_version="p",
+        model_version="m",
+        audit=lambda record: records.append(record) or True,
+    )
+    response = pipeline.invoke(QUESTION)
+    assert response.decision == "pass"
+    texts = [m["text"] for m in records[0]["materials"]]
+    assert any("\ufffd" in t for t in texts)
+    json.dumps(records[0], ensure_ascii=False).encode("utf-8")
