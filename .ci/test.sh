@@ -26,6 +26,7 @@ trap 'bash .ci/postgres.sh stop >/dev/null 2>&1 || true' EXIT
 step "lint"
 python -m ruff check .
 lint-imports
+python -m mypy tracerag
 
 step "tests"
 python -m pytest -ra

@@ -7,6 +7,11 @@ model that sleeps a fixed latency (default 200 ms) per call, measured side by si
 - RAGPipeline, N samples, plan="inline" (one model latency) and plan="separate" (two);
 - wrap(bare chain), N samples (the chain runs N times concurrently).
 
+It also compares the sync entry point with the async one on the same pipeline: ``invoke()`` from
+sync code, ``invoke()`` called inside a running event loop, and ``await ainvoke()``, each with
+a zero-latency model; and the bridge alone (``runner.run_sync`` on a coroutine that makes one
+executor call, as a sync retriever does), which machine noise hardly moves.
+
 Wall-time ratios are to one bare call. CPU time tracerag adds per request is measured with a
 zero-latency model: process CPU per pipeline request minus the CPU of doing the same model calls
 and retrieval directly, both through the real OTel SDK (batch processor, spans discarded).
@@ -31,6 +36,7 @@ from opentelemetry.trace import NoOpTracerProvider
 from tracerag import RAGPipeline, wrap
 from tracerag.demo.kb import build_retriever
 from tracerag.prompts import PROMPT, TASK_ANSWER, prompt_values
+from tracerag.runner import run_sync
 from tracerag.stages.retrieve import fetch, to_materials
 from tracerag.testing import ScriptCall, ScriptedChatModel
 
@@ -131,12 +137,69 @@ async def cpu_overhead(runnable, baseline, requests: int) -> tuple[float, float]
     return spent[0] / requests, spent[1] / requests
 
 
+def _timed_sync(runnable, requests: int) -> tuple[float, float]:
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(requests):
+        runnable.invoke(QUESTION)
+    return (time.perf_counter() - t0) / requests, (time.process_time() - c0) / requests
+
+
+async def _timed_async(runnable, requests: int) -> tuple[float, float]:
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(requests):
+        await runnable.ainvoke(QUESTION)
+    return (time.perf_counter() - t0) / requests, (time.process_time() - c0) / requests
+
+
+async def _timed_sync_in_loop(runnable, requests: int) -> tuple[float, float]:
+    return _timed_sync(runnable, requests)  # sync calls while this event loop runs
+
+
+async def sync_vs_async(runnable, requests: int, rounds: int) -> dict[str, tuple[float, float]]:
+    """Best-of-rounds wall and CPU per request of invoke() (from sync code and inside a running
+    loop) and of ainvoke(), interleaved; the best round is the one machine noise touched least."""
+    runs = {
+        "invoke() from sync code": lambda: asyncio.to_thread(_timed_sync, runnable, requests),
+        "invoke() inside a running loop": lambda: _timed_sync_in_loop(runnable, requests),
+        "await ainvoke()": lambda: _timed_async(runnable, requests),
+    }
+    await runnable.ainvoke(QUESTION)
+    seen: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            seen[name].append(await run())
+    return {
+        name: (min(w for w, _ in v), min(c for _, c in v)) for name, v in seen.items()
+    }
+
+
+async def _one_executor_call() -> int:
+    return await asyncio.get_running_loop().run_in_executor(None, int)
+
+
+def bridge_cost(calls: int, repeats: int = 7) -> tuple[float, float]:
+    """Best-of-``repeats`` wall and CPU seconds per ``run_sync`` call."""
+    best_wall = best_cpu = float("inf")
+    for _ in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        for _ in range(calls):
+            run_sync(_one_executor_call)
+        best_wall = min(best_wall, (time.perf_counter() - t0) / calls)
+        best_cpu = min(best_cpu, (time.process_time() - c0) / calls)
+    return best_wall, best_cpu
+
+
+async def _bridge_cost_in_loop(calls: int) -> tuple[float, float]:
+    return bridge_cost(calls)
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--latency", type=float, default=0.2)
     ap.add_argument("--samples", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--cpu-requests", type=int, default=200)
+    ap.add_argument("--sync-requests", type=int, default=50)
     args = ap.parse_args()
     tp = provider()
 
@@ -175,6 +238,24 @@ async def main() -> None:
         "  (goal: < 2 ms added; 'spans off' runs the same stages with a no-op tracer, so the "
         "difference is the OpenTelemetry SDK's share)"
     )
+
+    print(
+        f"\ninvoke() against ainvoke() (pipeline inline, zero-latency model, "
+        f"{args.sync_requests} requests x {args.rounds} rounds, best round):"
+    )
+    timings = await sync_vs_async(zero["pipeline inline"], args.sync_requests, args.rounds)
+    base_wall, base_cpu = timings["await ainvoke()"]
+    for name, (w, c) in timings.items():
+        print(
+            f"  {name:32} wall {w * 1000:6.2f} ms ({w / base_wall:4.2f}x)  "
+            f"CPU {c * 1000:6.2f} ms ({c / base_cpu:4.2f}x)"
+        )
+    print("  the sync bridge alone (run_sync of one executor call, best of 7):")
+    for name, (w, c) in (
+        ("from sync code", await asyncio.to_thread(bridge_cost, 300)),
+        ("inside a running loop", await _bridge_cost_in_loop(300)),
+    ):
+        print(f"    {name:30} wall {w * 1e6:7.1f} us  CPU {c * 1e6:7.1f} us per call")
     tp.shutdown()
 
 

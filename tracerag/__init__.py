@@ -34,19 +34,31 @@ _EXPORTS = {
     "MissingVersionError": "tracerag.errors",
     "PlanError": "tracerag.errors",
     "ConfigurationError": "tracerag.errors",
+    "ContractError": "tracerag.errors",
+    "CallError": "tracerag.errors",
+    "CallTimeoutError": "tracerag.errors",
+    "ModelTimeoutError": "tracerag.errors",
+    "RetrieverTimeoutError": "tracerag.errors",
+    "OutputTooLongError": "tracerag.errors",
 }
 
 __all__ = [
+    "CallError",
+    "CallTimeoutError",
     "ConfigurationError",
+    "ContractError",
     "EscalationHandler",
     "Evidence",
     "ExtractiveChatModel",
     "InMemoryEscalationHandler",
     "InputError",
     "MissingVersionError",
+    "ModelTimeoutError",
+    "OutputTooLongError",
     "PlanError",
     "RAGPipeline",
     "Response",
+    "RetrieverTimeoutError",
     "RetryPolicy",
     "RuleResult",
     "Support",
@@ -79,10 +91,16 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag.contract import Evidence, Response, response_schema, validate_response
     from tracerag.demo.models.extractive import ExtractiveChatModel
     from tracerag.errors import (
+        CallError,
+        CallTimeoutError,
         ConfigurationError,
+        ContractError,
         InputError,
         MissingVersionError,
+        ModelTimeoutError,
+        OutputTooLongError,
         PlanError,
+        RetrieverTimeoutError,
         TraceragError,
     )
     from tracerag.pipeline import RAGPipeline

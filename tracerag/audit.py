@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tracerag import metrics
+from tracerag.errors import ConfigurationError
 
 Sink = Callable[[dict[str, Any]], bool]
 
@@ -79,7 +80,7 @@ def resolve_sink(audit: Any) -> Sink | None:
         return writer_sink(AuditWriter(audit, on_drop=_on_drop))
     if callable(audit):
         return audit
-    raise TypeError(
+    raise ConfigurationError(
         f"audit must be 'auto', a store URL, an AuditStore, an AuditWriter, a callable or None; "
         f"got {type(audit).__name__}"
     )

@@ -16,6 +16,8 @@ import fastjsonschema
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
 
+from tracerag.errors import ContractError
+
 Decision = Literal["pass", "review", "escalate"]
 Status = Literal["answered", "flagged_for_review", "pending_human_review", "unverified"]
 Verdict = Literal["supported", "unsupported", "fabricated_citation", "stale", "uncited"]
@@ -184,10 +186,14 @@ def validate_with(name: str, instance: Any) -> None:
 
 
 def validate_response(payload: dict[str, Any] | Response) -> None:
-    """Raise ``jsonschema.ValidationError`` if the payload does not match the Response schema."""
+    """Raise ``ContractError`` if the payload does not match the Response schema."""
     if isinstance(payload, Response):
         payload = payload.model_dump(mode="json")
-    validate_with("response.schema.json", payload)
+    try:
+        validate_with("response.schema.json", payload)
+    except jsonschema.ValidationError as exc:
+        path = "".join(f"/{part}" for part in exc.absolute_path)
+        raise ContractError(exc.message, path) from None
 
 
 def __getattr__(name: str) -> Any:

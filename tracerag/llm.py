@@ -1,14 +1,21 @@
-"""Calling the chat model: temperature, bounded retries with backoff, token usage."""
+"""Calling the model and the retriever: bounded retries, timeouts, clean output, token usage.
+
+``retry_call`` runs one call under tenacity's ``AsyncRetrying``: each attempt is bounded by the
+policy's timeout, and only errors that may pass on a retry are retried (``is_transient``).
+``call_model`` adds what a model's output must satisfy before tracerag uses it: at most
+``RetryPolicy.max_output_chars`` characters, and text that encodes (lone UTF-16 surrogates
+become U+FFFD).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
-import random
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
@@ -18,19 +25,59 @@ from tenacity import (
     RetryCallState,
     retry_if_exception,
     stop_after_attempt,
-    wait_exponential,
-    wait_random,
+    wait_exponential_jitter,
 )
 
-from tracerag.errors import TraceragError
+from tracerag.errors import (
+    CallTimeoutError,
+    ModelTimeoutError,
+    OutputTooLongError,
+    RetrieverTimeoutError,
+    TraceragError,
+)
 from tracerag.settings import RetryPolicy
+from tracerag.text.unicode import fix_surrogates
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import Span
+
+__all__ = [
+    "OnRetry",
+    "Tries",
+    "ainvoke_model",
+    "call_model",
+    "clean_message",
+    "clean_text",
+    "invocation_parameters",
+    "is_transient",
+    "model_name",
+    "provider_name",
+    "record_retry",
+    "retry_call",
+    "retrying",
+    "text_of",
+    "token_usage",
+    "with_temperature",
+]
 
 OnRetry = Callable[[int, BaseException], None]
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseMessage)
+
+
+class ErrorRecorder(Protocol):
+    """Where a retried error is kept (a stage's ``ErrorLog``)."""
+
+    def record_error(self, stage: str, error: BaseException, **extra: Any) -> None: ...
 
 
 def record_retry(
-    ctx: Any, span: Any, stage: str, meter_provider: Any = None, **extra: Any
+    ctx: ErrorRecorder,
+    span: Span,
+    stage: str,
+    meter_provider: MeterProvider | None = None,
+    **extra: Any,
 ) -> OnRetry:
     """An ``on_retry`` callback keeping each retried error on the context, span and metrics."""
     from tracerag import metrics, semconv
@@ -45,34 +92,92 @@ def record_retry(
     return on_retry
 
 
+# Errors of the caller's or the model's own code: the same call fails the same way again.
+# (pydantic's ValidationError, json's JSONDecodeError and UnicodeError are ValueErrors.)
+_PERMANENT = (
+    TypeError,
+    ValueError,
+    AttributeError,
+    LookupError,
+    NotImplementedError,
+    AssertionError,
+    RecursionError,
+)
+# LangGraph errors that a retry cannot fix, matched by name so LangGraph is not imported.
+_PERMANENT_LANGGRAPH = frozenset({"InvalidUpdateError", "EmptyInputError", "GraphRecursionError"})
+# Client errors worth a retry: timeout, conflict, too early, rate limited.
+_RETRIED_4XX = frozenset({408, 409, 425, 429})
+_PERMANENT_5XX = frozenset({501, 505})
+
+
+def http_status(error: BaseException) -> int | None:
+    """The HTTP status an error carries (provider SDKs and httpx), or None."""
+    candidates = [getattr(error, name, None) for name in ("status_code", "status", "http_status")]
+    candidates.append(getattr(getattr(error, "response", None), "status_code", None))
+    for value in candidates:
+        if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
+            return value
+    return None
+
+
 def is_transient(error: BaseException) -> bool:
-    """Whether a model error is worth retrying (programming errors are not)."""
-    return not isinstance(error, (TraceragError, TypeError, NotImplementedError, AttributeError))
+    """Whether retrying the call could succeed.
+
+    Retried: timeouts, connection errors, rate limits (429), server errors (5xx), and errors
+    not known to be permanent. Not retried: auth and validation errors (400, 401, 403, 404,
+    422 and other 4xx), ``TypeError``/``ValueError`` and other programming errors (pydantic's
+    ``ValidationError`` included), LangGraph's ``InvalidUpdateError``, tracerag's own errors
+    except call timeouts, and anything that is not an ``Exception`` (cancellation).
+    """
+    if not isinstance(error, Exception):
+        return False
+    if isinstance(error, CallTimeoutError):
+        return True
+    if isinstance(error, TraceragError):
+        return False
+    status = http_status(error)
+    if status is not None:
+        if 400 <= status < 500:
+            return status in _RETRIED_4XX
+        return status not in _PERMANENT_5XX
+    if isinstance(error, _PERMANENT):
+        return False
+    return not any(
+        cls.__name__ in _PERMANENT_LANGGRAPH and cls.__module__.startswith("langgraph")
+        for cls in type(error).__mro__
+    )
+
+
+def _backoff(policy: RetryPolicy) -> wait_exponential_jitter:
+    try:
+        return wait_exponential_jitter(
+            multiplier=policy.initial_wait, max=policy.max_wait, jitter=policy.jitter
+        )
+    except TypeError:  # tenacity before 9.2 names the first wait ``initial``
+        return wait_exponential_jitter(
+            initial=policy.initial_wait, max=policy.max_wait, jitter=policy.jitter
+        )
 
 
 def retrying(
     policy: RetryPolicy,
     on_retry: OnRetry | None = None,
     retry_on: Callable[[BaseException], bool] = is_transient,
-    *,
-    offset: int = 0,
 ) -> AsyncRetrying:
-    """A tenacity controller: bounded attempts, exponential backoff with jitter.
+    """A tenacity controller for the policy: bounded attempts, exponential backoff with jitter.
 
-    ``offset`` attempts already happened outside it: they count against the bound, the backoff
-    continues from there, and ``on_retry`` hears overall attempt numbers.
+    ``on_retry(attempt, error)`` hears each failed attempt that will be retried.
     """
 
     def before_sleep(state: RetryCallState) -> None:
         if on_retry is not None and state.outcome is not None:
             error = state.outcome.exception()
             if error is not None:
-                on_retry(state.attempt_number + offset, error)
+                on_retry(state.attempt_number, error)
 
     return AsyncRetrying(
-        stop=stop_after_attempt(max(1, policy.attempts - offset)),
-        wait=wait_exponential(multiplier=policy.initial_wait * 2**offset, max=policy.max_wait)
-        + wait_random(0, policy.jitter),
+        stop=stop_after_attempt(policy.attempts),
+        wait=_backoff(policy),
         retry=retry_if_exception(retry_on),
         before_sleep=before_sleep,
         reraise=True,
@@ -86,6 +191,27 @@ class Tries:
     count: int = 0
 
 
+async def within(
+    fn: Callable[[], Awaitable[T]], seconds: float | None, error: Callable[[float], Exception]
+) -> T:
+    """Await ``fn()``; raise ``error(seconds)`` if it does not finish in time (None: no limit)."""
+    if seconds is None:
+        return await fn()
+    if sys.version_info >= (3, 11):
+        deadline = asyncio.timeout(seconds)
+        try:
+            async with deadline:
+                return await fn()
+        except TimeoutError:
+            if deadline.expired():
+                raise error(seconds) from None
+            raise
+    try:
+        return await asyncio.wait_for(fn(), seconds)
+    except asyncio.TimeoutError:
+        raise error(seconds) from None
+
+
 async def retry_call(
     fn: Callable[[], Awaitable[T]],
     policy: RetryPolicy,
@@ -93,30 +219,55 @@ async def retry_call(
     on_retry: OnRetry | None = None,
     retry_on: Callable[[BaseException], bool] = is_transient,
     tries: Tries | None = None,
+    calls: Literal["model", "retriever"] = "model",
 ) -> T:
-    """Await ``fn()``; retry errors ``retry_on`` accepts, bounded, with exponential backoff.
+    """Await ``fn()``, each attempt bounded by the policy's timeout for ``calls``; retry errors
+    ``retry_on`` accepts, with backoff, up to ``policy.attempts``; raise the last error."""
+    counter = tries if tries is not None else Tries()
+    counter.count = 0
+    seconds: float | None
+    timeout_error: Callable[[float], Exception]
+    if calls == "retriever":
+        seconds, timeout_error = policy.retriever_timeout, RetrieverTimeoutError
+    else:
+        seconds, timeout_error = policy.model_timeout, ModelTimeoutError
 
-    The first attempt runs directly, so a call that succeeds costs no retry machinery; only a
-    failure enters tenacity. The last error is raised when the attempts run out.
-    """
-    tries = tries if tries is not None else Tries()
-    tries.count = 1
-    try:
-        return await fn()
-    except Exception as exc:
-        if policy.attempts < 2 or not retry_on(exc):
-            raise
-        first = exc
-    if on_retry is not None:
-        on_retry(1, first)
-    await asyncio.sleep(
-        min(policy.max_wait, policy.initial_wait) + random.uniform(0, policy.jitter)
-    )
-    async for attempt in retrying(policy, on_retry, retry_on, offset=1):
-        with attempt:
-            tries.count = attempt.retry_state.attempt_number + 1
-            result = await fn()
-    return result
+    async def attempt() -> T:
+        counter.count += 1
+        return await within(fn, seconds, timeout_error)
+
+    return await retrying(policy, on_retry, retry_on)(attempt)
+
+
+def clean_text(text: str, max_chars: int | None) -> str:
+    """Model output text fit for use: lone surrogates replaced by U+FFFD; OutputTooLongError
+    (holding the text cut to the cap) when it is longer than ``max_chars``."""
+    if max_chars is not None and len(text) > max_chars:
+        raise OutputTooLongError(len(text), max_chars, fix_surrogates(text[:max_chars]))
+    return fix_surrogates(text)
+
+
+def clean_message(message: M, max_chars: int | None) -> M:
+    """The message with its text checked and cleaned as by ``clean_text``."""
+    content = message.content
+    if isinstance(content, str):
+        text = clean_text(content, max_chars)
+        return message if text is content else message.model_copy(update={"content": text})
+    if max_chars is not None:
+        clean_text(text_of(message), max_chars)  # raises when over the cap
+    blocks: list[str | dict[Any, Any]] = []
+    changed = False
+    for block in content:
+        if isinstance(block, str):
+            fixed: str | dict[Any, Any] = fix_surrogates(block)
+        elif isinstance(block, dict) and isinstance(block.get("text"), str):
+            text = fix_surrogates(block["text"])
+            fixed = block if text is block["text"] else {**block, "text": text}
+        else:
+            fixed = block
+        changed = changed or fixed is not block
+        blocks.append(fixed)
+    return message.model_copy(update={"content": blocks}) if changed else message
 
 
 def with_temperature(llm: BaseChatModel, temperature: float) -> tuple[BaseChatModel, bool]:
@@ -157,7 +308,19 @@ def invocation_parameters(llm: Any) -> dict[str, Any]:
         params = dict(llm._identifying_params)
     except Exception:
         params = {}
-    return json.loads(json.dumps(params, default=str))
+    safe: dict[str, Any] = json.loads(json.dumps(params, default=str))
+    return safe
+
+
+async def ainvoke_model(
+    llm: BaseChatModel,
+    messages: list[BaseMessage],
+    *,
+    config: RunnableConfig | None = None,
+    max_chars: int | None = None,
+) -> BaseMessage:
+    """One model call (no retry, no timeout), its output checked by ``clean_message``."""
+    return clean_message(await llm.ainvoke(messages, config=config), max_chars)
 
 
 async def call_model(
@@ -169,10 +332,14 @@ async def call_model(
     config: RunnableConfig | None = None,
     tries: Tries | None = None,
 ) -> AIMessage:
-    """Invoke the model with bounded retries (attempts made are counted in ``tries``)."""
+    """Invoke the model under the policy: bounded retries, a timeout per attempt, and output
+    capped and cleaned (attempts made are counted in ``tries``)."""
 
     async def once() -> AIMessage:
-        return await llm.ainvoke(messages, config=config)  # type: ignore[return-value]
+        message = await ainvoke_model(
+            llm, messages, config=config, max_chars=policy.max_output_chars
+        )
+        return cast(AIMessage, message)  # what chat models return, though typed BaseMessage
 
     return await retry_call(once, policy, on_retry=on_retry, tries=tries)
 
@@ -185,7 +352,7 @@ def text_of(message: BaseMessage, *, strict: bool = False, sep: str = "") -> str
     content = message.content
     if isinstance(content, str):
         return content
-    parts = []
+    parts: list[str] = []
     for block in content:
         if isinstance(block, str):
             parts.append(block)
@@ -198,5 +365,7 @@ def text_of(message: BaseMessage, *, strict: bool = False, sep: str = "") -> str
 
 def token_usage(message: AIMessage) -> tuple[int | None, int | None]:
     """Input and output token counts the model reported, if any."""
-    usage = getattr(message, "usage_metadata", None) or {}
+    usage = getattr(message, "usage_metadata", None)
+    if not usage:
+        return None, None
     return usage.get("input_tokens"), usage.get("output_tokens")

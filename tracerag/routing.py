@@ -2,7 +2,8 @@
 
 ``pass`` (confidence ≥ ``thresholds.pass_at``) returns the answer; ``review`` (≥ ``review_at``)
 returns it flagged for human review; ``escalate`` withholds it and hands a ticket to the
-escalation handler. The handler is a seam: the default keeps tickets in memory and logs them.
+escalation handler. The handler is a seam: the default keeps the most recent tickets in memory
+and logs each one; the audit store keeps every ticket durably.
 """
 
 from __future__ import annotations
@@ -10,18 +11,19 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from tracerag.errors import ConfigurationError
 from tracerag.signals.types import utcnow
 
 logger = logging.getLogger("tracerag.escalation")
 
-PASS = "pass"
-REVIEW = "review"
-ESCALATE = "escalate"
+PASS: Final = "pass"
+REVIEW: Final = "review"
+ESCALATE: Final = "escalate"
 
 
 @dataclass(frozen=True)
@@ -81,11 +83,24 @@ class EscalationHandler(Protocol):
 
 
 class InMemoryEscalationHandler:
-    """The default handler: keeps tickets in memory (thread-safe) and logs each one."""
+    """The default handler: logs each ticket and keeps the last ``max_tickets`` in memory.
 
-    def __init__(self) -> None:
+    Older tickets are dropped from memory (never from the audit store, which holds them all),
+    so a long-running process does not grow without bound. Thread-safe.
+    """
+
+    DEFAULT_MAX_TICKETS = 1000
+
+    def __init__(self, max_tickets: int = DEFAULT_MAX_TICKETS) -> None:
+        if max_tickets < 1:
+            raise ConfigurationError(f"max_tickets must be at least 1, got {max_tickets}")
         self._lock = threading.Lock()
-        self._tickets: list[Ticket] = []
+        self._tickets: deque[Ticket] = deque(maxlen=max_tickets)
+
+    @property
+    def max_tickets(self) -> int:
+        """How many of the most recent tickets are kept."""
+        return self._tickets.maxlen or 0
 
     def handle(self, ticket: Ticket) -> None:
         with self._lock:
@@ -101,9 +116,11 @@ class InMemoryEscalationHandler:
 
     @property
     def tickets(self) -> list[Ticket]:
+        """The kept tickets, oldest first."""
         with self._lock:
             return list(self._tickets)
 
     def get(self, ticket_id: str) -> Ticket | None:
+        """A kept ticket by id, or None (never seen, or dropped as older than the last ones)."""
         with self._lock:
             return next((t for t in self._tickets if t.ticket_id == ticket_id), None)

@@ -23,16 +23,34 @@ PLAN_MODES = ("separate", "inline")
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Bounded retries with exponential backoff for model calls and malformed plans."""
+    """How model and retriever calls are bounded: attempts, backoff, timeouts, output size.
+
+    A failed call is retried (up to ``attempts`` in all, waiting ``initial_wait`` doubled each
+    time up to ``max_wait``, plus up to ``jitter`` seconds) when retrying could help: timeouts,
+    connection and rate-limit errors, server errors. Auth and validation errors, and errors
+    from the model's own code, are not retried. Each attempt of a model call must return within
+    ``model_timeout`` seconds and each retriever call within ``retriever_timeout`` (None: no
+    limit); a timed-out attempt counts as a failed one. A model output longer than
+    ``max_output_chars`` characters is cut there and its sample fails (None: no cap).
+    """
 
     attempts: int = 3
     initial_wait: float = 0.5
     max_wait: float = 8.0
     jitter: float = 0.1
+    model_timeout: float | None = 60.0
+    retriever_timeout: float | None = 10.0
+    max_output_chars: int | None = 20_000
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
             raise ConfigurationError("retry attempts must be at least 1")
+        for name in ("model_timeout", "retriever_timeout"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigurationError(f"{name} must be a positive number of seconds or None")
+        if self.max_output_chars is not None and self.max_output_chars < 1:
+            raise ConfigurationError("max_output_chars must be at least 1, or None")
 
 
 @dataclass(frozen=True)

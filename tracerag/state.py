@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracerag.errors import InputError
 from tracerag.signals.types import Material, Plan, utcnow
+from tracerag.text.unicode import first_lone_surrogate, fix_surrogates, is_invisible
 
 if TYPE_CHECKING:
     from tracerag.contract import ClaimCheck, Evidence, Response, SignalDetail
@@ -105,7 +106,13 @@ class RequestInput:
 
     @classmethod
     def parse(cls, value: Any, *, max_chars: int = 8000) -> RequestInput:
-        """A RequestInput from a question string or a dict; InputError on anything else."""
+        """A RequestInput from a question string or a dict; InputError on anything else.
+
+        Refused: a question that is empty or shows nothing (only whitespace, zero-width or other
+        invisible characters), longer than ``max_chars``, or any field that is not valid Unicode
+        (a lone UTF-16 surrogate such as ``"\\ud800"``). Surrogate pairs are joined into the
+        character they encode.
+        """
         if isinstance(value, RequestInput):
             data: dict[str, Any] = {
                 k: getattr(value, k) for k in ("question", *sorted(INPUT_KEYS - {"question"}))
@@ -131,9 +138,21 @@ class RequestInput:
             raise InputError(
                 f"the question is {len(question)} characters; the limit is {max_chars}"
             )
-        for key in ("session_id", "user_id", "channel", "request_id"):
-            if data.get(key) is not None and not isinstance(data[key], str):
+        for key in ("question", "session_id", "user_id", "channel", "request_id"):
+            field_value = data.get(key)
+            if field_value is None:
+                continue
+            if not isinstance(field_value, str):
                 raise InputError(f"{key} must be a string")
+            lone = first_lone_surrogate(field_value)
+            if lone is not None:
+                raise InputError(
+                    f"{key} is not valid Unicode: a lone UTF-16 surrogate at character {lone}"
+                )
+            data[key] = fix_surrogates(field_value)
+        question = data["question"]
+        if is_invisible(question):
+            raise InputError("the question shows no visible character")
         return cls(
             question=question.strip(),
             session_id=data.get("session_id"),

@@ -25,6 +25,7 @@ the span and the Response, and self-consistency is reported as uninformative.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -42,7 +43,8 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from opentelemetry.trace import Span, TracerProvider
 
 from tracerag import semconv
-from tracerag.llm import OnRetry, Tries, model_name, retry_call, text_of
+from tracerag.errors import ConfigurationError, RetrieverTimeoutError
+from tracerag.llm import OnRetry, Tries, clean_text, model_name, retry_call, text_of, within
 from tracerag.pipeline import build_settings
 from tracerag.prompts import fingerprint
 from tracerag.runner import StagedRunnable
@@ -211,7 +213,13 @@ class ChainSource:
         pairs: list[tuple[Document, float | None]] = []
         for retriever in self.info.retrievers:
             try:
-                pairs.extend(await fetch(retriever, state.question, config))
+                pairs.extend(
+                    await within(
+                        functools.partial(fetch, retriever, state.question, config),
+                        settings.retry.retriever_timeout,
+                        RetrieverTimeoutError,
+                    )
+                )
             except Exception as exc:  # the chain's own runs will retrieve again
                 errors.record_error("retrieve", exc)
                 span.record_exception(exc)
@@ -238,7 +246,7 @@ class ChainSource:
 
             output = await retry_call(once, settings.retry, on_retry=on_retry, tries=tries)
             return Draw(
-                output_text(output),
+                clean_text(output_text(output), settings.retry.max_output_chars),
                 input_tokens=capture_run.token_usage.get("input_tokens"),
                 output_tokens=capture_run.token_usage.get("output_tokens"),
             )
@@ -364,7 +372,9 @@ def wrap(
     ``chain_input`` turns the question into the chain's input (default: the question string).
     """
     if not isinstance(chain, Runnable):
-        raise TypeError(f"wrap() needs a LangChain Runnable, got {type(chain).__name__}")
+        raise ConfigurationError(
+            f"wrap() needs a LangChain Runnable, got {type(chain).__name__}"
+        )
     info = inspect_chain(chain)
     temperature = info.temperature
     settings = build_settings(

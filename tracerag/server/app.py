@@ -334,7 +334,9 @@ def sse(event: str, data: Any, event_id: int | None = None) -> str:
 def request_view(trail: RequestTrail) -> dict[str, Any]:
     """What ``GET /v1/requests/{id}`` returns: state, final answer, response, review, trail."""
     rec = trail.record
-    response = rec.get("response") if isinstance(rec.get("response"), Mapping) else {}
+    response: Mapping[str, Any] = (
+        rec["response"] if isinstance(rec.get("response"), Mapping) else {}
+    )
     review = trail.review
     decided = review is not None and review.status == "decided"
     if decided:

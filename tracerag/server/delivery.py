@@ -24,7 +24,9 @@ DecisionHook = Callable[[dict[str, Any]], Any]
 
 def decision_payload(decision: ReviewDecision, record: Mapping[str, Any]) -> dict[str, Any]:
     """What a frontend is told about a decision."""
-    response = record.get("response") if isinstance(record.get("response"), Mapping) else {}
+    response: Mapping[str, Any] = (
+        record["response"] if isinstance(record.get("response"), Mapping) else {}
+    )
     return {
         "event": "review.decided",
         "request_id": decision.request_id,

@@ -195,7 +195,7 @@ class Calibration:
             raise ConfigurationError(f"{where}: unknown method {method!r}")
         model = data.get("model")
         features = tuple(data.get("features") or ())
-        needed = ("intercept", "coefficients", "mean", "scale", "impute")
+        needed: tuple[str, ...] = ("intercept", "coefficients", "mean", "scale", "impute")
         if method == "isotonic":
             needed = ("x", "y")
         if not isinstance(model, Mapping) or any(k not in model for k in needed):

@@ -55,7 +55,10 @@ class Combined:
 class Combiner(Protocol):
     """Turns signals into a confidence in [0, 1]; ``cap`` is just below the escalation line."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The combiner's name, recorded with every confidence it makes."""
+        ...
 
     def __call__(self, signals: Signals, *, cap: float) -> Combined: ...
 

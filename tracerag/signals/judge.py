@@ -143,7 +143,7 @@ def _parse_verdict(text: str) -> dict[str, Any]:
     try:
         verdict = json.loads(body)
     except ValueError as exc:
-        raise _Malformed(f"the reply is not JSON ({exc.msg})") from None
+        raise _Malformed(f"the reply is not JSON ({getattr(exc, 'msg', exc)})") from None
     errors = sorted(_VALIDATOR.iter_errors(verdict), key=lambda e: list(e.path))
     if errors:
         first = errors[0]

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Any
 
 from tracerag.signals.support import Support, check_inputs, register_backend
 from tracerag.text.negation import is_negated
@@ -123,7 +124,7 @@ class LexicalSupport:
         """The same backend with another threshold."""
         return LexicalSupport(threshold, self.params, name=self.name)
 
-    def with_params(self, **changes: float) -> LexicalSupport:
+    def with_params(self, **changes: Any) -> LexicalSupport:
         """The same backend with some parameters changed."""
         return LexicalSupport(self.threshold, replace(self.params, **changes), name=self.name)
 

@@ -43,7 +43,7 @@ def run_rules(
     """Run every rule on the answer; exceptions become failed results, never crashes."""
     results: list[RuleResult] = []
     for fn in rules:
-        name = getattr(fn, "rule_name", None) or getattr(fn, "__name__", type(fn).__name__)
+        name = str(getattr(fn, "rule_name", None) or getattr(fn, "__name__", type(fn).__name__))
         required = bool(getattr(fn, "rule_required", False))
         try:
             outcome = fn(question, answer, materials)

@@ -15,15 +15,25 @@ import json
 import re
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import jsonschema
+from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
 from tracerag import metrics, semconv
 from tracerag.contract import validate_with
 from tracerag.errors import ConfigurationError, PlanError
-from tracerag.llm import Tries, is_transient, record_retry, retry_call, text_of, with_temperature
+from tracerag.llm import (
+    Tries,
+    ainvoke_model,
+    is_transient,
+    record_retry,
+    retry_call,
+    text_of,
+    with_temperature,
+)
 from tracerag.prompts import PROMPT, TASK_PLAN, prompt_values
 from tracerag.settings import Settings
 from tracerag.signals.claims import citation_ids, strip_citations
@@ -69,7 +79,8 @@ async def plan(
     """
     if settings.llm is None:
         raise ConfigurationError("the plan stage needs a chat model")
-    deterministic, _ = with_temperature(settings.llm, 0.0)
+    base: BaseChatModel = settings.llm
+    deterministic, _ = with_temperature(base, 0.0)
     llm = deterministic
     materials = state.materials
     messages = PROMPT.format_messages(**prompt_values(TASK_PLAN, state.question, materials))
@@ -80,14 +91,17 @@ async def plan(
     def on_retry(attempt: int, error: BaseException) -> None:
         nonlocal llm
         if isinstance(error, PlanError):
-            llm, _ = with_temperature(settings.llm, min(1.0, 0.3 * attempt))
+            llm, _ = with_temperature(base, min(1.0, 0.3 * attempt))
         recorded(attempt, error)
 
     def retry_on(error: BaseException) -> bool:
         return isinstance(error, PlanError) or is_transient(error)
 
     async def once() -> Plan:
-        raw = text_of(await llm.ainvoke(messages, config=config))
+        message = await ainvoke_model(
+            llm, messages, config=config, max_chars=settings.retry.max_output_chars
+        )
+        raw = text_of(message)
         return parse_plan(raw, retrieved)
 
     tries = Tries()
@@ -172,7 +186,7 @@ def _missing(sample: Sample) -> Plan:
 
 def record_plan(result: Plan, span: Span, *, source: str) -> None:
     """Put a plan on its span."""
-    attrs = {
+    attrs: dict[str, Any] = {
         semconv.PLAN_OK: result.ok,
         semconv.PLAN_SOURCE: source,
         semconv.PLAN_ATTEMPTS: result.attempts,

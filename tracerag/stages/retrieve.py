@@ -23,6 +23,7 @@ from tracerag.llm import record_retry, retry_call
 from tracerag.settings import Settings
 from tracerag.signals.types import Material
 from tracerag.state import ErrorLog, RequestState, Retrieval
+from tracerag.text.unicode import fix_surrogates
 from tracerag.tracing import capture, set_span_io
 
 SCORE_KEYS = ("relevance_score", "score", "_score", "similarity", "similarity_score")
@@ -36,31 +37,46 @@ def content_id(text: str) -> str:
 def to_materials(
     pairs: list[tuple[Document, float | None]], *, first_rank: int = 1
 ) -> tuple[Material, ...]:
-    """Materials from documents in retrieved order; duplicate ids are made unique."""
+    """Materials from documents in retrieved order; duplicate ids are made unique.
+
+    Lone UTF-16 surrogates in a document's text and metadata become U+FFFD.
+    """
     materials: list[Material] = []
     seen: dict[str, str] = {}
     for doc, score in pairs:
-        meta = dict(doc.metadata or {})
-        material_id = str(meta.get("id") or content_id(doc.page_content)).strip()
+        meta = {_clean(k): _clean(v) for k, v in (doc.metadata or {}).items()}
+        text = fix_surrogates(doc.page_content)
+        material_id = fix_surrogates(str(meta.get("id") or content_id(text)).strip())
         if material_id in seen:
-            if seen[material_id] == doc.page_content:
+            if seen[material_id] == text:
                 continue  # the same document retrieved twice
             material_id = f"{material_id}#{sum(1 for k in seen if k.startswith(material_id)) + 1}"
-        seen[material_id] = doc.page_content
+        seen[material_id] = text
         if score is None:
             score = next((float(meta[k]) for k in SCORE_KEYS if _is_number(meta.get(k))), None)
         materials.append(
             Material(
                 id=material_id,
-                text=doc.page_content,
-                title=str(meta.get("title") or meta.get("name") or material_id),
-                source=str(meta["source"]) if meta.get("source") is not None else None,
+                text=text,
+                title=fix_surrogates(str(meta.get("title") or meta.get("name") or material_id)),
+                source=None if meta.get("source") is None else fix_surrogates(str(meta["source"])),
                 score=score,
                 rank=first_rank + len(materials),
                 metadata=meta,
             )
         )
     return tuple(materials)
+
+
+def _clean(value: Any) -> Any:
+    """A metadata value with lone surrogates in its strings replaced by U+FFFD."""
+    if isinstance(value, str):
+        return fix_surrogates(value)
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_clean(v) for v in value)
+    return value
 
 
 def _is_number(value: Any) -> bool:
@@ -100,7 +116,10 @@ async def retrieve(
     try:
         retriever = settings.retriever
         pairs = await retry_call(
-            lambda: fetch(retriever, state.question, config), settings.retry, on_retry=on_retry
+            lambda: fetch(retriever, state.question, config),
+            settings.retry,
+            on_retry=on_retry,
+            calls="retriever",
         )
     except Exception as exc:  # no materials: the answer cannot verify and will be escalated
         errors.record_error("retrieve", exc, final=True)

@@ -22,7 +22,7 @@ from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from tracerag import metrics, semconv
-from tracerag.errors import ConfigurationError, PlanError
+from tracerag.errors import ConfigurationError, OutputTooLongError, PlanError
 from tracerag.llm import (
     OnRetry,
     Tries,
@@ -48,13 +48,13 @@ TEMPERATURE_ZERO_WARNING = (
 )
 
 
-def llm_span_attributes(llm: BaseChatModel, temperature: float | None) -> dict:
+def llm_span_attributes(llm: BaseChatModel, temperature: float | None) -> dict[str, Any]:
     """OpenInference and GenAI attributes describing the model of a sample span."""
     name = model_name(llm) or type(llm).__name__
     params = invocation_parameters(llm)
     if temperature is not None:
         params["temperature"] = temperature
-    attrs = {
+    attrs: dict[str, Any] = {
         semconv.OI_SPAN_KIND: semconv.OI_KIND_LLM,
         semconv.OI_LLM_MODEL_NAME: name,
         semconv.OI_LLM_INVOCATION_PARAMETERS: json.dumps(params, default=str),
@@ -181,10 +181,13 @@ async def draw_samples(
             tries = Tries()
             draw: Draw | None = None
             error: str | None = None
+            kept: str | None = None  # what fits of an over-long output, for the record
             try:
                 draw = await generate(index, on_retry, tries)
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
+                if isinstance(exc, OutputTooLongError):
+                    kept = exc.text
                 errors.record_error("sample", exc, sample=index, final=True)
                 metrics.record_model_error("sample", exc, meter_provider=settings.meter_provider)
                 child.record_exception(exc)
@@ -195,7 +198,7 @@ async def draw_samples(
                     error = "empty answer"
             result = Sample(
                 index=index,
-                raw=draw.raw if draw is not None else None,
+                raw=draw.raw if draw is not None else kept,
                 answer=answer,
                 plan=draw.plan if draw is not None else None,
                 error=error,

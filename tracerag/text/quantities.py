@@ -335,6 +335,8 @@ _DATE_PATTERNS: list[tuple[re.Pattern[str], str]] = [
 def _match_date(m: re.Match[str], form: str) -> tuple[str, float | None] | None:
     g = m.groupdict()
     year = _int_of(g.get("year"))
+    month: int | None
+    day: int | None
     if form == "abY":
         a, b = int(g["a"]), int(g["b"])
         if g["sep"] == "/" and a <= 12:
@@ -499,7 +501,7 @@ def _extract(text: str) -> list[Quantity]:
 
     for pattern in _PERCENT_PATTERNS:
         for m in pattern.finditer(masked):
-            value = _num_value(m.group("num"))
+            value: float | None = _num_value(m.group("num"))
             if value is None or not free(m.start(), m.end()):
                 continue
             take(_Found("percent", value, "%", m.start(), m.end(), value))
@@ -529,7 +531,7 @@ def _extract(text: str) -> list[Quantity]:
             g = m.groupdict()
             raw_num = g["num"]
             if raw_num.lower() in {"a", "an"}:
-                value: float | None = 1.0
+                value = 1.0
             elif raw_num == "半":
                 value = 0.5
             else:
@@ -621,8 +623,8 @@ def _one_match(c: Quantity, m: Quantity) -> bool:
         value = float(c.value)
         if m.number is not None and m.number == value and m.unit != "time":
             return True
-        year = f"{int(value):04d}" if value == int(value) else ""
-        return m.kind == "date" and bool(year) and str(m.value).startswith(year)
+        prefix = f"{int(value):04d}" if value == int(value) else ""
+        return m.kind == "date" and bool(prefix) and str(m.value).startswith(prefix)
     if m.kind == "number" and m.unit == "":
         if c.kind == "date":
             year = _date_parts(str(c.value))[0]

@@ -236,6 +236,16 @@ class _QuietEscalation:
         self.tickets.append(ticket)
 
 
+def _keeper(records: list[dict[str, Any]]) -> Callable[[dict[str, Any]], bool]:
+    """An audit sink that keeps each record in ``records``."""
+
+    def keep(record: dict[str, Any]) -> bool:
+        records.append(record)
+        return True
+
+    return keep
+
+
 def demo_records(
     seeds: Sequence[int] = DEFAULT_SEEDS,
     questions: Sequence[str] | None = None,
@@ -270,7 +280,7 @@ def demo_records(
             temperature=temperature,
             escalation=_QuietEscalation(),
             combiner=combiner,
-            audit=lambda record: records.append(record) or True,
+            audit=_keeper(records),
         )
         for question in questions:
             pipeline.invoke(question)
@@ -455,9 +465,10 @@ def _quantity_mutations(
     else:
         chosen = [q for q in quantities if q.kind == "date"]
     # a changed number never repeats another number of the same claim ("3 to 3 days")
-    avoid = {q.number if q.number is not None else q.value for q in quantities}
-    avoid = {float(v) for v in avoid if isinstance(v, (int, float))}
+    stated = {q.number if q.number is not None else q.value for q in quantities}
+    avoid = {float(v) for v in stated if isinstance(v, (int, float))}
     for q in chosen[:limit]:
+        options: Sequence[str | None]
         if kind == "number":
             options = _changed_numbers(q.raw, avoid)
         else:
@@ -507,6 +518,9 @@ def _shift(
 def _shifted_date(q: Quantity, rng: random.Random, part: str) -> str | None:
     value = str(q.value)
     parts = value[2:].split("-") if value.startswith("--") else value.split("-")
+    y: int | None
+    m: int | None
+    d: int | None
     if value.startswith("--"):
         y, m, d = None, int(parts[0]), int(parts[1]) if len(parts) > 1 else None
     else:
@@ -542,7 +556,7 @@ def _shifted_date(q: Quantity, rng: random.Random, part: str) -> str | None:
             return None
         width = len(token) if token.startswith("0") or slot == "y" else 0
         pieces.append((g.start(), g.end(), f"{new_number:0{width}d}"))
-    if month_word and m is not None and nm != m:
+    if month_word and m is not None and nm is not None and nm != m:
         name = _MONTH_NAMES[nm - 1]
         found = month_word.group(1)
         if len(found) == 3:
@@ -871,12 +885,14 @@ class MutatingChatModel(BaseChatModel):
         rng = random.Random(f"{self.seed}:{call}")
         if rng.random() >= self.rate:
             return text
-        materials = [
-            self.materials.get(m.id)
-            if isinstance(self.materials.get(m.id), Material)
-            else Material(id=m.id, text=" ".join(m.sentences), title=m.title)
-            for m in parsed.materials
-        ]
+        materials: list[Material] = []
+        for m in parsed.materials:
+            known = self.materials.get(m.id)
+            materials.append(
+                known
+                if isinstance(known, Material)
+                else Material(id=m.id, text=" ".join(m.sentences), title=m.title)
+            )
         mutation = mutate_answer(text, materials, self.kind, rng, inventory)
         if mutation is None:
             return text

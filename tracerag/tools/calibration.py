@@ -239,7 +239,8 @@ def _rows(text: str, where: str) -> Iterable[tuple[str, Any]]:
         try:
             yield f"{where}:{number}", json.loads(line)
         except ValueError as exc:
-            raise InputError(f"{where}:{number}: not valid JSON ({exc.msg})") from None
+            reason = getattr(exc, "msg", exc)
+            raise InputError(f"{where}:{number}: not valid JSON ({reason})") from None
 
 
 def read_examples(path: str | Path) -> tuple[list[Example], int]:
@@ -490,6 +491,11 @@ def _label(record: AuditRecord, mutated: Mapping[str, Any], relevant: Sequence[s
     return bool(set(cited) & set(relevant))
 
 
+def _always(model: Any) -> Callable[[int], Any]:
+    """An ``llm_factory`` giving the same model for every seed."""
+    return lambda _seed: model
+
+
 def demo_calibration_rows(
     seeds: Sequence[int] = (1, 2, 3),
     *,
@@ -518,8 +524,8 @@ def demo_calibration_rows(
 
     relevant = relevant_documents()
     questions = list(questions) if questions is not None else list(relevant)
-    kb = {
-        d.id: Material(
+    kb: dict[str, Any] = {
+        str(d.id): Material(
             id=str(d.id),
             text=d.page_content,
             title=d.metadata.get("title", ""),
@@ -532,8 +538,8 @@ def demo_calibration_rows(
     runs: list[tuple[int, str | None, float]] = []
     for seed in seeds:
         runs.append((seed, None, 0.0))
-        for i, kind in enumerate(kinds):
-            runs.append((seed, kind, rates[(seed + i) % len(rates)]))
+        for i, mutation in enumerate(kinds):
+            runs.append((seed, mutation, rates[(seed + i) % len(rates)]))
     for seed, kind, rate in runs:
         model: Any = ExtractiveChatModel(seed=seed)
         if kind is not None:
@@ -546,7 +552,7 @@ def demo_calibration_rows(
                 model_name=model.model_name,
             )
         records = demo_records(
-            [seed], questions, llm_factory=lambda _s, m=model: m, n_samples=n_samples
+            [seed], questions, llm_factory=_always(model), n_samples=n_samples
         )
         mutated = model.mutated if kind is not None else {}
         for data in records:
@@ -613,7 +619,7 @@ def _run(args: argparse.Namespace) -> int:
     except (InputError, ConfigurationError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
-    combiners = {
+    combiners: dict[str, Callable[..., Combined]] = {
         "heuristic-v1": HeuristicCombiner(),
         calibration.id: CalibratedCombiner(calibration),
     }

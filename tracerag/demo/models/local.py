@@ -266,7 +266,8 @@ class LocalChatModel(BaseChatModel):
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> Any:
         params = super()._get_ls_params(stop=stop, **kwargs)
         params["ls_provider"] = "llama-cpp"
-        params["ls_model_name"] = self.model_name
+        if self.model_name is not None:  # always set once the model is built
+            params["ls_model_name"] = self.model_name
         params["ls_temperature"] = kwargs.get("temperature", self.temperature)
         params["ls_max_tokens"] = self.max_tokens
         return params
