@@ -47,6 +47,7 @@ from tracerag.prompts import fingerprint
 from tracerag.routing import EscalationHandler, Thresholds
 from tracerag.runner import Step, parse_input, run_steps, run_sync
 from tracerag.settings import RetryPolicy, Settings
+from tracerag.signals.attribution import ShapeThresholds
 from tracerag.signals.claims import citation_ids, strip_citations
 from tracerag.signals.confidence import Combiner
 from tracerag.signals.consistency import Equivalence
@@ -258,7 +259,7 @@ class WrappedChain(Runnable[Any, Response]):
         if not self.info.retrievers:
             ctx.retrieval["note"] = "no retriever found in the chain; materials come from its runs"
         ctx.materials = to_materials(pairs)
-        record_materials(ctx, span)
+        record_materials(ctx, span, settings.retrieval_shape)
         return ctx
 
     async def _sample(
@@ -397,6 +398,9 @@ def wrap(
     tracer_provider: TracerProvider | None = None,
     meter_provider: Any = None,
     audit: Any = "auto",
+    review_clustered_retrieval: bool = False,
+    relevance_floor: float | None = None,
+    retrieval_shape: ShapeThresholds | None = None,
 ) -> WrappedChain:
     """Wrap an existing LCEL RAG chain so each request runs the six traced, verified stages.
 
@@ -425,6 +429,9 @@ def wrap(
         retry=retry,
         audit=audit,
         meter_provider=meter_provider,
+        review_clustered_retrieval=review_clustered_retrieval,
+        relevance_floor=relevance_floor,
+        retrieval_shape=retrieval_shape or ShapeThresholds(),
     )
     if temperature == 0.0 and n_samples > 1:
         logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)

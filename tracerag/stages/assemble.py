@@ -8,18 +8,32 @@ answer is withheld (``answer=None``) and handed to the escalation handler with a
 from __future__ import annotations
 
 from langchain_core.runnables import RunnableConfig
+from opentelemetry import trace
 from opentelemetry.trace import Span
 
 from tracerag import __version__, semconv
 from tracerag.context import RequestContext
-from tracerag.contract import ClaimCheck, Evidence, Response, SignalDetail, Versions
+from tracerag.contract import (
+    ClaimCheck,
+    Evidence,
+    MaterialUse,
+    Response,
+    SignalDetail,
+    Versions,
+)
 from tracerag.contract import validate_response as validate
 from tracerag.routing import ESCALATE, PASS, REVIEW, Ticket, decide, new_ticket_id
 from tracerag.settings import Settings
+from tracerag.signals.attribution import (
+    Attribution,
+    apply_retrieval_shape,
+    attribute,
+    claim_links,
+)
 from tracerag.signals.citations import SUPPORTED, CitationReport
 from tracerag.signals.confidence import Signals
 from tracerag.signals.consistency import ConsistencyReport
-from tracerag.stages.verify import Selection
+from tracerag.stages.verify import Selection, resolver_for
 from tracerag.tracing import capture
 
 STATUS = {PASS: "answered", REVIEW: "flagged_for_review", ESCALATE: "pending_human_review"}
@@ -122,6 +136,12 @@ async def assemble(
     ctx.confidence = combined.value
     ctx.calibration = getattr(settings.combiner, "name", type(settings.combiner).__name__)
     ctx.decision = decide(combined.value, settings.thresholds, tier=settings.tier)
+    attribution = attribution_of(ctx, settings, span)  # tiers 1 and 2: no model call
+    ctx.decision, shape_reason = apply_retrieval_shape(
+        ctx.decision, attribution.retrieval.shape, settings.review_clustered_retrieval
+    )
+    if shape_reason:
+        span.set_attribute(semconv.ROUTE_REASON, shape_reason)
     report: CitationReport = ctx.signals["citations"]
     consistency: ConsistencyReport = ctx.signals["consistency"]
     selection: Selection = ctx.signals["selection"]
@@ -153,7 +173,7 @@ async def assemble(
     )
     ticket_id = None
     if ctx.decision in (ESCALATE, REVIEW):
-        reasons = list(combined.caps) or [_why(signals)]
+        reasons = [shape_reason] if shape_reason else list(combined.caps) or [_why(signals)]
         ticket_id = _escalate(ctx, settings, span, candidate, reasons)
     ctx.response = Response(
         request_id=ctx.request_id,
@@ -166,12 +186,43 @@ async def assemble(
         signal_detail=detail,
         evidence=evidence_of(ctx, report),
         claims=claims_of(report),
+        materials=[MaterialUse(**m) for m in attribution.summary()],
         versions=versions,
         ticket_id=ticket_id,
         calibration=ctx.calibration,
         warnings=list(ctx.warnings),
     )
     return _finish(ctx, span)
+
+
+def attribution_of(ctx: RequestContext, settings: Settings, span: Span) -> Attribution:
+    """Tier 1 and 2 attribution of the candidate answer, kept in the record and on the span.
+
+    The record names this span, so an offline explanation can link its trace to this one.
+    """
+    report: CitationReport = ctx.signals["citations"]
+    selection: Selection = ctx.signals["selection"]
+    sample = ctx.samples[selection.sample_index] if selection.sample_index is not None else None
+    result = attribute(
+        ctx.question,
+        ctx.materials,
+        claim_links(report.claims, resolver_for(ctx, sample) if sample is not None else None),
+        prompt_order=(sample.material_order or None) if sample is not None else None,
+        relevance_floor=settings.relevance_floor,
+        thresholds=settings.retrieval_shape,
+    )
+    record = result.to_record()
+    span_context = span.get_span_context()
+    if span_context.is_valid:
+        record["span"] = {
+            "trace_id": trace.format_trace_id(span_context.trace_id),
+            "span_id": trace.format_span_id(span_context.span_id),
+        }
+    ctx.signals["attribution"] = record
+    span.set_attribute(semconv.ATTRIBUTION_USED, list(result.used_ids))
+    span.set_attribute(semconv.ATTRIBUTION_KEY, list(result.key_ids))
+    span.set_attribute(semconv.ATTRIBUTION_UNATTRIBUTED, result.unattributed)
+    return result
 
 
 def _why(signals: Signals) -> str:

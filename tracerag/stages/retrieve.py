@@ -20,6 +20,7 @@ from tracerag import semconv
 from tracerag.context import Material, RequestContext
 from tracerag.llm import record_retry, retry_call
 from tracerag.settings import Settings
+from tracerag.signals.attribution import ShapeThresholds, explain_retrieval
 from tracerag.tracing import capture, set_span_io
 
 SCORE_KEYS = ("relevance_score", "score", "_score", "similarity", "similarity_score")
@@ -104,12 +105,14 @@ async def retrieve(
     if settings.k:
         pairs = pairs[: settings.k]
     ctx.materials = to_materials(pairs)
-    record_materials(ctx, span)
+    record_materials(ctx, span, settings.retrieval_shape)
     set_span_io(span, input=ctx.question)
     return ctx
 
 
-def record_materials(ctx: RequestContext, span: Span) -> None:
+def record_materials(
+    ctx: RequestContext, span: Span, shape: ShapeThresholds | None = None
+) -> None:
     """Put the materials and retrieval signals on the context and the span."""
     scores = [m.score for m in ctx.materials if m.score is not None]
     scored = bool(ctx.materials) and len(scores) == len(ctx.materials)
@@ -129,6 +132,7 @@ def record_materials(ctx: RequestContext, span: Span) -> None:
         span.set_attribute(semconv.RETRIEVAL_TOP_SCORE, float(ordered[0]))
     if margin is not None:
         span.set_attribute(semconv.RETRIEVAL_SCORE_MARGIN, float(margin))
+    record_shape(ctx, span, shape or ShapeThresholds())
     for i, m in enumerate(ctx.materials):
         span.set_attribute(semconv.oi_document(i, "id"), m.id)
         content = capture(m.text)
@@ -140,6 +144,18 @@ def record_materials(ctx: RequestContext, span: Span) -> None:
             semconv.oi_document(i, "metadata"),
             json_dumps({"title": m.title, "source": m.source, "rank": m.rank}),
         )
+
+
+def record_shape(ctx: RequestContext, span: Span, thresholds: ShapeThresholds) -> None:
+    """The score shape of the retrieval (clear, moderate, clustered, ...) on context and span."""
+    explained = explain_retrieval([(m.id, m.score) for m in ctx.materials], thresholds)
+    ctx.retrieval["shape"] = explained.shape
+    ctx.retrieval["relative_margin"] = explained.relative_margin
+    ctx.retrieval["near_top"] = list(explained.near_top)
+    span.set_attribute(semconv.RETRIEVAL_SHAPE, explained.shape)
+    span.set_attribute(semconv.RETRIEVAL_NEAR_TOP, list(explained.near_top))
+    if explained.relative_margin is not None:
+        span.set_attribute(semconv.RETRIEVAL_RELATIVE_MARGIN, explained.relative_margin)
 
 
 def json_dumps(value: Any) -> str:
