@@ -294,6 +294,33 @@ def version_mismatches(recorded: Mapping[str, Any], current: Mapping[str, Any]) 
     ]
 
 
+def check_versions(
+    record: Mapping[str, Any], current: Mapping[str, Any], *, force: bool = False
+) -> list[str]:
+    """The version mismatches of a stored request; ``ReplayRefused`` if any and not ``force``."""
+    mismatches = version_mismatches(dict(record.get("versions") or {}), current)
+    if mismatches and not force:
+        raise ReplayRefused(
+            f"request {record.get('request_id')} was answered with other versions than "
+            f"configured now ({'; '.join(mismatches)}). A re-run would not show what that "
+            "request did; configure the recorded versions, or pass --force to re-run with the "
+            "current ones."
+        )
+    return mismatches
+
+
+def recorded_options(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``RAGPipeline`` options a stored request ran with (samples, temperature, plan, k)."""
+    params = dict(record.get("params") or {})
+    return {
+        "n_samples": int(params.get("n_samples") or 1),
+        "temperature": float(params.get("temperature", 0.7)),
+        "plan": str(params.get("plan_mode") or "separate"),
+        "tier": str(record.get("tier") or "high"),
+        "k": params.get("k"),
+    }
+
+
 def replay(
     store: AuditStore,
     request_id: str,
@@ -317,14 +344,7 @@ def replay(
     record = trail.record
     recorded = dict(record.get("versions") or {})
     current = {"prompt": prompt_version, "model": model_version}
-    mismatches = version_mismatches(recorded, current)
-    if mismatches and not force:
-        raise ReplayRefused(
-            f"request {request_id} was answered with other versions than configured now "
-            f"({'; '.join(mismatches)}). A replay would not show what that request did; "
-            "configure the recorded versions, or pass --force to replay with the current ones."
-        )
-    params = dict(record.get("params") or {})
+    mismatches = check_versions(record, current, force=force)
     captured: list[dict[str, Any]] = []
 
     def sink(rec: dict[str, Any]) -> bool:
@@ -334,11 +354,7 @@ def replay(
     options: dict[str, Any] = {
         "prompt_version": prompt_version,
         "model_version": model_version,
-        "n_samples": int(params.get("n_samples") or 1),
-        "temperature": float(params.get("temperature", 0.7)),
-        "plan": str(params.get("plan_mode") or "separate"),
-        "tier": str(record.get("tier") or "high"),
-        "k": params.get("k"),
+        **recorded_options(record),
         "audit": sink,
     }
     options.update(pipeline_options)

@@ -14,7 +14,8 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
-from tracerag.store.base import KIND_REVIEW_DECISION, RequestTrail, _dig
+from tracerag.store.base import KIND_EXPLANATION, KIND_REVIEW_DECISION, RequestTrail, _dig
+from tracerag.tools.explain import render_attribution, render_explanations
 
 INDENT = "  "
 STAGE_ORDER = ("register", "retrieve", "plan", "sample", "verify", "assemble", "request")
@@ -211,7 +212,8 @@ def _signals(trail: RequestTrail) -> list[str]:
             required = " (required)" if rule.get("required") else ""
             detail = f" - {rule.get('detail')}" if rule.get("detail") else ""
             out.append(f"{INDENT * 2}{mark}  {rule.get('name', '?')}{required}{detail}")
-    others = {k: v for k, v in signals.items() if k not in {"citations", "consistency", "rules"}}
+    shown = {"citations", "consistency", "rules", "attribution"}  # attribution: own section
+    others = {k: v for k, v in signals.items() if k not in shown}
     for name, value in sorted(others.items()):
         out += _block(f"{name}: {json.dumps(value, ensure_ascii=False, sort_keys=True)}", INDENT)
     if len(out) == 3:
@@ -268,7 +270,7 @@ def _errors(trail: RequestTrail) -> list[str]:
 
 
 def _actions(trail: RequestTrail) -> list[str]:
-    actions = trail.actions
+    actions = [e for e in trail.actions if e.kind != KIND_EXPLANATION]  # own section
     out = _section("Review and operator actions", f"({len(actions)})")
     if not actions:
         out.append(f"{INDENT}(none)")
@@ -330,9 +332,11 @@ def render_timeline(trail: RequestTrail) -> str:
         _plan(rec),
         _samples(trail),
         _signals(trail),
+        render_attribution(rec),
         _outcome(rec),
         _errors(trail),
         _actions(trail),
+        render_explanations(trail.entries),
     ]
     return "\n".join(line for part in parts for line in part) + "\n"
 
