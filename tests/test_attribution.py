@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import date
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tracerag.context import Material
 from tracerag.routing import ESCALATE, PASS, REVIEW
@@ -31,6 +33,7 @@ from tracerag.signals.attribution import (
     validity_reason,
 )
 from tracerag.signals.citations import verify_citations
+from tracerag.text.tokens import token_set, tokenize
 
 TODAY = date(2026, 6, 1)
 
@@ -262,3 +265,25 @@ def test_summary_has_ids_roles_and_reasons_but_no_text():
     }
     flat = repr(summary)
     assert all(m.text not in flat for m in _materials())
+
+
+# -- the tokeniser's fast set form --------------------------------------------------------------
+
+_MIXED = st.lists(
+    st.sampled_from(
+        [*"abcXYZ’'s ,.;0123456789[]-", *"退款到账保修期的了吗", "ies", "ed ", "ing ", "took "]
+    ),
+    max_size=40,
+).map("".join)
+
+
+@given(_MIXED)
+def test_token_set_is_the_set_of_tokenize(text):
+    assert token_set(text) == frozenset(tokenize(text))
+
+
+def test_token_set_matches_tokenize_on_the_demo_knowledge_base():
+    from tracerag.demo.kb import load_documents
+
+    for doc in load_documents():
+        assert token_set(doc.page_content) == frozenset(tokenize(doc.page_content))

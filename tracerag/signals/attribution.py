@@ -32,7 +32,7 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from tracerag.routing import PASS, REVIEW
-from tracerag.text.tokens import content_terms, tokenize
+from tracerag.text.tokens import content_terms, token_set
 
 __all__ = [
     "BELOW_FLOOR",
@@ -193,7 +193,7 @@ class SurfaceMatch:
 
 @lru_cache(maxsize=2048)
 def _token_set(text: str) -> frozenset[str]:
-    return frozenset(tokenize(text))
+    return token_set(text)
 
 
 @lru_cache(maxsize=1024)
