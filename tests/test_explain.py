@@ -375,3 +375,11 @@ def test_the_command_explains_a_demo_request_end_to_end(tmp_path, capsys, _own_t
     assert cli.main(["show", rid, "--store", path]) == 0
     assert "EXPLANATIONS (1)" in capsys.readouterr().out
     assert cli.main(["explain", "--store", path]) == 2
+    window = ["explain", "--sample", "1", "--since", "2000-01-01T00:00:00+00:00", "--store", path]
+    assert cli.main([*window, "--paraphrase-auto"]) == 2
+    capsys.readouterr()
+    assert cli.main(window) == 0
+    out = capsys.readouterr().out
+    assert "1 request(s) sampled; model calls:" in out and f"explanation of {rid}" in out
+    assert cli.main(["show", rid, "--store", path]) == 0
+    assert "EXPLANATIONS (2)" in capsys.readouterr().out

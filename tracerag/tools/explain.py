@@ -769,8 +769,8 @@ def explain_window(
     """Explain a stable ``rate`` sample of the requests stored in ``[since, until)``.
 
     The plans of all sampled requests are made first; their model calls together must stay
-    within ``max_calls`` (``CostTooHigh`` otherwise). Returns the reports and, per request that
-    could not be explained, why.
+    within ``max_calls`` (``CostTooHigh`` otherwise). Occlusion and counterfactuals only (no
+    paraphrase). Returns the reports and, per request that could not be explained, why.
     """
     ids = [
         s.request_id
@@ -793,11 +793,15 @@ def explain_window(
         announce(ids, total)
     reports: list[Explanation] = []
     skipped: list[str] = []
+    budget = max_calls  # what the window has left: retries may spend more than planned
     for rid in ids:
         try:
-            reports.append(explain(store, rid, llm, max_calls=plans[rid].model_calls, **options))
+            report = explain(store, rid, llm, max_calls=budget, **options)
         except (ReplayRefused, CostTooHigh) as exc:
             skipped.append(f"{rid}: {exc}")
+            continue
+        reports.append(report)
+        budget -= report.model_calls
     return reports, skipped
 
 
@@ -948,6 +952,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.sample is not None and (args.since is None or not 0 < args.sample <= 1):
         print("tracerag explain: --sample needs a RATE in (0, 1] and --since", file=sys.stderr)
+        return 2
+    if args.sample is not None and (args.paraphrase or args.paraphrase_auto):
+        print("tracerag explain: paraphrases are for one REQUEST_ID, not --sample", file=sys.stderr)
         return 2
     if args.traces:
         from pathlib import Path
