@@ -11,8 +11,10 @@ from tracerag.demo.kb import build_retriever
 from tracerag.testing import ScriptCall, ScriptedChatModel
 
 INSTALL_Q = "How much does installation cost?"
-INSTALL_ANSWER = "Installation of a washing machine or dishwasher costs ¥199 per appliance. " \
+INSTALL_ANSWER = (
+    "Installation of a washing machine or dishwasher costs ¥199 per appliance. "
     "[appliance-installation]"
+)
 WARRANTY_Q = "How long is the warranty on a laptop?"
 WARRANTY_ANSWER = (
     "Under Clause 6.1, laptops and tablets are covered by an extended 24-month warranty. "
@@ -119,3 +121,41 @@ def test_the_shipped_schema_is_the_generated_one_at_the_new_version():
 def test_low_tier_reports_no_materials_summary_because_nothing_was_verified(make_pipeline):
     response = make_pipeline(scripted([GOOD]), tier="low").invoke(QUESTION)
     assert response.materials == []
+
+
+def test_wrapped_chains_resolve_positional_citations_and_prompt_positions(retriever, spans):
+    from langchain_core.output_parsers import StrOutputParser
+    from langchain_core.prompts import ChatPromptTemplate
+    from langchain_core.runnables import RunnablePassthrough
+
+    from tracerag import wrap
+
+    def numbered(docs):
+        return "\n".join(f"[{i}] {d.page_content}" for i, d in enumerate(docs, 1))
+
+    def cite_by_position(call: ScriptCall) -> str:
+        for line in call.prompt.splitlines():
+            if line.startswith("[") and "30 days" in line:
+                n = line[1 : line.index("]")]
+                return f"Customers may return unused items within 30 days of delivery. [{n}]"
+        return "I cannot tell."
+
+    llm = ScriptedChatModel(responder=cite_by_position, model_name="scripted-w")
+    chain = (
+        {"context": retriever | numbered, "question": RunnablePassthrough()}
+        | ChatPromptTemplate.from_template("Context:\n{context}\n\nQuestion: {question}")
+        | llm
+        | StrOutputParser()
+    )
+    wrapped = wrap(
+        chain, n_samples=2, retry=FAST_RETRY, tracer_provider=spans.provider, audit=None
+    )
+    response = wrapped.invoke(QUESTION)
+    (marker,) = response.claims[0].cited_ids
+    assert marker.isdigit()  # cited as [n] ...
+    by_id = {m.material_id: m for m in response.materials}
+    assert by_id["returns"].used and by_id["returns"].role == "key"  # ... attributed to its id
+    assert by_id["returns"].position == int(marker)  # its place in that run's prompt
+    assert sorted(m.position for m in response.materials) == list(
+        range(1, len(response.materials) + 1)
+    )
