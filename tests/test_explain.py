@@ -383,3 +383,23 @@ def test_the_command_explains_a_demo_request_end_to_end(tmp_path, capsys, _own_t
     assert "1 request(s) sampled; model calls:" in out and f"explanation of {rid}" in out
     assert cli.main(["show", rid, "--store", path]) == 0
     assert "EXPLANATIONS (2)" in capsys.readouterr().out
+
+
+def test_a_record_from_before_attribution_is_explained_from_its_claims(tmp_path):
+    captured = []
+    llm = model(reader)
+    RAGPipeline(
+        build_retriever(k=4), llm, prompt_version="p1", model_version="reader", n_samples=2,
+        retry=FAST_RETRY, audit=lambda r: captured.append(r) or True,
+    ).invoke(QUESTION)
+    (record,) = captured
+    del record["signals"]["attribution"]  # as a record written before attribution existed
+    store = SQLiteAuditStore(str(tmp_path / "old.sqlite"), auto_enqueue=False)
+    store.append_record(record)
+    plan = plan_experiments(store.get(record["request_id"]).record)
+    assert set(plan.occlude) == {"warranty", "care-plus"}
+    report = run_explain(store, record["request_id"], model(reader), counterfactuals=0)
+    assert report.decisive == ["warranty"]
+    assert report.linked_span_id is None
+    assert any("names no span" in n for n in report.notes)
+    store.close()

@@ -737,11 +737,10 @@ def explain(
 
 def _top(retriever: Any, question: str) -> str | None:
     """The id of the top material a live retrieval returns (no model call)."""
-    import asyncio
-
+    from tracerag.runner import run_sync
     from tracerag.stages.retrieve import fetch, to_materials
 
-    materials = to_materials(asyncio.run(fetch(retriever, question)))
+    materials = to_materials(run_sync(lambda: fetch(retriever, question)))
     return materials[0].id if materials else None
 
 
