@@ -18,6 +18,7 @@ COMMANDS = [
     "tracerag.demo.run",
     "tracerag.tools.cli_store",
     "tracerag.tools.replay",
+    "tracerag.tools.explain",
     "tracerag.tools.indicators",
     "tracerag.server.cli",
     "tracerag.tools.calibration",

@@ -1,7 +1,10 @@
 """The Response a caller receives, and the JSON Schema frontends code against.
 
 ``RESPONSE_SCHEMA`` (draft 2020-12) is shipped as ``tracerag/schemas/response.schema.json``;
-every Response is validated against it before it is returned.
+every Response is validated against it before it is returned. ``SCHEMA_VERSION`` is the
+schema's version, also its ``version`` annotation: 1.1 added the optional ``materials``
+summary. A Response carrying it is rejected by a 1.0 validator (the Response admits no unknown
+property), so frontends that validate must update their copy of the schema.
 """
 
 from __future__ import annotations
@@ -21,6 +24,17 @@ from tracerag.errors import ContractError
 Decision = Literal["pass", "review", "escalate"]
 Status = Literal["answered", "flagged_for_review", "pending_human_review", "unverified"]
 Verdict = Literal["supported", "unsupported", "fabricated_citation", "stale", "uncited"]
+MaterialReason = Literal[
+    "cited_supported",
+    "cited_unsupported",
+    "not_cited",
+    "stale_or_superseded",
+    "outside_validity_window",
+    "below_relevance_floor",
+]
+MaterialRole = Literal["key", "supporting", "irrelevant"]
+
+SCHEMA_VERSION = "1.1"
 
 
 class Evidence(BaseModel):
@@ -49,6 +63,23 @@ class ClaimCheck(BaseModel):
     material_id: str | None = None
     quote: str | None = None
     reason: str = ""
+
+
+class MaterialUse(BaseModel):
+    """One retrieved material: used or not and why, and its share of the answer (no text)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    material_id: str
+    used: bool = Field(description="True when it supports at least one claim of the answer.")
+    reason: MaterialReason = Field(description="Why it was used, or the first reason it was not.")
+    detail: str = ""
+    role: MaterialRole = Field(
+        description="Its weight in this answer, compared within this request only."
+    )
+    share: float = Field(ge=0.0, le=1.0, description="Share of the claims it supports.")
+    position: int | None = Field(default=None, description="1-based position in the prompt.")
+    score: float | None = Field(default=None, description="The retriever's relevance score.")
 
 
 class SignalDetail(BaseModel):
@@ -102,6 +133,10 @@ class Response(BaseModel):
     signal_detail: SignalDetail
     evidence: list[Evidence]
     claims: list[ClaimCheck] = Field(default_factory=list)
+    materials: list[MaterialUse] = Field(
+        default_factory=list,
+        description="Every retrieved material, used or not, with its reason (schema 1.1).",
+    )
     versions: Versions
     ticket_id: str | None = None
     calibration: str | None = None
@@ -117,6 +152,7 @@ def build_schema() -> dict[str, Any]:
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://tracerag.dev/schemas/response.schema.json",
+        "version": SCHEMA_VERSION,
         **schema,
     }
 

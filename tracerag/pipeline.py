@@ -14,6 +14,7 @@ from tracerag.errors import ConfigurationError
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag.runner import StagedRunnable
 from tracerag.settings import RetryPolicy, Settings
+from tracerag.signals.attribution import ShapeThresholds
 from tracerag.signals.calibrated import default_combiner
 from tracerag.signals.confidence import Combiner
 from tracerag.signals.consistency import Equivalence
@@ -83,6 +84,9 @@ class RAGPipeline(StagedRunnable):
         tracer_provider: TracerProvider | None = None,
         meter_provider: Any = None,
         audit: Any = "auto",
+        review_clustered_retrieval: bool = False,
+        relevance_floor: float | None = None,
+        retrieval_shape: ShapeThresholds | None = None,
     ) -> None:
         if not isinstance(retriever, BaseRetriever):
             raise ConfigurationError(
@@ -112,6 +116,9 @@ class RAGPipeline(StagedRunnable):
             retry=retry,
             audit=audit,
             meter_provider=meter_provider,
+            review_clustered_retrieval=review_clustered_retrieval,
+            relevance_floor=relevance_floor,
+            retrieval_shape=retrieval_shape or ShapeThresholds(),
         )
         super().__init__(settings, ModelSource())
 

@@ -258,8 +258,10 @@ class RecordSignals(_Part):
     consistency: RecordConsistency | None = None
     selection: RecordSelection | None = None
     rules: list[RecordRule] = Field(default_factory=list)
+    #: tiers 1 and 2 of attribution (``tracerag.signals.attribution.Attribution.to_record``)
+    attribution: dict[str, Any] | None = None
 
-    @field_validator("citations", "consistency", "selection", mode="before")
+    @field_validator("citations", "consistency", "selection", "attribution", mode="before")
     @classmethod
     def _parts(cls, value: Any) -> Any:
         return _mapping_or_none(value)

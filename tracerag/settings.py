@@ -12,6 +12,7 @@ from opentelemetry.trace import Tracer, TracerProvider
 
 from tracerag.errors import ConfigurationError
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
+from tracerag.signals.attribution import ShapeThresholds
 from tracerag.signals.confidence import Combiner, HeuristicCombiner
 from tracerag.signals.consistency import Equivalence
 from tracerag.signals.rules import Rule
@@ -78,6 +79,10 @@ class Settings:
     tracer_provider: TracerProvider | None = None
     meter_provider: Any = None
     max_question_chars: int = 8000
+    # attribution (tracerag.signals.attribution)
+    retrieval_shape: ShapeThresholds = field(default_factory=ShapeThresholds)
+    review_clustered_retrieval: bool = False  # a passing answer over a clustered retrieval: review
+    relevance_floor: float | None = None  # materials scored below it are reported as such
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:

@@ -16,11 +16,12 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from tracerag.errors import InputError
+from tracerag.signals.attribution import ShapeThresholds, explain_retrieval
 from tracerag.signals.types import Material, Plan, utcnow
 from tracerag.text.unicode import first_lone_surrogate, fix_surrogates, is_invisible
 
 if TYPE_CHECKING:
-    from tracerag.contract import ClaimCheck, Evidence, Response, SignalDetail
+    from tracerag.contract import ClaimCheck, Evidence, MaterialUse, Response, SignalDetail
     from tracerag.contract import Versions as ResponseVersions
     from tracerag.signals.citations import CitationReport
     from tracerag.signals.consistency import ConsistencyReport
@@ -204,12 +205,24 @@ class Retrieval:
     score_margin: float | None = None
     note: str | None = None
     errors: tuple[StageError, ...] = ()
+    #: the score shape (``tracerag.signals.attribution``): clear, moderate, clustered, single…
+    shape: str | None = None
+    relative_margin: float | None = None
+    near_top: tuple[str, ...] = ()
 
     @classmethod
     def of(
-        cls, materials: tuple[Material, ...], *, note: str | None = None, errors: tuple = ()
+        cls,
+        materials: tuple[Material, ...],
+        *,
+        note: str | None = None,
+        errors: tuple = (),
+        shape: ShapeThresholds | None = None,
     ) -> Retrieval:
-        """A Retrieval with its score signals computed from the materials."""
+        """A Retrieval with its score signals and score shape computed from the materials."""
+        explained = explain_retrieval(
+            [(m.id, m.score) for m in materials], shape or ShapeThresholds()
+        )
         scores = [m.score for m in materials if m.score is not None]
         scored = bool(materials) and len(scores) == len(materials)
         ordered = sorted(scores, reverse=True)
@@ -223,6 +236,9 @@ class Retrieval:
             score_margin=margin,
             note=note,
             errors=tuple(errors),
+            shape=explained.shape,
+            relative_margin=explained.relative_margin,
+            near_top=tuple(explained.near_top),
         )
 
 
@@ -336,6 +352,10 @@ class Decision:
     calibration: str | None = None
     warnings: tuple[str, ...] = ()
     errors: tuple[StageError, ...] = ()
+    #: the compact per-material summary the Response carries (no material text)
+    materials: tuple[MaterialUse, ...] = ()
+    #: tiers 1 and 2 of attribution, as the audit record keeps them (``signals.attribution``)
+    attribution: Mapping[str, Any] | None = None
 
     def _fields(self, request_id: str, trace_id: str | None) -> dict[str, Any]:
         return {
@@ -353,6 +373,7 @@ class Decision:
             "ticket_id": self.ticket_id,
             "calibration": self.calibration,
             "warnings": list(self.warnings),
+            "materials": list(self.materials),
         }
 
     def response(
@@ -484,6 +505,9 @@ class RequestState:
                 "top_score": r.top_score,
                 "score_margin": r.score_margin,
                 "note": r.note,
+                "shape": r.shape,
+                "relative_margin": r.relative_margin,
+                "near_top": list(r.near_top),
             }
             if samples is not None and samples.extra_materials:
                 retrieval["added_from_runs"] = [m.id for m in samples.extra_materials]
@@ -507,7 +531,7 @@ class RequestState:
             "retrieval": retrieval,
             "plan": _jsonable(self.plan),
             "samples": _jsonable(list(samples.samples) if samples is not None else []),
-            "signals": self.verification.to_record() if self.verification is not None else {},
+            "signals": self._signals_record(),
             "confidence": decision.confidence if decision is not None else None,
             "decision": decision.decision if decision is not None else None,
             "response": dict(response) if response is not None else None,
@@ -517,6 +541,12 @@ class RequestState:
             "timings": dict(self.timings),
             "warnings": list(self.warnings),
         }
+
+    def _signals_record(self) -> dict[str, Any]:
+        signals = self.verification.to_record() if self.verification is not None else {}
+        if self.decision is not None and self.decision.attribution is not None:
+            signals["attribution"] = _jsonable(self.decision.attribution)
+        return signals
 
 
 def _jsonable(value: Any) -> Any:

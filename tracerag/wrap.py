@@ -48,6 +48,7 @@ from tracerag.llm import OnRetry, Tries, clean_text, model_name, retry_call, tex
 from tracerag.pipeline import build_settings
 from tracerag.prompts import fingerprint
 from tracerag.runner import StagedRunnable
+from tracerag.signals.attribution import ShapeThresholds
 from tracerag.stages.plan import implied_plan
 from tracerag.stages.retrieve import fetch, record_materials, to_materials
 from tracerag.stages.sample import (
@@ -224,7 +225,9 @@ class ChainSource:
                 errors.record_error("retrieve", exc)
                 span.record_exception(exc)
         note = None if self.info.retrievers else NO_RETRIEVER_NOTE
-        retrieval = Retrieval.of(to_materials(pairs), note=note, errors=errors.freeze())
+        retrieval = Retrieval.of(
+            to_materials(pairs), note=note, errors=errors.freeze(), shape=settings.retrieval_shape
+        )
         record_materials(retrieval, span)
         return retrieval
 
@@ -366,6 +369,9 @@ def wrap(
     tracer_provider: TracerProvider | None = None,
     meter_provider: Any = None,
     audit: Any = "auto",
+    review_clustered_retrieval: bool = False,
+    relevance_floor: float | None = None,
+    retrieval_shape: ShapeThresholds | None = None,
 ) -> WrappedChain:
     """Wrap an existing LCEL RAG chain so each request runs the six traced, verified stages.
 
@@ -396,6 +402,9 @@ def wrap(
         retry=retry,
         audit=audit,
         meter_provider=meter_provider,
+        review_clustered_retrieval=review_clustered_retrieval,
+        relevance_floor=relevance_floor,
+        retrieval_shape=retrieval_shape or ShapeThresholds(),
     )
     if temperature == 0.0 and n_samples > 1:
         logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)

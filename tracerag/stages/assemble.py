@@ -8,15 +8,26 @@ audit record has been handed to its sink.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+from typing import Any
+
 from langchain_core.runnables import RunnableConfig
+from opentelemetry import trace
 from opentelemetry.trace import Span
 
 from tracerag import semconv
-from tracerag.contract import ClaimCheck, Evidence, SignalDetail, Versions
+from tracerag.contract import ClaimCheck, Evidence, MaterialUse, SignalDetail, Versions
 from tracerag.routing import ESCALATE, PASS, REVIEW, Ticket, decide, new_ticket_id
 from tracerag.settings import Settings
+from tracerag.signals.attribution import (
+    Attribution,
+    apply_retrieval_shape,
+    attribute,
+    claim_links,
+)
 from tracerag.signals.citations import SUPPORTED, CitationReport
 from tracerag.signals.confidence import Signals
+from tracerag.stages.verify import resolver_for
 from tracerag.state import Decision, ErrorLog, RequestState, SampleSet
 from tracerag.tracing import capture
 
@@ -135,6 +146,12 @@ async def assemble(
     consistency = verification.consistency
     selection = verification.selection
     rules = verification.rules
+    attribution, attribution_record = attribution_of(state, settings, span)  # no model call
+    routed, shape_reason = apply_retrieval_shape(
+        routed, attribution.retrieval.shape, settings.review_clustered_retrieval
+    )
+    if shape_reason:
+        span.set_attribute(semconv.ROUTE_REASON, shape_reason)
     candidate = (
         sampled.samples[selection.sample_index].answer
         if selection.sample_index is not None
@@ -164,7 +181,7 @@ async def assemble(
     )
     ticket_id = None
     if routed in (ESCALATE, REVIEW):
-        reasons = list(combined.caps) or [_why(signals)]
+        reasons = [shape_reason] if shape_reason else list(combined.caps) or [_why(signals)]
         ticket_id = _escalate(
             state, settings, span, errors, routed, combined.value, candidate, reasons
         )
@@ -177,6 +194,8 @@ async def assemble(
         signal_detail=detail,
         evidence=tuple(evidence_of(state, report)),
         claims=tuple(claims_of(report)),
+        materials=tuple(MaterialUse(**m) for m in attribution.summary()),
+        attribution=attribution_record,
         versions=versions,
         ticket_id=ticket_id,
         calibration=calibration,
@@ -185,6 +204,44 @@ async def assemble(
     )
     _finish(decision, span)
     return decision
+
+
+def attribution_of(
+    state: RequestState, settings: Settings, span: Span
+) -> tuple[Attribution, MappingProxyType[str, Any]]:
+    """Tier 1 and 2 attribution of the candidate answer, for the record and the span.
+
+    The record names this span, so an offline explanation can link its trace to this one.
+    """
+    verification = state.verification
+    assert verification is not None
+    report = verification.citations
+    selection = verification.selection
+    samples = state.samples.samples if state.samples is not None else ()
+    sample = samples[selection.sample_index] if selection.sample_index is not None else None
+    positional = bool(state.samples.positional) if state.samples is not None else False
+    resolver = (
+        resolver_for(state.materials, sample, positional=positional) if sample is not None else None
+    )
+    result = attribute(
+        state.question,
+        state.materials,
+        claim_links(report.claims, resolver),
+        prompt_order=(sample.material_order or None) if sample is not None else None,
+        relevance_floor=settings.relevance_floor,
+        thresholds=settings.retrieval_shape,
+    )
+    record = result.to_record()
+    span_context = span.get_span_context()
+    if span_context.is_valid:
+        record["span"] = {
+            "trace_id": trace.format_trace_id(span_context.trace_id),
+            "span_id": trace.format_span_id(span_context.span_id),
+        }
+    span.set_attribute(semconv.ATTRIBUTION_USED, list(result.used_ids))
+    span.set_attribute(semconv.ATTRIBUTION_KEY, list(result.key_ids))
+    span.set_attribute(semconv.ATTRIBUTION_UNATTRIBUTED, result.unattributed)
+    return result, MappingProxyType(record)
 
 
 def _why(signals: Signals) -> str:

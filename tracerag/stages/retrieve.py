@@ -127,7 +127,9 @@ async def retrieve(
         pairs = []
     if settings.k:
         pairs = pairs[: settings.k]
-    retrieval = Retrieval.of(to_materials(pairs), errors=errors.freeze())
+    retrieval = Retrieval.of(
+        to_materials(pairs), errors=errors.freeze(), shape=settings.retrieval_shape
+    )
     record_materials(retrieval, span)
     set_span_io(span, input=state.question)
     return retrieval
@@ -145,6 +147,11 @@ def record_materials(retrieval: Retrieval, span: Span) -> None:
         attrs[semconv.RETRIEVAL_TOP_SCORE] = float(retrieval.top_score)
     if retrieval.score_margin is not None:
         attrs[semconv.RETRIEVAL_SCORE_MARGIN] = float(retrieval.score_margin)
+    if retrieval.shape is not None:
+        attrs[semconv.RETRIEVAL_SHAPE] = retrieval.shape
+        attrs[semconv.RETRIEVAL_NEAR_TOP] = list(retrieval.near_top)
+    if retrieval.relative_margin is not None:
+        attrs[semconv.RETRIEVAL_RELATIVE_MARGIN] = retrieval.relative_margin
     for i, m in enumerate(materials):
         attrs[semconv.oi_document(i, "id")] = m.id
         content = capture(m.text)

@@ -57,6 +57,8 @@ KIND_REVIEW_RELEASED = "review_released"
 KIND_REVIEW_DECISION = "review_decision"
 KIND_OPERATOR_ACTION = "operator_action"
 KIND_NOTE = "note"
+# an offline attribution report (``tracerag explain``) on a stored request
+KIND_EXPLANATION = "explanation"
 ACTION_KINDS = (
     KIND_REVIEW_ENQUEUED,
     KIND_REVIEW_CLAIMED,
@@ -64,6 +66,7 @@ ACTION_KINDS = (
     KIND_REVIEW_DECISION,
     KIND_OPERATOR_ACTION,
     KIND_NOTE,
+    KIND_EXPLANATION,
 )
 REVIEW_KINDS = (
     KIND_REVIEW_ENQUEUED,

@@ -15,6 +15,7 @@ __all__ = [
     "content_terms",
     "is_stopword",
     "stem",
+    "token_set",
     "tokenize",
     "tokenize_spans",
 ]
@@ -167,6 +168,27 @@ def tokenize(text: str) -> list[str]:
     is), and citation markers such as ``[M03]`` are dropped.
     """
     return [t.text for t in tokenize_spans(text)]
+
+
+def token_set(text: str) -> frozenset[str]:
+    """The distinct tokens of ``text``: ``frozenset(tokenize(text))``, without offsets."""
+    out: set[str] = set()
+    add = out.add
+    for m in _TOKEN_RE.finditer(CITATION_MARKER_RE.sub(" ", text)):
+        kind, raw = m.lastgroup, m.group()
+        if kind == "word":
+            word = raw.lower().replace("’", "'")
+            add(word if word in ENGLISH_STOPWORDS else stem(word))
+        elif kind == "num":
+            if "," in raw and not _THOUSANDS_RE.match(raw):
+                out.update(_number_token(part) for part in raw.split(",") if part)
+            else:
+                add(_number_token(raw))
+        elif len(raw) == 1:
+            add(raw)
+        else:
+            out.update(raw[k : k + 2] for k in range(len(raw) - 1))
+    return frozenset(out)
 
 
 def is_stopword(token: str) -> bool:

@@ -286,6 +286,35 @@ def version_mismatches(recorded: Mapping[str, Any], current: Mapping[str, Any]) 
     ]
 
 
+def check_versions(
+    record: AuditRecord | Mapping[str, Any], current: Mapping[str, Any], *, force: bool = False
+) -> list[str]:
+    """The version mismatches of a stored request; ``ReplayRefused`` if any and not ``force``."""
+    record = AuditRecord.parse(record)
+    mismatches = version_mismatches(record.versions.model_dump(exclude_unset=True), current)
+    if mismatches and not force:
+        raise ReplayRefused(
+            f"request {record.request_id} was answered with other versions than "
+            f"configured now ({'; '.join(mismatches)}). A re-run would not show what that "
+            "request did; configure the recorded versions, or pass --force to re-run with the "
+            "current ones."
+        )
+    return mismatches
+
+
+def recorded_options(record: AuditRecord | Mapping[str, Any]) -> dict[str, Any]:
+    """The ``RAGPipeline`` options a stored request ran with (samples, temperature, plan, k)."""
+    record = AuditRecord.parse(record)
+    params = record.params
+    return {
+        "n_samples": int(params.get("n_samples") or 1),
+        "temperature": float(params.get("temperature", 0.7)),
+        "plan": str(params.get("plan_mode") or "separate"),
+        "tier": record.tier or "high",
+        "k": params.get("k"),
+    }
+
+
 def replay(
     store: AuditStore,
     request_id: str,
@@ -309,14 +338,7 @@ def replay(
     record = trail.audit
     recorded = record.versions.model_dump(exclude_unset=True)
     current = {"prompt": prompt_version, "model": model_version}
-    mismatches = version_mismatches(recorded, current)
-    if mismatches and not force:
-        raise ReplayRefused(
-            f"request {request_id} was answered with other versions than configured now "
-            f"({'; '.join(mismatches)}). A replay would not show what that request did; "
-            "configure the recorded versions, or pass --force to replay with the current ones."
-        )
-    params = record.params
+    mismatches = check_versions(record, current, force=force)
     captured: list[dict[str, Any]] = []
 
     def sink(rec: dict[str, Any]) -> bool:
@@ -326,11 +348,7 @@ def replay(
     options: dict[str, Any] = {
         "prompt_version": prompt_version,
         "model_version": model_version,
-        "n_samples": int(params.get("n_samples") or 1),
-        "temperature": float(params.get("temperature", 0.7)),
-        "plan": str(params.get("plan_mode") or "separate"),
-        "tier": record.tier or "high",
-        "k": params.get("k"),
+        **recorded_options(record),
         "audit": sink,
     }
     options.update(pipeline_options)

@@ -15,7 +15,8 @@ import textwrap
 from typing import Any
 
 from tracerag.record import AuditRecord
-from tracerag.store.base import KIND_REVIEW_DECISION, RequestTrail
+from tracerag.store.base import KIND_EXPLANATION, KIND_REVIEW_DECISION, RequestTrail
+from tracerag.tools.explain import render_attribution, render_explanations
 
 INDENT = "  "
 STAGE_ORDER = ("register", "retrieve", "plan", "sample", "verify", "assemble", "request")
@@ -231,7 +232,7 @@ def _errors(rec: AuditRecord) -> list[str]:
 
 
 def _actions(trail: RequestTrail) -> list[str]:
-    actions = trail.actions
+    actions = [e for e in trail.actions if e.kind != KIND_EXPLANATION]  # own section
     out = _section("Review and operator actions", f"({len(actions)})")
     if not actions:
         out.append(f"{INDENT}(none)")
@@ -293,9 +294,11 @@ def render_timeline(trail: RequestTrail) -> str:
         _plan(rec),
         _samples(rec),
         _signals(rec),
+        render_attribution(rec),
         _outcome(rec),
         _errors(rec),
         _actions(trail),
+        render_explanations(trail.entries),
     ]
     return "\n".join(line for part in parts for line in part) + "\n"
 
