@@ -75,9 +75,59 @@ def _versions(trail: RequestTrail, rec: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _material_order(trail: RequestTrail, rec: Mapping[str, Any]) -> list[str]:
+    """The retrieved order the chosen answer saw (what ``[1]``-style markers count in)."""
+    index = _dig(rec, "signals", "selection", "sample_index")
+    samples = trail.samples
+    if isinstance(index, int) and 0 <= index < len(samples) and isinstance(samples[index], Mapping):
+        order = samples[index].get("material_order")
+        if isinstance(order, list) and order:
+            return [str(m) for m in order]
+    ranked = sorted(trail.materials, key=lambda m: (m.get("rank") is None, m.get("rank") or 0))
+    return [str(m.get("id")) for m in ranked]
+
+
+def cited_materials(trail: RequestTrail, rec: Mapping[str, Any]) -> tuple[set[str], list[str]]:
+    """The retrieved ids the answer cited, and the cited markers that named nothing retrieved.
+
+    A marker is a material id, or in wrap mode (``params.positional``) a 1-based position in
+    the retrieved order its sample saw, as the verifier read it. Where the verifier recorded
+    which markers it found unretrieved (``fabricated_ids``), that is what is reported.
+    """
+    retrieved = set(trail.retrieved_ids)
+    positional = bool(_dig(rec, "params", "positional"))
+    order = _material_order(trail, rec) if positional else []
+
+    def resolve(marker: str) -> str | None:
+        if marker in retrieved:
+            return marker
+        if positional and marker.isdigit() and 1 <= int(marker) <= len(order):
+            return order[int(marker) - 1]
+        return None
+
+    cited: set[str] = set()
+    missing: list[str] = []
+    for claim in trail.claims:
+        fabricated = claim.get("fabricated_ids")
+        for marker in [str(c) for c in claim.get("cited_ids") or []]:
+            material_id = resolve(marker)
+            if material_id is not None:
+                cited.add(material_id)
+            unretrieved = (
+                marker in [str(f) for f in fabricated]
+                if isinstance(fabricated, list)
+                else material_id is None
+            )
+            if unretrieved and marker not in missing:
+                missing.append(marker)
+    if not trail.claims:
+        missing = trail.cited_not_retrieved
+    return cited, missing
+
+
 def _retrieved(trail: RequestTrail, rec: Mapping[str, Any]) -> list[str]:
     materials = trail.materials
-    cited = set(trail.cited_ids)
+    cited, missing = cited_materials(trail, rec)
     plan_ids = set(_dig(rec, "plan", "material_ids", default=[]) or [])
     out = _section("Retrieved materials", f"({len(materials)})")
     if not materials:
@@ -103,7 +153,6 @@ def _retrieved(trail: RequestTrail, rec: Mapping[str, Any]) -> list[str]:
             f"{INDENT}#{_fmt(m.get('rank'))}  {mid:<10} score {_fmt(m.get('score'), 3):>6}  "
             f"{title}{'  [' + ', '.join(marks) + ']' if marks else ''}"
         )
-    missing = trail.cited_not_retrieved
     if missing:
         out.append(f"{INDENT}!! cited but NOT retrieved: {', '.join(missing)}")
     retrieval = rec.get("retrieval")
