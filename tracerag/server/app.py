@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -402,7 +403,7 @@ def create_app(
                 401,
                 "Sign in required",
                 "Reviewer pages need a reviewer token.",
-                signin="/review/signin?" + urllib_quote(target),
+                signin="/review/signin?" + urllib.parse.urlencode({"next": target}),
             )
 
     app.add_middleware(RequestBodyLimitMiddleware, max_body_size=max_body_bytes)
@@ -411,9 +412,3 @@ def create_app(
         app.add_middleware(ApiCors, origins=origins)
     app.add_middleware(SecurityHeaders)
     return app
-
-
-def urllib_quote(target: str) -> str:
-    import urllib.parse
-
-    return urllib.parse.urlencode({"next": target})

@@ -27,6 +27,7 @@ logger = logging.getLogger("tracerag.server")
 security_log = logging.getLogger("tracerag.server.security")
 
 MAX_JSON_DEPTH = 32
+SHARED_BEARER_NAME = "api-reviewer"
 MAX_FORM_FIELDS = 20
 T = TypeVar("T")
 
@@ -244,7 +245,7 @@ def optional_reviewer(request: Request, svc: ServicesDep) -> Session | None:
         found = auth.bearer(header)
         if found is False:
             return None
-        if found is None or found is True:
+        if not isinstance(found, tuple):
             credential_failed(svc, client, request.url.path, "bearer token")
             return None
         kind, name = found
@@ -252,7 +253,8 @@ def optional_reviewer(request: Request, svc: ServicesDep) -> Session | None:
         if kind == NAMED:
             assert name is not None
             return Session(name, "", "bearer", NAMED)
-        return Session("", "", "bearer", kind)  # the name comes with the request body
+        # a shared token names nobody: a decision names its reviewer in the JSON body
+        return Session(SHARED_BEARER_NAME, "", "bearer", kind)
     return auth.read_cookie(request.cookies.get(COOKIE_NAME))
 
 

@@ -19,7 +19,7 @@ from tracerag.errors import InputError
 from tracerag.server.answerer import stage_event
 from tracerag.server.deps import AnswerInput, ServicesDep, require_api_key, store_call
 from tracerag.server.errors import ApiError, error_responses
-from tracerag.server.models import Health, Readiness, RequestStatus, ReviewOutcome
+from tracerag.server.models import Health, Readiness, RequestStatus
 from tracerag.store.base import RequestNotFound, RequestTrail
 
 logger = logging.getLogger("tracerag.server")
@@ -38,10 +38,11 @@ router = APIRouter(prefix="/v1", tags=["answers"], dependencies=[Depends(require
 def request_status(trail: RequestTrail) -> dict[str, Any]:
     """The caller's view of a stored request: its state and, when it may be shown, the answer."""
     rec = trail.record
-    response = rec.get("response") if isinstance(rec.get("response"), Mapping) else {}
+    stored = rec.get("response")
+    response: Mapping[str, Any] = stored if isinstance(stored, Mapping) else {}
     review = trail.review
     decision = rec.get("decision")
-    outcome = None
+    outcome: dict[str, Any] | None = None
     if review is not None and review.status == "decided":
         state = STATES.get(str(review.action), "unknown")
         final = review.final_answer if review.action != "reject" else None
@@ -50,14 +51,16 @@ def request_status(trail: RequestTrail) -> dict[str, Any]:
         state = str(response.get("status") or "unknown")
         final = response.get("answer") if decision in ("pass", "review") else None
     valid_states = RequestStatus.model_fields["state"].annotation.__args__  # type: ignore[union-attr]
-    return RequestStatus(
-        request_id=trail.request_id,
-        state=state if state in valid_states else "unknown",
-        decision=decision if decision in ("pass", "review", "escalate") else None,
-        final_answer=final,
-        ticket_id=response.get("ticket_id"),
-        trace_id=rec.get("trace_id"),
-        review=ReviewOutcome(**outcome) if outcome else None,
+    return RequestStatus.model_validate(
+        {
+            "request_id": trail.request_id,
+            "state": state if state in valid_states else "unknown",
+            "decision": decision if decision in ("pass", "review", "escalate") else None,
+            "final_answer": final,
+            "ticket_id": response.get("ticket_id"),
+            "trace_id": rec.get("trace_id"),
+            "review": outcome,
+        }
     ).model_dump(mode="json")
 
 

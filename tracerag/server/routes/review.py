@@ -248,7 +248,7 @@ async def signin(request: Request, svc: ServicesDep) -> Response:
     name = form.get("reviewer", "").strip()
     target = safe_next(form.get("next"))
 
-    def again(code: int, error: str) -> HTMLResponse:
+    def again(code: int, error: str) -> Response:
         return page(
             svc,
             "signin.html",
@@ -506,7 +506,10 @@ async def item_response(
         )
     claim = None
     if trail.review.status != "decided":
-        claim = svc.claims.take(request_id, session.reviewer)
+        if session.via == "cookie":  # a person opened it
+            claim = svc.claims.take(request_id, session.reviewer)
+        else:
+            claim = svc.claims.get(request_id)
     context = item_context(trail, svc.trace_ui)
     return page(
         svc,
@@ -644,7 +647,7 @@ async def decide_api(
         raise ApiError(422, "invalid_input", validation_detail(exc)) from None
     name = session.reviewer
     if session.kind != NAMED:
-        name = (body.reviewer or request.headers.get("x-reviewer") or "api-reviewer").strip()
+        name = (body.reviewer or request.headers.get("x-reviewer") or name).strip()
         if not valid_reviewer_name(name):
             raise ApiError(422, "invalid_input", "reviewer: up to 64 letters, digits, .@+-_")
     decision, tasks = await decide(
