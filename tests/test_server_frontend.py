@@ -197,3 +197,40 @@ def test_a_page_on_an_origin_not_listed_is_blocked_by_the_browser(tmp_path, brow
         assert store.list_requests() == []  # the preflight failed: nothing ran
     finally:
         store.close()
+
+
+def test_a_foreign_page_cannot_run_the_pipeline_without_preflight(tmp_path, browser, site):
+    """A no-cors fetch and a plain form post need no preflight: both must be refused (415)."""
+    store = make_store(tmp_path)
+    try:
+        with running(make_app(store, make_pipeline([GOOD_ANSWER]))) as base:
+            context = browser.new_context()
+            page = context.new_page()
+            try:
+                page.goto(f"{site}/index.html")
+                statuses = []
+                page.on(
+                    "response",
+                    lambda r: statuses.append(r.status) if r.url == f"{base}/v1/answer" else None,
+                )
+                page.evaluate(
+                    """async (url) => {
+                        await fetch(url, {method: "POST", mode: "no-cors",
+                                          body: JSON.stringify({question: "q?"})});
+                        const form = document.createElement("form");
+                        form.method = "POST"; form.action = url; form.enctype = "text/plain";
+                        const field = document.createElement("input");
+                        field.name = '{"question": "q?", "x": "'; field.value = '"}';
+                        form.appendChild(field); document.body.appendChild(form);
+                        form.submit();
+                    }""",
+                    f"{base}/v1/answer",
+                )
+                page.wait_for_url(f"{base}/v1/answer")
+                assert "unsupported_media_type" in page.content()
+            finally:
+                context.close()
+        assert statuses == [415, 415]
+        assert store.list_requests() == []
+    finally:
+        store.close()
