@@ -198,3 +198,26 @@ def test_a_csrf_refusal_is_audited_on_the_request(app, store, caplog):
     assert notes[0].actor == "alice"
     assert store.get_decision(rid) is None
     assert any("refused decision" in r.getMessage() for r in caplog.records)
+
+
+def test_concurrent_guesses_from_one_client_are_counted_one_by_one(app):
+    """64 guesses at once: each is counted as it is checked, so only free + 1 are checked."""
+
+    async def main():
+        transport = httpx.ASGITransport(app=app, client=("127.0.0.5", 40000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://desk") as client:
+            return await asyncio.gather(
+                *[
+                    client.get(
+                        "/review/api/queue",
+                        headers={"Authorization": f"Bearer wrong-guess-{i:04d}-abcdef"},
+                    )
+                    for i in range(64)
+                ]
+            )
+
+    with TestClient(app):
+        replies = asyncio.run(main())
+    codes = sorted(r.status_code for r in replies)
+    free = app.state.services.auth.throttle.free
+    assert codes.count(401) == free + 1 and codes.count(429) == 64 - free - 1

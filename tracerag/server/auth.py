@@ -146,20 +146,37 @@ class Throttle:
 
     def failed(self, client: str) -> float | None:
         """Count a failure; the lockout it starts, in seconds, or None."""
+        with self._lock:
+            return self._count(client, self.clock())
+
+    def attempt(self, client: str) -> float | None:
+        """Start a credential check: the wait (seconds) while locked out, else None.
+
+        The attempt is counted as a failure at once, in the same step as the check, so
+        concurrent guesses cannot all pass the check before any is counted; ``succeeded``
+        clears the count when the credential proves right.
+        """
         now = self.clock()
         with self._lock:
-            if len(self._clients) >= self.max_clients and client not in self._clients:
-                self._prune(now)
-            state = self._clients.setdefault(client, _Client(first=now))
-            if now - state.first > self.window and state.locked_until <= now:
-                state.failures, state.first = 0, now
-            state.failures += 1
-            over = state.failures - self.free
-            if over <= 0:
-                return None
-            lockout = min(self.cap, self.base * 2 ** (over - 1))
-            state.locked_until = now + lockout
-            return lockout
+            state = self._clients.get(client)
+            if state is not None and state.locked_until > now:
+                return state.locked_until - now
+            self._count(client, now)
+            return None
+
+    def _count(self, client: str, now: float) -> float | None:
+        if len(self._clients) >= self.max_clients and client not in self._clients:
+            self._prune(now)
+        state = self._clients.setdefault(client, _Client(first=now))
+        if now - state.first > self.window and state.locked_until <= now:
+            state.failures, state.first = 0, now
+        state.failures += 1
+        over = state.failures - self.free
+        if over <= 0:
+            return None
+        lockout = min(self.cap, self.base * 2 ** (over - 1))
+        state.locked_until = now + lockout
+        return lockout
 
     def succeeded(self, client: str) -> None:
         """Forget a client's failures."""
@@ -251,15 +268,6 @@ class ReviewerAuth:
     def live_sessions(self) -> int:
         with self._lock:
             return len(self._sessions)
-
-    def bearer(self, header: str | None) -> tuple[str, str | None] | bool | None:
-        """For ``Authorization``: False when absent or not Bearer; else ``identify``'s answer."""
-        if not header:
-            return False
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer":
-            return False
-        return self.identify(given.strip())
 
     # -- CSRF ---------------------------------------------------------------------------------
     def csrf_token(self, session: Session) -> str:

@@ -207,23 +207,28 @@ def client_of(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
-def throttled(svc: Services, client: str) -> None:
-    """429 while a client is locked out after failed credentials."""
+def retry_after_header(wait: float) -> dict[str, str]:
+    """``Retry-After`` in whole seconds, at least 1."""
+    return {"Retry-After": str(max(1, int(wait + 0.999)))}
+
+
+def begin_attempt(svc: Services, client: str) -> None:
+    """Count a credential check for this client; 429 while it is locked out."""
     assert svc.auth is not None
-    wait = svc.auth.throttle.retry_after(client)
+    wait = svc.auth.throttle.attempt(client)
     if wait is not None:
         raise ApiError(
             429,
             "too_many_requests",
             "too many failed sign-ins from this address; try again later",
-            {"Retry-After": str(max(1, int(wait + 0.999)))},
+            retry_after_header(wait),
         )
 
 
 def credential_failed(svc: Services, client: str, path: str, how: str) -> None:
-    """Count a failed credential, and log it (never the token)."""
+    """Log a failed credential (already counted by ``begin_attempt``), never the token."""
     assert svc.auth is not None
-    lockout = svc.auth.throttle.failed(client)
+    lockout = svc.auth.throttle.retry_after(client)
     security_log.warning(
         "failed reviewer %s from %s on %s%s",
         how,
@@ -240,12 +245,13 @@ def optional_reviewer(request: Request, svc: ServicesDep) -> Session | None:
         raise ApiError(404, "not_found", "the review desk is not enabled")
     header = request.headers.get("authorization")
     if header:
-        client = client_of(request)
-        throttled(svc, client)
-        found = auth.bearer(header)
-        if found is False:
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer":
             return None
-        if not isinstance(found, tuple):
+        client = client_of(request)
+        begin_attempt(svc, client)
+        found = auth.identify(given.strip())
+        if found is None:
             credential_failed(svc, client, request.url.path, "bearer token")
             return None
         kind, name = found

@@ -23,9 +23,9 @@ from tracerag.server.deps import (
     credential_failed,
     form_of,
     json_body,
+    retry_after_header,
     store_call,
     text_problem,
-    throttled,
     validation_detail,
 )
 from tracerag.server.errors import ApiError, error_responses
@@ -260,10 +260,10 @@ async def signin(request: Request, svc: ServicesDep) -> Response:
             shared=bool(auth.shared_token),
         )
 
-    wait = auth.throttle.retry_after(client)
+    wait = auth.throttle.attempt(client)
     if wait is not None:
         response = again(429, "Too many failed sign-ins from here. Try again in a while.")
-        response.headers["Retry-After"] = str(max(1, int(wait + 0.999)))
+        response.headers.update(retry_after_header(wait))
         return response
     found = auth.identify(form.get("token"))
     if found is None:
@@ -656,4 +656,4 @@ async def decide_api(
     return JSONResponse(dataclasses.asdict(decision), background=tasks)
 
 
-__all__ = ["api", "desk", "throttled"]
+__all__ = ["api", "desk"]
