@@ -30,17 +30,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import urllib.parse
 from collections.abc import Iterable, Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
-from starlette.middleware.cors import CORSMiddleware
 
 from tracerag.errors import ConfigurationError
 from tracerag.server.answerer import Answerer, demo_pipeline
@@ -58,7 +56,8 @@ from tracerag.server.auth import (
 from tracerag.server.claims import CLAIM_SECONDS, ClaimBoard
 from tracerag.server.delivery import WEBHOOK_ENV, DecisionHook, Delivery
 from tracerag.server.deps import Services, SignInRequired
-from tracerag.server.errors import SECURITY_HEADERS, Problem, install_handlers, problem
+from tracerag.server.errors import Problem, install_handlers
+from tracerag.server.middleware import ApiCors, DeclaredBodyLimit, SecurityHeaders
 from tracerag.server.models import AnswerRequest, DecisionRequest, StreamEvents
 from tracerag.store.base import AuditStore
 
@@ -67,92 +66,6 @@ __all__ = ["create_app", "demo_pipeline"]
 MAX_BODY_BYTES = 64 * 1024
 CORS_ENV = "TRACERAG_CORS_ORIGINS"
 TRACE_UI_ENV = "TRACERAG_TRACE_UI"  # "jaeger", "tempo" or "phoenix", optionally "=BASE_URL"
-CORS_HEADERS = ["Content-Type", "X-API-Key", "traceparent", "tracestate", "Last-Event-ID"]
-
-
-class SecurityHeaders:
-    """Adds the Content-Security-Policy and related headers to every response."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.headers = [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        review = scope.get("path", "").startswith("/review")
-
-        async def wrapped(message: dict) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers") or [])
-                present = {k.lower() for k, _ in headers}
-                headers += [(k, v) for k, v in self.headers if k not in present]
-                if review:
-                    headers.append((b"cache-control", b"no-store"))
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, wrapped)
-
-
-class DeclaredBodyLimit:
-    """Answers a declared ``Content-Length`` over the limit with the JSON 413 at once.
-
-    Bodies without a declared length are counted as they stream in by Starlette's
-    ``RequestBodyLimitMiddleware`` (inside this one), whose 413 goes through the error handlers.
-    """
-
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            declared = dict(scope.get("headers") or []).get(b"content-length")
-            status = None
-            if declared is not None:
-                try:
-                    status = 413 if int(declared) > self.limit else None
-                except ValueError:
-                    status = 400
-            if status is not None:
-                detail = (
-                    f"request body over {self.limit} bytes"
-                    if status == 413
-                    else "invalid Content-Length"
-                )
-                response = problem(
-                    status,
-                    "request_too_large" if status == 413 else "bad_request",
-                    detail,
-                    {"Connection": "close"},
-                )
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-class ApiCors:
-    """CORS for the frontend API only (``/v1/...``): the desk is never reachable cross-origin."""
-
-    def __init__(self, app: Any, origins: list[str]) -> None:
-        self.app = app
-        self.cors = CORSMiddleware(
-            app,
-            allow_origins=origins,
-            allow_methods=["GET", "POST"],
-            allow_headers=CORS_HEADERS,
-            expose_headers=["X-Request-Id"],
-            allow_credentials=False,
-            max_age=600,
-        )
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope.get("path", "").startswith("/v1/"):
-            await self.cors(scope, receive, send)
-        else:
-            await self.app(scope, receive, send)
 
 
 def cors_origins_from(value: str | Iterable[str] | None) -> list[str]:
@@ -388,23 +301,7 @@ def create_app(
         app.include_router(review_routes.desk)
         app.include_router(review_routes.api)
 
-        @app.exception_handler(SignInRequired)
-        async def _sign_in(request: Request, exc: SignInRequired) -> Response:
-            if exc.api:
-                return problem(
-                    401,
-                    "unauthorized",
-                    "a reviewer token is required (Authorization: Bearer)",
-                    {"WWW-Authenticate": 'Bearer realm="tracerag-review"'},
-                )
-            target = exc.path if request.method == "GET" else "/review"
-            return review_routes.error_page(
-                svc,
-                401,
-                "Sign in required",
-                "Reviewer pages need a reviewer token.",
-                signin="/review/signin?" + urllib.parse.urlencode({"next": target}),
-            )
+        app.add_exception_handler(SignInRequired, review_routes.sign_in_required)
 
     app.add_middleware(RequestBodyLimitMiddleware, max_body_size=max_body_bytes)
     app.add_middleware(DeclaredBodyLimit, limit=max_body_bytes)

@@ -19,6 +19,7 @@ from tracerag.server.deps import (
     Reviewer,
     Services,
     ServicesDep,
+    SignInRequired,
     client_of,
     credential_failed,
     form_of,
@@ -28,7 +29,7 @@ from tracerag.server.deps import (
     text_problem,
     validation_detail,
 )
-from tracerag.server.errors import ApiError, error_responses
+from tracerag.server.errors import ApiError, error_responses, problem
 from tracerag.server.models import Decision, DecisionRequest, QueuePage
 from tracerag.server.views import item_context, lang_of, when, why
 from tracerag.store.base import (
@@ -121,6 +122,26 @@ def error_page(
     if status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="tracerag-review"'
     return response
+
+
+async def sign_in_required(request: Request, exc: Exception) -> Response:
+    """401: a JSON error for the review API, the sign-in link (back to this page) for people."""
+    assert isinstance(exc, SignInRequired)
+    if exc.api:
+        return problem(
+            401,
+            "unauthorized",
+            "a reviewer token is required (Authorization: Bearer)",
+            {"WWW-Authenticate": 'Bearer realm="tracerag-review"'},
+        )
+    target = exc.path if request.method == "GET" else "/review"
+    return error_page(
+        request.app.state.services,
+        401,
+        "Sign in required",
+        "Reviewer pages need a reviewer token.",
+        signin="/review/signin?" + urllib.parse.urlencode({"next": target}),
+    )
 
 
 def safe_next(target: str | None) -> str:
