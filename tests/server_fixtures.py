@@ -5,6 +5,7 @@ Import what a test module needs: ``from server_fixtures import TOKEN, make_app, 
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import threading
@@ -62,7 +63,10 @@ def documents() -> list[Document]:
 
 
 def make_pipeline(
-    answers: list[str] | None = None, tracer_provider: Any = None, **options: Any
+    answers: list[str] | None = None,
+    tracer_provider: Any = None,
+    latency: float = 0.0,
+    **options: Any,
 ) -> RAGPipeline:
     """A pipeline over real documents in a real vector store, with a scripted model."""
     from tracerag.demo.kb import build_vectorstore
@@ -71,6 +75,7 @@ def make_pipeline(
     llm = ScriptedChatModel(
         responses=answers or [EVIL_ANSWER],
         plan_responses=[EVIL_PLAN],
+        latency=latency,
     )
     settings: dict[str, Any] = {
         "prompt_version": "test-prompt-v1",
@@ -147,3 +152,70 @@ def running(app: Any, timeout: float = 20.0) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout)
+
+
+BEARER_TOKEN_HEADER = {"Authorization": f"Bearer {TOKEN}"}
+
+
+# -- real browsers and a real frontend toolchain ----------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+FRONTEND = os.path.join(os.path.dirname(__file__), "frontend")
+
+
+def skip_or_fail(problem: str) -> None:
+    """Skip a test for a missing tool locally; fail it under CI (env ``CI`` set)."""
+    import pytest
+
+    if os.environ.get("CI"):
+        pytest.fail(f"cannot run under CI: {problem}", pytrace=False)
+    pytest.skip(problem)
+
+
+def browser_missing() -> str | None:
+    """Why Chromium cannot be driven here, or None."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is not installed (bash .ci/browser.sh)"
+    if not os.access(CHROMIUM, os.X_OK):
+        return f"{CHROMIUM} is not installed (bash .ci/browser.sh)"
+    return None
+
+
+def frontend_missing() -> str | None:
+    """Why the TypeScript toolchain of tests/frontend is not usable, or None."""
+    for tool in ("tsc", "openapi-typescript"):
+        if not os.access(os.path.join(FRONTEND, "node_modules", ".bin", tool), os.X_OK):
+            return f"{tool} is not installed (bash .ci/frontend.sh)"
+    return None
+
+
+@contextmanager
+def static_site(directory: str) -> Iterator[str]:
+    """Serve a directory over HTTP on another 127.0.0.1 port (another origin); yields its URL."""
+    import http.server
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=directory, **kwargs)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, name="test-static", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

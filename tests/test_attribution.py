@@ -7,7 +7,6 @@ from datetime import date
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tracerag.context import Material
 
 from tracerag.routing import ESCALATE, PASS, REVIEW
 from tracerag.signals.attribution import (
@@ -33,6 +32,7 @@ from tracerag.signals.attribution import (
     validity_reason,
 )
 from tracerag.signals.citations import verify_citations
+from tracerag.signals.types import Material
 from tracerag.text.tokens import token_set, tokenize
 
 TODAY = date(2026, 6, 1)

@@ -14,6 +14,9 @@ def test_demo_routes_pass_review_and_escalate(tmp_path, capsys, monkeypatch):
     results = json.loads(capsys.readouterr().out)
     decisions = {r["response"]["decision"] for r in results}
     assert decisions == {"pass", "review", "escalate"}
+    # each bundled question takes the route it was built to show
+    routes = [(r["question"]["id"], r["response"]["decision"]) for r in results]
+    assert routes == [(r["question"]["id"], r["question"]["expect"]) for r in results]
     for r in results:
         if r["response"]["decision"] == "escalate":
             assert r["response"]["answer"] is None and r["response"]["ticket_id"]

@@ -21,11 +21,13 @@ import httpx
 from server_fixtures import (
     EVIL_ANSWER,
     EVIL_QUESTION,
+    FRONTEND,
     SUPPORTED_SENTENCE,
     TOKEN,
     make_app,
     make_store,
     running,
+    skip_or_fail,
 )
 
 pytestmark = pytest.mark.integration
@@ -112,7 +114,7 @@ def test_reviewer_approves_an_escalated_item_and_the_frontend_gets_the_answer(se
 
     first = page.goto(f"{base}/review")
     assert first.status == 401
-    page.click("a[href='/review/signin']")
+    page.click("#signin-link")
     page.fill("#reviewer", "Li Wei")
     page.fill("#token", TOKEN)
     page.click("#signin button[type=submit]")
@@ -137,8 +139,9 @@ def test_reviewer_approves_an_escalated_item_and_the_frontend_gets_the_answer(se
     view = httpx.get(f"{base}/v1/requests/{rid}", timeout=10).json()
     assert view["state"] == "approved"
     assert view["final_answer"] == EVIL_ANSWER
-    assert view["decision"]["reviewer"] == "Li Wei"
-    assert store.get_decision(rid).action == "approve"
+    assert view["review"]["action"] == "approve"
+    decision = store.get_decision(rid)
+    assert decision.action == "approve" and decision.reviewer == "Li Wei"
 
 
 def test_a_hostile_document_never_runs_in_the_reviewers_browser(served, page):
@@ -186,3 +189,191 @@ def test_without_the_token_every_reviewer_route_answers_401(served, page):
     assert page.goto(f"{base}/review").status == 401
     assert store.get_decision(rid) is None
     assert_nothing_ran(page)
+
+
+# -- the desk at scale and for the person using it (issue items 6-12) ---------------------------
+
+AXE = os.path.join(FRONTEND, "node_modules", "axe-core", "axe.min.js")
+LI_TOKEN = "li-weis-personal-token-7x3q0"
+
+
+@pytest.fixture
+def desk(tmp_path) -> Iterator[tuple[str, Any]]:
+    """A served desk with 500 escalated and 21 review items, a named reviewer 李伟, trace links."""
+    from store_fixtures import make_record
+
+    from tracerag.server.auth import hash_token
+
+    store = make_store(tmp_path)
+    records = [
+        make_record(f"esc-{i:04d}", decision="escalate", confidence=0.3, question=f"退货问题 {i}")
+        for i in range(500)
+    ] + [
+        make_record(f"rev-{i:04d}", decision="review", confidence=0.7, question=f"question {i}")
+        for i in range(21)
+    ]
+    for start in range(0, len(records), 200):
+        store.append_records(records[start : start + 200])
+    app = make_app(
+        store,
+        reviewers={"李伟": hash_token(LI_TOKEN)},
+        trace_ui="jaeger=http://127.0.0.1:16686",
+    )
+    try:
+        with running(app) as base:
+            yield base, store
+    finally:
+        store.close()
+
+
+def sign_in_page(page: Any, base: str, token: str = TOKEN, name: str = "alice") -> None:
+    page.goto(f"{base}/review/signin")
+    page.fill("#reviewer", name)
+    page.fill("#token", token)
+    page.click("#signin button[type=submit]")
+    page.wait_for_url(f"{base}/review")
+
+
+def no_horizontal_overflow(page: Any) -> bool:
+    return page.evaluate(
+        "document.documentElement.scrollWidth <= document.documentElement.clientWidth"
+    )
+
+
+def axe_violations(page: Any) -> list[dict]:
+    if not os.path.isfile(AXE):
+        skip_or_fail("axe-core is not installed (bash .ci/frontend.sh)")
+    with open(AXE, encoding="utf-8") as fh:
+        page.evaluate(fh.read())  # through the DevTools protocol: the page's CSP still holds
+    result = page.evaluate("async () => (await axe.run(document)).violations")
+    return [{"id": v["id"], "nodes": len(v["nodes"])} for v in result]
+
+
+def test_the_accessibility_check_reports_what_it_should(page):
+    page.set_content("<html><body><img src='x.png'><input></body></html>")
+    ids = {v["id"] for v in axe_violations(page)}
+    assert {"image-alt", "label", "html-has-lang"} <= ids
+
+
+def test_the_queue_shows_every_item_in_pages_and_filters_them(desk, page):
+    base, _ = desk
+    sign_in_page(page, base)
+    assert page.inner_text("#counts") == "521 pending · 0 claimed · 0 decided"
+    assert page.inner_text("#summary") == "521 items match · page 1 of 21"
+    assert page.locator("a.item-link").count() == 25
+    page.select_option("#f-route", "review")
+    page.select_option("#f-per-page", "50")
+    page.click("#apply")
+    page.wait_for_url("**route=review**")
+    assert page.inner_text("#summary") == "21 items match · page 1 of 1"
+    assert page.locator("a.item-link").count() == 21
+    page.goto(f"{base}/review?page=20")
+    page.click("#next")
+    page.wait_for_url("**page=21**")
+    links = page.locator("a.item-link")
+    assert links.count() == 21 and links.first.inner_text() == "question 0"
+    assert axe_violations(page) == []
+
+
+def test_why_names_the_signal_and_the_table_marks_it(desk, page):
+    base, _ = desk
+    sign_in_page(page, base)
+    page.goto(f"{base}/review/items/rev-0003")
+    reasons = page.inner_text("#why")
+    assert "fabricated citation: M99 was never retrieved" in reasons
+    assert "rule mentions_deadline failed" in reasons
+    flagged = page.locator("#signals tr.flagged th")
+    names = [n.split("\n")[0].removesuffix(" why").strip() for n in flagged.all_inner_texts()]
+    assert "fabricated citations" in names and "errors" in names
+    colour = page.evaluate(
+        "getComputedStyle(document.querySelector('#signals tr.flagged td')).backgroundColor"
+    )
+    assert colour == "rgb(255, 241, 204)"
+    assert axe_violations(page) == []
+
+
+def test_a_named_reviewer_signs_in_and_out_for_good(desk, page):
+    base, _ = desk
+    sign_in_page(page, base, LI_TOKEN, name="")
+    assert "李伟" in page.inner_text("header")
+    kept = page.context.cookies()
+    page.click("header button[type=submit]")
+    page.wait_for_url(f"{base}/review/signin")
+    page.context.add_cookies(kept)  # replay the session cookie after signing out
+    assert page.goto(f"{base}/review").status == 401
+
+
+def test_a_second_reviewer_sees_the_claim(desk, browser, page):
+    base, _ = desk
+    sign_in_page(page, base, TOKEN, "alice")
+    page.goto(f"{base}/review/items/esc-0007")
+    assert "You are working on this item" in page.inner_text("#claim")
+    other = browser.new_context()
+    bob = other.new_page()
+    try:
+        sign_in_page(bob, base, TOKEN, "bob")
+        bob.goto(f"{base}/review/items/esc-0007")
+        assert "alice is working on this item" in bob.inner_text("#claim")
+        assert bob.is_disabled("#reject")
+        bob.goto(f"{base}/review")
+        row = bob.locator("tr", has=bob.locator('a[href="/review/items/esc-0007"]'))
+        assert "claimed by alice" in row.inner_text()
+    finally:
+        other.close()
+
+
+def test_a_failed_edit_keeps_the_text_and_a_decision_redirects(desk, page):
+    base, store = desk
+    sign_in_page(page, base)
+    page.goto(f"{base}/review/items/esc-0011")
+    mine = "退货期限为30天，运费由我们承担。[M01]"
+    page.fill("#final_answer", mine)
+    with page.expect_response(f"{base}/review/items/esc-0011/decision") as failed:
+        page.click("#edit")
+    assert failed.value.status == 422
+    assert page.input_value("#final_answer") == mine
+    assert "needs a reason" in page.inner_text("#decision-error")
+    assert page.get_attribute("#reason", "aria-invalid") == "true"
+    page.fill("#reason", "the answer cited a retired policy")
+    page.click("#edit")
+    page.wait_for_selector("#final-answer")
+    assert page.url == f"{base}/review/items/esc-0011"  # redirected after the POST
+    assert page.inner_text("#final-answer") == mine
+    page.reload()  # a reload reads the page again, it does not post the form twice
+    assert len(store.get("esc-0011").of_kind("review_decision")) == 1
+
+
+def test_the_item_shows_uncited_materials_and_the_trace_link(desk, page):
+    base, _ = desk
+    sign_in_page(page, base)
+    page.goto(f"{base}/review/items/esc-0002")
+    uncited = page.inner_text("#uncited")
+    assert "[M02]" in uncited and "[M01]" not in uncited
+    href = page.get_attribute("#trace-link", "href")
+    assert href == "http://127.0.0.1:16686/trace/4bf92f3577b34da6a3ce929d0e0e4736"
+    assert axe_violations(page) == []
+
+
+def test_the_desk_fits_a_phone_and_speaks_the_right_language(desk, browser):
+    base, _ = desk
+    context = browser.new_context(viewport={"width": 360, "height": 740}, is_mobile=True)
+    phone = context.new_page()
+    try:
+        first = phone.goto(f"{base}/review/items/esc-0005")
+        assert first.status == 401
+        phone.click("#signin-link")
+        phone.fill("#reviewer", "alice")
+        phone.fill("#token", TOKEN)
+        phone.click("#signin button[type=submit]")
+        phone.wait_for_url(f"{base}/review/items/esc-0005")  # back where the link pointed
+        assert no_horizontal_overflow(phone)
+        assert phone.get_attribute("#question", "lang") == "zh"
+        meta = phone.inner_text("p.meta")
+        assert "asked 2025-03-04 09:15 UTC" in meta and ".123456" not in meta
+        phone.goto(f"{base}/review")
+        assert no_horizontal_overflow(phone)
+        assert axe_violations(phone) == []
+        phone.goto(f"{base}/review/signin")
+        assert axe_violations(phone) == []
+    finally:
+        context.close()

@@ -12,9 +12,11 @@ import httpx
 from fastapi.testclient import TestClient
 from server_fixtures import (
     API_KEY,
+    EVIL_ANSWER,
     EVIL_QUESTION,
     GOOD_ANSWER,
     GOOD_QUESTION,
+    SUPPORTED_SENTENCE,
     make_app,
     make_pipeline,
     make_store,
@@ -25,6 +27,8 @@ from tracerag import validate_response
 from tracerag.errors import ConfigurationError
 from tracerag.testing import SpanCapture
 
+JSON = {"Content-Type": "application/json"}
+STRONG_TOKEN = "a-strong-token-for-this-test-7f3k"
 STAGES = ["register", "retrieve", "plan", "sample", "verify", "assemble"]
 
 
@@ -38,8 +42,13 @@ def store(tmp_path):
 def parse_sse(text: str) -> list[tuple[str, dict]]:
     events = []
     for block in text.strip().split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
-        events.append((fields["event"], json.loads(fields["data"])))
+        fields = dict(
+            line.split(": ", 1)
+            for line in block.splitlines()
+            if ": " in line and not line.startswith(":")
+        )
+        if "event" in fields:
+            events.append((fields["event"], json.loads(fields["data"])))
     return events
 
 
@@ -62,18 +71,58 @@ def test_answer_returns_the_response_and_stores_its_record(store):
 def test_escalated_answer_is_withheld_queued_and_readable_until_decided(store):
     app = make_app(store)
     with TestClient(app) as client:
-        body = client.post("/v1/answer", json={"question": EVIL_QUESTION}).json()
+        reply = client.post("/v1/answer", json={"question": EVIL_QUESTION})
+        body = reply.json()
         assert body["decision"] == "escalate"
         assert body["answer"] is None and body["status"] == "pending_human_review"
         assert body["ticket_id"]
-        view = client.get(f"/v1/requests/{body['request_id']}").json()
-    assert view["state"] == "pending_human_review"
-    assert view["final_answer"] is None and view["decision"] is None
-    assert view["review"]["status"] == "pending" and view["review"]["route"] == "escalate"
-    assert view["response"]["ticket_id"] == body["ticket_id"]
-    kinds = [e["kind"] for e in view["trail"]["entries"]]
-    assert kinds[:3] == ["register", "retrieve", "plan"] and "review_enqueued" in kinds
+        polled = client.get(f"/v1/requests/{body['request_id']}")
+        view = polled.json()
+    assert view == {
+        "request_id": body["request_id"],
+        "state": "pending_human_review",
+        "decision": "escalate",
+        "final_answer": None,
+        "ticket_id": body["ticket_id"],
+        "trace_id": body["trace_id"],
+        "review": None,
+    }
     assert [i.request_id for i in store.list_queue()] == [body["request_id"]]
+    # the full trail is the operator's: it keeps the withheld answer
+    assert store.get(body["request_id"]).record["samples"][0]["answer"] == EVIL_ANSWER
+
+
+WITHHELD_PIECES = [SUPPORTED_SENTENCE, "Keep the receipt", "onerror", "policy-99]"]
+
+
+def test_a_withheld_answer_appears_nowhere_in_what_the_caller_gets(store):
+    app = make_app(store)
+    with TestClient(app) as client:
+        reply = client.post("/v1/answer", json={"question": EVIL_QUESTION})
+        body = reply.json()
+        streamed = client.post("/v1/answer/stream", json={"question": EVIL_QUESTION})
+        polled = client.get(f"/v1/requests/{body['request_id']}")
+    validate_response(body)
+    assert body["claims"] and all(c["text"] == "" and c["quote"] is None for c in body["claims"])
+    verdicts = {c["verdict"]: c for c in body["claims"]}
+    assert verdicts["supported"]["cited_ids"] == ["evil"]
+    assert verdicts["fabricated_citation"]["cited_ids"] == ["policy-99"]
+    assert verdicts["fabricated_citation"]["reason"]
+    assert body["evidence"] == []
+    response_event = parse_sse(streamed.text)[-1]
+    assert response_event[0] == "response" and response_event[1]["answer"] is None
+    for text in (reply.text, streamed.text, polled.text):
+        for piece in WITHHELD_PIECES:
+            assert piece not in text
+    assert len(polled.content) < 600
+
+
+def test_a_passed_answer_keeps_its_claims_and_evidence(store):
+    with TestClient(make_app(store, make_pipeline([GOOD_ANSWER]))) as client:
+        body = client.post("/v1/answer", json={"question": GOOD_QUESTION}).json()
+        view = client.get(f"/v1/requests/{body['request_id']}").json()
+    assert body["claims"][0]["text"] and body["evidence"][0]["quote"]
+    assert view["state"] == "answered" and view["final_answer"] == body["answer"]
 
 
 def test_unknown_request_is_404(store):
@@ -224,10 +273,12 @@ def test_oversize_bodies_are_413_declared_or_streamed(store):
             for _ in range(70):
                 yield b"x" * 1024
 
-        streamed = client.post("/v1/answer", content=chunks())
+        streamed = client.post("/v1/answer", content=chunks(), headers=JSON)
         assert streamed.status_code == 413
+        assert streamed.json()["error"] == "request_too_large"
         limit = client.post("/review/signin", content=b"reviewer=a&token=" + b"y" * (65 * 1024))
-        assert limit.status_code == 413
+        assert limit.status_code == 413 and limit.json()["error"] == "request_too_large"
+        assert "content-security-policy" in limit.headers
     assert store.list_requests() == []
 
 
@@ -295,14 +346,14 @@ def test_review_desk_will_not_run_without_a_token(store, monkeypatch):
     with TestClient(app) as client:
         assert client.get("/review").status_code == 404
         assert client.post("/v1/answer", json={"question": "q?"}).status_code == 200
-    monkeypatch.setenv("TRACERAG_REVIEWER_TOKEN", "t" * 20)
+    monkeypatch.setenv("TRACERAG_REVIEWER_TOKEN", STRONG_TOKEN)
     assert create_app(make_pipeline(), store) is not None
 
 
 def test_default_app_serves_the_demo_knowledge_base(store):
     from tracerag.server.app import create_app
 
-    app = create_app(store=store, reviewer_token="t" * 20)
+    app = create_app(store=store, reviewer_token=STRONG_TOKEN)
     with TestClient(app) as client:
         body = client.post("/v1/answer", json={"question": "How long is the warranty on a laptop?"})
     assert body.status_code == 200

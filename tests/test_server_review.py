@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,7 @@ from tracerag.server.delivery import Delivery
 from tracerag.server.views import highlight
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
+JSON = {"Content-Type": "application/json"}
 CANDIDATE = EVIL_ANSWER
 
 
@@ -91,12 +93,17 @@ def reviewer_routes(rid: str) -> list[tuple[str, str]]:
 def test_every_reviewer_route_is_401_without_the_token(client, store):
     rid = escalate(client)
     auth_other = ReviewerAuth("another-token-entirely-000000")
+    auth = client.app.state.services.auth
+    auth.throttle.free = 1000  # this test guesses on purpose; the lockout has its own tests
+    auth.clock = lambda: 0.0  # a session that ended long ago
+    expired = auth.issue("alice", "shared")
+    auth.clock = time.time
     forged = {
         "no credentials": ({}, {}),
         "wrong bearer": ({"Authorization": "Bearer not-the-token"}, {}),
         "basic auth": ({"Authorization": "Basic YWxpY2U6c2VjcmV0"}, {}),
-        "cookie from another token": ({}, {COOKIE_NAME: auth_other.issue("mallory")}),
-        "expired cookie": ({}, {COOKIE_NAME: ReviewerAuth(TOKEN).issue("alice", now=0)}),
+        "cookie from another server": ({}, {COOKIE_NAME: auth_other.issue("mallory", "shared")}),
+        "expired cookie": ({}, {COOKIE_NAME: expired}),
         "garbage cookie": ({}, {COOKIE_NAME: "eyJyIjoiYSJ9.deadbeef"}),
     }
     for label, (headers, cookies) in forged.items():
@@ -192,7 +199,7 @@ def test_approve_stores_audits_delivers_and_the_frontend_sees_the_answer(client,
     assert decision.final_answer == CANDIDATE
     view = client.get(f"/v1/requests/{rid}").json()
     assert view["state"] == "approved" and view["final_answer"] == CANDIDATE
-    assert view["decision"]["reviewer"] == "alice"
+    assert view["review"]["action"] == "approve" and "alice" not in json.dumps(view)
     assert len(delivered) == 1
     assert delivered[0]["request_id"] == rid and delivered[0]["action"] == "approve"
     assert delivered[0]["final_answer"] == CANDIDATE and delivered[0]["ticket_id"]
@@ -218,7 +225,8 @@ def test_edit_needs_a_reason_and_sends_the_edited_answer(client, store, delivere
     view = client.get(f"/v1/requests/{rid}").json()
     assert view["state"] == "edited"
     assert view["final_answer"] == "Refunds take 5 business days."
-    assert view["decision"]["reason"].startswith("the second sentence")
+    assert view["review"]["action"] == "edit"
+    assert store.get_decision(rid).reason.startswith("the second sentence")
 
 
 def test_reject_withholds_the_answer_for_good(client, store):
@@ -309,8 +317,10 @@ def test_unknown_and_unqueued_items_are_404_and_bad_decisions_422(client, store)
     assert post(api.format(rid), json={"action": "publish"}, headers=BEARER).status_code == 422
     assert post(api.format(rid), json={"action": "reject"}, headers=BEARER).status_code == 422
     assert post(api.format(rid), json={"action": 1}, headers=BEARER).status_code == 422
-    bad_json = post(api.format(rid), content=b"{oops", headers=BEARER)
-    assert bad_json.status_code == 400
+    bad_json = post(api.format(rid), content=b"{oops", headers={**BEARER, **JSON})
+    assert bad_json.status_code == 400 and bad_json.json()["error"] == "bad_request"
+    as_form = post(api.format(rid), data={"action": "approve"}, headers=BEARER)
+    assert as_form.status_code == 415 and as_form.json()["error"] == "unsupported_media_type"
     assert store.get_decision(rid) is None
     assert store.get(rid).of_kind("review_decision") == []
 
@@ -433,7 +443,9 @@ def test_queue_page_separates_open_and_recently_decided_items(client, store):
         assert reply.status_code == 200
     sign_in(client)
     html = client.get("/review").text
-    assert "1 pending · 0 claimed · 2 decided" in html
-    open_table, _, decided_table = html.partition("Recently decided")
-    assert f"/review/items/{second}" in open_table and f"/review/items/{first}" not in open_table
-    assert decided_table.index(third) < decided_table.index(first)  # newest first
+    counts = re.sub(r"<[^>]+>", "", re.search(r'id="counts">(.*?)</p>', html).group(1))
+    assert counts == "1 pending · 0 claimed · 2 decided"
+    assert f"/review/items/{second}" in html and f"/review/items/{first}" not in html
+    decided = client.get("/review?status=decided").text
+    assert f"/review/items/{second}" not in decided
+    assert decided.index(third) < decided.index(first)  # the newest decision first

@@ -10,7 +10,7 @@ property), so frontends that validate must update their copy of the schema.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import cache, lru_cache
 from importlib import resources
 from typing import Any, Literal
@@ -56,7 +56,9 @@ class ClaimCheck(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    text: str
+    text: str = Field(
+        description="The sentence of the answer. Empty in the caller view of a withheld answer."
+    )
     cited_ids: list[str]
     verdict: Verdict
     score: float = Field(ge=0.0, le=1.0)
@@ -144,6 +146,31 @@ class Response(BaseModel):
         default=None, description="False when the audit record could not yet be written."
     )
     warnings: list[str] = Field(default_factory=list)
+
+
+def withheld(response: Response | Mapping[str, Any]) -> bool:
+    """True when the answer is held back for a person (an escalated request)."""
+    data = response.model_dump() if isinstance(response, Response) else response
+    return data.get("answer") is None and data.get("decision") == "escalate"
+
+
+def caller_view(response: Response | Mapping[str, Any]) -> dict[str, Any]:
+    """The Response as JSON for the person who asked: a withheld answer appears nowhere.
+
+    For an escalated request the claims keep their cited ids, verdicts, scores and reasons but
+    lose their text and quotes, and the evidence list is empty; everything else is unchanged.
+    The full Response stays with the operator (the audit trail, the review desk).
+    """
+    data = (
+        response.model_dump(mode="json")
+        if isinstance(response, Response)
+        else json.loads(json.dumps(dict(response)))
+    )
+    if not withheld(data):
+        return data
+    data["claims"] = [{**claim, "text": "", "quote": None} for claim in data.get("claims") or []]
+    data["evidence"] = []
+    return data
 
 
 def build_schema() -> dict[str, Any]:

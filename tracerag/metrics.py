@@ -471,7 +471,7 @@ def _prometheus_reader_and_server(port: int, addr: str) -> tuple[Any, Any, Any]:
     except ImportError as exc:  # pragma: no cover - depends on the optional extra
         raise RuntimeError(
             "the Prometheus endpoint needs opentelemetry-exporter-prometheus "
-            "(pip install 'tracerag[prometheus]')"
+            '(from the tracerag source tree: pip install ".[prometheus]")'
         ) from exc
     registry = CollectorRegistry()
     reader = PrometheusMetricReader(registry=registry)

@@ -384,6 +384,51 @@ class AuditRecord(_Part):
         retrieved = set(self.retrieved_ids)
         return [cid for cid in self.cited_ids if cid not in retrieved]
 
+    def material_order(self) -> list[str]:
+        """The retrieved order the chosen answer saw (what ``[1]``-style markers count in)."""
+        sample = self.chosen_sample
+        if sample is not None and sample.material_order:
+            return list(sample.material_order)
+        ranked = sorted(self.materials, key=lambda m: (m.rank is None, m.rank or 0))
+        return [m.id for m in ranked if m.id is not None]
+
+    def resolved_citations(self) -> tuple[set[str], list[str]]:
+        """The retrieved ids the answer cited, and the cited markers that named nothing retrieved.
+
+        A marker is a material id, or in wrap mode (``params.positional``) a 1-based position in
+        the retrieved order its sample saw, as the verifier read it. Where the verifier recorded
+        which markers it found unretrieved (``fabricated_ids``), that is what is reported.
+        """
+        retrieved = set(self.retrieved_ids)
+        positional = bool(self.params.get("positional"))
+        order = self.material_order() if positional else []
+
+        def resolve(marker: str) -> str | None:
+            if marker in retrieved:
+                return marker
+            if positional and marker.isdigit() and 1 <= int(marker) <= len(order):
+                return order[int(marker) - 1]
+            return None
+
+        cited: set[str] = set()
+        missing: list[str] = []
+        for claim in self.claims:
+            fabricated = (claim.model_extra or {}).get("fabricated_ids")
+            for marker in claim.cited_ids:
+                material_id = resolve(marker)
+                if material_id is not None:
+                    cited.add(material_id)
+                unretrieved = (
+                    marker in [str(f) for f in fabricated]
+                    if isinstance(fabricated, list)
+                    else material_id is None
+                )
+                if unretrieved and marker not in missing:
+                    missing.append(marker)
+        if not self.claims:
+            missing = self.cited_not_retrieved
+        return cited, missing
+
     def material(self, material_id: str) -> RecordMaterial | None:
         """The recorded material with this id, or None."""
         for m in self.materials:

@@ -20,6 +20,9 @@ from tracerag.contract import Response
 from tracerag.prompts import DEFAULT_PROMPT_VERSION
 
 DEFAULT_DIR = Path(".tracerag")
+# The extractive model's seed by default: with it every bundled question takes the route it was
+# built to show (question 5's ambiguity goes to review in about 9 seeds of 10; seed 7 was not one)
+DEFAULT_SEED = 1
 
 
 def build_model(name: str, seed: int | None) -> Any:
@@ -35,7 +38,8 @@ def build_model(name: str, seed: int | None) -> Any:
             return LocalChatModel()
         except ImportError as exc:
             raise SystemExit(
-                f"--model local needs the 'local' extra: pip install 'tracerag[local]' ({exc})"
+                "--model local needs the 'local' extra: from the tracerag source tree, "
+                f'pip install ".[local]" ({exc})'
             ) from exc
     raise SystemExit(f"unknown model {name!r}: choose extractive or local")
 
@@ -171,7 +175,12 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--samples", type=int, default=5, help="samples per question (default 5)")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--plan", default="separate", choices=["separate", "inline"])
-    p.add_argument("--seed", type=int, default=7, help="seed of the extractive model")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=DEFAULT_SEED,
+        help=f"seed of the extractive model (default {DEFAULT_SEED})",
+    )
     p.add_argument("--question", action="append", help="ask this instead (repeatable)")
     p.add_argument(
         "--traces",

@@ -1,7 +1,10 @@
 """The tracerag HTTP server (extra ``server``): answer API, streaming, and the review desk.
 
 ``create_app(pipeline=None, store=None, reviewer_token=None, api_key=None, ...)`` builds the
-FastAPI app (see ``tracerag.server.app``); ``tracerag serve`` runs it with uvicorn.
+FastAPI app (``tracerag.server.app``); ``tracerag serve`` runs it with uvicorn. The frontend API
+lives in ``routes/api.py``, the desk in ``routes/review.py``; what they share (the app's
+services, the API key, JSON bodies, the signed-in reviewer) is in ``deps.py``; ``answerer.py``
+runs the pipeline and stores each record; ``errors.py`` holds the one error shape.
 """
 
 from __future__ import annotations

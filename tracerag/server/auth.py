@@ -1,39 +1,72 @@
 """Who may use the review desk and the frontend API.
 
-Reviewers prove the reviewer token (``TRACERAG_REVIEWER_TOKEN``) either on every request
-(``Authorization: Bearer <token>``, the reviewer named by ``X-Reviewer``) or once, on the
-sign-in form, which sets a signed, HttpOnly, SameSite=Strict session cookie naming the
-reviewer. The cookie is signed with a key derived from the token, so changing the token signs
-everyone out. Forms posted with the cookie carry a CSRF token bound to that session.
+Reviewer credentials are either named tokens (a file of ``name:sha256:<hex>`` lines, env
+``TRACERAG_REVIEWERS_FILE``; the token itself is never stored) — the name recorded with a
+decision is then the one the token belongs to — or one shared token
+(``TRACERAG_REVIEWER_TOKEN``), with which reviewers name themselves. Both can be configured.
 
-The reviewer's name is what they type when signing in: with one shared token, names are
-accountable only as far as the people holding the token are.
+A reviewer proves a token on every request (``Authorization: Bearer <token>``) or once on the
+sign-in form, which sets a signed (itsdangerous), HttpOnly, SameSite=Strict session cookie.
+Sessions are also kept server-side: signing out revokes the session, so a copied cookie stops
+working. Forms posted with the cookie carry a CSRF token bound to the session.
+
+Failed sign-ins and failed Bearer tokens are counted per client address: after a few, the
+client is locked out with a growing back-off (429 with ``Retry-After``). A failure is logged
+with the client address, never with the token.
 
 Frontends send ``X-API-Key`` when ``TRACERAG_API_KEY`` is configured.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
-import json
+import logging
 import re
 import secrets
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from itsdangerous import BadSignature, Signer, URLSafeTimedSerializer
 
 REVIEWER_TOKEN_ENV = "TRACERAG_REVIEWER_TOKEN"
+REVIEWERS_FILE_ENV = "TRACERAG_REVIEWERS_FILE"
 API_KEY_ENV = "TRACERAG_API_KEY"
 COOKIE_NAME = "tracerag_review"
 MIN_TOKEN_CHARS = 16
+MIN_DISTINCT_CHARS = 6
 SESSION_SECONDS = 12 * 3600
+SHARED = "shared"
+NAMED = "named"
 _NAME = re.compile(r"^[\w .@+\-]{1,64}$", re.UNICODE)
+_HASH = re.compile(r"^sha256:([0-9a-f]{64})$")
+
+security_log = logging.getLogger("tracerag.server.security")
 
 
 def valid_reviewer_name(name: str | None) -> bool:
-    """True for a short printable reviewer name (letters, digits, space and ``.@+-_``)."""
+    """True for a short printable reviewer name (letters of any script, digits, ``.@+-_``)."""
     return bool(name) and bool(_NAME.match(name or "")) and bool((name or "").strip())
+
+
+def token_problem(token: str) -> str | None:
+    """Why a token is too weak to guard the desk, or None when it is acceptable."""
+    if len(token) < MIN_TOKEN_CHARS:
+        return f"a token must have at least {MIN_TOKEN_CHARS} characters"
+    if len(set(token)) < MIN_DISTINCT_CHARS:
+        return f"a token must use at least {MIN_DISTINCT_CHARS} different characters"
+    return None
+
+
+GENERATE_HINT = "generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+
+
+def hash_token(token: str) -> str:
+    """The at-rest form of a reviewer token (``sha256:<hex>``) for the reviewers file."""
+    return "sha256:" + hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 def same_secret(given: str | None, expected: str) -> bool:
@@ -43,74 +76,203 @@ def same_secret(given: str | None, expected: str) -> bool:
     return hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
 
 
+def read_reviewers_file(path: str | Path) -> dict[str, str]:
+    """``name -> sha256:<hex>`` from a file of ``name:sha256:<hex>`` lines (``#`` comments)."""
+    out: dict[str, str] = {}
+    text = Path(path).read_text("utf-8")
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, digest = line.partition(":")
+        name = name.strip()
+        if not sep or not valid_reviewer_name(name) or not _HASH.match(digest.strip()):
+            raise ValueError(
+                f"{path}:{n}: expected 'name:sha256:<64 hex>' "
+                "(make one with: tracerag serve --hash-token NAME)"
+            )
+        out[name] = digest.strip()
+    return out
+
+
 @dataclass(frozen=True)
 class Session:
     """A signed-in reviewer."""
 
     reviewer: str
-    expires: int
-    nonce: str
+    sid: str
     via: str  # "cookie" or "bearer"
+    kind: str = SHARED  # NAMED: the token names the reviewer; SHARED: self-declared name
+    expires: float = 0.0
 
 
-class ReviewerAuth:
-    """Checks reviewer credentials and issues session cookies for one reviewer token."""
+@dataclass
+class _Client:
+    failures: int = 0
+    first: float = 0.0
+    locked_until: float = 0.0
 
-    def __init__(self, token: str, session_seconds: int = SESSION_SECONDS) -> None:
-        self._token = token
-        self._key = hashlib.sha256(b"tracerag-review-session\x00" + token.encode("utf-8")).digest()
-        self.session_seconds = session_seconds
 
-    def check_token(self, given: str | None) -> bool:
-        """True when ``given`` is the reviewer token."""
-        return same_secret(given, self._token)
+class Throttle:
+    """Counts failed credentials per client and locks a client out with a growing back-off.
 
-    def _sign(self, data: bytes) -> str:
-        return hmac.new(self._key, data, hashlib.sha256).hexdigest()
+    ``free`` failures within ``window`` seconds cost nothing; each one after that locks the
+    client out for ``base * 2**k`` seconds (k = failures beyond ``free``), at most ``cap``.
+    """
 
-    def issue(self, reviewer: str, now: float | None = None) -> str:
-        """A session cookie value for a reviewer who just proved the token."""
-        now = time.time() if now is None else now
-        payload = json.dumps(
-            {"r": reviewer, "exp": int(now) + self.session_seconds, "n": secrets.token_hex(8)},
-            separators=(",", ":"),
-            ensure_ascii=False,
-        ).encode("utf-8")
-        body = base64.urlsafe_b64encode(payload).decode("ascii").rstrip("=")
-        return f"{body}.{self._sign(body.encode('ascii'))}"
+    def __init__(
+        self,
+        free: int = 5,
+        window: float = 900.0,
+        base: float = 1.0,
+        cap: float = 900.0,
+        clock: Callable[[], float] = time.monotonic,
+        max_clients: int = 100_000,
+    ) -> None:
+        self.free, self.window, self.base, self.cap = free, window, base, cap
+        self.clock = clock
+        self.max_clients = max_clients
+        self._clients: dict[str, _Client] = {}
+        self._lock = threading.Lock()
 
-    def read_cookie(self, value: str | None, now: float | None = None) -> Session | None:
-        """The session a cookie value carries, or None if it is absent, forged or expired."""
-        if not value or "." not in value:
+    def retry_after(self, client: str) -> float | None:
+        """Seconds until this client may try again, or None when it may try now."""
+        now = self.clock()
+        with self._lock:
+            state = self._clients.get(client)
+            if state is None or state.locked_until <= now:
+                return None
+            return state.locked_until - now
+
+    def failed(self, client: str) -> float | None:
+        """Count a failure; the lockout it starts, in seconds, or None."""
+        with self._lock:
+            return self._count(client, self.clock())
+
+    def attempt(self, client: str) -> float | None:
+        """Start a credential check: the wait (seconds) while locked out, else None.
+
+        The attempt is counted as a failure at once, in the same step as the check, so
+        concurrent guesses cannot all pass the check before any is counted; ``succeeded``
+        clears the count when the credential proves right.
+        """
+        now = self.clock()
+        with self._lock:
+            state = self._clients.get(client)
+            if state is not None and state.locked_until > now:
+                return state.locked_until - now
+            self._count(client, now)
             return None
-        body, _, sig = value.rpartition(".")
-        expected = self._sign(body.encode("utf-8", "replace")).encode("ascii")
-        if not hmac.compare_digest(sig.encode("utf-8", "replace"), expected):
+
+    def _count(self, client: str, now: float) -> float | None:
+        if len(self._clients) >= self.max_clients and client not in self._clients:
+            self._prune(now)
+        state = self._clients.setdefault(client, _Client(first=now))
+        if now - state.first > self.window and state.locked_until <= now:
+            state.failures, state.first = 0, now
+        state.failures += 1
+        over = state.failures - self.free
+        if over <= 0:
+            return None
+        lockout = min(self.cap, self.base * 2 ** (over - 1))
+        state.locked_until = now + lockout
+        return lockout
+
+    def succeeded(self, client: str) -> None:
+        """Forget a client's failures."""
+        with self._lock:
+            self._clients.pop(client, None)
+
+    def _prune(self, now: float) -> None:
+        stale = [
+            k
+            for k, s in self._clients.items()
+            if s.locked_until <= now and now - s.first > self.window
+        ]
+        for k in stale or list(self._clients)[: len(self._clients) // 2]:
+            del self._clients[k]
+
+
+@dataclass
+class ReviewerAuth:
+    """Checks reviewer tokens, issues and revokes sessions, and makes CSRF tokens."""
+
+    shared_token: str | None = None
+    reviewers: Mapping[str, str] = field(default_factory=dict)
+    session_seconds: int = SESSION_SECONDS
+    throttle: Throttle = field(default_factory=Throttle)
+    secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        if not self.shared_token and not self.reviewers:
+            raise ValueError("no reviewer credentials configured")
+        if self.shared_token:
+            problem = token_problem(self.shared_token)
+            if problem:
+                raise ValueError(f"the reviewer token is too weak: {problem}; {GENERATE_HINT}")
+        self._serializer = URLSafeTimedSerializer(self.secret, salt="tracerag-review-session")
+        self._csrf = Signer(self.secret, salt="tracerag-review-csrf")
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+        self._digests = [(name, d.encode("ascii")) for name, d in self.reviewers.items()]
+
+    def identify(self, given: str | None) -> tuple[str, str | None] | None:
+        """``(NAMED, name)`` or ``(SHARED, None)`` for a valid token; None otherwise."""
+        if not given:
+            return None
+        digest = hash_token(given).encode("ascii")
+        found: str | None = None
+        for name, expected in self._digests:  # every entry is compared: no early exit
+            if hmac.compare_digest(digest, expected):
+                found = name
+        if found is not None:
+            return NAMED, found
+        if self.shared_token and same_secret(given, self.shared_token):
+            return SHARED, None
+        return None
+
+    # -- sessions -----------------------------------------------------------------------------
+    def issue(self, reviewer: str, kind: str) -> str:
+        """Start a session; the cookie value that carries it."""
+        sid = secrets.token_urlsafe(16)
+        session = Session(reviewer, sid, "cookie", kind, self.clock() + self.session_seconds)
+        with self._lock:
+            now = self.clock()
+            for old in [k for k, s in self._sessions.items() if s.expires < now]:
+                del self._sessions[old]
+            self._sessions[sid] = session
+        return self._serializer.dumps({"sid": sid})
+
+    def read_cookie(self, value: str | None) -> Session | None:
+        """The live session a cookie names, or None (absent, forged, expired or revoked)."""
+        if not value:
             return None
         try:
-            data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
-            reviewer, expires, nonce = str(data["r"]), int(data["exp"]), str(data["n"])
-        except (ValueError, KeyError, TypeError):
+            data = self._serializer.loads(value, max_age=self.session_seconds)
+            sid = str(data["sid"])
+        except (BadSignature, KeyError, TypeError, ValueError):
             return None
-        if expires < (time.time() if now is None else now) or not valid_reviewer_name(reviewer):
+        with self._lock:
+            session = self._sessions.get(sid)
+        if session is None or session.expires < self.clock():
             return None
-        return Session(reviewer, expires, nonce, "cookie")
+        return session
 
-    def read_bearer(self, header: str | None, reviewer: str | None) -> Session | None:
-        """The session of a request that carries the token as ``Authorization: Bearer``."""
-        if not header:
-            return None
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not self.check_token(given.strip()):
-            return None
-        name = (reviewer or "").strip() or "api-reviewer"
-        if not valid_reviewer_name(name):
-            return None
-        return Session(name, 0, "", "bearer")
+    def revoke(self, session: Session) -> None:
+        """End a session now: its cookie is refused from here on."""
+        with self._lock:
+            self._sessions.pop(session.sid, None)
 
+    @property
+    def live_sessions(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+    # -- CSRF ---------------------------------------------------------------------------------
     def csrf_token(self, session: Session) -> str:
         """The CSRF token that forms of this session must carry."""
-        return self._sign(f"csrf\x00{session.reviewer}\x00{session.nonce}".encode())
+        return self._csrf.get_signature(session.sid).decode("ascii")
 
     def check_csrf(self, session: Session, given: str | None) -> bool:
         """True when a form's CSRF token belongs to this session (bearer requests need none)."""

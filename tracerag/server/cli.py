@@ -1,12 +1,16 @@
 """``tracerag serve``: the answer API and the review desk over HTTP (uvicorn).
 
-Binds 127.0.0.1 by default. The review desk needs ``TRACERAG_REVIEWER_TOKEN``; without it the
-command refuses to start unless told ``--no-review-desk``.
+Binds 127.0.0.1 by default. The review desk needs reviewer credentials
+(``TRACERAG_REVIEWER_TOKEN`` or a reviewers file); without them the command refuses to start
+unless told ``--no-review-desk``. ``--hash-token NAME`` prints a reviewers-file line for a
+token read from standard input. Log lines at WARNING and above (store failures, failed
+sign-ins) go to standard error.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from typing import Any
@@ -16,15 +20,71 @@ from tracerag.errors import ConfigurationError
 DEFAULT_PORT = 8000
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class _Stderr(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time of each record."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def configure_logging(level: str) -> None:
+    """Send tracerag's log lines at ``level`` (default WARNING) and above to standard error."""
+    logger = logging.getLogger("tracerag")
+    numeric = logging.getLevelName(level.upper())
+    logger.setLevel(numeric if isinstance(numeric, int) else logging.WARNING)
+    if not any(getattr(h, "_tracerag_serve", False) for h in logger.handlers):
+        handler = _Stderr()
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        handler._tracerag_serve = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
+def hash_token_line(name: str, stream: Any = None) -> int:
+    """Print ``name:sha256:<hex>`` for a token read from standard input."""
+    from tracerag.server.auth import GENERATE_HINT, hash_token, token_problem, valid_reviewer_name
+
+    if not valid_reviewer_name(name):
+        print(
+            "tracerag serve: a name is up to 64 letters, digits, spaces or .@+-_", file=sys.stderr
+        )
+        return 2
+    stream = stream or sys.stdin
+    if stream.isatty():
+        import getpass
+
+        token = getpass.getpass(f"token for {name}: ")
+    else:
+        token = stream.readline().rstrip("\r\n")
+    problem = token_problem(token)
+    if problem:
+        print(f"tracerag serve: {problem}; {GENERATE_HINT}", file=sys.stderr)
+        return 2
+    print(f"{name}:{hash_token(token)}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Build the app and serve it until interrupted."""
+    if args.hash_token is not None:
+        return hash_token_line(args.hash_token)
+    configure_logging(args.log_level)
     try:
         import uvicorn
 
         from tracerag.server.app import create_app, demo_pipeline
     except ImportError as exc:
         print(
-            f"tracerag serve needs the 'server' extra: pip install 'tracerag[server]' ({exc})",
+            "tracerag serve needs the 'server' extra: from the tracerag source tree, "
+            f'pip install ".[server]" ({exc})',
             file=sys.stderr,
         )
         return 2
@@ -45,6 +105,9 @@ def run(args: argparse.Namespace) -> int:
             on_decision=args.webhook,
             max_body_bytes=args.max_body,
             secure_cookies=args.secure_cookies,
+            reviewers=args.reviewers_file,
+            cors_origins=args.cors_origin,
+            trace_ui=args.trace_ui,
         )
     except ConfigurationError as exc:
         print(f"tracerag serve: {exc}", file=sys.stderr)
@@ -97,5 +160,35 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="mark the reviewer cookie Secure (when served over HTTPS)",
     )
-    p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    p.add_argument(
+        "--reviewers-file",
+        default=None,
+        help="named reviewer tokens, one 'name:sha256:<hex>' a line (default "
+        "$TRACERAG_REVIEWERS_FILE); make a line with --hash-token NAME",
+    )
+    p.add_argument(
+        "--hash-token",
+        metavar="NAME",
+        default=None,
+        help="print a reviewers-file line for NAME and the token on standard input, and exit",
+    )
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        default=None,
+        metavar="ORIGIN",
+        help="an exact origin (https://app.example.com) whose pages may call /v1; repeatable "
+        "(default $TRACERAG_CORS_ORIGINS, comma-separated)",
+    )
+    p.add_argument(
+        "--trace-ui",
+        default=None,
+        help="link review items to their trace: jaeger, tempo or phoenix, optionally =BASE_URL "
+        "(default $TRACERAG_TRACE_UI)",
+    )
+    p.add_argument(
+        "--log-level",
+        default="warning",
+        help="log level of uvicorn and tracerag (default warning: store failures, failed sign-ins)",
+    )
     p.set_defaults(func=run)

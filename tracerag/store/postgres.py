@@ -119,7 +119,8 @@ _MIGRATION_LOCK = "tracerag.audit.schema"
 def _require_psycopg() -> None:
     if psycopg is None:
         raise StoreError(
-            "the PostgreSQL audit store needs psycopg 3: pip install 'tracerag[postgres]'"
+            "the PostgreSQL audit store needs psycopg 3: from the tracerag source tree, "
+            'pip install ".[postgres]"'
         )
 
 

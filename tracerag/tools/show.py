@@ -70,7 +70,7 @@ def _versions(rec: AuditRecord) -> list[str]:
 
 def _retrieved(rec: AuditRecord) -> list[str]:
     materials = rec.materials
-    cited = set(rec.cited_ids)
+    cited, missing = rec.resolved_citations()
     plan_ids = set(rec.plan.material_ids if rec.plan is not None else [])
     out = _section("Retrieved materials", f"({len(materials)})")
     if not materials:
@@ -89,7 +89,6 @@ def _retrieved(rec: AuditRecord) -> list[str]:
             f"{INDENT}#{_fmt(m.rank)}  {mid:<10} score {_fmt(m.score, 3):>6}  "
             f"{title}{'  [' + ', '.join(marks) + ']' if marks else ''}"
         )
-    missing = rec.cited_not_retrieved
     if missing:
         out.append(f"{INDENT}!! cited but NOT retrieved: {', '.join(missing)}")
     if rec.retrieval:

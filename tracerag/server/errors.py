@@ -1,0 +1,139 @@
+"""One error shape for every error the server sends: ``{"error": code, "detail": ...}``.
+
+``ApiError`` is raised by routes and dependencies; the handlers installed by
+``install_handlers`` turn it, FastAPI's own 404/405/413/422 and any unexpected exception into
+that shape, with the security headers (a 500 is sent outside the middleware stack, so it
+carries them itself).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+logger = logging.getLogger("tracerag.server")
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS: dict[str, str] = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+
+# HTTP status -> the error code sent when nothing more specific is known
+CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    408: "request_timeout",
+    409: "conflict",
+    413: "request_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_input",
+    429: "too_many_requests",
+    500: "internal_error",
+    503: "unavailable",
+}
+
+
+class Problem(BaseModel):
+    """Every error response of the server."""
+
+    error: str = Field(
+        description="A stable machine-readable code, e.g. invalid_input, not_found, "
+        "unsupported_media_type, request_too_large, unauthorized, conflict, store_unavailable."
+    )
+    detail: Any = Field(
+        description="What went wrong, for people: a sentence, or for invalid_input a list of "
+        "{loc, msg, type} items."
+    )
+
+
+class ApiError(Exception):
+    """An error answered with ``status`` and the error shape."""
+
+    def __init__(
+        self, status: int, error: str, detail: Any, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(f"{status} {error}: {detail}")
+        self.status = status
+        self.error = error
+        self.detail = detail
+        self.headers = headers or {}
+
+
+def problem(status: int, error: str, detail: Any, headers: dict[str, str] | None = None):
+    """A JSON error response in the server's error shape."""
+    return JSONResponse(
+        {"error": error, "detail": detail}, status_code=status, headers=headers or None
+    )
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for these statuses, all with the error schema."""
+    return {
+        s: {"model": Problem, "description": CODES.get(s, "error").replace("_", " ")}
+        for s in statuses
+    }
+
+
+def _validation_detail(errors: Any) -> list[dict[str, Any]]:
+    out = []
+    for e in errors:
+        out.append(
+            {
+                "loc": [str(p) for p in e.get("loc", ())],
+                "msg": str(e.get("msg")),
+                "type": str(e.get("type")),
+            }
+        )
+    return out
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Send every error in the error shape."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError):
+        return problem(exc.status, exc.error, exc.detail, exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        code = CODES.get(exc.status_code, "error")
+        detail = exc.detail
+        if exc.status_code == 404 and detail == "Not Found":
+            detail = f"no route {request.url.path}"
+        elif exc.status_code == 405:
+            detail = f"{request.method} is not allowed on {request.url.path}"
+        return problem(exc.status_code, code, detail, dict(exc.headers or {}))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        return problem(422, "invalid_input", _validation_detail(exc.errors()))
+
+    @app.exception_handler(RecursionError)
+    async def _too_deep(request: Request, exc: RecursionError):
+        return problem(400, "bad_request", "the input is nested too deeply")
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        logger.error(
+            "unhandled %s on %s %s",
+            type(exc).__name__,
+            request.method,
+            request.url.path,
+            exc_info=exc,
+        )
+        return problem(500, "internal_error", type(exc).__name__, SECURITY_HEADERS)

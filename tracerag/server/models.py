@@ -1,0 +1,147 @@
+"""The bodies the server takes and sends, as pydantic models (they make the OpenAPI document)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tracerag.contract import Response as RAGResponse
+from tracerag.store.base import QueueItem
+
+
+class AnswerRequest(BaseModel):
+    """The body of ``POST /v1/answer`` and ``POST /v1/answer/stream``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    question: str = Field(
+        description="The question, Chinese or English; not blank, not only invisible characters."
+    )
+    session_id: str | None = Field(default=None, max_length=200)
+    user_id: str | None = Field(default=None, max_length=200)
+    channel: str | None = Field(default=None, max_length=200)
+
+
+class ReviewOutcome(BaseModel):
+    """A person's decision on a routed request, as the caller sees it."""
+
+    action: Literal["approve", "edit", "reject"]
+    decided_at: str
+
+
+class RequestStatus(BaseModel):
+    """What ``GET /v1/requests/{id}`` tells the caller: the outcome, never a withheld answer."""
+
+    request_id: str
+    state: Literal[
+        "answered",
+        "flagged_for_review",
+        "pending_human_review",
+        "unverified",
+        "approved",
+        "edited",
+        "rejected",
+        "unknown",
+    ] = Field(
+        description="The Response's status until a reviewer decides, then approved, edited "
+        "or rejected."
+    )
+    decision: Literal["pass", "review", "escalate"] | None = Field(
+        description="The router's decision for the request."
+    )
+    final_answer: str | None = Field(
+        description="The answer the caller may show: the verified answer of a passed or "
+        "review-flagged request, the reviewed answer once approved or edited; null while "
+        "withheld and after a rejection."
+    )
+    ticket_id: str | None = None
+    trace_id: str | None = None
+    review: ReviewOutcome | None = Field(
+        default=None, description="Set once a reviewer has decided."
+    )
+
+
+class StageEvent(BaseModel):
+    """The data of a ``stage`` event of the answer stream."""
+
+    stage: Literal["register", "retrieve", "plan", "sample", "verify", "assemble"]
+    request_id: str
+    trace_id: str | None
+    skipped: bool
+    duration_s: float | None
+    signals: dict[str, Any] = Field(
+        description="Key signals of the stage (retrieve: count, material_ids, top_score; "
+        "verify: citation_valid, citation_score, fabricated_citations, self_consistency; "
+        "assemble: confidence, decision; …). Never answer text."
+    )
+
+
+class StreamError(BaseModel):
+    """The data of an ``error`` event: the request failed after the stream started."""
+
+    error: str
+    detail: str
+
+
+class StreamEvents(BaseModel):
+    """The events of ``POST /v1/answer/stream``, in order: six ``stage``, then one of the others.
+
+    Each event's ``data`` is one line of JSON; comments (``: ping``) keep the connection alive.
+    """
+
+    stage: StageEvent
+    response: RAGResponse = Field(
+        description="The caller view of the Response (withheld: no text)."
+    )
+    error: StreamError
+
+
+class DecisionRequest(BaseModel):
+    """The body of ``POST /review/api/items/{id}/decision``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    action: Literal["approve", "edit", "reject"]
+    final_answer: str | None = Field(default=None, max_length=20_000)
+    reason: str | None = Field(default=None, max_length=2_000)
+    reviewer: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Who decides, for the shared reviewer token only (named tokens name "
+        "their reviewer). Any script: 李伟 works.",
+    )
+
+
+class Health(BaseModel):
+    """``GET /healthz``: the process answers."""
+
+    ok: bool
+    review_desk: bool
+
+
+class Readiness(BaseModel):
+    """``GET /readyz``: whether answers can be recorded in the store now."""
+
+    ready: bool
+    store: dict[str, Any]
+
+
+class QueuePage(BaseModel):
+    """``GET /review/api/queue``: one page of the review queue and the real total."""
+
+    items: list[QueueItem]
+    total: int
+    offset: int
+    limit: int
+
+
+class Decision(BaseModel):
+    """A stored review decision."""
+
+    request_id: str
+    reviewer: str
+    action: Literal["approve", "edit", "reject"]
+    final_answer: str | None
+    reason: str | None
+    decided_at: str

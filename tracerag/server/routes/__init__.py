@@ -1,0 +1,1 @@
+"""The server's routers: the frontend API (``api``) and the review desk (``review``)."""
