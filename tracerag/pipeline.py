@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -13,6 +13,7 @@ from opentelemetry.trace import TracerProvider
 from tracerag.audit import resolve_sink
 from tracerag.contract import Response
 from tracerag.errors import ConfigurationError
+from tracerag.prompts import PromptVersion
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag.runner import Step, parse_input, run_steps, run_sync
 from tracerag.settings import RetryPolicy, Settings
@@ -28,6 +29,7 @@ from tracerag.stages.retrieve import retrieve
 from tracerag.stages.sample import sample
 from tracerag.stages.verify import verify
 from tracerag.tracing import get_tracer
+from tracerag.usage import load_prices
 
 
 def steps_for(tier: str, plan_mode: str) -> list[Step]:
@@ -101,7 +103,9 @@ class RAGPipeline(Runnable[Any, Response]):
 
     Input: a question string, or ``{"question", "session_id", "user_id", "channel"}`` (all but
     question optional). Output: a ``tracerag.Response``. Works with ``invoke``, ``ainvoke``,
-    ``batch``, ``abatch`` and inside LCEL.
+    ``batch``, ``abatch`` and inside LCEL. ``prompt``: the prompt texts to send (a
+    ``tracerag.prompts.PromptVersion``; default ``DEFAULT_PROMPT``). ``prices``: a price table per
+    model (a mapping or a JSON file, see ``tracerag.usage``) for the cost of each request.
     """
 
     def __init__(
@@ -126,6 +130,8 @@ class RAGPipeline(Runnable[Any, Response]):
         tracer_provider: TracerProvider | None = None,
         meter_provider: Any = None,
         audit: Any = "auto",
+        prompt: PromptVersion | None = None,
+        prices: Mapping[str, Any] | str | None = None,
     ) -> None:
         if not isinstance(retriever, BaseRetriever):
             raise ConfigurationError(
@@ -155,6 +161,8 @@ class RAGPipeline(Runnable[Any, Response]):
             retry=retry,
             audit=audit,
             meter_provider=meter_provider,
+            prompt=prompt,
+            prices=load_prices(prices),
         )
         self.steps = steps_for(tier, plan)
 

@@ -20,7 +20,7 @@ from langchain_core.runnables import RunnableConfig
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from tracerag import metrics, semconv
+from tracerag import metrics, semconv, usage
 from tracerag.context import RequestContext
 from tracerag.contract import Response
 from tracerag.errors import InputError
@@ -95,9 +95,12 @@ async def run_steps(
     """
     tracer = settings.tracer
     started = time.perf_counter()
-    with tracer.start_as_current_span(
-        semconv.SPAN_REQUEST, record_exception=False, set_status_on_exception=False
-    ) as root:
+    with (
+        usage.metering() as ledger,
+        tracer.start_as_current_span(
+            semconv.SPAN_REQUEST, record_exception=False, set_status_on_exception=False
+        ) as root,
+    ):
         root.set_attribute(semconv.OI_SPAN_KIND, semconv.OI_KIND_CHAIN)
         root.set_attribute(semconv.MODE, mode)
         span_context = root.get_span_context()
@@ -121,11 +124,13 @@ async def run_steps(
             root.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             ctx.record_error("request", exc, final=True)
             ctx.timings["request"] = round(time.perf_counter() - started, 6)
+            spent = _usage(root, ledger, settings)
             _set_root(root, ctx)
-            _deliver(ctx, settings)
+            _deliver(ctx, settings, spent)
             raise
         ctx.timings["request"] = round(time.perf_counter() - started, 6)
-        _deliver(ctx, settings)
+        spent = _usage(root, ledger, settings)
+        _deliver(ctx, settings, spent)
         _set_root(root, ctx)
     return ctx.response
 
@@ -225,12 +230,26 @@ def _set_root(root: Span, ctx: RequestContext) -> None:
         logger.exception("tracerag: could not set root span attributes")
 
 
-def _deliver(ctx: RequestContext, settings: Settings) -> None:
+def _usage(root: Span, ledger: usage.UsageLedger, settings: Settings) -> dict[str, Any] | None:
+    """The request's ``usage`` section, with its totals put on the root span; never raises."""
+    try:
+        section = usage.usage_section(ledger.calls(), settings.prices)
+        root.set_attributes(usage.root_attributes(section))
+        return section
+    except Exception:
+        logger.exception("tracerag: could not total the request's token usage")
+        return None
+
+
+def _deliver(ctx: RequestContext, settings: Settings, spent: dict[str, Any] | None = None) -> None:
     """Hand the finished record to the audit sink and the metrics; never raises."""
     persisted: bool | None = None
     if settings.record_sink is not None:
         try:
-            persisted = bool(settings.record_sink(ctx.to_record()))
+            record = ctx.to_record()
+            if spent is not None:
+                record["usage"] = spent
+            persisted = bool(settings.record_sink(record))
         except Exception as exc:
             persisted = False
             logger.exception("tracerag: audit sink failed for request %s", ctx.request_id)
@@ -239,6 +258,8 @@ def _deliver(ctx: RequestContext, settings: Settings) -> None:
         ctx.response = ctx.response.model_copy(update={"audit_persisted": persisted})
     try:
         metrics.record_request(ctx, meter_provider=settings.meter_provider)
+        if spent is not None:
+            metrics.record_usage(ctx, spent, meter_provider=settings.meter_provider)
     except Exception:
         logger.exception("tracerag: metrics failed for request %s", ctx.request_id)
 

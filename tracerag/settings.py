@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,11 +11,13 @@ from langchain_core.retrievers import BaseRetriever
 from opentelemetry.trace import Tracer
 
 from tracerag.errors import ConfigurationError
+from tracerag.prompts import PromptVersion
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag.signals.confidence import Combiner, HeuristicCombiner
 from tracerag.signals.consistency import Equivalence
 from tracerag.signals.rules import Rule
 from tracerag.signals.support import SupportBackend
+from tracerag.usage import Price
 
 TIERS = ("high", "medium", "low")
 PLAN_MODES = ("separate", "inline")
@@ -59,6 +61,10 @@ class Settings:
     record_sink: Callable[[dict[str, Any]], bool] | None = None
     meter_provider: Any = None
     max_question_chars: int = 8000
+    # the prompt texts sent (None: tracerag.prompts.DEFAULT_PROMPT)
+    prompt: PromptVersion | None = None
+    # model name -> price, for the cost of each request (None: tokens only)
+    prices: Mapping[str, Price] | None = None
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -39,6 +39,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from opentelemetry.trace import Span, TracerProvider
 
 from tracerag import metrics, semconv
+from tracerag import usage as usage_meter
 from tracerag.context import Plan, RequestContext, Sample
 from tracerag.contract import Response
 from tracerag.llm import Tries, model_name, record_retry, retry_call, text_of
@@ -132,6 +133,8 @@ class RunCapture(AsyncCallbackHandler):
         self.invocation_params: dict[str, Any] = {}
         self.model_calls = 0
         self.token_usage: dict[str, int] = {}
+        self.calls: list[usage_meter.CallUsage] = []
+        self.prompts: dict[Any, Any] = {}
 
     async def on_retriever_end(
         self, documents: Sequence[Document], *, run_id: UUID, **kwargs: Any
@@ -142,11 +145,13 @@ class RunCapture(AsyncCallbackHandler):
         self, serialized: dict[str, Any], messages: list[list[BaseMessage]], **kwargs: Any
     ) -> None:
         self._params(kwargs)
+        self.prompts[kwargs.get("run_id")] = [m for batch in messages for m in batch]
 
     async def on_llm_start(
         self, serialized: dict[str, Any], prompts: list[str], **kwargs: Any
     ) -> None:
         self._params(kwargs)
+        self.prompts[kwargs.get("run_id")] = "\n".join(prompts)
 
     async def on_llm_end(self, response: Any, **kwargs: Any) -> None:
         for generations in getattr(response, "generations", []) or []:
@@ -155,6 +160,17 @@ class RunCapture(AsyncCallbackHandler):
                 for key in ("input_tokens", "output_tokens"):
                     if usage and usage.get(key) is not None:
                         self.token_usage[key] = self.token_usage.get(key, 0) + int(usage[key])
+                self.calls.append(
+                    usage_meter.note(
+                        usage_meter.usage_of(
+                            getattr(generation, "message", None) or getattr(generation, "text", ""),
+                            stage=usage_meter.STAGE_SAMPLE,
+                            model=self.model_name,
+                            prompt=self.prompts.pop(kwargs.get("run_id"), None),
+                            llm_output=getattr(response, "llm_output", None),
+                        )
+                    )
+                )
 
     def _params(self, kwargs: dict[str, Any]) -> None:
         self.model_calls += 1
@@ -302,6 +318,7 @@ class WrappedChain(Runnable[Any, Response]):
                 result.input_tokens = capture_run.token_usage.get("input_tokens")
                 result.output_tokens = capture_run.token_usage.get("output_tokens")
                 _model_attrs(child, capture_run, self.info)
+                child.set_attributes(usage_meter.span_attributes(capture_run.calls))
                 if result.raw is not None:
                     output_value = capture(result.raw)
                     if output_value is not None:
@@ -397,10 +414,12 @@ def wrap(
     tracer_provider: TracerProvider | None = None,
     meter_provider: Any = None,
     audit: Any = "auto",
+    prices: Mapping[str, Any] | str | None = None,
 ) -> WrappedChain:
     """Wrap an existing LCEL RAG chain so each request runs the six traced, verified stages.
 
     ``chain_input`` turns the question into the chain's input (default: the question string).
+    ``prices``: a price table per model (see ``tracerag.usage``) for the cost of each request.
     """
     if not isinstance(chain, Runnable):
         raise TypeError(f"wrap() needs a LangChain Runnable, got {type(chain).__name__}")
@@ -425,6 +444,7 @@ def wrap(
         retry=retry,
         audit=audit,
         meter_provider=meter_provider,
+        prices=usage_meter.load_prices(prices),
     )
     if temperature == 0.0 and n_samples > 1:
         logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)

@@ -19,12 +19,20 @@ import jsonschema
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
-from tracerag import metrics, semconv
+from tracerag import metrics, semconv, usage
 from tracerag.context import Plan, RequestContext, Sample
 from tracerag.contract import validate_with
 from tracerag.errors import ConfigurationError, PlanError
-from tracerag.llm import Tries, is_transient, record_retry, retry_call, text_of, with_temperature
-from tracerag.prompts import PROMPT, TASK_PLAN, prompt_values
+from tracerag.llm import (
+    Tries,
+    is_transient,
+    model_name,
+    record_retry,
+    retry_call,
+    text_of,
+    with_temperature,
+)
+from tracerag.prompts import TASK_PLAN, prompt_messages
 from tracerag.settings import Settings
 
 _JSON_OBJECT = re.compile(r"\{.*\}", re.S)
@@ -65,8 +73,10 @@ async def plan(
         raise ConfigurationError("the plan stage needs a chat model")
     deterministic, _ = with_temperature(settings.llm, 0.0)
     llm = deterministic
-    messages = PROMPT.format_messages(**prompt_values(TASK_PLAN, ctx.question, ctx.materials))
+    messages = prompt_messages(TASK_PLAN, ctx.question, ctx.materials, prompt=settings.prompt)
     retrieved = [m.id for m in ctx.materials]
+    model = model_name(settings.llm) or type(settings.llm).__name__
+    calls: list[usage.CallUsage] = []
 
     recorded = record_retry(ctx, span, "plan", settings.meter_provider)
 
@@ -80,8 +90,13 @@ async def plan(
         return isinstance(error, PlanError) or is_transient(error)
 
     async def once() -> Plan:
-        raw = text_of(await llm.ainvoke(messages, config=config))
-        return parse_plan(raw, retrieved)
+        message = await llm.ainvoke(messages, config=config)
+        calls.append(
+            usage.note(
+                usage.usage_of(message, stage=usage.STAGE_PLAN, model=model, prompt=messages)
+            )
+        )
+        return parse_plan(text_of(message), retrieved)
 
     tries = Tries()
     try:
@@ -95,6 +110,7 @@ async def plan(
             metrics.record_model_error("plan", exc, meter_provider=settings.meter_provider)
         result = Plan(ok=False, error=f"{type(exc).__name__}: {exc}", attempts=tries.count)
     ctx.plan = result
+    span.set_attributes(usage.span_attributes(calls))
     record_plan(ctx.plan, span, source="model")
     return ctx
 

@@ -16,7 +16,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
-from tracerag import metrics, semconv
+from tracerag import metrics, semconv, usage
 from tracerag.context import Plan, RequestContext, Sample
 from tracerag.errors import ConfigurationError, PlanError
 from tracerag.llm import (
@@ -30,7 +30,7 @@ from tracerag.llm import (
     token_usage,
     with_temperature,
 )
-from tracerag.prompts import PROMPT, TASK_ANSWER, TASK_PLAN_AND_ANSWER, prompt_values
+from tracerag.prompts import TASK_ANSWER, TASK_PLAN_AND_ANSWER, prompt_messages
 from tracerag.settings import Settings
 from tracerag.stages.plan import parse_plan, split_inline
 from tracerag.tracing import capture
@@ -147,7 +147,7 @@ async def sample(
     inline = settings.plan_mode == "inline" and settings.tier == "high"
     task = TASK_PLAN_AND_ANSWER if inline else TASK_ANSWER
     plan = ctx.plan if ctx.plan is not None and ctx.plan.ok else None
-    messages = PROMPT.format_messages(**prompt_values(task, ctx.question, ctx.materials, plan))
+    messages = prompt_messages(task, ctx.question, ctx.materials, plan, prompt=settings.prompt)
     n = settings.samples_for_tier()
     tracer: Tracer = settings.tracer
     retrieved = [m.id for m in ctx.materials]
@@ -159,6 +159,7 @@ async def sample(
 
     async def one(index: int) -> Sample:
         result = Sample(index=index)
+        usage_attrs: dict[str, Any] = {}
         with tracer.start_as_current_span(semconv.SPAN_SAMPLE_ONE) as child:
             on_retry = record_retry(ctx, child, "sample", settings.meter_provider, sample=index)
 
@@ -175,6 +176,13 @@ async def sample(
                 )
                 result.raw = text_of(message)
                 result.input_tokens, result.output_tokens = token_usage(message)
+                call = usage.usage_of(
+                    message,
+                    stage=usage.STAGE_SAMPLE,
+                    model=model_attributes[semconv.GENAI_REQUEST_MODEL],
+                    prompt=messages,
+                )
+                usage_attrs = usage.span_attributes(usage.note(call))
                 if inline:
                     plan_text, result.answer = split_inline(result.raw)
                     result.plan = _inline_plan(plan_text, retrieved)
@@ -190,7 +198,10 @@ async def sample(
             result.attempts = tries.count
             result.latency_s = round(time.perf_counter() - started, 6)
             finish_sample_span(
-                child, ctx, result, {**model_attributes, **output_attributes(result.raw)}
+                child,
+                ctx,
+                result,
+                {**model_attributes, **output_attributes(result.raw), **usage_attrs},
             )
         return result
 
