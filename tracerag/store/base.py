@@ -56,6 +56,8 @@ KIND_REVIEW_RELEASED = "review_released"
 KIND_REVIEW_DECISION = "review_decision"
 KIND_OPERATOR_ACTION = "operator_action"
 KIND_NOTE = "note"
+# the results of a ``tracerag eval`` run, appended to the run's own record
+KIND_EVALUATION = "evaluation"
 ACTION_KINDS = (
     KIND_REVIEW_ENQUEUED,
     KIND_REVIEW_CLAIMED,
@@ -63,6 +65,7 @@ ACTION_KINDS = (
     KIND_REVIEW_DECISION,
     KIND_OPERATOR_ACTION,
     KIND_NOTE,
+    KIND_EVALUATION,
 )
 REVIEW_KINDS = (
     KIND_REVIEW_ENQUEUED,
@@ -1359,6 +1362,7 @@ def _queue_item_from_row(row: Sequence[Any]) -> QueueItem:
 __all__ = [
     "ACTION_KINDS",
     "GENESIS_HASH",
+    "KIND_EVALUATION",
     "RECORD_KINDS",
     "REVIEW_ACTIONS",
     "REVIEW_ROUTES",

@@ -16,7 +16,8 @@ Read from the stored records of the requests created in ``[since, until)``:
   (review decision time − request start time).
 
 "Verified" requests are those whose verify stage ran (tier ``low`` does not verify). Replays
-(``tracerag replay``) are counted apart and left out of every indicator.
+(``tracerag replay``) are counted apart and left out of every indicator; the requests of an
+evaluation run (``tracerag eval``) are not counted at all.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import argparse
 import json
 import re
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -181,19 +182,35 @@ def compute(
     if len(summaries) > limit:
         out.truncated = True
         summaries = summaries[:limit]
+
+    def trails() -> Iterator[tuple[RequestTrail, Any]]:
+        for summary in summaries:
+            try:
+                trail = store.get(summary.request_id)
+            except KeyError:  # removed between listing and reading: verify_chain reports it
+                continue
+            if trail.record.get("evaluation_run"):
+                continue  # a release check (tracerag eval), not a customer request
+            yield trail, summary
+
+    return _accumulate(out, trails())
+
+
+def from_trails(trails: Iterable[RequestTrail]) -> Indicators:
+    """The indicators over the given request trails (e.g. one configuration's evaluation run)."""
+    return _accumulate(Indicators(since=None, until=None), ((t, None) for t in trails))
+
+
+def _accumulate(out: Indicators, trails: Iterable[tuple[RequestTrail, Any]]) -> Indicators:
     coverage: list[float] = []
     accuracy: list[float] = []
     resolution: list[float] = []
-    for summary in summaries:
-        try:
-            trail = store.get(summary.request_id)
-        except KeyError:  # removed between listing and reading: verify_chain reports it
-            continue
+    for trail, summary in trails:
         if trail.record.get("replay_of"):
             out.replays += 1  # an operator's replay, not a customer request
             continue
         out.requests += 1
-        decision = str(trail.decision or summary.decision or "none")
+        decision = str(trail.decision or getattr(summary, "decision", None) or "none")
         out.by_decision[decision] = out.by_decision.get(decision, 0) + 1
         reasons = interception_reasons(trail)
         if reasons is not None:
@@ -210,7 +227,9 @@ def compute(
                     out.intercepted_by[reason] = out.intercepted_by.get(reason, 0) + 1
         if decision == "escalate":
             decided = trail.review_decision
-            started = _parse_time(trail.record.get("started_at")) or _parse_time(summary.created_at)
+            started = _parse_time(trail.record.get("started_at")) or _parse_time(
+                getattr(summary, "created_at", None)
+            )
             decided_at = _parse_time(decided.created_at) if decided is not None else None
             if decided_at is not None and started is not None:
                 out.escalations_resolved += 1
