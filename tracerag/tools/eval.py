@@ -523,7 +523,7 @@ def render_report(report: Mapping[str, Any]) -> str:
         mark = ""
         if name in g["indicators"]:
             mark = "FAIL" if name in failed else "ok"
-        lines.append(f"{label:<34}{_pct(bv):>16}{_pct(cv):>16}{change:>12}  {mark}")
+        lines.append(f"{label:<34}{_pct(bv):>16}{_pct(cv):>16}{change:>12}  {mark}".rstrip())
 
     def row(label: str, left: str, right: str) -> None:
         lines.append(f"{label:<34}{left:>16}{right:>16}")
