@@ -353,3 +353,28 @@ def test_usage_metrics_by_stage_tier_and_versions(make_pipeline):
     cost = {p.attributes["stage"]: p.value for p in points[sc.METRIC_USAGE_COST]}
     assert cost == pytest.approx({"plan": 0.18, "sample": 0.96})
     provider.shutdown()
+
+
+def test_tracerag_metrics_reports_tokens_and_cost_per_request(make_pipeline, tmp_path):
+    from tracerag.store import open_store
+    from tracerag.tools.indicators import compute
+
+    store = open_store(str(tmp_path / "audit.sqlite"), auto_enqueue=False)
+    try:
+        llm = ScriptedChatModel(responses=[GOOD], plan_responses=[PLAN], usage=by_task)
+        pipeline = make_pipeline(
+            llm, n_samples=3, prices=PRICES, audit=lambda r: store.append_record(r) or True
+        )
+        decisions = [pipeline.invoke(QUESTION).decision for _ in range(2)]
+        out = compute(store, since=None)
+    finally:
+        store.close()
+    assert out.requests == out.requests_with_usage == 2
+    assert out.tokens_per_request == 810
+    assert out.model_calls_per_request == 4
+    assert out.cost_per_request == pytest.approx(0.57)
+    assert decisions.count("pass") == 2
+    assert out.cost_per_passed_answer == pytest.approx(0.57)
+    text = out.render()
+    assert "tokens per request            810  (4.0 model calls)" in text
+    assert "cost per request              0.570000  (per passed answer 0.570000)" in text

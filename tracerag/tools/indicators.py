@@ -13,7 +13,10 @@ Read from the stored records of the requests created in ``[since, until)``:
 - **human-review rate** — share of requests routed to ``review`` (answer returned, flagged);
 - **escalation rate** — share of requests routed to ``escalate`` (answer withheld);
 - **mean time to resolution** — for escalated requests a reviewer has decided, the mean of
-  (review decision time − request start time).
+  (review decision time − request start time);
+- **tokens and cost per request**, and **cost per passed answer** (all money spent over the
+  requests that passed), from the records' ``usage`` sections (cost only where the pipeline
+  had a price table).
 
 "Verified" requests are those whose verify stage ran (tier ``low`` does not verify). Replays
 (``tracerag replay``) are counted apart and left out of every indicator; the requests of an
@@ -84,6 +87,12 @@ class Indicators:
     escalations_open: int = 0
     mean_time_to_resolution_s: float | None = None
     median_time_to_resolution_s: float | None = None
+    # token usage and cost, over the requests whose record has a usage section
+    requests_with_usage: int = 0
+    tokens_per_request: float | None = None
+    model_calls_per_request: float | None = None
+    cost_per_request: float | None = None
+    cost_per_passed_answer: float | None = None
     truncated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -113,6 +122,16 @@ class Indicators:
             f"  ({self.escalations_resolved} escalations resolved, "
             f"{self.escalations_open} open)",
         ]
+        if self.requests_with_usage:
+            lines.append(
+                f"  tokens per request            {_num(self.tokens_per_request, 0)}"
+                f"  ({_num(self.model_calls_per_request, 1)} model calls)"
+            )
+        if self.cost_per_request is not None:
+            lines.append(
+                f"  cost per request              {_num(self.cost_per_request, 6)}"
+                f"  (per passed answer {_num(self.cost_per_passed_answer, 6)})"
+            )
         if self.truncated:
             lines.append("  (window truncated: narrow it or raise --limit)")
         return "\n".join(lines) + "\n"
@@ -120,6 +139,10 @@ class Indicators:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _num(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def _counts(counts: Mapping[str, int]) -> str:
@@ -205,11 +228,22 @@ def _accumulate(out: Indicators, trails: Iterable[tuple[RequestTrail, Any]]) -> 
     coverage: list[float] = []
     accuracy: list[float] = []
     resolution: list[float] = []
+    tokens: list[float] = []
+    calls: list[float] = []
+    costs: list[float] = []
     for trail, summary in trails:
         if trail.record.get("replay_of"):
             out.replays += 1  # an operator's replay, not a customer request
             continue
         out.requests += 1
+        spent = trail.record.get("usage")
+        if isinstance(spent, Mapping):
+            out.requests_with_usage += 1
+            tokens.append(_number(spent.get("total_tokens")) or 0.0)
+            calls.append(_number(spent.get("calls")) or 0.0)
+            money = _number((spent.get("cost") or {}).get("total"))
+            if money is not None:
+                costs.append(money)
         decision = str(trail.decision or getattr(summary, "decision", None) or "none")
         out.by_decision[decision] = out.by_decision.get(decision, 0) + 1
         reasons = interception_reasons(trail)
@@ -245,6 +279,12 @@ def _accumulate(out: Indicators, trails: Iterable[tuple[RequestTrail, Any]]) -> 
     out.citation_accuracy = statistics.fmean(accuracy) if accuracy else None
     out.mean_time_to_resolution_s = statistics.fmean(resolution) if resolution else None
     out.median_time_to_resolution_s = statistics.median(resolution) if resolution else None
+    out.tokens_per_request = statistics.fmean(tokens) if tokens else None
+    out.model_calls_per_request = statistics.fmean(calls) if calls else None
+    if costs:
+        out.cost_per_request = statistics.fmean(costs)
+        passed = out.by_decision.get("pass", 0)
+        out.cost_per_passed_answer = sum(costs) / passed if passed else None
     return out
 
 
