@@ -13,23 +13,25 @@ from conftest import GOOD, QUESTION, scripted
 from tracerag.cli import main
 from tracerag.config import reset_config
 from tracerag.errors import ConfigurationError, InputError
-from tracerag.signals.confidence import HeuristicCombiner, Signals
-from tracerag.signals.rules import RuleResult
-from tracerag.tools.calibration import (
+from tracerag.signals.calibrated import (
     CALIBRATION_ENV,
     FEATURES,
     CalibratedCombiner,
     Calibration,
+    default_combiner,
+    heuristic_confidence,
+    load_calibration,
+)
+from tracerag.signals.confidence import HeuristicCombiner, Signals
+from tracerag.signals.rules import RuleResult
+from tracerag.tools.calibration import (
     Example,
     compare,
-    default_combiner,
     demo_calibration_rows,
     fit_calibration,
     fit_isotonic,
     fit_logistic,
-    heuristic_confidence,
     label_of,
-    load_calibration,
     read_examples,
     signals_from_row,
     split_holdout,

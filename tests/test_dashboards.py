@@ -130,6 +130,12 @@ def exposed_names() -> set[str]:
             fabricated=["x"],
         )
         metrics.record_request(outcome, meter_provider=provider)
+        spent = {
+            "total_tokens": 120,
+            "by_stage": {"sample": {"calls": 1, "input_tokens": 100, "output_tokens": 20}},
+            "cost": {"by_stage": {"sample": 0.01}},
+        }
+        metrics.record_usage(outcome, spent, meter_provider=provider)
     metrics.record_retry("sample", TimeoutError(), meter_provider=provider)
     metrics.record_model_error("sample", TimeoutError(), meter_provider=provider)
     metrics.record_audit_failure("OperationalError", dropped=True, meter_provider=provider)

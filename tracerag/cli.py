@@ -23,6 +23,7 @@ COMMANDS = [
     "tracerag.server.cli",
     "tracerag.tools.calibration",
     "tracerag.tools.adversarial",
+    "tracerag.tools.eval",
 ]
 
 

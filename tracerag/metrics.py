@@ -312,6 +312,8 @@ class RequestOutcome:
     citation_accuracy: float | None = None
     #: the fabricated citation ids, or their count; None when citations were not verified
     fabricated: Sequence[str] | int | None = None
+    prompt_version: str | None = None
+    model_version: str | None = None
 
 
 def _error_type(error: BaseException | str | None) -> str:
@@ -704,3 +706,92 @@ def reset_for_tests() -> None:
         _configured = None
         _from_env = None
         _env_checked = False
+
+
+# ---------------------------------------------------------------------------------------------
+# Token usage and cost (see tracerag.usage): tokens, model calls and money per request, by tier,
+# stage, prompt and model version and decision. Prometheus: tracerag_usage_tokens_total
+# {direction="input|output"}, tracerag_usage_calls_total, tracerag_usage_cost_total (in the
+# price table's currency; only requests with a price table), and the per-request histogram
+# tracerag_usage_request_tokens_* (its _count counts requests by prompt and model version).
+# Cost per request is cost_total / requests_total; per passed answer, over requests{pass}.
+
+
+TOKENS_PER_REQUEST_BUCKETS: tuple[float, ...] = (
+    250, 500, 1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000,
+)
+
+
+@dataclass
+class _UsageInstruments:
+    tokens: Any
+    calls: Any
+    cost: Any
+    request_tokens: Any
+
+
+_usage_cache: weakref.WeakKeyDictionary[Any, _UsageInstruments] = weakref.WeakKeyDictionary()
+
+
+def _usage_instruments(meter_provider: MeterProvider | None) -> _UsageInstruments:
+    provider = get_meter_provider(meter_provider)
+    with _lock:
+        found = _usage_cache.get(provider)
+        if found is None:
+            meter = provider.get_meter(INSTRUMENTATION_NAME, __version__)
+            found = _UsageInstruments(
+                tokens=meter.create_counter(
+                    semconv.METRIC_USAGE_TOKENS,
+                    unit="{token}",
+                    description="Model tokens read (input) and written (output), by stage",
+                ),
+                calls=meter.create_counter(
+                    semconv.METRIC_USAGE_CALLS,
+                    unit="{call}",
+                    description="Model calls that returned a reply, by stage",
+                ),
+                cost=meter.create_counter(
+                    semconv.METRIC_USAGE_COST,
+                    unit="{currency}",
+                    description="Money spent on model calls, from the user's price table",
+                ),
+                request_tokens=_histogram(
+                    meter,
+                    semconv.METRIC_USAGE_REQUEST_TOKENS,
+                    "{token}",
+                    "Tokens (input + output) per request, by tier and version",
+                    TOKENS_PER_REQUEST_BUCKETS,
+                ),
+            )
+            _usage_cache[provider] = found
+    return found
+
+
+def record_usage(
+    outcome: RequestOutcome,
+    section: Mapping[str, Any],
+    *,
+    meter_provider: MeterProvider | None = None,
+) -> None:
+    """Record one request's ``usage`` section (``tracerag.usage.usage_section``) per stage."""
+    try:
+        inst = _usage_instruments(meter_provider)
+        base = {
+            semconv.METRIC_ATTR_TIER: _label(outcome.tier),
+            semconv.METRIC_ATTR_DECISION: _label(outcome.decision),
+            semconv.METRIC_ATTR_PROMPT_VERSION: _label(outcome.prompt_version),
+            semconv.METRIC_ATTR_MODEL_VERSION: _label(outcome.model_version),
+        }
+        inst.request_tokens.record(int(section.get("total_tokens") or 0), base)
+        cost_by_stage = (section.get("cost") or {}).get("by_stage") or {}
+        for stage, totals in (section.get("by_stage") or {}).items():
+            attrs = {**base, semconv.METRIC_ATTR_STAGE: _label(stage)}
+            for direction in ("input", "output"):
+                count = int(totals.get(f"{direction}_tokens") or 0)
+                inst.tokens.add(count, {**attrs, semconv.METRIC_ATTR_DIRECTION: direction})
+            inst.calls.add(int(totals.get("calls") or 0), attrs)
+            money = cost_by_stage.get(stage)
+            if isinstance(money, (int, float)) and money >= 0:
+                inst.cost.add(float(money), attrs)
+    except Exception:
+        logger.warning("tracerag: could not record usage metrics", exc_info=True)

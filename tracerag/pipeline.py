@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -11,6 +11,7 @@ from opentelemetry.trace import TracerProvider
 
 from tracerag.audit import resolve_sink
 from tracerag.errors import ConfigurationError
+from tracerag.prompts import PromptVersion
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag.runner import StagedRunnable
 from tracerag.settings import RetryPolicy, Settings
@@ -22,6 +23,7 @@ from tracerag.signals.rules import Rule
 from tracerag.signals.support import SupportBackend
 from tracerag.stages.table import ModelSource, Step, steps_for
 from tracerag.tracing import get_tracer
+from tracerag.usage import load_prices
 
 __all__ = ["RAGPipeline", "Step", "build_settings", "steps_for"]
 
@@ -59,7 +61,9 @@ class RAGPipeline(StagedRunnable):
     Input: a question string, or ``{"question", "session_id", "user_id", "channel"}`` (all but
     question optional). Output: a ``tracerag.Response``. Works with ``invoke``, ``ainvoke``,
     ``batch``, ``abatch`` and inside LCEL; ``arun`` adds per-call hooks (stage events, record
-    sink).
+    sink). ``prompt``: the prompt texts to send (a ``tracerag.prompts.PromptVersion``; default
+    ``DEFAULT_PROMPT``). ``prices``: a price table per model (a mapping or a JSON file, see
+    ``tracerag.usage``) for the cost of each request.
     """
 
     def __init__(
@@ -87,6 +91,8 @@ class RAGPipeline(StagedRunnable):
         review_clustered_retrieval: bool = False,
         relevance_floor: float | None = None,
         retrieval_shape: ShapeThresholds | None = None,
+        prompt: PromptVersion | None = None,
+        prices: Mapping[str, Any] | str | None = None,
     ) -> None:
         if not isinstance(retriever, BaseRetriever):
             raise ConfigurationError(
@@ -119,6 +125,8 @@ class RAGPipeline(StagedRunnable):
             review_clustered_retrieval=review_clustered_retrieval,
             relevance_floor=relevance_floor,
             retrieval_shape=retrieval_shape or ShapeThresholds(),
+            prompt=prompt,
+            prices=load_prices(prices),
         )
         super().__init__(settings, ModelSource())
 

@@ -15,7 +15,9 @@ import hashlib
 import html
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from langchain_core.messages import BaseMessage
 from langchain_core.prompts import ChatPromptTemplate
 
 from tracerag.signals.types import Material, Plan
@@ -126,3 +128,106 @@ DEFAULT_PROMPT_VERSION = fingerprint(
     ANSWER_WITH_PLAN_INSTRUCTION,
     INLINE_INSTRUCTION,
 )
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompt versions
+
+
+@dataclass(frozen=True)
+class PromptVersion:
+    """A named set of the prompt texts tracerag sends; ``version`` identifies it in records.
+
+    The human message layout (``HUMAN``: task, materials, question, instruction) is shared by
+    every version, so materials and plans are always given the same way.
+    """
+
+    name: str
+    system: str = SYSTEM
+    plan_instruction: str = PLAN_INSTRUCTION
+    answer_instruction: str = ANSWER_INSTRUCTION
+    answer_with_plan_instruction: str = ANSWER_WITH_PLAN_INSTRUCTION
+    inline_instruction: str = INLINE_INSTRUCTION
+    description: str = ""
+
+    @property
+    def fingerprint(self) -> str:
+        """The stable hash of this version's texts (see ``fingerprint``)."""
+        return fingerprint(
+            self.system,
+            HUMAN,
+            self.plan_instruction,
+            self.answer_instruction,
+            self.answer_with_plan_instruction,
+            self.inline_instruction,
+        )
+
+    @property
+    def version(self) -> str:
+        """``name@sha256:…``: the prompt version a pipeline records for this prompt."""
+        return f"{self.name}@{self.fingerprint}"
+
+    def messages(
+        self, task: str, question: str, materials: Sequence[Material], plan: Plan | None = None
+    ) -> list[BaseMessage]:
+        """The chat messages for one task (plan, answer, or plan_and_answer)."""
+        if task == TASK_PLAN:
+            instruction = self.plan_instruction
+        elif task == TASK_PLAN_AND_ANSWER:
+            instruction = self.inline_instruction
+        elif plan is not None and plan.ok:
+            instruction = self.answer_with_plan_instruction.format(plan=format_plan(plan))
+        else:
+            instruction = self.answer_instruction
+        template = ChatPromptTemplate.from_messages([("system", self.system), ("human", HUMAN)])
+        return template.format_messages(
+            task=task,
+            materials=format_materials(materials),
+            question=question,
+            instruction=instruction,
+        )
+
+
+#: The prompt tracerag sends unless a pipeline is given another (its fingerprint is
+#: ``DEFAULT_PROMPT_VERSION``).
+DEFAULT_PROMPT = PromptVersion(
+    name="v1", description="answers only from the materials and cites every sentence"
+)
+
+_PROMPTS: dict[str, PromptVersion] = {DEFAULT_PROMPT.name: DEFAULT_PROMPT}
+
+
+def register_prompt(prompt: PromptVersion) -> PromptVersion:
+    """Make a prompt version available by name (``get_prompt``); a name is registered once."""
+    known = _PROMPTS.get(prompt.name)
+    if known is not None and known != prompt:
+        raise ValueError(f"another prompt is already registered as {prompt.name!r}")
+    _PROMPTS[prompt.name] = prompt
+    return prompt
+
+
+def get_prompt(name: str) -> PromptVersion:
+    """The registered prompt version called ``name``; KeyError lists the known names."""
+    try:
+        return _PROMPTS[name]
+    except KeyError:
+        raise KeyError(
+            f"no prompt version {name!r}; registered: {', '.join(sorted(_PROMPTS))}"
+        ) from None
+
+
+def prompt_names() -> list[str]:
+    """The names of the registered prompt versions, sorted."""
+    return sorted(_PROMPTS)
+
+
+def prompt_messages(
+    task: str,
+    question: str,
+    materials: Sequence[Material],
+    plan: Plan | None = None,
+    *,
+    prompt: PromptVersion | None = None,
+) -> list[BaseMessage]:
+    """The messages of one task under ``prompt`` (default: ``DEFAULT_PROMPT``)."""
+    return (prompt or DEFAULT_PROMPT).messages(task, question, materials, plan)

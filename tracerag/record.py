@@ -332,6 +332,10 @@ class AuditRecord(_Part):
     calibration: str | None = None
     timings: dict[str, Any] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
+    #: tokens, calls and cost per stage (``tracerag.usage.usage_section``)
+    usage: dict[str, Any] | None = None
+    #: set on the requests of a ``tracerag eval`` run: run id, arm and configuration
+    evaluation_run: dict[str, Any] | None = None
 
     @field_validator("plan", "response", mode="before")
     @classmethod

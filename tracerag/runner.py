@@ -28,7 +28,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from tracerag import metrics, semconv
+from tracerag import metrics, semconv, usage
 from tracerag.contract import Response, validate_response
 from tracerag.settings import Settings
 from tracerag.stages.register import new_request_id
@@ -173,9 +173,12 @@ async def run(
         )
     tracer = settings.tracer
     started = time.perf_counter()
-    with tracer.start_as_current_span(
-        semconv.SPAN_REQUEST, record_exception=False, set_status_on_exception=False
-    ) as root:
+    with (
+        usage.metering() as ledger,
+        tracer.start_as_current_span(
+            semconv.SPAN_REQUEST, record_exception=False, set_status_on_exception=False
+        ) as root,
+    ):
         span_context = root.get_span_context()
         state = RequestState(
             input=request,
@@ -200,20 +203,22 @@ async def run(
             root.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             state = state.with_error("request", exc, final=True)
             state = state.with_timing("request", time.perf_counter() - started)
+            spent = _usage(root, ledger, settings)
             _set_root(root, state, None)
-            await _deliver(state, settings, sink)
-            _record_metrics(state, settings)
+            await _deliver(state, settings, sink, spent)
+            _record_metrics(state, settings, spent)
             raise
         state = state.with_timing("request", time.perf_counter() - started)
-        persisted = await _deliver(state, settings, sink)
+        spent = _usage(root, ledger, settings)
+        persisted = await _deliver(state, settings, sink, spent)
         try:
             response = _respond(state, persisted)
         except BaseException as exc:
             root.record_exception(exc)
             root.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-            _record_metrics(state, settings)
+            _record_metrics(state, settings, spent)
             raise
-        _record_metrics(state, settings)
+        _record_metrics(state, settings, spent)
         _set_root(root, state, response)
     return response
 
@@ -336,12 +341,31 @@ def _set_root(root: Span, state: RequestState, response: Response | None) -> Non
         logger.exception("tracerag: could not set root span attributes")
 
 
-async def _deliver(state: RequestState, settings: Settings, sink: RecordSink | None) -> bool | None:
+def _usage(root: Span, ledger: usage.UsageLedger, settings: Settings) -> dict[str, Any] | None:
+    """The request's ``usage`` section, with its totals put on the root span; never raises."""
+    try:
+        section = usage.usage_section(ledger.calls(), settings.prices)
+        root.set_attributes(usage.root_attributes(section))
+        return section
+    except Exception:
+        logger.exception("tracerag: could not total the request's token usage")
+        return None
+
+
+async def _deliver(
+    state: RequestState,
+    settings: Settings,
+    sink: RecordSink | None,
+    spent: dict[str, Any] | None = None,
+) -> bool | None:
     """Hand the finished record to the sink: True if it took it, None without a sink."""
     if sink is None:
         return None
     try:
-        accepted = sink(state.to_record())
+        record = state.to_record()
+        if spent is not None:
+            record["usage"] = spent
+        accepted = sink(record)
         if inspect.isawaitable(accepted):
             accepted = await accepted
         return bool(accepted)
@@ -354,6 +378,7 @@ async def _deliver(state: RequestState, settings: Settings, sink: RecordSink | N
 def outcome_of(state: RequestState) -> metrics.RequestOutcome:
     """What the metrics record of a finished (or failed) request."""
     citations = state.verification.citations if state.verification is not None else None
+    versions = state.registration.versions if state.registration is not None else None
     return metrics.RequestOutcome(
         tier=state.registration.tier if state.registration is not None else None,
         decision=state.decision.decision if state.decision is not None else None,
@@ -363,12 +388,19 @@ def outcome_of(state: RequestState) -> metrics.RequestOutcome:
         citation_coverage=citations.coverage if citations is not None else None,
         citation_accuracy=citations.accuracy if citations is not None else None,
         fabricated=citations.fabricated if citations is not None else None,
+        prompt_version=versions.prompt if versions is not None else None,
+        model_version=versions.model if versions is not None else None,
     )
 
 
-def _record_metrics(state: RequestState, settings: Settings) -> None:
+def _record_metrics(
+    state: RequestState, settings: Settings, spent: dict[str, Any] | None = None
+) -> None:
     try:
-        metrics.record_request(outcome_of(state), meter_provider=settings.meter_provider)
+        outcome = outcome_of(state)
+        metrics.record_request(outcome, meter_provider=settings.meter_provider)
+        if spent is not None:
+            metrics.record_usage(outcome, spent, meter_provider=settings.meter_provider)
     except Exception:
         logger.exception("tracerag: metrics failed for request %s", state.request_id)
 

@@ -194,3 +194,23 @@ OI_PROMPT_TEMPLATE = "llm.prompt_template.template"
 OI_PROMPT_TEMPLATE_VERSION = "llm.prompt_template.version"
 OI_PROMPT_TEMPLATE_VARIABLES = "llm.prompt_template.variables"
 OI_TAGS = "tag.tags"
+
+# ---------------------------------------------------------------------------------------------
+# Token usage and cost (see tracerag.usage)
+USAGE_ESTIMATED = "tracerag.usage.estimated"
+USAGE_CALLS = "tracerag.usage.calls"
+USAGE_INPUT_TOKENS = "tracerag.usage.input_tokens"
+USAGE_OUTPUT_TOKENS = "tracerag.usage.output_tokens"
+USAGE_COST = "tracerag.usage.cost"
+METRIC_USAGE_TOKENS = "tracerag.usage.tokens"
+METRIC_USAGE_CALLS = "tracerag.usage.calls"
+METRIC_USAGE_COST = "tracerag.usage.cost"
+METRIC_USAGE_REQUEST_TOKENS = "tracerag.usage.request.tokens"
+METRIC_ATTR_PROMPT_VERSION = "prompt_version"
+METRIC_ATTR_MODEL_VERSION = "model_version"
+METRIC_ATTR_DIRECTION = "direction"
+
+
+def usage_stage(stage: str, field: str) -> str:
+    """``tracerag.usage.{stage}.{field}`` (field: input_tokens, output_tokens, calls)."""
+    return f"tracerag.usage.{stage}.{field}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,12 +11,14 @@ from langchain_core.retrievers import BaseRetriever
 from opentelemetry.trace import Tracer, TracerProvider
 
 from tracerag.errors import ConfigurationError
+from tracerag.prompts import PromptVersion
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag.signals.attribution import ShapeThresholds
 from tracerag.signals.confidence import Combiner, HeuristicCombiner
 from tracerag.signals.consistency import Equivalence
 from tracerag.signals.rules import Rule
 from tracerag.signals.support import SupportBackend
+from tracerag.usage import Price
 
 TIERS = ("high", "medium", "low")
 PLAN_MODES = ("separate", "inline")
@@ -83,6 +85,10 @@ class Settings:
     retrieval_shape: ShapeThresholds = field(default_factory=ShapeThresholds)
     review_clustered_retrieval: bool = False  # a passing answer over a clustered retrieval: review
     relevance_floor: float | None = None  # materials scored below it are reported as such
+    # the prompt texts sent (None: tracerag.prompts.DEFAULT_PROMPT)
+    prompt: PromptVersion | None = None
+    # model name -> price, for the cost of each request (None: tokens only)
+    prices: Mapping[str, Price] | None = None
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:

@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ from pydantic import Field, PrivateAttr
 
 from tracerag import semconv
 from tracerag.prompts import TASK_RE
+from tracerag.usage import estimate_tokens
 
 
 class ScriptedModelError(RuntimeError):
@@ -44,6 +45,9 @@ class ScriptCall:
 
 
 Responder = Callable[[ScriptCall], str]
+#: Scripted token usage of a call: fixed ``{"input_tokens": n, "output_tokens": m}``, or a
+#: function of the call and the reply returning such a mapping (or None: report no usage).
+UsageScript = Mapping[str, int] | Callable[[ScriptCall, str], Mapping[str, int] | None]
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -53,6 +57,10 @@ class ScriptedChatModel(BaseChatModel):
     calls (prompts whose task is ``plan``); ``responder`` computes a reply from the call.
     ``fail_first`` calls raise ``ScriptedModelError`` before replies start; ``always_fail`` makes
     every call raise. ``latency`` seconds are slept per call (asynchronously in ``ainvoke``).
+
+    Token usage (``usage_metadata``): by default the real count of what the call read and
+    wrote, in ``tracerag.usage.estimate_tokens`` units (the prompt's message texts, the reply);
+    ``usage`` scripts it instead (see ``UsageScript``); ``report_usage=False`` reports none.
     """
 
     responses: list[str] = Field(default_factory=lambda: ["I cannot answer from the materials."])
@@ -64,6 +72,8 @@ class ScriptedChatModel(BaseChatModel):
     fail_first: int = 0
     always_fail: bool = False
     failure_message: str = "scripted model failure"
+    usage: Any = None
+    report_usage: bool = True
 
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _calls: list[ScriptCall] = PrivateAttr(default_factory=list)
@@ -89,7 +99,7 @@ class ScriptedChatModel(BaseChatModel):
         with self._lock:
             return len(self._calls)
 
-    def _next(self, messages: list[BaseMessage]) -> str:
+    def _next(self, messages: list[BaseMessage]) -> tuple[ScriptCall, str]:
         prompt = "\n".join(str(m.content) for m in messages)
         match = TASK_RE.search(prompt)
         task = match.group("task") if match else None
@@ -99,21 +109,37 @@ class ScriptedChatModel(BaseChatModel):
         if self.always_fail or call.index < self.fail_first:
             raise ScriptedModelError(f"{self.failure_message} (call {call.index})")
         if self.responder is not None:
-            return self.responder(call)
+            return call, self.responder(call)
         if task == "plan" and self.plan_responses:
             seq = self.plan_responses
-            return seq[next(self._plan_counter) % len(seq)]
-        return self.responses[next(self._answer_counter) % len(self.responses)]
+            return call, seq[next(self._plan_counter) % len(seq)]
+        return call, self.responses[next(self._answer_counter) % len(self.responses)]
 
-    def _result(self, text: str) -> ChatResult:
+    def _usage(
+        self, messages: list[BaseMessage], call: ScriptCall, text: str
+    ) -> dict[str, int] | None:
+        if not self.report_usage:
+            return None
+        if self.usage is None:
+            scripted: Mapping[str, int] | None = {
+                "input_tokens": sum(estimate_tokens(str(m.content)) for m in messages),
+                "output_tokens": estimate_tokens(text),
+            }
+        elif callable(self.usage):
+            scripted = self.usage(call, text)
+        else:
+            scripted = self.usage
+        if scripted is None:
+            return None
+        inp, out = int(scripted["input_tokens"]), int(scripted["output_tokens"])
+        return {"input_tokens": inp, "output_tokens": out, "total_tokens": inp + out}
+
+    def _result(self, messages: list[BaseMessage], call: ScriptCall, text: str) -> ChatResult:
+        usage = self._usage(messages, call, text)
         message = AIMessage(
             content=text,
             response_metadata={"model_name": self.model_name},
-            usage_metadata={
-                "input_tokens": 0,
-                "output_tokens": len(text.split()),
-                "total_tokens": len(text.split()),
-            },
+            **({"usage_metadata": usage} if usage is not None else {}),
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
 
@@ -126,7 +152,7 @@ class ScriptedChatModel(BaseChatModel):
     ) -> ChatResult:
         if self.latency:
             time.sleep(self.latency)
-        return self._result(self._next(messages))
+        return self._result(messages, *self._next(messages))
 
     async def _agenerate(
         self,
@@ -137,7 +163,7 @@ class ScriptedChatModel(BaseChatModel):
     ) -> ChatResult:
         if self.latency:
             await asyncio.sleep(self.latency)
-        return self._result(self._next(messages))
+        return self._result(messages, *self._next(messages))
 
 
 class SpanCapture:

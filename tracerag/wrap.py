@@ -28,7 +28,7 @@ import dataclasses
 import functools
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -43,6 +43,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from opentelemetry.trace import Span, TracerProvider
 
 from tracerag import semconv
+from tracerag import usage as usage_meter
 from tracerag.errors import ConfigurationError, RetrieverTimeoutError
 from tracerag.llm import OnRetry, Tries, clean_text, model_name, retry_call, text_of, within
 from tracerag.pipeline import build_settings
@@ -137,6 +138,8 @@ class RunCapture(AsyncCallbackHandler):
         self.invocation_params: dict[str, Any] = {}
         self.model_calls = 0
         self.token_usage: dict[str, int] = {}
+        self.calls: list[usage_meter.CallUsage] = []
+        self.prompts: dict[Any, Any] = {}
 
     async def on_retriever_end(
         self, documents: Sequence[Document], *, run_id: UUID, **kwargs: Any
@@ -147,11 +150,13 @@ class RunCapture(AsyncCallbackHandler):
         self, serialized: dict[str, Any], messages: list[list[BaseMessage]], **kwargs: Any
     ) -> None:
         self._params(kwargs)
+        self.prompts[kwargs.get("run_id")] = [m for batch in messages for m in batch]
 
     async def on_llm_start(
         self, serialized: dict[str, Any], prompts: list[str], **kwargs: Any
     ) -> None:
         self._params(kwargs)
+        self.prompts[kwargs.get("run_id")] = "\n".join(prompts)
 
     async def on_llm_end(self, response: Any, **kwargs: Any) -> None:
         for generations in getattr(response, "generations", []) or []:
@@ -160,6 +165,17 @@ class RunCapture(AsyncCallbackHandler):
                 for key in ("input_tokens", "output_tokens"):
                     if usage and usage.get(key) is not None:
                         self.token_usage[key] = self.token_usage.get(key, 0) + int(usage[key])
+                self.calls.append(
+                    usage_meter.note(
+                        usage_meter.usage_of(
+                            getattr(generation, "message", None) or getattr(generation, "text", ""),
+                            stage=usage_meter.STAGE_SAMPLE,
+                            model=self.model_name,
+                            prompt=self.prompts.pop(kwargs.get("run_id"), None),
+                            llm_output=getattr(response, "llm_output", None),
+                        )
+                    )
+                )
 
     def _params(self, kwargs: dict[str, Any]) -> None:
         self.model_calls += 1
@@ -256,6 +272,7 @@ class ChainSource:
 
         def describe(index: int, draw: Draw | None) -> dict[str, Any]:
             attrs = _model_attrs(captures[index], self.info)
+            attrs.update(usage_meter.span_attributes(captures[index].calls))
             if draw is not None:
                 output_value = capture(draw.raw)
                 if output_value is not None:
@@ -372,10 +389,12 @@ def wrap(
     review_clustered_retrieval: bool = False,
     relevance_floor: float | None = None,
     retrieval_shape: ShapeThresholds | None = None,
+    prices: Mapping[str, Any] | str | None = None,
 ) -> WrappedChain:
     """Wrap an existing LCEL RAG chain so each request runs the six traced, verified stages.
 
     ``chain_input`` turns the question into the chain's input (default: the question string).
+    ``prices``: a price table per model (see ``tracerag.usage``) for the cost of each request.
     """
     if not isinstance(chain, Runnable):
         raise ConfigurationError(
@@ -405,6 +424,7 @@ def wrap(
         review_clustered_retrieval=review_clustered_retrieval,
         relevance_floor=relevance_floor,
         retrieval_shape=retrieval_shape or ShapeThresholds(),
+        prices=usage_meter.load_prices(prices),
     )
     if temperature == 0.0 and n_samples > 1:
         logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)

@@ -38,6 +38,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from tracerag import usage
 from tracerag.errors import ConfigurationError
 from tracerag.signals.lexical import LexicalParams, analyse
 from tracerag.signals.support import Support, check_inputs, register_backend
@@ -213,6 +214,14 @@ class JudgeSupport:
         # the highest score a claim with a hard mismatch keeps, as in the lexical backend
         return getattr(self.params, "mismatch_cap", 0.8) * self.threshold
 
+    @property
+    def _model(self) -> str:
+        for attr in ("model_name", "model", "model_id"):
+            value = getattr(self.llm, attr, None)
+            if isinstance(value, str) and value:
+                return value
+        return type(self.llm).__name__
+
     def register(self) -> None:
         """Make this instance the support backend named ``self.name``."""
         register_backend(self.name, lambda: self)
@@ -259,7 +268,13 @@ class JudgeSupport:
         for attempt in retrying:
             with attempt:
                 attempts += 1
-                reply = _message_text(self.llm.invoke(messages))
+                message = self.llm.invoke(messages)
+                usage.note(
+                    usage.usage_of(
+                        message, stage=usage.STAGE_VERIFY, model=self._model, prompt=messages
+                    )
+                )
+                reply = _message_text(message)
                 try:
                     return _parse_verdict(reply), attempts
                 except _Malformed as exc:

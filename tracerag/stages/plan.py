@@ -22,19 +22,20 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
-from tracerag import metrics, semconv
+from tracerag import metrics, semconv, usage
 from tracerag.contract import validate_with
 from tracerag.errors import ConfigurationError, PlanError
 from tracerag.llm import (
     Tries,
     ainvoke_model,
     is_transient,
+    model_name,
     record_retry,
     retry_call,
     text_of,
     with_temperature,
 )
-from tracerag.prompts import PROMPT, TASK_PLAN, prompt_values
+from tracerag.prompts import TASK_PLAN, prompt_messages
 from tracerag.settings import Settings
 from tracerag.signals.claims import citation_ids, strip_citations
 from tracerag.signals.types import Material, Plan
@@ -83,8 +84,10 @@ async def plan(
     deterministic, _ = with_temperature(base, 0.0)
     llm = deterministic
     materials = state.materials
-    messages = PROMPT.format_messages(**prompt_values(TASK_PLAN, state.question, materials))
+    messages = prompt_messages(TASK_PLAN, state.question, materials, prompt=settings.prompt)
     retrieved = [m.id for m in materials]
+    model = model_name(settings.llm) or type(settings.llm).__name__
+    calls: list[usage.CallUsage] = []
     errors = ErrorLog()
     recorded = record_retry(errors, span, "plan", settings.meter_provider)
 
@@ -101,8 +104,12 @@ async def plan(
         message = await ainvoke_model(
             llm, messages, config=config, max_chars=settings.retry.max_output_chars
         )
-        raw = text_of(message)
-        return parse_plan(raw, retrieved)
+        calls.append(
+            usage.note(
+                usage.usage_of(message, stage=usage.STAGE_PLAN, model=model, prompt=messages)
+            )
+        )
+        return parse_plan(text_of(message), retrieved)
 
     tries = Tries()
     try:
@@ -115,6 +122,7 @@ async def plan(
         if not isinstance(exc, PlanError):
             metrics.record_model_error("plan", exc, meter_provider=settings.meter_provider)
         result = Plan(ok=False, error=f"{type(exc).__name__}: {exc}", attempts=tries.count)
+    span.set_attributes(usage.span_attributes(calls))
     record_plan(result, span, source="model")
     return PlanResult(result, errors.freeze())
 

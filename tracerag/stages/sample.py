@@ -13,7 +13,7 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -21,7 +21,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
-from tracerag import metrics, semconv
+from tracerag import metrics, semconv, usage
 from tracerag.errors import ConfigurationError, OutputTooLongError, PlanError
 from tracerag.llm import (
     OnRetry,
@@ -35,7 +35,7 @@ from tracerag.llm import (
     token_usage,
     with_temperature,
 )
-from tracerag.prompts import PROMPT, TASK_ANSWER, TASK_PLAN_AND_ANSWER, prompt_values
+from tracerag.prompts import TASK_ANSWER, TASK_PLAN_AND_ANSWER, prompt_messages
 from tracerag.settings import Settings
 from tracerag.signals.types import Plan
 from tracerag.stages.plan import parse_plan, split_inline
@@ -154,6 +154,8 @@ class Draw:
     plan: Plan | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    #: span attributes of what the call spent (``tracerag.usage``)
+    attributes: Mapping[str, Any] = field(default_factory=dict)
 
 
 #: Produce one sample's answer: ``(index, on_retry, tries) -> Draw``; raise when it fails.
@@ -236,7 +238,7 @@ async def sample(
     task = TASK_PLAN_AND_ANSWER if inline else TASK_ANSWER
     plan = state.plan if state.plan is not None and state.plan.ok else None
     materials = state.materials
-    messages = PROMPT.format_messages(**prompt_values(task, state.question, materials, plan))
+    messages = prompt_messages(task, state.question, materials, plan, prompt=settings.prompt)
     retrieved = [m.id for m in materials]
 
     model_attributes = llm_span_attributes(llm, settings.temperature)
@@ -251,14 +253,22 @@ async def sample(
         )
         raw = text_of(message)
         input_tokens, output_tokens = token_usage(message)
+        call = usage.usage_of(
+            message,
+            stage=usage.STAGE_SAMPLE,
+            model=model_attributes[semconv.GENAI_REQUEST_MODEL],
+            prompt=messages,
+        )
+        spent = usage.span_attributes(usage.note(call))
         if inline:
             plan_text, answer = split_inline(raw)
             plan = _inline_plan(plan_text, retrieved)
-            return Draw(raw, answer, plan, input_tokens, output_tokens)
-        return Draw(raw, None, None, input_tokens, output_tokens)
+            return Draw(raw, answer, plan, input_tokens, output_tokens, spent)
+        return Draw(raw, None, None, input_tokens, output_tokens, spent)
 
     def describe(index: int, draw: Draw | None) -> Mapping[str, Any]:
-        return {**model_attributes, **output_attributes(draw.raw if draw else None)}
+        spent = draw.attributes if draw is not None else {}
+        return {**model_attributes, **output_attributes(draw.raw if draw else None), **spent}
 
     errors = ErrorLog()
     samples = await draw_samples(

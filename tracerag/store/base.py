@@ -59,6 +59,8 @@ KIND_OPERATOR_ACTION = "operator_action"
 KIND_NOTE = "note"
 # an offline attribution report (``tracerag explain``) on a stored request
 KIND_EXPLANATION = "explanation"
+# the results of a ``tracerag eval`` run, appended to the run's own record
+KIND_EVALUATION = "evaluation"
 ACTION_KINDS = (
     KIND_REVIEW_ENQUEUED,
     KIND_REVIEW_CLAIMED,
@@ -67,6 +69,7 @@ ACTION_KINDS = (
     KIND_OPERATOR_ACTION,
     KIND_NOTE,
     KIND_EXPLANATION,
+    KIND_EVALUATION,
 )
 REVIEW_KINDS = (
     KIND_REVIEW_ENQUEUED,
@@ -1344,6 +1347,7 @@ def _queue_item_from_row(row: Sequence[Any]) -> QueueItem:
 __all__ = [
     "ACTION_KINDS",
     "GENESIS_HASH",
+    "KIND_EVALUATION",
     "RECORD_KINDS",
     "REVIEW_ACTIONS",
     "REVIEW_ROUTES",

@@ -59,40 +59,25 @@ from tracerag.routing import Thresholds
 from tracerag.signals.calibrated import (
     CALIBRATION_ENV,
     FEATURES,
-    FORMAT,
-    FORMAT_VERSION,
     METHODS,
     CalibratedCombiner,
     Calibration,
-    default_combiner,
     feature_values,
     heuristic_confidence,
-    load_calibration,
 )
 from tracerag.signals.confidence import Combined, HeuristicCombiner, Signals
 from tracerag.signals.rules import RuleResult
 from tracerag.tools.evaluation import DEFAULT_BINS, summarize
 
 __all__ = [
-    "CALIBRATION_ENV",
-    "FEATURES",
-    "FORMAT",
-    "FORMAT_VERSION",
-    "METHODS",
-    "CalibratedCombiner",
-    "Calibration",
     "Example",
     "add_parser",
     "compare",
-    "default_combiner",
     "demo_calibration_rows",
-    "feature_values",
     "fit_calibration",
     "fit_isotonic",
     "fit_logistic",
-    "heuristic_confidence",
     "label_of",
-    "load_calibration",
     "read_examples",
     "signals_from_row",
     "split_holdout",

@@ -13,10 +13,14 @@ Read from the stored records of the requests created in ``[since, until)``:
 - **human-review rate** — share of requests routed to ``review`` (answer returned, flagged);
 - **escalation rate** — share of requests routed to ``escalate`` (answer withheld);
 - **mean time to resolution** — for escalated requests a reviewer has decided, the mean of
-  (review decision time − request start time).
+  (review decision time − request start time);
+- **tokens and cost per request**, and **cost per passed answer** (all money spent over the
+  requests that passed), from the records' ``usage`` sections (cost only where the pipeline
+  had a price table).
 
 "Verified" requests are those whose verify stage ran (tier ``low`` does not verify). Replays
-(``tracerag replay``) are counted apart and left out of every indicator.
+(``tracerag replay``) are counted apart and left out of every indicator; the requests of an
+evaluation run (``tracerag eval``) are not counted at all.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import argparse
 import json
 import re
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -83,6 +87,12 @@ class Indicators:
     escalations_open: int = 0
     mean_time_to_resolution_s: float | None = None
     median_time_to_resolution_s: float | None = None
+    # token usage and cost, over the requests whose record has a usage section
+    requests_with_usage: int = 0
+    tokens_per_request: float | None = None
+    model_calls_per_request: float | None = None
+    cost_per_request: float | None = None
+    cost_per_passed_answer: float | None = None
     truncated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,6 +122,16 @@ class Indicators:
             f"  ({self.escalations_resolved} escalations resolved, "
             f"{self.escalations_open} open)",
         ]
+        if self.requests_with_usage:
+            lines.append(
+                f"  tokens per request            {_num(self.tokens_per_request, 0)}"
+                f"  ({_num(self.model_calls_per_request, 1)} model calls)"
+            )
+        if self.cost_per_request is not None:
+            lines.append(
+                f"  cost per request              {_num(self.cost_per_request, 6)}"
+                f"  (per passed answer {_num(self.cost_per_passed_answer, 6)})"
+            )
         if self.truncated:
             lines.append("  (window truncated: narrow it or raise --limit)")
         return "\n".join(lines) + "\n"
@@ -119,6 +139,10 @@ class Indicators:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _num(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def _counts(counts: Mapping[str, int]) -> str:
@@ -181,20 +205,47 @@ def compute(
     if len(summaries) > limit:
         out.truncated = True
         summaries = summaries[:limit]
+
+    def trails() -> Iterator[tuple[RequestTrail, Any]]:
+        for summary in summaries:
+            try:
+                trail = store.get(summary.request_id)
+            except KeyError:  # removed between listing and reading: verify_chain reports it
+                continue
+            if trail.audit.evaluation_run:
+                continue  # a release check (tracerag eval), not a customer request
+            yield trail, summary
+
+    return _accumulate(out, trails())
+
+
+def from_trails(trails: Iterable[RequestTrail]) -> Indicators:
+    """The indicators over the given request trails (e.g. one configuration's evaluation run)."""
+    return _accumulate(Indicators(since=None, until=None), ((t, None) for t in trails))
+
+
+def _accumulate(out: Indicators, trails: Iterable[tuple[RequestTrail, Any]]) -> Indicators:
     coverage: list[float] = []
     accuracy: list[float] = []
     resolution: list[float] = []
-    for summary in summaries:
-        try:
-            trail = store.get(summary.request_id)
-        except KeyError:  # removed between listing and reading: verify_chain reports it
-            continue
+    tokens: list[float] = []
+    calls: list[float] = []
+    costs: list[float] = []
+    for trail, summary in trails:
         rec = trail.audit
         if rec.replay_of:
             out.replays += 1  # an operator's replay, not a customer request
             continue
         out.requests += 1
-        decision = str(trail.decision or summary.decision or "none")
+        spent = rec.usage
+        if spent is not None:
+            out.requests_with_usage += 1
+            tokens.append(_number(spent.get("total_tokens")) or 0.0)
+            calls.append(_number(spent.get("calls")) or 0.0)
+            money = _number((spent.get("cost") or {}).get("total"))
+            if money is not None:
+                costs.append(money)
+        decision = str(trail.decision or getattr(summary, "decision", None) or "none")
         out.by_decision[decision] = out.by_decision.get(decision, 0) + 1
         reasons = interception_reasons(trail)
         if reasons is not None:
@@ -210,7 +261,9 @@ def compute(
                     out.intercepted_by[reason] = out.intercepted_by.get(reason, 0) + 1
         if decision == "escalate":
             decided = trail.review_decision
-            started = _parse_time(rec.started_at) or _parse_time(summary.created_at)
+            started = _parse_time(rec.started_at) or _parse_time(
+                getattr(summary, "created_at", None)
+            )
             decided_at = _parse_time(decided.created_at) if decided is not None else None
             if decided_at is not None and started is not None:
                 out.escalations_resolved += 1
@@ -226,6 +279,12 @@ def compute(
     out.citation_accuracy = statistics.fmean(accuracy) if accuracy else None
     out.mean_time_to_resolution_s = statistics.fmean(resolution) if resolution else None
     out.median_time_to_resolution_s = statistics.median(resolution) if resolution else None
+    out.tokens_per_request = statistics.fmean(tokens) if tokens else None
+    out.model_calls_per_request = statistics.fmean(calls) if calls else None
+    if costs:
+        out.cost_per_request = statistics.fmean(costs)
+        passed = out.by_decision.get("pass", 0)
+        out.cost_per_passed_answer = sum(costs) / passed if passed else None
     return out
 
 

@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Mapping
 from typing import Any
 
 from tracerag.record import AuditRecord
-from tracerag.store.base import KIND_EXPLANATION, KIND_REVIEW_DECISION, RequestTrail
+from tracerag.store.base import (
+    KIND_EVALUATION,
+    KIND_EXPLANATION,
+    KIND_REVIEW_DECISION,
+    RequestTrail,
+)
 from tracerag.tools.explain import render_attribution, render_explanations
 
 INDENT = "  "
@@ -215,6 +221,51 @@ def _outcome(rec: AuditRecord) -> list[str]:
     return out
 
 
+def _usage(rec: AuditRecord) -> list[str]:
+    """Model calls, tokens per stage and cost (records written before usage was kept: none)."""
+    spent = rec.usage
+    if spent is None:
+        return []
+    estimated = " (estimated where the model did not report)" if spent.get("estimated") else ""
+    out = _section("Usage and cost", f"({_fmt(spent.get('calls'))} model calls)")
+    out.append(
+        f"{INDENT}tokens in {_fmt(spent.get('input_tokens'))}, out "
+        f"{_fmt(spent.get('output_tokens'))}{estimated}"
+    )
+    cost = spent.get("cost") if isinstance(spent.get("cost"), Mapping) else {}
+    by_cost = cost.get("by_stage") or {}
+    for stage, totals in (spent.get("by_stage") or {}).items():
+        if not isinstance(totals, Mapping):
+            continue
+        money = by_cost.get(stage)
+        out.append(
+            f"{INDENT * 2}{stage:<8} {_fmt(totals.get('calls'))} calls, in "
+            f"{_fmt(totals.get('input_tokens'))}, out {_fmt(totals.get('output_tokens'))}"
+            + (f", cost {money:.6f}" if isinstance(money, (int, float)) else "")
+        )
+    if cost:
+        out.append(f"{INDENT}cost {_fmt(cost.get('total'), 6)}")
+        if cost.get("unpriced_models"):
+            out.append(f"{INDENT}no price for: {', '.join(map(str, cost['unpriced_models']))}")
+    return out
+
+
+def _evaluation(trail: RequestTrail) -> list[str]:
+    """The report of an evaluation run (``tracerag eval``) kept under this id, if any."""
+    from tracerag.tools.eval import render_report
+
+    out: list[str] = []
+    for entry in trail.of_kind(KIND_EVALUATION):
+        report = {k: v for k, v in entry.payload.items() if k not in {"reason", "actor"}}
+        out += _section("Evaluation", f"by {entry.actor} at {entry.created_at}")
+        try:
+            text = render_report(report)
+        except (KeyError, TypeError, ValueError):  # another version's report: show it raw
+            text = _compact(report)
+        out += _block(text, INDENT)
+    return out
+
+
 def _errors(rec: AuditRecord) -> list[str]:
     errors = rec.errors
     out = _section("Errors and retries", f"({len(errors)})")
@@ -238,6 +289,10 @@ def _actions(trail: RequestTrail) -> list[str]:
     for entry in actions:
         p = entry.payload
         line = f"{entry.created_at}  {entry.kind:<16} by {entry.actor}"
+        if entry.kind == KIND_EVALUATION:  # its report has its own section
+            out.append(f"{INDENT}{line}")
+            out += _block(f"result: {p.get('reason')}", INDENT * 3)
+            continue
         if entry.kind == KIND_REVIEW_DECISION:
             line += f": {str(p.get('action', '?')).upper()}"
         elif p.get("route"):
@@ -295,6 +350,8 @@ def render_timeline(trail: RequestTrail) -> str:
         _signals(rec),
         render_attribution(rec),
         _outcome(rec),
+        _usage(rec),
+        _evaluation(trail),
         _errors(rec),
         _actions(trail),
         render_explanations(trail.entries),

@@ -38,6 +38,7 @@ from tracerag.prompts import (
     TASK_RE,
 )
 from tracerag.text import content_terms, extract_quantities, split_sentences
+from tracerag.usage import estimate_tokens
 
 __all__ = [
     "CANNOT_ANSWER_EN",
@@ -67,7 +68,6 @@ TEMPERATURE_SCALE = 0.07
 _CJK_CHARS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _CJK_RE = re.compile(f"[{_CJK_CHARS}]")
 _LATIN_WORD_RE = re.compile(r"[A-Za-z]+")
-_TOKEN_APPROX_RE = re.compile(rf"[{_CJK_CHARS}]|[^\s{_CJK_CHARS}]+")
 _PLAN_BLOCK_RE = re.compile(r"<plan>(?P<plan>.*?)</plan>", re.S)
 _CLAUSE_RE = re.compile(
     r"(?:Clause|Section|Article|§)\s*\d+(?:\.\d+)*|第\s*\d+(?:\.\d+)*\s*条", re.IGNORECASE
@@ -132,9 +132,16 @@ def _is_chinese(text: str) -> bool:
     return cjk > 0 and cjk >= len(_LATIN_WORD_RE.findall(text))
 
 
-def _approx_tokens(text: str) -> int:
-    """An approximate token count: one per CJK character, one per whitespace-separated chunk."""
-    return len(_TOKEN_APPROX_RE.findall(text))
+_ASKS_CITATIONS_RE = re.compile(r"\bcit(?:e|es|ing|ation|ations)\b|引用|注明出处|标注出处", re.I)
+
+
+def asks_for_citations(messages: Sequence[BaseMessage]) -> bool:
+    """Whether a prompt in tracerag's format asks for citations (outside its materials and
+    question: in the system message or the instruction)."""
+    text = "\n".join(_message_text(m) for m in messages)
+    text = MATERIAL_BLOCK_RE.sub(" ", text)
+    text = QUESTION_RE.sub(" ", text)
+    return bool(_ASKS_CITATIONS_RE.search(text))
 
 
 def _message_text(message: BaseMessage) -> str:
@@ -300,8 +307,8 @@ def _ends_chinese(sentence: str) -> bool:
     return bool(sentence) and (sentence[-1] in "。！？；…" or bool(_CJK_RE.match(sentence[-1])))
 
 
-def format_answer(chosen: Sequence[ScoredSentence], question: str) -> str:
-    """The chosen sentences, verbatim, each followed by its citation.
+def format_answer(chosen: Sequence[ScoredSentence], question: str, *, cite: bool = True) -> str:
+    """The chosen sentences, verbatim, each followed by its citation (unless ``cite`` is False).
 
     English: ``"Sentence. [M01]"``; Chinese: ``"句子。[M01]"``.
     """
@@ -313,7 +320,12 @@ def format_answer(chosen: Sequence[ScoredSentence], question: str) -> str:
         chinese = _ends_chinese(c.sentence)
         if out and not (previous_chinese and _is_chinese(c.sentence)):
             out += " "
-        out += f"{c.sentence}[{c.material_id}]" if chinese else f"{c.sentence} [{c.material_id}]"
+        if not cite:
+            out += c.sentence
+        elif chinese:
+            out += f"{c.sentence}[{c.material_id}]"
+        else:
+            out += f"{c.sentence} [{c.material_id}]"
         previous_chinese = chinese
     return out
 
@@ -381,8 +393,16 @@ class ExtractiveChatModel(BaseChatModel):
     ``[2]``, ….
 
     Calls draw from ``random.Random`` seeded with (``seed``, call number): with a seed, a run
-    of calls is reproducible; without one, every call differs. ``usage_metadata`` token
-    counts are approximations (one token per CJK character or whitespace-separated chunk).
+    of calls is reproducible; without one, every call differs.
+
+    In tracerag's prompt format it cites only when the prompt asks for citations (its system
+    message or instruction mentions citing); foreign prompts are always cited by position, so
+    ``wrap()`` can verify them.
+
+    ``usage_metadata`` counts exactly the text it read (every message of the prompt) and wrote
+    (the reply). It has no tokenizer of its own: its token is the unit of
+    ``tracerag.usage.estimate_tokens`` (one per CJK character, one per started four-character
+    chunk of other text).
     """
 
     model_name: str = "tracerag-extractive-1"
@@ -425,15 +445,16 @@ class ExtractiveChatModel(BaseChatModel):
             # that the answers themselves would disagree about.
             return json.dumps(make_plan(strong_candidates(scored)), ensure_ascii=False)
         chosen = select_sentences(scored, max(1, self.max_sentences), temp, rng)
-        answer = format_answer(chosen, parsed.question)
+        cite = parsed.foreign or asks_for_citations(messages)
+        answer = format_answer(chosen, parsed.question, cite=cite)
         if parsed.task == TASK_PLAN_AND_ANSWER:
             plan = json.dumps(make_plan(chosen), ensure_ascii=False)
             return f"PLAN: {plan}\nANSWER: {answer}"
         return answer
 
     def _result(self, messages: Sequence[BaseMessage], text: str, temperature: float) -> ChatResult:
-        input_tokens = sum(_approx_tokens(_message_text(m)) for m in messages)
-        output_tokens = _approx_tokens(text)
+        input_tokens = sum(estimate_tokens(_message_text(m)) for m in messages)
+        output_tokens = estimate_tokens(text)
         usage = {
             "input_tokens": input_tokens,
             "output_tokens": output_tokens,
@@ -446,7 +467,6 @@ class ExtractiveChatModel(BaseChatModel):
                 "model_name": self.model_name,
                 "temperature": temperature,
                 "finish_reason": "stop",
-                "token_usage_approximate": True,
             },
         )
         return ChatResult(
