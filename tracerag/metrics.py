@@ -43,14 +43,20 @@ import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry.metrics import Meter, MeterProvider
 
+try:
+    from opentelemetry.metrics._internal import _ProxyMeterProvider as _ApiProxy
+except ImportError:  # pragma: no cover - an API without the placeholder class
+    _ApiProxy = None  # type: ignore[assignment,misc]
+
 from tracerag import __version__, semconv
-from tracerag.context import RequestContext
+
+if TYPE_CHECKING:
+    from tracerag.context import RequestContext
 
 logger = logging.getLogger(__name__)
 
@@ -117,31 +123,35 @@ _prometheus_servers: list[PrometheusServer] = []
 # Provider selection and instruments
 
 
-def _user_global_provider() -> MeterProvider | None:
+def _installed_provider() -> MeterProvider | None:
+    """The global MeterProvider the application installed, or None while none is."""
     provider = otel_metrics.get_meter_provider()
-    name = type(provider).__name__
-    if name in {"_ProxyMeterProvider", "NoOpMeterProvider"}:
+    # the metrics API has no public proxy type: its own placeholder class, imported, not named
+    if _ApiProxy is not None and isinstance(provider, _ApiProxy):
         return None
     return provider
 
 
 def get_meter_provider(meter_provider: MeterProvider | None = None) -> MeterProvider:
-    """The MeterProvider tracerag records into (see the module docstring for the order).
+    """The MeterProvider a measurement made now is recorded into (see the module docstring).
 
-    Calling it early (e.g. when a pipeline is built) starts an endpoint asked for by the env.
+    Decided at every call, so a provider the application installs after the pipeline was built
+    receives every later measurement. The first call builds the provider the environment asks
+    for (e.g. starts the Prometheus endpoint); it is used while no global provider is installed.
     """
     global _from_env, _env_checked
     if meter_provider is not None:
         return meter_provider
     if _configured is not None:
         return _configured
-    user = _user_global_provider()
-    if user is not None:
-        return user
-    with _lock:
-        if not _env_checked:
-            _env_checked = True
-            _from_env = configure_metrics_from_env()
+    if not _env_checked:
+        with _lock:
+            if not _env_checked:
+                _from_env = configure_metrics_from_env()
+                _env_checked = True
+    installed = _installed_provider()
+    if installed is not None:
+        return installed
     return _from_env or otel_metrics.get_meter_provider()
 
 
@@ -482,20 +492,17 @@ def _otlp_metric_reader(
 ) -> Any:
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-    from tracerag.tracing import _parse_headers  # one header syntax for both signals
-
-    proto = (
-        (
-            protocol
-            or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
-            or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-            or "http/protobuf"
-        )
-        .strip()
-        .lower()
+    from tracerag.telemetry.export import (
+        MetricsEndpointCheck,
+        metrics_endpoint,
+        otlp_protocol,
+        parse_headers,
+        signal_url,
     )
+
+    proto = otlp_protocol(protocol, "METRICS")
     kwargs: dict[str, Any] = {}
-    parsed = _parse_headers(headers)
+    parsed = parse_headers(headers)
     if parsed is not None:
         kwargs["headers"] = parsed
     if timeout is not None:
@@ -504,17 +511,27 @@ def _otlp_metric_reader(
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
         exporter: Any = OTLPMetricExporter(endpoint=endpoint, **kwargs)
-    elif proto in {"http", "http/protobuf", "http/proto"}:
+    else:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
             OTLPMetricExporter as HttpMetricExporter,
         )
 
-        if endpoint is not None and urlsplit(endpoint).path in {"", "/"}:
-            endpoint = endpoint.rstrip("/") + "/v1/metrics"
+        if endpoint is not None:
+            endpoint = signal_url(endpoint, "/v1/metrics")
         exporter = HttpMetricExporter(endpoint=endpoint, **kwargs)
-    else:
-        raise ValueError(f"unsupported OTLP protocol {proto!r}: use 'http/protobuf' or 'grpc'")
-    return PeriodicExportingMetricReader(exporter, export_interval_millis=export_interval_millis)
+    probe_headers = parsed or parse_headers(
+        os.environ.get("OTEL_EXPORTER_OTLP_METRICS_HEADERS")
+        or os.environ.get("OTEL_EXPORTER_OTLP_HEADERS")
+    )
+    check = MetricsEndpointCheck(
+        exporter,
+        url=metrics_endpoint(endpoint, proto),
+        protocol=proto,
+        headers=probe_headers,
+    )
+    return PeriodicExportingMetricReader(
+        check.checked, export_interval_millis=export_interval_millis
+    )
 
 
 def configure_metrics(
@@ -597,8 +614,11 @@ def _build_meter_provider(
 
         all_readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter()))
     provider = SDKMeterProvider(
-        metric_readers=all_readers, resource=make_resource(service_name, resource_attributes)
+        metric_readers=all_readers,
+        resource=make_resource(service_name, resource_attributes),
+        shutdown_on_exit=False,  # shut down at exit with a bounded wait instead
     )
+    _shutdown_at_exit(provider)
     server = None
     if server_parts is not None:
         _, httpd, thread = server_parts
@@ -612,6 +632,33 @@ def _build_meter_provider(
         _prometheus_servers.append(server)
         logger.info("tracerag: metrics for Prometheus at %s", server.url)
     return provider, server
+
+
+def _shutdown_at_exit(provider: Any) -> None:
+    """Shut ``provider`` down at exit, waiting at most TRACERAG_EXPORT_SHUTDOWN_TIMEOUT."""
+    import atexit
+    import weakref
+
+    ref = weakref.ref(provider)
+
+    def shutdown() -> None:
+        found = ref()
+        if found is not None:
+            shutdown_bounded(found)
+
+    atexit.register(shutdown)
+
+
+def shutdown_bounded(provider: Any, timeout: float | None = None) -> None:
+    """Shut down a MeterProvider, waiting for its last export at most ``timeout`` seconds
+    (default ``TRACERAG_EXPORT_SHUTDOWN_TIMEOUT``, 2 s); never raises."""
+    from tracerag.telemetry.export import default_shutdown_timeout
+
+    seconds = timeout if timeout is not None else default_shutdown_timeout()
+    try:
+        provider.shutdown(timeout_millis=seconds * 1000)
+    except Exception as exc:
+        logger.warning("tracerag: metrics shutdown did not finish in %.1f s: %s", seconds, exc)
 
 
 def start_prometheus_server(port: int, addr: str = "127.0.0.1") -> PrometheusServer:
@@ -691,10 +738,7 @@ def reset_for_tests() -> None:
     with _lock:
         for provider in (_configured, _from_env):
             if provider is not None and hasattr(provider, "shutdown"):
-                try:
-                    provider.shutdown()
-                except Exception:
-                    logger.debug("shutdown failed", exc_info=True)
+                shutdown_bounded(provider)
         _configured = None
         _from_env = None
         _env_checked = False

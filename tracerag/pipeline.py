@@ -27,7 +27,6 @@ from tracerag.stages.register import register
 from tracerag.stages.retrieve import retrieve
 from tracerag.stages.sample import sample
 from tracerag.stages.verify import verify
-from tracerag.tracing import get_tracer
 
 
 def steps_for(tier: str, plan_mode: str) -> list[Step]:
@@ -85,7 +84,7 @@ def build_settings(
     if isinstance(thresholds, tuple):
         thresholds = Thresholds(pass_at=thresholds[0], review_at=thresholds[1])
     return Settings(
-        tracer=get_tracer(tracer_provider),
+        tracer_provider=tracer_provider,
         thresholds=thresholds or Thresholds(),
         rules=tuple(rules),
         escalation=escalation or InMemoryEscalationHandler(),

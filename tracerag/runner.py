@@ -25,7 +25,7 @@ from tracerag.context import RequestContext
 from tracerag.contract import Response
 from tracerag.errors import InputError
 from tracerag.settings import Settings
-from tracerag.tracing import capture, set_span_metadata
+from tracerag.tracing import capture, get_tracer, set_span_metadata
 
 logger = logging.getLogger("tracerag")
 
@@ -93,7 +93,7 @@ async def run_steps(
     ``on_stage(name, ctx)``, if given, is called after each step (skipped ones included); an
     exception it raises is logged and never fails the request.
     """
-    tracer = settings.tracer
+    tracer = get_tracer(settings.tracer_provider)  # per request: a provider set later is used
     started = time.perf_counter()
     with tracer.start_as_current_span(
         semconv.SPAN_REQUEST, record_exception=False, set_status_on_exception=False
@@ -134,7 +134,7 @@ async def _run_step(
     step: Step, ctx: RequestContext, settings: Settings, config: RunnableConfig | None
 ) -> RequestContext:
     name = semconv.STAGE_SPANS[step.name]
-    with settings.tracer.start_as_current_span(
+    with get_tracer(settings.tracer_provider).start_as_current_span(
         name, record_exception=False, set_status_on_exception=False
     ) as span:
         span.set_attribute(semconv.STAGE, step.name)

@@ -8,7 +8,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import TracerProvider
 
 from tracerag.errors import ConfigurationError
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
@@ -41,7 +41,7 @@ class Settings:
 
     retriever: BaseRetriever | None
     llm: BaseChatModel | None
-    tracer: Tracer
+    tracer_provider: TracerProvider | None = None  # None: decided per request (tracing)
     prompt_version: str | None = None
     model_version: str | None = None
     n_samples: int = 5

@@ -63,7 +63,7 @@ from tracerag.stages.sample import (
 )
 from tracerag.stages.verify import resolver_for, verify
 from tracerag.text.quantities import extract_quantities
-from tracerag.tracing import capture
+from tracerag.tracing import capture, get_tracer
 
 logger = logging.getLogger("tracerag.wrap")
 
@@ -265,7 +265,7 @@ class WrappedChain(Runnable[Any, Response]):
         self, ctx: RequestContext, settings: Settings, span: Span, config: Any = None
     ) -> RequestContext:
         n = settings.samples_for_tier()
-        tracer = settings.tracer
+        tracer = get_tracer(settings.tracer_provider)
         captures = [RunCapture() for _ in range(n)]
 
         async def one(index: int) -> Sample:

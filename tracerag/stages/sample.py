@@ -33,7 +33,7 @@ from tracerag.llm import (
 from tracerag.prompts import PROMPT, TASK_ANSWER, TASK_PLAN_AND_ANSWER, prompt_values
 from tracerag.settings import Settings
 from tracerag.stages.plan import parse_plan, split_inline
-from tracerag.tracing import capture
+from tracerag.tracing import capture, get_tracer
 
 TEMPERATURE_ZERO_WARNING = (
     "the model samples at temperature 0, so samples cannot disagree: "
@@ -149,7 +149,7 @@ async def sample(
     plan = ctx.plan if ctx.plan is not None and ctx.plan.ok else None
     messages = PROMPT.format_messages(**prompt_values(task, ctx.question, ctx.materials, plan))
     n = settings.samples_for_tier()
-    tracer: Tracer = settings.tracer
+    tracer: Tracer = get_tracer(settings.tracer_provider)
     retrieved = [m.id for m in ctx.materials]
 
     model_attributes = llm_span_attributes(llm, settings.temperature)
