@@ -73,7 +73,12 @@ from tracerag.telemetry.providers import (
     get_tracer,
     make_resource,
 )
-from tracerag.telemetry.spans import set_prompt_template, set_span_io, set_span_metadata
+from tracerag.telemetry.spans import (
+    MODEL_SPAN_KIND,
+    set_prompt_template,
+    set_span_io,
+    set_span_metadata,
+)
 
 
 def reset_for_tests() -> None:
@@ -93,6 +98,7 @@ __all__ = [
     "INSTRUMENTATION_NAME",
     "MAX_BATCH_BYTES_ENV",
     "MAX_CHARS_ENV",
+    "MODEL_SPAN_KIND",
     "REDACTION_PATTERNS",
     "SHUTDOWN_TIMEOUT_ENV",
     "Backend",

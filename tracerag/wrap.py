@@ -63,7 +63,7 @@ from tracerag.stages.sample import (
 )
 from tracerag.stages.verify import resolver_for, verify
 from tracerag.text.quantities import extract_quantities
-from tracerag.tracing import capture, get_tracer
+from tracerag.tracing import MODEL_SPAN_KIND, get_tracer
 
 logger = logging.getLogger("tracerag.wrap")
 
@@ -271,7 +271,9 @@ class WrappedChain(Runnable[Any, Response]):
         async def one(index: int) -> Sample:
             result = Sample(index=index)
             capture_run = captures[index]
-            with tracer.start_as_current_span(semconv.SPAN_SAMPLE_ONE) as child:
+            with tracer.start_as_current_span(
+                semconv.SPAN_SAMPLE_ONE, kind=MODEL_SPAN_KIND
+            ) as child:
                 on_retry = record_retry(ctx, child, "sample", settings.meter_provider, sample=index)
 
                 started = time.perf_counter()
@@ -302,10 +304,6 @@ class WrappedChain(Runnable[Any, Response]):
                 result.input_tokens = capture_run.token_usage.get("input_tokens")
                 result.output_tokens = capture_run.token_usage.get("output_tokens")
                 _model_attrs(child, capture_run, self.info)
-                if result.raw is not None:
-                    output_value = capture(result.raw)
-                    if output_value is not None:
-                        child.set_attribute(semconv.OI_OUTPUT_VALUE, output_value)
                 finish_sample_span(child, ctx, result)
             return result
 
@@ -320,7 +318,7 @@ class WrappedChain(Runnable[Any, Response]):
         if temperature == 0.0 and n > 1:
             ctx.params["temperature_zero"] = True
             logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)
-        record_samples(ctx, span, float(temperature if temperature is not None else -1.0))
+        record_samples(ctx, span, temperature)
         return ctx
 
     def _merge_run_materials(

@@ -33,7 +33,7 @@ from tracerag.llm import (
 from tracerag.prompts import PROMPT, TASK_ANSWER, TASK_PLAN_AND_ANSWER, prompt_values
 from tracerag.settings import Settings
 from tracerag.stages.plan import parse_plan, split_inline
-from tracerag.tracing import capture, get_tracer
+from tracerag.tracing import MODEL_SPAN_KIND, capture, get_tracer
 
 TEMPERATURE_ZERO_WARNING = (
     "the model samples at temperature 0, so samples cannot disagree: "
@@ -72,14 +72,14 @@ def input_message_attributes(messages: list[BaseMessage]) -> dict[str, Any]:
 
 
 def output_attributes(output: str | None) -> dict[str, Any]:
-    """OpenInference output message and value of a sample, under the capture policy."""
+    """OpenInference output message of a sample, under the capture policy (the sample's text
+    goes onto its span once, as the output message)."""
     if output is None:
         return {}
     attrs: dict[str, Any] = {semconv.oi_output_message(0, "role"): "assistant"}
     content = capture(output)
     if content is not None:
         attrs[semconv.oi_output_message(0, "content")] = content
-        attrs[semconv.OI_OUTPUT_VALUE] = content
     return attrs
 
 
@@ -110,9 +110,7 @@ def finish_sample_span(
             semconv.SAMPLE_OK: sample.ok,
         }
     )
-    raw = capture(sample.raw)
-    if raw is not None:
-        attrs[semconv.SAMPLE_RAW] = raw
+    attrs.update(output_attributes(sample.raw))
     attrs.update(usage_attributes(sample))
     if sample.error:
         attrs[semconv.SAMPLE_ERROR] = sample.error
@@ -120,12 +118,14 @@ def finish_sample_span(
     span.set_attributes(attrs)
 
 
-def record_samples(ctx: RequestContext, span: Span, temperature: float) -> None:
-    """Stage-level sample attributes, and the temperature-zero warning where it applies."""
+def record_samples(ctx: RequestContext, span: Span, temperature: float | None) -> None:
+    """Stage-level sample attributes, and the temperature-zero warning where it applies
+    (``temperature`` None: the model has none that tracerag knows)."""
     ok = sum(1 for s in ctx.samples if s.ok)
     span.set_attribute(semconv.SAMPLES_OK, ok)
     span.set_attribute(semconv.SAMPLES_FAILED, len(ctx.samples) - ok)
-    span.set_attribute(semconv.TEMPERATURE, float(temperature))
+    if temperature is not None and temperature >= 0:
+        span.set_attribute(semconv.TEMPERATURE, float(temperature))
     zero = temperature == 0.0 and len(ctx.samples) > 1
     span.set_attribute(semconv.TEMPERATURE_ZERO, zero)
     if zero and TEMPERATURE_ZERO_WARNING not in ctx.warnings:
@@ -152,14 +152,16 @@ async def sample(
     tracer: Tracer = get_tracer(settings.tracer_provider)
     retrieved = [m.id for m in ctx.materials]
 
-    model_attributes = llm_span_attributes(llm, settings.temperature)
-    model_attributes.update(input_message_attributes(messages))
+    # a model without a temperature field samples at its own setting: none is reported
+    model_attributes = llm_span_attributes(llm, settings.temperature if applied else None)
+    # the prompt goes onto the sample stage span once, not onto each of the N samples
+    span.set_attributes(input_message_attributes(messages))
     if ctx.versions.prompt:
         model_attributes[semconv.OI_PROMPT_TEMPLATE_VERSION] = ctx.versions.prompt
 
     async def one(index: int) -> Sample:
         result = Sample(index=index)
-        with tracer.start_as_current_span(semconv.SPAN_SAMPLE_ONE) as child:
+        with tracer.start_as_current_span(semconv.SPAN_SAMPLE_ONE, kind=MODEL_SPAN_KIND) as child:
             on_retry = record_retry(ctx, child, "sample", settings.meter_provider, sample=index)
 
             started = time.perf_counter()
@@ -189,9 +191,7 @@ async def sample(
                 child.record_exception(exc)
             result.attempts = tries.count
             result.latency_s = round(time.perf_counter() - started, 6)
-            finish_sample_span(
-                child, ctx, result, {**model_attributes, **output_attributes(result.raw)}
-            )
+            finish_sample_span(child, ctx, result, model_attributes)
         return result
 
     ctx.samples = list(await asyncio.gather(*(one(i) for i in range(n))))

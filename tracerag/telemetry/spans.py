@@ -6,8 +6,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from opentelemetry.trace import SpanKind
+
 from tracerag import semconv
 from tracerag.telemetry.capture import capture
+
+# model calls are outgoing calls to a provider: CLIENT spans, per the GenAI conventions
+MODEL_SPAN_KIND = SpanKind.CLIENT
 
 
 def _json(value: Any) -> str:
