@@ -23,6 +23,12 @@ step "PostgreSQL on 127.0.0.1"
 eval "$(bash .ci/postgres.sh)"
 trap 'bash .ci/postgres.sh stop >/dev/null 2>&1 || true' EXIT
 
+step "Jaeger v2 on 127.0.0.1 (built from the Go module proxy the first time, ~6.5 minutes)"
+jaeger_started=$SECONDS
+eval "$(bash .ci/jaeger.sh start)"
+echo "jaeger ready in $((SECONDS - jaeger_started))s" >&2
+trap 'bash .ci/jaeger.sh stop >/dev/null 2>&1 || true; bash .ci/postgres.sh stop >/dev/null 2>&1 || true' EXIT
+
 step "lint"
 python -m ruff check .
 

@@ -618,7 +618,9 @@ def _build_meter_provider(
         resource=make_resource(service_name, resource_attributes),
         shutdown_on_exit=False,  # shut down at exit with a bounded wait instead
     )
-    _shutdown_at_exit(provider)
+    from tracerag.telemetry.export import shutdown_at_exit
+
+    shutdown_at_exit(provider)
     server = None
     if server_parts is not None:
         _, httpd, thread = server_parts
@@ -632,21 +634,6 @@ def _build_meter_provider(
         _prometheus_servers.append(server)
         logger.info("tracerag: metrics for Prometheus at %s", server.url)
     return provider, server
-
-
-def _shutdown_at_exit(provider: Any) -> None:
-    """Shut ``provider`` down at exit, waiting at most TRACERAG_EXPORT_SHUTDOWN_TIMEOUT."""
-    import atexit
-    import weakref
-
-    ref = weakref.ref(provider)
-
-    def shutdown() -> None:
-        found = ref()
-        if found is not None:
-            shutdown_bounded(found)
-
-    atexit.register(shutdown)
 
 
 def shutdown_bounded(provider: Any, timeout: float | None = None) -> None:

@@ -60,7 +60,14 @@ from tracerag.telemetry.export import (
     dropped_spans,
     otlp_span_exporter,
 )
-from tracerag.telemetry.links import DEFAULT_BASE_URLS, Backend, format_trace_id, trace_link
+from tracerag.telemetry.links import (
+    DEFAULT_BASE_URLS,
+    TRACE_UI_ENV,
+    Backend,
+    format_trace_id,
+    trace_link,
+    trace_ui_link,
+)
 from tracerag.telemetry.phoenix import PhoenixEvaluationExporter, phoenix_evaluations
 from tracerag.telemetry.providers import (
     DEFAULT_SERVICE_NAME,
@@ -101,6 +108,7 @@ __all__ = [
     "MODEL_SPAN_KIND",
     "REDACTION_PATTERNS",
     "SHUTDOWN_TIMEOUT_ENV",
+    "TRACE_UI_ENV",
     "Backend",
     "CaptureMode",
     "CapturePolicy",
@@ -133,4 +141,5 @@ __all__ = [
     "set_span_io",
     "set_span_metadata",
     "trace_link",
+    "trace_ui_link",
 ]

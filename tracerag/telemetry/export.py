@@ -19,12 +19,16 @@ The SDK's own processor metrics (``otel.sdk.processor.span.processed{error.type}
 
 from __future__ import annotations
 
+import atexit
+import inspect
 import json
 import logging
 import os
 import threading
+import time
 import urllib.error
 import urllib.request
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -66,6 +70,55 @@ def default_max_batch_bytes() -> int:
 def default_shutdown_timeout() -> float:
     """Seconds shutdown waits for exports (``TRACERAG_EXPORT_SHUTDOWN_TIMEOUT``, default 2)."""
     return _env_number(SHUTDOWN_TIMEOUT_ENV, DEFAULT_SHUTDOWN_TIMEOUT)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exit: tracerag's own providers shut down together, within one bounded wait
+
+_exit_lock = threading.Lock()
+_exit_providers: weakref.WeakSet[Any] = weakref.WeakSet()
+_exit_registered = False
+
+
+def shutdown_at_exit(provider: Any) -> None:
+    """Shut ``provider`` down when the process exits, together with tracerag's other
+    providers, waiting at most ``TRACERAG_EXPORT_SHUTDOWN_TIMEOUT`` seconds for all of them."""
+    global _exit_registered
+    with _exit_lock:
+        _exit_providers.add(provider)
+        if not _exit_registered:
+            atexit.register(shutdown_providers)
+            _exit_registered = True
+
+
+def shutdown_providers(timeout: float | None = None) -> None:
+    """Shut down every provider registered with ``shutdown_at_exit``, in parallel, waiting at
+    most ``timeout`` seconds (default ``TRACERAG_EXPORT_SHUTDOWN_TIMEOUT``); never raises."""
+    seconds = timeout if timeout is not None else default_shutdown_timeout()
+    with _exit_lock:
+        providers = list(_exit_providers)
+        _exit_providers.clear()
+    workers = [
+        threading.Thread(
+            target=_shutdown_one, args=(p, seconds), name="tracerag-shutdown", daemon=True
+        )
+        for p in providers
+    ]
+    for worker in workers:
+        worker.start()
+    deadline = time.monotonic() + seconds + 0.25
+    for worker in workers:
+        worker.join(max(0.0, deadline - time.monotonic()))
+
+
+def _shutdown_one(provider: Any, seconds: float) -> None:
+    try:
+        if "timeout_millis" in inspect.signature(provider.shutdown).parameters:
+            provider.shutdown(timeout_millis=seconds * 1000)  # a MeterProvider
+        else:
+            provider.shutdown()  # a TracerProvider: tracerag's processors bound themselves
+    except Exception as exc:
+        logger.warning("tracerag: telemetry shutdown did not finish in %.1f s: %s", seconds, exc)
 
 
 # ---------------------------------------------------------------------------------------------

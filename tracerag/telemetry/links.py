@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Literal
 from urllib.parse import quote
@@ -74,3 +75,28 @@ def trace_link(
     }
     encoded = quote(json.dumps(panes, separators=(",", ":")), safe="")
     return f"{base}/explore?schemaVersion=1&panes={encoded}&orgId={org_id}"
+
+
+TRACE_UI_ENV = "TRACERAG_TRACE_UI"
+
+
+def configured_trace_ui() -> tuple[str, str | None] | None:
+    """``(backend, base_url)`` from ``TRACERAG_TRACE_UI`` (``jaeger``,
+    ``jaeger=http://127.0.0.1:16686``, ``tempo=http://grafana:3000``, ``phoenix=...``), or None
+    when it is unset."""
+    value = os.environ.get(TRACE_UI_ENV, "").strip()
+    if not value:
+        return None
+    backend, _, base = value.partition("=")
+    backend = backend.strip().lower()
+    if backend not in DEFAULT_BASE_URLS:
+        raise ValueError(f"{TRACE_UI_ENV}={value!r}: start with jaeger, tempo or phoenix")
+    return backend, base.strip() or None
+
+
+def trace_ui_link(trace_id: str | int | None) -> str | None:
+    """The link to ``trace_id`` in the trace UI named by ``TRACERAG_TRACE_UI``, or None."""
+    ui = configured_trace_ui()
+    if ui is None or not trace_id:
+        return None
+    return trace_link(trace_id, ui[0], ui[1])

@@ -37,6 +37,7 @@ from tracerag.telemetry.export import (
     Protocol,
     batch_processor,
     otlp_span_exporter,
+    shutdown_at_exit,
 )
 
 logger = logging.getLogger("tracerag.tracing")
@@ -255,7 +256,11 @@ def _build_provider(
     max_batch_bytes: int | None = None,
     shutdown_timeout: float | None = None,
 ) -> SDKTracerProvider:
-    provider = SDKTracerProvider(resource=make_resource(service_name, resource_attributes))
+    provider = SDKTracerProvider(
+        resource=make_resource(service_name, resource_attributes),
+        shutdown_on_exit=False,  # shut down with tracerag's other providers, bounded
+    )
+    shutdown_at_exit(provider)
     exporters: list[SpanExporter] = []
     if otlp:
         exporters.append(
