@@ -280,10 +280,13 @@ class TraceragBatchSpanProcessor(SpanProcessor):
                 self._handed += 1
         self._processor.on_end(span)
 
-    def _settle(self, reason: str) -> int:
-        """Count spans handed over that neither were exported nor failed an export."""
+    def _settle(self, handed: int, reason: str) -> int:
+        """Count spans of the first ``handed`` that neither were exported nor failed an export
+        (after a flush or shutdown every one of them has done one or the other, or was dropped;
+        spans handed later and already exported make this an underestimate, never an
+        overestimate, and the next flush catches up)."""
         with self._lock:
-            lost = self._handed - self.exporter.settled - self._accounted
+            lost = handed - self.exporter.settled - self._accounted
             if lost > 0:
                 self._accounted += lost
         if lost > 0:
@@ -291,9 +294,10 @@ class TraceragBatchSpanProcessor(SpanProcessor):
         return max(0, lost)
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        handed = self._handed
         done = bool(self._processor.force_flush(timeout_millis))
         if done:
-            self._settle("queue_full")
+            self._settle(handed, "queue_full")
         return done
 
     def shutdown(self) -> None:
@@ -311,7 +315,7 @@ class TraceragBatchSpanProcessor(SpanProcessor):
                 self.exporter.shutdown()
             except Exception:
                 logger.debug("tracerag: exporter shutdown failed", exc_info=True)
-            lost = self._settle("shutdown_timeout")
+            lost = self._settle(self._handed, "shutdown_timeout")
             logger.warning(
                 "tracerag: span export did not finish within %.1f s at shutdown (%s); "
                 "%d spans not exported",
@@ -320,7 +324,7 @@ class TraceragBatchSpanProcessor(SpanProcessor):
                 lost,
             )
         else:
-            lost = self._settle("queue_full")
+            lost = self._settle(self._handed, "queue_full")
             if lost:
                 logger.warning("tracerag: %d spans were dropped before export", lost)
 
