@@ -19,6 +19,10 @@ step "Debian packages: PostgreSQL, Chromium, Prometheus; Arize Phoenix"
 bash .ci/browser.sh
 bash .ci/observability.sh
 
+step "OpenTelemetry Collector (built with its builder the first time, ~8 minutes)"
+TRACERAG_OTELCOL_BIN=$(bash .ci/otelcol.sh build)
+export TRACERAG_OTELCOL_BIN
+
 step "PostgreSQL on 127.0.0.1"
 eval "$(bash .ci/postgres.sh)"
 trap 'bash .ci/postgres.sh stop >/dev/null 2>&1 || true' EXIT
