@@ -208,3 +208,15 @@ def test_no_temperature_reported_for_a_model_without_one(retriever, spans: SpanC
     for generation in generations:
         assert semconv.GENAI_REQUEST_TEMPERATURE not in (generation.attributes or {})
         assert "temperature" not in str(generation.attributes[semconv.OI_LLM_INVOCATION_PARAMETERS])
+
+
+def test_refused_request_root_carries_the_request_id(make_pipeline, spans: SpanCapture) -> None:
+    from tracerag.errors import MissingVersionError
+
+    rag = make_pipeline(scripted([GOOD]), prompt_version=None, audit=None)
+    with pytest.raises(MissingVersionError):
+        rag.invoke(QUESTION)
+    (root,) = spans.named(semconv.SPAN_REQUEST)
+    (register,) = spans.named(semconv.SPAN_REGISTER)
+    assert register.attributes[semconv.REQUEST_ID]
+    assert root.attributes[semconv.REQUEST_ID] == register.attributes[semconv.REQUEST_ID]
