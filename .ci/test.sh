@@ -19,7 +19,7 @@ step "Debian packages: PostgreSQL, Chromium, Prometheus; Arize Phoenix"
 bash .ci/browser.sh
 bash .ci/observability.sh
 
-step "OpenTelemetry Collector (built with its builder the first time, ~8 minutes)"
+step "OpenTelemetry Collector (built with its builder the first time, ~10 minutes)"
 TRACERAG_OTELCOL_BIN=$(bash .ci/otelcol.sh build)
 export TRACERAG_OTELCOL_BIN
 

@@ -64,8 +64,11 @@ def collector_binary() -> str | None:
     explicit = os.environ.get("TRACERAG_OTELCOL_BIN")
     if explicit:
         return explicit if Path(explicit).exists() else None
-    found = sorted(CACHE.glob("otelcol-min-*"))
-    return str(found[-1]) if found else None
+    import hashlib
+
+    manifest = (ROOT / ".ci" / "otelcol-builder.yaml").read_bytes()
+    cached = CACHE / f"otelcol-min-v0.165.0-{hashlib.sha256(manifest).hexdigest()[:12]}"
+    return str(cached) if cached.exists() else None
 
 
 @pytest.fixture(scope="module")
