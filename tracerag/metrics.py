@@ -1,16 +1,22 @@
 """Quality and health metrics of tracerag, through the OpenTelemetry metrics API.
 
-MeterProvider choice, in order:
+MeterProvider choice, in order, decided at every measurement:
 
 1. the ``meter_provider`` passed to a ``record_*`` function (``RAGPipeline(meter_provider=...)``);
 2. the provider tracerag made on request: ``configure_metrics(...)`` or
    ``start_prometheus_server(port)``;
-3. a MeterProvider the application installed globally (``metrics.set_meter_provider``);
-4. one built once from the environment: ``TRACERAG_PROMETHEUS_PORT`` (and
-   ``TRACERAG_PROMETHEUS_ADDR``, default ``127.0.0.1``) serves ``/metrics`` for Prometheus;
-   ``OTEL_METRICS_EXPORTER`` (``otlp``, ``prometheus``, ``console``, ``none``) and
-   ``OTEL_EXPORTER_OTLP_(METRICS_)ENDPOINT`` export over OTLP, like traces;
+3. a MeterProvider the application installed globally (``metrics.set_meter_provider``), also
+   when it did so after the pipeline was built;
+4. while none is installed, one built once from the environment: ``TRACERAG_PROMETHEUS_PORT``
+   (and ``TRACERAG_PROMETHEUS_ADDR``, default ``127.0.0.1``) serves ``/metrics`` for
+   Prometheus; ``OTEL_METRICS_EXPORTER`` (``otlp``, ``prometheus``, ``console``, ``none``) and
+   ``OTEL_EXPORTER_OTLP_(METRICS_)ENDPOINT`` export over OTLP, like traces. Before its first
+   OTLP export tracerag asks the endpoint whether it takes metrics: a traces-only backend
+   (Jaeger) is reported once, with the fix, and metrics export to it stops;
 5. otherwise the API's global provider, a no-op until the application installs one.
+
+Providers tracerag builds shut down at exit within ``TRACERAG_EXPORT_SHUTDOWN_TIMEOUT``
+seconds (default 2), together with its TracerProviders.
 
 Instruments (OpenTelemetry name → Prometheus name when exposed by the Prometheus exporter or
 by the Collector's prometheus exporter):
