@@ -29,7 +29,8 @@ trap 'bash .ci/postgres.sh stop >/dev/null 2>&1 || true' EXIT
 
 step "Jaeger v2 on 127.0.0.1 (built from the Go module proxy the first time, ~6.5 minutes)"
 jaeger_started=$SECONDS
-eval "$(bash .ci/jaeger.sh start)"
+jaeger_env=$(bash .ci/jaeger.sh start)  # an assignment, so a failed start stops the run
+eval "$jaeger_env"
 echo "jaeger ready in $((SECONDS - jaeger_started))s" >&2
 trap 'bash .ci/jaeger.sh stop >/dev/null 2>&1 || true; bash .ci/postgres.sh stop >/dev/null 2>&1 || true' EXIT
 
