@@ -7,7 +7,10 @@
 - ``capture``: the content-capture policy (read once), redaction and length caps;
 - ``spans``: OpenInference attribute helpers for stage spans;
 - ``links``: URLs that open a trace in Jaeger, Grafana Tempo or Phoenix;
-- ``phoenix``: evaluations as Phoenix span annotations.
+- ``phoenix``: evaluations as Phoenix span annotations;
+- ``meters``: which MeterProvider a measurement goes to, and the ones tracerag builds
+  (``configure_metrics``, Prometheus endpoint, environment);
+- ``instruments``: the metric instruments and what a request records into them.
 
-``tracerag.tracing`` re-exports the public names; ``tracerag.metrics`` holds the instruments.
+``tracerag.tracing`` and ``tracerag.metrics`` re-export the public names.
 """

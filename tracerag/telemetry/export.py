@@ -138,9 +138,9 @@ def count_dropped(count: int, reason: str) -> None:
     with _dropped_lock:
         _dropped += count
     try:
-        from tracerag import metrics
+        from tracerag.telemetry.instruments import record_spans_dropped
 
-        metrics.record_spans_dropped(count, reason)
+        record_spans_dropped(count, reason)
     except Exception:  # metrics must never break export
         logger.debug("tracerag: could not record dropped spans", exc_info=True)
 
