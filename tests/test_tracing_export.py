@@ -324,6 +324,9 @@ for i in range(30):
     with tracer.start_as_current_span(f"s{i}"):
         pass
 metrics.record_retry("sample", TimeoutError("x"))
+if len(sys.argv) > 2:  # flush first, as tracerag demo does
+    started = time.time()
+    print("flushed", tracing.force_flush(), time.time() - started, flush=True)
 print("ended", time.time(), flush=True)
 """
 
@@ -341,20 +344,25 @@ def test_exit_with_a_dead_collector_is_bounded_and_counts_the_loss(tmp_path) -> 
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["PYTHONPATH"] = str(root)
     env.pop(tracing.SHUTDOWN_TIMEOUT_ENV, None)
-    done = subprocess.run(
-        [sys.executable, str(script), str(unused_port())],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    exited = time.time()
-    assert done.returncode == 0, done.stderr[-2000:]
-    ended = float(done.stdout.split("ended", 1)[1])
-    # the default bound is 2 s; the OTLP exporters alone retry a dead collector for about
-    # 10 s per signal (15 s before tracerag bounded it)
-    assert exited - ended < 4, exited - ended
-    assert "30 spans not exported" in done.stderr, done.stderr[-2000:]
+    for flush_first in (False, True):
+        done = subprocess.run(
+            [sys.executable, str(script), str(unused_port())] + (["flush"] if flush_first else []),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        exited = time.time()
+        assert done.returncode == 0, done.stderr[-2000:]
+        ended = float(done.stdout.split("ended", 1)[1])
+        # the default bound is 2 s; the OTLP exporters alone retry a dead collector for about
+        # 10 s per signal (15 s before tracerag bounded it)
+        assert exited - ended < 4, exited - ended
+        assert "30 spans not exported" in done.stderr, done.stderr[-2000:]
+        if flush_first:
+            ok, took = done.stdout.split("flushed", 1)[1].split()[:2]
+            assert ok == "False"  # the flush says it did not finish
+            assert float(took) < 4, took
 
 
 def _metric_notices(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:

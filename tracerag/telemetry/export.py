@@ -203,6 +203,9 @@ class TraceragSpanExporter(SpanExporter):
         self.max_batch_bytes = max_batch_bytes or default_max_batch_bytes()
         self._lock = threading.Lock()
         self.settled = 0  # spans whose export finished, delivered or not
+        self.failed = 0  # of those, spans whose export failed
+        self._closed = False
+        self._shut = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         result = SpanExportResult.SUCCESS
@@ -219,13 +222,27 @@ class TraceragSpanExporter(SpanExporter):
                 "tracerag: span export raised; %d spans dropped", len(chunk), exc_info=True
             )
             result = SpanExportResult.FAILURE
+        failed = result is not SpanExportResult.SUCCESS
         with self._lock:
+            if self._closed:  # the processor already counted what was still out as lost
+                return result
             self.settled += len(chunk)
-        if result is not SpanExportResult.SUCCESS:
+            if failed:
+                self.failed += len(chunk)
+        if failed:
             count_dropped(len(chunk), "export_failed")
         return result
 
+    def stop_accounting(self) -> None:
+        """From now on, finishing exports are not counted (they were counted as lost)."""
+        with self._lock:
+            self._closed = True
+
     def shutdown(self) -> None:
+        with self._lock:
+            if self._shut:
+                return
+            self._shut = True
         self.exporter.shutdown()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
@@ -265,6 +282,7 @@ class TraceragBatchSpanProcessor(SpanProcessor):
         self._handed = 0  # sampled spans given to the batch processor
         self._accounted = 0  # spans counted as lost without an export
         self._closed = False
+        self._stuck: threading.Thread | None = None  # a flush that did not finish in time
 
     @property
     def span_exporter(self) -> SpanExporter:
@@ -293,9 +311,27 @@ class TraceragBatchSpanProcessor(SpanProcessor):
             count_dropped(lost, reason)
         return max(0, lost)
 
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+    def force_flush(self, timeout_millis: int | None = None) -> bool:
+        """Export what is queued, waiting at most ``timeout_millis`` (default: the shutdown
+        timeout); False when the export did not finish in time."""
+        seconds = self.shutdown_timeout if timeout_millis is None else timeout_millis / 1000
         handed = self._handed
-        done = bool(self._processor.force_flush(timeout_millis))
+        outcome: list[bool] = []
+        worker = threading.Thread(
+            target=lambda: outcome.append(bool(self._processor.force_flush(int(seconds * 1000)))),
+            name="tracerag-span-flush",
+            daemon=True,
+        )
+        worker.start()
+        worker.join(seconds)
+        if worker.is_alive():  # the exporter is retrying a collector that does not answer
+            self._stuck = worker
+            logger.warning(
+                "tracerag: span export did not finish within %.1f s; is the collector reachable?",
+                seconds,
+            )
+            return False
+        done = bool(outcome and outcome[0])
         if done:
             self._settle(handed, "queue_full")
         return done
@@ -304,29 +340,36 @@ class TraceragBatchSpanProcessor(SpanProcessor):
         if self._closed:
             return
         self._closed = True
+        stuck = self._stuck
+        if stuck is not None and stuck.is_alive():
+            # a flush already waited in vain for this collector: stop retrying it now
+            self.exporter.shutdown()
         worker = threading.Thread(
             target=self._processor.shutdown, name="tracerag-span-shutdown", daemon=True
         )
         worker.start()
         worker.join(self.shutdown_timeout)
-        if worker.is_alive():
-            # the exporter is still retrying a dead collector: stop it and leave
+        timed_out = worker.is_alive()
+        if timed_out:
+            # the exporter is still retrying a dead collector: count what is out, stop it
+            self.exporter.stop_accounting()
+            self._settle(self._handed, "shutdown_timeout")
             try:
                 self.exporter.shutdown()
             except Exception:
                 logger.debug("tracerag: exporter shutdown failed", exc_info=True)
-            lost = self._settle(self._handed, "shutdown_timeout")
-            logger.warning(
-                "tracerag: span export did not finish within %.1f s at shutdown (%s); "
-                "%d spans not exported",
-                self.shutdown_timeout,
-                SHUTDOWN_TIMEOUT_ENV,
-                lost,
-            )
         else:
-            lost = self._settle(self._handed, "queue_full")
-            if lost:
-                logger.warning("tracerag: %d spans were dropped before export", lost)
+            self._settle(self._handed, "queue_full")
+        lost = self.exporter.failed + self._accounted
+        if lost:
+            logger.warning(
+                "tracerag: %d spans not exported%s (tracerag.spans.dropped)",
+                lost,
+                f"; export did not finish within {self.shutdown_timeout:.1f} s at shutdown "
+                f"({SHUTDOWN_TIMEOUT_ENV})"
+                if timed_out
+                else "",
+            )
 
 
 def batch_processor(

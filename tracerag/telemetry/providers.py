@@ -97,12 +97,16 @@ def default_provider() -> TracerProvider | None:
     return _configured or _from_env
 
 
-def force_flush(timeout_millis: int = 30_000) -> bool:
-    """Export what tracerag's own providers still hold; True when there was nothing to fail."""
+def force_flush(timeout_millis: int | None = None) -> bool:
+    """Export what tracerag's own providers still hold, waiting at most ``timeout_millis``
+    (default ``TRACERAG_EXPORT_SHUTDOWN_TIMEOUT``, 2 s); True when nothing failed or timed out."""
+    from tracerag.telemetry.export import default_shutdown_timeout
+
+    millis = int(default_shutdown_timeout() * 1000) if timeout_millis is None else timeout_millis
     ok = True
     for provider in (_configured, _from_env):
         if provider is not None and hasattr(provider, "force_flush"):
-            ok = bool(provider.force_flush(timeout_millis)) and ok
+            ok = bool(provider.force_flush(millis)) and ok
     return ok
 
 
