@@ -21,9 +21,20 @@ bash .ci/browser.sh
 bash .ci/frontend.sh
 bash .ci/observability.sh
 
+step "OpenTelemetry Collector (built with its builder the first time, ~10 minutes)"
+TRACERAG_OTELCOL_BIN=$(bash .ci/otelcol.sh build)
+export TRACERAG_OTELCOL_BIN
+
 step "PostgreSQL on 127.0.0.1"
 eval "$(bash .ci/postgres.sh)"
 trap 'bash .ci/postgres.sh stop >/dev/null 2>&1 || true' EXIT
+
+step "Jaeger v2 on 127.0.0.1 (built from the Go module proxy the first time, ~6.5 minutes)"
+jaeger_started=$SECONDS
+jaeger_env=$(bash .ci/jaeger.sh start)  # an assignment, so a failed start stops the run
+eval "$jaeger_env"
+echo "jaeger ready in $((SECONDS - jaeger_started))s" >&2
+trap 'bash .ci/jaeger.sh stop >/dev/null 2>&1 || true; bash .ci/postgres.sh stop >/dev/null 2>&1 || true' EXIT
 
 step "lint"
 python -m ruff check .

@@ -139,12 +139,14 @@ class OtlpHttpReceiver:
     """OTLP/HTTP (protobuf) receiver on 127.0.0.1; use as a context manager.
 
     ``status`` is the HTTP status answered to exports (set to 503 to simulate a failing
-    collector); ``delay`` seconds are slept before answering.
+    collector); ``delay`` seconds are slept before answering; ``metrics=False`` answers 404 to
+    ``/v1/metrics``, as a traces-only backend (Jaeger) does.
     """
 
-    def __init__(self, status: int = 200, delay: float = 0.0) -> None:
+    def __init__(self, status: int = 200, delay: float = 0.0, *, metrics: bool = True) -> None:
         self.status = status
         self.delay = delay
+        self.metrics = metrics
         self.store = _Store()
         receiver = self
 
@@ -169,7 +171,7 @@ class OtlpHttpReceiver:
                 if path == "/v1/traces":
                     receiver.store.add(decode_traces(body), headers, path)
                     reply = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
-                elif path == "/v1/metrics":
+                elif path == "/v1/metrics" and receiver.metrics:
                     receiver.store.add_metrics(metric_names(body), headers, path)
                     reply = metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()
                 else:

@@ -221,11 +221,15 @@ class BlockingExporter(SpanExporter):
     """Holds the first export until released, so the batch queue fills behind it."""
 
     def __init__(self) -> None:
+        self.started = threading.Event()
         self.release = threading.Event()
+        self.waited_out = False
         self.exported = 0
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        self.release.wait(10)
+        self.started.set()
+        if not self.release.wait(10):
+            self.waited_out = True  # nobody released it: ending spans had waited for export
         self.exported += len(spans)
         return SpanExportResult.SUCCESS
 
@@ -244,19 +248,49 @@ def test_full_batch_queue_counts_drops_without_blocking(
     tracer = tracing.get_tracer(provider)
     with tracer.start_as_current_span("first"):
         pass
-    time.sleep(0.2)  # the worker is now stuck in export with "first"
-    start = time.perf_counter()
+    assert exporter.started.wait(10)  # the worker is now stuck in export with "first"
     for i in range(50):
         with tracer.start_as_current_span(f"s{i}"):
             pass
-    elapsed = time.perf_counter() - start
     exporter.release.set()
     provider.force_flush(5_000)
     provider.shutdown()
     dropped = counter_total(metric_reader, semconv.METRIC_SPANS_DROPPED, reason="queue_full")
-    assert elapsed < 0.5
+    assert not exporter.waited_out  # 50 spans ended while the exporter was stuck
     assert dropped > 0
     assert exporter.exported + dropped == 51
+
+
+def test_sdk_processor_metrics_count_queue_full_drops(
+    monkeypatch: pytest.MonkeyPatch, metric_reader: InMemoryMetricReader
+) -> None:
+    monkeypatch.setenv("OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED", "true")
+    exporter = BlockingExporter()
+    provider = SDKTracerProvider()
+    provider.add_span_processor(
+        tracing.batch_processor(
+            exporter,
+            max_queue_size=8,
+            schedule_delay_millis=5,
+            meter_provider=metrics.get_meter_provider(),
+        )
+    )
+    tracer = tracing.get_tracer(provider)
+    with tracer.start_as_current_span("first"):
+        pass
+    assert exporter.started.wait(10)
+    for i in range(50):
+        with tracer.start_as_current_span(f"s{i}"):
+            pass
+    exporter.release.set()
+    provider.force_flush(5_000)
+    provider.shutdown()
+    sdk_dropped = counter_total(
+        metric_reader, "otel.sdk.processor.span.processed", **{"error.type": "queue_full"}
+    )
+    ours = counter_total(metric_reader, semconv.METRIC_SPANS_DROPPED, reason="queue_full")
+    assert sdk_dropped > 0
+    assert sdk_dropped == ours
 
 
 def test_raising_exporter_is_counted(metric_reader: InMemoryMetricReader) -> None:
@@ -277,3 +311,107 @@ def test_raising_exporter_is_counted(metric_reader: InMemoryMetricReader) -> Non
 def test_bad_protocol_is_rejected() -> None:
     with pytest.raises(ValueError, match="protocol"):
         tracing.configure(endpoint="http://127.0.0.1:1", protocol="http/json")
+
+
+SHUTDOWN_SCRIPT = """
+import sys, time
+from tracerag import metrics, tracing
+port = int(sys.argv[1])
+tracing.configure(endpoint=f"http://127.0.0.1:{port}", schedule_delay_millis=60_000)
+metrics.configure_metrics(otlp=True, endpoint=f"http://127.0.0.1:{port}")
+tracer = tracing.get_tracer()
+for i in range(30):
+    with tracer.start_as_current_span(f"s{i}"):
+        pass
+metrics.record_retry("sample", TimeoutError("x"))
+if len(sys.argv) > 2:  # flush first, as tracerag demo does
+    started = time.time()
+    print("flushed", tracing.force_flush(), time.time() - started, flush=True)
+print("ended", time.time(), flush=True)
+"""
+
+
+@pytest.mark.integration
+def test_exit_with_a_dead_collector_is_bounded_and_counts_the_loss(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    script = tmp_path / "exit.py"
+    script.write_text(SHUTDOWN_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["PYTHONPATH"] = str(root)
+    env.pop(tracing.SHUTDOWN_TIMEOUT_ENV, None)
+    for flush_first in (False, True):
+        done = subprocess.run(
+            [sys.executable, str(script), str(unused_port())] + (["flush"] if flush_first else []),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        exited = time.time()
+        assert done.returncode == 0, done.stderr[-2000:]
+        ended = float(done.stdout.split("ended", 1)[1])
+        # the default bound is 2 s; the OTLP exporters alone retry a dead collector for about
+        # 10 s per signal (15 s before tracerag bounded it)
+        assert exited - ended < 4, exited - ended
+        assert "30 spans not exported" in done.stderr, done.stderr[-2000:]
+        if flush_first:
+            ok, took = done.stdout.split("flushed", 1)[1].split()[:2]
+            assert ok == "False"  # the flush says it did not finish
+            assert float(took) < 4, took
+
+
+def _metric_notices(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if "does not accept OTLP metrics" in r.getMessage()]
+
+
+@pytest.mark.integration
+def test_traces_only_http_backend_is_reported_once_and_metrics_stop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with OtlpHttpReceiver(metrics=False) as receiver, caplog.at_level(logging.INFO):
+        provider = metrics.configure_metrics(
+            otlp=True, endpoint=receiver.endpoint, export_interval_millis=50
+        )
+        for _ in range(3):
+            metrics.record_retry("sample", TimeoutError("slow"))
+            provider.force_flush(5_000)  # type: ignore[attr-defined]
+        metrics.reset_for_tests()
+    (notice,) = _metric_notices(caplog)
+    assert "HTTP 404" in notice.getMessage()
+    assert "OTEL_METRICS_EXPORTER=none" in notice.getMessage()
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    # one probe, no metric export after it
+    assert [r["path"] for r in receiver.store.requests] == []
+
+
+@pytest.mark.integration
+def test_traces_only_grpc_backend_is_reported_once(caplog: pytest.LogCaptureFixture) -> None:
+    with OtlpGrpcReceiver() as receiver, caplog.at_level(logging.INFO):  # TraceService only
+        provider = metrics.configure_metrics(
+            otlp=True, endpoint=receiver.endpoint, protocol="grpc", export_interval_millis=50
+        )
+        for _ in range(3):
+            metrics.record_retry("sample", TimeoutError("slow"))
+            provider.force_flush(5_000)  # type: ignore[attr-defined]
+        metrics.reset_for_tests()
+    (notice,) = _metric_notices(caplog)
+    assert "UNIMPLEMENTED" in notice.getMessage()
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+@pytest.mark.integration
+def test_metrics_backend_that_takes_metrics_gets_them(caplog: pytest.LogCaptureFixture) -> None:
+    with OtlpHttpReceiver() as receiver, caplog.at_level(logging.INFO):
+        provider = metrics.configure_metrics(
+            otlp=True, endpoint=receiver.endpoint, export_interval_millis=50
+        )
+        metrics.record_retry("sample", TimeoutError("slow"))
+        provider.force_flush(5_000)  # type: ignore[attr-defined]
+        metrics.reset_for_tests()
+    assert _metric_notices(caplog) == []
+    assert semconv.METRIC_RETRIES in receiver.store.metric_names

@@ -22,7 +22,6 @@ from tracerag.signals.consistency import Equivalence
 from tracerag.signals.rules import Rule
 from tracerag.signals.support import SupportBackend
 from tracerag.stages.table import ModelSource, Step, steps_for
-from tracerag.tracing import get_tracer
 from tracerag.usage import load_prices
 
 __all__ = ["RAGPipeline", "Step", "build_settings", "steps_for"]
@@ -43,7 +42,6 @@ def build_settings(
     if isinstance(thresholds, tuple):
         thresholds = Thresholds(pass_at=thresholds[0], review_at=thresholds[1])
     return Settings(
-        tracer=get_tracer(tracer_provider),
         tracer_provider=tracer_provider,
         thresholds=thresholds or Thresholds(),
         rules=tuple(rules),

@@ -34,7 +34,7 @@ from tracerag.settings import Settings
 from tracerag.stages.register import new_request_id
 from tracerag.stages.table import Source, Step, steps_for
 from tracerag.state import INPUT_KEYS, RequestInput, RequestState
-from tracerag.tracing import capture, set_span_metadata
+from tracerag.tracing import capture, get_tracer, set_span_metadata
 
 __all__ = [
     "INPUT_KEYS",
@@ -171,7 +171,7 @@ async def run(
             request_id=new_request_id(),
             started_at=request.started_at,
         )
-    tracer = settings.tracer
+    tracer = get_tracer(settings.tracer_provider)  # per request: a provider set later is used
     started = time.perf_counter()
     with (
         usage.metering() as ledger,
@@ -250,7 +250,7 @@ async def _run_step(
     step: Step, state: RequestState, settings: Settings, config: RunnableConfig | None
 ) -> RequestState:
     name = semconv.STAGE_SPANS[step.name]
-    with settings.tracer.start_as_current_span(
+    with get_tracer(settings.tracer_provider).start_as_current_span(
         name, record_exception=False, set_status_on_exception=False
     ) as span:
         span.set_attributes(

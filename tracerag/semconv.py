@@ -2,10 +2,15 @@
 
 Stages and signals import names from here; no attribute string is written anywhere else.
 Three vocabularies live side by side: ``tracerag.*`` (ours), OpenInference (read by Phoenix and
-other OpenInference tools) and the OpenTelemetry GenAI semantic conventions (``gen_ai.*``).
+other OpenInference tools; names taken from ``openinference-semantic-conventions``) and the
+OpenTelemetry GenAI semantic conventions (``gen_ai.*``; names taken from
+``opentelemetry-semantic-conventions``).
 """
 
 from __future__ import annotations
+
+from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _genai
 
 # ---------------------------------------------------------------------------------------------
 # Span names: the root and its six stage children (plus one child span per sample).
@@ -116,55 +121,55 @@ RETRY_ERROR = "tracerag.retry.error"
 WARNING_MESSAGE = "tracerag.warning.message"
 
 # ---------------------------------------------------------------------------------------------
-# OpenInference semantic conventions
-OI_SPAN_KIND = "openinference.span.kind"
-OI_KIND_CHAIN = "CHAIN"
-OI_KIND_RETRIEVER = "RETRIEVER"
-OI_KIND_LLM = "LLM"
-OI_KIND_EVALUATOR = "EVALUATOR"
-OI_INPUT_VALUE = "input.value"
-OI_INPUT_MIME = "input.mime_type"
-OI_OUTPUT_VALUE = "output.value"
-OI_OUTPUT_MIME = "output.mime_type"
-OI_SESSION_ID = "session.id"
-OI_USER_ID = "user.id"
-OI_METADATA = "metadata"
-OI_LLM_MODEL_NAME = "llm.model_name"
-OI_LLM_INVOCATION_PARAMETERS = "llm.invocation_parameters"
-OI_LLM_TOKEN_PROMPT = "llm.token_count.prompt"
-OI_LLM_TOKEN_COMPLETION = "llm.token_count.completion"
-OI_LLM_TOKEN_TOTAL = "llm.token_count.total"
+# OpenInference semantic conventions (names from openinference-semantic-conventions)
+OI_SPAN_KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
+OI_KIND_CHAIN = OpenInferenceSpanKindValues.CHAIN.value
+OI_KIND_RETRIEVER = OpenInferenceSpanKindValues.RETRIEVER.value
+OI_KIND_LLM = OpenInferenceSpanKindValues.LLM.value
+OI_KIND_EVALUATOR = OpenInferenceSpanKindValues.EVALUATOR.value
+OI_INPUT_VALUE = SpanAttributes.INPUT_VALUE
+OI_INPUT_MIME = SpanAttributes.INPUT_MIME_TYPE
+OI_OUTPUT_VALUE = SpanAttributes.OUTPUT_VALUE
+OI_OUTPUT_MIME = SpanAttributes.OUTPUT_MIME_TYPE
+OI_SESSION_ID = SpanAttributes.SESSION_ID
+OI_USER_ID = SpanAttributes.USER_ID
+OI_METADATA = SpanAttributes.METADATA
+OI_LLM_MODEL_NAME = SpanAttributes.LLM_MODEL_NAME
+OI_LLM_INVOCATION_PARAMETERS = SpanAttributes.LLM_INVOCATION_PARAMETERS
+OI_LLM_TOKEN_PROMPT = SpanAttributes.LLM_TOKEN_COUNT_PROMPT
+OI_LLM_TOKEN_COMPLETION = SpanAttributes.LLM_TOKEN_COUNT_COMPLETION
+OI_LLM_TOKEN_TOTAL = SpanAttributes.LLM_TOKEN_COUNT_TOTAL
 
 
 def oi_document(i: int, field: str) -> str:
     """``retrieval.documents.{i}.document.{field}`` (field: id, content, score, metadata)."""
-    return f"retrieval.documents.{i}.document.{field}"
+    return f"{SpanAttributes.RETRIEVAL_DOCUMENTS}.{i}.document.{field}"
 
 
 def oi_input_message(i: int, field: str) -> str:
     """``llm.input_messages.{i}.message.{field}`` (field: role, content)."""
-    return f"llm.input_messages.{i}.message.{field}"
+    return f"{SpanAttributes.LLM_INPUT_MESSAGES}.{i}.message.{field}"
 
 
 def oi_output_message(i: int, field: str) -> str:
     """``llm.output_messages.{i}.message.{field}`` (field: role, content)."""
-    return f"llm.output_messages.{i}.message.{field}"
+    return f"{SpanAttributes.LLM_OUTPUT_MESSAGES}.{i}.message.{field}"
 
 
 # ---------------------------------------------------------------------------------------------
-# OpenTelemetry GenAI semantic conventions
-GENAI_OPERATION_NAME = "gen_ai.operation.name"
-GENAI_PROVIDER_NAME = "gen_ai.provider.name"
-GENAI_REQUEST_MODEL = "gen_ai.request.model"
-GENAI_REQUEST_TEMPERATURE = "gen_ai.request.temperature"
-GENAI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
-GENAI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
-GENAI_EVALUATION_EVENT = "gen_ai.evaluation.result"
-GENAI_EVALUATION_NAME = "gen_ai.evaluation.name"
-GENAI_EVALUATION_SCORE_VALUE = "gen_ai.evaluation.score.value"
-GENAI_EVALUATION_SCORE_LABEL = "gen_ai.evaluation.score.label"
-GENAI_EVALUATION_EXPLANATION = "gen_ai.evaluation.explanation"
-GENAI_OPERATION_CHAT = "chat"
+# OpenTelemetry GenAI semantic conventions (names from opentelemetry-semantic-conventions)
+GENAI_OPERATION_NAME = _genai.GEN_AI_OPERATION_NAME
+GENAI_PROVIDER_NAME = _genai.GEN_AI_PROVIDER_NAME
+GENAI_REQUEST_MODEL = _genai.GEN_AI_REQUEST_MODEL
+GENAI_REQUEST_TEMPERATURE = _genai.GEN_AI_REQUEST_TEMPERATURE
+GENAI_USAGE_INPUT_TOKENS = _genai.GEN_AI_USAGE_INPUT_TOKENS
+GENAI_USAGE_OUTPUT_TOKENS = _genai.GEN_AI_USAGE_OUTPUT_TOKENS
+GENAI_EVALUATION_EVENT = "gen_ai.evaluation.result"  # an event name: no constant ships for it
+GENAI_EVALUATION_NAME = _genai.GEN_AI_EVALUATION_NAME
+GENAI_EVALUATION_SCORE_VALUE = _genai.GEN_AI_EVALUATION_SCORE_VALUE
+GENAI_EVALUATION_SCORE_LABEL = _genai.GEN_AI_EVALUATION_SCORE_LABEL
+GENAI_EVALUATION_EXPLANATION = _genai.GEN_AI_EVALUATION_EXPLANATION
+GENAI_OPERATION_CHAT = _genai.GenAiOperationNameValues.CHAT.value
 
 # ---------------------------------------------------------------------------------------------
 # Metric instrument names (OpenTelemetry names; Prometheus exposition adds unit/_total suffixes)
@@ -190,10 +195,10 @@ METRIC_ATTR_ERROR_TYPE = "error_type"
 METRIC_ATTR_REASON = "reason"
 
 # OpenInference prompt template and tags (set through tracerag.tracing helpers)
-OI_PROMPT_TEMPLATE = "llm.prompt_template.template"
-OI_PROMPT_TEMPLATE_VERSION = "llm.prompt_template.version"
-OI_PROMPT_TEMPLATE_VARIABLES = "llm.prompt_template.variables"
-OI_TAGS = "tag.tags"
+OI_PROMPT_TEMPLATE = SpanAttributes.LLM_PROMPT_TEMPLATE
+OI_PROMPT_TEMPLATE_VERSION = SpanAttributes.LLM_PROMPT_TEMPLATE_VERSION
+OI_PROMPT_TEMPLATE_VARIABLES = SpanAttributes.LLM_PROMPT_TEMPLATE_VARIABLES
+OI_TAGS = SpanAttributes.TAG_TAGS
 
 # ---------------------------------------------------------------------------------------------
 # Token usage and cost (see tracerag.usage)

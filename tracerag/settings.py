@@ -8,7 +8,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
-from opentelemetry.trace import Tracer, TracerProvider
+from opentelemetry.trace import TracerProvider
 
 from tracerag.errors import ConfigurationError
 from tracerag.prompts import PromptVersion
@@ -62,7 +62,7 @@ class Settings:
 
     retriever: BaseRetriever | None
     llm: BaseChatModel | None
-    tracer: Tracer
+    tracer_provider: TracerProvider | None = None  # None: decided per request (tracing)
     prompt_version: str | None = None
     model_version: str | None = None
     n_samples: int = 5
@@ -78,7 +78,6 @@ class Settings:
     combiner: Combiner = field(default_factory=HeuristicCombiner)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     record_sink: Callable[[dict[str, Any]], bool | Awaitable[bool]] | None = None
-    tracer_provider: TracerProvider | None = None
     meter_provider: Any = None
     max_question_chars: int = 8000
     # attribution (tracerag.signals.attribution)

@@ -60,7 +60,6 @@ from tracerag.stages.sample import (
     samples_wanted,
 )
 from tracerag.state import ErrorLog, RequestState, Retrieval, SampleSet
-from tracerag.tracing import capture
 
 if TYPE_CHECKING:
     from tracerag.routing import EscalationHandler, Thresholds
@@ -273,11 +272,7 @@ class ChainSource:
         def describe(index: int, draw: Draw | None) -> dict[str, Any]:
             attrs = _model_attrs(captures[index], self.info)
             attrs.update(usage_meter.span_attributes(captures[index].calls))
-            if draw is not None:
-                output_value = capture(draw.raw)
-                if output_value is not None:
-                    attrs[semconv.OI_OUTPUT_VALUE] = output_value
-            return attrs
+            return attrs  # the output message is set from the sample itself
 
         errors = ErrorLog()
         drawn = await draw_samples(state, settings, n, generate, describe, errors)
@@ -290,11 +285,12 @@ class ChainSource:
         if extra:
             span.set_attribute(semconv.RETRIEVAL_MATERIAL_IDS, [m.id for m in materials])
         temperatures = {c.temperature for c in captures if c.temperature is not None}
-        temperature = temperatures.pop() if len(temperatures) == 1 else settings.temperature
+        # the runs' own temperature, else the chain's; None: the model has none tracerag knows
+        temperature = temperatures.pop() if len(temperatures) == 1 else self.info.temperature
         zero = temperature == 0.0 and n > 1
         if zero:
             logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)
-        warnings = record_samples(samples, span, float(temperature))
+        warnings = record_samples(samples, span, temperature)
         return SampleSet(
             samples=samples,
             temperature=temperature,

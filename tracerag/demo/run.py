@@ -114,6 +114,11 @@ def render(index: int, question: dict[str, Any], response: Response) -> str:
     if question.get("expect"):
         lines.append(f"    (built to show: {question['expect']} — {question.get('why', '')})")
     lines.append(f"    request_id: {response.request_id}  trace_id: {response.trace_id}")
+    from tracerag.tracing import trace_ui_link
+
+    link = trace_ui_link(response.trace_id)  # only when TRACERAG_TRACE_UI names a trace UI
+    if link:
+        lines.append(f"    trace: {link}")
     return "\n".join(lines)
 
 

@@ -276,10 +276,11 @@ def _escalate(
     except Exception as exc:  # the answer stays withheld; the failure is recorded, not raised
         errors.record_error("assemble", exc, handler=type(settings.escalation).__name__)
         span.record_exception(exc)
-    span.add_event(
-        semconv.EVENT_ESCALATED,
-        {semconv.TICKET_ID: ticket.ticket_id, semconv.DECISION: ticket.decision},
-    )
+    if ticket.decision == ESCALATE:  # a review flag is not an escalation
+        span.add_event(
+            semconv.EVENT_ESCALATED,
+            {semconv.TICKET_ID: ticket.ticket_id, semconv.DECISION: ticket.decision},
+        )
     return ticket.ticket_id
 
 

@@ -40,7 +40,7 @@ from tracerag.settings import Settings
 from tracerag.signals.types import Plan
 from tracerag.stages.plan import parse_plan, split_inline
 from tracerag.state import ErrorLog, RequestState, Sample, SampleSet
-from tracerag.tracing import capture
+from tracerag.tracing import MODEL_SPAN_KIND, capture, get_tracer
 
 TEMPERATURE_ZERO_WARNING = (
     "the model samples at temperature 0, so samples cannot disagree: "
@@ -79,14 +79,14 @@ def input_message_attributes(messages: list[BaseMessage]) -> dict[str, Any]:
 
 
 def output_attributes(output: str | None) -> dict[str, Any]:
-    """OpenInference output message and value of a sample, under the capture policy."""
+    """OpenInference output message of a sample, under the capture policy (the sample's text
+    goes onto its span once, as the output message)."""
     if output is None:
         return {}
     attrs: dict[str, Any] = {semconv.oi_output_message(0, "role"): "assistant"}
     content = capture(output)
     if content is not None:
         attrs[semconv.oi_output_message(0, "content")] = content
-        attrs[semconv.OI_OUTPUT_VALUE] = content
     return attrs
 
 
@@ -117,9 +117,7 @@ def finish_sample_span(
             semconv.SAMPLE_OK: sample.ok,
         }
     )
-    raw = capture(sample.raw)
-    if raw is not None:
-        attrs[semconv.SAMPLE_RAW] = raw
+    attrs.update(output_attributes(sample.raw))
     attrs.update(usage_attributes(sample))
     if sample.error:
         attrs[semconv.SAMPLE_ERROR] = sample.error
@@ -127,18 +125,21 @@ def finish_sample_span(
     span.set_attributes(attrs)
 
 
-def record_samples(samples: tuple[Sample, ...], span: Span, temperature: float) -> tuple[str, ...]:
-    """Stage-level sample attributes; the temperature-zero warning, if it applies."""
+def record_samples(
+    samples: tuple[Sample, ...], span: Span, temperature: float | None
+) -> tuple[str, ...]:
+    """Stage-level sample attributes; the temperature-zero warning, if it applies
+    (``temperature`` None: the model has none that tracerag knows)."""
     ok = sum(1 for s in samples if s.ok)
     zero = temperature == 0.0 and len(samples) > 1
-    span.set_attributes(
-        {
-            semconv.SAMPLES_OK: ok,
-            semconv.SAMPLES_FAILED: len(samples) - ok,
-            semconv.TEMPERATURE: float(temperature),
-            semconv.TEMPERATURE_ZERO: zero,
-        }
-    )
+    attrs: dict[str, Any] = {
+        semconv.SAMPLES_OK: ok,
+        semconv.SAMPLES_FAILED: len(samples) - ok,
+        semconv.TEMPERATURE_ZERO: zero,
+    }
+    if temperature is not None and temperature >= 0:
+        attrs[semconv.TEMPERATURE] = float(temperature)
+    span.set_attributes(attrs)
     if not zero:
         return ()
     span.add_event(semconv.EVENT_WARNING, {semconv.WARNING_MESSAGE: TEMPERATURE_ZERO_WARNING})
@@ -173,11 +174,11 @@ async def draw_samples(
     errors: ErrorLog,
 ) -> tuple[Sample, ...]:
     """Draw ``n`` samples concurrently, each in its own child span; failures are kept."""
-    tracer: Tracer = settings.tracer
+    tracer: Tracer = get_tracer(settings.tracer_provider)
     request_id = state.request_id
 
     async def one(index: int) -> Sample:
-        with tracer.start_as_current_span(semconv.SPAN_SAMPLE_ONE) as child:
+        with tracer.start_as_current_span(semconv.SPAN_SAMPLE_ONE, kind=MODEL_SPAN_KIND) as child:
             on_retry = record_retry(errors, child, "sample", settings.meter_provider, sample=index)
             started = time.perf_counter()
             tries = Tries()
@@ -241,8 +242,10 @@ async def sample(
     messages = prompt_messages(task, state.question, materials, plan, prompt=settings.prompt)
     retrieved = [m.id for m in materials]
 
-    model_attributes = llm_span_attributes(llm, settings.temperature)
-    model_attributes.update(input_message_attributes(messages))
+    # a model without a temperature field samples at its own setting: none is reported
+    model_attributes = llm_span_attributes(llm, settings.temperature if applied else None)
+    # the prompt goes onto the sample stage span once, not onto each of the N samples
+    span.set_attributes(input_message_attributes(messages))
     versions = state.registration.versions if state.registration is not None else None
     if versions is not None and versions.prompt:
         model_attributes[semconv.OI_PROMPT_TEMPLATE_VERSION] = versions.prompt
@@ -268,13 +271,13 @@ async def sample(
 
     def describe(index: int, draw: Draw | None) -> Mapping[str, Any]:
         spent = draw.attributes if draw is not None else {}
-        return {**model_attributes, **output_attributes(draw.raw if draw else None), **spent}
+        return {**model_attributes, **spent}
 
     errors = ErrorLog()
     samples = await draw_samples(
         state, settings, samples_wanted(state, settings), generate, describe, errors
     )
-    warnings.extend(record_samples(samples, span, settings.temperature))
+    warnings.extend(record_samples(samples, span, settings.temperature if applied else None))
     return SampleSet(
         samples=samples,
         temperature=settings.temperature,

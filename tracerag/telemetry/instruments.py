@@ -1,0 +1,444 @@
+"""tracerag's metric instruments and what a request records into them (never raising)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.metrics import Meter, MeterProvider
+
+from tracerag import __version__, semconv
+from tracerag.telemetry.meters import INSTRUMENTATION_NAME, get_meter_provider
+
+logger = logging.getLogger("tracerag.metrics")
+
+RATIO_BUCKETS: tuple[float, ...] = (
+    0.1,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.6,
+    0.7,
+    0.8,
+    0.85,
+    0.9,
+    0.95,
+    1.0,
+)
+STAGE_SECONDS_BUCKETS: tuple[float, ...] = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    20.0,
+    30.0,
+)
+REQUEST_SECONDS_BUCKETS: tuple[float, ...] = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    20.0,
+    30.0,
+    60.0,
+    120.0,
+)
+SAMPLES_BUCKETS: tuple[float, ...] = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
+
+_lock = threading.Lock()
+
+
+@dataclass
+class _Instruments:
+    requests: Any
+    confidence: Any
+    request_duration: Any
+    stage_duration: Any
+    samples: Any
+    coverage: Any
+    accuracy: Any
+    fabricated: Any
+    retries: Any
+    model_errors: Any
+    audit_failures: Any
+    audit_dropped: Any
+    spans_dropped: Any
+
+
+def _histogram(
+    meter: Meter, name: str, unit: str, description: str, buckets: Sequence[float]
+) -> Any:
+    try:
+        return meter.create_histogram(
+            name,
+            unit=unit,
+            description=description,
+            explicit_bucket_boundaries_advisory=list(buckets),
+        )
+    except TypeError:  # an API without advisory parameters
+        return meter.create_histogram(name, unit=unit, description=description)
+
+
+def _make_instruments(meter: Meter) -> _Instruments:
+    return _Instruments(
+        requests=meter.create_counter(
+            semconv.METRIC_REQUESTS,
+            unit="{request}",
+            description="Requests answered, by routing decision and tier",
+        ),
+        confidence=_histogram(
+            meter,
+            semconv.METRIC_CONFIDENCE,
+            "1",
+            "Confidence of answered requests",
+            RATIO_BUCKETS,
+        ),
+        request_duration=_histogram(
+            meter,
+            semconv.METRIC_REQUEST_DURATION,
+            "s",
+            "Whole-request duration",
+            REQUEST_SECONDS_BUCKETS,
+        ),
+        stage_duration=_histogram(
+            meter,
+            semconv.METRIC_STAGE_DURATION,
+            "s",
+            "Duration of each pipeline stage",
+            STAGE_SECONDS_BUCKETS,
+        ),
+        samples=_histogram(
+            meter,
+            semconv.METRIC_SAMPLES,
+            "{sample}",
+            "Samples drawn per request",
+            SAMPLES_BUCKETS,
+        ),
+        coverage=_histogram(
+            meter,
+            semconv.METRIC_CITATION_COVERAGE,
+            "1",
+            "Share of answer claims carrying a citation",
+            RATIO_BUCKETS,
+        ),
+        accuracy=_histogram(
+            meter,
+            semconv.METRIC_CITATION_ACCURACY,
+            "1",
+            "Share of citations supported by the cited material",
+            RATIO_BUCKETS,
+        ),
+        fabricated=meter.create_counter(
+            semconv.METRIC_FABRICATED,
+            unit="{citation}",
+            description="Citations of material that was not retrieved",
+        ),
+        retries=meter.create_counter(
+            semconv.METRIC_RETRIES,
+            unit="{retry}",
+            description="Model call retries, by stage and error type",
+        ),
+        model_errors=meter.create_counter(
+            semconv.METRIC_MODEL_ERRORS,
+            unit="{error}",
+            description="Model calls that failed after retries, by stage and error type",
+        ),
+        audit_failures=meter.create_counter(
+            semconv.METRIC_AUDIT_FAILURES,
+            unit="{failure}",
+            description="Failed attempts to persist an audit record",
+        ),
+        audit_dropped=meter.create_counter(
+            semconv.METRIC_AUDIT_DROPPED,
+            unit="{record}",
+            description="Audit records given up on",
+        ),
+        spans_dropped=meter.create_counter(
+            semconv.METRIC_SPANS_DROPPED,
+            unit="{span}",
+            description="Spans that could not be exported (failed export, full queue, shutdown)",
+        ),
+    )
+
+
+_instrument_cache: weakref.WeakKeyDictionary[Any, _Instruments] = weakref.WeakKeyDictionary()
+
+
+def _instruments(meter_provider: MeterProvider | None) -> _Instruments:
+    provider = get_meter_provider(meter_provider)
+    with _lock:
+        found = _instrument_cache.get(provider)
+        if found is None:
+            found = _make_instruments(provider.get_meter(INSTRUMENTATION_NAME, __version__))
+            _instrument_cache[provider] = found
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# What the pipeline records
+
+
+def _label(value: Any, default: str = "none") -> str:
+    if value is None:
+        return default
+    value = getattr(value, "value", value)  # enums
+    text = str(value).strip()
+    return text or default
+
+
+def _ratio(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    if math.isnan(number) or math.isinf(number):
+        return None
+    return min(1.0, max(0.0, number))
+
+
+def _error_type(error: BaseException | str | None) -> str:
+    if error is None:
+        return "none"
+    if isinstance(error, BaseException):
+        return type(error).__name__
+    return str(error) or "error"
+
+
+@dataclass(frozen=True)
+class RequestOutcome:
+    """What the metrics record of one finished request (None: not measured)."""
+
+    tier: str | None = None
+    decision: str | None = None
+    confidence: float | None = None
+    timings: Mapping[str, float] = field(default_factory=dict)
+    n_samples: int | None = None
+    citation_coverage: float | None = None
+    citation_accuracy: float | None = None
+    #: the fabricated citation ids, or their count; None when citations were not verified
+    fabricated: Sequence[str] | int | None = None
+    prompt_version: str | None = None
+    model_version: str | None = None
+
+
+def record_request(
+    outcome: RequestOutcome, *, meter_provider: MeterProvider | None = None
+) -> None:
+    """Record one finished request: decision, confidence, durations, samples and citations."""
+    try:
+        inst = _instruments(meter_provider)
+        tier = _label(getattr(outcome, "tier", None))
+        decision = _label(getattr(outcome, "decision", None))
+        attrs = {semconv.METRIC_ATTR_DECISION: decision, semconv.METRIC_ATTR_TIER: tier}
+        tier_only = {semconv.METRIC_ATTR_TIER: tier}
+        inst.requests.add(1, attrs)
+        confidence = _ratio(getattr(outcome, "confidence", None))
+        if confidence is not None:
+            inst.confidence.record(confidence, attrs)
+        timings = getattr(outcome, "timings", None) or {}
+        for stage, seconds in dict(timings).items():
+            try:
+                value = float(seconds)
+            except (TypeError, ValueError):
+                continue
+            if math.isnan(value) or value < 0:
+                continue
+            if stage == "request":
+                inst.request_duration.record(value, attrs)
+            else:
+                inst.stage_duration.record(
+                    value, {semconv.METRIC_ATTR_STAGE: str(stage), semconv.METRIC_ATTR_TIER: tier}
+                )
+        samples = getattr(outcome, "n_samples", None)
+        if samples is not None:
+            inst.samples.record(samples, tier_only)
+        coverage = _ratio(getattr(outcome, "citation_coverage", None))
+        if coverage is not None:
+            inst.coverage.record(coverage, tier_only)
+        accuracy = _ratio(getattr(outcome, "citation_accuracy", None))
+        if accuracy is not None:
+            inst.accuracy.record(accuracy, tier_only)
+        fabricated = getattr(outcome, "fabricated", None)
+        if fabricated is not None:
+            count = 0
+            if isinstance(fabricated, (int, float)) and not isinstance(fabricated, bool):
+                count = int(fabricated)
+            else:
+                try:
+                    count = len(fabricated)
+                except TypeError:
+                    count = 0
+            inst.fabricated.add(max(0, count), tier_only)
+    except Exception:
+        logger.warning("tracerag: could not record request metrics", exc_info=True)
+
+
+def record_retry(
+    stage: str, error: BaseException, *, meter_provider: MeterProvider | None = None
+) -> None:
+    """Count one retried model call in ``stage``."""
+    try:
+        _instruments(meter_provider).retries.add(
+            1,
+            {
+                semconv.METRIC_ATTR_STAGE: _label(stage),
+                semconv.METRIC_ATTR_ERROR_TYPE: _error_type(error),
+            },
+        )
+    except Exception:
+        logger.warning("tracerag: could not record a retry", exc_info=True)
+
+
+def record_model_error(
+    stage: str, error: BaseException, *, meter_provider: MeterProvider | None = None
+) -> None:
+    """Count one model call in ``stage`` that failed for good."""
+    try:
+        _instruments(meter_provider).model_errors.add(
+            1,
+            {
+                semconv.METRIC_ATTR_STAGE: _label(stage),
+                semconv.METRIC_ATTR_ERROR_TYPE: _error_type(error),
+            },
+        )
+    except Exception:
+        logger.warning("tracerag: could not record a model error", exc_info=True)
+
+
+def record_audit_failure(
+    reason: str, dropped: bool = False, *, meter_provider: MeterProvider | None = None
+) -> None:
+    """Count a failed audit persist; ``dropped`` when the record was given up on."""
+    try:
+        inst = _instruments(meter_provider)
+        attrs = {semconv.METRIC_ATTR_REASON: _label(reason, "unknown")}
+        inst.audit_failures.add(1, attrs)
+        if dropped:
+            inst.audit_dropped.add(1, attrs)
+    except Exception:
+        logger.warning("tracerag: could not record an audit failure", exc_info=True)
+
+
+def record_spans_dropped(
+    count: int, reason: str, *, meter_provider: MeterProvider | None = None
+) -> None:
+    """Count spans that could not be exported (reason: export_failed, queue_full, shutdown)."""
+    if count <= 0:
+        return
+    try:
+        _instruments(meter_provider).spans_dropped.add(
+            count, {semconv.METRIC_ATTR_REASON: _label(reason, "unknown")}
+        )
+    except Exception:
+        logger.debug("tracerag: could not record dropped spans", exc_info=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Token usage and cost (see tracerag.usage): tokens, model calls and money per request, by tier,
+# stage, prompt and model version and decision. Prometheus: tracerag_usage_tokens_total
+# {direction="input|output"}, tracerag_usage_calls_total, tracerag_usage_cost_total (in the
+# price table's currency; only requests with a price table), and the per-request histogram
+# tracerag_usage_request_tokens_* (its _count counts requests by prompt and model version).
+# Cost per request is cost_total / requests_total; per passed answer, over requests{pass}.
+
+
+TOKENS_PER_REQUEST_BUCKETS: tuple[float, ...] = (
+    250, 500, 1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000,
+)
+
+
+@dataclass
+class _UsageInstruments:
+    tokens: Any
+    calls: Any
+    cost: Any
+    request_tokens: Any
+
+
+_usage_cache: weakref.WeakKeyDictionary[Any, _UsageInstruments] = weakref.WeakKeyDictionary()
+
+
+def _usage_instruments(meter_provider: MeterProvider | None) -> _UsageInstruments:
+    provider = get_meter_provider(meter_provider)
+    with _lock:
+        found = _usage_cache.get(provider)
+        if found is None:
+            meter = provider.get_meter(INSTRUMENTATION_NAME, __version__)
+            found = _UsageInstruments(
+                tokens=meter.create_counter(
+                    semconv.METRIC_USAGE_TOKENS,
+                    unit="{token}",
+                    description="Model tokens read (input) and written (output), by stage",
+                ),
+                calls=meter.create_counter(
+                    semconv.METRIC_USAGE_CALLS,
+                    unit="{call}",
+                    description="Model calls that returned a reply, by stage",
+                ),
+                cost=meter.create_counter(
+                    semconv.METRIC_USAGE_COST,
+                    unit="{currency}",
+                    description="Money spent on model calls, from the user's price table",
+                ),
+                request_tokens=_histogram(
+                    meter,
+                    semconv.METRIC_USAGE_REQUEST_TOKENS,
+                    "{token}",
+                    "Tokens (input + output) per request, by tier and version",
+                    TOKENS_PER_REQUEST_BUCKETS,
+                ),
+            )
+            _usage_cache[provider] = found
+    return found
+
+
+def record_usage(
+    outcome: RequestOutcome,
+    section: Mapping[str, Any],
+    *,
+    meter_provider: MeterProvider | None = None,
+) -> None:
+    """Record one request's ``usage`` section (``tracerag.usage.usage_section``) per stage."""
+    try:
+        inst = _usage_instruments(meter_provider)
+        base = {
+            semconv.METRIC_ATTR_TIER: _label(outcome.tier),
+            semconv.METRIC_ATTR_DECISION: _label(outcome.decision),
+            semconv.METRIC_ATTR_PROMPT_VERSION: _label(outcome.prompt_version),
+            semconv.METRIC_ATTR_MODEL_VERSION: _label(outcome.model_version),
+        }
+        inst.request_tokens.record(int(section.get("total_tokens") or 0), base)
+        cost_by_stage = (section.get("cost") or {}).get("by_stage") or {}
+        for stage, totals in (section.get("by_stage") or {}).items():
+            attrs = {**base, semconv.METRIC_ATTR_STAGE: _label(stage)}
+            for direction in ("input", "output"):
+                count = int(totals.get(f"{direction}_tokens") or 0)
+                inst.tokens.add(count, {**attrs, semconv.METRIC_ATTR_DIRECTION: direction})
+            inst.calls.add(int(totals.get("calls") or 0), attrs)
+            money = cost_by_stage.get(stage)
+            if isinstance(money, (int, float)) and money >= 0:
+                inst.cost.add(float(money), attrs)
+    except Exception:
+        logger.warning("tracerag: could not record usage metrics", exc_info=True)
