@@ -31,6 +31,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from tracerag import metrics, semconv, usage
 from tracerag.contract import Response, validate_response
 from tracerag.settings import Settings
+from tracerag.stages.assemble import outcome_attributes
 from tracerag.stages.register import new_request_id
 from tracerag.stages.table import Source, Step, steps_for
 from tracerag.state import INPUT_KEYS, RequestInput, RequestState
@@ -193,14 +194,19 @@ async def run(
                 semconv.REQUEST_ID: state.request_id,
             }
         )
+        current: Step | None = None
+        step_started = started
         try:
-            for step in steps:
-                state = await _run_step(step, state, settings, config)
+            for current in steps:
+                step_started = time.perf_counter()
+                state = await _run_step(current, state, settings, config)
                 if on_stage is not None:
-                    await _tell(on_stage, step, state)
+                    await _tell(on_stage, current, state)
         except BaseException as exc:
             root.record_exception(exc)
             root.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            if current is not None and current.name not in state.timings:
+                state = state.with_timing(current.name, time.perf_counter() - step_started)
             state = state.with_error("request", exc, final=True)
             state = state.with_timing("request", time.perf_counter() - started)
             spent = _usage(root, ledger, settings)
@@ -271,9 +277,7 @@ async def _run_step(
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             raise
-        finally:
-            state = state.with_timing(step.name, time.perf_counter() - started)
-    return state.with_output(step.name, output)
+        return state.with_output(step.name, output, time.perf_counter() - started)
 
 
 _KINDS = {
@@ -305,16 +309,9 @@ def _set_root(root: Span, state: RequestState, response: Response | None) -> Non
     if question is not None:
         attrs[semconv.OI_INPUT_VALUE] = question
     if response is not None:
-        attrs[semconv.DECISION] = response.decision
-        attrs[semconv.STATUS] = response.status
-        if response.confidence is not None:
-            attrs[semconv.CONFIDENCE] = response.confidence
-        if response.ticket_id:
-            attrs[semconv.TICKET_ID] = response.ticket_id
+        attrs.update(outcome_attributes(response))
         if response.audit_persisted is not None:
             attrs[semconv.AUDIT_PERSISTED] = response.audit_persisted
-        if response.calibration:
-            attrs[semconv.CALIBRATION] = response.calibration
         output = capture(response.model_dump_json())
         if output is not None:
             attrs[semconv.OI_OUTPUT_VALUE] = output

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import jsonschema
-from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
@@ -80,9 +79,8 @@ async def plan(
     """
     if settings.llm is None:
         raise ConfigurationError("the plan stage needs a chat model")
-    base: BaseChatModel = settings.llm
-    deterministic, _ = with_temperature(base, 0.0)
-    llm = deterministic
+    base_llm = settings.llm
+    llm, _ = with_temperature(base_llm, 0.0)
     materials = state.materials
     messages = prompt_messages(TASK_PLAN, state.question, materials, prompt=settings.prompt)
     retrieved = [m.id for m in materials]
@@ -94,7 +92,7 @@ async def plan(
     def on_retry(attempt: int, error: BaseException) -> None:
         nonlocal llm
         if isinstance(error, PlanError):
-            llm, _ = with_temperature(base, min(1.0, 0.3 * attempt))
+            llm, _ = with_temperature(base_llm, min(1.0, 0.3 * attempt))
         recorded(attempt, error)
 
     def retry_on(error: BaseException) -> bool:
