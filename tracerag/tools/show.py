@@ -232,7 +232,8 @@ def _usage(rec: AuditRecord) -> list[str]:
         f"{INDENT}tokens in {_fmt(spent.get('input_tokens'))}, out "
         f"{_fmt(spent.get('output_tokens'))}{estimated}"
     )
-    cost = spent.get("cost") if isinstance(spent.get("cost"), Mapping) else {}
+    found = spent.get("cost")
+    cost: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     by_cost = cost.get("by_stage") or {}
     for stage, totals in (spent.get("by_stage") or {}).items():
         if not isinstance(totals, Mapping):
