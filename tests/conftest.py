@@ -82,8 +82,23 @@ def _audit_store_in_temp_dir(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_config():
-    """Each test reads the environment it set up (tracerag reads it once per process)."""
+def _fresh_config(monkeypatch):
+    """Each test reads the environment it set up: tracerag reads ``TRACERAG_*`` once per process
+    (``tracerag.config``), so a test that changes one through ``monkeypatch`` has it read anew."""
+    setenv, delenv = monkeypatch.setenv, monkeypatch.delenv
+
+    def set_and_reset(name, value, prepend=None):
+        setenv(name, value, prepend)
+        if str(name).startswith("TRACERAG_"):
+            reset_config()
+
+    def del_and_reset(name, raising=True):
+        delenv(name, raising)
+        if str(name).startswith("TRACERAG_"):
+            reset_config()
+
+    monkeypatch.setenv = set_and_reset
+    monkeypatch.delenv = del_and_reset
     reset_config()
     yield
     reset_config()

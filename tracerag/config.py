@@ -25,6 +25,28 @@ Variables (each is optional):
    Whether spans carry content (questions, prompts, answers, materials): ``true`` (default),
    ``false`` or ``redact``.
 
+.. envvar:: TRACERAG_CAPTURE_MAX_CHARS
+
+   The longest content attribute tracerag puts on a span, in characters (default 8192; ``0``:
+   no cap of tracerag's own). ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` lowers it. A cut value ends
+   with ``…[truncated N chars]``.
+
+.. envvar:: TRACERAG_OTLP_MAX_BATCH_BYTES
+
+   The largest OTLP export request tracerag's own exporters send, in bytes (default 3 MiB, under
+   the 4 MiB gRPC default of receivers such as Jaeger); larger batches are split.
+
+.. envvar:: TRACERAG_EXPORT_SHUTDOWN_TIMEOUT
+
+   Seconds tracerag's own providers may take to flush and shut down at exit (default 2); what is
+   not exported by then is counted as dropped.
+
+.. envvar:: TRACERAG_TRACE_UI
+
+   The trace viewer that links point to: ``jaeger``, ``tempo`` or ``phoenix``, optionally
+   ``=BASE_URL`` (``jaeger=http://127.0.0.1:16686``). Used by ``tracerag demo``, ``tracerag
+   serve`` and the review desk.
+
 .. envvar:: TRACERAG_PROMETHEUS_PORT / TRACERAG_PROMETHEUS_ADDR
 
    Serve ``/metrics`` for Prometheus on this port and address (default address 127.0.0.1),
@@ -47,7 +69,17 @@ Variables (each is optional):
 
 .. envvar:: TRACERAG_REVIEWER_TOKEN
 
-   ``tracerag serve``: the review desk's sign-in token.
+   ``tracerag serve``: the review desk's shared sign-in token.
+
+.. envvar:: TRACERAG_REVIEWERS_FILE
+
+   ``tracerag serve``: a file of named reviewer tokens, stored as SHA-256 hashes (``tracerag serve
+   --hash-token NAME`` prints a line for it); the name a reviewer signs in with is audited.
+
+.. envvar:: TRACERAG_CORS_ORIGINS
+
+   ``tracerag serve``: comma-separated exact origins (``https://app.example.com``) whose pages
+   may call the answer API from a browser. Unset: no cross-origin calls.
 
 .. envvar:: TRACERAG_DECISION_WEBHOOK
 
@@ -68,6 +100,10 @@ ENV_VARS: Mapping[str, str] = {
     "store": "TRACERAG_STORE",
     "calibration": "TRACERAG_CALIBRATION",
     "capture_content": "TRACERAG_CAPTURE_CONTENT",
+    "capture_max_chars": "TRACERAG_CAPTURE_MAX_CHARS",
+    "otlp_max_batch_bytes": "TRACERAG_OTLP_MAX_BATCH_BYTES",
+    "export_shutdown_timeout": "TRACERAG_EXPORT_SHUTDOWN_TIMEOUT",
+    "trace_ui": "TRACERAG_TRACE_UI",
     "prometheus_port": "TRACERAG_PROMETHEUS_PORT",
     "prometheus_addr": "TRACERAG_PROMETHEUS_ADDR",
     "minilm_model": "TRACERAG_MINILM_MODEL",
@@ -75,6 +111,8 @@ ENV_VARS: Mapping[str, str] = {
     "model": "TRACERAG_MODEL",
     "api_key": "TRACERAG_API_KEY",
     "reviewer_token": "TRACERAG_REVIEWER_TOKEN",
+    "reviewers_file": "TRACERAG_REVIEWERS_FILE",
+    "cors_origins": "TRACERAG_CORS_ORIGINS",
     "decision_webhook": "TRACERAG_DECISION_WEBHOOK",
 }
 
@@ -86,6 +124,10 @@ class Config:
     store: str | None = None
     calibration: str | None = None
     capture_content: str | None = None
+    capture_max_chars: str | None = None
+    otlp_max_batch_bytes: str | None = None
+    export_shutdown_timeout: str | None = None
+    trace_ui: str | None = None
     prometheus_port: str | None = None
     prometheus_addr: str | None = None
     minilm_model: str | None = None
@@ -93,6 +135,8 @@ class Config:
     model: str | None = None
     api_key: str | None = None
     reviewer_token: str | None = None
+    reviewers_file: str | None = None
+    cors_origins: str | None = None
     decision_webhook: str | None = None
 
     @classmethod

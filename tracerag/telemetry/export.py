@@ -38,11 +38,17 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from tracerag.config import get_config
+
 logger = logging.getLogger("tracerag.tracing")
 
 Protocol = Literal["http/protobuf", "grpc"]
 MAX_BATCH_BYTES_ENV = "TRACERAG_OTLP_MAX_BATCH_BYTES"
 SHUTDOWN_TIMEOUT_ENV = "TRACERAG_EXPORT_SHUTDOWN_TIMEOUT"
+_CONFIG_FIELD = {
+    MAX_BATCH_BYTES_ENV: "otlp_max_batch_bytes",
+    SHUTDOWN_TIMEOUT_ENV: "export_shutdown_timeout",
+}
 DEFAULT_MAX_BATCH_BYTES = 3 * 1024 * 1024
 DEFAULT_SHUTDOWN_TIMEOUT = 2.0
 
@@ -51,7 +57,7 @@ _dropped_lock = threading.Lock()
 
 
 def _env_number(name: str, default: float) -> float:
-    value = os.environ.get(name, "").strip()
+    value = (getattr(get_config(), _CONFIG_FIELD[name]) or "").strip()
     if not value:
         return default
     try:

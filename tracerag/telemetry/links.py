@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from typing import Literal
 from urllib.parse import quote
+
+from tracerag.config import get_config
 
 Backend = Literal["jaeger", "tempo", "phoenix"]
 DEFAULT_BASE_URLS = {
@@ -84,7 +85,7 @@ def configured_trace_ui() -> tuple[str, str | None] | None:
     """``(backend, base_url)`` from ``TRACERAG_TRACE_UI`` (``jaeger``,
     ``jaeger=http://127.0.0.1:16686``, ``tempo=http://grafana:3000``, ``phoenix=...``), or None
     when it is unset."""
-    value = os.environ.get(TRACE_UI_ENV, "").strip()
+    value = (get_config().trace_ui or "").strip()
     if not value:
         return None
     backend, _, base = value.partition("=")

@@ -14,6 +14,8 @@ from typing import Any
 from opentelemetry import metrics as otel_metrics
 from opentelemetry.metrics import Meter, MeterProvider
 
+from tracerag.config import get_config
+
 try:
     from opentelemetry.metrics._internal import _ProxyMeterProvider as _ApiProxy
 except ImportError:  # pragma: no cover - an API without the placeholder class
@@ -326,9 +328,9 @@ def configure_metrics_from_env() -> MeterProvider | None:
     """A MeterProvider from ``TRACERAG_PROMETHEUS_PORT`` and the ``OTEL_*`` variables, or None
     when they ask for no metrics export."""
     wanted = _env_metric_exporters() or []
-    port_text = os.environ.get(PROMETHEUS_PORT_ENV, "").strip()
+    port_text = (get_config().prometheus_port or "").strip()
     prometheus_port: int | None = None
-    prometheus_addr = os.environ.get(PROMETHEUS_ADDR_ENV, "").strip() or "127.0.0.1"
+    prometheus_addr = (get_config().prometheus_addr or "").strip() or "127.0.0.1"
     if port_text:
         try:
             prometheus_port = int(port_text)

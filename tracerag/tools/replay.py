@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
 
+from tracerag.config import get_config
 from tracerag.errors import TraceragError
 from tracerag.record import AuditRecord, RecordMaterial
 from tracerag.store.base import KIND_OPERATOR_ACTION, AuditStore, RequestTrail
@@ -396,7 +396,7 @@ def configured_model(name: str | None, seed: int | None = None) -> tuple[Any, st
     from tracerag.llm import model_name
     from tracerag.prompts import DEFAULT_PROMPT_VERSION
 
-    name = name or os.environ.get(MODEL_ENV, "").strip() or "extractive"
+    name = name or get_config().model or "extractive"
     if name not in MODELS:
         raise SystemExit(f"unknown model {name!r} (from --model or {MODEL_ENV}): choose {MODELS}")
     llm = build_model(name, seed)
