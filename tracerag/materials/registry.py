@@ -1,0 +1,1254 @@
+"""``MaterialRegistry``: every material's versions, usage, credibility and conflicts.
+
+The registry lives in the audit store's database (SQLite or PostgreSQL), in tables of its own,
+and every change to a material is also appended to the audit store's hash chain as an
+``operator_action`` entry under the request id ``MATERIALS_LOG`` (payload key
+``material_change``, carrying the full version body and its hash), so the chain covers material
+changes and ``verify()`` checks the tables against it.
+
+Every change is a new version recording who, when, before (``based_on``), after, why, the write
+rule or model version (``written_by``) and the batch id; ``rollback_batch`` restores what a
+batch changed. New and edited materials pass the write gate (``gate.WriteGate``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from tracerag.materials.conflicts import Conflict, find_conflicts
+from tracerag.materials.credibility import (
+    CredibilityPolicy,
+    credibility,
+    ema_update,
+)
+from tracerag.materials.db import Cursor, MaterialStoreError, RegistryDB, connect_like
+from tracerag.materials.gate import GateVerdict, WriteGate
+from tracerag.materials.model import (
+    USAGE_COUNTERS,
+    MaterialState,
+    MaterialVersion,
+    Provenance,
+    Usage,
+    content_hash,
+    iso,
+    parse_time,
+    provenance_from_metadata,
+    utcnow,
+)
+
+#: the audit-store request id that material changes are chained under
+MATERIALS_LOG = "tracerag.materials"
+CHANGE_KEY = "material_change"
+FIRST_SIGHT_RULE = "rule:first-sight@1"
+QUARANTINE_RULE = "rule:quarantine-after-denials@1"
+ROLLBACK_RULE = "rule:rollback-batch@1"
+SYSTEM = "tracerag"
+DEFAULT_READ_RETENTION_DAYS = 30
+
+
+class MaterialNotFound(MaterialStoreError, KeyError):
+    """No material with this id is registered."""
+
+    def __init__(self, material_id: str) -> None:
+        super().__init__(material_id)
+        self.material_id = material_id
+
+    def __str__(self) -> str:
+        return f"no material {self.material_id!r} in the registry"
+
+
+class ConcurrentChange(MaterialStoreError):
+    """The material changed since the version this write was based on."""
+
+
+class InvalidTransition(MaterialStoreError, ValueError):
+    """The status change is not allowed from the material's current status."""
+
+
+def body_json(body: Mapping[str, Any]) -> str:
+    """Deterministic JSON text of a version body."""
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def body_digest(body: Mapping[str, Any]) -> str:
+    """The SHA-256 (hex) of a version body's deterministic JSON."""
+    return hashlib.sha256(body_json(body).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class StoredVersion:
+    """A version as stored, with its place in the audit chain."""
+
+    version: MaterialVersion
+    body_hash: str
+    audit_seq: int | None
+    audit_hash: str | None
+
+    @property
+    def sealed(self) -> bool:
+        return self.audit_seq is not None
+
+
+@dataclass(frozen=True)
+class ReadHit:
+    """One request that retrieved a material version."""
+
+    request_id: str
+    material_id: str
+    version: int
+    rank_before: int | None
+    rank_after: int | None
+    cited: bool
+    decision: str | None
+    created_at: str
+    complained: bool = False
+
+
+@dataclass(frozen=True)
+class Use:
+    """How one request used one material (for ``record_use``)."""
+
+    material_id: str
+    version: int | None = None
+    content_hash: str | None = None
+    rank_before: int | None = None
+    rank_after: int | None = None
+    cited: bool = False
+
+
+@dataclass(frozen=True)
+class ConflictRecord:
+    """A stored conflict between two material versions."""
+
+    conflict_id: str
+    material_a: str
+    version_a: int
+    material_b: str
+    version_b: int
+    slot_key: str
+    value_a: str
+    value_b: str
+    status: str
+    created_at: str
+    resolved_at: str | None = None
+    resolution: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able form."""
+        return dict(self.__dict__)
+
+
+@dataclass
+class RollbackResult:
+    """What ``rollback_batch`` did."""
+
+    batch_id: str
+    rollback_batch_id: str
+    restored: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # material -> why not rolled back
+
+
+@dataclass
+class VerifyReport:
+    """Registry tables checked against the hash chain."""
+
+    checked: int = 0
+    issues: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.issues
+
+    def summary(self) -> str:
+        """One line, or one line per issue."""
+        if self.ok:
+            return f"materials OK: {self.checked} versions match their chained entries"
+        return "\n".join(
+            [f"materials: {len(self.issues)} issue(s) in {self.checked} versions", *self.issues]
+        )
+
+
+_VERSION_COLUMNS = "body, body_hash, audit_seq, audit_hash"
+_ALLOWED: dict[str, set[str]] = {
+    # change name -> statuses it may start from
+    "approve": {"pending_review"},
+    "reject": {"pending_review"},
+    "quarantine": {"active", "pending_review"},
+    "restore": {"quarantined"},
+    "delete": {"active", "pending_review", "quarantined"},
+}
+_TARGET = {
+    "approve": "active",
+    "reject": "deleted",
+    "quarantine": "quarantined",
+    "restore": "active",
+    "delete": "deleted",
+}
+
+
+class MaterialRegistry:
+    """Materials with a memory, in the audit store's database."""
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        policy: CredibilityPolicy | None = None,
+        gate: WriteGate | None = None,
+        read_retention_days: int = DEFAULT_READ_RETENTION_DAYS,
+        db: RegistryDB | None = None,
+        owns_store: bool = False,
+    ) -> None:
+        self.store = store
+        self.policy = policy or CredibilityPolicy()
+        self.gate = gate or WriteGate()
+        self.read_retention_days = read_retention_days
+        self.db = db or connect_like(store)
+        self._owns_store = owns_store
+        self._local = threading.local()
+        self._log_ready = False
+
+    @classmethod
+    def open(cls, url: str | None = None, **options: Any) -> MaterialRegistry:
+        """Open the audit store at ``url`` (see ``open_store``) and the registry beside it."""
+        from tracerag.store import open_store
+
+        return cls(open_store(url), owns_store=True, **options)
+
+    def close(self) -> None:
+        """Close the registry's connection (and the store, when the registry opened it)."""
+        self.db.close()
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> MaterialRegistry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- batches ------------------------------------------------------------------------------
+    @contextmanager
+    def batch(self, batch_id: str | None = None) -> Iterator[str]:
+        """Writes inside carry one batch id (a new one unless given), so they roll back together."""
+        previous = getattr(self._local, "batch", None)
+        self._local.batch = batch_id or "batch-" + uuid.uuid4().hex[:12]
+        try:
+            yield self._local.batch
+        finally:
+            self._local.batch = previous
+
+    def _batch(self, batch_id: str | None) -> str | None:
+        return batch_id or getattr(self._local, "batch", None)
+
+    # -- reading ------------------------------------------------------------------------------
+    def _row_state(self, cur: Cursor, material_id: str) -> MaterialState | None:
+        cur.execute(
+            "SELECT m.ema, m.outcomes, m.denials, v.body FROM materials m JOIN material_versions v "
+            "ON v.material_id = m.material_id AND v.version = m.current_version "
+            "WHERE m.material_id = ?",
+            (material_id,),
+        )
+        row = cur.fetchone()
+        if row is None:
+            return None
+        current = MaterialVersion.from_body(json.loads(row[3]))
+        return MaterialState(
+            current, float(row[0]), int(row[1]), int(row[2]), self._usage(cur, current)
+        )
+
+    @staticmethod
+    def _usage(cur: Cursor, v: MaterialVersion) -> Usage:
+        cur.execute(
+            f"SELECT {', '.join(USAGE_COUNTERS)} FROM material_usage "
+            "WHERE material_id = ? AND version = ?",
+            (v.material_id, v.version),
+        )
+        row = cur.fetchone()
+        return Usage(*(int(x) for x in row)) if row else Usage()
+
+    def get(self, material_id: str) -> MaterialState:
+        """The material now; raises ``MaterialNotFound``."""
+        with self.db.read() as cur:
+            state = self._row_state(cur, material_id)
+        if state is None:
+            raise MaterialNotFound(material_id)
+        return state
+
+    def find(self, material_id: str) -> MaterialState | None:
+        """The material now, or None."""
+        with self.db.read() as cur:
+            return self._row_state(cur, material_id)
+
+    def states(self, material_ids: Iterable[str]) -> dict[str, MaterialState]:
+        """The current state of each registered id among ``material_ids``."""
+        ids = list(dict.fromkeys(str(i) for i in material_ids))
+        out: dict[str, MaterialState] = {}
+        if not ids:
+            return out
+        with self.db.read() as cur:
+            for start in range(0, len(ids), 200):
+                chunk = ids[start : start + 200]
+                marks = ", ".join("?" for _ in chunk)
+                cur.execute(
+                    "SELECT m.material_id, m.ema, m.outcomes, m.denials, v.body FROM materials m "
+                    "JOIN material_versions v ON v.material_id = m.material_id "
+                    f"AND v.version = m.current_version WHERE m.material_id IN ({marks})",
+                    chunk,
+                )
+                for mid, ema, outcomes, denials, body in cur.fetchall():
+                    out[str(mid)] = MaterialState(
+                        MaterialVersion.from_body(json.loads(body)),
+                        float(ema),
+                        int(outcomes),
+                        int(denials),
+                    )
+        return out
+
+    def list(self, status: str | None = None) -> list[MaterialState]:
+        """Every material now, optionally of one status, by id."""
+        sql = "SELECT material_id FROM materials"
+        params: list[Any] = []
+        if status:
+            sql += " WHERE status = ?"
+            params.append(status)
+        with self.db.read() as cur:
+            cur.execute(sql + " ORDER BY material_id", params)
+            ids = [str(r[0]) for r in cur.fetchall()]
+        states = self.states(ids)
+        return [states[i] for i in ids if i in states]
+
+    def history(self, material_id: str) -> list[StoredVersion]:
+        """Every version of a material, oldest first."""
+        with self.db.read() as cur:
+            cur.execute(
+                f"SELECT {_VERSION_COLUMNS} FROM material_versions WHERE material_id = ? "
+                "ORDER BY version",
+                (material_id,),
+            )
+            rows = cur.fetchall()
+        if not rows:
+            raise MaterialNotFound(material_id)
+        return [_stored(r) for r in rows]
+
+    def version(self, material_id: str, version: int) -> StoredVersion:
+        """One version of a material."""
+        with self.db.read() as cur:
+            cur.execute(
+                f"SELECT {_VERSION_COLUMNS} FROM material_versions "
+                "WHERE material_id = ? AND version = ?",
+                (material_id, int(version)),
+            )
+            row = cur.fetchone()
+        if row is None:
+            raise MaterialNotFound(f"{material_id}@{version}")
+        return _stored(row)
+
+    def by_rule(self, rule: str) -> list[StoredVersion]:
+        """Every version a write rule or model version wrote, oldest first."""
+        return self._versions_where("written_by = ?", (rule,))
+
+    def by_batch(self, batch_id: str) -> list[StoredVersion]:
+        """Every version written in a batch, oldest first."""
+        return self._versions_where("batch_id = ?", (batch_id,))
+
+    def _versions_where(self, where: str, params: Sequence[Any]) -> list[StoredVersion]:
+        with self.db.read() as cur:
+            cur.execute(
+                f"SELECT {_VERSION_COLUMNS} FROM material_versions WHERE {where} "
+                "ORDER BY created_at, material_id, version",
+                params,
+            )
+            return [_stored(r) for r in cur.fetchall()]
+
+    def version_for(self, material_id: str, text_hash: str | None = None) -> int | None:
+        """The version whose content has this hash (latest such), else the current version."""
+        with self.db.read() as cur:
+            if text_hash:
+                cur.execute(
+                    "SELECT MAX(version) FROM material_versions "
+                    "WHERE material_id = ? AND content_hash = ?",
+                    (material_id, text_hash),
+                )
+                row = cur.fetchone()
+                if row and row[0] is not None:
+                    return int(row[0])
+            cur.execute(
+                "SELECT current_version FROM materials WHERE material_id = ?", (material_id,)
+            )
+            row = cur.fetchone()
+        return int(row[0]) if row else None
+
+    def _usage_of(self, material_id: str, version: int) -> Usage:
+        with self.db.read() as cur:
+            cur.execute(
+                "SELECT body FROM material_versions WHERE material_id = ? AND version = ?",
+                (material_id, int(version)),
+            )
+            row = cur.fetchone()
+            if row is None:
+                raise MaterialNotFound(f"{material_id}@{version}")
+            return self._usage(cur, MaterialVersion.from_body(json.loads(row[0])))
+
+    def usage(self, material_id: str, version: int | None = None) -> Usage:
+        """The usage counters of one version (the current one by default)."""
+        return self._usage_of(material_id, version or self.get(material_id).current.version)
+
+    def credibility(self, state: MaterialState, now: datetime | None = None) -> float:
+        """The material's credibility now: EMA × temporal confidence (0 when expired)."""
+        now = now or utcnow()
+        v = state.current
+        confirmed = parse_time(v.last_confirmed) or parse_time(v.valid_from)
+        confirmed = confirmed or parse_time(v.created_at)
+        return credibility(
+            state.ema,
+            confirmed_at=confirmed,
+            now=now,
+            policy=self.policy,
+            expired=v.expired(now),
+        )
+
+    # -- writing ------------------------------------------------------------------------------
+    def _ensure_log(self) -> None:
+        if self._log_ready:
+            return
+        from tracerag.store import DuplicateRequest, RequestNotFound
+
+        try:
+            self.store.get(MATERIALS_LOG)
+        except RequestNotFound:
+            with suppress(DuplicateRequest):
+                self.store.append_record(
+                    {"request_id": MATERIALS_LOG, "question": "material registry change log"}
+                )
+        self._log_ready = True
+
+    def _commit(
+        self,
+        new: MaterialVersion,
+        *,
+        based_on: MaterialVersion | None,
+        reset_denials: bool = False,
+    ) -> MaterialVersion:
+        """Store a new version, chain it, and make it current (in that order)."""
+        self._ensure_log()
+        new = new.evolve(
+            version=new.version,
+            based_on=new.based_on,
+            created_at=new.created_at or iso(utcnow()),
+            batch_id=self._batch(new.batch_id),
+        )
+        body = new.body()
+        digest = body_digest(body)
+        with self.db.write() as cur:
+            cur.execute(
+                "SELECT current_version FROM materials WHERE material_id = ?", (new.material_id,)
+            )
+            row = cur.fetchone()
+            current = int(row[0]) if row else None
+            expected = based_on.version if based_on else None
+            if current != expected:
+                raise ConcurrentChange(
+                    f"material {new.material_id!r} is at version {current}, "
+                    f"not {expected}; reload and retry"
+                )
+            cur.execute(
+                "SELECT 1 FROM material_versions WHERE material_id = ? AND version = ?",
+                (new.material_id, new.version),
+            )
+            if cur.fetchone() is not None:
+                raise ConcurrentChange(
+                    f"version {new.version} of {new.material_id!r} is being written elsewhere"
+                )
+            cur.execute(
+                "INSERT INTO material_versions (material_id, version, status, written_by, "
+                "operator, batch_id, change, content_hash, created_at, body, body_hash) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    new.material_id,
+                    new.version,
+                    new.status,
+                    new.written_by,
+                    new.operator,
+                    new.batch_id,
+                    new.change,
+                    new.content_hash,
+                    new.created_at,
+                    body_json(body),
+                    digest,
+                ),
+            )
+        before = (
+            None
+            if based_on is None
+            else {
+                "version": based_on.version,
+                "status": based_on.status,
+                "content_hash": based_on.content_hash,
+            }
+        )
+        try:
+            entry = self.store.append_action(
+                MATERIALS_LOG,
+                "operator_action",
+                new.operator,
+                {
+                    CHANGE_KEY: {
+                        "material_id": new.material_id,
+                        "version": new.version,
+                        "change": new.change,
+                        "written_by": new.written_by,
+                        "batch_id": new.batch_id,
+                        "body_hash": digest,
+                        "body": body,
+                    },
+                    "before": before,
+                    "after": {
+                        "version": new.version,
+                        "status": new.status,
+                        "content_hash": new.content_hash,
+                    },
+                },
+                new.reason,
+            )
+        except BaseException:
+            with self.db.write() as cur:
+                cur.execute(
+                    "DELETE FROM material_versions WHERE material_id = ? AND version = ? "
+                    "AND audit_seq IS NULL",
+                    (new.material_id, new.version),
+                )
+            raise
+        now = iso(utcnow())
+        with self.db.write() as cur:
+            cur.execute(
+                "UPDATE material_versions SET audit_seq = ?, audit_hash = ? "
+                "WHERE material_id = ? AND version = ?",
+                (entry.seq, entry.hash, new.material_id, new.version),
+            )
+            if based_on is None:
+                cur.execute(
+                    "INSERT INTO materials (material_id, current_version, status, content_hash, "
+                    "ema, outcomes, denials, updated_at) VALUES (?, ?, ?, ?, ?, 0, 0, ?)",
+                    (
+                        new.material_id,
+                        new.version,
+                        new.status,
+                        new.content_hash,
+                        self.policy.prior,
+                        now,
+                    ),
+                )
+            else:
+                cur.execute(
+                    "UPDATE materials SET current_version = ?, status = ?, content_hash = ?, "
+                    f"updated_at = ?{', denials = 0' if reset_denials else ''} "
+                    "WHERE material_id = ?",
+                    (new.version, new.status, new.content_hash, now, new.material_id),
+                )
+            if new.status != "active":
+                _resolve_conflicts(cur, new.material_id, f"{new.material_id} is {new.status}")
+            cur.execute("UPDATE material_head SET generation = generation + 1 WHERE id = 1")
+        return new
+
+    def _active_texts(self, exclude: str) -> list[tuple[str, str, int]]:
+        with self.db.read() as cur:
+            cur.execute(
+                "SELECT m.material_id, v.body, m.current_version FROM materials m "
+                "JOIN material_versions v ON v.material_id = m.material_id "
+                "AND v.version = m.current_version WHERE m.status = 'active' "
+                "AND m.material_id <> ?",
+                (exclude,),
+            )
+            rows = cur.fetchall()
+        out = []
+        for mid, body, version in rows:
+            v = MaterialVersion.from_body(json.loads(body))
+            if v.stale_reason() is None:
+                out.append((str(mid), v.content, int(version)))
+        return out
+
+    def _record_conflicts(self, v: MaterialVersion, conflicts: Sequence[Conflict]) -> None:
+        if not conflicts:
+            return
+        versions = {mid: ver for mid, _t, ver in self._active_texts(v.material_id)}
+        with self.db.write() as cur:
+            for c in conflicts:
+                conflict_id = hashlib.sha256(
+                    f"{v.material_id}@{v.version}|{c.material_b}|{c.key}".encode()
+                ).hexdigest()[:16]
+                cur.execute(
+                    "INSERT INTO material_conflicts (conflict_id, material_a, version_a, "
+                    "material_b, version_b, slot_key, value_a, value_b, status, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'open', ?) ON CONFLICT DO NOTHING",
+                    (
+                        conflict_id,
+                        v.material_id,
+                        v.version,
+                        c.material_b,
+                        versions.get(c.material_b, 0),
+                        c.key,
+                        c.value_a,
+                        c.value_b,
+                        iso(utcnow()),
+                    ),
+                )
+
+    def register(
+        self,
+        material_id: str,
+        content: str,
+        *,
+        operator: str,
+        written_by: str,
+        provenance: Provenance | None = None,
+        source_snippet: str = "",
+        reason: str | None = None,
+        title: str | None = None,
+        valid_from: str | None = None,
+        valid_until: str | None = None,
+        last_confirmed: str | None = None,
+        supersedes: str | None = None,
+        superseded_by: str | None = None,
+        gate: bool = True,
+        batch_id: str | None = None,
+        hold: bool = False,
+    ) -> MaterialVersion:
+        """Write a new material through the write gate (``hold`` sends it to review anyway)."""
+        _require_operator(operator)
+        existing = self.find(material_id)
+        if existing is not None:
+            raise MaterialStoreError(
+                f"material {material_id!r} exists (version {existing.current.version}); use edit"
+            )
+        v = MaterialVersion(
+            material_id=material_id,
+            version=1,
+            content=content,
+            provenance=provenance or Provenance(),
+            title=title,
+            valid_from=valid_from,
+            valid_until=valid_until,
+            last_confirmed=last_confirmed,
+            supersedes=supersedes,
+            superseded_by=superseded_by,
+            written_by=written_by,
+            source_snippet=source_snippet,
+            operator=operator,
+            change="create",
+            reason=reason,
+            batch_id=batch_id,
+        )
+        return self._gated(v, None, gate=gate, hold=hold)
+
+    def edit(
+        self,
+        material_id: str,
+        *,
+        operator: str,
+        written_by: str,
+        reason: str,
+        content: str | None = None,
+        source_snippet: str = "",
+        gate: bool = True,
+        batch_id: str | None = None,
+        **fields: Any,
+    ) -> MaterialVersion:
+        """Write a new version of a material with changed content or fields, through the gate."""
+        _require_operator(operator)
+        state = self.get(material_id)
+        changes: dict[str, Any] = dict(fields)
+        if content is not None and content != state.current.content:
+            changes["content"] = content
+            changes["source_snippet"] = source_snippet or content
+        v = state.current.evolve(
+            operator=operator,
+            written_by=written_by,
+            reason=reason,
+            change="edit",
+            batch_id=batch_id,
+            created_at="",
+            gate=None,
+            status=state.current.status,
+            **changes,
+        )
+        return self._gated(v, state.current, gate=gate and "content" in changes, hold=False)
+
+    def _gated(
+        self, v: MaterialVersion, based_on: MaterialVersion | None, *, gate: bool, hold: bool
+    ) -> MaterialVersion:
+        verdict: GateVerdict | None = None
+        if gate:
+            active = [(mid, text) for mid, text, _ver in self._active_texts(v.material_id)]
+            verdict = self.gate.check(v.content, material_id=v.material_id, active=active)
+            status = verdict.status
+            if status == "active" and based_on is not None and based_on.status != "active":
+                status = based_on.status
+        else:
+            status = v.status if based_on is not None else "active"
+        if hold:
+            status = "pending_review"
+        stored = self._commit(
+            v.evolve(
+                version=v.version,
+                based_on=v.based_on,
+                status=status,
+                gate=verdict.to_dict() if verdict else None,
+            ),
+            based_on=based_on,
+        )
+        if stored.status == "active" and stored.stale_reason() is None:
+            active = [(mid, text) for mid, text, _ver in self._active_texts(stored.material_id)]
+            self._record_conflicts(
+                stored,
+                find_conflicts(stored.material_id, stored.content, active, self.gate.min_overlap),
+            )
+        return stored
+
+    def observe(self, documents: Iterable[Any], *, operator: str = SYSTEM) -> list[str]:
+        """Register documents not seen before from their metadata (``METADATA_KEYS``).
+
+        Returns the ids registered or re-versioned. A known id whose text changed at the source
+        gets a new version (``change="source_changed"``). First-sight writes are not gated (the
+        knowledge base is the authority for its own documents) but their conflicts are recorded.
+        """
+        written = []
+        for doc in documents:
+            text = str(getattr(doc, "page_content", "") or "")
+            meta = dict(getattr(doc, "metadata", None) or {})
+            fields = provenance_from_metadata(meta)
+            material_id = fields.pop("material_id") or getattr(doc, "id", None)
+            if not material_id:
+                material_id = "doc-" + content_hash(text)[:10]
+            material_id = str(material_id)
+            state = self.find(material_id)
+            if state is not None and state.current.content_hash == content_hash(text):
+                continue
+            provenance = fields.pop("provenance")
+            try:
+                if state is None:
+                    self.register(
+                        material_id,
+                        text,
+                        operator=operator,
+                        written_by=FIRST_SIGHT_RULE,
+                        provenance=provenance,
+                        reason="first seen in retrieval",
+                        gate=False,
+                        **fields,
+                    )
+                else:
+                    v = state.current.evolve(
+                        content=text,
+                        operator=operator,
+                        written_by=FIRST_SIGHT_RULE,
+                        reason="text changed at the source",
+                        change="source_changed",
+                        created_at="",
+                        gate=None,
+                        provenance=provenance,
+                        **fields,
+                    )
+                    self._gated(v, state.current, gate=False, hold=False)
+            except ConcurrentChange:
+                continue  # another process registered it first
+            written.append(material_id)
+        return written
+
+    def transition(
+        self,
+        material_id: str,
+        action: str,
+        *,
+        operator: str,
+        reason: str,
+        written_by: str = "manual",
+        batch_id: str | None = None,
+    ) -> MaterialVersion:
+        """approve / reject / quarantine / restore / delete: a new version with the new status."""
+        _require_operator(operator)
+        if action not in _ALLOWED:
+            raise ValueError(f"action must be one of {sorted(_ALLOWED)}, not {action!r}")
+        if not reason or not reason.strip():
+            raise ValueError(f"a {action} needs a reason")
+        state = self.get(material_id)
+        if state.status not in _ALLOWED[action]:
+            raise InvalidTransition(f"cannot {action} {material_id!r}: it is {state.status}")
+        extra: dict[str, Any] = {}
+        if action == "approve":
+            extra["last_confirmed"] = iso(utcnow())
+        v = self._commit(
+            state.current.evolve(
+                status=_TARGET[action],
+                operator=operator,
+                written_by=written_by,
+                reason=reason,
+                change=action,
+                batch_id=batch_id,
+                created_at="",
+                gate=None,
+                **extra,
+            ),
+            based_on=state.current,
+            reset_denials=action == "restore",
+        )
+        if action == "approve" and v.stale_reason() is None:
+            active = [(mid, text) for mid, text, _ver in self._active_texts(v.material_id)]
+            self._record_conflicts(
+                v, find_conflicts(v.material_id, v.content, active, self.gate.min_overlap)
+            )
+        return v
+
+    def approve(self, material_id: str, *, operator: str, reason: str) -> MaterialVersion:
+        """Make a pending write active (the explicit confirmation)."""
+        return self.transition(material_id, "approve", operator=operator, reason=reason)
+
+    def reject(self, material_id: str, *, operator: str, reason: str) -> MaterialVersion:
+        """Refuse a pending write (it becomes deleted)."""
+        return self.transition(material_id, "reject", operator=operator, reason=reason)
+
+    def quarantine(self, material_id: str, *, operator: str, reason: str) -> MaterialVersion:
+        """Take a material out of retrieval until a person restores it."""
+        return self.transition(material_id, "quarantine", operator=operator, reason=reason)
+
+    def restore(self, material_id: str, *, operator: str, reason: str) -> MaterialVersion:
+        """Bring a quarantined material back (its denial count starts again)."""
+        return self.transition(material_id, "restore", operator=operator, reason=reason)
+
+    def delete(self, material_id: str, *, operator: str, reason: str) -> MaterialVersion:
+        """Withdraw a material everywhere at once (its history is kept)."""
+        return self.transition(material_id, "delete", operator=operator, reason=reason)
+
+    def rollback_batch(
+        self, batch_id: str, *, operator: str, reason: str, force: bool = False
+    ) -> RollbackResult:
+        """Restore every material a batch changed to its state before the batch.
+
+        A material created in the batch is deleted. A material changed again after the batch is
+        skipped (and reported) unless ``force``.
+        """
+        _require_operator(operator)
+        versions = self.by_batch(batch_id)
+        if not versions:
+            raise MaterialStoreError(f"no versions were written in batch {batch_id!r}")
+        first: dict[str, MaterialVersion] = {}
+        last: dict[str, MaterialVersion] = {}
+        for sv in versions:
+            first.setdefault(sv.version.material_id, sv.version)
+            last[sv.version.material_id] = sv.version
+        with self.batch() as rollback_id:
+            result = RollbackResult(batch_id, rollback_id)
+            for material_id, v0 in first.items():
+                state = self.get(material_id)
+                if state.current.version != last[material_id].version and not force:
+                    result.skipped[material_id] = (
+                        f"changed after the batch (now version {state.current.version})"
+                    )
+                    continue
+                if v0.based_on is None:
+                    if state.status == "deleted":
+                        result.skipped[material_id] = "already deleted"
+                        continue
+                    self._commit(
+                        state.current.evolve(
+                            status="deleted",
+                            operator=operator,
+                            written_by=ROLLBACK_RULE,
+                            reason=f"rollback of {batch_id}: {reason}",
+                            change="rollback",
+                            created_at="",
+                            gate=None,
+                            batch_id=rollback_id,
+                        ),
+                        based_on=state.current,
+                    )
+                    result.deleted.append(material_id)
+                    continue
+                prior = self.version(material_id, v0.based_on).version
+                restored = prior.evolve(
+                    version=state.current.version + 1,
+                    based_on=state.current.version,
+                    operator=operator,
+                    written_by=ROLLBACK_RULE,
+                    reason=f"rollback of {batch_id} to version {prior.version}: {reason}",
+                    change="rollback",
+                    created_at="",
+                    gate=None,
+                    batch_id=rollback_id,
+                )
+                self._commit(restored, based_on=state.current)
+                result.restored.append(material_id)
+        return result
+
+    # -- usage, outcomes, reads ---------------------------------------------------------------
+    def record_use(
+        self,
+        request_id: str,
+        uses: Sequence[Use],
+        *,
+        decision: str | None = None,
+        at: str | None = None,
+    ) -> int:
+        """Log a request's read hits and count retrievals, citations and passed answers.
+
+        Idempotent per request: a request already logged is not counted twice. Returns the
+        number of read hits logged.
+        """
+        created = at or iso(utcnow())
+        logged = 0
+        resolved = []
+        for use in uses:
+            version = use.version or self.version_for(use.material_id, use.content_hash)
+            if version is not None:
+                resolved.append((use, version))
+        with self.db.write() as cur:
+            for use, version in resolved:
+                cur.execute(
+                    "INSERT INTO material_reads (request_id, material_id, version, rank_before, "
+                    "rank_after, cited, decision, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT DO NOTHING",
+                    (
+                        request_id,
+                        use.material_id,
+                        version,
+                        use.rank_before,
+                        use.rank_after,
+                        int(use.cited),
+                        decision,
+                        created,
+                    ),
+                )
+                cur.execute(
+                    "SELECT created_at FROM material_reads WHERE request_id = ? "
+                    "AND material_id = ?",
+                    (request_id, use.material_id),
+                )
+                if cur.fetchone()[0] != created:
+                    continue  # logged before
+                logged += 1
+                _bump(
+                    cur,
+                    use.material_id,
+                    version,
+                    retrievals=1,
+                    citations=int(use.cited),
+                    passed=int(use.cited and decision == "pass"),
+                )
+        return logged
+
+    def apply_outcome(
+        self,
+        material_id: str,
+        verdict: str,
+        *,
+        weight: float = 1.0,
+        version: int | None = None,
+        counter: str | None = None,
+    ) -> MaterialState:
+        """Move a material's EMA toward a verdict's outcome; quarantine after N denials.
+
+        ``verdict`` is a key of ``credibility.OUTCOMES``; ``counter`` the usage counter to bump
+        (``confirmations``, ``denials``, ``approvals``, ``edits``, ``rejections``).
+        """
+        from tracerag.materials.credibility import OUTCOMES
+
+        if verdict not in OUTCOMES:
+            raise ValueError(f"verdict must be one of {sorted(OUTCOMES)}, not {verdict!r}")
+        with self.db.write() as cur:
+            cur.execute(
+                "SELECT ema, outcomes, denials, current_version FROM materials "
+                "WHERE material_id = ?",
+                (material_id,),
+            )
+            row = cur.fetchone()
+            if row is None:
+                raise MaterialNotFound(material_id)
+            ema = ema_update(float(row[0]), OUTCOMES[verdict], self.policy.rate, weight)
+            denials = int(row[2]) + (1 if verdict == "deny" and weight > 0 else 0)
+            cur.execute(
+                "UPDATE materials SET ema = ?, outcomes = outcomes + 1, denials = ?, "
+                "updated_at = ? WHERE material_id = ?",
+                (ema, denials, iso(utcnow()), material_id),
+            )
+            if counter:
+                _bump(cur, material_id, version or int(row[3]), **{counter: 1})
+        state = self.get(material_id)
+        if state.denials >= self.policy.quarantine_after and state.status == "active":
+            self.transition(
+                material_id,
+                "quarantine",
+                operator=SYSTEM,
+                reason=f"denied {state.denials} times "
+                f"(quarantine after {self.policy.quarantine_after})",
+                written_by=QUARANTINE_RULE,
+            )
+            state = self.get(material_id)
+        return state
+
+    def mark_complaint(self, request_id: str, verdict: str) -> None:
+        """Keep a request's read hits past the retention period (it received a complaint)."""
+        with self.db.write() as cur:
+            cur.execute(
+                "INSERT INTO material_complaints (request_id, verdict, created_at) "
+                "VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                (request_id, verdict, iso(utcnow())),
+            )
+
+    def log_feedback(
+        self,
+        request_id: str,
+        verdict: str,
+        comment: str | None,
+        correction: str | None,
+        operator: str,
+        audit_seq: int | None,
+    ) -> str:
+        """Keep one feedback verdict; returns its id."""
+        feedback_id = "fb-" + uuid.uuid4().hex[:16]
+        with self.db.write() as cur:
+            cur.execute(
+                "INSERT INTO material_feedback (feedback_id, request_id, verdict, comment, "
+                "correction, operator, created_at, audit_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    feedback_id,
+                    request_id,
+                    verdict,
+                    comment,
+                    correction,
+                    operator,
+                    iso(utcnow()),
+                    audit_seq,
+                ),
+            )
+        return feedback_id
+
+    def reads(
+        self, material_id: str, version: int | None = None, limit: int = 1000
+    ) -> list[ReadHit]:
+        """The read hits of a material (one version, or all), newest first."""
+        sql = (
+            "SELECT r.request_id, r.material_id, r.version, r.rank_before, r.rank_after, "
+            "r.cited, r.decision, r.created_at, c.request_id FROM material_reads r "
+            "LEFT JOIN material_complaints c ON c.request_id = r.request_id "
+            "WHERE r.material_id = ?"
+        )
+        params: list[Any] = [material_id]
+        if version is not None:
+            sql += " AND r.version = ?"
+            params.append(int(version))
+        sql += " ORDER BY r.created_at DESC, r.request_id LIMIT ?"
+        params.append(int(limit))
+        with self.db.read() as cur:
+            cur.execute(sql, params)
+            rows = cur.fetchall()
+        return [
+            ReadHit(
+                str(r[0]),
+                str(r[1]),
+                int(r[2]),
+                r[3],
+                r[4],
+                bool(r[5]),
+                r[6],
+                str(r[7]),
+                r[8] is not None,
+            )
+            for r in rows
+        ]
+
+    def reads_of_request(self, request_id: str) -> list[ReadHit]:
+        """The read hits one request logged."""
+        with self.db.read() as cur:
+            cur.execute(
+                "SELECT r.request_id, r.material_id, r.version, r.rank_before, r.rank_after, "
+                "r.cited, r.decision, r.created_at, c.request_id FROM material_reads r "
+                "LEFT JOIN material_complaints c ON c.request_id = r.request_id "
+                "WHERE r.request_id = ? ORDER BY r.rank_after, r.material_id",
+                (request_id,),
+            )
+            rows = cur.fetchall()
+        return [
+            ReadHit(
+                str(r[0]),
+                str(r[1]),
+                int(r[2]),
+                r[3],
+                r[4],
+                bool(r[5]),
+                r[6],
+                str(r[7]),
+                r[8] is not None,
+            )
+            for r in rows
+        ]
+
+    def purge_reads(self, *, now: datetime | None = None, days: int | None = None) -> int:
+        """Delete read hits older than the retention period, except complained-about requests."""
+        days = self.read_retention_days if days is None else days
+        cutoff = iso((now or utcnow()) - timedelta(days=days))
+        with self.db.write() as cur:
+            cur.execute(
+                "SELECT COUNT(*) FROM material_reads WHERE created_at < ? AND request_id NOT IN "
+                "(SELECT request_id FROM material_complaints)",
+                (cutoff,),
+            )
+            n = int(cur.fetchone()[0])
+            cur.execute(
+                "DELETE FROM material_reads WHERE created_at < ? AND request_id NOT IN "
+                "(SELECT request_id FROM material_complaints)",
+                (cutoff,),
+            )
+        return n
+
+    # -- conflicts ----------------------------------------------------------------------------
+    def conflicts(self, status: str | None = "open") -> list[ConflictRecord]:
+        """Stored conflicts (open ones by default), oldest first."""
+        sql = (
+            "SELECT conflict_id, material_a, version_a, material_b, version_b, slot_key, value_a, "
+            "value_b, status, created_at, resolved_at, resolution FROM material_conflicts"
+        )
+        params: list[Any] = []
+        if status:
+            sql += " WHERE status = ?"
+            params.append(status)
+        with self.db.read() as cur:
+            cur.execute(sql + " ORDER BY created_at, conflict_id", params)
+            return [ConflictRecord(*r) for r in cur.fetchall()]
+
+    # -- verification and figures -------------------------------------------------------------
+    def verify(self) -> VerifyReport:
+        """Check every stored version against its chained entry, and every chained change."""
+        report = VerifyReport()
+        with self.db.read() as cur:
+            cur.execute(
+                "SELECT material_id, version, body, body_hash, audit_seq, audit_hash "
+                "FROM material_versions ORDER BY audit_seq, material_id, version"
+            )
+            rows = cur.fetchall()
+        report.checked = len(rows)
+        try:
+            trail = self.store.get(MATERIALS_LOG)
+            chained = {
+                e.seq: e for e in trail.entries if isinstance(e.payload.get(CHANGE_KEY), dict)
+            }
+        except KeyError:
+            chained = {}
+        seen: set[int] = set()
+        for mid, version, body, body_hash, seq, ahash in rows:
+            name = f"{mid}@{version}"
+            if seq is None:
+                report.issues.append(f"{name}: not sealed in the audit chain")
+                continue
+            if body_digest(json.loads(body)) != body_hash:
+                report.issues.append(f"{name}: stored body does not match its hash")
+            entry = chained.get(int(seq))
+            if entry is None:
+                report.issues.append(f"{name}: audit entry {seq} is missing")
+                continue
+            seen.add(int(seq))
+            change = entry.payload[CHANGE_KEY]
+            if (
+                change.get("material_id") != mid
+                or change.get("version") != int(version)
+                or change.get("body_hash") != body_hash
+                or body_digest(change.get("body") or {}) != body_hash
+                or entry.hash != ahash
+            ):
+                report.issues.append(f"{name}: differs from audit entry {seq}")
+        for seq, entry in chained.items():
+            if seq not in seen:
+                change = entry.payload[CHANGE_KEY]
+                report.issues.append(
+                    f"audit entry {seq} ({change.get('material_id')}@{change.get('version')}): "
+                    "no stored version"
+                )
+        return report
+
+    def stats(self, now: datetime | None = None) -> dict[str, Any]:
+        """Figures for metrics: materials by status, pending writes, open conflicts,
+        quarantines and the credibility distribution (tenths) of active materials."""
+        with self.db.read() as cur:
+            cur.execute("SELECT status, COUNT(*) FROM materials GROUP BY status")
+            by_status = {str(s): int(n) for s, n in cur.fetchall()}
+            cur.execute("SELECT COUNT(*) FROM material_conflicts WHERE status = 'open'")
+            open_conflicts = int(cur.fetchone()[0])
+        buckets = [0] * 10
+        for state in self.list("active"):
+            c = self.credibility(state, now)
+            buckets[min(9, int(c * 10))] += 1
+        return {
+            "by_status": by_status,
+            "pending_writes": by_status.get("pending_review", 0),
+            "quarantined": by_status.get("quarantined", 0),
+            "open_conflicts": open_conflicts,
+            "credibility_histogram": {
+                f"{i / 10:.1f}-{(i + 1) / 10:.1f}": n for i, n in enumerate(buckets)
+            },
+        }
+
+
+def _stored(row: Sequence[Any]) -> StoredVersion:
+    return StoredVersion(
+        MaterialVersion.from_body(json.loads(row[0])),
+        str(row[1]),
+        None if row[2] is None else int(row[2]),
+        row[3],
+    )
+
+
+def _bump(cur: Cursor, material_id: str, version: int, **counts: int) -> None:
+    for name in counts:
+        if name not in USAGE_COUNTERS:
+            raise ValueError(f"unknown usage counter {name!r}")
+    cur.execute(
+        "INSERT INTO material_usage (material_id, version) VALUES (?, ?) ON CONFLICT DO NOTHING",
+        (material_id, version),
+    )
+    sets = ", ".join(f"{k} = {k} + ?" for k in counts)
+    cur.execute(
+        f"UPDATE material_usage SET {sets} WHERE material_id = ? AND version = ?",
+        (*counts.values(), material_id, version),
+    )
+
+
+def _resolve_conflicts(cur: Cursor, material_id: str, resolution: str) -> None:
+    cur.execute(
+        "UPDATE material_conflicts SET status = 'resolved', resolved_at = ?, resolution = ? "
+        "WHERE status = 'open' AND (material_a = ? OR material_b = ?)",
+        (iso(utcnow()), resolution, material_id, material_id),
+    )
+
+
+def _require_operator(operator: str) -> None:
+    if not isinstance(operator, str) or not operator.strip():
+        raise ValueError("every material change needs a named operator")
+
+
+__all__ = [
+    "CHANGE_KEY",
+    "DEFAULT_READ_RETENTION_DAYS",
+    "FIRST_SIGHT_RULE",
+    "MATERIALS_LOG",
+    "QUARANTINE_RULE",
+    "ROLLBACK_RULE",
+    "ConcurrentChange",
+    "ConflictRecord",
+    "InvalidTransition",
+    "MaterialNotFound",
+    "MaterialRegistry",
+    "ReadHit",
+    "RollbackResult",
+    "StoredVersion",
+    "Use",
+    "VerifyReport",
+    "body_digest",
+]
