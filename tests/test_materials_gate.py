@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (pytest fixtures imported by name)
 """The write gate on each class of input, in English and Chinese, alone and in the registry."""
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def test_verdicts_are_logged(caplog: pytest.LogCaptureFixture) -> None:
 def test_registry_holds_gated_writes_on_each_backend(
     registry: MaterialRegistry,
     rule: str,
-    text: str,  # noqa: F811
+    text: str,
 ) -> None:
     v = registry.register("memo", text, operator="agent-7", written_by="memory-writer@2")
     assert v.status == "pending_review"
@@ -114,7 +115,7 @@ def test_registry_holds_gated_writes_on_each_backend(
 
 
 def test_registry_passes_clean_writes_and_holds_conflicts(
-    registry: MaterialRegistry,  # noqa: F811
+    registry: MaterialRegistry,
 ) -> None:
     a = registry.register("ret-7", CLEAN[0], operator="kb", written_by="import@1")
     assert a.status == "active"

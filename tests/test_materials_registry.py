@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (pytest fixtures imported by name)
 """The material registry on both store backends: versions, batches, quarantine, conflicts,
 deletion, read-hit retention and hash-chain coverage."""
 
@@ -27,7 +28,7 @@ FEE_ZH = "已拆封商品在签收后7天内退货，收取10%的翻新费。"
 
 
 def test_every_change_is_a_new_version_with_who_why_and_rule(
-    registry: MaterialRegistry,  # noqa: F811
+    registry: MaterialRegistry,
 ) -> None:
     prov = Provenance(
         source_type="document",
@@ -71,7 +72,7 @@ def test_every_change_is_a_new_version_with_who_why_and_rule(
 
 def test_material_changes_are_in_the_hash_chain(
     registry: MaterialRegistry,
-    backend: Backend,  # noqa: F811
+    backend: Backend,
 ) -> None:
     registry.register("fee", FEE, operator="alice", written_by="kb-import@2")
     registry.delete("fee", operator="bob", reason="withdrawn")
@@ -101,7 +102,7 @@ def test_material_changes_are_in_the_hash_chain(
 
 
 def test_batch_rollback_restores_what_the_batch_changed(
-    registry: MaterialRegistry,  # noqa: F811
+    registry: MaterialRegistry,
 ) -> None:
     registry.register("a", "Shipping is free over 50 yuan.", operator="kb", written_by="import@1")
     registry.register("b", "礼品卡不可兑换现金。", operator="kb", written_by="import@1")
@@ -136,7 +137,7 @@ def test_batch_rollback_restores_what_the_batch_changed(
 
 
 def test_rollback_skips_materials_changed_after_the_batch(
-    registry: MaterialRegistry,  # noqa: F811
+    registry: MaterialRegistry,
 ) -> None:
     registry.register("a", "Shipping is free over 50 yuan.", operator="kb", written_by="import@1")
     with registry.batch() as batch:
@@ -162,7 +163,7 @@ def test_rollback_skips_materials_changed_after_the_batch(
     assert registry.get("a").current.content.endswith("50 yuan.")
 
 
-def test_quarantine_after_n_denials_and_restore(registry: MaterialRegistry) -> None:  # noqa: F811
+def test_quarantine_after_n_denials_and_restore(registry: MaterialRegistry) -> None:
     registry.register("fee", FEE_ZH, operator="kb", written_by="import@1")
     for expected in (1, 2):
         state = registry.apply_outcome("fee", "deny", weight=0.5, counter="denials")
@@ -182,7 +183,7 @@ def test_quarantine_after_n_denials_and_restore(registry: MaterialRegistry) -> N
 
 
 def test_conflicting_active_materials_produce_a_conflict_record(
-    registry: MaterialRegistry,  # noqa: F811
+    registry: MaterialRegistry,
 ) -> None:
     docs = [
         Document(page_content="已拆封商品可在签收后7天内退货。", metadata={"id": "r-new"}),
@@ -202,7 +203,7 @@ def test_conflicting_active_materials_produce_a_conflict_record(
     assert registry.conflicts(status="resolved")[0].resolution == "r-old is quarantined"
 
 
-def test_first_sight_maps_langchain_metadata(registry: MaterialRegistry) -> None:  # noqa: F811
+def test_first_sight_maps_langchain_metadata(registry: MaterialRegistry) -> None:
     doc = Document(
         page_content="Warranty: 24 months for laptops.",
         metadata={
@@ -229,7 +230,7 @@ def test_first_sight_maps_langchain_metadata(registry: MaterialRegistry) -> None
     assert registry.get("warranty").current.change == "source_changed"
 
 
-def test_stale_base_version_is_refused(registry: MaterialRegistry) -> None:  # noqa: F811
+def test_stale_base_version_is_refused(registry: MaterialRegistry) -> None:
     registry.register(
         "a", "Gift cards never expire.", operator="kb", written_by="import@1", gate=False
     )
@@ -242,13 +243,24 @@ def test_stale_base_version_is_refused(registry: MaterialRegistry) -> None:  # n
         reason="r",
     )
     with pytest.raises(ConcurrentChange):
-        registry._commit(stale.evolve(status="deleted", created_at=""), based_on=stale)
+        registry._commit(stale.evolve(status="deleted", created_at=""), expect_current=1)
+    registry.edit(
+        "a", content="I think gift cards expire.", operator="y", written_by="memory@1", reason="r"
+    )
+    state = registry.get("a")
+    assert state.pending == 3 and state.current.version == 2
+    with pytest.raises(ConcurrentChange):  # one proposed edit at a time
+        registry.edit("a", content="Gift cards expire.", operator="z", written_by="m", reason="r")
+    rejected = registry.reject("a", operator="lead", reason="hedged")
+    assert rejected.version == 4 and rejected.status == "deleted" and rejected.based_on == 3
+    state = registry.get("a")
+    assert state.pending is None and state.current.version == 2 and state.status == "active"
     with pytest.raises(MaterialNotFound):
         registry.get("nope")
 
 
 def test_read_hits_retention_keeps_complained_requests(
-    registry: MaterialRegistry,  # noqa: F811
+    registry: MaterialRegistry,
 ) -> None:
     registry.register(
         "a", "Gift cards cannot be exchanged for cash.", operator="kb", written_by="import@1"

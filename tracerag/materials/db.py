@@ -61,6 +61,7 @@ def _tables(big: str, real: str) -> list[str]:
             ema {real} NOT NULL,
             outcomes INTEGER NOT NULL DEFAULT 0,
             denials INTEGER NOT NULL DEFAULT 0,
+            pending_version INTEGER,
             updated_at TEXT NOT NULL
         )""",
         "CREATE INDEX materials_status ON materials (status)",

@@ -6,7 +6,7 @@ Rules run first, in this order, and every one that matches adds a reason:
   I think / I guess / not sure;
 * ``question`` — questions: 是不是 / 是否 / …吗 / ``?`` / ``？``;
 * ``instruction`` — instruction-like content: 记住 / 以后都要 / 必须 / 一律 / from now on / always /
-  never / ignore (all) previous / you must / remember that;
+  ignore (all) previous / you must / remember that;
 * ``conflict`` — a stated quantity that differs from an active material's (``conflicts``).
 
 A matching write goes to ``pending_review`` with the reasons; only an explicit approval makes it
@@ -98,7 +98,6 @@ RULES: dict[str, list[re.Pattern[str]]] = {
     + _en(
         r"from\s+now\s+on",
         "always",
-        "never",
         r"ignore\s+(?:all\s+|any\s+)?(?:the\s+)?previous",
         r"you\s+must",
         r"remember\s+that",

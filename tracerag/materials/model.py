@@ -243,6 +243,7 @@ class MaterialState:
     outcomes: int
     denials: int  # denials since the last restore (quarantine counts these)
     usage: Usage = field(default_factory=Usage)
+    pending: int | None = None  # a proposed edit waiting for review beside the current version
 
     @property
     def material_id(self) -> str:

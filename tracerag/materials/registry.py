@@ -19,11 +19,11 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from tracerag.materials.conflicts import Conflict, find_conflicts
+from tracerag.materials.conflicts import find_conflicts
 from tracerag.materials.credibility import (
     CredibilityPolicy,
     credibility,
@@ -253,7 +253,8 @@ class MaterialRegistry:
     # -- reading ------------------------------------------------------------------------------
     def _row_state(self, cur: Cursor, material_id: str) -> MaterialState | None:
         cur.execute(
-            "SELECT m.ema, m.outcomes, m.denials, v.body FROM materials m JOIN material_versions v "
+            "SELECT m.ema, m.outcomes, m.denials, v.body, m.pending_version FROM materials m "
+            "JOIN material_versions v "
             "ON v.material_id = m.material_id AND v.version = m.current_version "
             "WHERE m.material_id = ?",
             (material_id,),
@@ -263,7 +264,12 @@ class MaterialRegistry:
             return None
         current = MaterialVersion.from_body(json.loads(row[3]))
         return MaterialState(
-            current, float(row[0]), int(row[1]), int(row[2]), self._usage(cur, current)
+            current,
+            float(row[0]),
+            int(row[1]),
+            int(row[2]),
+            self._usage(cur, current),
+            None if row[4] is None else int(row[4]),
         )
 
     @staticmethod
@@ -300,17 +306,19 @@ class MaterialRegistry:
                 chunk = ids[start : start + 200]
                 marks = ", ".join("?" for _ in chunk)
                 cur.execute(
-                    "SELECT m.material_id, m.ema, m.outcomes, m.denials, v.body FROM materials m "
+                    "SELECT m.material_id, m.ema, m.outcomes, m.denials, v.body, m.pending_version "
+                    "FROM materials m "
                     "JOIN material_versions v ON v.material_id = m.material_id "
                     f"AND v.version = m.current_version WHERE m.material_id IN ({marks})",
                     chunk,
                 )
-                for mid, ema, outcomes, denials, body in cur.fetchall():
+                for mid, ema, outcomes, denials, body, pending in cur.fetchall():
                     out[str(mid)] = MaterialState(
                         MaterialVersion.from_body(json.loads(body)),
                         float(ema),
                         int(outcomes),
                         int(denials),
+                        pending=None if pending is None else int(pending),
                     )
         return out
 
@@ -323,6 +331,17 @@ class MaterialRegistry:
             params.append(status)
         with self.db.read() as cur:
             cur.execute(sql + " ORDER BY material_id", params)
+            ids = [str(r[0]) for r in cur.fetchall()]
+        states = self.states(ids)
+        return [states[i] for i in ids if i in states]
+
+    def pending(self) -> list[MaterialState]:
+        """Writes waiting for review: pending new materials and proposed edits."""
+        with self.db.read() as cur:
+            cur.execute(
+                "SELECT material_id FROM materials WHERE status = 'pending_review' "
+                "OR pending_version IS NOT NULL ORDER BY updated_at, material_id"
+            )
             ids = [str(r[0]) for r in cur.fetchall()]
         states = self.states(ids)
         return [states[i] for i in ids if i in states]
@@ -436,39 +455,57 @@ class MaterialRegistry:
         self,
         new: MaterialVersion,
         *,
-        based_on: MaterialVersion | None,
+        expect_current: int | None,
+        make_current: bool = True,
+        pending: str = "keep",
         reset_denials: bool = False,
     ) -> MaterialVersion:
-        """Store a new version, chain it, and make it current (in that order)."""
+        """Store a new version, chain it, then apply it (in that order).
+
+        The version number is the next free one. ``make_current`` makes it the version in
+        service; ``pending`` (``keep`` / ``set`` / ``clear``) records or clears a proposed
+        version waiting for review beside the one in service.
+        """
         self._ensure_log()
-        new = new.evolve(
-            version=new.version,
-            based_on=new.based_on,
-            created_at=new.created_at or iso(utcnow()),
-            batch_id=self._batch(new.batch_id),
-        )
-        body = new.body()
-        digest = body_digest(body)
+        batch_id = self._batch(new.batch_id)
+        created_at = new.created_at or iso(utcnow())
         with self.db.write() as cur:
             cur.execute(
-                "SELECT current_version FROM materials WHERE material_id = ?", (new.material_id,)
+                "SELECT current_version, pending_version FROM materials WHERE material_id = ?",
+                (new.material_id,),
             )
             row = cur.fetchone()
             current = int(row[0]) if row else None
-            expected = based_on.version if based_on else None
-            if current != expected:
+            if current != expect_current:
                 raise ConcurrentChange(
                     f"material {new.material_id!r} is at version {current}, "
-                    f"not {expected}; reload and retry"
+                    f"not {expect_current}; reload and retry"
+                )
+            if pending == "set" and row is not None and row[1] is not None:
+                raise ConcurrentChange(
+                    f"an edit of {new.material_id!r} (version {row[1]}) is waiting for review"
                 )
             cur.execute(
-                "SELECT 1 FROM material_versions WHERE material_id = ? AND version = ?",
-                (new.material_id, new.version),
+                "SELECT MAX(version) FROM material_versions WHERE material_id = ?",
+                (new.material_id,),
             )
-            if cur.fetchone() is not None:
-                raise ConcurrentChange(
-                    f"version {new.version} of {new.material_id!r} is being written elsewhere"
+            new = replace(
+                new,
+                version=int(cur.fetchone()[0] or 0) + 1,
+                created_at=created_at,
+                batch_id=batch_id,
+            )
+            before = None
+            if new.based_on is not None:
+                cur.execute(
+                    "SELECT status, content_hash FROM material_versions "
+                    "WHERE material_id = ? AND version = ?",
+                    (new.material_id, new.based_on),
                 )
+                b = cur.fetchone()
+                before = {"version": new.based_on, "status": b[0], "content_hash": b[1]}
+            body = new.body()
+            digest = body_digest(body)
             cur.execute(
                 "INSERT INTO material_versions (material_id, version, status, written_by, "
                 "operator, batch_id, change, content_hash, created_at, body, body_hash) "
@@ -487,15 +524,6 @@ class MaterialRegistry:
                     digest,
                 ),
             )
-        before = (
-            None
-            if based_on is None
-            else {
-                "version": based_on.version,
-                "status": based_on.status,
-                "content_hash": based_on.content_hash,
-            }
-        )
         try:
             entry = self.store.append_action(
                 MATERIALS_LOG,
@@ -508,6 +536,7 @@ class MaterialRegistry:
                         "change": new.change,
                         "written_by": new.written_by,
                         "batch_id": new.batch_id,
+                        "in_service": make_current,
                         "body_hash": digest,
                         "body": body,
                     },
@@ -535,7 +564,7 @@ class MaterialRegistry:
                 "WHERE material_id = ? AND version = ?",
                 (entry.seq, entry.hash, new.material_id, new.version),
             )
-            if based_on is None:
+            if current is None:
                 cur.execute(
                     "INSERT INTO materials (material_id, current_version, status, content_hash, "
                     "ema, outcomes, denials, updated_at) VALUES (?, ?, ?, ?, ?, 0, 0, ?)",
@@ -548,14 +577,19 @@ class MaterialRegistry:
                         now,
                     ),
                 )
-            else:
+            elif make_current:
                 cur.execute(
                     "UPDATE materials SET current_version = ?, status = ?, content_hash = ?, "
                     f"updated_at = ?{', denials = 0' if reset_denials else ''} "
                     "WHERE material_id = ?",
                     (new.version, new.status, new.content_hash, now, new.material_id),
                 )
-            if new.status != "active":
+            if pending != "keep":
+                cur.execute(
+                    "UPDATE materials SET pending_version = ? WHERE material_id = ?",
+                    (new.version if pending == "set" else None, new.material_id),
+                )
+            if make_current and new.status != "active":
                 _resolve_conflicts(cur, new.material_id, f"{new.material_id} is {new.status}")
             cur.execute("UPDATE material_head SET generation = generation + 1 WHERE id = 1")
         return new
@@ -577,10 +611,17 @@ class MaterialRegistry:
                 out.append((str(mid), v.content, int(version)))
         return out
 
-    def _record_conflicts(self, v: MaterialVersion, conflicts: Sequence[Conflict]) -> None:
+    def _check_conflicts(self, v: MaterialVersion) -> None:
+        """Record the conflicts of a version now in service with the other active materials."""
+        if v.status != "active" or v.stale_reason() is not None:
+            return
+        active = self._active_texts(v.material_id)
+        conflicts = find_conflicts(
+            v.material_id, v.content, [(m, t) for m, t, _ in active], self.gate.min_overlap
+        )
         if not conflicts:
             return
-        versions = {mid: ver for mid, _t, ver in self._active_texts(v.material_id)}
+        versions = {mid: ver for mid, _t, ver in active}
         with self.db.write() as cur:
             for c in conflicts:
                 conflict_id = hashlib.sha256(
@@ -648,7 +689,20 @@ class MaterialRegistry:
             reason=reason,
             batch_id=batch_id,
         )
-        return self._gated(v, None, gate=gate, hold=hold)
+        status, verdict = self._judge(v) if gate else ("active", None)
+        if hold:
+            status = "pending_review"
+        stored = self._commit(
+            replace(v, status=status, gate=verdict.to_dict() if verdict else None),
+            expect_current=None,
+        )
+        self._check_conflicts(stored)
+        return stored
+
+    def _judge(self, v: MaterialVersion) -> tuple[str, GateVerdict]:
+        active = [(mid, text) for mid, text, _ver in self._active_texts(v.material_id)]
+        verdict = self.gate.check(v.content, material_id=v.material_id, active=active)
+        return verdict.status, verdict
 
     def edit(
         self,
@@ -663,9 +717,20 @@ class MaterialRegistry:
         batch_id: str | None = None,
         **fields: Any,
     ) -> MaterialVersion:
-        """Write a new version of a material with changed content or fields, through the gate."""
+        """Write a new version of a material with changed content or fields.
+
+        Changed content passes the write gate. A held edit of an active material waits for
+        review beside the version in service (``MaterialState.pending``), which stays in
+        service until the edit is approved.
+        """
         _require_operator(operator)
+        if not reason or not reason.strip():
+            raise ValueError("an edit needs a reason")
         state = self.get(material_id)
+        if state.pending is not None:
+            raise ConcurrentChange(
+                f"an edit of {material_id!r} (version {state.pending}) is waiting for review"
+            )
         changes: dict[str, Any] = dict(fields)
         if content is not None and content != state.current.content:
             changes["content"] = content
@@ -678,48 +743,32 @@ class MaterialRegistry:
             batch_id=batch_id,
             created_at="",
             gate=None,
-            status=state.current.status,
             **changes,
         )
-        return self._gated(v, state.current, gate=gate and "content" in changes, hold=False)
-
-    def _gated(
-        self, v: MaterialVersion, based_on: MaterialVersion | None, *, gate: bool, hold: bool
-    ) -> MaterialVersion:
-        verdict: GateVerdict | None = None
-        if gate:
-            active = [(mid, text) for mid, text, _ver in self._active_texts(v.material_id)]
-            verdict = self.gate.check(v.content, material_id=v.material_id, active=active)
-            status = verdict.status
-            if status == "active" and based_on is not None and based_on.status != "active":
-                status = based_on.status
-        else:
-            status = v.status if based_on is not None else "active"
-        if hold:
-            status = "pending_review"
-        stored = self._commit(
-            v.evolve(
-                version=v.version,
-                based_on=v.based_on,
-                status=status,
-                gate=verdict.to_dict() if verdict else None,
-            ),
-            based_on=based_on,
-        )
-        if stored.status == "active" and stored.stale_reason() is None:
-            active = [(mid, text) for mid, text, _ver in self._active_texts(stored.material_id)]
-            self._record_conflicts(
-                stored,
-                find_conflicts(stored.material_id, stored.content, active, self.gate.min_overlap),
+        status, verdict = self._judge(v) if gate and "content" in changes else (state.status, None)
+        gate_body = verdict.to_dict() if verdict else None
+        if status == "pending_review" and state.status == "active":
+            return self._commit(
+                replace(v, status="pending_review", gate=gate_body),
+                expect_current=state.current.version,
+                make_current=False,
+                pending="set",
             )
+        if status == "active":
+            status = state.status
+        stored = self._commit(
+            replace(v, status=status, gate=gate_body), expect_current=state.current.version
+        )
+        self._check_conflicts(stored)
         return stored
 
     def observe(self, documents: Iterable[Any], *, operator: str = SYSTEM) -> list[str]:
         """Register documents not seen before from their metadata (``METADATA_KEYS``).
 
         Returns the ids registered or re-versioned. A known id whose text changed at the source
-        gets a new version (``change="source_changed"``). First-sight writes are not gated (the
-        knowledge base is the authority for its own documents) but their conflicts are recorded.
+        (since it was last seen there) gets a new version (``change="source_changed"``) with
+        the material's status. First-sight writes are not gated (the knowledge base is the
+        authority for its own documents) but their conflicts are recorded.
         """
         written = []
         for doc in documents:
@@ -731,7 +780,7 @@ class MaterialRegistry:
                 material_id = "doc-" + content_hash(text)[:10]
             material_id = str(material_id)
             state = self.find(material_id)
-            if state is not None and state.current.content_hash == content_hash(text):
+            if state is not None and self._last_seen_hash(material_id) == content_hash(text):
                 continue
             provenance = fields.pop("provenance")
             try:
@@ -758,11 +807,28 @@ class MaterialRegistry:
                         provenance=provenance,
                         **fields,
                     )
-                    self._gated(v, state.current, gate=False, hold=False)
-            except ConcurrentChange:
-                continue  # another process registered it first
+                    stored = self._commit(v, expect_current=state.current.version)
+                    self._check_conflicts(stored)
+            except (ConcurrentChange, MaterialStoreError):
+                continue  # another process registered or changed it first
             written.append(material_id)
         return written
+
+    def _last_seen_hash(self, material_id: str) -> str | None:
+        """The content hash last seen at the source (else the version in service)."""
+        with self.db.read() as cur:
+            cur.execute(
+                "SELECT content_hash FROM material_versions WHERE material_id = ? "
+                "AND written_by = ? ORDER BY version DESC LIMIT 1",
+                (material_id, FIRST_SIGHT_RULE),
+            )
+            row = cur.fetchone()
+            if row is None:
+                cur.execute(
+                    "SELECT content_hash FROM materials WHERE material_id = ?", (material_id,)
+                )
+                row = cur.fetchone()
+        return str(row[0]) if row else None
 
     def transition(
         self,
@@ -774,39 +840,49 @@ class MaterialRegistry:
         written_by: str = "manual",
         batch_id: str | None = None,
     ) -> MaterialVersion:
-        """approve / reject / quarantine / restore / delete: a new version with the new status."""
+        """approve / reject / quarantine / restore / delete: a new version with the new status.
+
+        ``approve`` and ``reject`` act on a proposed edit when one waits for review, else on a
+        pending new material.
+        """
         _require_operator(operator)
         if action not in _ALLOWED:
             raise ValueError(f"action must be one of {sorted(_ALLOWED)}, not {action!r}")
         if not reason or not reason.strip():
             raise ValueError(f"a {action} needs a reason")
         state = self.get(material_id)
+        common = {
+            "operator": operator,
+            "written_by": written_by,
+            "reason": reason,
+            "change": action,
+            "batch_id": batch_id,
+            "created_at": "",
+            "gate": None,
+        }
+        if action in ("approve", "reject") and state.pending is not None:
+            proposed = self.version(material_id, state.pending).version
+            extra = {"last_confirmed": iso(utcnow())} if action == "approve" else {}
+            stored = self._commit(
+                proposed.evolve(status=_TARGET[action], **common, **extra),
+                expect_current=state.current.version,
+                make_current=action == "approve",
+                pending="clear",
+            )
+            self._check_conflicts(stored)
+            return stored
         if state.status not in _ALLOWED[action]:
             raise InvalidTransition(f"cannot {action} {material_id!r}: it is {state.status}")
-        extra: dict[str, Any] = {}
         if action == "approve":
-            extra["last_confirmed"] = iso(utcnow())
-        v = self._commit(
-            state.current.evolve(
-                status=_TARGET[action],
-                operator=operator,
-                written_by=written_by,
-                reason=reason,
-                change=action,
-                batch_id=batch_id,
-                created_at="",
-                gate=None,
-                **extra,
-            ),
-            based_on=state.current,
+            common["last_confirmed"] = iso(utcnow())
+        stored = self._commit(
+            state.current.evolve(status=_TARGET[action], **common),
+            expect_current=state.current.version,
+            pending="clear" if action == "delete" else "keep",
             reset_denials=action == "restore",
         )
-        if action == "approve" and v.stale_reason() is None:
-            active = [(mid, text) for mid, text, _ver in self._active_texts(v.material_id)]
-            self._record_conflicts(
-                v, find_conflicts(v.material_id, v.content, active, self.gate.min_overlap)
-            )
-        return v
+        self._check_conflicts(stored)
+        return stored
 
     def approve(self, material_id: str, *, operator: str, reason: str) -> MaterialVersion:
         """Make a pending write active (the explicit confirmation)."""
@@ -849,10 +925,9 @@ class MaterialRegistry:
             result = RollbackResult(batch_id, rollback_id)
             for material_id, v0 in first.items():
                 state = self.get(material_id)
-                if state.current.version != last[material_id].version and not force:
-                    result.skipped[material_id] = (
-                        f"changed after the batch (now version {state.current.version})"
-                    )
+                latest = self.history(material_id)[-1].version.version
+                if latest != last[material_id].version and not force:
+                    result.skipped[material_id] = f"changed after the batch (now version {latest})"
                     continue
                 if v0.based_on is None:
                     if state.status == "deleted":
@@ -869,13 +944,13 @@ class MaterialRegistry:
                             gate=None,
                             batch_id=rollback_id,
                         ),
-                        based_on=state.current,
+                        expect_current=state.current.version,
+                        pending="clear",
                     )
                     result.deleted.append(material_id)
                     continue
                 prior = self.version(material_id, v0.based_on).version
                 restored = prior.evolve(
-                    version=state.current.version + 1,
                     based_on=state.current.version,
                     operator=operator,
                     written_by=ROLLBACK_RULE,
@@ -885,7 +960,7 @@ class MaterialRegistry:
                     gate=None,
                     batch_id=rollback_id,
                 )
-                self._commit(restored, based_on=state.current)
+                self._commit(restored, expect_current=state.current.version, pending="clear")
                 result.restored.append(material_id)
         return result
 
@@ -1030,6 +1105,26 @@ class MaterialRegistry:
                 ),
             )
         return feedback_id
+
+    def feedback_for(self, request_id: str) -> list[dict[str, Any]]:
+        """The feedback verdicts given on a request, oldest first."""
+        with self.db.read() as cur:
+            cur.execute(
+                "SELECT feedback_id, verdict, comment, correction, operator, created_at, "
+                "audit_seq FROM material_feedback WHERE request_id = ? "
+                "ORDER BY created_at, feedback_id",
+                (request_id,),
+            )
+            names = (
+                "feedback_id",
+                "verdict",
+                "comment",
+                "correction",
+                "operator",
+                "created_at",
+                "audit_seq",
+            )
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
     def reads(
         self, material_id: str, version: int | None = None, limit: int = 1000
@@ -1181,13 +1276,18 @@ class MaterialRegistry:
             by_status = {str(s): int(n) for s, n in cur.fetchall()}
             cur.execute("SELECT COUNT(*) FROM material_conflicts WHERE status = 'open'")
             open_conflicts = int(cur.fetchone()[0])
+            cur.execute(
+                "SELECT COUNT(*) FROM materials "
+                "WHERE status = 'pending_review' OR pending_version IS NOT NULL"
+            )
+            pending = int(cur.fetchone()[0])
         buckets = [0] * 10
         for state in self.list("active"):
             c = self.credibility(state, now)
             buckets[min(9, int(c * 10))] += 1
         return {
             "by_status": by_status,
-            "pending_writes": by_status.get("pending_review", 0),
+            "pending_writes": pending,
             "quarantined": by_status.get("quarantined", 0),
             "open_conflicts": open_conflicts,
             "credibility_histogram": {
