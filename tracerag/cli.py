@@ -22,6 +22,7 @@ COMMANDS = [
     "tracerag.server.cli",
     "tracerag.tools.calibration",
     "tracerag.tools.adversarial",
+    "tracerag.tools.materials",
 ]
 
 
