@@ -82,3 +82,16 @@ def test_policy_rejects_nonsense() -> None:
         CredibilityPolicy(schedule="cosine")
     with pytest.raises(ValueError):
         CredibilityPolicy(quarantine_after=0)
+
+
+def test_quarantine_needs_n_denials_and_optionally_a_low_ema() -> None:
+    from tracerag.materials.credibility import should_quarantine
+
+    plain = CredibilityPolicy(quarantine_after=3)
+    assert not should_quarantine(2, 0.0, plain)
+    assert should_quarantine(3, 0.99, plain)
+    guarded = CredibilityPolicy(quarantine_after=3, quarantine_below=0.4)
+    assert not should_quarantine(5, 0.4, guarded)
+    assert should_quarantine(3, 0.39, guarded)
+    with pytest.raises(ValueError):
+        CredibilityPolicy(quarantine_below=0)

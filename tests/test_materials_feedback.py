@@ -163,3 +163,35 @@ def test_review_outcomes_update_credibility_once(
     assert result is not None and result.updates[0].ema_after < result.updates[0].ema_before
     assert record_review_outcome(rid, registry=registry) is None
     assert registry.usage("memo-60").rejections == 1
+
+
+def test_denial_of_both_sides_of_a_conflict_counts_against_the_less_trusted(
+    registry: MaterialRegistry,
+) -> None:
+    a, b = "已拆封商品可在签收后7天内退货。", "已拆封商品可在签收后30天内退货。"
+    registry.observe(
+        [
+            Document(page_content=a, metadata={"id": "a"}),
+            Document(page_content=b, metadata={"id": "b"}),
+        ]
+    )
+    assert len(registry.conflicts()) == 1
+
+    def ask(rid: str) -> None:
+        registry.store.append_record(
+            {
+                "request_id": rid,
+                "materials": [{"id": "a", "text": a}, {"id": "b", "text": b}],
+                "signals": {"citations": {"claims": [{"cited_ids": ["a", "b"]}]}},
+                "decision": "pass",
+            }
+        )
+
+    ask("r1")
+    result = record_feedback("r1", "deny", registry=registry)
+    assert {u.material_id: u.share for u in result.updates} == {"a": 0.5, "b": 0.5}
+    assert registry.get("a").denials == registry.get("b").denials == 0  # trusted alike
+    registry.apply_outcome("b", "deny", count_denial=False)  # b is now less trusted
+    ask("r2")
+    record_feedback("r2", "deny", registry=registry)
+    assert (registry.get("a").denials, registry.get("b").denials) == (0, 1)

@@ -180,6 +180,9 @@ def test_quarantine_after_n_denials_and_restore(registry: MaterialRegistry) -> N
         registry.approve("fee", operator="x", reason="y")
     restored = registry.restore("fee", operator="lead", reason="fee confirmed correct")
     assert restored.status == "active" and registry.get("fee").denials == 0
+    # a denial that cannot be pinned on this material moves the EMA but is not counted
+    state = registry.apply_outcome("fee", "deny", count_denial=False)
+    assert state.denials == 0 and state.ema == pytest.approx(0.6 * 0.9**3 * 0.8, abs=1e-12)
 
 
 def test_conflicting_active_materials_produce_a_conflict_record(

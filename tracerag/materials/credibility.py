@@ -40,6 +40,9 @@ class CredibilityPolicy:
     horizon_days: float = 730.0
     steps: tuple[tuple[float, float], ...] = ((0.0, 1.0), (180.0, 0.8), (365.0, 0.5))
     quarantine_after: int = 3  # denials (since the last restore) that quarantine a material
+    # and, when set, only while the EMA is below this (a material that is mostly confirmed
+    # but shares denied answers with a wrong one is not quarantined for them)
+    quarantine_below: float | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 < self.rate <= 1.0:
@@ -52,6 +55,15 @@ class CredibilityPolicy:
             raise ValueError("half-life and horizon must be positive")
         if self.quarantine_after < 1:
             raise ValueError("quarantine_after must be at least 1")
+        if self.quarantine_below is not None and not 0.0 < self.quarantine_below <= 1.0:
+            raise ValueError("quarantine_below must be in (0, 1]")
+
+
+def should_quarantine(denials: int, ema: float, policy: CredibilityPolicy) -> bool:
+    """True when a material has been denied often enough (and, if set, trusted little enough)."""
+    if denials < policy.quarantine_after:
+        return False
+    return policy.quarantine_below is None or ema < policy.quarantine_below
 
 
 def ema_update(ema: float, outcome: float, rate: float, weight: float = 1.0) -> float:
@@ -102,5 +114,6 @@ __all__ = [
     "age_days",
     "credibility",
     "ema_update",
+    "should_quarantine",
     "temporal_confidence",
 ]

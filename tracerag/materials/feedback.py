@@ -8,7 +8,9 @@
 The materials an answer relied on are, in order of preference: those with a share in the
 record's ``signals.attribution`` (``{material_id: {"share": s}}`` or ``{material_id: s}``),
 weighted by that share; else the retrieved materials its claims cited; else the plan's; else
-every retrieved one — the last three weighted evenly.
+every retrieved one — the last three weighted evenly. A denial of an answer that relied on both
+sides of an open conflict lowers both sides' EMA but counts toward the quarantine of the less
+trusted side only (of neither when they are trusted alike): it cannot say which side was wrong.
 """
 
 from __future__ import annotations
@@ -170,6 +172,18 @@ def _apply(
     _ensure_registered(registry, record)
     materials = _materials(record)
     shares = relied_on(record)
+    # both sides of an open conflict relied on: the denial counts toward quarantine only for
+    # the less trusted side (for neither when they are trusted alike); both EMAs move
+    states = registry.states(shares)
+    spared: set[str] = set()
+    for c in registry.conflicts():
+        a, b = states.get(c.material_a), states.get(c.material_b)
+        if a is None or b is None:
+            continue
+        if a.ema <= b.ema:
+            spared.add(c.material_b)
+        if b.ema <= a.ema:
+            spared.add(c.material_a)
     applied: dict[str, dict[str, Any]] = {}
     for mid, share in shares.items():
         before = registry.find(mid)
@@ -177,7 +191,12 @@ def _apply(
             continue
         version = _version(registry, materials[mid])
         after = registry.apply_outcome(
-            mid, verdict, weight=share, version=version, counter=_COUNTERS.get(verdict)
+            mid,
+            verdict,
+            weight=share,
+            version=version,
+            counter=_COUNTERS.get(verdict),
+            count_denial=mid not in spared,
         )
         result.updates.append(
             MaterialUpdate(mid, version, share, before.ema, after.ema, after.status)

@@ -28,6 +28,7 @@ from tracerag.materials.credibility import (
     CredibilityPolicy,
     credibility,
     ema_update,
+    should_quarantine,
 )
 from tracerag.materials.db import Cursor, MaterialStoreError, RegistryDB, connect_like
 from tracerag.materials.gate import GateVerdict, WriteGate
@@ -426,8 +427,9 @@ class MaterialRegistry:
         """The material's credibility now: EMA × temporal confidence (0 when expired)."""
         now = now or utcnow()
         v = state.current
-        confirmed = parse_time(v.last_confirmed) or parse_time(v.valid_from)
-        confirmed = confirmed or parse_time(v.created_at)
+        # trust ages from the last explicit confirmation, else from when this version was
+        # written (not from valid_from: an old policy still in force is not less credible)
+        confirmed = parse_time(v.last_confirmed) or parse_time(v.created_at)
         return credibility(
             state.ema,
             confirmed_at=confirmed,
@@ -1028,8 +1030,11 @@ class MaterialRegistry:
         weight: float = 1.0,
         version: int | None = None,
         counter: str | None = None,
+        count_denial: bool = True,
     ) -> MaterialState:
         """Move a material's EMA toward a verdict's outcome; quarantine after N denials.
+
+        ``count_denial=False`` moves the EMA without counting the denial toward quarantine.
 
         ``verdict`` is a key of ``credibility.OUTCOMES``; ``counter`` the usage counter to bump
         (``confirmations``, ``denials``, ``approvals``, ``edits``, ``rejections``).
@@ -1048,7 +1053,8 @@ class MaterialRegistry:
             if row is None:
                 raise MaterialNotFound(material_id)
             ema = ema_update(float(row[0]), OUTCOMES[verdict], self.policy.rate, weight)
-            denials = int(row[2]) + (1 if verdict == "deny" and weight > 0 else 0)
+            counted = verdict == "deny" and weight > 0 and count_denial
+            denials = int(row[2]) + (1 if counted else 0)
             cur.execute(
                 "UPDATE materials SET ema = ?, outcomes = outcomes + 1, denials = ?, "
                 "updated_at = ? WHERE material_id = ?",
@@ -1057,7 +1063,7 @@ class MaterialRegistry:
             if counter:
                 _bump(cur, material_id, version or int(row[3]), **{counter: 1})
         state = self.get(material_id)
-        if state.denials >= self.policy.quarantine_after and state.status == "active":
+        if state.status == "active" and should_quarantine(state.denials, state.ema, self.policy):
             self.transition(
                 material_id,
                 "quarantine",
