@@ -190,8 +190,10 @@ def test_denial_of_both_sides_of_a_conflict_counts_against_the_less_trusted(
     ask("r1")
     result = record_feedback("r1", "deny", registry=registry)
     assert {u.material_id: u.share for u in result.updates} == {"a": 0.5, "b": 0.5}
-    assert registry.get("a").denials == registry.get("b").denials == 0  # trusted alike
-    registry.apply_outcome("b", "deny", count_denial=False)  # b is now less trusted
+    # trusted alike: it counts against b, whose write made the conflict
+    assert (registry.get("a").denials, registry.get("b").denials) == (0, 1)
+    for _ in range(2):
+        registry.apply_outcome("a", "deny", count_denial=False)  # a is now less trusted
     ask("r2")
     record_feedback("r2", "deny", registry=registry)
-    assert (registry.get("a").denials, registry.get("b").denials) == (0, 1)
+    assert (registry.get("a").denials, registry.get("b").denials) == (1, 1)

@@ -10,7 +10,7 @@ record's ``signals.attribution`` (``{material_id: {"share": s}}`` or ``{material
 weighted by that share; else the retrieved materials its claims cited; else the plan's; else
 every retrieved one — the last three weighted evenly. A denial of an answer that relied on both
 sides of an open conflict lowers both sides' EMA but counts toward the quarantine of the less
-trusted side only (of neither when they are trusted alike): it cannot say which side was wrong.
+trusted side only (when they are trusted alike, of the side whose write made the conflict).
 """
 
 from __future__ import annotations
@@ -173,17 +173,15 @@ def _apply(
     materials = _materials(record)
     shares = relied_on(record)
     # both sides of an open conflict relied on: the denial counts toward quarantine only for
-    # the less trusted side (for neither when they are trusted alike); both EMAs move
+    # the less trusted side; both EMAs move
     states = registry.states(shares)
     spared: set[str] = set()
     for c in registry.conflicts():
         a, b = states.get(c.material_a), states.get(c.material_b)
         if a is None or b is None:
             continue
-        if a.ema <= b.ema:
-            spared.add(c.material_b)
-        if b.ema <= a.ema:
-            spared.add(c.material_a)
+        # the less trusted side; when trusted alike, the side whose write made the conflict
+        spared.add(c.material_a if b.ema < a.ema else c.material_b)
     applied: dict[str, dict[str, Any]] = {}
     for mid, share in shares.items():
         before = registry.find(mid)
