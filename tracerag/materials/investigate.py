@@ -27,8 +27,9 @@ class MaterialTrace:
     cited: bool
     rank_before: int | None
     rank_after: int | None
-    write: StoredVersion | None
+    write: StoredVersion | None  # the version the request used
     history: list[StoredVersion] = field(default_factory=list)
+    origin: StoredVersion | None = None  # the first version with the used text: who wrote it
     current_status: str | None = None
     credibility: float | None = None
     denials: int = 0
@@ -49,6 +50,7 @@ class MaterialTrace:
             "rank_before": self.rank_before,
             "rank_after": self.rank_after,
             "write": sv(self.write),
+            "origin": sv(self.origin),
             "history": [sv(s) for s in self.history],
             "current_status": self.current_status,
             "credibility": self.credibility,
@@ -110,6 +112,11 @@ def trace_back(registry: MaterialRegistry, request_id: str) -> TraceBack:
         except KeyError:
             history = []
         write = next((s for s in history if s.version.version == version), None)
+        origin = None
+        if write is not None:
+            origin = next(
+                s for s in history if s.version.content_hash == write.version.content_hash
+            )
         traces.append(
             MaterialTrace(
                 material_id=mid,
@@ -120,6 +127,7 @@ def trace_back(registry: MaterialRegistry, request_id: str) -> TraceBack:
                 rank_after=meta.get("rank_after") or m.get("rank"),
                 write=write,
                 history=history,
+                origin=origin,
                 current_status=state.status if state else None,
                 credibility=round(registry.credibility(state), 6) if state else None,
                 denials=state.denials if state else 0,

@@ -62,13 +62,21 @@ def render_trace_back(tb: Any) -> str:
     ]
     suspect = tb.suspect
     if suspect is not None and suspect.write is not None:
-        v = suspect.write.version
+        origin = suspect.origin or suspect.write
+        o = origin.version
         lines.append(
-            f"most likely cause: {v.material_id} v{v.version}, written by {v.operator} "
-            f"with {v.written_by} at {v.created_at}"
-            + (f" in batch {v.batch_id}" if v.batch_id else "")
-            + (f" (audit #{suspect.write.audit_seq})" if suspect.write.audit_seq else "")
+            f"most likely cause: {o.material_id} v{o.version}, written by {o.operator} "
+            f"with {o.written_by} at {o.created_at}"
+            + (f" in batch {o.batch_id}" if o.batch_id else "")
+            + (f" (audit #{origin.audit_seq})" if origin.audit_seq else "")
         )
+        w = suspect.write.version
+        if w.version != o.version:
+            lines.append(
+                f"  in service as v{w.version} ({w.change} by {w.operator} with {w.written_by}"
+                + (f": {w.reason}" if w.reason else "")
+                + ")"
+            )
     else:
         lines.append("most likely cause: no registered material carried this answer")
     lines.append(f"materials used ({len(tb.materials)}), most suspect first:")
@@ -80,8 +88,11 @@ def render_trace_back(tb: Any) -> str:
             + (f"  credibility {m.credibility:.3f}" if m.credibility is not None else "")
             + (f"  denials {m.denials}" if m.denials else "")
         )
+        if m.origin is not None and m.write is not None and m.origin is not m.write:
+            lines.append("  the write that produced its text:")
+            lines += version_lines(m.origin, indent="    ")
         if m.write is not None:
-            lines.append("  the write that produced it:")
+            lines.append("  the version used:")
             lines += version_lines(m.write, indent="    ")
         later = [s for s in m.history if m.used_version and s.version.version > m.used_version]
         earlier = [s for s in m.history if m.used_version and s.version.version < m.used_version]
