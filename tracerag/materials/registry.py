@@ -1290,7 +1290,7 @@ class MaterialRegistry:
         buckets = [0] * 10
         for state in self.list("active"):
             c = self.credibility(state, now)
-            buckets[min(9, int(c * 10))] += 1
+            buckets[min(9, int(round(c, 6) * 10))] += 1
         return {
             "by_status": by_status,
             "pending_writes": pending,
