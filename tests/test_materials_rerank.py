@@ -14,6 +14,7 @@ from materials_fixtures import backend, registry  # noqa: F401
 
 from tracerag.materials import MaterialRegistry
 from tracerag.materials.rerank import (
+    SPAN_CREDIBILITY,
     SPAN_RANK_AFTER,
     SPAN_RANK_BEFORE,
     SPAN_WITHHELD,
@@ -148,6 +149,9 @@ def test_credibility_reorders_and_ranks_are_recorded(
     assert next(iter_attrs(spans.spans(), SPAN_RANK_BEFORE)) == tuple(before)
     assert next(iter_attrs(spans.spans(), SPAN_RANK_AFTER)) == tuple(after)
     assert next(iter_attrs(spans.spans(), SPAN_WITHHELD)) == ()
+    assert next(iter_attrs(spans.spans(), SPAN_CREDIBILITY)) == tuple(
+        d.metadata["credibility"] for d in docs
+    )
 
 
 def test_expired_material_is_marked_for_the_verifier(

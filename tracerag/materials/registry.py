@@ -772,18 +772,20 @@ class MaterialRegistry:
         the material's status. First-sight writes are not gated (the knowledge base is the
         authority for its own documents) but their conflicts are recorded.
         """
-        written = []
+        items = []
         for doc in documents:
             text = str(getattr(doc, "page_content", "") or "")
-            meta = dict(getattr(doc, "metadata", None) or {})
-            fields = provenance_from_metadata(meta)
+            fields = provenance_from_metadata(dict(getattr(doc, "metadata", None) or {}))
             material_id = fields.pop("material_id") or getattr(doc, "id", None)
             if not material_id:
                 material_id = "doc-" + content_hash(text)[:10]
-            material_id = str(material_id)
+            items.append((str(material_id), text, fields))
+        seen = self._seen_hashes([mid for mid, _t, _f in items])
+        written = []
+        for material_id, text, fields in items:
+            if seen.get(material_id) == content_hash(text):
+                continue  # the common case: known, unchanged at the source
             state = self.find(material_id)
-            if state is not None and self._last_seen_hash(material_id) == content_hash(text):
-                continue
             provenance = fields.pop("provenance")
             try:
                 if state is None:
@@ -816,21 +818,29 @@ class MaterialRegistry:
             written.append(material_id)
         return written
 
-    def _last_seen_hash(self, material_id: str) -> str | None:
-        """The content hash last seen at the source (else the version in service)."""
+    def _seen_hashes(self, material_ids: Sequence[str]) -> dict[str, str]:
+        """Per registered id, the content hash last seen at the source (else in service)."""
+        out: dict[str, str] = {}
+        ids = list(dict.fromkeys(material_ids))
         with self.db.read() as cur:
-            cur.execute(
-                "SELECT content_hash FROM material_versions WHERE material_id = ? "
-                "AND written_by = ? ORDER BY version DESC LIMIT 1",
-                (material_id, FIRST_SIGHT_RULE),
-            )
-            row = cur.fetchone()
-            if row is None:
+            for start in range(0, len(ids), 200):
+                chunk = ids[start : start + 200]
+                marks = ", ".join("?" for _ in chunk)
                 cur.execute(
-                    "SELECT content_hash FROM materials WHERE material_id = ?", (material_id,)
+                    "SELECT material_id, content_hash FROM materials "
+                    f"WHERE material_id IN ({marks})",
+                    chunk,
                 )
-                row = cur.fetchone()
-        return str(row[0]) if row else None
+                out.update({str(m): str(h) for m, h in cur.fetchall()})
+                cur.execute(
+                    "SELECT v.material_id, v.content_hash FROM material_versions v WHERE "
+                    f"v.written_by = ? AND v.material_id IN ({marks}) AND v.version = "
+                    "(SELECT MAX(w.version) FROM material_versions w WHERE "
+                    "w.material_id = v.material_id AND w.written_by = v.written_by)",
+                    [FIRST_SIGHT_RULE, *chunk],
+                )
+                out.update({str(m): str(h) for m, h in cur.fetchall()})
+        return out
 
     def transition(
         self,

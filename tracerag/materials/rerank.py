@@ -14,7 +14,8 @@
    material is stale to the verifier; a registered material's text is its version in
    service, so an edit made through the registry applies at once), and puts the ranks
    before and after on the current span (the retrieve stage's):
-   ``tracerag.rerank.rank_before``, ``tracerag.rerank.rank_after``, ``tracerag.rerank.withheld``.
+   ``tracerag.rerank.rank_before``, ``tracerag.rerank.rank_after``, ``tracerag.rerank.withheld``
+   and ``tracerag.rerank.credibility`` (in ``rank_after`` order).
 
 Similarity is the vector store's relevance score when the wrapped retriever is a
 ``VectorStoreRetriever``, else a score found in the metadata, else ``1 / rank``.
@@ -42,6 +43,7 @@ SCORE_KEYS = ("relevance_score", "score", "_score", "similarity", "similarity_sc
 SPAN_RANK_BEFORE = "tracerag.rerank.rank_before"
 SPAN_RANK_AFTER = "tracerag.rerank.rank_after"
 SPAN_WITHHELD = "tracerag.rerank.withheld"
+SPAN_CREDIBILITY = "tracerag.rerank.credibility"
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,7 @@ class CredibilityRetriever(BaseRetriever):
                 i,
             )
             meta = dict(doc.metadata or {})
+            meta.setdefault("id", mid)  # the retrieve stage names materials by metadata id
             if score is not None:
                 meta.setdefault("relevance_score", score)
             if state is not None:
@@ -215,6 +218,7 @@ class CredibilityRetriever(BaseRetriever):
             span.set_attribute(SPAN_RANK_BEFORE, ids)
             span.set_attribute(SPAN_RANK_AFTER, [_material_id(d) for d in out])
             span.set_attribute(SPAN_WITHHELD, withheld)
+            span.set_attribute(SPAN_CREDIBILITY, [d.metadata["credibility"] for d in out])
         return out
 
 
