@@ -95,3 +95,15 @@ def test_quarantine_needs_n_denials_and_optionally_a_low_ema() -> None:
     assert should_quarantine(3, 0.39, guarded)
     with pytest.raises(ValueError):
         CredibilityPolicy(quarantine_below=0)
+
+
+def test_credibility_enters_confidence_only_when_asked() -> None:
+    from tracerag.materials.credibility import confidence_with_credibility
+
+    policy = CredibilityPolicy(prior=0.6)
+    assert confidence_with_credibility(0.9, [0.3], policy) == 0.9  # off by default
+    assert confidence_with_credibility(0.9, [0.3, 0.15], policy, weight=1.0) == pytest.approx(
+        0.9 * 0.375, abs=1e-12
+    )
+    assert confidence_with_credibility(0.9, [0.8, 0.9], policy, weight=2.0) == 0.9
+    assert confidence_with_credibility(0.9, [], policy, weight=1.0) == 0.9

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -107,11 +108,29 @@ def credibility(
     return ema * temporal_confidence(age_days(confirmed_at, now), policy)
 
 
+def confidence_with_credibility(
+    confidence: float,
+    credibilities: Sequence[float],
+    policy: CredibilityPolicy,
+    weight: float = 0.0,
+) -> float:
+    """Confidence lowered when the cited materials are trusted less than a new one.
+
+    ``confidence × min(1, mean(credibilities) / prior) ** weight``. ``weight`` 0 (the default)
+    leaves confidence unchanged; with no cited materials it is unchanged too.
+    """
+    if weight <= 0 or not credibilities:
+        return confidence
+    factor = min(1.0, (sum(credibilities) / len(credibilities)) / policy.prior)
+    return confidence * factor**weight
+
+
 __all__ = [
     "OUTCOMES",
     "SCHEDULES",
     "CredibilityPolicy",
     "age_days",
+    "confidence_with_credibility",
     "credibility",
     "ema_update",
     "should_quarantine",
