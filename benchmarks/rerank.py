@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         print(row)
         row = f"{'quarantined':>12}"
         for arm in arms:
-            q = {s.material_id for s in arm.registry.list("quarantined")}
+            q = {s.material_id for s in arm.registry.materials("quarantined")}
             row += f"{f'{len(q - wrong_ids)} good, {len(q & wrong_ids)} wrong':>20}"
         print(row)
         for arm in arms:

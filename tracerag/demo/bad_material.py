@@ -78,7 +78,9 @@ def run_scenario(args: argparse.Namespace) -> int:
                 title="Returns (partner feed)",
                 reason="nightly partner feed",
             )
-        reasons = "; ".join(f"{r['rule']}: {r['match']}" for r in held.gate["reasons"])
+        reasons = "; ".join(
+            f"{r['rule']}: {r['match']}" for r in (held.gate or {}).get("reasons", [])
+        )
         _say(f"2. {FEED_RULE} writes {BAD_ID} in batch {batch}")
         _say(f"   the write gate holds it ({held.status}): {reasons}")
         registry.approve(BAD_ID, operator="ops-lead", reason="bulk approval of the partner feed")

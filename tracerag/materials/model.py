@@ -50,6 +50,11 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def now_iso() -> str:
+    """The current UTC time in ISO-8601 text."""
+    return utcnow().isoformat(timespec="microseconds")
+
+
 def iso(value: datetime | date | str | None) -> str | None:
     """A time in ISO-8601 text (UTC for datetimes; naive ones are taken as UTC)."""
     if value is None or value == "":
@@ -304,6 +309,7 @@ __all__ = [
     "Usage",
     "content_hash",
     "iso",
+    "now_iso",
     "parse_time",
     "provenance_from_metadata",
 ]

@@ -17,166 +17,51 @@ import hashlib
 import json
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from tracerag.materials.conflicts import find_conflicts
 from tracerag.materials.credibility import (
     CredibilityPolicy,
     credibility,
-    ema_update,
-    should_quarantine,
 )
 from tracerag.materials.db import Cursor, MaterialStoreError, RegistryDB, connect_like
 from tracerag.materials.gate import GateVerdict, WriteGate
 from tracerag.materials.model import (
-    USAGE_COUNTERS,
     MaterialState,
     MaterialVersion,
     Provenance,
-    Usage,
     content_hash,
-    iso,
+    now_iso,
     parse_time,
     provenance_from_metadata,
     utcnow,
 )
-
-#: the audit-store request id that material changes are chained under
-MATERIALS_LOG = "tracerag.materials"
-CHANGE_KEY = "material_change"
-FIRST_SIGHT_RULE = "rule:first-sight@1"
-QUARANTINE_RULE = "rule:quarantine-after-denials@1"
-ROLLBACK_RULE = "rule:rollback-batch@1"
-SYSTEM = "tracerag"
-DEFAULT_READ_RETENTION_DAYS = 30
-
-
-class MaterialNotFound(MaterialStoreError, KeyError):
-    """No material with this id is registered."""
-
-    def __init__(self, material_id: str) -> None:
-        super().__init__(material_id)
-        self.material_id = material_id
-
-    def __str__(self) -> str:
-        return f"no material {self.material_id!r} in the registry"
-
-
-class ConcurrentChange(MaterialStoreError):
-    """The material changed since the version this write was based on."""
-
-
-class InvalidTransition(MaterialStoreError, ValueError):
-    """The status change is not allowed from the material's current status."""
-
-
-def body_json(body: Mapping[str, Any]) -> str:
-    """Deterministic JSON text of a version body."""
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def body_digest(body: Mapping[str, Any]) -> str:
-    """The SHA-256 (hex) of a version body's deterministic JSON."""
-    return hashlib.sha256(body_json(body).encode("utf-8")).hexdigest()
-
-
-@dataclass(frozen=True)
-class StoredVersion:
-    """A version as stored, with its place in the audit chain."""
-
-    version: MaterialVersion
-    body_hash: str
-    audit_seq: int | None
-    audit_hash: str | None
-
-    @property
-    def sealed(self) -> bool:
-        return self.audit_seq is not None
-
-
-@dataclass(frozen=True)
-class ReadHit:
-    """One request that retrieved a material version."""
-
-    request_id: str
-    material_id: str
-    version: int
-    rank_before: int | None
-    rank_after: int | None
-    cited: bool
-    decision: str | None
-    created_at: str
-    complained: bool = False
-
-
-@dataclass(frozen=True)
-class Use:
-    """How one request used one material (for ``record_use``)."""
-
-    material_id: str
-    version: int | None = None
-    content_hash: str | None = None
-    rank_before: int | None = None
-    rank_after: int | None = None
-    cited: bool = False
-
-
-@dataclass(frozen=True)
-class ConflictRecord:
-    """A stored conflict between two material versions."""
-
-    conflict_id: str
-    material_a: str
-    version_a: int
-    material_b: str
-    version_b: int
-    slot_key: str
-    value_a: str
-    value_b: str
-    status: str
-    created_at: str
-    resolved_at: str | None = None
-    resolution: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able form."""
-        return dict(self.__dict__)
-
-
-@dataclass
-class RollbackResult:
-    """What ``rollback_batch`` did."""
-
-    batch_id: str
-    rollback_batch_id: str
-    restored: list[str] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)  # material -> why not rolled back
-
-
-@dataclass
-class VerifyReport:
-    """Registry tables checked against the hash chain."""
-
-    checked: int = 0
-    issues: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.issues
-
-    def summary(self) -> str:
-        """One line, or one line per issue."""
-        if self.ok:
-            return f"materials OK: {self.checked} versions match their chained entries"
-        return "\n".join(
-            [f"materials: {len(self.issues)} issue(s) in {self.checked} versions", *self.issues]
-        )
-
+from tracerag.materials.records import (
+    CHANGE_KEY,
+    DEFAULT_READ_RETENTION_DAYS,
+    FIRST_SIGHT_RULE,
+    MATERIALS_LOG,
+    QUARANTINE_RULE,
+    ROLLBACK_RULE,
+    SYSTEM,
+    ConcurrentChange,
+    ConflictRecord,
+    InvalidTransition,
+    MaterialNotFound,
+    ReadHit,
+    RollbackResult,
+    StoredVersion,
+    Use,
+    VerifyReport,
+    body_digest,
+    body_json,
+    stored_version,
+)
+from tracerag.materials.usage import UsageLog
 
 _VERSION_COLUMNS = "body, body_hash, audit_seq, audit_hash"
 _ALLOWED: dict[str, set[str]] = {
@@ -196,7 +81,7 @@ _TARGET = {
 }
 
 
-class MaterialRegistry:
+class MaterialRegistry(UsageLog):
     """Materials with a memory, in the audit store's database."""
 
     def __init__(
@@ -273,16 +158,6 @@ class MaterialRegistry:
             None if row[4] is None else int(row[4]),
         )
 
-    @staticmethod
-    def _usage(cur: Cursor, v: MaterialVersion) -> Usage:
-        cur.execute(
-            f"SELECT {', '.join(USAGE_COUNTERS)} FROM material_usage "
-            "WHERE material_id = ? AND version = ?",
-            (v.material_id, v.version),
-        )
-        row = cur.fetchone()
-        return Usage(*(int(x) for x in row)) if row else Usage()
-
     def get(self, material_id: str) -> MaterialState:
         """The material now; raises ``MaterialNotFound``."""
         with self.db.read() as cur:
@@ -323,7 +198,7 @@ class MaterialRegistry:
                     )
         return out
 
-    def list(self, status: str | None = None) -> list[MaterialState]:
+    def materials(self, status: str | None = None) -> list[MaterialState]:
         """Every material now, optionally of one status, by id."""
         sql = "SELECT material_id FROM materials"
         params: list[Any] = []
@@ -358,7 +233,7 @@ class MaterialRegistry:
             rows = cur.fetchall()
         if not rows:
             raise MaterialNotFound(material_id)
-        return [_stored(r) for r in rows]
+        return [stored_version(r) for r in rows]
 
     def version(self, material_id: str, version: int) -> StoredVersion:
         """One version of a material."""
@@ -371,7 +246,7 @@ class MaterialRegistry:
             row = cur.fetchone()
         if row is None:
             raise MaterialNotFound(f"{material_id}@{version}")
-        return _stored(row)
+        return stored_version(row)
 
     def by_rule(self, rule: str) -> list[StoredVersion]:
         """Every version a write rule or model version wrote, oldest first."""
@@ -388,7 +263,7 @@ class MaterialRegistry:
                 "ORDER BY created_at, material_id, version",
                 params,
             )
-            return [_stored(r) for r in cur.fetchall()]
+            return [stored_version(r) for r in cur.fetchall()]
 
     def version_for(self, material_id: str, text_hash: str | None = None) -> int | None:
         """The version whose content has this hash (latest such), else the current version."""
@@ -407,21 +282,6 @@ class MaterialRegistry:
             )
             row = cur.fetchone()
         return int(row[0]) if row else None
-
-    def _usage_of(self, material_id: str, version: int) -> Usage:
-        with self.db.read() as cur:
-            cur.execute(
-                "SELECT body FROM material_versions WHERE material_id = ? AND version = ?",
-                (material_id, int(version)),
-            )
-            row = cur.fetchone()
-            if row is None:
-                raise MaterialNotFound(f"{material_id}@{version}")
-            return self._usage(cur, MaterialVersion.from_body(json.loads(row[0])))
-
-    def usage(self, material_id: str, version: int | None = None) -> Usage:
-        """The usage counters of one version (the current one by default)."""
-        return self._usage_of(material_id, version or self.get(material_id).current.version)
 
     def credibility(self, state: MaterialState, now: datetime | None = None) -> float:
         """The material's credibility now: EMA × temporal confidence (0 when expired)."""
@@ -470,7 +330,7 @@ class MaterialRegistry:
         """
         self._ensure_log()
         batch_id = self._batch(new.batch_id)
-        created_at = new.created_at or iso(utcnow())
+        created_at = new.created_at or now_iso()
         with self.db.write() as cur:
             cur.execute(
                 "SELECT current_version, pending_version FROM materials WHERE material_id = ?",
@@ -559,7 +419,7 @@ class MaterialRegistry:
                     (new.material_id, new.version),
                 )
             raise
-        now = iso(utcnow())
+        now = now_iso()
         with self.db.write() as cur:
             cur.execute(
                 "UPDATE material_versions SET audit_seq = ?, audit_hash = ? "
@@ -642,7 +502,7 @@ class MaterialRegistry:
                         c.key,
                         c.value_a,
                         c.value_b,
-                        iso(utcnow()),
+                        now_iso(),
                     ),
                 )
 
@@ -874,7 +734,7 @@ class MaterialRegistry:
         }
         if action in ("approve", "reject") and state.pending is not None:
             proposed = self.version(material_id, state.pending).version
-            extra = {"last_confirmed": iso(utcnow())} if action == "approve" else {}
+            extra = {"last_confirmed": now_iso()} if action == "approve" else {}
             stored = self._commit(
                 proposed.evolve(status=_TARGET[action], **common, **extra),
                 expect_current=state.current.version,
@@ -886,7 +746,7 @@ class MaterialRegistry:
         if state.status not in _ALLOWED[action]:
             raise InvalidTransition(f"cannot {action} {material_id!r}: it is {state.status}")
         if action == "approve":
-            common["last_confirmed"] = iso(utcnow())
+            common["last_confirmed"] = now_iso()
         stored = self._commit(
             state.current.evolve(status=_TARGET[action], **common),
             expect_current=state.current.version,
@@ -976,250 +836,6 @@ class MaterialRegistry:
                 result.restored.append(material_id)
         return result
 
-    # -- usage, outcomes, reads ---------------------------------------------------------------
-    def record_use(
-        self,
-        request_id: str,
-        uses: Sequence[Use],
-        *,
-        decision: str | None = None,
-        at: str | None = None,
-    ) -> int:
-        """Log a request's read hits and count retrievals, citations and passed answers.
-
-        Idempotent per request: a request already logged is not counted twice. Returns the
-        number of read hits logged.
-        """
-        created = at or iso(utcnow())
-        logged = 0
-        resolved = []
-        for use in uses:
-            version = use.version or self.version_for(use.material_id, use.content_hash)
-            if version is not None:
-                resolved.append((use, version))
-        with self.db.write() as cur:
-            for use, version in resolved:
-                cur.execute(
-                    "INSERT INTO material_reads (request_id, material_id, version, rank_before, "
-                    "rank_after, cited, decision, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT DO NOTHING",
-                    (
-                        request_id,
-                        use.material_id,
-                        version,
-                        use.rank_before,
-                        use.rank_after,
-                        int(use.cited),
-                        decision,
-                        created,
-                    ),
-                )
-                cur.execute(
-                    "SELECT created_at FROM material_reads WHERE request_id = ? "
-                    "AND material_id = ?",
-                    (request_id, use.material_id),
-                )
-                if cur.fetchone()[0] != created:
-                    continue  # logged before
-                logged += 1
-                _bump(
-                    cur,
-                    use.material_id,
-                    version,
-                    retrievals=1,
-                    citations=int(use.cited),
-                    passed=int(use.cited and decision == "pass"),
-                )
-        return logged
-
-    def apply_outcome(
-        self,
-        material_id: str,
-        verdict: str,
-        *,
-        weight: float = 1.0,
-        version: int | None = None,
-        counter: str | None = None,
-        count_denial: bool = True,
-    ) -> MaterialState:
-        """Move a material's EMA toward a verdict's outcome; quarantine after N denials.
-
-        ``count_denial=False`` moves the EMA without counting the denial toward quarantine.
-
-        ``verdict`` is a key of ``credibility.OUTCOMES``; ``counter`` the usage counter to bump
-        (``confirmations``, ``denials``, ``approvals``, ``edits``, ``rejections``).
-        """
-        from tracerag.materials.credibility import OUTCOMES
-
-        if verdict not in OUTCOMES:
-            raise ValueError(f"verdict must be one of {sorted(OUTCOMES)}, not {verdict!r}")
-        with self.db.write() as cur:
-            cur.execute(
-                "SELECT ema, outcomes, denials, current_version FROM materials "
-                "WHERE material_id = ?",
-                (material_id,),
-            )
-            row = cur.fetchone()
-            if row is None:
-                raise MaterialNotFound(material_id)
-            ema = ema_update(float(row[0]), OUTCOMES[verdict], self.policy.rate, weight)
-            counted = verdict == "deny" and weight > 0 and count_denial
-            denials = int(row[2]) + (1 if counted else 0)
-            cur.execute(
-                "UPDATE materials SET ema = ?, outcomes = outcomes + 1, denials = ?, "
-                "updated_at = ? WHERE material_id = ?",
-                (ema, denials, iso(utcnow()), material_id),
-            )
-            if counter:
-                _bump(cur, material_id, version or int(row[3]), **{counter: 1})
-        state = self.get(material_id)
-        if state.status == "active" and should_quarantine(state.denials, state.ema, self.policy):
-            self.transition(
-                material_id,
-                "quarantine",
-                operator=SYSTEM,
-                reason=f"denied {state.denials} times "
-                f"(quarantine after {self.policy.quarantine_after})",
-                written_by=QUARANTINE_RULE,
-            )
-            state = self.get(material_id)
-        return state
-
-    def mark_complaint(self, request_id: str, verdict: str) -> None:
-        """Keep a request's read hits past the retention period (it received a complaint)."""
-        with self.db.write() as cur:
-            cur.execute(
-                "INSERT INTO material_complaints (request_id, verdict, created_at) "
-                "VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                (request_id, verdict, iso(utcnow())),
-            )
-
-    def log_feedback(
-        self,
-        request_id: str,
-        verdict: str,
-        comment: str | None,
-        correction: str | None,
-        operator: str,
-        audit_seq: int | None,
-    ) -> str:
-        """Keep one feedback verdict; returns its id."""
-        feedback_id = "fb-" + uuid.uuid4().hex[:16]
-        with self.db.write() as cur:
-            cur.execute(
-                "INSERT INTO material_feedback (feedback_id, request_id, verdict, comment, "
-                "correction, operator, created_at, audit_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    feedback_id,
-                    request_id,
-                    verdict,
-                    comment,
-                    correction,
-                    operator,
-                    iso(utcnow()),
-                    audit_seq,
-                ),
-            )
-        return feedback_id
-
-    def feedback_for(self, request_id: str) -> list[dict[str, Any]]:
-        """The feedback verdicts given on a request, oldest first."""
-        with self.db.read() as cur:
-            cur.execute(
-                "SELECT feedback_id, verdict, comment, correction, operator, created_at, "
-                "audit_seq FROM material_feedback WHERE request_id = ? "
-                "ORDER BY created_at, feedback_id",
-                (request_id,),
-            )
-            names = (
-                "feedback_id",
-                "verdict",
-                "comment",
-                "correction",
-                "operator",
-                "created_at",
-                "audit_seq",
-            )
-            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-
-    def reads(
-        self, material_id: str, version: int | None = None, limit: int = 1000
-    ) -> list[ReadHit]:
-        """The read hits of a material (one version, or all), newest first."""
-        sql = (
-            "SELECT r.request_id, r.material_id, r.version, r.rank_before, r.rank_after, "
-            "r.cited, r.decision, r.created_at, c.request_id FROM material_reads r "
-            "LEFT JOIN material_complaints c ON c.request_id = r.request_id "
-            "WHERE r.material_id = ?"
-        )
-        params: list[Any] = [material_id]
-        if version is not None:
-            sql += " AND r.version = ?"
-            params.append(int(version))
-        sql += " ORDER BY r.created_at DESC, r.request_id LIMIT ?"
-        params.append(int(limit))
-        with self.db.read() as cur:
-            cur.execute(sql, params)
-            rows = cur.fetchall()
-        return [
-            ReadHit(
-                str(r[0]),
-                str(r[1]),
-                int(r[2]),
-                r[3],
-                r[4],
-                bool(r[5]),
-                r[6],
-                str(r[7]),
-                r[8] is not None,
-            )
-            for r in rows
-        ]
-
-    def reads_of_request(self, request_id: str) -> list[ReadHit]:
-        """The read hits one request logged."""
-        with self.db.read() as cur:
-            cur.execute(
-                "SELECT r.request_id, r.material_id, r.version, r.rank_before, r.rank_after, "
-                "r.cited, r.decision, r.created_at, c.request_id FROM material_reads r "
-                "LEFT JOIN material_complaints c ON c.request_id = r.request_id "
-                "WHERE r.request_id = ? ORDER BY r.rank_after, r.material_id",
-                (request_id,),
-            )
-            rows = cur.fetchall()
-        return [
-            ReadHit(
-                str(r[0]),
-                str(r[1]),
-                int(r[2]),
-                r[3],
-                r[4],
-                bool(r[5]),
-                r[6],
-                str(r[7]),
-                r[8] is not None,
-            )
-            for r in rows
-        ]
-
-    def purge_reads(self, *, now: datetime | None = None, days: int | None = None) -> int:
-        """Delete read hits older than the retention period, except complained-about requests."""
-        days = self.read_retention_days if days is None else days
-        cutoff = iso((now or utcnow()) - timedelta(days=days))
-        with self.db.write() as cur:
-            cur.execute(
-                "SELECT COUNT(*) FROM material_reads WHERE created_at < ? AND request_id NOT IN "
-                "(SELECT request_id FROM material_complaints)",
-                (cutoff,),
-            )
-            n = int(cur.fetchone()[0])
-            cur.execute(
-                "DELETE FROM material_reads WHERE created_at < ? AND request_id NOT IN "
-                "(SELECT request_id FROM material_complaints)",
-                (cutoff,),
-            )
-        return n
-
     # -- conflicts ----------------------------------------------------------------------------
     def conflicts(self, status: str | None = "open") -> list[ConflictRecord]:
         """Stored conflicts (open ones by default), oldest first."""
@@ -1298,7 +914,7 @@ class MaterialRegistry:
             )
             pending = int(cur.fetchone()[0])
         buckets = [0] * 10
-        for state in self.list("active"):
+        for state in self.materials("active"):
             c = self.credibility(state, now)
             buckets[min(9, int(round(c, 6) * 10))] += 1
         return {
@@ -1312,35 +928,11 @@ class MaterialRegistry:
         }
 
 
-def _stored(row: Sequence[Any]) -> StoredVersion:
-    return StoredVersion(
-        MaterialVersion.from_body(json.loads(row[0])),
-        str(row[1]),
-        None if row[2] is None else int(row[2]),
-        row[3],
-    )
-
-
-def _bump(cur: Cursor, material_id: str, version: int, **counts: int) -> None:
-    for name in counts:
-        if name not in USAGE_COUNTERS:
-            raise ValueError(f"unknown usage counter {name!r}")
-    cur.execute(
-        "INSERT INTO material_usage (material_id, version) VALUES (?, ?) ON CONFLICT DO NOTHING",
-        (material_id, version),
-    )
-    sets = ", ".join(f"{k} = {k} + ?" for k in counts)
-    cur.execute(
-        f"UPDATE material_usage SET {sets} WHERE material_id = ? AND version = ?",
-        (*counts.values(), material_id, version),
-    )
-
-
 def _resolve_conflicts(cur: Cursor, material_id: str, resolution: str) -> None:
     cur.execute(
         "UPDATE material_conflicts SET status = 'resolved', resolved_at = ?, resolution = ? "
         "WHERE status = 'open' AND (material_a = ? OR material_b = ?)",
-        (iso(utcnow()), resolution, material_id, material_id),
+        (now_iso(), resolution, material_id, material_id),
     )
 
 
