@@ -182,3 +182,68 @@ def test_changes_with_operator_and_batch_rollback(
     assert run(capsys, "audit", "materials", "--store", url)[0] == 0
     stats = json.loads(run(capsys, "materials", "stats", "--store", url)[1])
     assert stats["by_status"]["deleted"] == 1
+
+
+def test_manual_edit_is_gated(scene: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    url = scene["url"]
+    code, out = run(
+        capsys,
+        "materials",
+        "edit",
+        "memo-60",
+        "--content",
+        "我觉得可能是30天吧？",
+        "--operator",
+        "lead",
+        "--reason",
+        "fix",
+        "--store",
+        url,
+    )
+    assert code == 0 and "edit → pending_review" in out and "waiting for review" in out
+    assert "hedge" in out and "question" in out
+    code, out = run(capsys, "materials", "pending", "--store", url)
+    assert "v2 of memo-60 edit → pending_review  by lead" in out
+    code, out = run(
+        capsys,
+        "materials",
+        "approve",
+        "memo-60",
+        "--operator",
+        "lead2",
+        "--reason",
+        "checked",
+        "--store",
+        url,
+    )
+    assert code == 0 and "memo-60 v3: approve → active" in out
+    code, out = run(
+        capsys,
+        "materials",
+        "edit",
+        "memo-60",
+        "--valid-until",
+        "2020-01-01",
+        "--operator",
+        "lead",
+        "--reason",
+        "expired",
+        "--store",
+        url,
+    )
+    assert code == 0 and "v4: edit → active" in out
+    assert (
+        run(
+            capsys,
+            "materials",
+            "edit",
+            "memo-60",
+            "--operator",
+            "x",
+            "--reason",
+            "y",
+            "--store",
+            url,
+        )[0]
+        == 2
+    )

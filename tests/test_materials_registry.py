@@ -279,3 +279,48 @@ def test_read_hits_retention_keeps_complained_requests(
     assert registry.purge_reads() == 1
     kept = {h.request_id: h.complained for h in registry.reads("a")}
     assert kept == {"r-complained": True, "r-new": False}
+
+
+def test_concurrent_writers_lose_no_update(registry: MaterialRegistry) -> None:
+    import threading
+
+    from tracerag.materials.registry import MaterialRegistry as Registry
+
+    registry.register("a", "Gift cards cannot be exchanged.", operator="kb", written_by="i@1")
+    others = [Registry(registry.store) for _ in range(2)]
+    done: list[int] = []
+    errors: list[BaseException] = []
+
+    def writer(reg: MaterialRegistry, name: str) -> None:
+        written = 0
+        try:
+            while written < 5:
+                try:
+                    reg.edit(
+                        "a",
+                        content=f"{name} edit {written}",
+                        operator=name,
+                        written_by="manual",
+                        reason="race",
+                        gate=False,
+                    )
+                    written += 1
+                except ConcurrentChange:
+                    continue
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        done.append(written)
+
+    threads = [threading.Thread(target=writer, args=(r, f"w{i}")) for i, r in enumerate(others)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for r in others:
+        r.db.close()
+    assert not errors and done == [5, 5]
+    history = registry.history("a")
+    assert [s.version.version for s in history] == list(range(1, 12))
+    # every version is based on the one before: no write was based on a stale version
+    assert [s.version.based_on for s in history[1:]] == list(range(1, 11))
+    assert registry.verify().ok and registry.store.verify_chain().ok

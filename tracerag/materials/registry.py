@@ -64,6 +64,8 @@ from tracerag.materials.records import (
 from tracerag.materials.usage import UsageLog
 
 _VERSION_COLUMNS = "body, body_hash, audit_seq, audit_hash"
+#: an unsealed version younger than this is a write in flight; older, an abandoned one
+IN_FLIGHT_SECONDS = 60.0
 _ALLOWED: dict[str, set[str]] = {
     # change name -> statuses it may start from
     "approve": {"pending_review"},
@@ -342,6 +344,23 @@ class MaterialRegistry(UsageLog):
                 raise ConcurrentChange(
                     f"material {new.material_id!r} is at version {current}, "
                     f"not {expect_current}; reload and retry"
+                )
+            cur.execute(
+                "SELECT version, created_at FROM material_versions "
+                "WHERE material_id = ? AND audit_seq IS NULL",
+                (new.material_id,),
+            )
+            for version, started in cur.fetchall():
+                began = parse_time(started)
+                if began is not None and (utcnow() - began).total_seconds() < IN_FLIGHT_SECONDS:
+                    raise ConcurrentChange(
+                        f"version {version} of {new.material_id!r} is being written elsewhere"
+                    )
+                # abandoned by a writer that stopped before sealing it
+                cur.execute(
+                    "DELETE FROM material_versions WHERE material_id = ? AND version = ? "
+                    "AND audit_seq IS NULL",
+                    (new.material_id, version),
                 )
             if pending == "set" and row is not None and row[1] is not None:
                 raise ConcurrentChange(

@@ -6,9 +6,9 @@ Investigation: ``materials show M`` (value, version history with source snippets
 (request → materials → the writes that produced them → their history; the most likely cause
 first, so one command leads from a complaint to the write).
 
-Changes, each audited with ``--operator``: ``approve``, ``reject``, ``quarantine``, ``restore``,
-``delete``, ``rollback-batch``. Upkeep: ``pending``, ``conflicts``, ``stats``, ``verify`` (also
-``tracerag audit materials``), ``purge-reads``.
+Changes, each audited with ``--operator``: ``edit``, ``approve``, ``reject``, ``quarantine``,
+``restore``, ``delete``, ``rollback-batch``. Upkeep: ``pending``, ``conflicts``, ``stats``,
+``verify`` (also ``tracerag audit materials``), ``purge-reads``.
 """
 
 from __future__ import annotations
@@ -166,6 +166,43 @@ def run_action(args: argparse.Namespace) -> int:
     finally:
         reg.close()
     print(f"{v.material_id} v{v.version}: {v.change} → {v.status} (by {v.operator})")
+    return 0
+
+
+def run_edit(args: argparse.Namespace) -> int:
+    """A manual edit: a new version (changed text goes through the write gate)."""
+    from tracerag.materials import ConcurrentChange, MaterialNotFound
+
+    fields = {
+        k: getattr(args, k)
+        for k in ("valid_from", "valid_until", "superseded_by", "title")
+        if getattr(args, k) is not None
+    }
+    if args.content is None and not fields:
+        print("tracerag materials edit: nothing to change", file=sys.stderr)
+        return 2
+    reg = open_registry(args.store)
+    try:
+        v = reg.edit(
+            args.material_id,
+            content=args.content,
+            operator=args.operator,
+            written_by="manual",
+            reason=args.reason,
+            **fields,
+        )
+        pending = reg.get(args.material_id).pending
+    except (MaterialNotFound, ConcurrentChange, ValueError) as exc:
+        print(f"tracerag materials edit: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        reg.close()
+    held = v.gate and v.gate.get("reasons")
+    print(
+        f"{v.material_id} v{v.version}: edit → {v.status} (by {v.operator})"
+        + (f"; waiting for review beside the version in service (v{pending})" if pending else "")
+        + ("; gate: " + "; ".join(f"{r['rule']}: {r['match']}" for r in held) if held else "")
+    )
     return 0
 
 
@@ -346,6 +383,16 @@ def add_parser(subparsers: Any) -> None:
         p.add_argument("--reason", required=True, help="why (recorded)")
         add_store_argument(p)
         p.set_defaults(func=run_action, action=action)
+
+    p = sub.add_parser("edit", help="a manual edit (a new, audited version; text is gated)")
+    p.add_argument("material_id", metavar="MATERIAL_ID")
+    p.add_argument("--content", default=None, help="the new text")
+    for name in ("valid-from", "valid-until", "superseded-by", "title"):
+        p.add_argument(f"--{name}", default=None)
+    _operator(p)
+    p.add_argument("--reason", required=True, help="why (recorded)")
+    add_store_argument(p)
+    p.set_defaults(func=run_edit)
 
     p = sub.add_parser("rollback-batch", help="restore what a batch changed")
     p.add_argument("batch_id", metavar="BATCH_ID")
