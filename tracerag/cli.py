@@ -24,6 +24,7 @@ COMMANDS = [
     "tracerag.tools.calibration",
     "tracerag.tools.adversarial",
     "tracerag.tools.eval",
+    "tracerag.tools.materials",
 ]
 
 

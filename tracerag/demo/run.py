@@ -124,6 +124,10 @@ def render(index: int, question: dict[str, Any], response: Response) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Answer the demo questions and print what happened to each."""
+    if getattr(args, "scenario", "default") == "bad-material":
+        from tracerag.demo.bad_material import run_scenario
+
+        return run_scenario(args)
     from tracerag.demo.kb import load_questions
     from tracerag.tracing import force_flush
 
@@ -198,4 +202,10 @@ def add_parser(subparsers: Any) -> None:
         help="audit store URL or path (default: $TRACERAG_STORE, else .tracerag/audit.sqlite)",
     )
     p.add_argument("--json", action="store_true", help="print the Responses as JSON")
+    p.add_argument(
+        "--scenario",
+        default="default",
+        choices=["default", "bad-material"],
+        help="bad-material: a wrong material is found and quarantined",
+    )
     p.set_defaults(func=run)

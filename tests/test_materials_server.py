@@ -1,0 +1,49 @@
+# ruff: noqa: F811  (pytest fixtures imported by name)
+"""``POST /v1/feedback`` over a real store on both backends."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from materials_fixtures import backend, registry  # noqa: F401
+
+from tracerag.materials import MaterialRegistry
+from tracerag.server.feedback import feedback_router
+
+TEXT = "Unopened items can be returned within 15 days of delivery."
+
+
+@pytest.fixture
+def client(registry: MaterialRegistry) -> TestClient:
+    app = FastAPI()
+    app.state.store = registry.store
+    app.include_router(feedback_router(api_key="k" * 20))
+    registry.store.append_record(
+        {
+            "request_id": "r1",
+            "materials": [{"id": "ret", "text": TEXT}],
+            "signals": {"citations": {"claims": [{"cited_ids": ["ret"]}]}},
+            "decision": "pass",
+        }
+    )
+    return TestClient(app)
+
+
+def test_feedback_route(client: TestClient, registry: MaterialRegistry) -> None:
+    headers = {"X-API-Key": "k" * 20}
+    body = {"request_id": "r1", "verdict": "deny", "comment": "it is 7 days", "user": "li"}
+    assert client.post("/v1/feedback", json=body).status_code == 401
+    r = client.post("/v1/feedback", json=body, headers=headers)
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["updates"][0]["material_id"] == "ret" and data["audit_seq"]
+    assert registry.get("ret").denials == 1
+    assert registry.feedback_for("r1")[0]["operator"] == "user:li"
+    assert client.post("/v1/feedback", json=body, headers=headers).status_code == 409
+    missing = {"request_id": "nope", "verdict": "confirm"}
+    assert client.post("/v1/feedback", json=missing, headers=headers).status_code == 404
+    bad = {"request_id": "r1", "verdict": "maybe"}
+    assert client.post("/v1/feedback", json=bad, headers=headers).status_code == 422
+    clarify = {"request_id": "r1", "verdict": "clarify", "user": "wang"}
+    assert client.post("/v1/feedback", json=clarify, headers=headers).status_code == 422

@@ -1,0 +1,63 @@
+"""Materials with a memory: provenance, validity, credibility that learns from outcomes, and an
+audited write path (``MaterialRegistry``), in the audit store's database.
+
+The core of tracerag: this package imports no tools, demo, server or command line.
+"""
+
+from __future__ import annotations
+
+from tracerag.materials.conflicts import Conflict, answer_conflicts, find_conflicts
+from tracerag.materials.credibility import (
+    OUTCOMES,
+    CredibilityPolicy,
+    credibility,
+    ema_update,
+    temporal_confidence,
+)
+from tracerag.materials.gate import GateReason, GateVerdict, WriteGate
+from tracerag.materials.model import (
+    METADATA_KEYS,
+    MaterialState,
+    MaterialVersion,
+    Provenance,
+    Usage,
+    content_hash,
+)
+from tracerag.materials.registry import (
+    MATERIALS_LOG,
+    ConcurrentChange,
+    InvalidTransition,
+    MaterialNotFound,
+    MaterialRegistry,
+    ReadHit,
+    StoredVersion,
+    Use,
+)
+
+__all__ = [
+    "MATERIALS_LOG",
+    "METADATA_KEYS",
+    "OUTCOMES",
+    "ConcurrentChange",
+    "Conflict",
+    "CredibilityPolicy",
+    "GateReason",
+    "GateVerdict",
+    "InvalidTransition",
+    "MaterialNotFound",
+    "MaterialRegistry",
+    "MaterialState",
+    "MaterialVersion",
+    "Provenance",
+    "ReadHit",
+    "StoredVersion",
+    "Usage",
+    "Use",
+    "WriteGate",
+    "answer_conflicts",
+    "content_hash",
+    "credibility",
+    "ema_update",
+    "find_conflicts",
+    "temporal_confidence",
+]

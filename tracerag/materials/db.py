@@ -1,0 +1,304 @@
+"""The registry's own tables, beside the audit store's in the same database.
+
+``connect_like(store)`` opens a connection to the database an open audit store uses (the
+SQLite file, or the PostgreSQL DSN and schema) and applies the registry's migrations, kept in
+their own ``material_schema_version`` table. Registry writes are serialised: SQLite by
+``BEGIN IMMEDIATE``, PostgreSQL by locking the one ``material_head`` row.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+from tracerag.errors import ConfigurationError, TraceragError
+
+
+class MaterialStoreError(TraceragError):
+    """The material registry failed or refused an operation."""
+
+
+class Cursor(Protocol):
+    """The part of a DB-API cursor the registry uses (``?`` placeholders)."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+def _tables(big: str, real: str) -> list[str]:
+    return [
+        f"""CREATE TABLE material_versions (
+            material_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            written_by TEXT NOT NULL,
+            operator TEXT NOT NULL,
+            batch_id TEXT,
+            change TEXT NOT NULL,
+            content_hash TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            body TEXT NOT NULL,
+            body_hash TEXT NOT NULL,
+            audit_seq {big},
+            audit_hash TEXT,
+            PRIMARY KEY (material_id, version)
+        )""",
+        "CREATE INDEX material_versions_rule ON material_versions (written_by)",
+        "CREATE INDEX material_versions_batch ON material_versions (batch_id)",
+        "CREATE INDEX material_versions_hash ON material_versions (content_hash)",
+        f"""CREATE TABLE materials (
+            material_id TEXT PRIMARY KEY,
+            current_version INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            content_hash TEXT NOT NULL,
+            ema {real} NOT NULL,
+            outcomes INTEGER NOT NULL DEFAULT 0,
+            denials INTEGER NOT NULL DEFAULT 0,
+            pending_version INTEGER,
+            updated_at TEXT NOT NULL
+        )""",
+        "CREATE INDEX materials_status ON materials (status)",
+        """CREATE TABLE material_usage (
+            material_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            retrievals INTEGER NOT NULL DEFAULT 0,
+            citations INTEGER NOT NULL DEFAULT 0,
+            passed INTEGER NOT NULL DEFAULT 0,
+            approvals INTEGER NOT NULL DEFAULT 0,
+            edits INTEGER NOT NULL DEFAULT 0,
+            rejections INTEGER NOT NULL DEFAULT 0,
+            confirmations INTEGER NOT NULL DEFAULT 0,
+            denials INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (material_id, version)
+        )""",
+        """CREATE TABLE material_reads (
+            request_id TEXT NOT NULL,
+            material_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            rank_before INTEGER,
+            rank_after INTEGER,
+            cited INTEGER NOT NULL DEFAULT 0,
+            decision TEXT,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (request_id, material_id)
+        )""",
+        "CREATE INDEX material_reads_material ON material_reads (material_id, version)",
+        "CREATE INDEX material_reads_created ON material_reads (created_at)",
+        """CREATE TABLE material_complaints (
+            request_id TEXT PRIMARY KEY,
+            verdict TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )""",
+        f"""CREATE TABLE material_feedback (
+            feedback_id TEXT PRIMARY KEY,
+            request_id TEXT NOT NULL,
+            verdict TEXT NOT NULL,
+            comment TEXT,
+            correction TEXT,
+            operator TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            audit_seq {big}
+        )""",
+        "CREATE INDEX material_feedback_request ON material_feedback (request_id)",
+        """CREATE TABLE material_conflicts (
+            conflict_id TEXT PRIMARY KEY,
+            material_a TEXT NOT NULL,
+            version_a INTEGER NOT NULL,
+            material_b TEXT NOT NULL,
+            version_b INTEGER NOT NULL,
+            slot_key TEXT NOT NULL,
+            value_a TEXT NOT NULL,
+            value_b TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('open', 'resolved')),
+            created_at TEXT NOT NULL,
+            resolved_at TEXT,
+            resolution TEXT
+        )""",
+        "CREATE INDEX material_conflicts_status ON material_conflicts (status)",
+        f"""CREATE TABLE material_head (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            generation {big} NOT NULL
+        )""",
+        "INSERT INTO material_head (id, generation) VALUES (1, 0)",
+    ]
+
+
+MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
+    "sqlite": [(1, _tables("INTEGER", "REAL"))],
+    "postgres": [(1, _tables("BIGINT", "DOUBLE PRECISION"))],
+}
+SCHEMA_VERSION = 1
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+class RegistryDB:
+    """Connections to the registry's tables: ``write()`` and ``read()`` give a cursor."""
+
+    dialect: str
+
+    def write(self) -> Any:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def read(self) -> Any:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def close(self) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class SQLiteRegistryDB(RegistryDB):
+    """The registry's tables in the audit store's SQLite file."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: str, busy_timeout_s: float = 30.0) -> None:
+        if path == ":memory:":
+            raise ConfigurationError(
+                "the material registry needs a file or server audit store, not :memory:"
+            )
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
+        )
+        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        self._conn.execute("PRAGMA synchronous=FULL")
+        self.schema_version = self._migrate()
+
+    def _migrate(self) -> int:
+        with self.write() as cur:
+            cur.execute(
+                "CREATE TABLE IF NOT EXISTS material_schema_version "
+                "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+            )
+            return _apply(cur, "sqlite")
+
+    @contextmanager
+    def write(self) -> Iterator[Cursor]:
+        with self._lock:
+            cur = self._conn.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield cur
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            else:
+                cur.execute("COMMIT")
+            finally:
+                cur.close()
+
+    @contextmanager
+    def read(self) -> Iterator[Cursor]:
+        with self._lock:
+            cur = self._conn.cursor()
+            cur.execute("BEGIN")
+            try:
+                yield cur
+            finally:
+                cur.execute("COMMIT")
+                cur.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class _PgCursor:
+    def __init__(self, cur: Any) -> None:
+        self._cur = cur
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._cur.execute(sql.replace("?", "%s"), params or None)
+
+    def fetchone(self) -> Any:
+        return self._cur.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return self._cur.fetchall()
+
+
+class PostgresRegistryDB(RegistryDB):
+    """The registry's tables in the audit store's PostgreSQL database and schema."""
+
+    dialect = "postgres"
+
+    def __init__(self, dsn: str, schema: str | None = None) -> None:
+        from tracerag.store.postgres import connect
+
+        self._lock = threading.RLock()
+        self._conn = connect(dsn, schema)
+        with self._conn.transaction(), self._conn.cursor() as raw:
+            raw.execute("SELECT pg_advisory_xact_lock(hashtext('tracerag.materials.schema'))")
+            cur = _PgCursor(raw)
+            cur.execute(
+                "CREATE TABLE IF NOT EXISTS material_schema_version "
+                "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+            )
+            self.schema_version = _apply(cur, "postgres")
+
+    @contextmanager
+    def write(self) -> Iterator[Cursor]:
+        with self._lock, self._conn.transaction(), self._conn.cursor() as raw:
+            cur = _PgCursor(raw)
+            cur.execute("SELECT generation FROM material_head WHERE id = 1 FOR UPDATE")
+            yield cur
+
+    @contextmanager
+    def read(self) -> Iterator[Cursor]:
+        with self._lock, self._conn.transaction(), self._conn.cursor() as raw:
+            yield _PgCursor(raw)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _apply(cur: Cursor, dialect: str) -> int:
+    cur.execute("SELECT MAX(version) FROM material_schema_version")
+    current = int(cur.fetchone()[0] or 0)
+    if current > SCHEMA_VERSION:
+        raise MaterialStoreError(
+            f"material registry schema version {current} is newer than this tracerag supports"
+        )
+    for version, statements in MIGRATIONS[dialect]:
+        if current < version:
+            for statement in statements:
+                cur.execute(statement)
+            cur.execute(
+                "INSERT INTO material_schema_version (version, applied_at) VALUES (?, ?)",
+                (version, _now()),
+            )
+            current = version
+    return current
+
+
+def connect_like(store: Any) -> RegistryDB:
+    """Registry tables in the same database as an open audit store."""
+    dsn = getattr(store, "dsn", None)
+    if dsn:
+        return PostgresRegistryDB(dsn, getattr(store, "schema", None))
+    path = getattr(store, "path", None)
+    if path:
+        return SQLiteRegistryDB(str(path))
+    raise ConfigurationError(f"cannot find the database of {store!r} for the material registry")
+
+
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "MaterialStoreError",
+    "PostgresRegistryDB",
+    "RegistryDB",
+    "SQLiteRegistryDB",
+    "connect_like",
+]

@@ -1,0 +1,981 @@
+"""``MaterialRegistry``: every material's versions, usage, credibility and conflicts.
+
+The registry lives in the audit store's database (SQLite or PostgreSQL), in tables of its own,
+and every change to a material is also appended to the audit store's hash chain as an
+``operator_action`` entry under the request id ``MATERIALS_LOG`` (payload key
+``material_change``, carrying the full version body and its hash), so the chain covers material
+changes and ``verify()`` checks the tables against it.
+
+Every change is a new version recording who, when, before (``based_on``), after, why, the write
+rule or model version (``written_by``) and the batch id; ``rollback_batch`` restores what a
+batch changed. New and edited materials pass the write gate (``gate.WriteGate``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from tracerag.materials.conflicts import find_conflicts
+from tracerag.materials.credibility import (
+    CredibilityPolicy,
+    credibility,
+)
+from tracerag.materials.db import Cursor, MaterialStoreError, RegistryDB, connect_like
+from tracerag.materials.gate import GateVerdict, WriteGate
+from tracerag.materials.model import (
+    MaterialState,
+    MaterialVersion,
+    Provenance,
+    content_hash,
+    now_iso,
+    parse_time,
+    provenance_from_metadata,
+    utcnow,
+)
+from tracerag.materials.records import (
+    CHANGE_KEY,
+    DEFAULT_READ_RETENTION_DAYS,
+    FIRST_SIGHT_RULE,
+    MATERIALS_LOG,
+    QUARANTINE_RULE,
+    ROLLBACK_RULE,
+    SYSTEM,
+    ConcurrentChange,
+    ConflictRecord,
+    InvalidTransition,
+    MaterialNotFound,
+    ReadHit,
+    RollbackResult,
+    StoredVersion,
+    Use,
+    VerifyReport,
+    body_digest,
+    body_json,
+    stored_version,
+)
+from tracerag.materials.usage import UsageLog
+
+_VERSION_COLUMNS = "body, body_hash, audit_seq, audit_hash"
+#: an unsealed version younger than this is a write in flight; older, an abandoned one
+IN_FLIGHT_SECONDS = 60.0
+_ALLOWED: dict[str, set[str]] = {
+    # change name -> statuses it may start from
+    "approve": {"pending_review"},
+    "reject": {"pending_review"},
+    "quarantine": {"active", "pending_review"},
+    "restore": {"quarantined"},
+    "delete": {"active", "pending_review", "quarantined"},
+}
+_TARGET = {
+    "approve": "active",
+    "reject": "deleted",
+    "quarantine": "quarantined",
+    "restore": "active",
+    "delete": "deleted",
+}
+
+
+class MaterialRegistry(UsageLog):
+    """Materials with a memory, in the audit store's database."""
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        policy: CredibilityPolicy | None = None,
+        gate: WriteGate | None = None,
+        read_retention_days: int = DEFAULT_READ_RETENTION_DAYS,
+        db: RegistryDB | None = None,
+        owns_store: bool = False,
+    ) -> None:
+        self.store = store
+        self.policy = policy or CredibilityPolicy()
+        self.gate = gate or WriteGate()
+        self.read_retention_days = read_retention_days
+        self.db = db or connect_like(store)
+        self._owns_store = owns_store
+        self._local = threading.local()
+        self._log_ready = False
+
+    @classmethod
+    def open(cls, url: str | None = None, **options: Any) -> MaterialRegistry:
+        """Open the audit store at ``url`` (see ``open_store``) and the registry beside it."""
+        from tracerag.store import open_store
+
+        return cls(open_store(url), owns_store=True, **options)
+
+    def close(self) -> None:
+        """Close the registry's connection (and the store, when the registry opened it)."""
+        self.db.close()
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> MaterialRegistry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- batches ------------------------------------------------------------------------------
+    @contextmanager
+    def batch(self, batch_id: str | None = None) -> Iterator[str]:
+        """Writes inside carry one batch id (a new one unless given), so they roll back together."""
+        previous = getattr(self._local, "batch", None)
+        self._local.batch = batch_id or "batch-" + uuid.uuid4().hex[:12]
+        try:
+            yield self._local.batch
+        finally:
+            self._local.batch = previous
+
+    def _batch(self, batch_id: str | None) -> str | None:
+        return batch_id or getattr(self._local, "batch", None)
+
+    # -- reading ------------------------------------------------------------------------------
+    def _row_state(self, cur: Cursor, material_id: str) -> MaterialState | None:
+        cur.execute(
+            "SELECT m.ema, m.outcomes, m.denials, v.body, m.pending_version FROM materials m "
+            "JOIN material_versions v "
+            "ON v.material_id = m.material_id AND v.version = m.current_version "
+            "WHERE m.material_id = ?",
+            (material_id,),
+        )
+        row = cur.fetchone()
+        if row is None:
+            return None
+        current = MaterialVersion.from_body(json.loads(row[3]))
+        return MaterialState(
+            current,
+            float(row[0]),
+            int(row[1]),
+            int(row[2]),
+            self._usage(cur, current),
+            None if row[4] is None else int(row[4]),
+        )
+
+    def get(self, material_id: str) -> MaterialState:
+        """The material now; raises ``MaterialNotFound``."""
+        with self.db.read() as cur:
+            state = self._row_state(cur, material_id)
+        if state is None:
+            raise MaterialNotFound(material_id)
+        return state
+
+    def find(self, material_id: str) -> MaterialState | None:
+        """The material now, or None."""
+        with self.db.read() as cur:
+            return self._row_state(cur, material_id)
+
+    def states(self, material_ids: Iterable[str]) -> dict[str, MaterialState]:
+        """The current state of each registered id among ``material_ids``."""
+        ids = list(dict.fromkeys(str(i) for i in material_ids))
+        out: dict[str, MaterialState] = {}
+        if not ids:
+            return out
+        with self.db.read() as cur:
+            for start in range(0, len(ids), 200):
+                chunk = ids[start : start + 200]
+                marks = ", ".join("?" for _ in chunk)
+                cur.execute(
+                    "SELECT m.material_id, m.ema, m.outcomes, m.denials, v.body, m.pending_version "
+                    "FROM materials m "
+                    "JOIN material_versions v ON v.material_id = m.material_id "
+                    f"AND v.version = m.current_version WHERE m.material_id IN ({marks})",
+                    chunk,
+                )
+                for mid, ema, outcomes, denials, body, pending in cur.fetchall():
+                    out[str(mid)] = MaterialState(
+                        MaterialVersion.from_body(json.loads(body)),
+                        float(ema),
+                        int(outcomes),
+                        int(denials),
+                        pending=None if pending is None else int(pending),
+                    )
+        return out
+
+    def materials(self, status: str | None = None) -> list[MaterialState]:
+        """Every material now, optionally of one status, by id."""
+        sql = "SELECT material_id FROM materials"
+        params: list[Any] = []
+        if status:
+            sql += " WHERE status = ?"
+            params.append(status)
+        with self.db.read() as cur:
+            cur.execute(sql + " ORDER BY material_id", params)
+            ids = [str(r[0]) for r in cur.fetchall()]
+        states = self.states(ids)
+        return [states[i] for i in ids if i in states]
+
+    def pending(self) -> list[MaterialState]:
+        """Writes waiting for review: pending new materials and proposed edits."""
+        with self.db.read() as cur:
+            cur.execute(
+                "SELECT material_id FROM materials WHERE status = 'pending_review' "
+                "OR pending_version IS NOT NULL ORDER BY updated_at, material_id"
+            )
+            ids = [str(r[0]) for r in cur.fetchall()]
+        states = self.states(ids)
+        return [states[i] for i in ids if i in states]
+
+    def history(self, material_id: str) -> list[StoredVersion]:
+        """Every version of a material, oldest first."""
+        with self.db.read() as cur:
+            cur.execute(
+                f"SELECT {_VERSION_COLUMNS} FROM material_versions WHERE material_id = ? "
+                "ORDER BY version",
+                (material_id,),
+            )
+            rows = cur.fetchall()
+        if not rows:
+            raise MaterialNotFound(material_id)
+        return [stored_version(r) for r in rows]
+
+    def version(self, material_id: str, version: int) -> StoredVersion:
+        """One version of a material."""
+        with self.db.read() as cur:
+            cur.execute(
+                f"SELECT {_VERSION_COLUMNS} FROM material_versions "
+                "WHERE material_id = ? AND version = ?",
+                (material_id, int(version)),
+            )
+            row = cur.fetchone()
+        if row is None:
+            raise MaterialNotFound(f"{material_id}@{version}")
+        return stored_version(row)
+
+    def by_rule(self, rule: str) -> list[StoredVersion]:
+        """Every version a write rule or model version wrote, oldest first."""
+        return self._versions_where("written_by = ?", (rule,))
+
+    def by_batch(self, batch_id: str) -> list[StoredVersion]:
+        """Every version written in a batch, oldest first."""
+        return self._versions_where("batch_id = ?", (batch_id,))
+
+    def _versions_where(self, where: str, params: Sequence[Any]) -> list[StoredVersion]:
+        with self.db.read() as cur:
+            cur.execute(
+                f"SELECT {_VERSION_COLUMNS} FROM material_versions WHERE {where} "
+                "ORDER BY created_at, material_id, version",
+                params,
+            )
+            return [stored_version(r) for r in cur.fetchall()]
+
+    def version_for(self, material_id: str, text_hash: str | None = None) -> int | None:
+        """The version whose content has this hash (latest such), else the current version."""
+        with self.db.read() as cur:
+            if text_hash:
+                cur.execute(
+                    "SELECT MAX(version) FROM material_versions "
+                    "WHERE material_id = ? AND content_hash = ?",
+                    (material_id, text_hash),
+                )
+                row = cur.fetchone()
+                if row and row[0] is not None:
+                    return int(row[0])
+            cur.execute(
+                "SELECT current_version FROM materials WHERE material_id = ?", (material_id,)
+            )
+            row = cur.fetchone()
+        return int(row[0]) if row else None
+
+    def credibility(self, state: MaterialState, now: datetime | None = None) -> float:
+        """The material's credibility now: EMA × temporal confidence (0 when expired)."""
+        now = now or utcnow()
+        v = state.current
+        # trust ages from the last explicit confirmation, else from when this version was
+        # written (not from valid_from: an old policy still in force is not less credible)
+        confirmed = parse_time(v.last_confirmed) or parse_time(v.created_at)
+        return credibility(
+            state.ema,
+            confirmed_at=confirmed,
+            now=now,
+            policy=self.policy,
+            expired=v.expired(now),
+        )
+
+    # -- writing ------------------------------------------------------------------------------
+    def _ensure_log(self) -> None:
+        if self._log_ready:
+            return
+        from tracerag.store import DuplicateRequest, RequestNotFound
+
+        try:
+            self.store.get(MATERIALS_LOG)
+        except RequestNotFound:
+            with suppress(DuplicateRequest):
+                self.store.append_record(
+                    {"request_id": MATERIALS_LOG, "question": "material registry change log"}
+                )
+        self._log_ready = True
+
+    def _commit(
+        self,
+        new: MaterialVersion,
+        *,
+        expect_current: int | None,
+        make_current: bool = True,
+        pending: str = "keep",
+        reset_denials: bool = False,
+    ) -> MaterialVersion:
+        """Store a new version, chain it, then apply it (in that order).
+
+        The version number is the next free one. ``make_current`` makes it the version in
+        service; ``pending`` (``keep`` / ``set`` / ``clear``) records or clears a proposed
+        version waiting for review beside the one in service.
+        """
+        self._ensure_log()
+        batch_id = self._batch(new.batch_id)
+        created_at = new.created_at or now_iso()
+        with self.db.write() as cur:
+            cur.execute(
+                "SELECT current_version, pending_version FROM materials WHERE material_id = ?",
+                (new.material_id,),
+            )
+            row = cur.fetchone()
+            current = int(row[0]) if row else None
+            if current != expect_current:
+                raise ConcurrentChange(
+                    f"material {new.material_id!r} is at version {current}, "
+                    f"not {expect_current}; reload and retry"
+                )
+            cur.execute(
+                "SELECT version, created_at FROM material_versions "
+                "WHERE material_id = ? AND audit_seq IS NULL",
+                (new.material_id,),
+            )
+            for version, started in cur.fetchall():
+                began = parse_time(started)
+                if began is not None and (utcnow() - began).total_seconds() < IN_FLIGHT_SECONDS:
+                    raise ConcurrentChange(
+                        f"version {version} of {new.material_id!r} is being written elsewhere"
+                    )
+                # abandoned by a writer that stopped before sealing it
+                cur.execute(
+                    "DELETE FROM material_versions WHERE material_id = ? AND version = ? "
+                    "AND audit_seq IS NULL",
+                    (new.material_id, version),
+                )
+            if pending == "set" and row is not None and row[1] is not None:
+                raise ConcurrentChange(
+                    f"an edit of {new.material_id!r} (version {row[1]}) is waiting for review"
+                )
+            cur.execute(
+                "SELECT MAX(version) FROM material_versions WHERE material_id = ?",
+                (new.material_id,),
+            )
+            new = replace(
+                new,
+                version=int(cur.fetchone()[0] or 0) + 1,
+                created_at=created_at,
+                batch_id=batch_id,
+            )
+            before = None
+            if new.based_on is not None:
+                cur.execute(
+                    "SELECT status, content_hash FROM material_versions "
+                    "WHERE material_id = ? AND version = ?",
+                    (new.material_id, new.based_on),
+                )
+                b = cur.fetchone()
+                before = {"version": new.based_on, "status": b[0], "content_hash": b[1]}
+            body = new.body()
+            digest = body_digest(body)
+            cur.execute(
+                "INSERT INTO material_versions (material_id, version, status, written_by, "
+                "operator, batch_id, change, content_hash, created_at, body, body_hash) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    new.material_id,
+                    new.version,
+                    new.status,
+                    new.written_by,
+                    new.operator,
+                    new.batch_id,
+                    new.change,
+                    new.content_hash,
+                    new.created_at,
+                    body_json(body),
+                    digest,
+                ),
+            )
+        try:
+            entry = self.store.append_action(
+                MATERIALS_LOG,
+                "operator_action",
+                new.operator,
+                {
+                    CHANGE_KEY: {
+                        "material_id": new.material_id,
+                        "version": new.version,
+                        "change": new.change,
+                        "written_by": new.written_by,
+                        "batch_id": new.batch_id,
+                        "in_service": make_current,
+                        "body_hash": digest,
+                        "body": body,
+                    },
+                    "before": before,
+                    "after": {
+                        "version": new.version,
+                        "status": new.status,
+                        "content_hash": new.content_hash,
+                    },
+                },
+                new.reason,
+            )
+        except BaseException:
+            with self.db.write() as cur:
+                cur.execute(
+                    "DELETE FROM material_versions WHERE material_id = ? AND version = ? "
+                    "AND audit_seq IS NULL",
+                    (new.material_id, new.version),
+                )
+            raise
+        now = now_iso()
+        with self.db.write() as cur:
+            cur.execute(
+                "UPDATE material_versions SET audit_seq = ?, audit_hash = ? "
+                "WHERE material_id = ? AND version = ?",
+                (entry.seq, entry.hash, new.material_id, new.version),
+            )
+            if current is None:
+                cur.execute(
+                    "INSERT INTO materials (material_id, current_version, status, content_hash, "
+                    "ema, outcomes, denials, updated_at) VALUES (?, ?, ?, ?, ?, 0, 0, ?)",
+                    (
+                        new.material_id,
+                        new.version,
+                        new.status,
+                        new.content_hash,
+                        self.policy.prior,
+                        now,
+                    ),
+                )
+            elif make_current:
+                cur.execute(
+                    "UPDATE materials SET current_version = ?, status = ?, content_hash = ?, "
+                    f"updated_at = ?{', denials = 0' if reset_denials else ''} "
+                    "WHERE material_id = ?",
+                    (new.version, new.status, new.content_hash, now, new.material_id),
+                )
+            if pending != "keep":
+                cur.execute(
+                    "UPDATE materials SET pending_version = ? WHERE material_id = ?",
+                    (new.version if pending == "set" else None, new.material_id),
+                )
+            if make_current and new.status != "active":
+                _resolve_conflicts(cur, new.material_id, f"{new.material_id} is {new.status}")
+            cur.execute("UPDATE material_head SET generation = generation + 1 WHERE id = 1")
+        return new
+
+    def _active_texts(self, exclude: str) -> list[tuple[str, str, int]]:
+        with self.db.read() as cur:
+            cur.execute(
+                "SELECT m.material_id, v.body, m.current_version FROM materials m "
+                "JOIN material_versions v ON v.material_id = m.material_id "
+                "AND v.version = m.current_version WHERE m.status = 'active' "
+                "AND m.material_id <> ?",
+                (exclude,),
+            )
+            rows = cur.fetchall()
+        out = []
+        for mid, body, version in rows:
+            v = MaterialVersion.from_body(json.loads(body))
+            if v.stale_reason() is None:
+                out.append((str(mid), v.content, int(version)))
+        return out
+
+    def _check_conflicts(self, v: MaterialVersion) -> None:
+        """Record the conflicts of a version now in service with the other active materials."""
+        if v.status != "active" or v.stale_reason() is not None:
+            return
+        active = self._active_texts(v.material_id)
+        conflicts = find_conflicts(
+            v.material_id, v.content, [(m, t) for m, t, _ in active], self.gate.min_overlap
+        )
+        if not conflicts:
+            return
+        versions = {mid: ver for mid, _t, ver in active}
+        with self.db.write() as cur:
+            for c in conflicts:
+                conflict_id = hashlib.sha256(
+                    f"{v.material_id}@{v.version}|{c.material_b}|{c.key}".encode()
+                ).hexdigest()[:16]
+                cur.execute(
+                    "INSERT INTO material_conflicts (conflict_id, material_a, version_a, "
+                    "material_b, version_b, slot_key, value_a, value_b, status, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'open', ?) ON CONFLICT DO NOTHING",
+                    (
+                        conflict_id,
+                        v.material_id,
+                        v.version,
+                        c.material_b,
+                        versions.get(c.material_b, 0),
+                        c.key,
+                        c.value_a,
+                        c.value_b,
+                        now_iso(),
+                    ),
+                )
+
+    def register(
+        self,
+        material_id: str,
+        content: str,
+        *,
+        operator: str,
+        written_by: str,
+        provenance: Provenance | None = None,
+        source_snippet: str = "",
+        reason: str | None = None,
+        title: str | None = None,
+        valid_from: str | None = None,
+        valid_until: str | None = None,
+        last_confirmed: str | None = None,
+        supersedes: str | None = None,
+        superseded_by: str | None = None,
+        gate: bool = True,
+        batch_id: str | None = None,
+        hold: bool = False,
+    ) -> MaterialVersion:
+        """Write a new material through the write gate (``hold`` sends it to review anyway)."""
+        _require_operator(operator)
+        existing = self.find(material_id)
+        if existing is not None:
+            raise MaterialStoreError(
+                f"material {material_id!r} exists (version {existing.current.version}); use edit"
+            )
+        v = MaterialVersion(
+            material_id=material_id,
+            version=1,
+            content=content,
+            provenance=provenance or Provenance(),
+            title=title,
+            valid_from=valid_from,
+            valid_until=valid_until,
+            last_confirmed=last_confirmed,
+            supersedes=supersedes,
+            superseded_by=superseded_by,
+            written_by=written_by,
+            source_snippet=source_snippet,
+            operator=operator,
+            change="create",
+            reason=reason,
+            batch_id=batch_id,
+        )
+        status, verdict = self._judge(v) if gate else ("active", None)
+        if hold:
+            status = "pending_review"
+        stored = self._commit(
+            replace(v, status=status, gate=verdict.to_dict() if verdict else None),
+            expect_current=None,
+        )
+        self._check_conflicts(stored)
+        return stored
+
+    def _judge(self, v: MaterialVersion) -> tuple[str, GateVerdict]:
+        active = [(mid, text) for mid, text, _ver in self._active_texts(v.material_id)]
+        verdict = self.gate.check(v.content, material_id=v.material_id, active=active)
+        return verdict.status, verdict
+
+    def edit(
+        self,
+        material_id: str,
+        *,
+        operator: str,
+        written_by: str,
+        reason: str,
+        content: str | None = None,
+        source_snippet: str = "",
+        gate: bool = True,
+        batch_id: str | None = None,
+        **fields: Any,
+    ) -> MaterialVersion:
+        """Write a new version of a material with changed content or fields.
+
+        Changed content passes the write gate. A held edit of an active material waits for
+        review beside the version in service (``MaterialState.pending``), which stays in
+        service until the edit is approved.
+        """
+        _require_operator(operator)
+        if not reason or not reason.strip():
+            raise ValueError("an edit needs a reason")
+        state = self.get(material_id)
+        if state.pending is not None:
+            raise ConcurrentChange(
+                f"an edit of {material_id!r} (version {state.pending}) is waiting for review"
+            )
+        changes: dict[str, Any] = dict(fields)
+        if content is not None and content != state.current.content:
+            changes["content"] = content
+            changes["source_snippet"] = source_snippet or content
+        v = state.current.evolve(
+            operator=operator,
+            written_by=written_by,
+            reason=reason,
+            change="edit",
+            batch_id=batch_id,
+            created_at="",
+            gate=None,
+            **changes,
+        )
+        status, verdict = self._judge(v) if gate and "content" in changes else (state.status, None)
+        gate_body = verdict.to_dict() if verdict else None
+        if status == "pending_review" and state.status == "active":
+            return self._commit(
+                replace(v, status="pending_review", gate=gate_body),
+                expect_current=state.current.version,
+                make_current=False,
+                pending="set",
+            )
+        if status == "active":
+            status = state.status
+        stored = self._commit(
+            replace(v, status=status, gate=gate_body), expect_current=state.current.version
+        )
+        self._check_conflicts(stored)
+        return stored
+
+    def observe(self, documents: Iterable[Any], *, operator: str = SYSTEM) -> list[str]:
+        """Register documents not seen before from their metadata (``METADATA_KEYS``).
+
+        Returns the ids registered or re-versioned. A known id whose text changed at the source
+        (since it was last seen there) gets a new version (``change="source_changed"``) with
+        the material's status. First-sight writes are not gated (the knowledge base is the
+        authority for its own documents) but their conflicts are recorded.
+        """
+        items = []
+        for doc in documents:
+            text = str(getattr(doc, "page_content", "") or "")
+            fields = provenance_from_metadata(dict(getattr(doc, "metadata", None) or {}))
+            material_id = fields.pop("material_id") or getattr(doc, "id", None)
+            if not material_id:
+                material_id = "doc-" + content_hash(text)[:10]
+            items.append((str(material_id), text, fields))
+        seen = self._seen_hashes([mid for mid, _t, _f in items])
+        written = []
+        for material_id, text, fields in items:
+            if seen.get(material_id) == content_hash(text):
+                continue  # the common case: known, unchanged at the source
+            state = self.find(material_id)
+            provenance = fields.pop("provenance")
+            try:
+                if state is None:
+                    self.register(
+                        material_id,
+                        text,
+                        operator=operator,
+                        written_by=FIRST_SIGHT_RULE,
+                        provenance=provenance,
+                        reason="first seen in retrieval",
+                        gate=False,
+                        **fields,
+                    )
+                else:
+                    v = state.current.evolve(
+                        content=text,
+                        operator=operator,
+                        written_by=FIRST_SIGHT_RULE,
+                        reason="text changed at the source",
+                        change="source_changed",
+                        created_at="",
+                        gate=None,
+                        provenance=provenance,
+                        **fields,
+                    )
+                    stored = self._commit(v, expect_current=state.current.version)
+                    self._check_conflicts(stored)
+            except (ConcurrentChange, MaterialStoreError):
+                continue  # another process registered or changed it first
+            written.append(material_id)
+        return written
+
+    def _seen_hashes(self, material_ids: Sequence[str]) -> dict[str, str]:
+        """Per registered id, the content hash last seen at the source (else in service)."""
+        out: dict[str, str] = {}
+        ids = list(dict.fromkeys(material_ids))
+        with self.db.read() as cur:
+            for start in range(0, len(ids), 200):
+                chunk = ids[start : start + 200]
+                marks = ", ".join("?" for _ in chunk)
+                cur.execute(
+                    "SELECT material_id, content_hash FROM materials "
+                    f"WHERE material_id IN ({marks})",
+                    chunk,
+                )
+                out.update({str(m): str(h) for m, h in cur.fetchall()})
+                cur.execute(
+                    "SELECT v.material_id, v.content_hash FROM material_versions v WHERE "
+                    f"v.written_by = ? AND v.material_id IN ({marks}) AND v.version = "
+                    "(SELECT MAX(w.version) FROM material_versions w WHERE "
+                    "w.material_id = v.material_id AND w.written_by = v.written_by)",
+                    [FIRST_SIGHT_RULE, *chunk],
+                )
+                out.update({str(m): str(h) for m, h in cur.fetchall()})
+        return out
+
+    def transition(
+        self,
+        material_id: str,
+        action: str,
+        *,
+        operator: str,
+        reason: str,
+        written_by: str = "manual",
+        batch_id: str | None = None,
+    ) -> MaterialVersion:
+        """approve / reject / quarantine / restore / delete: a new version with the new status.
+
+        ``approve`` and ``reject`` act on a proposed edit when one waits for review, else on a
+        pending new material.
+        """
+        _require_operator(operator)
+        if action not in _ALLOWED:
+            raise ValueError(f"action must be one of {sorted(_ALLOWED)}, not {action!r}")
+        if not reason or not reason.strip():
+            raise ValueError(f"a {action} needs a reason")
+        state = self.get(material_id)
+        common = {
+            "operator": operator,
+            "written_by": written_by,
+            "reason": reason,
+            "change": action,
+            "batch_id": batch_id,
+            "created_at": "",
+            "gate": None,
+        }
+        if action in ("approve", "reject") and state.pending is not None:
+            proposed = self.version(material_id, state.pending).version
+            extra = {"last_confirmed": now_iso()} if action == "approve" else {}
+            stored = self._commit(
+                proposed.evolve(status=_TARGET[action], **common, **extra),
+                expect_current=state.current.version,
+                make_current=action == "approve",
+                pending="clear",
+            )
+            self._check_conflicts(stored)
+            return stored
+        if state.status not in _ALLOWED[action]:
+            raise InvalidTransition(f"cannot {action} {material_id!r}: it is {state.status}")
+        if action == "approve":
+            common["last_confirmed"] = now_iso()
+        stored = self._commit(
+            state.current.evolve(status=_TARGET[action], **common),
+            expect_current=state.current.version,
+            pending="clear" if action == "delete" else "keep",
+            reset_denials=action == "restore",
+        )
+        self._check_conflicts(stored)
+        return stored
+
+    def approve(self, material_id: str, *, operator: str, reason: str) -> MaterialVersion:
+        """Make a pending write active (the explicit confirmation)."""
+        return self.transition(material_id, "approve", operator=operator, reason=reason)
+
+    def reject(self, material_id: str, *, operator: str, reason: str) -> MaterialVersion:
+        """Refuse a pending write (it becomes deleted)."""
+        return self.transition(material_id, "reject", operator=operator, reason=reason)
+
+    def quarantine(self, material_id: str, *, operator: str, reason: str) -> MaterialVersion:
+        """Take a material out of retrieval until a person restores it."""
+        return self.transition(material_id, "quarantine", operator=operator, reason=reason)
+
+    def restore(self, material_id: str, *, operator: str, reason: str) -> MaterialVersion:
+        """Bring a quarantined material back (its denial count starts again)."""
+        return self.transition(material_id, "restore", operator=operator, reason=reason)
+
+    def delete(self, material_id: str, *, operator: str, reason: str) -> MaterialVersion:
+        """Withdraw a material everywhere at once (its history is kept)."""
+        return self.transition(material_id, "delete", operator=operator, reason=reason)
+
+    def rollback_batch(
+        self, batch_id: str, *, operator: str, reason: str, force: bool = False
+    ) -> RollbackResult:
+        """Restore every material a batch changed to its state before the batch.
+
+        A material created in the batch is deleted. A material changed again after the batch is
+        skipped (and reported) unless ``force``.
+        """
+        _require_operator(operator)
+        versions = self.by_batch(batch_id)
+        if not versions:
+            raise MaterialStoreError(f"no versions were written in batch {batch_id!r}")
+        first: dict[str, MaterialVersion] = {}
+        last: dict[str, MaterialVersion] = {}
+        for sv in versions:
+            first.setdefault(sv.version.material_id, sv.version)
+            last[sv.version.material_id] = sv.version
+        with self.batch() as rollback_id:
+            result = RollbackResult(batch_id, rollback_id)
+            for material_id, v0 in first.items():
+                state = self.get(material_id)
+                latest = self.history(material_id)[-1].version.version
+                if latest != last[material_id].version and not force:
+                    result.skipped[material_id] = f"changed after the batch (now version {latest})"
+                    continue
+                if v0.based_on is None:
+                    if state.status == "deleted":
+                        result.skipped[material_id] = "already deleted"
+                        continue
+                    self._commit(
+                        state.current.evolve(
+                            status="deleted",
+                            operator=operator,
+                            written_by=ROLLBACK_RULE,
+                            reason=f"rollback of {batch_id}: {reason}",
+                            change="rollback",
+                            created_at="",
+                            gate=None,
+                            batch_id=rollback_id,
+                        ),
+                        expect_current=state.current.version,
+                        pending="clear",
+                    )
+                    result.deleted.append(material_id)
+                    continue
+                prior = self.version(material_id, v0.based_on).version
+                restored = prior.evolve(
+                    based_on=state.current.version,
+                    operator=operator,
+                    written_by=ROLLBACK_RULE,
+                    reason=f"rollback of {batch_id} to version {prior.version}: {reason}",
+                    change="rollback",
+                    created_at="",
+                    gate=None,
+                    batch_id=rollback_id,
+                )
+                self._commit(restored, expect_current=state.current.version, pending="clear")
+                result.restored.append(material_id)
+        return result
+
+    # -- conflicts ----------------------------------------------------------------------------
+    def conflicts(self, status: str | None = "open") -> list[ConflictRecord]:
+        """Stored conflicts (open ones by default), oldest first."""
+        sql = (
+            "SELECT conflict_id, material_a, version_a, material_b, version_b, slot_key, value_a, "
+            "value_b, status, created_at, resolved_at, resolution FROM material_conflicts"
+        )
+        params: list[Any] = []
+        if status:
+            sql += " WHERE status = ?"
+            params.append(status)
+        with self.db.read() as cur:
+            cur.execute(sql + " ORDER BY created_at, conflict_id", params)
+            return [ConflictRecord(*r) for r in cur.fetchall()]
+
+    # -- verification and figures -------------------------------------------------------------
+    def verify(self) -> VerifyReport:
+        """Check every stored version against its chained entry, and every chained change."""
+        report = VerifyReport()
+        with self.db.read() as cur:
+            cur.execute(
+                "SELECT material_id, version, body, body_hash, audit_seq, audit_hash "
+                "FROM material_versions ORDER BY audit_seq, material_id, version"
+            )
+            rows = cur.fetchall()
+        report.checked = len(rows)
+        try:
+            trail = self.store.get(MATERIALS_LOG)
+            chained = {
+                e.seq: e for e in trail.entries if isinstance(e.payload.get(CHANGE_KEY), dict)
+            }
+        except KeyError:
+            chained = {}
+        seen: set[int] = set()
+        for mid, version, body, body_hash, seq, ahash in rows:
+            name = f"{mid}@{version}"
+            if seq is None:
+                report.issues.append(f"{name}: not sealed in the audit chain")
+                continue
+            if body_digest(json.loads(body)) != body_hash:
+                report.issues.append(f"{name}: stored body does not match its hash")
+            entry = chained.get(int(seq))
+            if entry is None:
+                report.issues.append(f"{name}: audit entry {seq} is missing")
+                continue
+            seen.add(int(seq))
+            change = entry.payload[CHANGE_KEY]
+            if (
+                change.get("material_id") != mid
+                or change.get("version") != int(version)
+                or change.get("body_hash") != body_hash
+                or body_digest(change.get("body") or {}) != body_hash
+                or entry.hash != ahash
+            ):
+                report.issues.append(f"{name}: differs from audit entry {seq}")
+        for seq, entry in chained.items():
+            if seq not in seen:
+                change = entry.payload[CHANGE_KEY]
+                report.issues.append(
+                    f"audit entry {seq} ({change.get('material_id')}@{change.get('version')}): "
+                    "no stored version"
+                )
+        return report
+
+    def stats(self, now: datetime | None = None) -> dict[str, Any]:
+        """Figures for metrics: materials by status, pending writes, open conflicts,
+        quarantines and the credibility distribution (tenths) of active materials."""
+        with self.db.read() as cur:
+            cur.execute("SELECT status, COUNT(*) FROM materials GROUP BY status")
+            by_status = {str(s): int(n) for s, n in cur.fetchall()}
+            cur.execute("SELECT COUNT(*) FROM material_conflicts WHERE status = 'open'")
+            open_conflicts = int(cur.fetchone()[0])
+            cur.execute(
+                "SELECT COUNT(*) FROM materials "
+                "WHERE status = 'pending_review' OR pending_version IS NOT NULL"
+            )
+            pending = int(cur.fetchone()[0])
+        buckets = [0] * 10
+        for state in self.materials("active"):
+            c = self.credibility(state, now)
+            buckets[min(9, int(round(c, 6) * 10))] += 1
+        return {
+            "by_status": by_status,
+            "pending_writes": pending,
+            "quarantined": by_status.get("quarantined", 0),
+            "open_conflicts": open_conflicts,
+            "credibility_histogram": {
+                f"{i / 10:.1f}-{(i + 1) / 10:.1f}": n for i, n in enumerate(buckets)
+            },
+        }
+
+
+def _resolve_conflicts(cur: Cursor, material_id: str, resolution: str) -> None:
+    cur.execute(
+        "UPDATE material_conflicts SET status = 'resolved', resolved_at = ?, resolution = ? "
+        "WHERE status = 'open' AND (material_a = ? OR material_b = ?)",
+        (now_iso(), resolution, material_id, material_id),
+    )
+
+
+def _require_operator(operator: str) -> None:
+    if not isinstance(operator, str) or not operator.strip():
+        raise ValueError("every material change needs a named operator")
+
+
+__all__ = [
+    "CHANGE_KEY",
+    "DEFAULT_READ_RETENTION_DAYS",
+    "FIRST_SIGHT_RULE",
+    "MATERIALS_LOG",
+    "QUARANTINE_RULE",
+    "ROLLBACK_RULE",
+    "ConcurrentChange",
+    "ConflictRecord",
+    "InvalidTransition",
+    "MaterialNotFound",
+    "MaterialRegistry",
+    "ReadHit",
+    "RollbackResult",
+    "StoredVersion",
+    "Use",
+    "VerifyReport",
+    "body_digest",
+]

@@ -1,0 +1,455 @@
+"""``tracerag materials …``, ``tracerag trace-back`` and ``tracerag feedback``.
+
+Investigation: ``materials show M`` (value, version history with source snippets, read hits),
+``materials impact M [--version V]`` (every request that used it, with decisions),
+``materials by-rule R`` (everything a rule or model version wrote), ``trace-back REQUEST_ID``
+(request → materials → the writes that produced them → their history; the most likely cause
+first, so one command leads from a complaint to the write).
+
+Changes, each audited with ``--operator``: ``edit``, ``approve``, ``reject``, ``quarantine``,
+``restore``, ``delete``, ``rollback-batch``. Upkeep: ``pending``, ``conflicts``, ``stats``,
+``verify`` (also ``tracerag audit materials``), ``purge-reads``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from tracerag.materials.render import render_trace_back, short, version_lines
+from tracerag.tools.cli_store import add_audit_command, add_store_argument, open_cli_store
+
+ACTIONS = ("approve", "reject", "quarantine", "restore", "delete")
+
+
+def open_registry(url: str | None) -> Any:
+    """The material registry beside the command's audit store, or exit with a message."""
+    from tracerag.errors import TraceragError
+    from tracerag.materials import MaterialRegistry
+
+    store = open_cli_store(url)
+    try:
+        return MaterialRegistry(store, owns_store=True)
+    except (TraceragError, OSError) as exc:
+        store.close()
+        raise SystemExit(f"tracerag: cannot open the material registry: {exc}") from exc
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """Print a material now, its history and its read hits."""
+    from tracerag.materials import MaterialNotFound
+
+    reg = open_registry(args.store)
+    try:
+        try:
+            state = reg.get(args.material_id)
+        except MaterialNotFound as exc:
+            print(f"tracerag materials show: {exc}", file=sys.stderr)
+            return 1
+        history = reg.history(args.material_id)
+        reads = reg.reads(args.material_id, limit=args.limit)
+        cred = reg.credibility(state)
+        if args.json:
+            out = {
+                "material_id": state.material_id,
+                "status": state.status,
+                "current_version": state.current.version,
+                "pending_version": state.pending,
+                "ema": state.ema,
+                "credibility": cred,
+                "denials": state.denials,
+                "usage": state.usage.to_dict(),
+                "history": [
+                    {**s.version.body(), "audit_seq": s.audit_seq, "body_hash": s.body_hash}
+                    for s in history
+                ],
+                "reads": [h.__dict__ for h in reads],
+            }
+            print(json.dumps(out, ensure_ascii=False, indent=2))
+            return 0
+        v = state.current
+        print(f"material {v.material_id}" + (f" — {v.title}" if v.title else ""))
+        print(
+            f"  status {state.status}, version {v.version}"
+            + (f", edit v{state.pending} waiting for review" if state.pending else "")
+        )
+        stale = v.stale_reason()
+        print(
+            f"  credibility {cred:.3f} (EMA {state.ema:.3f} over {state.outcomes} outcomes"
+            f"{', stale: ' + stale if stale else ''}); denials since restore {state.denials}"
+        )
+        u = state.usage
+        print(
+            f"  usage of v{v.version}: {u.retrievals} retrievals, {u.citations} citations, "
+            f"{u.passed} in passed answers; reviews {u.approvals} approved / {u.edits} edited / "
+            f"{u.rejections} rejected; users {u.confirmations} confirmed / {u.denials} denied"
+        )
+        print(f"  value: {v.content}")
+        print(f"history ({len(history)} versions, oldest first):")
+        for sv in history:
+            print("\n".join(version_lines(sv)))
+        print(f"read hits ({len(reads)} shown, newest first):")
+        for h in reads:
+            print(
+                f"  {h.created_at}  {h.request_id}  v{h.version}  rank "
+                f"{h.rank_before}→{h.rank_after}  {'cited' if h.cited else 'not cited'}  "
+                f"decision {h.decision}" + ("  COMPLAINT" if h.complained else "")
+            )
+        return 0
+    finally:
+        reg.close()
+
+
+def run_impact(args: argparse.Namespace) -> int:
+    """Every request that used a material (version), with its decisions."""
+    from tracerag.materials.investigate import impact
+
+    reg = open_registry(args.store)
+    try:
+        rows = impact(reg, args.material_id, args.version)
+    finally:
+        reg.close()
+    if args.json:
+        out = [
+            {**r.hit.__dict__, "review_action": r.review_action, "feedback": list(r.feedback)}
+            for r in rows
+        ]
+        print(json.dumps(out, ensure_ascii=False, indent=2))
+        return 0
+    which = f"v{args.version}" if args.version else "any version"
+    print(f"{len(rows)} requests used {args.material_id} ({which}):")
+    for r in rows:
+        h = r.hit
+        print(
+            f"  {h.request_id}  v{h.version}  {h.created_at}  decision {h.decision}  "
+            f"review {r.review_action or '-'}  feedback {','.join(r.feedback) or '-'}  "
+            f"{'cited' if h.cited else 'not cited'}"
+        )
+    return 0
+
+
+def run_by_rule(args: argparse.Namespace) -> int:
+    """Everything one write rule or model version wrote."""
+    reg = open_registry(args.store)
+    try:
+        rows = reg.by_rule(args.rule)
+    finally:
+        reg.close()
+    if args.json:
+        print(json.dumps([s.version.body() for s in rows], ensure_ascii=False, indent=2))
+        return 0
+    print(f"{len(rows)} versions written by {args.rule}:")
+    for sv in rows:
+        v = sv.version
+        print(
+            f"  {v.material_id} v{v.version} {v.change} → {v.status}  by {v.operator}  "
+            f"at {v.created_at}" + (f"  batch {v.batch_id}" if v.batch_id else "")
+        )
+        print(f"      {short(v.content)}")
+    return 0
+
+
+def run_action(args: argparse.Namespace) -> int:
+    """approve / reject / quarantine / restore / delete one material."""
+    from tracerag.materials import InvalidTransition, MaterialNotFound
+
+    reg = open_registry(args.store)
+    try:
+        v = reg.transition(
+            args.material_id, args.action, operator=args.operator, reason=args.reason
+        )
+    except (MaterialNotFound, InvalidTransition, ValueError) as exc:
+        print(f"tracerag materials {args.action}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        reg.close()
+    print(f"{v.material_id} v{v.version}: {v.change} → {v.status} (by {v.operator})")
+    return 0
+
+
+def run_edit(args: argparse.Namespace) -> int:
+    """A manual edit: a new version (changed text goes through the write gate)."""
+    from tracerag.materials import ConcurrentChange, MaterialNotFound
+
+    fields = {
+        k: getattr(args, k)
+        for k in ("valid_from", "valid_until", "superseded_by", "title")
+        if getattr(args, k) is not None
+    }
+    if args.content is None and not fields:
+        print("tracerag materials edit: nothing to change", file=sys.stderr)
+        return 2
+    reg = open_registry(args.store)
+    try:
+        v = reg.edit(
+            args.material_id,
+            content=args.content,
+            operator=args.operator,
+            written_by="manual",
+            reason=args.reason,
+            **fields,
+        )
+        pending = reg.get(args.material_id).pending
+    except (MaterialNotFound, ConcurrentChange, ValueError) as exc:
+        print(f"tracerag materials edit: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        reg.close()
+    held = v.gate and v.gate.get("reasons")
+    print(
+        f"{v.material_id} v{v.version}: edit → {v.status} (by {v.operator})"
+        + (f"; waiting for review beside the version in service (v{pending})" if pending else "")
+        + ("; gate: " + "; ".join(f"{r['rule']}: {r['match']}" for r in held) if held else "")
+    )
+    return 0
+
+
+def run_rollback(args: argparse.Namespace) -> int:
+    """Roll a batch back."""
+    from tracerag.materials.db import MaterialStoreError
+
+    reg = open_registry(args.store)
+    try:
+        result = reg.rollback_batch(
+            args.batch_id, operator=args.operator, reason=args.reason, force=args.force
+        )
+    except MaterialStoreError as exc:
+        print(f"tracerag materials rollback-batch: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        reg.close()
+    print(
+        f"rolled back {args.batch_id} as {result.rollback_batch_id}: "
+        f"restored {', '.join(result.restored) or 'none'}; "
+        f"deleted {', '.join(result.deleted) or 'none'}"
+    )
+    for mid, why in result.skipped.items():
+        print(f"  skipped {mid}: {why}")
+    return 1 if result.skipped else 0
+
+
+def run_pending(args: argparse.Namespace) -> int:
+    """Writes waiting for review."""
+    reg = open_registry(args.store)
+    try:
+        for state in reg.pending():
+            number = state.pending or state.current.version
+            sv = reg.version(state.material_id, number)
+            print("\n".join(version_lines(sv, indent="", mark=f" of {state.material_id}")))
+    finally:
+        reg.close()
+    return 0
+
+
+def run_conflicts(args: argparse.Namespace) -> int:
+    """Open conflicts between active materials."""
+    reg = open_registry(args.store)
+    try:
+        rows = reg.conflicts(None if args.all else "open")
+    finally:
+        reg.close()
+    if args.json:
+        print(json.dumps([c.to_dict() for c in rows], ensure_ascii=False, indent=2))
+        return 0
+    for c in rows:
+        print(
+            f"{c.conflict_id}  {c.status}  {c.material_a}@v{c.version_a} says {c.value_a}, "
+            f"{c.material_b}@v{c.version_b} says {c.value_b}  ({c.slot_key})"
+            + (f"  resolved: {c.resolution}" if c.resolution else "")
+        )
+    return 0
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    """Figures: materials by status, pending writes, conflicts, credibility distribution."""
+    reg = open_registry(args.store)
+    try:
+        print(json.dumps(reg.stats(), ensure_ascii=False, indent=2))
+    finally:
+        reg.close()
+    return 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    """Check the registry's tables against the hash chain; exit 1 on any difference."""
+    reg = open_registry(args.store)
+    try:
+        chain = reg.store.verify_chain()
+        report = reg.verify()
+    finally:
+        reg.close()
+    print(chain.summary())
+    print(report.summary())
+    return 0 if chain.ok and report.ok else 1
+
+
+def run_purge(args: argparse.Namespace) -> int:
+    """Delete read hits past retention (complained-about requests are kept)."""
+    reg = open_registry(args.store)
+    try:
+        n = reg.purge_reads(days=args.days)
+    finally:
+        reg.close()
+    print(f"deleted {n} read hits older than {args.days or reg.read_retention_days} days")
+    return 0
+
+
+def run_trace_back(args: argparse.Namespace) -> int:
+    """From a request to the materials it used and the writes that produced them."""
+    from tracerag.materials.investigate import trace_back
+    from tracerag.store import RequestNotFound
+
+    reg = open_registry(args.store)
+    try:
+        tb = trace_back(reg, args.request_id)
+    except RequestNotFound as exc:
+        print(f"tracerag trace-back: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        reg.close()
+    if args.json:
+        print(json.dumps(tb.to_dict(), ensure_ascii=False, indent=2))
+    else:
+        sys.stdout.write(render_trace_back(tb))
+    return 0
+
+
+def run_feedback(args: argparse.Namespace) -> int:
+    """Record a verdict on an answer (as ``record_feedback`` does)."""
+    from tracerag.materials.db import MaterialStoreError
+    from tracerag.materials.feedback import record_feedback
+    from tracerag.store import RequestNotFound
+
+    reg = open_registry(args.store)
+    try:
+        result = record_feedback(
+            args.request_id,
+            args.verdict,
+            args.comment,
+            args.correction,
+            registry=reg,
+            operator=args.operator,
+        )
+    except (RequestNotFound, MaterialStoreError, ValueError) as exc:
+        print(f"tracerag feedback: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        reg.close()
+    print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
+    return 0
+
+
+def _operator(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--operator", required=True, help="who makes this change (recorded)")
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``tracerag materials``, ``tracerag trace-back`` and ``tracerag feedback``."""
+    m = subparsers.add_parser(
+        "materials",
+        help="the material registry: history, impact, review, quarantine, rollback",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    m.set_defaults(func=lambda _a: (m.print_help(), 2)[1])
+    sub = m.add_subparsers(dest="materials_command", metavar="MATERIALS_COMMAND")
+
+    p = sub.add_parser("show", help="current value, version history, read hits")
+    p.add_argument("material_id", metavar="MATERIAL_ID")
+    p.add_argument("--limit", type=int, default=50, help="read hits shown (default 50)")
+    p.add_argument("--json", action="store_true")
+    add_store_argument(p)
+    p.set_defaults(func=run_show)
+
+    p = sub.add_parser("impact", help="every request that used a material (version)")
+    p.add_argument("material_id", metavar="MATERIAL_ID")
+    p.add_argument("--version", type=int, default=None)
+    p.add_argument("--json", action="store_true")
+    add_store_argument(p)
+    p.set_defaults(func=run_impact)
+
+    p = sub.add_parser("by-rule", help="everything a write rule or model version wrote")
+    p.add_argument("rule", metavar="RULE")
+    p.add_argument("--json", action="store_true")
+    add_store_argument(p)
+    p.set_defaults(func=run_by_rule)
+
+    for action in ACTIONS:
+        p = sub.add_parser(action, help=f"{action} a material (a new, audited version)")
+        p.add_argument("material_id", metavar="MATERIAL_ID")
+        _operator(p)
+        p.add_argument("--reason", required=True, help="why (recorded)")
+        add_store_argument(p)
+        p.set_defaults(func=run_action, action=action)
+
+    p = sub.add_parser("edit", help="a manual edit (a new, audited version; text is gated)")
+    p.add_argument("material_id", metavar="MATERIAL_ID")
+    p.add_argument("--content", default=None, help="the new text")
+    for name in ("valid-from", "valid-until", "superseded-by", "title"):
+        p.add_argument(f"--{name}", default=None)
+    _operator(p)
+    p.add_argument("--reason", required=True, help="why (recorded)")
+    add_store_argument(p)
+    p.set_defaults(func=run_edit)
+
+    p = sub.add_parser("rollback-batch", help="restore what a batch changed")
+    p.add_argument("batch_id", metavar="BATCH_ID")
+    _operator(p)
+    p.add_argument("--reason", required=True)
+    p.add_argument("--force", action="store_true", help="also materials changed since")
+    add_store_argument(p)
+    p.set_defaults(func=run_rollback)
+
+    for name, func, text in (
+        ("pending", run_pending, "writes waiting for review"),
+        ("stats", run_stats, "materials by status, pending writes, conflicts, credibility"),
+        ("verify", run_verify, "check the registry against the hash chain"),
+    ):
+        p = sub.add_parser(name, help=text)
+        add_store_argument(p)
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("conflicts", help="materials stating different values")
+    p.add_argument("--all", action="store_true", help="resolved ones too")
+    p.add_argument("--json", action="store_true")
+    add_store_argument(p)
+    p.set_defaults(func=run_conflicts)
+
+    p = sub.add_parser("purge-reads", help="delete read hits past retention")
+    p.add_argument("--days", type=int, default=None, help="retention (default 30)")
+    add_store_argument(p)
+    p.set_defaults(func=run_purge)
+
+    t = subparsers.add_parser(
+        "trace-back",
+        help="from a request to the writes behind its materials",
+        description="Request → materials used → the writes that produced them → their change "
+        "history, the most likely cause first.",
+    )
+    t.add_argument("request_id", metavar="REQUEST_ID")
+    t.add_argument("--json", action="store_true")
+    add_store_argument(t)
+    t.set_defaults(func=run_trace_back)
+
+    f = subparsers.add_parser("feedback", help="record confirm / deny / clarify on an answer")
+    f.add_argument("request_id", metavar="REQUEST_ID")
+    f.add_argument("verdict", choices=["confirm", "deny", "clarify"])
+    f.add_argument("--comment", default=None)
+    f.add_argument("--correction", default=None, help="the right answer (clarify)")
+    _operator(f)
+    add_store_argument(f)
+    f.set_defaults(func=run_feedback)
+
+
+def _configure_audit(parser: argparse.ArgumentParser) -> None:
+    add_store_argument(parser)
+    parser.set_defaults(func=run_verify)
+
+
+add_audit_command(
+    "materials",
+    "check the material registry against the hash chain; exit 1 on any difference",
+    _configure_audit,
+)
