@@ -1341,7 +1341,7 @@ def _entry_from_row(row: Sequence[Any]) -> Entry:
 
 
 def _queue_item_from_row(row: Sequence[Any]) -> QueueItem:
-    return QueueItem(*row[:12], question=row[12], confidence=row[13])
+    return QueueItem(*row[:14])
 
 
 __all__ = [
