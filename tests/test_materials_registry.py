@@ -324,3 +324,44 @@ def test_concurrent_writers_lose_no_update(registry: MaterialRegistry) -> None:
     # every version is based on the one before: no write was based on a stale version
     assert [s.version.based_on for s in history[1:]] == list(range(1, 11))
     assert registry.verify().ok and registry.store.verify_chain().ok
+
+
+def test_an_answer_citing_a_conflicting_material_goes_to_review(
+    registry: MaterialRegistry,
+) -> None:
+    """Two active materials disagree on the same period: a confident answer citing either one
+    is sent to a person, with the conflict named, until the conflict is resolved."""
+    from langchain_core.retrievers import BaseRetriever
+
+    from tracerag import RAGPipeline
+    from tracerag.materials.rerank import CredibilityRetriever
+    from tracerag.testing import ScriptedChatModel
+
+    docs = [
+        Document(page_content="已拆封商品可在签收后7天内退货。", metadata={"id": "r-new"}),
+        Document(page_content="已拆封商品可在签收后30天内退货。", metadata={"id": "r-old"}),
+    ]
+
+    class Fixed(BaseRetriever):
+        def _get_relevant_documents(self, query, *, run_manager):  # type: ignore[override]
+            return [Document(page_content=d.page_content, metadata=dict(d.metadata)) for d in docs]
+
+    answer = "已拆封商品可在签收后7天内退货。[r-new]"
+
+    def ask() -> object:
+        pipeline = RAGPipeline(
+            CredibilityRetriever(retriever=Fixed(), registry=registry),
+            ScriptedChatModel(responses=[answer], plan_responses=['{"material_ids": ["r-new"]}']),
+            prompt_version="p",
+            model_version="m",
+            n_samples=3,
+            audit=None,
+        )
+        return pipeline.invoke("已拆封商品多久内可以退货？")
+
+    conflicted = ask()
+    assert conflicted.decision == "review", conflicted.signal_detail
+    assert conflicted.answer == answer  # flagged for a person, not withheld
+    registry.quarantine("r-old", operator="lead", reason="old edition")
+    settled = ask()
+    assert settled.decision == "pass"

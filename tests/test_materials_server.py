@@ -1,24 +1,22 @@
 # ruff: noqa: F811  (pytest fixtures imported by name)
-"""``POST /v1/feedback`` over a real store on both backends."""
+"""``POST /v1/feedback`` of ``tracerag serve``'s app over a real store on both backends."""
 
 from __future__ import annotations
 
 import pytest
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from materials_fixtures import backend, registry  # noqa: F401
 
 from tracerag.materials import MaterialRegistry
-from tracerag.server.feedback import feedback_router
+from tracerag.server.app import create_app
 
 TEXT = "Unopened items can be returned within 15 days of delivery."
 
 
 @pytest.fixture
 def client(registry: MaterialRegistry) -> TestClient:
-    app = FastAPI()
-    app.state.store = registry.store
-    app.include_router(feedback_router(api_key="k" * 20))
+    app = create_app(store=registry.store, api_key="k" * 20, review_desk=False)
+    app.state.services.registry = registry
     registry.store.append_record(
         {
             "request_id": "r1",

@@ -449,3 +449,24 @@ def test_queue_page_separates_open_and_recently_decided_items(client, store):
     decided = client.get("/review?status=decided").text
     assert f"/review/items/{second}" not in decided
     assert decided.index(third) < decided.index(first)  # the newest decision first
+
+
+def test_a_reviewer_reject_lowers_the_credibility_of_what_the_answer_used(client, store):
+    """A decision on the desk is an outcome: the materials the answer relied on learn from it."""
+    from tracerag.materials import MaterialRegistry
+    from tracerag.record import AuditRecord
+
+    rid = escalate(client)
+    used = AuditRecord.parse(store.get(rid).record).retrieved_ids
+    assert used
+    reply = client.post(
+        f"/review/api/items/{rid}/decision",
+        json={"action": "reject", "reason": "cites a policy that does not exist"},
+        headers=BEARER,
+    )
+    assert reply.status_code == 200
+    registry = MaterialRegistry(store)
+    feedback = registry.feedback_for(rid)
+    assert [f["operator"] for f in feedback] == ["review:api-reviewer"]
+    moved = [registry.get(mid) for mid in used]
+    assert any(m is not None and m.ema < 0.6 for m in moved), [(m.id, m.ema) for m in moved if m]

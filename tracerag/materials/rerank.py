@@ -38,6 +38,7 @@ from pydantic import ConfigDict
 
 from tracerag.materials.credibility import CredibilityPolicy, age_days, temporal_confidence
 from tracerag.materials.model import WITHHELD, content_hash, parse_time, utcnow
+from tracerag.signals.types import CONFLICTS_WITH
 
 SCORE_KEYS = ("relevance_score", "score", "_score", "similarity", "similarity_score")
 SPAN_RANK_BEFORE = "tracerag.rerank.rank_before"
@@ -146,6 +147,10 @@ class CredibilityRetriever(BaseRetriever):
             self.registry.observe([d for d, _ in pairs])
         ids = [_material_id(d) for d, _ in pairs]
         states = self.registry.states(ids)
+        conflicts: dict[str, list[str]] = {}
+        for c in self.registry.conflicts():  # open ones: answers citing either side go to review
+            conflicts.setdefault(c.material_a, []).append(f"{c.material_b} ({c.slot_key})")
+            conflicts.setdefault(c.material_b, []).append(f"{c.material_a} ({c.slot_key})")
         now = utcnow()
         policy: CredibilityPolicy = self.registry.policy
         ranked: list[tuple[Ranked, Document]] = []
@@ -187,6 +192,8 @@ class CredibilityRetriever(BaseRetriever):
             meta.setdefault("id", mid)  # the retrieve stage names materials by metadata id
             if score is not None:
                 meta.setdefault("relevance_score", score)
+            if conflicts.get(mid):
+                meta[CONFLICTS_WITH] = sorted(conflicts[mid])
             if state is not None:
                 meta["material_version"] = state.current.version
                 for key in ("valid_until", "superseded_by"):

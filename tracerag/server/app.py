@@ -57,7 +57,12 @@ from tracerag.server.delivery import DecisionHook, Delivery
 from tracerag.server.deps import Services, SignInRequired
 from tracerag.server.errors import Problem, install_handlers
 from tracerag.server.middleware import ApiCors, DeclaredBodyLimit, SecurityHeaders
-from tracerag.server.models import AnswerRequest, DecisionRequest, StreamEvents
+from tracerag.server.models import (
+    AnswerRequest,
+    DecisionRequest,
+    FeedbackRequest,
+    StreamEvents,
+)
 from tracerag.store.base import AuditStore
 
 __all__ = ["create_app", "demo_pipeline"]
@@ -149,7 +154,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         routes=app.routes,
     )
     components = schema.setdefault("components", {}).setdefault("schemas", {})
-    for model in (AnswerRequest, DecisionRequest, StreamEvents):
+    for model in (AnswerRequest, DecisionRequest, FeedbackRequest, StreamEvents):
         full = model.model_json_schema(ref_template="#/components/schemas/{model}")
         for name, sub in full.pop("$defs", {}).items():
             components.setdefault(name, sub)

@@ -48,6 +48,15 @@ class Services:
     body_timeout: float = 10.0
     store_timeout: float = 15.0
     background: set[asyncio.Task] = field(default_factory=set)
+    registry: Any = None  # the material registry beside the store (tracerag.materials)
+
+    def materials(self) -> Any:
+        """The material registry kept in the app's store, opened on first use."""
+        if self.registry is None:
+            from tracerag.materials import MaterialRegistry
+
+            self.registry = MaterialRegistry(self.store)
+        return self.registry
 
 
 def services(request: Request) -> Services:

@@ -145,3 +145,40 @@ class Decision(BaseModel):
     final_answer: str | None
     reason: str | None
     decided_at: str
+
+
+class FeedbackRequest(BaseModel):
+    """A user's verdict on an answer (``tracerag.materials.feedback.record_feedback``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str = Field(min_length=1, max_length=200)
+    verdict: Literal["confirm", "deny", "clarify"]
+    comment: str | None = Field(default=None, max_length=4000)
+    correction: str | None = Field(
+        default=None, max_length=8000, description="required for clarify: the right statement"
+    )
+    user: str = Field(default="anonymous", min_length=1, max_length=64)
+
+
+class MaterialMove(BaseModel):
+    """How one material's credibility moved."""
+
+    material_id: str
+    version: int | None
+    share: float = Field(description="the material's share of the answer (attribution)")
+    ema_before: float
+    ema_after: float
+    status: str
+
+
+class FeedbackOutcome(BaseModel):
+    """What one verdict changed."""
+
+    request_id: str
+    verdict: Literal["confirm", "deny", "clarify"]
+    feedback_id: str | None = None
+    updates: list[MaterialMove] = Field(default_factory=list)
+    quarantined: list[str] = Field(default_factory=list)
+    correction_id: str | None = Field(default=None, description="the pending corrected material")
+    audit_seq: int | None = Field(default=None, description="its entry in the audit chain")

@@ -64,3 +64,9 @@ class Plan:
     attempts: int = 1
     mode: str = "separate"
     agreement: float | None = None  # plans written by the samples: how far they agree
+
+
+#: Material metadata naming the active materials it conflicts with (same quantity, another
+#: value), set by a material registry (``tracerag.materials``); an answer citing it goes to
+#: review.
+CONFLICTS_WITH = "conflicts_with"

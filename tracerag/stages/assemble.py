@@ -27,6 +27,7 @@ from tracerag.signals.attribution import (
 )
 from tracerag.signals.citations import SUPPORTED, CitationReport
 from tracerag.signals.confidence import Signals
+from tracerag.signals.types import CONFLICTS_WITH
 from tracerag.stages.verify import resolver_for
 from tracerag.state import Decision, ErrorLog, RequestState, SampleSet
 from tracerag.tracing import capture
@@ -150,6 +151,9 @@ async def assemble(
     routed, shape_reason = apply_retrieval_shape(
         routed, attribution.retrieval.shape, settings.review_clustered_retrieval
     )
+    conflict_reason = conflicting_citations(state, report)
+    if conflict_reason and routed == PASS:
+        routed, shape_reason = REVIEW, conflict_reason
     if shape_reason:
         span.set_attribute(semconv.ROUTE_REASON, shape_reason)
     candidate = (
@@ -204,6 +208,20 @@ async def assemble(
     )
     _finish(decision, span)
     return decision
+
+
+def conflicting_citations(state: RequestState, report: CitationReport) -> str | None:
+    """Why the answer needs a person when a material it cites conflicts with another active
+    one (``CONFLICTS_WITH`` metadata from a material registry), else None."""
+    cited = {c.material_id for c in report.claims if c.material_id}
+    cited |= {i for c in report.claims for i in c.cited_ids}
+    found = []
+    for mid in sorted(cited):
+        material = state.material(mid)
+        others = material.metadata.get(CONFLICTS_WITH) if material is not None else None
+        if others:
+            found.append(f"{mid} conflicts with {', '.join(map(str, others))}")
+    return "cited material in conflict: " + "; ".join(found) if found else None
 
 
 def attribution_of(

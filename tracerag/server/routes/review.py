@@ -216,7 +216,20 @@ async def decide(
     tasks = BackgroundTasks()
     if svc.delivery.enabled:
         tasks.add_task(svc.delivery.deliver, svc.store, decision_payload(decision, record))
+    tasks.add_task(_learn_from_decision, svc, request_id)
     return decision, tasks
+
+
+def _learn_from_decision(svc: Services, request_id: str) -> None:
+    """A reviewer's decision moves the credibility of the materials the answer relied on."""
+    from tracerag.materials.feedback import record_review_outcome
+
+    try:
+        record_review_outcome(request_id, registry=svc.materials())
+    except Exception as exc:  # the decision stands; the registry catches up on the next one
+        logger.warning(
+            "material credibility not updated for %s: %s: %s", request_id, type(exc).__name__, exc
+        )
 
 
 def when_epoch(seconds: float) -> str:
