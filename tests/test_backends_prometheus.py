@@ -175,7 +175,9 @@ def demo_ran(prometheus: Prometheus) -> Prometheus:
         "tracer_provider": provider,
     }
     retriever = build_retriever()
-    demo = RAGPipeline(retriever, ExtractiveChatModel(), audit=None, **common)
+    # an illustrative price table (tracerag ships none), so the cost panels have series
+    prices = {"tracerag-extractive-1": {"input_per_1k": 0.00015, "output_per_1k": 0.0006}}
+    demo = RAGPipeline(retriever, ExtractiveChatModel(), audit=None, prices=prices, **common)
     flaky = RAGPipeline(
         retriever, ScriptedChatModel(fail_first=1), n_samples=2, audit=failing_audit, **common
     )
@@ -189,6 +191,11 @@ def demo_ran(prometheus: Prometheus) -> Prometheus:
     time.sleep(3 * SCRAPE_SECONDS)  # let Prometheus see the counters move between scrapes
     for question in questions[half:]:
         demo.invoke(question)
+    # the first half's questions include answers that pass; one of them again after the first
+    # scrapes, so per-passed-answer panels (cost per passed answer) see passes within the window
+    for question in questions[:half]:
+        if demo.invoke(question).decision == "pass":
+            break
     flaky.invoke(questions[0])
     # how a request with a dead model ends is the pipeline's business; its errors are counted
     with contextlib.suppress(Exception):
