@@ -28,7 +28,6 @@ def verdict(supported: bool = True, score: float = 0.9, quote: str = QUOTE, **ex
 
 def judge(*responses: str, **options) -> tuple[JudgeSupport, ScriptedChatModel]:
     llm = ScriptedChatModel(responses=list(responses))
-    options.setdefault("register", False)
     options.setdefault("retry_wait", 0.0)
     return JudgeSupport(llm, **options), llm
 
@@ -136,7 +135,7 @@ def test_schema_rejects_out_of_range_score_and_extra_keys():
 
 def test_failing_model_fails_closed():
     llm = ScriptedChatModel(always_fail=True)
-    backend = JudgeSupport(llm, register=False, retry_wait=0.0, max_attempts=2)
+    backend = JudgeSupport(llm, retry_wait=0.0, max_attempts=2)
     result = backend(CLAIM, MATERIAL)
     assert not result.supported and "judge call failed after 2 attempts" in result.reason
     assert llm.call_count == 2
@@ -144,7 +143,7 @@ def test_failing_model_fails_closed():
 
 def test_transient_failure_is_retried():
     llm = ScriptedChatModel(responses=[verdict()], fail_first=1)
-    backend = JudgeSupport(llm, register=False, retry_wait=0.0)
+    backend = JudgeSupport(llm, retry_wait=0.0)
     assert backend(CLAIM, MATERIAL).supported
 
 
@@ -160,16 +159,19 @@ def test_judge_cannot_be_created_by_name():
         get_backend("judge")
 
 
-def test_constructing_with_a_model_registers_it():
-    backend, _ = judge(verdict(), register=True)
+def test_constructing_does_not_register_and_register_is_explicit():
+    backend, _ = judge(verdict())
+    with pytest.raises(ConfigurationError, match="JudgeSupport"):
+        get_backend("judge")
+    backend.register()
     assert get_backend("judge") is backend
 
 
 def test_rejects_non_models_and_bad_thresholds():
     with pytest.raises(ConfigurationError):
-        JudgeSupport("gpt-4o", register=False)  # type: ignore[arg-type]
+        JudgeSupport("gpt-4o")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError):
-        JudgeSupport(ScriptedChatModel(), threshold=0.0, register=False)
+        JudgeSupport(ScriptedChatModel(), threshold=0.0)
 
 
 def test_verify_citations_with_the_judge():
@@ -180,7 +182,7 @@ def test_verify_citations_with_the_judge():
             return verdict(supported=False, score=0.1, quote="")
         return verdict()
 
-    backend = JudgeSupport(ScriptedChatModel(responder=respond), register=False)
+    backend = JudgeSupport(ScriptedChatModel(responder=respond))
     report = verify_citations(
         "Laptops are covered for 24 months. [warranty] Tablets get 36 months. [warranty] "
         "Phones get 24 months. [nope]",

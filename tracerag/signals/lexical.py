@@ -17,7 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from tracerag.signals.support import Support, check_inputs, register_backend
+from tracerag.signals.support import (
+    Support,
+    SyncSupportBackend,
+    check_inputs,
+    register_backend,
+)
 from tracerag.text.negation import is_negated
 from tracerag.text.quantities import Quantity, extract_quantities, quantities_match
 from tracerag.text.sentences import Sentence, split_sentences
@@ -90,7 +95,7 @@ def _is_entity(claim: str, start: int, end: int) -> bool:
     return bool(before) and before[-1] not in ".!?。！？:;\"“"
 
 
-class LexicalSupport:
+class LexicalSupport(SyncSupportBackend):
     """Support by weighted term coverage, with exact agreement of numbers, dates and negation."""
 
     def __init__(

@@ -16,9 +16,10 @@ from opentelemetry.trace import Span
 from tracerag import semconv
 from tracerag.context import RequestContext, Sample
 from tracerag.settings import Settings
-from tracerag.signals.citations import CitationReport, verify_citations
+from tracerag.signals.citations import CitationReport, averify_citations
 from tracerag.signals.consistency import ConsistencyReport, score_consistency
 from tracerag.signals.rules import run_rules
+from tracerag.signals.support import usage_scope
 from tracerag.tracing import set_span_io
 
 
@@ -53,12 +54,12 @@ def resolver_for(ctx: RequestContext, sample: Sample):
     return resolve
 
 
-def _verified(
+async def _verified(
     ctx: RequestContext, sample: Sample, settings: Settings, span: Span
 ) -> CitationReport:
     """The sample's citation report; a failing support backend verifies nothing (and is kept)."""
     try:
-        return verify_citations(
+        return await averify_citations(
             sample.answer or "",
             ctx.materials,
             backend=settings.support_backend,
@@ -98,13 +99,16 @@ async def verify(
     """Check citations of every sample, score consistency, choose the candidate, run rules."""
     reports: dict[int, CitationReport] = {}
     seen: dict[tuple[str, tuple[str, ...]], CitationReport] = {}
-    for s in ctx.samples:
-        if s.ok:
-            # samples often repeat an answer word for word: verify each distinct one once
-            key = (s.answer or "", tuple(s.material_order))
-            if key not in seen:
-                seen[key] = _verified(ctx, s, settings, span)
-            reports[s.index] = seen[key]
+    with usage_scope() as usage:
+        for s in ctx.samples:
+            if s.ok:
+                # samples often repeat an answer word for word: verify each distinct one once
+                key = (s.answer or "", tuple(s.material_order))
+                if key not in seen:
+                    seen[key] = await _verified(ctx, s, settings, span)
+                reports[s.index] = seen[key]
+    if usage.calls or usage.cached:
+        span.set_attributes(usage.attributes())
     zero = settings.temperature == 0.0 or bool(ctx.params.get("temperature_zero"))
     consistency = score_consistency(
         [s.answer if s.ok else None for s in ctx.samples],
