@@ -213,3 +213,43 @@ def test_judge_by_name_explains_how_to_configure_it_in_a_fresh_process():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
     assert out.startswith("ConfigurationError") and "JudgeSupport(llm)" in out
+
+
+def test_long_material_is_checked_chunk_by_chunk_until_one_supports():
+    from tracerag.signals.judge import chunk_material
+
+    filler = " ".join(f"Paragraph {i} is about something else entirely." for i in range(40))
+    material = f"{filler} {MATERIAL} {filler}"
+    chunks = chunk_material(material, 600)
+    assert len(chunks) > 2 and all(b - a <= 600 for a, b in chunks)
+    assert chunks[0][0] == 0 and chunks[-1][1] == len(material)
+
+    def respond(call) -> str:
+        if QUOTE in call.prompt:
+            return verdict()
+        return verdict(supported=False, score=0.0, quote="")
+
+    llm = ScriptedChatModel(responder=respond)
+    backend = JudgeSupport(llm, retry_wait=0.0, chunk_chars=600)
+    result = backend(CLAIM, material)
+    assert result.supported
+    assert material[result.start : result.end] == QUOTE
+    asked = [c.prompt for c in llm.calls]
+    assert 1 < len(asked) < len(chunks)  # stops at the first chunk that supports the claim
+    assert all(len(p) <= 600 + len(judge_prompt_overhead()) for p in asked)
+
+
+def test_claim_in_no_chunk_is_unsupported_after_asking_every_chunk():
+    filler = " ".join(f"Paragraph {i} is about something else entirely." for i in range(40))
+    llm = ScriptedChatModel(responses=[verdict(supported=False, score=0.2, quote="")])
+    backend = JudgeSupport(llm, retry_wait=0.0, chunk_chars=600)
+    result = backend(CLAIM, filler)
+    assert not result.supported and "in none of" in result.reason
+    from tracerag.signals.judge import chunk_material
+
+    assert llm.call_count == len(chunk_material(filler, 600))
+
+
+def judge_prompt_overhead() -> str:
+    backend = JudgeSupport(ScriptedChatModel())
+    return "\n".join(str(m.content) for m in backend.messages(CLAIM, ""))
