@@ -184,6 +184,7 @@ _BUILTIN_MODULES = {
     "lexical": "tracerag.signals.lexical",
     "embeddings": "tracerag.signals.embeddings",
     "judge": "tracerag.signals.judge",
+    "learned": "tracerag.signals.learned",
 }
 _EXTRA_HINTS = {
     "embeddings": "install the optional extra: pip install 'tracerag[embeddings]'",
