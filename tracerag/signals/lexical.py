@@ -76,6 +76,7 @@ class LexicalParams:
     join_gaps: bool = False  # report "only one dedicated", not "only" and "dedicated"
     supported_credit: float = 0.01  # credit at which a claim word counts as backed
     structure_min_cover: float = 0.5  # aligned-sentence cover from which structure is checked
+    short_material: int = 8  # sentences up to which a material counts as one focused passage
 
 
 @dataclass
@@ -179,7 +180,7 @@ class _Analysis:
         # words the chosen sentences lack but other sentences or other materials have
         elsewhere_tokens: set[str] = set()
         for i, toks in enumerate(view.tokens):
-            if i not in self.chosen:
+            if i != self.chosen[0]:
                 elsewhere_tokens |= toks
         for d in docs:
             if d != material_text:
@@ -204,9 +205,11 @@ class _Analysis:
             if inside and all(cur.get(k, 0.0) <= 0.0 for k in inside):
                 self.missing_conjunct = claim[a:b].strip()
                 break
-        self.swapped = _swaps(
-            claim, terms, view.token_seqs[self.chosen[0]], frozenset(elsewhere_tokens)
-        )
+        others = frozenset().union(*(_doc_tokens(d) for d in docs if d != material_text))
+        if len(view.sentences) <= self.params.short_material:
+            # in a short, focused material a word moved from another sentence is suspect too
+            others |= frozenset(elsewhere_tokens)
+        self.swapped = _swaps(claim, terms, view.token_seqs[self.chosen[0]], others)
 
     def adjust(self, base: float, threshold: float) -> tuple[float, list[str]]:
         """``base`` after the penalties (names, quantities, negation, structure), and the
@@ -350,12 +353,13 @@ def _swaps(
     claim: str,
     terms: list[_Term],
     sentence_seq: list[str],
-    elsewhere: frozenset[str],
+    other_materials: frozenset[str],
 ) -> list[tuple[str, str]]:
     """Words of the claim put in the place of other words of the aligned sentence: a replaced
     run of one or two content words next to words both texts share, where the claim's words
-    are not in the sentence and are names (capitalised inside the claim), words that other
-    sentences or retrieved materials use (another product, plan or place)."""
+    are not in the sentence and are names (capitalised inside the claim) or words that other
+    retrieved materials (or other sentences of a short material) use: another product, plan
+    or place; or one English word swapped for one where a noun stands ("per tablet")."""
     import difflib
 
     by_token = {t.token: t for t in terms}
@@ -383,11 +387,26 @@ def _swaps(
         a, b = min(s for s, _ in spans), max(e for _, e in spans)
         named = any(by_token[tok].entity for tok in said if tok in by_token)
         cjk = not said[0].isascii()
-        known = (any if cjk else all)(tok in elsewhere for tok in said)
-        if not (named or known):
+        known = (any if cjk else all)(tok in other_materials for tok in said)
+        slot = i2 - i1 == 1 and j2 - j1 == 1 and not cjk and _noun_slot(claim, a)
+        if not (named or known or slot):
             continue
         out.append((claim[a:b], " ".join(sentence_seq[j1:j2])))
     return out
+
+
+_DETERMINERS = frozenset(
+    ["a", "an", "the", "per", "each", "every", "any", "this", "these", "those", "my", "your"]
+)
+
+
+def _noun_slot(claim: str, at: int) -> bool:
+    """Whether the word at ``at`` stands where a noun stands: right after a determiner or a
+    number, or first in the claim."""
+    before = re.findall(r"[A-Za-z]+|\d+", claim[:at])
+    if not before:
+        return True
+    return before[-1].lower() in _DETERMINERS or before[-1].isdigit()
 
 
 def _claim_terms(claim: str, claim_qs: list[Quantity]) -> list[tuple[str, int, int]]:

@@ -190,8 +190,10 @@ def opposite(relation: str) -> str:
 # ----------------------------------------------------------------------------------------------
 # Coordination
 
-_EN_AND_RE = re.compile(r"\s*,?\s+(?:and|as\s+well\s+as|along\s+with|together\s+with)\s+", re.I)
-_ZH_AND_RE = re.compile(r"以及|和|与|及|跟|、")
+_EN_AND_RE = re.compile(
+    r"\s*,?\s+(?:and|or|as\s+well\s+as|along\s+with|together\s+with)\s+", re.I
+)
+_ZH_AND_RE = re.compile(r"以及|或者|和|与|及|跟|或|、")
 
 
 _EN_VERB_AFTER_RE = re.compile(
@@ -202,7 +204,8 @@ _EN_VERB_AFTER_RE = re.compile(
 
 
 def conjuncts(claim: str) -> list[tuple[int, int]]:
-    """Offsets of the coordinated parts of a claim's first phrase ("A and B are …" → A, B…).
+    """Offsets of the coordinated parts of a claim's first phrase ("A and B are …" → A, B…;
+    "A or B" alike).
 
     Only a coordination of short parts (noun phrases, up to four words or eight Chinese
     characters each side) is split; the rest of the claim stays with the last part.
@@ -224,21 +227,26 @@ def conjuncts(claim: str) -> list[tuple[int, int]]:
             words = re.findall(r"[A-Za-z]+|[\u4e00-\u9fff]", after)
             if not words:
                 continue
-            # the first conjunct: the last content words before "and" (two words, three bigrams)
-            tokens = [t for t in tokenize_spans(head) if not is_stopword(t.text)]
-            if not tokens:
+            # the first conjunct: the content words after the last function word before "and"
+            # (at most two words or two bigrams)
+            tokens = tokenize_spans(head)
+            while tokens and is_stopword(tokens[-1].text):
+                tokens.pop()
+            run: list = []
+            for t in reversed(tokens):
+                if is_stopword(t.text) or len(run) == 2:
+                    break
+                run.append(t)
+            if not run:
                 continue
-            keep = 2 if pattern is _EN_AND_RE else 3
-            first = (head_start + tokens[-min(len(tokens), keep)].start, m.start())
+            first = (head_start + run[-1].start, m.start())
             second_tokens = [t for t in tokenize_spans(after) if not is_stopword(t.text)]
             if not second_tokens:
                 continue
             second_start = m.end() + second_tokens[0].start
             parts = [first, (second_start, len(claim))]
-            if pattern is _EN_AND_RE and len(second_tokens) > 1:
-                # "A and B are ...": B alone is the second conjunct
-                gap = after[second_tokens[0].end : second_tokens[1].start]
-                if _EN_VERB_AFTER_RE.match(gap):
-                    parts.insert(1, (second_start, m.end() + second_tokens[0].end))
+            if pattern is _EN_AND_RE and _EN_VERB_AFTER_RE.match(after[second_tokens[0].end :]):
+                # "A and B are ...", "A or B costs ...": B alone is the second conjunct
+                parts.insert(1, (second_start, m.end() + second_tokens[0].end))
             return parts
     return []
