@@ -17,6 +17,7 @@ calibration files); ``benchmarks/verifier_fit.py`` reproduces them. Inference is
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -59,12 +60,39 @@ FEATURES: tuple[str, ...] = (
     "claim_terms_log",  # log(1 + content words of the claim)
     "sentences_log",  # log(1 + sentences of the material)
     "chosen_sentences",  # sentences in the covering union (1-3)
+    "rarest_missing",  # weight of the rarest claim word no chosen sentence backs (relative)
+    "missing_count_log",  # log(1 + claim words no chosen sentence backs)
+    "pair_cover",  # share of the claim's neighbouring word pairs in the aligned sentence, in order
+    "char_cover",  # share of the claim's character trigrams found in the aligned sentence
 )
 
 
-def features(analysis: _Analysis, n_sentences: int) -> list[float]:
-    """The feature vector of one lexical analysis (``FEATURES`` order)."""
+def _trigrams(text: str) -> set[str]:
+    t = " ".join("".join(ch if ch.isalnum() else " " for ch in text.lower()).split())
+    return {t[i : i + 3] for i in range(len(t) - 2)}
+
+
+def _pair_cover(claim_seq: list[str], sentence_seq: list[str]) -> float:
+    pairs = list(itertools.pairwise(claim_seq))
+    if not pairs:
+        return 0.0
+    where: dict[str, list[int]] = {}
+    for i, tok in enumerate(sentence_seq):
+        where.setdefault(tok, []).append(i)
+    found = sum(
+        1
+        for x, y in pairs
+        if any(0 < j - i <= 3 for i in where.get(x, ()) for j in where.get(y, ()))
+    )
+    return found / len(pairs)
+
+
+def features(analysis: _Analysis, claim: str, material_text: str) -> list[float]:
+    """The feature vector of one lexical analysis of ``claim`` against ``material_text``
+    (``FEATURES`` order)."""
     a = analysis
+    view = _material_view(material_text)
+    n_sentences = len(view.sentences)
     conflicts = {raw for raw, _ in a.conflicts}
     unstated = sum(1 for q in a.mismatches if q.raw not in conflicts)
     names = sum(1 for t in a.terms if t.entity)
@@ -87,7 +115,26 @@ def features(analysis: _Analysis, n_sentences: int) -> list[float]:
         math.log1p(len(a.terms)),
         math.log1p(n_sentences),
         float(len(a.chosen)),
+        *_missing(a),
+        _pair_cover(_claim_sequence(a), view.token_seqs[a.chosen[0]]) if a.chosen else 0.0,
+        _char_cover(claim, view.sentences[a.chosen[0]].text) if a.chosen else 0.0,
     ]
+
+
+def _missing(a: _Analysis) -> tuple[float, float]:
+    weights = [t.weight for t in a.terms]
+    missing = [t.weight for k, t in enumerate(a.terms) if a.covered.get(k, 0.0) <= 0.0]
+    top = max(weights, default=0.0)
+    return (max(missing, default=0.0) / top if top else 0.0, math.log1p(len(missing)))
+
+
+def _claim_sequence(a: _Analysis) -> list[str]:
+    return [tok for _, tok in sorted((s, t.token) for t in a.terms for s, _ in t.spans)]
+
+
+def _char_cover(claim: str, sentence: str) -> float:
+    grams = _trigrams(claim)
+    return len(grams & _trigrams(sentence)) / len(grams) if grams else 0.0
 
 
 @dataclass(frozen=True)
@@ -195,7 +242,7 @@ class LearnedSupport(SyncSupportBackend):
         view = _material_view(material_text)
         analysis = analyse(claim, material_text, corpus, self.params)
         lexical = analysis.to_support(self._lexical, claim, view.sentences)
-        probability = self.combiner.probability(features(analysis, len(view.sentences)))
+        probability = self.combiner.probability(features(analysis, claim, material_text))
         _, reasons = analysis.adjust(analysis.score, self._lexical.threshold)
         hard = analysis.hard_mismatch or analysis.negation_mismatch
         score = probability
