@@ -77,3 +77,10 @@ def test_shipped_coefficients_load_and_score_in_range():
     full[FEATURES.index("coverage")] = 1.0
     assert 0.0 <= low <= 1.0
     assert combiner.probability(full) > combiner.probability(combiner.mean)
+
+
+def test_numbers_in_words_are_compared(backend):
+    material = "The committee meets six to seven times per year. 退货运费为一百二十元。"
+    assert not backend("The committee meets one per year.", material).supported
+    assert backend("退货运费为120元。", material).supported
+    assert not backend("退货运费为一百元。", material).supported
