@@ -359,7 +359,8 @@ def _swaps(
     run of one or two content words next to words both texts share, where the claim's words
     are not in the sentence and are names (capitalised inside the claim) or words that other
     retrieved materials (or other sentences of a short material) use: another product, plan
-    or place; or one English word swapped for one where a noun stands ("per tablet")."""
+    or place; or a word swapped where a noun stands ("per tablet"; 的/量词 + noun, or first in
+    a Chinese clause)."""
     import difflib
 
     by_token = {t.token: t for t in terms}
@@ -388,7 +389,10 @@ def _swaps(
         named = any(by_token[tok].entity for tok in said if tok in by_token)
         cjk = not said[0].isascii()
         known = (any if cjk else all)(tok in other_materials for tok in said)
-        slot = i2 - i1 == 1 and j2 - j1 == 1 and not cjk and _noun_slot(claim, a)
+        if cjk:
+            slot = _cjk_noun_slot(claim, a)
+        else:
+            slot = i2 - i1 == 1 and j2 - j1 == 1 and _noun_slot(claim, a)
         if not (named or known or slot):
             continue
         out.append((claim[a:b], " ".join(sentence_seq[j1:j2])))
@@ -398,6 +402,16 @@ def _swaps(
 _DETERMINERS = frozenset(
     ["a", "an", "the", "per", "each", "every", "any", "this", "these", "those", "my", "your"]
 )
+
+
+_CJK_NOUN_BEFORE = frozenset("的个位张台件份种款")
+
+
+def _cjk_noun_slot(claim: str, at: int) -> bool:
+    """Whether the Chinese word at ``at`` stands where a noun stands: first in its clause, or
+    right after 的 or a measure word."""
+    before = claim[:at].rstrip()
+    return not before or before[-1] in "，,；;：:。" or before[-1] in _CJK_NOUN_BEFORE
 
 
 def _noun_slot(claim: str, at: int) -> bool:

@@ -221,7 +221,8 @@ def conjuncts(claim: str) -> list[tuple[int, int]]:
                 if pattern is _EN_AND_RE
                 else len(re.findall(r"[\u4e00-\u9fff]", head))
             )
-            if not head.strip() or size > short + (2 if pattern is _EN_AND_RE else 0):
+            # Chinese 和/或/与 join nouns: only the words right before them are the first part
+            if not head.strip() or (pattern is _EN_AND_RE and size > short + 2):
                 continue
             after = text[m.end() :]
             words = re.findall(r"[A-Za-z]+|[\u4e00-\u9fff]", after)
@@ -248,5 +249,8 @@ def conjuncts(claim: str) -> list[tuple[int, int]]:
             if pattern is _EN_AND_RE and _EN_VERB_AFTER_RE.match(after[second_tokens[0].end :]):
                 # "A and B are ...", "A or B costs ...": B alone is the second conjunct
                 parts.insert(1, (second_start, m.end() + second_tokens[0].end))
+            elif pattern is _ZH_AND_RE and len(second_tokens) > 1:
+                # "A和B可享受...": the first two bigrams of B stand for B
+                parts.insert(1, (second_start, m.end() + second_tokens[1].end))
             return parts
     return []
