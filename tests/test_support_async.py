@@ -274,3 +274,25 @@ def test_usage_scope_counts_sync_judge_calls_and_cache_hits():
     report = verify_citations(claim + " [returns]", [Material(id="returns", text=RETURNS)],
                               backend=judge)
     assert report.valid
+
+
+async def test_an_answer_is_checked_by_a_sync_backend_in_one_worker_thread():
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+
+    class Recording(LexicalSupport):
+        def __call__(
+            self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
+        ) -> Support:
+            seen.append(threading.get_ident())
+            return super().__call__(claim, material_text, corpus=corpus)
+
+    answer = (
+        "Customers may return unused items within 30 days of delivery. [returns] "
+        "Refunds are paid within 7 business days. [returns]"
+    )
+    report = await averify_citations(
+        answer, [Material(id="returns", text=RETURNS)], backend=Recording()
+    )
+    assert report.valid
+    assert len(seen) == 2 and len(set(seen)) == 1 and seen[0] != loop_thread

@@ -7,13 +7,20 @@ cited material and the best one gives the verdict and the supporting sentence.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 
 from tracerag.context import Material
 from tracerag.signals.claims import Claim, split_claims
-from tracerag.signals.support import Support, SupportBackend, acheck_support, get_backend
+from tracerag.signals.support import (
+    Support,
+    SupportBackend,
+    SyncSupportBackend,
+    acheck_support,
+    get_backend,
+)
 
 SUPPORTED = "supported"
 UNSUPPORTED = "unsupported"
@@ -93,8 +100,13 @@ async def averify_citations(
     today: date | None = None,
 ) -> CitationReport:
     """``verify_citations`` for async callers: the backend is awaited (``acheck``), so a slow
-    backend does not hold up the event loop."""
+    backend does not hold up the event loop. A backend that computes synchronously checks the
+    whole answer in one worker thread."""
     impl = get_backend(backend)
+    if _computes_synchronously(impl):
+        return await asyncio.to_thread(
+            verify_citations, answer, materials, backend=impl, resolve=resolve, today=today
+        )
     by_id = {m.id: m for m in materials}
     corpus = [m.text for m in materials]
     verdicts = []
@@ -105,6 +117,11 @@ async def averify_citations(
         ]
         verdicts.append(_conclude(verdict, results, stale))
     return _report(impl.name, verdicts)
+
+
+def _computes_synchronously(backend: SupportBackend) -> bool:
+    acheck = getattr(type(backend), "acheck", None)
+    return acheck is None or acheck is SyncSupportBackend.acheck
 
 
 def _report(backend_name: str, verdicts: list[ClaimVerdict]) -> CitationReport:
