@@ -37,3 +37,13 @@ def test_conjuncts_of_short_coordinated_parts():
     claim = "笔记本电脑和平板电脑享受24个月保修"
     assert next(claim[a:b] for a, b in conjuncts(claim)).endswith("电脑")
     assert conjuncts("Refunds are issued within 5 business days.") == []
+
+
+def test_actor_moved_after_the_verb_but_not_a_passive_agent():
+    from tracerag.text.structure import actor_moved
+
+    sentence = "In 2019 the group split, with Jones leaving the party and joining Smith."
+    assert actor_moved("Smith left the party in 2019.", sentence) == "Smith"
+    assert actor_moved("Google acquired YouTube.", "YouTube acquired Google.") == "Google"
+    assert actor_moved("Google acquired YouTube.", "In 2006 Google acquired YouTube.") == ""
+    assert actor_moved("Smith founded the company.", "It was founded by John Smith.") == ""

@@ -84,3 +84,11 @@ def test_numbers_in_words_are_compared(backend):
     assert not backend("The committee meets one per year.", material).supported
     assert backend("退货运费为120元。", material).supported
     assert not backend("退货运费为一百元。", material).supported
+
+
+def test_the_claims_actor_must_act_in_the_sentence(backend):
+    material = "In 2019 the group split, with Jones leaving the party and joining Smith's faction."
+    moved = backend("Smith left the party in 2019.", material)
+    assert not moved.supported and "Smith" in moved.reason
+    material = "The company was founded in 1990 by John Smith and has grown since."
+    assert backend("John Smith founded the company in 1990.", material).supported

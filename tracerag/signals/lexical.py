@@ -28,6 +28,7 @@ from tracerag.text.quantities import Quantity, extract_quantities, quantities_ma
 from tracerag.text.sentences import Sentence, split_sentences
 from tracerag.text.structure import (
     Comparison,
+    actor_moved,
     attribution_preamble,
     comparisons,
     conjuncts,
@@ -160,6 +161,7 @@ class _Analysis:
     params: LexicalParams
     conflicts: list[tuple[str, str]] = field(default_factory=list)  # (claim value, sentence's)
     preamble: str = ""  # the claim's source mention, not checked
+    content_from: int = 0  # where the claim's content starts (after the preamble)
     comparison: str = ""  # how the aligned sentence reverses a comparison of the claim
     missing_conjunct: str = ""  # a coordinated part of the claim the sentences do not state
     swapped: list[tuple[str, str]] = field(default_factory=list)  # (claim words, sentence's)
@@ -199,6 +201,9 @@ class _Analysis:
             for i in self.chosen[:1]:
                 said = comparisons(view.sentences[i].text)
                 self.comparison = _comparison_conflict(claim_cmp, said)
+        moved = actor_moved(claim[self.content_from :], view.sentences[self.chosen[0]].text)
+        if moved and not self.comparison:
+            self.comparison = f"{moved!r} is not the one who acts in the sentence"
         parts = conjuncts(claim)
         for a, b in parts[:-1]:  # the last part carries the rest of the claim
             inside = [k for k, t in enumerate(terms) if any(a <= s < b for s, _ in t.spans)]
@@ -641,6 +646,7 @@ def analyse(
         params=p,
         conflicts=[(q.raw, said) for q, said in conflicts],
         preamble=claim[:content_from].strip(),
+        content_from=content_from,
     )
     analysis.structure(claim, view, docs, material_text)
     return analysis

@@ -12,6 +12,7 @@ from tracerag.text.tokens import is_stopword, tokenize_spans
 
 __all__ = [
     "Comparison",
+    "actor_moved",
     "attribution_preamble",
     "comparisons",
     "conjuncts",
@@ -254,3 +255,35 @@ def conjuncts(claim: str) -> list[tuple[int, int]]:
                 parts.insert(1, (second_start, m.end() + second_tokens[1].end))
             return parts
     return []
+
+
+# ----------------------------------------------------------------------------------------------
+# Who does what
+
+_NAME_RUN_RE = re.compile(r"^\s*((?:[A-Z][\w'’.-]*\s+){0,3}?[A-Z][\w'’.-]*)\s+([a-z][a-z'’-]+)")
+_BY_RE = re.compile(r"\bby\b", re.I)
+
+
+def actor_moved(claim: str, sentence: str) -> str:
+    """The name that is the subject of the claim's verb but, in the sentence, appears only after
+    that verb, and not as its passive agent ("X left the party" against "… leaving the party and
+    joining X"); "" when there is none. English only; the name must be capitalised in both."""
+    m = _NAME_RUN_RE.match(claim)
+    if not m:
+        return ""
+    name, verb_word = m.group(1), m.group(2)
+    verb = tokenize_spans(verb_word)
+    if not verb or is_stopword(verb[0].text):
+        return ""
+    verb_stem = verb[0].text
+    tokens = tokenize_spans(sentence)
+    verb_at = [t.start for t in tokens if t.text == verb_stem]
+    if not verb_at:
+        return ""
+    last = name.split()[-1]
+    places = [mm.start() for mm in re.finditer(rf"\b{re.escape(last)}\b", sentence)]
+    if not places or any(p < verb_at[0] for p in places):
+        return ""
+    if any(_BY_RE.search(sentence, verb_at[0], p) for p in places):
+        return ""  # passive: "... was left by X"
+    return name
