@@ -1,10 +1,15 @@
 """The default support backend: weighted term coverage with number, date and negation checks.
 
 A claim is scored by how much of its weighted content (rare words count more, numbers and
-named entities count extra) the best one to three sentences of the material cover. Every
-amount, percentage, date, duration and number of the claim must be stated by the material: one
-that is not caps the score well below the threshold and is listed in ``mismatches``. A claim
-and sentence that disagree on negation score lower.
+named entities count extra) the best one to three sentences of the material cover. Questions in
+the material back nothing, and titles or headings never lead the covering sentences; a preamble
+naming the claim's source ("According to the NIH, …") is not content to cover. Every amount,
+percentage, date, duration and number of the claim must be stated by the material: one that is
+not — or that is stated only in another sentence while the sentence the claim aligns to states
+another value of its kind — caps the score well below the threshold and is listed in
+``mismatches``. A claim and sentence that disagree on negation score lower. When one sentence
+restates most of the claim, a reversed comparison, a coordinated part it does not state, a
+swapped name or an actor moved out of the subject's place also cap the score.
 """
 
 from __future__ import annotations
