@@ -281,6 +281,8 @@ def actor_moved(claim: str, sentence: str) -> str:
     if not verb_at:
         return ""
     last = name.split()[-1]
+    if is_stopword(last.lower()):  # "The company ...": not a name
+        return ""
     places = [mm.start() for mm in re.finditer(rf"\b{re.escape(last)}\b", sentence)]
     if not places or any(p < verb_at[0] for p in places):
         return ""
