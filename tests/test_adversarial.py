@@ -260,7 +260,17 @@ def test_store_cases_and_command(records, tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["mutations"]["fabricated"]["rate"] == 1.0
     assert data["source"].startswith("store ")
-    code = main(["audit", "adversarial", "--store", url, "--floor", "entity=1.0"])
+    from tracerag.signals.support import Support, register_backend
+
+    class Credulous:  # a verifier that believes everything
+        name = "credulous"
+        threshold = 0.5
+
+        def __call__(self, claim, material_text, *, corpus=None):
+            return Support(1.0, True, material_text, 0, len(material_text), self.name)
+
+    register_backend("credulous", Credulous)
+    code = main(["audit", "adversarial", "--store", url, "--backend", "credulous"])
     out = capsys.readouterr().out
     assert code == 1 and "BELOW FLOOR" in out and "result: FAIL" in out
     assert main(["audit", "adversarial", "--store", url, "--floor", "nonsense=1"]) == 2

@@ -28,7 +28,6 @@ def verdict(supported: bool = True, score: float = 0.9, quote: str = QUOTE, **ex
 
 def judge(*responses: str, **options) -> tuple[JudgeSupport, ScriptedChatModel]:
     llm = ScriptedChatModel(responses=list(responses))
-    options.setdefault("register", False)
     options.setdefault("retry_wait", 0.0)
     return JudgeSupport(llm, **options), llm
 
@@ -136,7 +135,7 @@ def test_schema_rejects_out_of_range_score_and_extra_keys():
 
 def test_failing_model_fails_closed():
     llm = ScriptedChatModel(always_fail=True)
-    backend = JudgeSupport(llm, register=False, retry_wait=0.0, max_attempts=2)
+    backend = JudgeSupport(llm, retry_wait=0.0, max_attempts=2)
     result = backend(CLAIM, MATERIAL)
     assert not result.supported and "judge call failed after 2 attempts" in result.reason
     assert llm.call_count == 2
@@ -144,7 +143,7 @@ def test_failing_model_fails_closed():
 
 def test_transient_failure_is_retried():
     llm = ScriptedChatModel(responses=[verdict()], fail_first=1)
-    backend = JudgeSupport(llm, register=False, retry_wait=0.0)
+    backend = JudgeSupport(llm, retry_wait=0.0)
     assert backend(CLAIM, MATERIAL).supported
 
 
@@ -160,16 +159,19 @@ def test_judge_cannot_be_created_by_name():
         get_backend("judge")
 
 
-def test_constructing_with_a_model_registers_it():
-    backend, _ = judge(verdict(), register=True)
+def test_constructing_does_not_register_and_register_is_explicit():
+    backend, _ = judge(verdict())
+    with pytest.raises(ConfigurationError, match="JudgeSupport"):
+        get_backend("judge")
+    backend.register()
     assert get_backend("judge") is backend
 
 
 def test_rejects_non_models_and_bad_thresholds():
     with pytest.raises(ConfigurationError):
-        JudgeSupport("gpt-4o", register=False)  # type: ignore[arg-type]
+        JudgeSupport("gpt-4o")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError):
-        JudgeSupport(ScriptedChatModel(), threshold=0.0, register=False)
+        JudgeSupport(ScriptedChatModel(), threshold=0.0)
 
 
 def test_verify_citations_with_the_judge():
@@ -180,7 +182,7 @@ def test_verify_citations_with_the_judge():
             return verdict(supported=False, score=0.1, quote="")
         return verdict()
 
-    backend = JudgeSupport(ScriptedChatModel(responder=respond), register=False)
+    backend = JudgeSupport(ScriptedChatModel(responder=respond))
     report = verify_citations(
         "Laptops are covered for 24 months. [warranty] Tablets get 36 months. [warranty] "
         "Phones get 24 months. [nope]",
@@ -211,3 +213,43 @@ def test_judge_by_name_explains_how_to_configure_it_in_a_fresh_process():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
     assert out.startswith("ConfigurationError") and "JudgeSupport(llm)" in out
+
+
+def test_long_material_is_checked_chunk_by_chunk_until_one_supports():
+    from tracerag.signals.judge import chunk_material
+
+    filler = " ".join(f"Paragraph {i} is about something else entirely." for i in range(40))
+    material = f"{filler} {MATERIAL} {filler}"
+    chunks = chunk_material(material, 600)
+    assert len(chunks) > 2 and all(b - a <= 600 for a, b in chunks)
+    assert chunks[0][0] == 0 and chunks[-1][1] == len(material)
+
+    def respond(call) -> str:
+        if QUOTE in call.prompt:
+            return verdict()
+        return verdict(supported=False, score=0.0, quote="")
+
+    llm = ScriptedChatModel(responder=respond)
+    backend = JudgeSupport(llm, retry_wait=0.0, chunk_chars=600)
+    result = backend(CLAIM, material)
+    assert result.supported
+    assert material[result.start : result.end] == QUOTE
+    asked = [c.prompt for c in llm.calls]
+    assert 1 < len(asked) < len(chunks)  # stops at the first chunk that supports the claim
+    assert all(len(p) <= 600 + len(judge_prompt_overhead()) for p in asked)
+
+
+def test_claim_in_no_chunk_is_unsupported_after_asking_every_chunk():
+    filler = " ".join(f"Paragraph {i} is about something else entirely." for i in range(40))
+    llm = ScriptedChatModel(responses=[verdict(supported=False, score=0.2, quote="")])
+    backend = JudgeSupport(llm, retry_wait=0.0, chunk_chars=600)
+    result = backend(CLAIM, filler)
+    assert not result.supported and "in none of" in result.reason
+    from tracerag.signals.judge import chunk_material
+
+    assert llm.call_count == len(chunk_material(filler, 600))
+
+
+def judge_prompt_overhead() -> str:
+    backend = JudgeSupport(ScriptedChatModel())
+    return "\n".join(str(m.content) for m in backend.messages(CLAIM, ""))

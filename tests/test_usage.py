@@ -254,7 +254,7 @@ def test_judge_calls_count_under_verify(make_pipeline):
         model_name="judge-model",
         usage={"input_tokens": 50, "output_tokens": 9},
     )
-    judge = JudgeSupport(judge_llm, register=False)
+    judge = JudgeSupport(judge_llm)  # used as an object: nothing is registered by name
     llm = ScriptedChatModel(responses=[GOOD], plan_responses=[PLAN], usage=by_task)
     _, record = run(
         make_pipeline,

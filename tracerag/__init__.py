@@ -22,6 +22,7 @@ _EXPORTS = {
     "ExtractiveChatModel": "tracerag.demo.models.extractive",
     "support": "tracerag.signals.support",
     "Support": "tracerag.signals.support",
+    "JudgeSupport": "tracerag.signals.judge",
     "RuleResult": "tracerag.signals.rules",
     "rule": "tracerag.signals.rules",
     "Thresholds": "tracerag.routing",
@@ -52,6 +53,7 @@ __all__ = [
     "ExtractiveChatModel",
     "InMemoryEscalationHandler",
     "InputError",
+    "JudgeSupport",
     "MissingVersionError",
     "ModelTimeoutError",
     "OutputTooLongError",
@@ -106,6 +108,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag.pipeline import RAGPipeline
     from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds, Ticket
     from tracerag.settings import RetryPolicy
+    from tracerag.signals.judge import JudgeSupport
     from tracerag.signals.rules import RuleResult, rule
     from tracerag.signals.support import Support, support
     from tracerag.wrap import wrap

@@ -7,12 +7,19 @@ cited material and the best one gives the verdict and the supporting sentence.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 
 from tracerag.signals.claims import Claim, split_claims
-from tracerag.signals.support import Support, SupportBackend, get_backend
+from tracerag.signals.support import (
+    Support,
+    SupportBackend,
+    SyncSupportBackend,
+    acheck_support,
+    get_backend,
+)
 from tracerag.signals.types import Material
 
 SUPPORTED = "supported"
@@ -76,10 +83,51 @@ def verify_citations(
     impl = get_backend(backend)
     by_id = {m.id: m for m in materials}
     corpus = [m.text for m in materials]
-    report = CitationReport(backend=impl.name)
-    pairs = verified_pairs = 0
+    verdicts = []
     for claim in split_claims(answer):
-        verdict = _verify_claim(claim, by_id, impl, corpus, resolve, today)
+        verdict, targets, stale = _targets(claim, by_id, resolve, today)
+        results = [(impl(claim.text, m.text, corpus=corpus), m) for m in targets]
+        verdicts.append(_conclude(verdict, results, stale))
+    return _report(impl.name, verdicts)
+
+
+async def averify_citations(
+    answer: str,
+    materials: Sequence[Material],
+    *,
+    backend: str | SupportBackend = "lexical",
+    resolve: IdResolver | None = None,
+    today: date | None = None,
+) -> CitationReport:
+    """``verify_citations`` for async callers: the backend is awaited (``acheck``), so a slow
+    backend does not hold up the event loop. A backend that computes synchronously checks the
+    whole answer in one worker thread."""
+    impl = get_backend(backend)
+    if _computes_synchronously(impl):
+        return await asyncio.to_thread(
+            verify_citations, answer, materials, backend=impl, resolve=resolve, today=today
+        )
+    by_id = {m.id: m for m in materials}
+    corpus = [m.text for m in materials]
+    verdicts = []
+    for claim in split_claims(answer):
+        verdict, targets, stale = _targets(claim, by_id, resolve, today)
+        results = [
+            (await acheck_support(impl, claim.text, m.text, corpus=corpus), m) for m in targets
+        ]
+        verdicts.append(_conclude(verdict, results, stale))
+    return _report(impl.name, verdicts)
+
+
+def _computes_synchronously(backend: SupportBackend) -> bool:
+    acheck = getattr(type(backend), "acheck", None)
+    return acheck is None or acheck is SyncSupportBackend.acheck
+
+
+def _report(backend_name: str, verdicts: list[ClaimVerdict]) -> CitationReport:
+    report = CitationReport(backend=backend_name)
+    pairs = verified_pairs = 0
+    for verdict in verdicts:
         report.claims.append(verdict)
         pairs += len(verdict.cited_ids)
         if verdict.verdict == SUPPORTED:
@@ -102,19 +150,18 @@ def _supporting_count(verdict: ClaimVerdict) -> int:
     return max(1, len(verdict.cited_ids) - len(verdict.fabricated_ids) - len(verdict.stale_ids))
 
 
-def _verify_claim(
+def _targets(
     claim: Claim,
     by_id: dict[str, Material],
-    backend: SupportBackend,
-    corpus: list[str],
     resolve: IdResolver | None,
     today: date | None,
-) -> ClaimVerdict:
+) -> tuple[ClaimVerdict, list[Material], list[str]]:
+    """The claim's verdict so far, the materials to check it against and why others are not."""
     verdict = ClaimVerdict(text=claim.text, cited_ids=list(claim.cited_ids), verdict=UNCITED)
     if not claim.cited_ids:
         verdict.reason = "no citation"
-        return verdict
-    best: tuple[Support, Material] | None = None
+        return verdict, [], []
+    targets: list[Material] = []
     stale_reasons: list[str] = []
     for marker in claim.cited_ids:
         material_id = resolve(marker) if resolve else marker
@@ -127,7 +174,18 @@ def _verify_claim(
             verdict.stale_ids.append(marker)
             stale_reasons.append(f"{material.id} {stale}")
             continue
-        result = backend(claim.text, material.text, corpus=corpus)
+        targets.append(material)
+    return verdict, targets, stale_reasons
+
+
+def _conclude(
+    verdict: ClaimVerdict, results: list[tuple[Support, Material]], stale_reasons: list[str]
+) -> ClaimVerdict:
+    """The verdict from the support of each checked material (the best one decides)."""
+    if not verdict.cited_ids:
+        return verdict
+    best: tuple[Support, Material] | None = None
+    for result, material in results:
         if best is None or result.score > best[0].score:
             best = (result, material)
     if verdict.fabricated_ids:

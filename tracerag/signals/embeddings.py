@@ -28,7 +28,12 @@ from langchain_core.embeddings import Embeddings
 
 from tracerag.config import get_config
 from tracerag.signals.lexical import LexicalParams, LexicalSupport, _material_view, analyse
-from tracerag.signals.support import Support, check_inputs, register_backend
+from tracerag.signals.support import (
+    Support,
+    SyncSupportBackend,
+    check_inputs,
+    register_backend,
+)
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -48,7 +53,7 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return dot / (na * nb) if na and nb else 0.0
 
 
-class EmbeddingSupport:
+class EmbeddingSupport(SyncSupportBackend):
     """Support by embedding similarity of the claim and each material sentence.
 
     ``similarity_floor`` and ``similarity_ceiling`` map cosine similarity onto [0, 1];

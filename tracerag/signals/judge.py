@@ -1,65 +1,81 @@
 """A support backend that asks a chat model (an "LLM judge") whether a material backs a claim.
 
-The model must answer with one JSON object::
+The prompt follows the published fact checkers (MiniCheck and its kin): one claim and one chunk
+of the material; the model answers with one JSON object::
 
-    {"supported": true, "score": 0.92, "quote": "<text copied from the material>"}
+    {"supported": true, "quote": "<text copied from the chunk>", "score": 0.92}
 
-A reply that is not such an object is asked for again (a bounded number of times, telling the
+(``score`` and ``reason`` are optional.) A material longer than ``chunk_chars`` is split at
+sentence ends into overlapping chunks that are asked in turn until one supports the claim. A
+reply that is not such an object is asked for again (a bounded number of times, telling the
 model what was wrong); when no attempt gives one the claim is not supported, with the reason.
-The verdict counts only if its quote is found in the material, verbatim up to whitespace: the
-quote's offsets become the Support's ``start``/``end`` and the quote its ``sentence``. A
-supported verdict with a quote that is not in the material is discarded (score 0). The number
-and date check of the lexical backend still applies: a claim amount, date, duration or number
-that the material does not state (found by the lexical backend's ``analyse``) caps the score
-below the threshold.
+The verdict counts only if its quote is found in the chunk, verbatim up to whitespace: the
+quote's offsets in the material become the Support's ``start``/``end`` and the quote its
+``sentence``. A supported verdict with a quote that is not in the material is discarded
+(score 0). The number and date check of the lexical backend still applies: a claim amount,
+date, duration or number that the material does not state caps the score below the threshold.
 
-The backend cannot be built by name — it needs a model. Constructing ``JudgeSupport(llm)``
-registers it as ``"judge"`` (unless ``register=False``); pass the instance itself wherever a
-backend is accepted::
+The backend cannot be built by name — it needs a model. Pass the instance wherever a backend is
+accepted, or register it explicitly under a name::
 
-    judge = JudgeSupport(ChatOpenAI(model="gpt-4o-mini", temperature=0))
+    judge = tracerag.JudgeSupport(ChatOpenAI(model="gpt-4o-mini", temperature=0))
     RAGPipeline(retriever, llm, ..., support_backend=judge)
+    judge.register()  # optional: makes get_backend("judge") return it
 
-The judge is called once per (claim, cited material) pair; use a model at temperature 0.
-Verdicts are cached per (claim, material) so repeated samples do not ask twice.
+From async code (the pipeline's verify stage) the model is called with ``ainvoke`` and retries
+wait with ``asyncio.sleep``, so a slow judge does not hold up other requests. Every model call
+and its tokens are reported to the enclosing ``usage_scope`` (the verify span records them).
+Use a model at temperature 0; verdicts are cached per (claim, material).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (
+    AsyncRetrying,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 from tracerag import usage
 from tracerag.errors import ConfigurationError
 from tracerag.signals.lexical import LexicalParams, analyse
-from tracerag.signals.support import Support, check_inputs, register_backend
-from tracerag.text import content_terms
+from tracerag.signals.support import Support, check_inputs, record_usage, register_backend
+from tracerag.text import content_terms, split_sentences
 
 __all__ = [
+    "DEFAULT_CHUNK_CHARS",
     "DEFAULT_THRESHOLD",
     "VERDICT_SCHEMA",
     "JudgeSupport",
+    "chunk_material",
     "find_quote",
     "unconfigured_judge",
 ]
 
 #: Score at or above which a (supported) verdict counts as support.
 DEFAULT_THRESHOLD = 0.5
+#: Longest material chunk (characters) sent with one claim.
+DEFAULT_CHUNK_CHARS = 2400
 
 VERDICT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "Support verdict",
     "type": "object",
-    "required": ["supported", "score", "quote"],
+    "required": ["supported", "quote"],
     "properties": {
         "supported": {"type": "boolean"},
         "score": {"type": "number", "minimum": 0, "maximum": 1},
@@ -70,15 +86,17 @@ VERDICT_SCHEMA: dict[str, Any] = {
 }
 _VALIDATOR = jsonschema.Draft202012Validator(VERDICT_SCHEMA)
 
-SYSTEM_PROMPT = """You check whether a passage supports a claim. Answer in the claim's language \
-if you add a reason.
-The claim is supported only if the passage states it: every number, amount, date, duration, \
-name, product, condition and negation in the claim must agree with the passage. A claim that \
-the passage contradicts, or says nothing about, is not supported.
+SYSTEM_PROMPT = """You are a fact checker. You are given a document and a claim. Decide \
+whether the document supports the claim.
+The claim is supported only if the document states all of it: every number, amount, date, \
+duration, name, product, role, comparison, condition and negation in the claim must agree with \
+the document. A claim that the document contradicts, or only partly states, or says nothing \
+about, is unsupported. Titles, headings and questions in the document are not statements.
 Reply with one JSON object and nothing else:
-{"supported": true or false, "score": a number from 0 to 1 (how fully the passage supports \
-the claim), "quote": "the shortest passage text that supports the claim, copied exactly, \
-character for character; empty if not supported", "reason": "optional, one short sentence"}"""
+{"supported": true or false, "quote": "the shortest document text that supports the claim, \
+copied exactly, character for character; empty if unsupported", "score": a number from 0 to 1 \
+(how sure you are that the document supports the claim), "reason": "optional, one short \
+sentence in the claim's language"}"""
 
 _FENCE_RE = re.compile(r"^\s*```(?:json|JSON)?\s*\n?(?P<body>.*?)\n?\s*```\s*$", re.S)
 
@@ -153,6 +171,40 @@ def _parse_verdict(text: str) -> dict[str, Any]:
     return verdict
 
 
+def chunk_material(
+    material_text: str, max_chars: int = DEFAULT_CHUNK_CHARS
+) -> list[tuple[int, int]]:
+    """``[start, end)`` offsets of chunks of the material, at most ``max_chars`` long where its
+    sentences allow, cut at sentence ends; neighbouring chunks share one sentence."""
+    if len(material_text) <= max_chars:
+        return [(0, len(material_text))]
+    sentences = split_sentences(material_text)
+    if not sentences:
+        return [(0, len(material_text))]
+    chunks: list[tuple[int, int]] = []
+    i = 0
+    while i < len(sentences):
+        j = i
+        while j + 1 < len(sentences) and sentences[j + 1].end - sentences[i].start <= max_chars:
+            j += 1
+        chunks.append((sentences[i].start, sentences[j].end))
+        if j + 1 >= len(sentences):
+            break
+        i = j if j > i else j + 1  # the last sentence of a chunk opens the next one
+    return chunks
+
+
+def _tokens_of(message: Any) -> tuple[int, int]:
+    reported = getattr(message, "usage_metadata", None) or {}
+    return int(reported.get("input_tokens") or 0), int(reported.get("output_tokens") or 0)
+
+
+@dataclass
+class _Asked:
+    verdict: dict[str, Any]
+    attempts: int
+
+
 def _message_text(message: Any) -> str:
     content = getattr(message, "content", message)
     if isinstance(content, str):
@@ -170,8 +222,9 @@ class JudgeSupport:
 
     ``threshold``: the score at or above which a supported verdict counts. ``max_attempts``:
     how many times the model is asked when its reply is malformed or the call fails.
-    ``register``: make this instance the backend named ``name`` (default ``"judge"``).
-    ``cache_size``: verdicts kept per (claim, material); 0 turns the cache off.
+    ``chunk_chars``: the longest material chunk sent with one claim. ``cache_size``: verdicts
+    kept per (claim, material); 0 turns the cache off. The instance is not registered under a
+    name unless ``register()`` is called.
     """
 
     def __init__(
@@ -182,7 +235,7 @@ class JudgeSupport:
         max_attempts: int = 3,
         retry_wait: float = 0.2,
         name: str = "judge",
-        register: bool = True,
+        chunk_chars: int = DEFAULT_CHUNK_CHARS,
         cache_size: int = 2048,
         params: LexicalParams | None = None,
     ) -> None:
@@ -194,17 +247,18 @@ class JudgeSupport:
             raise ConfigurationError(f"threshold must be in (0, 1], got {threshold!r}")
         if max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts!r}")
+        if chunk_chars < 200:
+            raise ConfigurationError(f"chunk_chars must be at least 200, got {chunk_chars!r}")
         self.llm = llm
         self.threshold = float(threshold)
         self.name = name
         self.max_attempts = int(max_attempts)
         self.retry_wait = float(retry_wait)
+        self.chunk_chars = int(chunk_chars)
         self.params = params or LexicalParams()
         self._cache: OrderedDict[tuple[str, str], Support] = OrderedDict()
         self._cache_size = max(0, int(cache_size))
         self._lock = threading.Lock()
-        if register:
-            self.register()
 
     def __repr__(self) -> str:
         return f"JudgeSupport(llm={type(self.llm).__name__}, threshold={self.threshold})"
@@ -226,29 +280,25 @@ class JudgeSupport:
         """Make this instance the support backend named ``self.name``."""
         register_backend(self.name, lambda: self)
 
-    def messages(self, claim: str, material_text: str) -> list[BaseMessage]:
-        """The prompt the judge is sent for one claim and material."""
+    def messages(self, claim: str, chunk: str) -> list[BaseMessage]:
+        """The prompt the judge is sent for one claim and one chunk of a material."""
         return [
             SystemMessage(content=SYSTEM_PROMPT),
-            HumanMessage(
-                content=f"<passage>\n{material_text}\n</passage>\n<claim>\n{claim}\n</claim>"
-            ),
+            HumanMessage(content=f"<document>\n{chunk}\n</document>\n<claim>\n{claim}\n</claim>"),
         ]
 
     # ------------------------------------------------------------------------------------------
 
-    def __call__(
-        self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
-    ) -> Support:
-        """Ask the judge whether ``material_text`` supports ``claim``."""
-        check_inputs(claim, material_text)
-        key = (claim, material_text)
+    def _cached(self, key: tuple[str, str]) -> Support | None:
         with self._lock:
             cached = self._cache.get(key)
             if cached is not None:
                 self._cache.move_to_end(key)
-                return cached
-        result = self._judge(claim, material_text, corpus)
+        if cached is not None:
+            record_usage(cached=1)
+        return cached
+
+    def _keep(self, key: tuple[str, str], result: Support) -> Support:
         if self._cache_size:
             with self._lock:
                 self._cache[key] = result
@@ -256,19 +306,87 @@ class JudgeSupport:
                     self._cache.popitem(last=False)
         return result
 
-    def _ask(self, claim: str, material_text: str) -> tuple[dict[str, Any], int]:
-        messages = self.messages(claim, material_text)
+    def __call__(
+        self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
+    ) -> Support:
+        """Ask the judge whether ``material_text`` supports ``claim`` (blocking)."""
+        check_inputs(claim, material_text)
+        key = (claim, material_text)
+        cached = self._cached(key)
+        if cached is not None:
+            return cached
+        mismatches = self._mismatches(claim, material_text, corpus)
+        verdicts: list[tuple[tuple[int, int], _Asked | Exception]] = []
+        for span in chunk_material(material_text, self.chunk_chars):
+            try:
+                asked: _Asked | Exception = self._ask(claim, material_text[span[0] : span[1]])
+            except Exception as exc:
+                asked = exc
+            verdicts.append((span, asked))
+            if self._settles(asked, material_text, span):
+                break
+        return self._keep(key, self._conclude(material_text, verdicts, mismatches))
+
+    async def acheck(
+        self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
+    ) -> Support:
+        """Ask the judge whether ``material_text`` supports ``claim``, without blocking the loop."""
+        check_inputs(claim, material_text)
+        key = (claim, material_text)
+        cached = self._cached(key)
+        if cached is not None:
+            return cached
+        mismatches = await asyncio.to_thread(self._mismatches, claim, material_text, corpus)
+        verdicts: list[tuple[tuple[int, int], _Asked | Exception]] = []
+        for span in chunk_material(material_text, self.chunk_chars):
+            try:
+                asked: _Asked | Exception = await self._aask(
+                    claim, material_text[span[0] : span[1]]
+                )
+            except Exception as exc:
+                asked = exc
+            verdicts.append((span, asked))
+            if self._settles(asked, material_text, span):
+                break
+        return self._keep(key, self._conclude(material_text, verdicts, mismatches))
+
+    def _mismatches(
+        self, claim: str, material_text: str, corpus: Sequence[str] | None
+    ) -> tuple[str, ...]:
+        analysis = analyse(claim, material_text, corpus, self.params)
+        return tuple(q.raw for q in analysis.mismatches)
+
+    def _retry_args(self) -> dict[str, Any]:
+        return {
+            "stop": stop_after_attempt(self.max_attempts),
+            "wait": wait_exponential(
+                multiplier=self.retry_wait, max=max(self.retry_wait * 8, 0.0)
+            ),
+            "retry": retry_if_exception_type(Exception),
+            "reraise": True,
+        }
+
+    @staticmethod
+    def _correction(messages: list[BaseMessage], reply: str, exc: _Malformed) -> list[BaseMessage]:
+        return [
+            *messages,
+            AIMessage(content=reply),
+            HumanMessage(
+                content=f"That reply is not a valid verdict: {exc}. Reply with only the JSON "
+                "object with keys supported and quote (score and reason optional)."
+            ),
+        ]
+
+    def _ask(self, claim: str, chunk: str) -> _Asked:
+        messages = self.messages(claim, chunk)
         attempts = 0
-        retrying = Retrying(
-            stop=stop_after_attempt(self.max_attempts),
-            wait=wait_exponential(multiplier=self.retry_wait, max=max(self.retry_wait * 8, 0.0)),
-            retry=retry_if_exception_type(Exception),
-            reraise=True,
-        )
-        for attempt in retrying:
+        for attempt in Retrying(**self._retry_args()):
             with attempt:
                 attempts += 1
+                record_usage(calls=1)
                 message = self.llm.invoke(messages)
+                tokens_in, tokens_out = _tokens_of(message)
+                record_usage(input_tokens=tokens_in, output_tokens=tokens_out)
                 usage.note(
                     usage.usage_of(
                         message, stage=usage.STAGE_VERIFY, model=self._model, prompt=messages
@@ -276,51 +394,97 @@ class JudgeSupport:
                 )
                 reply = _message_text(message)
                 try:
-                    return _parse_verdict(reply), attempts
+                    return _Asked(_parse_verdict(reply), attempts)
                 except _Malformed as exc:
-                    messages = [
-                        *messages,
-                        AIMessage(content=reply),
-                        HumanMessage(
-                            content=f"That reply is not a valid verdict: {exc}. Reply with "
-                            "only the JSON object with keys supported, score and quote."
-                        ),
-                    ]
+                    messages = self._correction(messages, reply, exc)
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _judge(self, claim: str, material_text: str, corpus: Sequence[str] | None) -> Support:
-        try:
-            verdict, attempts = self._ask(claim, material_text)
-        except _Malformed as exc:
-            return self._unsupported(
-                f"judge gave no valid verdict in {self.max_attempts} attempts: {exc}"
-            )
-        except Exception as exc:  # a failing judge must not pass a claim: fail closed
-            return self._unsupported(
-                f"judge call failed after {self.max_attempts} attempts: "
-                f"{type(exc).__name__}: {exc}"
-            )
+    async def _aask(self, claim: str, chunk: str) -> _Asked:
+        messages = self.messages(claim, chunk)
+        attempts = 0
+        async for attempt in AsyncRetrying(**self._retry_args()):
+            with attempt:
+                attempts += 1
+                record_usage(calls=1)
+                message = await self.llm.ainvoke(messages)
+                tokens_in, tokens_out = _tokens_of(message)
+                record_usage(input_tokens=tokens_in, output_tokens=tokens_out)
+                usage.note(
+                    usage.usage_of(
+                        message, stage=usage.STAGE_VERIFY, model=self._model, prompt=messages
+                    )
+                )
+                reply = _message_text(message)
+                try:
+                    return _Asked(_parse_verdict(reply), attempts)
+                except _Malformed as exc:
+                    messages = self._correction(messages, reply, exc)
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _quote_span(
+        asked: _Asked, material_text: str, span: tuple[int, int]
+    ) -> tuple[int, int] | None:
+        quote = asked.verdict["quote"]
+        found = find_quote(quote, material_text[span[0] : span[1]]) if quote.strip() else None
+        return (found[0] + span[0], found[1] + span[0]) if found else None
+
+    def _settles(
+        self, asked: _Asked | Exception, material_text: str, span: tuple[int, int]
+    ) -> bool:
+        """Whether a chunk's verdict ends the search: a supported verdict with a real quote."""
+        if not isinstance(asked, _Asked) or not asked.verdict["supported"]:
+            return False
+        found = self._quote_span(asked, material_text, span)
+        return found is not None and bool(content_terms(material_text[found[0] : found[1]]))
+
+    def _conclude(
+        self,
+        material_text: str,
+        verdicts: list[tuple[tuple[int, int], _Asked | Exception]],
+        mismatches: tuple[str, ...],
+    ) -> Support:
+        span, asked = verdicts[-1]
+        if isinstance(asked, Exception):
+            failures = [a for _, a in verdicts if isinstance(a, Exception)]
+            if len(failures) < len(verdicts):  # an earlier chunk answered: use the best answer
+                span, asked = max(
+                    ((s, a) for s, a in verdicts if isinstance(a, _Asked)),
+                    key=lambda sa: self._score_of(sa[1]),
+                )
+            elif isinstance(asked, _Malformed):
+                return self._unsupported(
+                    f"judge gave no valid verdict in {self.max_attempts} attempts: {asked}"
+                )
+            else:  # a failing judge must not pass a claim: fail closed
+                return self._unsupported(
+                    f"judge call failed after {self.max_attempts} attempts: "
+                    f"{type(asked).__name__}: {asked}"
+                )
+        assert isinstance(asked, _Asked)
+        verdict = asked.verdict
         said_supported = bool(verdict["supported"])
-        score = float(verdict["score"])
+        score = self._score_of(asked)
         quote = verdict["quote"]
         reasons: list[str] = []
         note = str(verdict.get("reason") or "").strip()
-        span = find_quote(quote, material_text) if quote.strip() else None
+        found = self._quote_span(asked, material_text, span)
         if said_supported:
-            if span is None:
+            if found is None:
                 what = "an empty quote" if not quote.strip() else "a quote not in the material"
                 return self._unsupported(f"judge verdict discarded: {what} ({quote[:80]!r})")
-            if not content_terms(material_text[span[0] : span[1]]):
+            if not content_terms(material_text[found[0] : found[1]]):
                 return self._unsupported(
                     f"judge verdict discarded: the quote {quote!r} has no content words"
                 )
         else:
             score = min(score, self._mismatch_cap)
             reasons.append("judge: not supported")
-        start, end = span if span is not None else (0, 0)
-        analysis = analyse(claim, material_text, corpus, self.params)
-        mismatches = tuple(q.raw for q in analysis.mismatches)
+            if len(verdicts) > 1:
+                reasons.append(f"in none of {len(verdicts)} chunks")
+        start, end = found if found is not None else (0, 0)
         if mismatches:
             score = min(score, self._mismatch_cap)
             reasons[:0] = [f"{raw} not in material" for raw in mismatches]
@@ -331,8 +495,8 @@ class JudgeSupport:
             reasons.append("judge: supported, quote found in material")
         if note:
             reasons.append(f"judge says: {note}")
-        if attempts > 1:
-            reasons.append(f"after {attempts} attempts")
+        if asked.attempts > 1:
+            reasons.append(f"after {asked.attempts} attempts")
         return Support(
             score=round(max(0.0, min(1.0, score)), 6),
             supported=supported,
@@ -342,8 +506,15 @@ class JudgeSupport:
             backend=self.name,
             reason="; ".join(reasons),
             mismatches=mismatches,
-            candidates=((start, end, round(score, 4)),) if span is not None else (),
+            candidates=((start, end, round(score, 4)),) if found is not None else (),
         )
+
+    @staticmethod
+    def _score_of(asked: _Asked) -> float:
+        verdict = asked.verdict
+        if "score" in verdict:
+            return float(verdict["score"])
+        return 1.0 if verdict["supported"] else 0.0
 
     def _unsupported(self, reason: str) -> Support:
         return Support(

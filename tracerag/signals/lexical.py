@@ -1,10 +1,15 @@
 """The default support backend: weighted term coverage with number, date and negation checks.
 
 A claim is scored by how much of its weighted content (rare words count more, numbers and
-named entities count extra) the best one to three sentences of the material cover. Every
-amount, percentage, date, duration and number of the claim must be stated by the material: one
-that is not caps the score well below the threshold and is listed in ``mismatches``. A claim
-and sentence that disagree on negation score lower.
+named entities count extra) the best one to three sentences of the material cover. Questions in
+the material back nothing, and titles or headings never lead the covering sentences; a preamble
+naming the claim's source ("According to the NIH, …") is not content to cover. Every amount,
+percentage, date, duration and number of the claim must be stated by the material: one that is
+not — or that is stated only in another sentence while the sentence the claim aligns to states
+another value of its kind — caps the score well below the threshold and is listed in
+``mismatches``. A claim and sentence that disagree on negation score lower. When one sentence
+restates most of the claim, a reversed comparison, a coordinated part it does not state, a
+swapped name or an actor moved out of the subject's place also cap the score.
 """
 
 from __future__ import annotations
@@ -14,14 +19,28 @@ import re
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from tracerag.signals.support import Support, check_inputs, register_backend
+from tracerag.signals.support import (
+    Support,
+    SyncSupportBackend,
+    check_inputs,
+    register_backend,
+)
 from tracerag.text.negation import is_negated
 from tracerag.text.quantities import Quantity, extract_quantities, quantities_match
 from tracerag.text.sentences import Sentence, split_sentences
+from tracerag.text.structure import (
+    Comparison,
+    actor_moved,
+    attribution_preamble,
+    comparisons,
+    conjuncts,
+    is_declarative,
+    opposite,
+)
 from tracerag.text.tokens import is_stopword, tokenize, tokenize_spans
 
 __all__ = ["DEFAULT_THRESHOLD", "LexicalParams", "LexicalSupport"]
@@ -63,6 +82,8 @@ class LexicalParams:
     pool: int = 30  # sentences considered for the union (best single scores first)
     join_gaps: bool = False  # report "only one dedicated", not "only" and "dedicated"
     supported_credit: float = 0.01  # credit at which a claim word counts as backed
+    structure_min_cover: float = 0.5  # aligned-sentence cover from which structure is checked
+    short_material: int = 8  # sentences up to which a material counts as one focused passage
 
 
 @dataclass
@@ -91,7 +112,7 @@ def _is_entity(claim: str, start: int, end: int) -> bool:
     return bool(before) and before[-1] not in ".!?。！？:;\"“"
 
 
-class LexicalSupport:
+class LexicalSupport(SyncSupportBackend):
     """Support by weighted term coverage, with exact agreement of numbers, dates and negation."""
 
     def __init__(
@@ -144,12 +165,78 @@ class _Analysis:
     missing_entities: list[str]
     score: float  # coverage, before penalties
     params: LexicalParams
+    conflicts: list[tuple[str, str]] = field(default_factory=list)  # (claim value, sentence's)
+    preamble: str = ""  # the claim's source mention, not checked
+    content_from: int = 0  # where the claim's content starts (after the preamble)
+    comparison: str = ""  # how the aligned sentence reverses a comparison of the claim
+    missing_conjunct: str = ""  # a coordinated part of the claim the sentences do not state
+    swapped: list[tuple[str, str]] = field(default_factory=list)  # (claim words, sentence's)
+    foreign: float = 0.0  # weight share of claim words found elsewhere but not in the sentences
+    uncovered: float = 0.0  # weight share of claim words with no credit in the sentences
+
+    def structure(
+        self, claim: str, view: _MaterialView, docs: Sequence[str], material_text: str
+    ) -> None:
+        """The structural checks against the chosen sentences: comparisons, coordinated parts,
+        swapped words, and claim words that the material states elsewhere."""
+        if not self.chosen:
+            return
+        terms, cur = self.terms, self.covered
+        total = sum(t.weight for t in terms) or 1.0
+        missing = [k for k in range(len(terms)) if cur.get(k, 0.0) <= 0.0]
+        self.uncovered = sum(terms[k].weight for k in missing) / total
+        # words the chosen sentences lack but other sentences or other materials have
+        elsewhere_tokens: set[str] = set()
+        for i, toks in enumerate(view.tokens):
+            if i != self.chosen[0]:
+                elsewhere_tokens |= toks
+        for d in docs:
+            if d != material_text:
+                elsewhere_tokens |= _doc_tokens(d)
+        self.foreign = (
+            sum(terms[k].weight for k in missing if terms[k].token in elsewhere_tokens) / total
+        )
+        if self.aligned_cover < self.params.structure_min_cover:
+            # the checks below compare the claim with one sentence that restates it; a claim
+            # pieced together from several sentences is judged by its coverage instead
+            self.mismatches = [q for q in self.mismatches if q.raw not in dict(self.conflicts)]
+            self.conflicts = []
+            return
+        claim_cmp = comparisons(claim)
+        if claim_cmp:
+            for i in self.chosen[:1]:
+                said = comparisons(view.sentences[i].text)
+                self.comparison = _comparison_conflict(claim_cmp, said)
+        moved = actor_moved(claim[self.content_from :], view.sentences[self.chosen[0]].text)
+        if moved and not self.comparison:
+            self.comparison = f"{moved!r} is not the one who acts in the sentence"
+        parts = conjuncts(claim)
+        for a, b in parts[:-1]:  # the last part carries the rest of the claim
+            inside = [k for k, t in enumerate(terms) if any(a <= s < b for s, _ in t.spans)]
+            if inside and all(cur.get(k, 0.0) <= 0.0 for k in inside):
+                self.missing_conjunct = claim[a:b].strip()
+                break
+        others = frozenset().union(*(_doc_tokens(d) for d in docs if d != material_text))
+        if len(view.sentences) <= self.params.short_material:
+            # in a short, focused material a word moved from another sentence is suspect too
+            others |= frozenset(elsewhere_tokens)
+        self.swapped = _swaps(claim, terms, view.token_seqs[self.chosen[0]], others)
 
     def adjust(self, base: float, threshold: float) -> tuple[float, list[str]]:
-        """``base`` after the penalties (names, quantities, negation), and the reasons."""
+        """``base`` after the penalties (names, quantities, negation, structure), and the
+        reasons."""
         p = self.params
         score = base - p.entity_penalty * len(self.missing_entities)
         reasons: list[str] = []
+        if self.comparison:
+            score = min(score, p.mismatch_cap * threshold)
+            reasons.append(f"comparison mismatch: {self.comparison}")
+        if self.missing_conjunct:
+            score = min(score, p.mismatch_cap * threshold)
+            reasons.append(f"partly stated: {self.missing_conjunct!r} is not in the sentences")
+        for said, instead in self.swapped:
+            score = min(score, p.mismatch_cap * threshold)
+            reasons.append(f"{said!r} not in the sentence, which names {instead!r}")
         if self.negation_mismatch:
             score *= p.negation_factor
             reasons.append(
@@ -160,9 +247,30 @@ class _Analysis:
         if self.mismatches:
             score -= p.mismatch_penalty * len(self.mismatches)
             score = min(score, p.mismatch_cap * threshold)
-            for q in self.mismatches:
-                reasons.insert(0, f"{_KIND_LABELS.get(q.kind, q.kind)} {q.raw} not in material")
+            conflicts = dict(self.conflicts)
+            for q in reversed(self.mismatches):
+                label = _KIND_LABELS.get(q.kind, q.kind)
+                if q.raw in conflicts:
+                    reasons.insert(
+                        0,
+                        f"{label} {q.raw} not in the supporting sentence, which says "
+                        f"{conflicts[q.raw]}",
+                    )
+                else:
+                    reasons.insert(0, f"{label} {q.raw} not in material")
         return max(0.0, min(1.0, score)), reasons
+
+    @property
+    def aligned_cover(self) -> float:
+        """How much of the claim the sentence it aligns to covers on its own."""
+        return self.sentence_scores[self.chosen[0]] if self.chosen else 0.0
+
+    @property
+    def hard_mismatch(self) -> bool:
+        """Whether a check fails that no amount of overlap makes up for."""
+        return bool(
+            self.mismatches or self.comparison or self.missing_conjunct or self.swapped
+        )
 
     def to_support(
         self,
@@ -171,7 +279,7 @@ class _Analysis:
         sentences: list[Sentence],
     ) -> Support:
         score, reasons = self.adjust(self.score, backend.threshold)
-        supported = score >= backend.threshold and not self.mismatches
+        supported = score >= backend.threshold and not self.hard_mismatch
         if not reasons:
             share = f"{self.union_cov:.0%} of the claim's weighted terms"
             reasons.append(
@@ -247,6 +355,85 @@ def _only_function_words(gap: str) -> bool:
     return bool(_GAP_RE.fullmatch(gap)) and all(is_stopword(t) for t in tokenize(gap))
 
 
+@lru_cache(maxsize=256)
+def _doc_tokens(text: str) -> frozenset[str]:
+    return frozenset(tokenize(text))
+
+
+def _swaps(
+    claim: str,
+    terms: list[_Term],
+    sentence_seq: list[str],
+    other_materials: frozenset[str],
+) -> list[tuple[str, str]]:
+    """Words of the claim put in the place of other words of the aligned sentence: a replaced
+    run of one or two content words next to words both texts share, where the claim's words
+    are not in the sentence and are names (capitalised inside the claim) or words that other
+    retrieved materials (or other sentences of a short material) use: another product, plan
+    or place; or a word swapped where a noun stands ("per tablet"; 的/量词 + noun, or first in
+    a Chinese clause)."""
+    import difflib
+
+    by_token = {t.token: t for t in terms}
+    order = sorted(
+        ((a, t.token) for t in terms for a, _ in t.spans), key=lambda x: x[0]
+    )
+    claim_seq = [tok for _, tok in order]
+    out: list[tuple[str, str]] = []
+    matcher = difflib.SequenceMatcher(a=claim_seq, b=sentence_seq, autojunk=False)
+    blocks = matcher.get_opcodes()
+    for n, (tag, i1, i2, j1, j2) in enumerate(blocks):
+        said = claim_seq[i1:i2]
+        longest = 5 if any(not tok.isascii() for tok in said) else 2
+        if tag != "replace" or not (1 <= i2 - i1 <= longest and 1 <= j2 - j1 <= longest + 1):
+            continue
+        before = n > 0 and blocks[n - 1][0] == "equal"
+        after = n + 1 < len(blocks) and blocks[n + 1][0] == "equal"
+        if not (before or after):
+            continue
+        if any(tok.isdigit() or tok in sentence_seq for tok in said):
+            continue
+        spans = [by_token[tok].spans[0] for tok in said if tok in by_token]
+        if not spans:
+            continue
+        a, b = min(s for s, _ in spans), max(e for _, e in spans)
+        named = any(by_token[tok].entity for tok in said if tok in by_token)
+        cjk = not said[0].isascii()
+        known = (any if cjk else all)(tok in other_materials for tok in said)
+        if cjk:
+            slot = _cjk_noun_slot(claim, a)
+        else:
+            slot = i2 - i1 == 1 and j2 - j1 == 1 and _noun_slot(claim, a)
+        if not (named or known or slot):
+            continue
+        out.append((claim[a:b], " ".join(sentence_seq[j1:j2])))
+    return out
+
+
+_DETERMINERS = frozenset(
+    ["a", "an", "the", "per", "each", "every", "any", "this", "these", "those", "my", "your"]
+)
+
+
+_CJK_NOUN_BEFORE = frozenset("的个位张台件份种款")
+
+
+def _cjk_noun_slot(claim: str, at: int) -> bool:
+    """Whether the Chinese word at ``at`` stands where a noun stands: first in its clause, or
+    right after 的 or a measure word."""
+    before = claim[:at].rstrip()
+    return not before or before[-1] in "，,；;：:。" or before[-1] in _CJK_NOUN_BEFORE
+
+
+def _noun_slot(claim: str, at: int) -> bool:
+    """Whether the word at ``at`` stands where a noun stands: right after a determiner or a
+    number, or first in the claim."""
+    before = re.findall(r"[A-Za-z]+|\d+", claim[:at])
+    if not before:
+        return True
+    return before[-1].lower() in _DETERMINERS or before[-1].isdigit()
+
+
 def _claim_terms(claim: str, claim_qs: list[Quantity]) -> list[tuple[str, int, int]]:
     inside = [(q.start, q.end) for q in claim_qs]
     out = []
@@ -271,12 +458,27 @@ class _MaterialView:
     quantities: list[Quantity]
     sentence_quantities: list[list[Quantity]]
     negated: list[bool]
+    declarative: list[bool]  # states something (not a question, title or heading)
+    question: list[bool]
+    token_seqs: list[list[str]]
     idf: dict[str, float]
     unseen: float
 
 
 def _prefixes(tokens: frozenset[str], n: int) -> frozenset[str]:
     return frozenset(t[:n] for t in tokens if len(t) >= n and t.isascii())
+
+
+def _content_sequence(sentence: Sentence, quantities: list[Quantity]) -> list[str]:
+    """The sentence's content words in order, without the words of its quantities."""
+    inside = [(q.start - sentence.start, q.end - sentence.start) for q in quantities]
+    return [
+        t.text
+        for t in tokenize_spans(sentence.text)
+        if not is_stopword(t.text)
+        and not t.text[:1].isdigit()
+        and not any(a <= t.start < b for a, b in inside)
+    ]
 
 
 @lru_cache(maxsize=256)
@@ -298,6 +500,11 @@ def _material_view(material_text: str) -> _MaterialView:
         quantities=quantities,
         sentence_quantities=per_sentence,
         negated=[is_negated(s.text) for s in sentences],
+        declarative=[is_declarative(s.text) for s in sentences],
+        question=[s.text.rstrip().endswith(("?", "？")) for s in sentences],
+        token_seqs=[
+            _content_sequence(s, qs) for s, qs in zip(sentences, per_sentence, strict=True)
+        ],
         idf=idf,
         unseen=unseen,
     )
@@ -325,11 +532,16 @@ def analyse(
             docs = (*docs, material_text)
         idf, unseen = _corpus_idf(docs)
     else:
+        docs = ()
         idf, unseen = view.idf, view.unseen
 
+    # a preamble naming the claim's source ("According to the NIH, ...") is not content
+    content_from = attribution_preamble(claim)
     claim_qs = extract_quantities(claim)
     terms: dict[str, _Term] = {}
     for tok, a, b in _claim_terms(claim, claim_qs):
+        if a < content_from:
+            continue
         weight = idf.get(tok, unseen) ** p.idf_power
         entity = _is_entity(claim, a, b)
         if entity:
@@ -346,24 +558,29 @@ def analyse(
     q_weight = p.quantity_weight * unseen**p.idf_power
     total = sum(t.weight for t in term_list) + q_weight * len(claim_qs)
 
-    # credit[i][k]: how far sentence i backs term k (1 exact, partial for a prefix or characters)
+    # credit[i][k]: how far sentence i backs term k (1 exact, partial for a prefix or characters);
+    # questions back nothing; titles and headings only name things (they never lead the union)
     credit: list[dict[int, float]] = []
     for i in range(n):
-        toks = view.tokens[i]
-        prefixes = _prefixes(toks, p.prefix_len) if p.partial_credit else frozenset()
         row: dict[int, float] = {}
-        for k, t in enumerate(term_list):
-            if t.token in toks:
-                row[k] = 1.0
-            elif p.partial_credit and (
-                (t.token.isascii() and t.token[: p.prefix_len] in prefixes
-                 and len(t.token) >= p.prefix_len)
-                or (len(t.token) == 2 and not t.token.isascii() and set(t.token) <= view.chars[i])
-            ):
-                row[k] = p.partial_credit
+        if not view.question[i]:
+            toks = view.tokens[i]
+            prefixes = _prefixes(toks, p.prefix_len) if p.partial_credit else frozenset()
+            for k, t in enumerate(term_list):
+                if t.token in toks:
+                    row[k] = 1.0
+                elif p.partial_credit and (
+                    (t.token.isascii() and t.token[: p.prefix_len] in prefixes
+                     and len(t.token) >= p.prefix_len)
+                    or (len(t.token) == 2 and not t.token.isascii()
+                        and set(t.token) <= view.chars[i])
+                ):
+                    row[k] = p.partial_credit
         credit.append(row)
     q_hit = [
-        [quantities_match(q, view.sentence_quantities[i]) for q in claim_qs] for i in range(n)
+        [view.declarative[i] and quantities_match(q, view.sentence_quantities[i])
+         for q in claim_qs]
+        for i in range(n)
     ]
 
     def gain(i: int, cur: dict[int, float], qcov: list[bool]) -> float:
@@ -382,8 +599,9 @@ def analyse(
     qcov = list(no_q)
     union_cov = 0.0
     if n:
-        order = sorted(range(n), key=lambda i: -sentence_scores[i])
+        order = sorted(range(n), key=lambda i: (not view.declarative[i], -sentence_scores[i]))
         best = order[0]
+        order = sorted(range(n), key=lambda i: -sentence_scores[i])
         while True:
             chosen.append(best)
             union_cov += gain(best, cur, qcov)
@@ -404,15 +622,21 @@ def analyse(
     score = p.union_weight * union_cov + (1.0 - p.union_weight) * best_single
     # names the chosen sentences do not back
     missing_entities = [t.token for k, t in enumerate(term_list) if t.entity and cur.get(k, 0) < 1]
-    mismatches = [q for q in claim_qs if not quantities_match(q, view.quantities)]
-    claim_negated = is_negated(claim)
+    stated_qs = [
+        q for i in range(n) if view.declarative[i] for q in view.sentence_quantities[i]
+    ]
+    stated = [quantities_match(q, stated_qs) for q in claim_qs]
+    mismatches = [q for q, ok in zip(claim_qs, stated, strict=True) if not ok]
+    conflicts = _quantity_conflicts(claim, claim_qs, term_list, credit, q_hit, stated, view)
+    mismatches += [q for q, _ in conflicts if q not in mismatches]
+    claim_negated = is_negated(claim[content_from:])
     # a negation flip matters when the sentence otherwise restates the claim
     negation_mismatch = (
         bool(chosen)
         and claim_negated != view.negated[chosen[0]]
         and best_single >= p.negation_min_cover
     )
-    return _Analysis(
+    analysis = _Analysis(
         terms=term_list,
         claim_qs=claim_qs,
         sentence_scores=sentence_scores,
@@ -426,7 +650,84 @@ def analyse(
         missing_entities=missing_entities,
         score=min(1.0, score),
         params=p,
+        conflicts=[(q.raw, said) for q, said in conflicts],
+        preamble=claim[:content_from].strip(),
+        content_from=content_from,
     )
+    analysis.structure(claim, view, docs, material_text)
+    return analysis
+
+
+def _clause_of(claim: str, at: int) -> tuple[int, int]:
+    """The clause (between , ; : and sentence ends) of ``claim`` around offset ``at``."""
+    start = max((claim.rfind(c, 0, at) for c in ",;:，；：、"), default=-1) + 1
+    ends = [e for e in (claim.find(c, at) for c in ",;:，；：") if e >= 0]
+    return start, min(ends) if ends else len(claim)
+
+
+def _same_family(a: Quantity, b: Quantity) -> bool:
+    if a.kind != b.kind or a.kind == "number":  # plain numbers say too little to conflict
+        return False
+    if a.kind in {"duration", "money"}:
+        return a.unit == b.unit
+    if a.kind == "number":
+        return (a.unit == "time") == (b.unit == "time")
+    return True
+
+
+def _quantity_conflicts(
+    claim: str,
+    claim_qs: list[Quantity],
+    terms: list[_Term],
+    credit: list[dict[int, float]],
+    q_hit: list[list[bool]],
+    stated: list[bool],
+    view: _MaterialView,
+) -> list[tuple[Quantity, str]]:
+    """Claim quantities stated somewhere in the material, but not in the sentence the claim's
+    words around them align to, which states another value of the same kind instead."""
+    out: list[tuple[Quantity, str]] = []
+    for j, q in enumerate(claim_qs):
+        if not stated[j]:
+            continue
+        a, b = _clause_of(claim, q.start)
+        anchors = [k for k, t in enumerate(terms) if any(a <= s < b for s, _ in t.spans)]
+        if not anchors:
+            continue
+
+        def anchored(i: int, anchors: list[int] = anchors) -> float:
+            return sum(terms[k].weight * credit[i].get(k, 0.0) for k in anchors)
+
+        ranked = sorted(range(len(credit)), key=anchored, reverse=True)
+        top = anchored(ranked[0]) if ranked else 0.0
+        if top <= 0.0:
+            continue
+        aligned = [i for i in ranked if anchored(i) >= top - 1e-9]
+        if any(q_hit[i][j] for i in aligned):
+            continue
+        for i in aligned:
+            rivals = [
+                m for m in view.sentence_quantities[i]
+                if _same_family(q, m) and not quantities_match(m, [q])
+            ]
+            if rivals:
+                out.append((q, rivals[0].raw))
+                break
+    return out
+
+
+def _comparison_conflict(claim_cmp: list[Comparison], sentence_cmp: list[Comparison]) -> str:
+    """How a sentence reverses one of the claim's comparisons ("" when it does not)."""
+    for c in claim_cmp:
+        for s in sentence_cmp:
+            same = (c.left & s.left) and (c.right & s.right)
+            swapped = (c.left & s.right) and (c.right & s.left)
+            if same and not swapped:
+                if s.relation == opposite(c.relation) != c.relation:
+                    return "the sentence states the opposite comparison"
+            elif swapped and not same and s.relation == c.relation:
+                return "the sentence compares the other way round"
+    return ""
 
 
 register_backend("lexical", LexicalSupport)

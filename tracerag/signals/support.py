@@ -1,29 +1,42 @@
 """How well a material supports a claim: the result type, the backend interface and a registry.
 
 A support backend scores one claim against one material text and names the material sentence
-that supports it best. ``"lexical"`` (term overlap with number, date and negation checks) is
-always available; ``"embeddings"`` is registered when its optional dependencies are installed.
-Other backends can be added with ``register_backend``.
+that supports it best, synchronously (``backend(claim, text)``) or from async code
+(``await backend.acheck(claim, text)``, or ``acheck_support`` for any backend). ``"lexical"``
+(term overlap with number, date and negation checks) is always available; ``"embeddings"`` is
+registered when its optional dependencies are installed. Other backends can be added with
+``register_backend``.
+
+``Usage`` counts what a backend spent on model calls for the requests of one ``usage_scope``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import importlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from tracerag.errors import ConfigurationError, InputError
 
 __all__ = [
+    "USAGE_ATTRIBUTES",
     "Support",
     "SupportBackend",
+    "SyncSupportBackend",
+    "Usage",
+    "acheck_support",
     "available_backends",
     "check_inputs",
     "get_backend",
+    "record_usage",
     "register_backend",
     "support",
+    "usage_scope",
 ]
 
 
@@ -55,7 +68,8 @@ class SupportBackend(Protocol):
 
     ``corpus`` is the set of retrieved material texts (for term rarity); without it the
     material's own sentences are used. ``threshold`` is the score at or above which a claim
-    counts as supported.
+    counts as supported. ``acheck`` is the same check for async callers: it must not block the
+    event loop (backends that compute on the CPU run ``__call__`` in a worker thread).
     """
 
     name: str
@@ -64,6 +78,102 @@ class SupportBackend(Protocol):
     def __call__(
         self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
     ) -> Support: ...
+
+    async def acheck(
+        self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
+    ) -> Support: ...
+
+
+class SyncSupportBackend:
+    """Base class for backends that compute synchronously: ``acheck`` runs ``__call__`` in a
+    worker thread, so the event loop keeps serving other requests meanwhile."""
+
+    name: str
+    threshold: float
+
+    def __call__(
+        self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
+    ) -> Support:  # pragma: no cover - subclasses implement it
+        raise NotImplementedError
+
+    async def acheck(
+        self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
+    ) -> Support:
+        """``self(claim, material_text, corpus=corpus)`` in a worker thread."""
+        return await asyncio.to_thread(self, claim, material_text, corpus=corpus)
+
+
+async def acheck_support(
+    backend: SupportBackend,
+    claim: str,
+    material_text: str,
+    *,
+    corpus: Sequence[str] | None = None,
+) -> Support:
+    """``backend``'s verdict from async code: its ``acheck`` when it has one, else its
+    ``__call__`` in a worker thread."""
+    acheck = getattr(backend, "acheck", None)
+    if acheck is not None and asyncio.iscoroutinefunction(acheck):
+        return await acheck(claim, material_text, corpus=corpus)
+    return await asyncio.to_thread(backend, claim, material_text, corpus=corpus)
+
+
+#: Span attributes that carry a ``Usage``: model calls, tokens and cache hits of verification.
+USAGE_ATTRIBUTES = {
+    "calls": "tracerag.verify.support.model_calls",
+    "input_tokens": "tracerag.verify.support.input_tokens",
+    "output_tokens": "tracerag.verify.support.output_tokens",
+    "cached": "tracerag.verify.support.cached_verdicts",
+}
+
+
+@dataclass
+class Usage:
+    """Model calls and tokens spent by support backends within one ``usage_scope``."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached: int = 0  # verdicts answered from a cache, without a call
+
+    def attributes(self) -> dict[str, int]:
+        """The usage as span attributes (``USAGE_ATTRIBUTES``)."""
+        return {key: getattr(self, field) for field, key in USAGE_ATTRIBUTES.items()}
+
+    def add(self, calls: int = 0, input_tokens: int = 0, output_tokens: int = 0,
+            cached: int = 0) -> None:
+        """Count more calls, tokens or cache hits."""
+        with _USAGE_LOCK:
+            self.calls += calls
+            self.input_tokens += input_tokens
+            self.output_tokens += output_tokens
+            self.cached += cached
+
+
+_USAGE_LOCK = threading.Lock()
+_USAGE: contextvars.ContextVar[Usage | None] = contextvars.ContextVar(
+    "tracerag_support_usage", default=None
+)
+
+
+@contextmanager
+def usage_scope() -> Iterator[Usage]:
+    """Collects the model calls and tokens that support backends report inside the block
+    (including from worker threads started with ``asyncio.to_thread``)."""
+    usage = Usage()
+    token = _USAGE.set(usage)
+    try:
+        yield usage
+    finally:
+        _USAGE.reset(token)
+
+
+def record_usage(calls: int = 0, input_tokens: int = 0, output_tokens: int = 0,
+                 cached: int = 0) -> None:
+    """Report model calls and tokens to the enclosing ``usage_scope`` (if any)."""
+    usage = _USAGE.get()
+    if usage is not None:
+        usage.add(calls, input_tokens, output_tokens, cached)
 
 
 _FACTORIES: dict[str, Callable[[], SupportBackend]] = {}
@@ -74,6 +184,7 @@ _BUILTIN_MODULES = {
     "lexical": "tracerag.signals.lexical",
     "embeddings": "tracerag.signals.embeddings",
     "judge": "tracerag.signals.judge",
+    "learned": "tracerag.signals.learned",
 }
 _EXTRA_HINTS = {
     "embeddings": "install the optional extra: from the tracerag source tree, "

@@ -15,9 +15,10 @@ from opentelemetry.trace import Span
 
 from tracerag import semconv
 from tracerag.settings import Settings
-from tracerag.signals.citations import CitationReport, verify_citations
+from tracerag.signals.citations import CitationReport, averify_citations
 from tracerag.signals.consistency import ConsistencyReport, score_consistency
 from tracerag.signals.rules import run_rules
+from tracerag.signals.support import usage_scope
 from tracerag.signals.types import Material
 from tracerag.state import ErrorLog, RequestState, Sample, SampleSet, Selection, Verification
 from tracerag.tracing import set_span_io
@@ -46,7 +47,7 @@ def resolver_for(
     return resolve
 
 
-def _verified(
+async def _verified(
     materials: Sequence[Material],
     sample: Sample,
     positional: bool,
@@ -56,7 +57,7 @@ def _verified(
 ) -> CitationReport:
     """The sample's citation report; a failing support backend verifies nothing (and is kept)."""
     try:
-        return verify_citations(
+        return await averify_citations(
             sample.answer or "",
             materials,
             backend=settings.support_backend,
@@ -100,13 +101,18 @@ async def verify(
     errors = ErrorLog()
     reports: dict[int, CitationReport] = {}
     seen: dict[tuple[str, tuple[str, ...]], CitationReport] = {}
-    for s in samples:
-        if s.ok:
-            # samples often repeat an answer word for word: verify each distinct one once
-            key = (s.answer or "", tuple(s.material_order))
-            if key not in seen:
-                seen[key] = _verified(materials, s, sampled.positional, settings, span, errors)
-            reports[s.index] = seen[key]
+    with usage_scope() as usage:
+        for s in samples:
+            if s.ok:
+                # samples often repeat an answer word for word: verify each distinct one once
+                key = (s.answer or "", tuple(s.material_order))
+                if key not in seen:
+                    seen[key] = await _verified(
+                        materials, s, sampled.positional, settings, span, errors
+                    )
+                reports[s.index] = seen[key]
+    if usage.calls or usage.cached:
+        span.set_attributes(usage.attributes())
     zero = sampled.temperature_zero
     consistency = score_consistency(
         [s.answer if s.ok else None for s in samples],

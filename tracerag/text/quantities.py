@@ -440,10 +440,13 @@ _NUMBER_PATTERNS = [
         rf"(?P<num>(?:{_CN_DIGIT_CLASS}[十百千万亿]|十{_CN_DIGIT_CLASS})[{_CN_NUM_CHARS}]*)"
     ),
     re.compile(r"(?P<num>[二两三四五六七八九])(?=[个位名次件家条项种张台份人])"),
+    # "one" as a rate or count ("one per year", "one a day", "one each"): a number
+    re.compile(r"\b(?P<num>one)(?=\s+(?:per|a|an|each|every)\b)", re.I),
     # English number words: two, twenty-five, five hundred ("one" and "zero" only with a scale)
     re.compile(rf"\b(?P<num>{_EN_WORD_NUM})\b", re.I),
 ]
 _LONE_WORDS = frozenset({"one", "zero"})
+_ONE_RATE = _NUMBER_PATTERNS[-2]
 # A range of years with the second one shortened: 2018–19.
 _YEAR_RANGE_RE = re.compile(r"(?<![\d.])(?P<y1>[12]\d{3})\s*[–—-]\s*(?P<y2>\d{2})(?![\d])")
 
@@ -562,7 +565,7 @@ def _extract(text: str) -> list[Quantity]:
             start, end = m.start("num"), m.end()
             if not free(start, end):
                 continue
-            if m.group("num").lower() in _LONE_WORDS:
+            if m.group("num").lower() in _LONE_WORDS and pattern is not _ONE_RATE:
                 continue
             value = _num_value(m.group("num"))
             if value is None:
