@@ -23,7 +23,6 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import PrivateAttr
 from server_fixtures import make_app, make_store
-from tracerag.signals.types import Material
 
 import tracerag
 from tracerag.signals.citations import SUPPORTED, averify_citations, verify_citations
@@ -35,6 +34,7 @@ from tracerag.signals.support import (
     get_backend,
     usage_scope,
 )
+from tracerag.signals.types import Material
 from tracerag.testing import ScriptedChatModel, SpanCapture
 
 RETURNS = POLICIES[0].page_content

@@ -1,6 +1,7 @@
 """The adversarial self-test's acceptance bar for the default (lexical) backend."""
 
 import pytest
+
 from tracerag.tools.adversarial import demo_cases, run_adversarial
 
 
