@@ -384,20 +384,7 @@ class JudgeSupport:
             with attempt:
                 attempts += 1
                 record_usage(calls=1)
-                message = self.llm.invoke(messages)
-                tokens_in, tokens_out = _tokens_of(message)
-                record_usage(input_tokens=tokens_in, output_tokens=tokens_out)
-                usage.note(
-                    usage.usage_of(
-                        message, stage=usage.STAGE_VERIFY, model=self._model, prompt=messages
-                    )
-                )
-                reply = _message_text(message)
-                try:
-                    return _Asked(_parse_verdict(reply), attempts)
-                except _Malformed as exc:
-                    messages = self._correction(messages, reply, exc)
-                    raise
+                return _Asked(self._read(self.llm.invoke(messages), messages), attempts)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _aask(self, claim: str, chunk: str) -> _Asked:
@@ -407,21 +394,23 @@ class JudgeSupport:
             with attempt:
                 attempts += 1
                 record_usage(calls=1)
-                message = await self.llm.ainvoke(messages)
-                tokens_in, tokens_out = _tokens_of(message)
-                record_usage(input_tokens=tokens_in, output_tokens=tokens_out)
-                usage.note(
-                    usage.usage_of(
-                        message, stage=usage.STAGE_VERIFY, model=self._model, prompt=messages
-                    )
-                )
-                reply = _message_text(message)
-                try:
-                    return _Asked(_parse_verdict(reply), attempts)
-                except _Malformed as exc:
-                    messages = self._correction(messages, reply, exc)
-                    raise
+                return _Asked(self._read(await self.llm.ainvoke(messages), messages), attempts)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _read(self, message: BaseMessage, messages: list[BaseMessage]) -> dict[str, Any]:
+        """The verdict in one reply, its cost counted; a malformed reply raises ``_Malformed``
+        after the correction is appended to ``messages`` (in place) for the next attempt."""
+        tokens_in, tokens_out = _tokens_of(message)
+        record_usage(input_tokens=tokens_in, output_tokens=tokens_out)
+        usage.note(
+            usage.usage_of(message, stage=usage.STAGE_VERIFY, model=self._model, prompt=messages)
+        )
+        reply = _message_text(message)
+        try:
+            return _parse_verdict(reply)
+        except _Malformed as exc:
+            messages[:] = self._correction(messages, reply, exc)
+            raise
 
     @staticmethod
     def _quote_span(
