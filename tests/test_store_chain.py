@@ -119,13 +119,19 @@ def test_rewritten_and_rehashed_entry_is_reported(backend, store) -> None:  # no
     """An intruder who recomputes the entry's own hash still breaks the next link."""
     _fill(store)
     seq, rid, kind, _payload, actor, created_at, prev_hash, _h = _row(backend, 18)
+    version = backend.execute(
+        "SELECT chain_version FROM audit_entries WHERE seq = 18", bypass_guard=False
+    )[0][0]
     forged = canonical_json({"confidence": 0.99, "decision": "pass"})
-    new_hash = entry_hash(prev_hash, seq, rid, kind, forged, actor, created_at)
+    new_hash = entry_hash(prev_hash, seq, rid, kind, forged, actor, created_at, version)
     backend.execute(
         "UPDATE audit_entries SET payload = ?, hash = ? WHERE seq = ?", (forged, new_hash, seq)
     )
     report = store.verify_chain()
-    assert [(i.kind, i.seq) for i in report.issues] == [("changed", 18)]
+    assert kind == "response"
+    # the link check finds the entry; the derived-table check finds the index it contradicts
+    assert [(i.kind, i.seq) for i in report.issues] == [("changed", 18), ("changed", None)]
+    assert "requests.confidence" in report.issues[1].detail
 
 
 def test_removed_entry_is_reported_with_seq_and_request(backend, store) -> None:  # noqa: F811
