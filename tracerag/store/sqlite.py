@@ -108,6 +108,8 @@ class SQLiteAuditStore(SQLAuditStore):
         super().__init__(auto_enqueue=auto_enqueue, chain_key=chain_key)
         self.path = str(path)
         self._file_id: tuple[int, int] | None = None
+        if self.path == ":memory:":
+            create = True  # nothing to find, nothing left behind
         if self.path != ":memory:":
             target = Path(self.path).expanduser()
             self.path = str(target)

@@ -105,6 +105,7 @@ class _Item:
     type: bytes
     payload: bytes
     position: tuple[int, int] | None = None
+    record: Any = None  # the payload decoded, once read back from the journal
 
     @property
     def size(self) -> int:
@@ -590,11 +591,12 @@ class AuditWriter:
         frames = self.journal.read(*self._cursor, max_frames=self.batch_size)
         items = []
         for f in frames:
-            rid = None
-            if f.type == FRAME_QUARANTINE:
-                with contextlib.suppress(ValueError):
-                    rid = json.loads(f.payload).get("request_id")
-            items.append(_Item(rid or "", f.type, f.payload, (f.segment, f.end)))
+            decoded: Any = None
+            with contextlib.suppress(ValueError):
+                decoded = json.loads(f.payload)
+            rid = decoded.get("request_id") if isinstance(decoded, dict) else None
+            record = decoded if f.type == FRAME_RECORD else None
+            items.append(_Item(str(rid or ""), f.type, f.payload, (f.segment, f.end), record))
         return items
 
     def _ack(self, items: list[_Item]) -> None:
@@ -736,7 +738,8 @@ class AuditWriter:
         for i, item in enumerate(items):
             if item.type == FRAME_RECORD:
                 try:
-                    records.append((i, json.loads(item.payload)))
+                    record = item.record if item.record is not None else json.loads(item.payload)
+                    records.append((i, record))
                 except ValueError as exc:
                     outcomes[i] = self._quarantine(item, f"undecodable: {exc}")
             else:
