@@ -576,7 +576,7 @@ class SQLAuditStore(SQLReviewQueue):
                             "MAC does not match): entries after it were removed, or forged",
                         )
                     )
-            elif keyed_since is not None and head_seq < keyed_since - 1:
+            elif keyed_since is not None and head_seq < keyed_since:
                 issues.append(
                     ChainIssue(
                         "removed",

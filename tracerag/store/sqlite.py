@@ -38,7 +38,7 @@ _FORMAT_TOKEN = re.compile(r"%[s%]")
 
 @functools.lru_cache(maxsize=512)
 def to_qmark(sql: str) -> str:
-    """A ``format``-paramstyle statement in SQLite's ``qmark`` style (``%s`` → ``?``, ``%%`` → ``%``)."""
+    """A ``format``-paramstyle statement in ``qmark`` style: ``%s`` → ``?``, ``%%`` → ``%``."""
     return _FORMAT_TOKEN.sub(lambda m: "?" if m.group(0) == "%s" else "%", sql)
 
 
