@@ -18,7 +18,7 @@ from pathlib import Path
 from store_fixtures import make_record
 
 from tracerag.store import AuditWriter, Journal, StoreMissing, open_store
-from tracerag.store.journal import HEAD_FILE, IDENTITY_FILE
+from tracerag.store.journal import HEAD_FILE, IDENTITY_FILE, JournalBusy, open_journal, read_frames
 from tracerag.store.sqlite import SQLiteAuditStore
 
 FAST = {"backoff_initial": 0.01, "backoff_max": 0.05}
@@ -252,7 +252,7 @@ def test_kill_9_loses_no_record_that_was_reported_persisted(tmp_path) -> None:
         assert store.verify_chain().ok
     finally:
         store.close()
-    assert list(Journal(journal).read(0, 0)) == []  # drained and released
+    assert read_frames(journal) == []  # drained and released
 
 
 def test_a_torn_tail_is_cut_and_the_rest_is_kept(tmp_path) -> None:
@@ -412,3 +412,21 @@ def test_the_head_is_exported_next_to_the_journal(tmp_path) -> None:
         assert store.verify_chain(expect_head=head).ok
     finally:
         store.close()
+
+
+def test_a_journal_directory_serves_one_process_and_others_take_a_slot(tmp_path) -> None:
+    first = Journal(tmp_path / "j")
+    try:
+        try:
+            Journal(tmp_path / "j")
+        except JournalBusy:
+            pass
+        else:
+            raise AssertionError("two journals shared one directory")
+        second = open_journal(tmp_path / "j")
+        try:
+            assert second.directory == tmp_path / "j" / "1"
+        finally:
+            second.close()
+    finally:
+        first.close()

@@ -13,6 +13,11 @@ Layout of the directory::
     00000000000000000001.seg ...   segments, appended in order
     identity.json                  the store this journal feeds (store_id, genesis, location)
     head.json                      the newest chain head seen in that store (an outside anchor)
+    lock                           held (flock) by the one process using the directory
+
+A second process cannot open a journal directory in use (``JournalBusy``); ``open_journal``
+then takes the first free numbered slot inside it (``1/``, ``2/``…), so each process of a
+multi-worker server has its own journal, found again by whichever process takes that slot next.
 
 Frame: ``b"TJ"``, a type byte (``R`` record, ``Q`` quarantined record), a reserved byte, the
 payload length and its CRC-32 (both unsigned 32-bit big-endian), then the payload (UTF-8
@@ -23,6 +28,7 @@ tail of the newest segment is cut off on open (it was never acknowledged).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -47,6 +53,10 @@ HEAD_FILE = "head.json"
 
 class JournalError(OSError):
     """The journal cannot take the record (full, closed, or the disk refused it)."""
+
+
+class JournalBusy(JournalError):
+    """Another process holds this journal directory."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,14 @@ class Journal:
     ) -> None:
         self.directory = Path(directory).expanduser()
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            raise JournalBusy(
+                f"the audit journal {self.directory} is in use by another process"
+            ) from None
         self.segment_bytes = segment_bytes
         self.max_bytes = max_bytes
         self.sync = sync
@@ -297,6 +315,7 @@ class Journal:
                 del self._sizes[self._current]
                 with contextlib.suppress(FileNotFoundError):
                     self._path(self._current).unlink()
+            os.close(self._lock_fd)  # releases the flock
 
     # -- side files ---------------------------------------------------------------------------
     def read_json(self, name: str) -> dict[str, Any] | None:
@@ -328,3 +347,23 @@ def write_json_atomic(path: Path, value: dict[str, Any], *, sync: bool = True) -
 def iter_segments(directory: str | os.PathLike[str]) -> Iterator[Path]:
     """The segment files of a journal directory, oldest first."""
     yield from sorted(Path(directory).glob("*" + SEGMENT_SUFFIX))
+
+
+def read_frames(directory: str | os.PathLike[str]) -> list[tuple[bytes, bytes]]:
+    """Every valid frame (type, payload) in a journal directory, read only (for inspection)."""
+    out = []
+    for path in iter_segments(directory):
+        frames, _, _ = _scan(path)
+        out += [(ftype, payload) for _, ftype, payload in frames]
+    return out
+
+
+def open_journal(directory: str | os.PathLike[str], slots: int = 64, **options: Any) -> Journal:
+    """The journal in ``directory``, or in its first numbered slot no other process holds."""
+    base = Path(directory).expanduser()
+    for slot in range(slots + 1):
+        try:
+            return Journal(base if slot == 0 else base / str(slot), **options)
+        except JournalBusy:
+            continue
+    raise JournalBusy(f"all {slots} slots of the audit journal {base} are in use")

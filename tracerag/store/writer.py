@@ -70,6 +70,7 @@ from tracerag.store.journal import (
     IDENTITY_FILE,
     Journal,
     JournalError,
+    open_journal,
 )
 
 logger = logging.getLogger("tracerag.audit")
@@ -223,7 +224,7 @@ class AuditWriter:
         self.head_export_interval = head_export_interval
         self._remember = max(remember, 2 * max_buffer)
         if journal is not None and not isinstance(journal, Journal):
-            journal = Journal(journal)
+            journal = open_journal(journal)
         self.journal: Journal | None = journal
         self._buffer: deque[_Item] = deque()
         self._buffer_bytes = 0
