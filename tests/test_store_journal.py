@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from store_fixtures import make_record
 
 from tracerag.store import AuditWriter, Journal, StoreMissing, open_store
@@ -430,3 +431,31 @@ def test_a_journal_directory_serves_one_process_and_others_take_a_slot(tmp_path)
             second.close()
     finally:
         first.close()
+
+
+@pytest.mark.integration
+def test_a_frozen_postgresql_connection_is_interrupted_and_answers_go_on(tmp_path, caplog):
+    """Issue: a frozen PostgreSQL stalled every answer for the whole outage."""
+    from store_fixtures import PostgresBackend, postgres_dsn
+
+    caplog.set_level(logging.WARNING, logger="tracerag.audit")
+    pg = PostgresBackend(postgres_dsn())
+    store = pg.open(max_connections=1, statement_timeout=30.0)
+    with store._pool.connection() as conn:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    writer = AuditWriter(store, journal=tmp_path / "journal", op_timeout=0.5, **FAST)
+    try:
+        assert writer.submit_durable(make_record("r1", decision="pass"))
+        assert writer.flush(10)
+        os.kill(pid, signal.SIGSTOP)  # the server process behind the writer's connection
+        try:
+            assert writer.submit_durable(make_record("r2", decision="pass"))  # not blocked
+            assert writer.flush(30)  # interrupted, reconnected, written
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert store.get("r2").decision == "pass"
+        assert "hanging" in caplog.text
+    finally:
+        writer.close()
+        store.close()
+        pg.cleanup()

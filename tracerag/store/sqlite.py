@@ -212,6 +212,10 @@ class SQLiteAuditStore(SQLAuditStore):
         if self._closed:
             raise StoreError("the audit store is closed")
 
+    def interrupt(self) -> None:
+        """Make the statement in progress fail now (``sqlite3.OperationalError``)."""
+        self._conn.interrupt()
+
     def check(self) -> None:
         """Raise ``StoreVanished`` if the file was deleted or replaced since it was opened."""
         if self._file_id is None:

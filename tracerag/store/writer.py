@@ -257,8 +257,13 @@ class AuditWriter:
                 journal.directory,
                 journal.recovered,
             )
+        self._op_seq = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+        self._watchdog = threading.Thread(
+            target=self._watch, name=f"{name}-watchdog", daemon=True
+        )
+        self._watchdog.start()
         atexit.register(self._atexit)
 
     # -- caller side --------------------------------------------------------------------------
@@ -722,9 +727,38 @@ class AuditWriter:
         except Exception:
             return False
 
+    def _watch(self) -> None:
+        """Interrupt a store operation that hangs past ``op_timeout`` (e.g. a frozen server)."""
+        interrupted = -1
+        while True:
+            with self._cond:
+                if self._abort or self._closed:
+                    return
+                started, op = self._op_started, self._op_seq
+            if (
+                started is not None
+                and op != interrupted
+                and time.monotonic() - started > self.op_timeout
+            ):
+                interrupted = op
+                logger.warning(
+                    "audit store operation hanging for more than %.1fs: interrupting it "
+                    "(records are kept%s)",
+                    self.op_timeout,
+                    " in the journal" if self.journal is not None else " in memory",
+                )
+                interrupt = getattr(self._store, "interrupt", None)
+                if interrupt is not None:
+                    try:
+                        interrupt()
+                    except Exception:
+                        logger.warning("could not interrupt the audit store", exc_info=True)
+            self._wake.wait(min(1.0, max(0.05, self.op_timeout / 4)))
+
     def _timed(self, fn: Callable[..., Any], *args: Any) -> Any:
         with self._cond:
             self._op_started = time.monotonic()
+            self._op_seq += 1
         try:
             return fn(*args)
         finally:
