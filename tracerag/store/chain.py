@@ -28,6 +28,7 @@ import hashlib
 import hmac
 import json
 import math
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -79,36 +80,87 @@ def canonical_json(value: Any) -> str:
 
 
 _JCS_SAFE = 2**53
+_FAST, _SLOW, _V1 = 0, 1, 2  # how a value can be written (see jcs_json)
 
 
-def _jcs_ready(value: Any) -> tuple[Any, bool]:
-    """The value with non-finite floats named, and whether JCS can carry it exactly.
+def _json_key(key: Any) -> str:
+    """An object key as ``json.dumps`` writes it."""
+    if isinstance(key, str):
+        return key
+    if key is True:
+        return "true"
+    if key is False:
+        return "false"
+    if key is None:
+        return "null"
+    if isinstance(key, float):
+        return _finite(key) if not math.isfinite(key) else repr(key)
+    return str(key)
 
-    JCS writes numbers as IEEE doubles: an integer beyond ±2^53 cannot be written, and an
-    integral float that large would read back as an integer; such values use version 1 text.
+
+def _jcs_ready(value: Any) -> tuple[Any, int]:
+    """The value prepared for JCS, and how it can be written.
+
+    ``_FAST``: Python's own sorted-key JSON writes exactly the JCS text (the usual case: floats
+    in fixed notation, integral floats turned into integers, no key beyond the BMP); ``_SLOW``:
+    the ``rfc8785`` package must write it; ``_V1``: JCS cannot carry it exactly (an integer
+    beyond ±2^53, or an integral float that large), so version 1 text is used.
     """
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value, True
+    if value is None or isinstance(value, (bool, str)):
+        return value, _FAST
     if isinstance(value, int):
-        return value, abs(value) <= _JCS_SAFE
+        return value, _FAST if abs(value) < _JCS_SAFE else _V1
     if isinstance(value, float):
         if not math.isfinite(value):
-            return _finite(value), True
-        return value, not (value.is_integer() and abs(value) >= _JCS_SAFE)
+            return _finite(value), _FAST
+        if value.is_integer():
+            return (int(value), _FAST) if abs(value) <= _JCS_SAFE else (value, _V1)
+        size = abs(value)
+        return value, _FAST if 1e-4 <= size < 1e16 else _SLOW
     if isinstance(value, dict):
-        out, ok = {}, True
+        out: dict[str, Any] = {}
+        mode = _FAST
         for k, v in value.items():
-            out[str(k)], item_ok = _jcs_ready(v)
-            ok = ok and item_ok
-        return out, ok
+            key = _json_key(k)
+            if mode == _FAST and any(ord(c) > 0xFFFF for c in key):
+                mode = _SLOW  # JCS sorts keys by UTF-16 code units, Python by code points
+            out[key], item = _jcs_ready(v)
+            mode = max(mode, item)
+        return out, mode
     if isinstance(value, (list, tuple)):
-        items, ok = [], True
+        items: list[Any] = []
+        mode = _FAST
         for v in value:
-            item, item_ok = _jcs_ready(v)
+            item, m = _jcs_ready(v)
             items.append(item)
-            ok = ok and item_ok
-        return items, ok
-    return value, True  # rfc8785 refuses it below, as JSON would
+            mode = max(mode, m)
+        return items, mode
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+class _NotPlain(Exception):
+    """Python's JSON text of this value is not its JCS text."""
+
+
+def _check_float(text: str) -> float:
+    value = float(text)
+    if value.is_integer() or not 1e-4 <= abs(value) < 1e16:
+        raise _NotPlain  # JCS writes these differently (an integer, or other exponent form)
+    return value
+
+
+def _check_int(text: str) -> int:
+    value = int(text)
+    if abs(value) >= _JCS_SAFE:
+        raise _NotPlain
+    return value
+
+
+def _bad_constant(text: str) -> Any:
+    raise _NotPlain
+
+
+_BEYOND_BMP = re.compile("[\U00010000-\U0010FFFF]")
 
 
 def jcs_json(value: Any) -> str:
@@ -117,15 +169,37 @@ def jcs_json(value: Any) -> str:
     Raises ``TypeError``/``ValueError`` for values JSON cannot represent, including text that
     is not valid Unicode (a lone surrogate).
     """
-    ready, exact = _jcs_ready(value)
-    if not exact:
-        text = canonical_json(value)
-        text.encode("utf-8")  # raises on lone surrogates, as JCS does
-        return text
     try:
-        return rfc8785.dumps(ready).decode("utf-8")
-    except rfc8785.CanonicalizationError as exc:
-        raise ValueError(str(exc)) from exc
+        # The usual case, at C speed: Python's sorted-key JSON is already the JCS text when no
+        # number is written differently and no key needs UTF-16 ordering.
+        text = json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+        text.encode("utf-8")  # raises on lone surrogates, as JCS does
+        if _BEYOND_BMP.search(text) is None:
+            json.loads(
+                text,
+                parse_float=_check_float,
+                parse_int=_check_int,
+                parse_constant=_bad_constant,
+            )
+            return text
+    except (_NotPlain, ValueError):
+        pass  # a non-finite float, or numbers JCS writes its own way: prepare the value
+    ready, mode = _jcs_ready(value)
+    if mode == _V1:
+        text = canonical_json(value)
+    elif mode == _FAST:
+        text = json.dumps(
+            ready, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    else:
+        try:
+            return rfc8785.dumps(ready).decode("utf-8")
+        except rfc8785.CanonicalizationError as exc:
+            raise ValueError(str(exc)) from exc
+    text.encode("utf-8")
+    return text
 
 
 def key_bytes(key: str | bytes | None) -> bytes | None:

@@ -891,5 +891,6 @@ def _entry_from_row(row: Sequence[Any]) -> Entry:
         created_at=row[5],
         prev_hash=row[6],
         hash=row[7],
+        payload_json=row[3] if isinstance(row[3], str) else "",
         chain_version=int(row[8] or 1),
     )
