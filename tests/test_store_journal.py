@@ -459,3 +459,27 @@ def test_a_frozen_postgresql_connection_is_interrupted_and_answers_go_on(tmp_pat
         writer.close()
         store.close()
         pg.cleanup()
+
+
+async def test_an_event_loop_shares_one_sync_among_concurrent_answers(tmp_path) -> None:
+    import asyncio
+
+    path = tmp_path / "a.sqlite"
+    writer = AuditWriter(_opener(path), journal=tmp_path / "journal", **FAST)
+    try:
+        ids = [f"a{i:02d}" for i in range(50)]
+        results = await asyncio.gather(
+            *(writer.asubmit_durable(make_record(rid, decision="pass")) for rid in ids)
+        )
+        assert results == [True] * 50
+        assert writer.journal.syncs <= 10  # group commit: not one fdatasync per answer
+        poisoned = make_record("p", question="\ud800")
+        assert await writer.asubmit_durable(poisoned) is False
+        assert writer.flush(10)
+    finally:
+        writer.close()
+    store = SQLiteAuditStore(path)
+    try:
+        assert {s.request_id for s in store.list_requests(limit=100)} == {*ids, "p"}
+    finally:
+        store.close()

@@ -138,6 +138,7 @@ class Journal:
         self._sizes: dict[int, int] = {}  # segment -> valid length
         self.torn_bytes = 0  # bytes cut off torn tails on open
         self.recovered = 0  # frames found on open (left by an earlier process)
+        self.syncs = 0  # fdatasync calls made for appends (fewer than appends: group commit)
         for path in sorted(self.directory.glob("*" + SEGMENT_SUFFIX)):
             try:
                 number = int(path.stem)
@@ -183,6 +184,12 @@ class Journal:
 
     def append(self, frame_type: bytes, payload: bytes) -> None:
         """Write one frame and return once it is on stable storage (group commit)."""
+        mine = self.write(frame_type, payload)
+        if self.sync:
+            self.sync_upto(mine)
+
+    def write(self, frame_type: bytes, payload: bytes) -> int:
+        """Write one frame, not yet synced; returns its ticket for ``sync_upto``."""
         frame = encode_frame(frame_type, payload)
         with self._lock:
             if self._closed:
@@ -202,9 +209,7 @@ class Journal:
                 view = view[n:]
             self._sizes[self._current] += len(frame)
             self._written += 1
-            mine = self._written
-        if self.sync:
-            self._sync_upto(mine)
+            return self._written
 
     def _rotate(self) -> None:
         """Start a new segment (under ``_lock``); the old one is synced before it is closed."""
@@ -216,7 +221,14 @@ class Journal:
         self._fd = self._open_segment(self._current)
         self._sizes[self._current] = 0
 
-    def _sync_upto(self, mine: int) -> None:
+    def sync_upto(self, mine: int) -> None:
+        """Return once the frame with ticket ``mine`` (and all before it) is on stable storage.
+
+        Callers waiting together share one ``fdatasync``: the first becomes the leader and
+        syncs everything written so far.
+        """
+        if not self.sync:
+            return
         with self._sync_cond:
             while self._synced < mine:
                 if not self._syncing:
@@ -234,6 +246,7 @@ class Journal:
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
+            self.syncs += 1
             ok = True
         finally:
             with self._sync_cond:

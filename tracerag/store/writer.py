@@ -296,8 +296,33 @@ class AuditWriter:
                     return False
                 self._cond.wait(remaining)
 
-    def _accept(self, record: Mapping[str, Any]) -> bool | str:
-        """True when accepted, ``QUARANTINED`` when accepted as quarantined, else False."""
+    async def asubmit_durable(self, record: Mapping[str, Any]) -> bool:
+        """``submit_durable`` for an event loop: the wait for the disk does not block the loop.
+
+        Journaled, requests of one loop that finish together share one ``fdatasync`` (the
+        synchronous call gives each its own, since the loop waits for it).
+        """
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        if self.journal is None:
+            return await loop.run_in_executor(None, self.submit_durable, record)
+        outcome = self._accept(record, sync=False)
+        if isinstance(outcome, int) and not isinstance(outcome, bool):
+            try:
+                await loop.run_in_executor(None, self.journal.sync_upto, outcome)
+            except OSError as exc:
+                logger.error("audit journal sync failed: %s", exc)
+                return False
+            return True
+        return False
+
+    def _accept(self, record: Mapping[str, Any], sync: bool = True) -> bool | str | int:
+        """True when accepted, ``QUARANTINED`` when accepted as quarantined, else False.
+
+        With ``sync=False`` (journaled) an accepted record's journal ticket is returned instead
+        of True; the caller waits for ``journal.sync_upto(ticket)``.
+        """
         item = encode_record(record)
         reason: str | None = None
         if item.type == FRAME_QUARANTINE:
@@ -314,9 +339,13 @@ class AuditWriter:
                 or self._buffer_bytes + item.size > self.max_buffer_bytes
             ):
                 reason = DROP_BUFFER_FULL
+        ticket = 0
         if reason is None and self.journal is not None:
             try:
-                self.journal.append(item.type, item.payload)
+                if sync:
+                    self.journal.append(item.type, item.payload)
+                else:
+                    ticket = self.journal.write(item.type, item.payload)
             except (JournalError, OSError) as exc:
                 reason = f"{DROP_JOURNAL}: {exc}"
         if reason is not None:
@@ -329,7 +358,9 @@ class AuditWriter:
             self._set_status(item.request_id, None)
             self._cond.notify_all()
         self._backlog_add(1)
-        return QUARANTINED if item.type == FRAME_QUARANTINE else True
+        if item.type == FRAME_QUARANTINE:
+            return QUARANTINED
+        return ticket if ticket else True
 
     def write_now(self, record: Mapping[str, Any]) -> None:
         """Write a record synchronously on the caller's thread, bypassing buffer and journal.
@@ -769,31 +800,40 @@ class AuditWriter:
         """One attempt: None per record written (or already stored), else its outcome."""
         store = self._timed(self._ensure_store)
         outcomes: list[str | None] = [None] * len(items)
-        records: list[tuple[int, dict[str, Any]]] = []
+        run: list[tuple[int, dict[str, Any]]] = []  # consecutive records, written together
+
+        def write_run() -> None:
+            if len(run) > 1 and hasattr(store, "append_records"):
+                results = self._timed(store.append_records, [r for _, r in run])
+                for (i, _), result in zip(run, results, strict=True):
+                    if isinstance(result, InvalidRecord):
+                        outcomes[i] = self._quarantine(items[i], f"InvalidRecord: {result}")
+            else:
+                for i, record in run:
+                    try:
+                        self._timed(store.append_record, record)
+                    except DuplicateRequest:
+                        logger.info(
+                            "audit record request_id=%s was already stored", items[i].request_id
+                        )
+                    except InvalidRecord as exc:
+                        outcomes[i] = self._quarantine(items[i], f"InvalidRecord: {exc}")
+            run.clear()
+
+        # in submission order: a quarantined record takes its place in the chain
         for i, item in enumerate(items):
             if item.type == FRAME_RECORD:
                 try:
                     record = item.record if item.record is not None else json.loads(item.payload)
-                    records.append((i, record))
                 except ValueError as exc:
+                    write_run()
                     outcomes[i] = self._quarantine(item, f"undecodable: {exc}")
+                    continue
+                run.append((i, record))
             else:
+                write_run()
                 outcomes[i] = self._quarantine(item, None)
-        if len(records) > 1 and hasattr(store, "append_records"):
-            results = self._timed(store.append_records, [r for _, r in records])
-            for (i, _), result in zip(records, results, strict=True):
-                if isinstance(result, InvalidRecord):
-                    outcomes[i] = self._quarantine(items[i], f"InvalidRecord: {result}")
-        else:
-            for i, record in records:
-                try:
-                    self._timed(store.append_record, record)
-                except DuplicateRequest:
-                    logger.info(
-                        "audit record request_id=%s was already stored", items[i].request_id
-                    )
-                except InvalidRecord as exc:
-                    outcomes[i] = self._quarantine(items[i], f"InvalidRecord: {exc}")
+        write_run()
         return outcomes
 
     def _quarantine(self, item: _Item, reason: str | None) -> str:
