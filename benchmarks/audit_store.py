@@ -28,7 +28,7 @@ from typing import Any
 
 from tracerag.context import Material, Plan, RequestContext, Sample, Versions
 from tracerag.store import AuditWriter
-from tracerag.store.base import SQLAuditStore
+from tracerag.store.sql import SQLAuditStore
 
 PG_ENV = "TRACERAG_TEST_POSTGRES_DSN"
 
