@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from store_fixtures import backend, make_record, store  # noqa: F401
+from store_fixtures import backend, make_record  # noqa: F401
 
 from tracerag.store import SchemaTooNew, entries_from_record
 from tracerag.store.chain import GENESIS_HASH, canonical_json, entry_hash
@@ -162,12 +162,16 @@ def test_the_format_paramstyle_is_translated_token_by_token() -> None:
     assert to_qmark("a = %s AND b LIKE 'x%%' AND c = %s") == "a = ? AND b LIKE 'x%' AND c = ?"
 
 
-def test_literal_question_marks_and_percents_survive_both_backends(store) -> None:  # noqa: F811
+def test_literal_question_marks_and_percents_survive_both_backends(backend) -> None:  # noqa: F811
     """Issue: PostgreSQL support rewrote every ``?``, literal ones included."""
-    with store._read() as cur:
-        cur.execute("SELECT '?', %s, 'a%%b'", ("?%s",))
-        assert tuple(cur.fetchone()) == ("?", "?%s", "a%b")
-    question = "Is it 50% off? What about %s and ?? and 100%%?"
-    store.append_record(make_record("q?%s", decision="pass", question=question))
-    assert store.get("q?%s").question == question
-    assert [s.question for s in store.list_requests()] == [question]
+    opened = backend.open()
+    try:
+        with opened._read() as cur:
+            cur.execute("SELECT '?', %s, 'a%%b'", ("?%s",))
+            assert tuple(cur.fetchone()) == ("?", "?%s", "a%b")
+        question = "Is it 50% off? What about %s and ?? and 100%%?"
+        opened.append_record(make_record("q?%s", decision="pass", question=question))
+        assert opened.get("q?%s").question == question
+        assert [s.question for s in opened.list_requests()] == [question]
+    finally:
+        opened.close()
