@@ -160,7 +160,7 @@ def _bad_constant(text: str) -> Any:
     raise _NotPlain
 
 
-_BEYOND_BMP = re.compile("[\U00010000-\U0010FFFF]")
+_BEYOND_BMP = re.compile("[\U00010000-\U0010ffff]")
 
 
 def jcs_json(value: Any) -> str:
@@ -224,16 +224,17 @@ def entry_hash(
 
     Version 3 needs ``key``; ``ValueError`` without it.
     """
-    fields = [prev_hash, seq, request_id, kind, payload_json, actor, created_at]
+    fields: list[Any] = [prev_hash, seq, request_id, kind, payload_json, actor, created_at]
     if version == CHAIN_V1:
         material = canonical_json(fields).encode("utf-8")
         return hashlib.sha256(material).hexdigest()
     if version == CHAIN_V2:
-        return hashlib.sha256(rfc8785.dumps(["tracerag-chain-v2", *fields])).hexdigest()
+        material = jcs_json(["tracerag-chain-v2", *fields]).encode("utf-8")
+        return hashlib.sha256(material).hexdigest()
     if version == CHAIN_V3:
         if key is None:
             raise ValueError("a keyed (version 3) entry needs the chain key")
-        material = rfc8785.dumps(["tracerag-chain-v3", *fields])
+        material = jcs_json(["tracerag-chain-v3", *fields]).encode("utf-8")
         return hmac.new(key, material, hashlib.sha256).hexdigest()
     raise ValueError(f"unknown chain version {version}")
 

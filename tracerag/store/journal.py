@@ -259,9 +259,15 @@ class Journal:
             raise JournalError("the audit journal could not be synced")
 
     # -- reading ------------------------------------------------------------------------------
-    def read(self, segment: int, offset: int, max_frames: int = 200) -> list[Frame]:
-        """Up to ``max_frames`` frames after ``(segment, offset)``, crossing into later segments."""
+    def read(
+        self, segment: int, offset: int, max_frames: int = 200, max_bytes: int = 1 << 62
+    ) -> list[Frame]:
+        """Frames after ``(segment, offset)``, crossing into later segments.
+
+        At most ``max_frames``, and no more than ``max_bytes`` of payload (at least one frame).
+        """
         out: list[Frame] = []
+        total = 0
         with self._lock:
             sizes = dict(self._sizes)
         for number in sorted(n for n in sizes if n >= segment):
@@ -275,6 +281,10 @@ class Journal:
             pos = 0
             while pos + HEADER.size <= len(data) and len(out) < max_frames:
                 magic, ftype, length, crc = HEADER.unpack_from(data, pos)
+                if out and total + length > max_bytes:
+                    max_frames = len(out)  # full: stop here
+                    break
+                total += length
                 body = data[pos + HEADER.size : pos + HEADER.size + length]
                 if magic != MAGIC or len(body) != length or zlib.crc32(body) != crc:
                     raise JournalError(f"corrupt frame in {self._path(number)} at {start + pos}")

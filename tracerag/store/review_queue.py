@@ -351,4 +351,19 @@ def _action_payload(
 
 
 def _queue_item_from_row(row: Sequence[Any]) -> QueueItem:
-    return QueueItem(*row[:12], question=row[12], confidence=row[13])
+    return QueueItem(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        row[7],
+        row[8],
+        row[9],
+        row[10],
+        row[11],
+        row[12],
+        row[13],
+    )

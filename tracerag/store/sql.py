@@ -102,8 +102,10 @@ class SQLAuditStore(SQLReviewQueue):
         self._meta: dict[str, str] | None = None
         self._key_checked = False
 
-    #: where the store is (a path, or a database URL without credentials)
-    location: str = "<audit store>"
+    @property
+    def location(self) -> str:
+        """Where the store is (a path, or a database URL without credentials)."""
+        return "<audit store>"
 
     def check(self) -> None:
         """Raise ``StoreVanished`` when the store disappeared under this object (if knowable)."""
@@ -157,13 +159,13 @@ class SQLAuditStore(SQLReviewQueue):
                 raise StoreError(
                     "this audit store's chain is keyed: set TRACERAG_CHAIN_KEY to write to it"
                 )
-            seq, _, mac = since.partition(":")
-            expected = keyed_since_mac(self._key, meta.get("store_id", ""), int(seq))
+            since_seq, _, mac = since.partition(":")
+            expected = keyed_since_mac(self._key, meta.get("store_id", ""), int(since_seq))
             if not hmac.compare_digest(mac, expected):
                 raise StoreError("the chain key does not match this audit store's chain")
         elif self._key is not None:
-            seq = head.seq + 1
-            value = f"{seq}:{keyed_since_mac(self._key, meta.get('store_id', ''), seq)}"
+            first = head.seq + 1
+            value = f"{first}:{keyed_since_mac(self._key, meta.get('store_id', ''), first)}"
             cur.execute(
                 "INSERT INTO store_meta (key, value) VALUES (%s, %s)", ("keyed_since", value)
             )
@@ -872,7 +874,8 @@ def _window(
 
 
 def _stored_row(row: Sequence[Any]) -> StoredRow:
-    return StoredRow(int(row[0]), *(str(v) for v in row[1:8]), int(row[8] or 1))
+    r = [str(v) for v in row[1:8]]
+    return StoredRow(int(row[0]), r[0], r[1], r[2], r[3], r[4], r[5], r[6], int(row[8] or 1))
 
 
 def _entry_from_row(row: Sequence[Any]) -> Entry:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import inspect
+import itertools
 import json
 import logging
 import random
@@ -191,6 +192,7 @@ class AuditWriter:
         backoff_initial: float = 0.1,
         backoff_max: float = 30.0,
         batch_size: int = 200,
+        batch_bytes: int = 512 * 1024,
         remember: int = 10_000,
         close_timeout: float = 5.0,
         head_export_interval: float = 10.0,
@@ -215,6 +217,7 @@ class AuditWriter:
         self.max_buffer = max_buffer
         self.max_buffer_bytes = max_buffer_bytes
         self.batch_size = max(1, batch_size)
+        self.batch_bytes = max(1, batch_bytes)
         self.on_drop = on_drop
         self.close_timeout = close_timeout
         self.durable_timeout = durable_timeout
@@ -260,9 +263,7 @@ class AuditWriter:
         self._op_seq = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
-        self._watchdog = threading.Thread(
-            target=self._watch, name=f"{name}-watchdog", daemon=True
-        )
+        self._watchdog = threading.Thread(target=self._watch, name=f"{name}-watchdog", daemon=True)
         self._watchdog.start()
         atexit.register(self._atexit)
 
@@ -623,9 +624,18 @@ class AuditWriter:
     def _peek(self) -> list[_Item]:
         if self.journal is None:
             with self._cond:
-                return [self._buffer[i] for i in range(min(self.batch_size, len(self._buffer)))]
+                items: list[_Item] = []
+                size = 0
+                for item in itertools.islice(self._buffer, self.batch_size):
+                    if items and size + item.size > self.batch_bytes:
+                        break
+                    items.append(item)
+                    size += item.size
+                return items
         assert self._cursor is not None
-        frames = self.journal.read(*self._cursor, max_frames=self.batch_size)
+        frames = self.journal.read(
+            *self._cursor, max_frames=self.batch_size, max_bytes=self.batch_bytes
+        )
         items = []
         for f in frames:
             decoded: Any = None
