@@ -326,6 +326,8 @@ def scenario_lock(code: str, args, tmp: Path) -> dict:
     held: list[float] = []
 
     def hold(start_at: float) -> None:
+        while run.answered < 50:  # the writer is writing by then
+            time.sleep(0.05)
         time.sleep(start_at)
         conn = sqlite3.connect(store, isolation_level=None, timeout=60)
         conn.execute("BEGIN EXCLUSIVE")
@@ -337,7 +339,7 @@ def scenario_lock(code: str, args, tmp: Path) -> dict:
 
     proc = spawn(code, store, args.lock_seconds + 6, args.concurrency)
     t_ready: list[float] = []
-    locker = threading.Thread(target=hold, args=(2.0,))
+    locker = threading.Thread(target=hold, args=(1.0,))
 
     def ready() -> None:
         t_ready.append(time.monotonic())
@@ -347,12 +349,14 @@ def scenario_lock(code: str, args, tmp: Path) -> dict:
     locker.join()
     lock_from, lock_to = held[0] - t_ready[0], held[1] - t_ready[0]
     during = [lat for start, lat in run.latencies if lock_from <= start < lock_to]
+    outside = [lat for start, lat in run.latencies if not lock_from <= start < lock_to]
     res = outcome(run, stored_ids(store))
     res |= {
         "lock s": args.lock_seconds,
         "answered during lock": len(during),
         "p99 ms during lock": round(1000 * (p99(during) or 0), 1),
         "max ms during lock": round(1000 * max(during, default=0), 1),
+        "p99 ms outside lock": round(1000 * (p99(outside) or 0), 1),
     }
     return res
 
