@@ -387,12 +387,20 @@ def test_a_locked_store_degrades_to_journaled_and_reports_not_ready(tmp_path, ca
         wait_for(lambda: not writer.ready())
         assert "database is locked" in (writer.status()["last_error"] or "")
         assert "audit store write failed" in caplog.text
+        time.sleep(1.0)  # long enough for the writer to probe the store a few times
         holder.execute("ROLLBACK")
         assert writer.flush(10) and writer.ready()
+        assert writer.quarantined == 0  # a locked store is not a poisoned record
     finally:
         if holder is not None:
             holder.close()
         writer.close()
+    store = SQLiteAuditStore(path)
+    try:
+        assert {e.kind for s in ("r1", "r2") for e in store.get(s).entries} >= {"register"}
+        assert all(store.get(s).entries[0].kind == "register" for s in ("r0", "r1", "r2"))
+    finally:
+        store.close()
 
 
 def test_the_head_is_exported_next_to_the_journal(tmp_path) -> None:

@@ -272,9 +272,13 @@ class SQLAuditStore(SQLReviewQueue):
         }
 
     def ping(self) -> None:
-        """Raise unless the store answers a trivial read."""
-        with self._read() as cur:
-            self._read_head(cur)
+        """Raise unless a write transaction can be started now (it writes nothing).
+
+        A store that answers reads but is locked for writing (another process holds the lock)
+        fails this, so the writer does not mistake a locked store for a poisoned record.
+        """
+        with self._write():
+            pass
 
     @staticmethod
     def _exists(cur: Cursor, request_id: str) -> bool:
