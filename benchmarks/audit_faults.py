@@ -12,8 +12,10 @@ directory) and **after** (this tree):
 - ``sqlite lock``: another process holds the store's write lock for ``--lock-seconds``
   (default 10 s; the issue's figure is 30 s) during load; p99 latency while it is held;
 - ``poisoned``: every ``--poison-every``-th question carries a lone UTF-16 surrogate;
-- ``frozen postgresql`` (``--postgres``): a throwaway server started by ``.ci/postgres.sh`` is
-  frozen (SIGSTOP) for ``--freeze-seconds`` during load (after: journal in a temporary dir).
+- ``postgresql`` (``--postgres``): a throwaway server started by ``.ci/postgres.sh`` is frozen
+  (SIGSTOP of every server process) for ``--freeze-seconds``, or stopped and restarted after
+  ``--outage-seconds`` (default 30 s; the issue's figure is 3 minutes), during load. After: the
+  journal is in a temporary directory (``TRACERAG_AUDIT_JOURNAL``).
 
 For each: requests answered, answers saying ``audit_persisted: true``, records durable (answered
 and found in the store after the run and recovery), records lost (answered, not in the store),
@@ -373,7 +375,26 @@ def scenario_poison(code: str, args, tmp: Path) -> dict:
     return res
 
 
-def scenario_frozen_pg(code: str, args, tmp: Path, after: bool) -> dict:
+def _pg_command(pg_dir: str, *args: str) -> None:
+    """Run pg_ctl on the throwaway server, as its owner."""
+    import pwd
+    import shlex
+
+    opts_file = Path(pg_dir) / "data" / "postmaster.opts"
+    opts = shlex.split(opts_file.read_text())[1:] if opts_file.exists() else []
+    opts = [o for i, o in enumerate(opts) if o != "-D" and (i == 0 or opts[i - 1] != "-D")]
+    pg_ctl = subprocess.run(["bash", "-c", "command -v pg_ctl"], capture_output=True, text=True)
+    cmd = [pg_ctl.stdout.strip() or "pg_ctl", "-D", f"{pg_dir}/data", "-w", *args]
+    if args[0] == "start":
+        cmd += ["-l", f"{pg_dir}/server.log", "-o", " ".join(shlex.quote(o) for o in opts)]
+    owner = pwd.getpwuid(Path(pg_dir, "data").stat().st_uid).pw_name
+    if os.geteuid() == 0 and owner != "root":
+        cmd = ["runuser", "-u", owner, "--", *cmd]
+    subprocess.run(cmd, capture_output=True, check=True, timeout=120)
+
+
+def scenario_pg(code: str, args, tmp: Path, after: bool, fault: str) -> dict:
+    """PostgreSQL frozen (SIGSTOP of every server process) or down (stopped, restarted)."""
     started = subprocess.run(
         ["bash", str(ROOT / ".ci/postgres.sh")], capture_output=True, text=True, check=True
     )
@@ -382,49 +403,57 @@ def scenario_frozen_pg(code: str, args, tmp: Path, after: bool) -> dict:
     )
     dsn = env_lines["TRACERAG_TEST_POSTGRES_DSN"].strip("'")
     pg_dir = env_lines["TRACERAG_TEST_POSTGRES_DIR"].strip("'")
+    seconds = args.freeze_seconds if fault == "freeze" else args.outage_seconds
     try:
-        pids = [
-            int(p)
-            for p in subprocess.run(
-                ["pgrep", "-f", f"postgres.*{pg_dir}"], capture_output=True, text=True
-            ).stdout.split()
-        ]
         run = Run()
-        env = {"TRACERAG_AUDIT_JOURNAL": str(tmp / "pg.journal")} if after else {}
-        proc = spawn(code, dsn, args.freeze_seconds + 8, args.concurrency, env=env)
+        journal = tmp / f"pg-{fault}.journal"
+        env = {"TRACERAG_AUDIT_JOURNAL": str(journal)} if after else {}
+        proc = spawn(code, dsn, seconds + 8, args.concurrency, env=env)
         window: list[float] = []
         t_ready: list[float] = []
 
-        def freeze() -> None:
-            time.sleep(3.0)
-            all_pids = pids + [
-                int(p)
-                for p in subprocess.run(
-                    ["pgrep", "-P", ",".join(map(str, pids))], capture_output=True, text=True
-                ).stdout.split()
-            ]
-            for pid in all_pids:
-                os.kill(pid, signal.SIGSTOP)
-            window.append(time.monotonic())
-            time.sleep(args.freeze_seconds)
-            for pid in all_pids:
-                os.kill(pid, signal.SIGCONT)
+        def server_pids() -> list[int]:
+            pids = subprocess.run(
+                ["pgrep", "-f", f"postgres.*{pg_dir}"], capture_output=True, text=True
+            ).stdout.split()
+            children = subprocess.run(
+                ["pgrep", "-P", ",".join(pids)], capture_output=True, text=True
+            ).stdout.split()
+            return [int(p) for p in [*pids, *children]]
+
+        def fault_window() -> None:
+            while run.answered < 50:
+                time.sleep(0.05)
+            time.sleep(1.0)
+            if fault == "freeze":
+                pids = server_pids()
+                for pid in pids:
+                    os.kill(pid, signal.SIGSTOP)
+                window.append(time.monotonic())
+                time.sleep(seconds)
+                for pid in pids:
+                    os.kill(pid, signal.SIGCONT)
+            else:
+                _pg_command(pg_dir, "stop", "-m", "immediate")
+                window.append(time.monotonic())
+                time.sleep(seconds)
+                _pg_command(pg_dir, "start")
             window.append(time.monotonic())
 
-        freezer = threading.Thread(target=freeze)
+        faulter = threading.Thread(target=fault_window)
 
         def ready() -> None:
             t_ready.append(time.monotonic())
-            freezer.start()
+            faulter.start()
 
         collect(proc, run, ready)
-        freezer.join()
+        faulter.join()
         if after:  # a restart drains whatever the journal still holds
             subprocess.run(
                 [sys.executable, str(Path(__file__).resolve()), "--recover", "--store", dsn],
                 env={**os.environ, "PYTHONPATH": code, **env},
                 stderr=subprocess.DEVNULL,
-                timeout=120,
+                timeout=300,
                 check=False,
             )
         import psycopg
@@ -433,11 +462,13 @@ def scenario_frozen_pg(code: str, args, tmp: Path, after: bool) -> dict:
             stored = {r[0] for r in conn.execute("SELECT request_id FROM requests")}
         f0, f1 = window[0] - t_ready[0], window[1] - t_ready[0]
         during = [lat for start, lat in run.latencies if f0 <= start < f1]
+        outside = [lat for start, lat in run.latencies if not f0 <= start < f1]
         res = outcome(run, stored)
         res |= {
-            "freeze s": args.freeze_seconds,
-            "answered during freeze": len(during),
-            "p99 ms during freeze": round(1000 * (p99(during) or 0), 1),
+            f"{fault} s": seconds,
+            f"answered during {fault}": len(during),
+            f"p99 ms during {fault}": round(1000 * (p99(during) or 0), 1),
+            f"p99 ms outside {fault}": round(1000 * (p99(outside) or 0), 1),
         }
         return res
     finally:
@@ -469,6 +500,9 @@ def main() -> None:
     ap.add_argument("--before", default="45b8324", help="git revision to compare with")
     ap.add_argument("--postgres", action="store_true", help="also freeze a PostgreSQL server")
     ap.add_argument("--freeze-seconds", type=float, default=10.0)
+    ap.add_argument(
+        "--outage-seconds", type=float, default=30.0, help="the issue's figure is 180 s"
+    )
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--only", default=None, help="comma-separated scenarios to run")
     args = ap.parse_args()
@@ -525,8 +559,14 @@ def main() -> None:
         if args.postgres and want("pg"):
             table(
                 f"PostgreSQL frozen (SIGSTOP) for {args.freeze_seconds:.0f} s",
-                scenario_frozen_pg(before_code, args, tmp_b, after=False),
-                scenario_frozen_pg(after_code, args, tmp_a, after=True),
+                scenario_pg(before_code, args, tmp_b, False, "freeze"),
+                scenario_pg(after_code, args, tmp_a, True, "freeze"),
+            )
+        if args.postgres and want("outage"):
+            table(
+                f"PostgreSQL down (stopped, then restarted) for {args.outage_seconds:.0f} s",
+                scenario_pg(before_code, args, tmp_b, False, "outage"),
+                scenario_pg(after_code, args, tmp_a, True, "outage"),
             )
 
 
