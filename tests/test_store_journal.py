@@ -491,3 +491,17 @@ async def test_an_event_loop_shares_one_sync_among_concurrent_answers(tmp_path) 
         assert {s.request_id for s in store.list_requests(limit=100)} == {*ids, "p"}
     finally:
         store.close()
+
+
+def test_readiness_follows_the_store_without_any_traffic(tmp_path) -> None:
+    path = tmp_path / "a.sqlite"
+    SQLiteAuditStore(path).close()
+    writer = AuditWriter(_opener(path), journal=tmp_path / "journal", **FAST)
+    try:
+        wait_for(writer.ready)  # opened at start, not at the first record
+        _remove_sqlite(path)
+        wait_for(lambda: not writer.ready())  # noticed while idle
+        assert "disappeared" in writer.status()["last_error"]
+        assert not path.exists()
+    finally:
+        writer.close(timeout=0.2)

@@ -2,7 +2,8 @@
 
 Two modes:
 
-- **journaled** (``journal=DIR``, what ``audit=`` URLs and ``TRACERAG_STORE`` use): ``submit``
+- **journaled** (``journal=DIR``; what ``audit=`` URLs and ``TRACERAG_STORE`` use for a SQLite
+  file, and for any store when ``TRACERAG_AUDIT_JOURNAL`` is set): ``submit``
   appends the record to a local crash-safe journal (``tracerag.store.journal``: append +
   ``fdatasync``, group commit) and returns True only once it is on disk. A background thread
   drains the journal into the store and deletes what is stored; at start it drains what an
@@ -22,8 +23,12 @@ value JSON cannot carry, no request_id, text the database rejects) are **quarant
 as a ``quarantined`` entry carrying the reason and an ASCII-escaped copy of the record, so they
 never block the records behind them. Store failures (unreachable, locked, vanished, replaced)
 are **transient**: the batch at the head is retried with exponential backoff and jitter, in
-order, and logged at WARNING. A record that keeps failing while the store answers a ping is
-treated as poisoned and quarantined.
+order, and logged at WARNING. A record that keeps failing while the store accepts a write
+transaction (``ping``) is treated as poisoned and quarantined. A store operation hanging longer
+than ``op_timeout`` is interrupted (``store.interrupt()``).
+
+For an event loop, ``asubmit_durable`` waits for the disk without blocking the loop, so the
+answers that finish together share one ``fdatasync``.
 
 Health: ``healthy`` is False while the store is failing, the buffer/journal is full, or the
 writer is closed; ``ready()`` adds "the store was opened and is the expected one" and "no
@@ -196,6 +201,7 @@ class AuditWriter:
         remember: int = 10_000,
         close_timeout: float = 5.0,
         head_export_interval: float = 10.0,
+        probe_idle: bool | None = None,
         name: str = "tracerag-audit-writer",
     ) -> None:
         if max_buffer < 1:
@@ -225,6 +231,9 @@ class AuditWriter:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.head_export_interval = head_export_interval
+        #: open the store at start and check it while idle, so ``ready()`` is true to it
+        #: without traffic (default: when journaled)
+        self.probe_idle = journal is not None if probe_idle is None else probe_idle
         self._remember = max(remember, 2 * max_buffer)
         if journal is not None and not isinstance(journal, Journal):
             journal = open_journal(journal)
@@ -261,6 +270,8 @@ class AuditWriter:
                 journal.recovered,
             )
         self._op_seq = 0
+        self._next_probe = 0.0
+        self._idle_failures = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         self._watchdog = threading.Thread(target=self._watch, name=f"{name}-watchdog", daemon=True)
@@ -693,11 +704,36 @@ class AuditWriter:
                     return
                 self._ack(items)
                 self._settle(items, outcomes)
+            if not work and not self._closing and self.probe_idle:
+                self._probe_idle()
             if self._store is not None:
                 self._export_head()
             with self._cond:
                 self._busy = False
                 self._cond.notify_all()
+
+    def _probe_idle(self) -> None:
+        """While idle, keep readiness true to the store: open it, notice it vanish."""
+        if time.monotonic() < self._next_probe:
+            return
+        try:
+            if self._store is None:
+                self._timed(self._ensure_store)
+            else:
+                check = getattr(self._store, "check", None)
+                if check is not None:
+                    check()
+        except Exception as exc:
+            self._idle_failures += 1
+            delay = min(self.backoff_max, self.backoff_initial * 2 ** min(self._idle_failures, 30))
+            self._failed(exc, [], self._idle_failures, delay)
+            if isinstance(exc, (StoreReplaced, StoreVanished)):
+                self._discard_store()
+            self._next_probe = time.monotonic() + delay
+            return
+        if self._idle_failures:
+            self._idle_failures = 0
+            self._recovered()
 
     def _settle(self, items: list[_Item], outcomes: list[str | None]) -> None:
         drops: list[tuple[_Item, str]] = []
@@ -887,7 +923,7 @@ class AuditWriter:
             _metrics().record_audit_failure(type(exc).__name__)
         except Exception:  # pragma: no cover
             logger.debug("could not count an audit failure", exc_info=True)
-        ids = items[0].request_id if items else "?"
+        ids = items[0].request_id if items else "(none pending)"
         if len(items) > 1:
             ids += f" (+{len(items) - 1} more in the batch)"
         logger.warning(
