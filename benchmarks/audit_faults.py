@@ -313,17 +313,7 @@ def scenario_kill(code: str, args, tmp: Path, rng: random.Random) -> dict:
 
 
 def scenario_lock(code: str, args, tmp: Path) -> dict:
-    store = str(tmp / "lock.sqlite")
-    subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from tracerag.store import open_store; open_store(sys.argv[1]).close()",
-            store,
-        ],
-        env={**os.environ, "PYTHONPATH": code},
-        check=True,
-    )
+    store = str(tmp / "lock.sqlite")  # created by the child, before the lock is taken
     run = Run()
     held: list[float] = []
 
