@@ -235,7 +235,7 @@ def test_jcs_json_is_rfc8785_where_rfc8785_can_write_the_value() -> None:
         max_leaves=20,
     )
 
-    @settings(max_examples=300, deadline=None)
+    @settings(max_examples=150, deadline=None)
     @given(values)
     def check(value) -> None:
         assert jcs_json(value) == rfc8785.dumps(value).decode("utf-8")
