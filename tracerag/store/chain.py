@@ -114,7 +114,10 @@ def _jcs_ready(value: Any) -> tuple[Any, int]:
         if not math.isfinite(value):
             return _finite(value), _FAST
         if value.is_integer():
-            return (int(value), _FAST) if abs(value) <= _JCS_SAFE else (value, _V1)
+            if abs(value) < _JCS_SAFE:
+                return int(value), _FAST
+            # exactly 2^53: rfc8785 writes it from the float (not from an int); beyond: v1
+            return value, _SLOW if abs(value) == _JCS_SAFE else _V1
         size = abs(value)
         return value, _FAST if 1e-4 <= size < 1e16 else _SLOW
     if isinstance(value, dict):
