@@ -1,8 +1,15 @@
 """The durable audit trail: every request's artifacts, hash-chained, with a review queue.
 
 ``open_store()`` opens the store named by its argument, else by ``TRACERAG_STORE``; with
-neither it refuses (tracerag never picks a file location on its own). ``AuditWriter`` writes
-records in the background so that storing never slows or breaks an answer.
+neither it refuses (tracerag never picks a file location on its own); ``create=False`` never
+creates one. ``AuditWriter`` writes records in the background, through a crash-safe journal
+(``Journal``) when it has one, so that a store never holds up an answer and an answer never
+claims more than what is durable.
+
+Modules: ``base`` (entry kinds, errors, data types, the ``AuditStore`` protocol), ``record``
+(record ↔ entries codec, ``RequestTrail``), ``chain`` (hash chain, RFC 8785, verifier),
+``sql`` (the SQL both backends share), ``review_queue``, ``migrations`` (one schema for both
+dialects), ``sqlite``, ``postgres``, ``journal``, ``writer``.
 """
 
 from __future__ import annotations
