@@ -505,3 +505,23 @@ def test_readiness_follows_the_store_without_any_traffic(tmp_path) -> None:
         assert not path.exists()
     finally:
         writer.close(timeout=0.2)
+
+
+def test_without_a_journal_a_stalled_store_costs_one_wait_not_one_per_answer(tmp_path) -> None:
+    """A store that hangs (not failing yet) must not make every answer wait in turn."""
+    path = tmp_path / "a.sqlite"
+    store = SQLiteAuditStore(path, busy_timeout_s=30.0)  # waits on the lock, does not fail
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    writer = AuditWriter(store, durable_timeout=0.2, **FAST)
+    try:
+        outcomes = [writer.submit_durable(make_record(f"s{i}", decision="pass")) for i in range(6)]
+        assert outcomes == [False] * 6  # nothing was committed: nothing is claimed
+        assert writer.durable_timeouts == 1  # only the first answer waited
+        holder.execute("ROLLBACK")
+        assert writer.flush(30)
+        assert all(writer.persisted(f"s{i}") for i in range(6))  # written after all
+    finally:
+        holder.close()
+        writer.close()
+        store.close()

@@ -113,6 +113,7 @@ class _Item:
     payload: bytes
     position: tuple[int, int] | None = None
     record: Any = None  # the payload decoded, once read back from the journal
+    accepted_at: float = 0.0  # monotonic time it was accepted (in memory)
 
     @property
     def size(self) -> int:
@@ -260,6 +261,7 @@ class AuditWriter:
         self.dropped = 0
         self.quarantined = 0
         self.failures = 0  # failed write attempts (each retry counts)
+        self.durable_timeouts = 0  # submit_durable waits that ended without a commit
         self.recovered = journal.recovered if journal is not None else 0
         self._backlog = 0
         if journal is not None and journal.recovered:
@@ -297,14 +299,23 @@ class AuditWriter:
         rid = _request_id(record)
         if rid is None:
             return False
-        deadline = time.monotonic() + (self.durable_timeout if timeout is None else timeout)
+        wait = self.durable_timeout if timeout is None else timeout
+        now = time.monotonic()
+        deadline = now + wait
         with self._cond:
+            head = self._buffer[0] if self._buffer else None
+            if head is not None and head.request_id != rid and head.accepted_at < now - wait:
+                # the store has been stuck for a whole wait already: do not wait again (one
+                # stalled store must not stall every answer in turn)
+                return False
             while True:
                 state = self._status.get(rid)
                 if state is not None:
                     return state is True
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._failing or self._closed:
+                    if remaining <= 0:
+                        self.durable_timeouts += 1
                     return False
                 self._cond.wait(remaining)
 
@@ -365,6 +376,7 @@ class AuditWriter:
             return False
         with self._cond:
             if self.journal is None:
+                item.accepted_at = time.monotonic()
                 self._buffer.append(item)
                 self._buffer_bytes += item.size
             self._set_status(item.request_id, None)
