@@ -172,6 +172,11 @@ def jcs_json(value: Any) -> str:
     Raises ``TypeError``/``ValueError`` for values JSON cannot represent, including text that
     is not valid Unicode (a lone surrogate).
     """
+    return jcs_parsed(value)[0]
+
+
+def jcs_parsed(value: Any) -> tuple[str, Any]:
+    """``jcs_json(value)`` and that text parsed back (the value as the store will return it)."""
     try:
         # The usual case, at C speed: Python's sorted-key JSON is already the JCS text when no
         # number is written differently and no key needs UTF-16 ordering.
@@ -180,13 +185,13 @@ def jcs_json(value: Any) -> str:
         )
         text.encode("utf-8")  # raises on lone surrogates, as JCS does
         if _BEYOND_BMP.search(text) is None:
-            json.loads(
+            parsed = json.loads(
                 text,
                 parse_float=_check_float,
                 parse_int=_check_int,
                 parse_constant=_bad_constant,
             )
-            return text
+            return text, parsed
     except (_NotPlain, ValueError):
         pass  # a non-finite float, or numbers JCS writes its own way: prepare the value
     ready, mode = _jcs_ready(value)
@@ -198,11 +203,17 @@ def jcs_json(value: Any) -> str:
         )
     else:
         try:
-            return rfc8785.dumps(ready).decode("utf-8")
+            text = rfc8785.dumps(ready).decode("utf-8")
         except rfc8785.CanonicalizationError as exc:
             raise ValueError(str(exc)) from exc
     text.encode("utf-8")
-    return text
+    return text, json.loads(text)
+
+
+def _material(tag: str, fields: list[Any]) -> bytes:
+    """The JCS bytes of a hash's material: strings and one small integer, so Python's compact
+    JSON is exactly JCS (no keys to order, no floats); lone surrogates raise."""
+    return json.dumps([tag, *fields], separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def key_bytes(key: str | bytes | None) -> bytes | None:
@@ -232,12 +243,11 @@ def entry_hash(
         material = canonical_json(fields).encode("utf-8")
         return hashlib.sha256(material).hexdigest()
     if version == CHAIN_V2:
-        material = jcs_json(["tracerag-chain-v2", *fields]).encode("utf-8")
-        return hashlib.sha256(material).hexdigest()
+        return hashlib.sha256(_material("tracerag-chain-v2", fields)).hexdigest()
     if version == CHAIN_V3:
         if key is None:
             raise ValueError("a keyed (version 3) entry needs the chain key")
-        material = jcs_json(["tracerag-chain-v3", *fields]).encode("utf-8")
+        material = _material("tracerag-chain-v3", fields)
         return hmac.new(key, material, hashlib.sha256).hexdigest()
     raise ValueError(f"unknown chain version {version}")
 

@@ -8,7 +8,6 @@ what the store keeps.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +26,7 @@ from tracerag.store.base import (
     InvalidRecord,
     QueueItem,
 )
-from tracerag.store.chain import jcs_json
+from tracerag.store.chain import jcs_parsed
 
 # Which top-level record keys go into which entry (any other key travels in the response
 # entry under "extra", so nothing in a record is lost).
@@ -67,17 +66,17 @@ RECORD_ORDER = (
 )
 
 
-def _encode(value: Any, what: str) -> str:
-    """The canonical JSON text of a value, or ``InvalidRecord`` if it has none."""
+def _encode(value: Any, what: str) -> tuple[str, Any]:
+    """The canonical JSON text of a value and its parsed form; ``InvalidRecord`` if none."""
     try:
-        return jcs_json(value)
+        return jcs_parsed(value)
     except (TypeError, ValueError, UnicodeError, RecursionError) as exc:
         raise InvalidRecord(f"{what} is not JSON-able: {exc}") from exc
 
 
 def _normalise(value: Any, what: str) -> Any:
     """The value as it will read back from the store (a JSON round trip)."""
-    return json.loads(_encode(value, what))
+    return _encode(value, what)[1]
 
 
 def entries_from_record(record: Mapping[str, Any]) -> list[Entry]:
@@ -99,8 +98,8 @@ def entries_from_record(record: Mapping[str, Any]) -> list[Entry]:
     what = f"record {request_id!r}"
 
     def entry(kind: str, payload: dict[str, Any]) -> Entry:
-        text = _encode(payload, what)
-        return Entry(request_id=request_id, kind=kind, payload=json.loads(text), payload_json=text)
+        text, parsed = _encode(payload, what)
+        return Entry(request_id=request_id, kind=kind, payload=parsed, payload_json=text)
 
     def part(keys: Sequence[str]) -> dict[str, Any]:
         return {k: record[k] for k in keys if k in record}
