@@ -199,6 +199,7 @@ class AuditWriter:
         backoff_max: float = 30.0,
         batch_size: int = 200,
         batch_bytes: int = 512 * 1024,
+        batch_delay: float = 0.05,
         remember: int = 10_000,
         close_timeout: float = 5.0,
         head_export_interval: float = 10.0,
@@ -225,6 +226,9 @@ class AuditWriter:
         self.max_buffer_bytes = max_buffer_bytes
         self.batch_size = max(1, batch_size)
         self.batch_bytes = max(1, batch_bytes)
+        #: journaled, how long the drain lets records gather before a store commit (they are
+        #: durable already; fewer, larger commits cost the store and the disk less)
+        self.batch_delay = batch_delay
         self.on_drop = on_drop
         self.close_timeout = close_timeout
         self.durable_timeout = durable_timeout
@@ -703,6 +707,8 @@ class AuditWriter:
                     work = self._has_work()
                 self._busy = work
             if work:
+                if self.journal is not None and self.batch_delay > 0 and not self._closing:
+                    self._wake.wait(self.batch_delay)
                 try:
                     items = self._peek()
                 except JournalError as exc:  # pragma: no cover - a corrupt segment mid-journal
