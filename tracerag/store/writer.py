@@ -199,7 +199,7 @@ class AuditWriter:
         backoff_max: float = 30.0,
         batch_size: int = 200,
         batch_bytes: int = 512 * 1024,
-        batch_delay: float = 0.05,
+        batch_delay: float = 0.2,
         remember: int = 10_000,
         close_timeout: float = 5.0,
         head_export_interval: float = 10.0,
