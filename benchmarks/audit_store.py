@@ -6,6 +6,8 @@ one with ``eval "$(bash .ci/postgres.sh)"``), in one run:
 - synchronous writes: ``store.append_record`` on the caller's thread, one record at a time
   (what a request would pay if it wrote its own audit record);
 - background drain: records submitted to an ``AuditWriter`` at once, then flushed;
+- journaled: durable submits (journal append + fdatasync, so ``audit_persisted`` may say true)
+  from 1 and from 32 threads (group commit), and the rate the journal is drained into the store;
 - added latency per request, side by side: a simulated request (building its record from a
   RequestState, as the pipeline does) with no store at all, versus the same request ending with
   ``AuditWriter.submit`` while the writer thread is busy writing the round's records (in
@@ -39,7 +41,7 @@ from tracerag.state import (
     SampleSet,
 )
 from tracerag.store import AuditWriter
-from tracerag.store.base import SQLAuditStore
+from tracerag.store.sql import SQLAuditStore
 
 PG_ENV = "TRACERAG_TEST_POSTGRES_DSN"
 
@@ -152,6 +154,38 @@ def drain(store: SQLAuditStore, n: int, tag: str) -> float:
     return n / elapsed
 
 
+def journaled(store: SQLAuditStore, n: int, tag: str, threads: int) -> tuple[float, float, list]:
+    """Durable submits (journal append + fdatasync) from ``threads`` threads, then the drain.
+
+    Returns durable submits/s, journal-to-store records/s, and each submit's latency.
+    """
+    import concurrent.futures
+
+    records = [build_record(f"journal-{tag}-{threads}-{i}") for i in range(n)]
+    latencies: list[float] = []
+    with tempfile.TemporaryDirectory() as journal:
+        writer = AuditWriter(store, journal=journal)
+        try:
+
+            def one(record: dict[str, Any]) -> None:
+                t0 = time.perf_counter()
+                if not writer.submit_durable(record):
+                    raise RuntimeError("a durable submit was refused")
+                latencies.append(time.perf_counter() - t0)
+
+            start = time.perf_counter()
+            with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+                list(pool.map(one, records))
+            submitted = time.perf_counter() - start
+            if not writer.flush(600):
+                raise RuntimeError("writer did not drain")
+            drained = time.perf_counter() - start
+            assert writer.dropped == 0
+        finally:
+            writer.close()
+    return n / submitted, n / drained, latencies
+
+
 def request_loop(n: int, tag: str, submit: Callable[[dict[str, Any]], Any]) -> tuple[list, list]:
     """Per-request wall time and the time spent in submit alone."""
     totals, submits = [], []
@@ -213,6 +247,13 @@ def run(name: str, open_store: Callable[[], SQLAuditStore], args: argparse.Names
             f"({len(build_record('x')['samples'])} samples → 10 entries per record)"
         )
         print(f"AuditWriter drain:         {drain(store, args.requests, tag):8.0f} records/s")
+        for threads in (1, 32):
+            durable, drained, lat = journaled(store, args.requests, tag, threads)
+            print(
+                f"journaled, {threads:2d} thread(s): {durable:8.0f} durable submits/s "
+                f"(p50 {us(pct(lat, 0.5))}, p99 {us(pct(lat, 0.99))}); "
+                f"journal → store {drained:6.0f} records/s"
+            )
         res = added_latency(store, args.requests, args.rounds, tag)
         bt, wt = res["base_tot"], res["with_tot"]
         bs, ws = res["base_sub"], res["with_sub"]

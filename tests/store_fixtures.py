@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tracerag.store.base import SQLAuditStore
+from tracerag.store.sql import SQLAuditStore
 
 PG_ENV = "TRACERAG_TEST_POSTGRES_DSN"
 BACKENDS = ("sqlite", "postgres")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from store_fixtures import SQLiteBackend, make_record
@@ -118,3 +119,89 @@ def test_another_module_adds_an_audit_subcommand_from_its_own_add_parser(registr
     assert cli.main(["audit", "tamper-drill"]) == 41
     parser = cli.build_parser()  # building twice does not add it twice
     assert parser.parse_args(["audit", "tamper-drill", "--rounds", "5"]).rounds == 5
+
+
+# -- reading commands never create a store; a bad --store is one clear line ------------------
+
+READING = [["audit", "verify"], ["show", "req-0001"], ["metrics"], ["replay", "req-0001"]]
+
+
+@pytest.mark.parametrize("command", READING, ids=lambda c: c[0])
+def test_a_mistyped_store_path_is_an_error_and_is_not_created(tmp_path, command):
+    """Issue: `audit verify --store <typo>` said "intact", exit 0, and created the file."""
+    missing = tmp_path / "no" / "such" / "audit.sqlite"
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*command, "--store", str(missing)])
+    message = str(exit_info.value)
+    assert "cannot open the audit store" in message and "does not exist" in message
+    assert "\n" not in message
+    assert not (tmp_path / "no").exists()
+
+
+@pytest.mark.parametrize(
+    "make_target",
+    [
+        lambda tmp: str(tmp),  # a directory
+        lambda tmp: _write(tmp / "notes.txt", b"these are not the audit records\n" * 40),
+        lambda tmp: _write(tmp / "empty.sqlite", b""),  # a database file without audit tables
+    ],
+    ids=["directory", "not-a-database", "no-audit-tables"],
+)
+def test_a_bad_store_is_one_clear_line(tmp_path, make_target):
+    target = make_target(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["audit", "verify", "--store", target])
+    message = str(exit_info.value)
+    assert message.startswith("tracerag: cannot open the audit store") and "\n" not in message
+    assert "Traceback" not in message
+
+
+def test_an_unreachable_postgresql_is_one_clear_line():
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["audit", "verify", "--store", "postgresql://nobody:secret@127.0.0.1:1/audit"])
+    message = str(exit_info.value)
+    assert message.startswith("tracerag: cannot open the audit store") and "\n" not in message
+    assert "secret" not in message
+
+
+def _write(path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_verify_with_an_expected_head_catches_a_truncated_tail(store_path, capsys):
+    store = SQLiteAuditStore(store_path)
+    head = store.head()
+    store.close()
+    anchor = f"{head['seq']}:{head['hash']}"
+    assert cli.main(["audit", "verify", "--store", store_path, "--expect-head", anchor]) == 0
+    backend = SQLiteBackend(store_path)
+    backend.execute("DELETE FROM audit_entries WHERE request_id = 'req-0002'")
+    backend.execute("DELETE FROM requests WHERE request_id = 'req-0002'")
+    (last,) = backend.execute("SELECT seq, hash FROM audit_entries ORDER BY seq DESC LIMIT 1")
+    backend.execute("UPDATE chain_head SET last_seq = ?, last_hash = ?", (last[0], last[1]))
+    assert cli.main(["audit", "verify", "--store", store_path]) == 0  # no anchor: invisible
+    capsys.readouterr()
+    assert cli.main(["audit", "verify", "--store", store_path, "--expect-head", anchor]) == 1
+    out = capsys.readouterr().out
+    assert "BROKEN" in out and "entries were removed" in out
+
+
+def test_verify_uses_the_head_the_writer_exported(tmp_path, capsys):
+    from tracerag.store import AuditWriter, open_store
+
+    path = str(tmp_path / "audit.sqlite")
+    writer = AuditWriter(
+        lambda create=True: open_store(path, create=create),
+        journal=path + ".journal",
+        head_export_interval=0.0,
+    )
+    for i in range(3):
+        assert writer.submit_durable(make_record(f"w{i}", decision="pass"))
+    assert writer.close()
+    for suffix in ("", "-wal", "-shm"):  # the store is deleted and recreated, empty
+        Path(path + suffix).unlink(missing_ok=True)
+    SQLiteAuditStore(path).close()
+    assert cli.main(["audit", "verify", "--store", path]) == 1
+    out = capsys.readouterr().out
+    assert "anchored to head" in out and "not the anchored store" in out

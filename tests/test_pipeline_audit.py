@@ -89,3 +89,52 @@ def test_no_store_configured_means_no_trail_and_no_file(make_pipeline, tmp_path,
     assert response.audit_persisted is None  # nothing claims a trail that does not exist
     assert pipeline.settings.record_sink is None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_persisted_true_means_journaled_even_while_the_store_is_locked(make_pipeline, tmp_path):
+    """Issue: `audit_persisted: true` was said of records held only in memory."""
+    import sqlite3
+
+    from tracerag.store.journal import read_frames
+
+    path = tmp_path / "a.sqlite"
+    open_store(str(path)).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another process holds the store
+    try:
+        pipeline = make_pipeline(scripted([GOOD]), audit=str(path))
+        response = pipeline.invoke(QUESTION)
+        assert response.audit_persisted is True
+        writer = pipeline.settings.record_sink.writer
+        assert writer.status()["journal"] == str(path) + ".journal"
+        # it is on disk in the journal, before the store has it
+        frames = read_frames(str(path) + ".journal")
+        assert any(response.request_id.encode() in payload for _, payload in frames)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert writer.flush(timeout=10)
+    assert open_store(str(path), create=False).get(response.request_id).decision == "pass"
+
+
+def test_without_a_journal_a_locked_store_gets_false_not_a_promise(make_pipeline, tmp_path):
+    import sqlite3
+
+    from tracerag.store.sqlite import SQLiteAuditStore
+
+    path = tmp_path / "a.sqlite"
+    store = SQLiteAuditStore(path, busy_timeout_s=0.05)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        pipeline = make_pipeline(scripted([GOOD]), audit=store)
+        response = pipeline.invoke(QUESTION)
+        assert response.audit_persisted is False
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    writer = pipeline.settings.record_sink.writer
+    assert writer.flush(timeout=10)
+    assert writer.persisted(response.request_id) is True  # written later, and said so then
+    writer.close()
+    store.close()

@@ -119,13 +119,19 @@ def test_rewritten_and_rehashed_entry_is_reported(backend, store) -> None:  # no
     """An intruder who recomputes the entry's own hash still breaks the next link."""
     _fill(store)
     seq, rid, kind, _payload, actor, created_at, prev_hash, _h = _row(backend, 18)
+    version = backend.execute(
+        "SELECT chain_version FROM audit_entries WHERE seq = 18", bypass_guard=False
+    )[0][0]
     forged = canonical_json({"confidence": 0.99, "decision": "pass"})
-    new_hash = entry_hash(prev_hash, seq, rid, kind, forged, actor, created_at)
+    new_hash = entry_hash(prev_hash, seq, rid, kind, forged, actor, created_at, version)
     backend.execute(
         "UPDATE audit_entries SET payload = ?, hash = ? WHERE seq = ?", (forged, new_hash, seq)
     )
     report = store.verify_chain()
-    assert [(i.kind, i.seq) for i in report.issues] == [("changed", 18)]
+    assert kind == "response"
+    # the link check finds the entry; the derived-table check finds the index it contradicts
+    assert [(i.kind, i.seq) for i in report.issues] == [("changed", 18), ("changed", None)]
+    assert "requests.confidence" in report.issues[1].detail
 
 
 def test_removed_entry_is_reported_with_seq_and_request(backend, store) -> None:  # noqa: F811
@@ -198,3 +204,56 @@ def test_appending_continues_the_chain_after_reopen(backend) -> None:  # noqa: F
         assert s.verify_chain().ok
     finally:
         s.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Canonical JSON per RFC 8785, so a third party can re-verify the chain
+
+
+def test_jcs_json_is_rfc8785_where_rfc8785_can_write_the_value() -> None:
+    import json
+
+    import rfc8785
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from tracerag.store.chain import jcs_json
+
+    scalars = (
+        st.none()
+        | st.booleans()
+        | st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1)
+        # integral floats beyond 2^53 read back as other integers from JCS: version 1 text
+        | st.floats(allow_nan=False, allow_infinity=False).filter(
+            lambda f: not (f.is_integer() and abs(f) > 2**53)
+        )
+        | st.text()
+    )
+    values = st.recursive(
+        scalars,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+        max_leaves=20,
+    )
+
+    @settings(max_examples=150, deadline=None)
+    @given(values)
+    def check(value) -> None:
+        assert jcs_json(value) == rfc8785.dumps(value).decode("utf-8")
+        assert json.loads(jcs_json(value)) == json.loads(json.dumps(value))
+
+    check()
+
+
+def test_a_chain_can_be_re_verified_with_any_jcs_implementation(store) -> None:  # noqa: F811
+    """What a third party does: SHA-256 over the JCS array of the stored fields."""
+    import hashlib
+
+    import rfc8785
+
+    _fill(store, 1)
+    entries = store.get("r0").entries
+    assert {e.chain_version for e in entries} == {2}
+    for e in entries:
+        material = ["tracerag-chain-v2", e.prev_hash, e.seq, e.request_id, e.kind]
+        material += [e.payload_json, e.actor, e.created_at]
+        assert hashlib.sha256(rfc8785.dumps(material)).hexdigest() == e.hash

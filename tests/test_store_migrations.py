@@ -140,3 +140,38 @@ def test_backends_have_the_same_migration_versions() -> None:
     from tracerag.store import postgres, sqlite
 
     assert [v for v, _ in sqlite.MIGRATIONS] == [v for v, _ in postgres.MIGRATIONS]
+
+
+def test_one_migration_list_serves_both_dialects() -> None:
+    from tracerag.store import migrations, postgres, sqlite
+
+    assert sqlite.MIGRATIONS is migrations.MIGRATIONS is postgres.MIGRATIONS
+    for _, steps in migrations.MIGRATIONS:
+        for step in steps:
+            if callable(step):
+                continue
+            sqls = {d: migrations.statements(step, d) for d in migrations.DIALECTS}
+            assert any(sqls.values())
+            for sql in (s for group in sqls.values() for s in group):
+                assert "{" not in sql and "%s" not in sql  # types resolved, no parameters
+
+
+def test_the_format_paramstyle_is_translated_token_by_token() -> None:
+    from tracerag.store.sqlite import to_qmark
+
+    assert to_qmark("a = %s AND b LIKE 'x%%' AND c = %s") == "a = ? AND b LIKE 'x%' AND c = ?"
+
+
+def test_literal_question_marks_and_percents_survive_both_backends(backend) -> None:  # noqa: F811
+    """Issue: PostgreSQL support rewrote every ``?``, literal ones included."""
+    opened = backend.open()
+    try:
+        with opened._read() as cur:
+            cur.execute("SELECT '?', %s, 'a%%b'", ("?%s",))
+            assert tuple(cur.fetchone()) == ("?", "?%s", "a%b")
+        question = "Is it 50% off? What about %s and ?? and 100%%?"
+        opened.append_record(make_record("q?%s", decision="pass", question=question))
+        assert opened.get("q?%s").question == question
+        assert [s.question for s in opened.list_requests()] == [question]
+    finally:
+        opened.close()

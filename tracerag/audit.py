@@ -9,9 +9,21 @@
 - any callable ``(record) -> bool`` (True when the record was accepted);
 - ``None`` or ``False``: no audit trail.
 
-Stores are written through an ``AuditWriter``: off the request path, with a bounded buffer and
-retries while the store is down. A response says ``audit_persisted=False`` when its record was
-refused or the store is failing; every lost record is counted and logged by request_id.
+Stores are written through an ``AuditWriter`` (``tracerag.store.writer``), off the request
+path. A store URL or path gets a crash-safe journal (``TRACERAG_AUDIT_JOURNAL``, else beside a
+SQLite file; see ``tracerag.store.journal_dir_for``).
+
+``audit_persisted`` in a Response:
+
+- ``True``: the record is durable — fsynced to the journal, or committed to the store — and
+  survives ``kill -9`` of the process;
+- ``False``: it is not (yet) durable: refused (buffer or journal full, writer closed),
+  quarantined (stored only as an escaped copy with the reason), or not committed within the
+  writer's ``durable_timeout`` when there is no journal (a slow or failing store);
+- ``None``: no audit trail is configured.
+
+Every lost record is counted and logged by request_id. ``AuditWriter.ready()`` reflects the
+store (for a readiness probe).
 """
 
 from __future__ import annotations
@@ -34,28 +46,34 @@ def _on_drop(record: Mapping[str, Any], reason: str) -> None:
 
 
 def writer_for(target: str | None) -> Any:
-    """The shared AuditWriter for a store URL or path (None: TRACERAG_STORE)."""
-    from tracerag.store import open_store, resolve_store_url
+    """The shared AuditWriter for a store URL or path (None: TRACERAG_STORE), journaled."""
+    from tracerag.store import journal_dir_for, open_store, resolve_store_url
     from tracerag.store.writer import AuditWriter
 
     url = resolve_store_url(target)
     with _lock:
         writer = _writers.get(url)
-        if writer is None:
-            writer = AuditWriter(lambda: open_store(url), on_drop=_on_drop)
+        if writer is None or writer.status()["closed"]:
+
+            def opener(create: bool = True) -> Any:
+                return open_store(url, create=create)
+
+            writer = AuditWriter(opener, journal=journal_dir_for(url), on_drop=_on_drop)
             _writers[url] = writer
         return writer
 
 
 def writer_sink(writer: Any) -> Sink:
-    """A sink writing through an AuditWriter; True only if accepted while the store is healthy."""
+    """A sink writing through an AuditWriter; True only if the record is durable on return."""
 
     def submit(record: dict[str, Any]) -> bool:
-        accepted = bool(writer.submit(record))
-        healthy = bool(writer.healthy)
-        if not (accepted and healthy):
-            metrics.record_audit_failure("refused" if not accepted else "store_unhealthy")
-        return accepted and healthy
+        if hasattr(writer, "submit_durable"):
+            durable = bool(writer.submit_durable(record))
+        else:  # a writer-like object of the application's
+            durable = bool(writer.submit(record)) and bool(writer.healthy)
+        if not durable:
+            metrics.record_audit_failure("not_durable")
+        return durable
 
     submit.writer = writer  # type: ignore[attr-defined]
     return submit

@@ -15,6 +15,20 @@ Variables (each is optional):
    ``postgresql://…``. Unset: a library pipeline keeps no audit trail (``audit_persisted`` is
    null) and writes no file; the CLI asks for ``--store``.
 
+.. envvar:: TRACERAG_AUDIT_JOURNAL
+
+   The directory of the audit journal (records are fsynced there before a Response says
+   ``audit_persisted: true``, then drained into the store). Unset: next to a SQLite store
+   (``<store file>.journal``); a PostgreSQL store then has no journal, and a Response says
+   true only once the record is committed to the database.
+
+.. envvar:: TRACERAG_CHAIN_KEY
+
+   A secret that seals every new audit entry with HMAC-SHA256 (chain version 3) and the chain
+   head with a MAC. Keep it outside the database: whoever can write the database but does
+   not hold the key cannot rewrite, forge, re-hash or truncate the chain undetected.
+   ``tracerag audit verify`` uses it to check keyed entries. Unset: unkeyed SHA-256 chain.
+
 .. envvar:: TRACERAG_CALIBRATION
 
    A calibration file written by ``tracerag calibrate``; pipelines built without ``combiner=``
@@ -91,13 +105,15 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["ENV_VARS", "Config", "get_config", "reset_config"]
 
 #: Every environment variable tracerag itself reads, by the ``Config`` field it fills.
 ENV_VARS: Mapping[str, str] = {
     "store": "TRACERAG_STORE",
+    "audit_journal": "TRACERAG_AUDIT_JOURNAL",
+    "chain_key": "TRACERAG_CHAIN_KEY",
     "calibration": "TRACERAG_CALIBRATION",
     "capture_content": "TRACERAG_CAPTURE_CONTENT",
     "capture_max_chars": "TRACERAG_CAPTURE_MAX_CHARS",
@@ -122,6 +138,8 @@ class Config:
     """The ``TRACERAG_*`` environment as read once (empty strings become None)."""
 
     store: str | None = None
+    audit_journal: str | None = None
+    chain_key: str | None = field(default=None, repr=False)  # a secret
     calibration: str | None = None
     capture_content: str | None = None
     capture_max_chars: str | None = None

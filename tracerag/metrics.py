@@ -34,6 +34,8 @@ by the Collector's prometheus exporter):
   ``tracerag_model_retries_total`` / ``tracerag_model_errors_total``;
 - ``tracerag.audit.persist_failures`` {reason} and ``tracerag.audit.dropped`` {reason} →
   ``tracerag_audit_persist_failures_total`` / ``tracerag_audit_dropped_total``;
+- ``tracerag.audit.backlog`` (up-down) → ``tracerag_audit_backlog``: records accepted by an
+  audit writer and not yet stored;
 - ``tracerag.spans.dropped`` {reason} → ``tracerag_spans_dropped_total``.
 
 Histograms carry explicit bucket boundaries as advisory parameters, so any SDK MeterProvider
@@ -50,6 +52,7 @@ from tracerag.telemetry.instruments import (
     STAGE_SECONDS_BUCKETS,
     TOKENS_PER_REQUEST_BUCKETS,
     RequestOutcome,
+    record_audit_backlog,
     record_audit_failure,
     record_model_error,
     record_request,
@@ -93,6 +96,7 @@ __all__ = [
     "get_meter",
     "get_meter_provider",
     "prometheus_servers",
+    "record_audit_backlog",
     "record_audit_failure",
     "record_model_error",
     "record_request",

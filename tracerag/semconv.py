@@ -185,6 +185,7 @@ METRIC_RETRIES = "tracerag.model.retries"
 METRIC_MODEL_ERRORS = "tracerag.model.errors"
 METRIC_AUDIT_FAILURES = "tracerag.audit.persist_failures"
 METRIC_AUDIT_DROPPED = "tracerag.audit.dropped"
+METRIC_AUDIT_BACKLOG = "tracerag.audit.backlog"
 METRIC_SPANS_DROPPED = "tracerag.spans.dropped"
 
 # Metric attribute keys (short, so Prometheus labels read well: decision, tier, stage, ...)

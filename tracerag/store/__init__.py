@@ -1,8 +1,15 @@
 """The durable audit trail: every request's artifacts, hash-chained, with a review queue.
 
 ``open_store()`` opens the store named by its argument, else by ``TRACERAG_STORE``; with
-neither it refuses (tracerag never picks a file location on its own). ``AuditWriter`` writes
-records in the background so that storing never slows or breaks an answer.
+neither it refuses (tracerag never picks a file location on its own); ``create=False`` never
+creates one. ``AuditWriter`` writes records in the background, through a crash-safe journal
+(``Journal``) when it has one, so that a store never holds up an answer and an answer never
+claims more than what is durable.
+
+Modules: ``base`` (entry kinds, errors, data types, the ``AuditStore`` protocol), ``record``
+(record ↔ entries codec, ``RequestTrail``), ``chain`` (hash chain, RFC 8785, verifier),
+``sql`` (the SQL both backends share), ``review_queue``, ``migrations`` (one schema for both
+dialects), ``sqlite``, ``postgres``, ``journal``, ``writer``.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
 from tracerag.store.base import (
     ACTION_KINDS,
+    KIND_QUARANTINED,
     RECORD_KINDS,
     REVIEW_ACTIONS,
     REVIEW_ROUTES,
@@ -31,10 +39,14 @@ from tracerag.store.base import (
     SchemaTooNew,
     StoreError,
     StoreMetrics,
-    entries_from_record,
-    record_from_entries,
+    StoreMissing,
+    StoreReplaced,
+    StoreVanished,
 )
 from tracerag.store.chain import ChainIssue, ChainReport
+from tracerag.store.journal import Journal
+from tracerag.store.record import entries_from_record, record_from_entries
+from tracerag.store.review_queue import ReviewQueue
 from tracerag.store.writer import AuditWriter
 
 STORE_ENV = "TRACERAG_STORE"
@@ -64,14 +76,20 @@ def resolve_store_url(url_or_path: str | None = None) -> str:
     return str(url_or_path)
 
 
-def open_store(url_or_path: str | None = None, **options: Any) -> AuditStore:
-    """Open (creating and migrating if needed) the audit store at a URL or path.
+def open_store(
+    url_or_path: str | None = None, *, create: bool = True, **options: Any
+) -> AuditStore:
+    """Open (migrating if needed) the audit store at a URL or path; create it if ``create``.
 
     ``None`` → env ``TRACERAG_STORE`` (``ConfigurationError`` when unset).
     ``postgresql://…`` / ``postgres://…`` → PostgreSQL. ``sqlite:///relative/path``,
     ``sqlite:////absolute/path``, ``sqlite://`` or ``:memory:`` (in memory) and plain paths →
-    SQLite. ``options`` go to the backend's constructor (e.g. ``auto_enqueue=False``).
+    SQLite. ``create=False`` opens only an existing store (``StoreMissing`` otherwise): what
+    reading commands use. ``options`` go to the backend's constructor (e.g.
+    ``auto_enqueue=False``); ``chain_key`` defaults to ``TRACERAG_CHAIN_KEY``.
     """
+    options["create"] = create
+    options.setdefault("chain_key", get_config().chain_key)
     target = resolve_store_url(url_or_path)
     lowered = target.lower()
     if lowered.startswith(("postgresql://", "postgres://")):
@@ -100,9 +118,38 @@ def open_store(url_or_path: str | None = None, **options: Any) -> AuditStore:
     return SQLiteAuditStore(target, **options)
 
 
+def sqlite_path(url_or_path: str) -> str | None:
+    """The file of a SQLite store URL or path; None for PostgreSQL and in-memory stores."""
+    lowered = url_or_path.lower()
+    if lowered.startswith(("postgresql://", "postgres://")):
+        return None
+    if lowered.startswith("sqlite:"):
+        rest = url_or_path[len("sqlite:") :]
+        if not rest.startswith("///") or rest in ("///:memory:",):
+            return None
+        return rest[3:]
+    if url_or_path == ":memory:" or "://" in url_or_path:
+        return None
+    return url_or_path
+
+
+def journal_dir_for(url_or_path: str) -> str | None:
+    """Where the writer keeps the audit journal for a store.
+
+    ``TRACERAG_AUDIT_JOURNAL`` when set; else ``<file>.journal`` beside a SQLite file; else
+    None (PostgreSQL or in memory: no journal unless configured).
+    """
+    configured = get_config().audit_journal
+    if configured:
+        return configured
+    path = sqlite_path(url_or_path)
+    return f"{path}.journal" if path else None
+
+
 __all__ = [
     "ACTION_KINDS",
     "CLI_DEFAULT_STORE",
+    "KIND_QUARANTINED",
     "RECORD_KINDS",
     "REVIEW_ACTIONS",
     "REVIEW_ROUTES",
@@ -116,17 +163,23 @@ __all__ = [
     "DuplicateRequest",
     "Entry",
     "InvalidRecord",
+    "Journal",
     "NotQueued",
     "QueueItem",
     "RequestNotFound",
     "RequestSummary",
     "RequestTrail",
     "ReviewDecision",
+    "ReviewQueue",
     "SchemaTooNew",
     "StoreError",
     "StoreMetrics",
+    "StoreMissing",
+    "StoreReplaced",
+    "StoreVanished",
     "cli_store_url",
     "entries_from_record",
+    "journal_dir_for",
     "open_store",
     "record_from_entries",
     "resolve_store_url",

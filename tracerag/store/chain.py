@@ -1,27 +1,47 @@
 """Tamper evidence for the audit log: one hash chain over every entry, and its verification.
 
-Each entry's hash is SHA-256 over the canonical JSON array
-``[prev_hash, seq, request_id, kind, payload_json, actor, created_at]``, where ``payload_json``
-is the entry's payload as canonical JSON text (exactly the text stored). The first entry
-chains to ``GENESIS_HASH``. The chain is global, not per request, so removing a whole request
-breaks it too; a one-row ``chain_head`` (last seq and hash) makes removal of the newest entries
-visible as well.
+Each entry records the version of the rule that sealed it (``chain_version``):
 
-The chain makes changes evident; it does not prevent them. Someone able to rewrite the whole
-table and the head can rebuild a consistent chain, so keep a copy of ``ChainReport.head_hash``
-somewhere else (a ticket, a log line, another system) to anchor it.
+- **1** (entries written before RFC 8785 support): SHA-256 over
+  ``json.dumps([prev_hash, seq, request_id, kind, payload_json, actor, created_at],
+  sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` encoded as UTF-8;
+- **2**: SHA-256 over the RFC 8785 (JCS) canonical JSON of
+  ``["tracerag-chain-v2", prev_hash, seq, request_id, kind, payload_json, actor, created_at]``;
+- **3**: the same material with ``"tracerag-chain-v3"``, sealed with HMAC-SHA256 under a key
+  kept outside the database (``TRACERAG_CHAIN_KEY``).
+
+``payload_json`` is the payload text exactly as stored: RFC 8785 canonical JSON (non-finite
+floats written as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``; integers beyond
+±2^53, which JCS cannot carry, fall back to version 1's sorted-key form), so a third party
+re-verifies a chain with any JCS implementation and SHA-256 without re-encoding payloads. The
+first entry chains to the store's genesis (``store_meta``; ``GENESIS_HASH`` for stores created
+before it existed). The chain is global, not per request, so removing a whole request breaks
+it too; the one-row ``chain_head`` (last seq, hash and, when keyed, its MAC) makes removal of
+the newest entries visible as well.
+
+What this detects, and what needs an anchor or a key, is in the README ("Audit trail").
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import math
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import rfc8785
+
 GENESIS_HASH = "0" * 64
+CHAIN_V1 = 1
+CHAIN_V2 = 2
+CHAIN_V3 = 3
+#: the version new entries are sealed with (without and with a key)
+CHAIN_VERSION = CHAIN_V2
+CHAIN_VERSION_KEYED = CHAIN_V3
 
 # How far from its stored seq an entry's original seq is searched when its hash does not match,
 # to tell an entry that was moved (reordered) from one whose content was changed.
@@ -59,6 +79,150 @@ def canonical_json(value: Any) -> str:
         )
 
 
+_JCS_SAFE = 2**53
+_FAST, _SLOW, _V1 = 0, 1, 2  # how a value can be written (see jcs_json)
+
+
+def _json_key(key: Any) -> str:
+    """An object key as ``json.dumps`` writes it."""
+    if isinstance(key, str):
+        return key
+    if key is True:
+        return "true"
+    if key is False:
+        return "false"
+    if key is None:
+        return "null"
+    if isinstance(key, float):
+        return _finite(key) if not math.isfinite(key) else repr(key)
+    return str(key)
+
+
+def _jcs_ready(value: Any) -> tuple[Any, int]:
+    """The value prepared for JCS, and how it can be written.
+
+    ``_FAST``: Python's own sorted-key JSON writes exactly the JCS text (the usual case: floats
+    in fixed notation, integral floats turned into integers, no key beyond the BMP); ``_SLOW``:
+    the ``rfc8785`` package must write it; ``_V1``: JCS cannot carry it exactly (an integer
+    beyond ±2^53, or an integral float that large), so version 1 text is used.
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value, _FAST
+    if isinstance(value, int):
+        return value, _FAST if abs(value) < _JCS_SAFE else _V1
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return _finite(value), _FAST
+        if value.is_integer():
+            if abs(value) < _JCS_SAFE:
+                return int(value), _FAST
+            # exactly 2^53: rfc8785 writes it from the float (not from an int); beyond: v1
+            return value, _SLOW if abs(value) == _JCS_SAFE else _V1
+        size = abs(value)
+        return value, _FAST if 1e-4 <= size < 1e16 else _SLOW
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        mode = _FAST
+        for k, v in value.items():
+            key = _json_key(k)
+            if mode == _FAST and any(ord(c) > 0xFFFF for c in key):
+                mode = _SLOW  # JCS sorts keys by UTF-16 code units, Python by code points
+            out[key], item = _jcs_ready(v)
+            mode = max(mode, item)
+        return out, mode
+    if isinstance(value, (list, tuple)):
+        items: list[Any] = []
+        mode = _FAST
+        for v in value:
+            item, m = _jcs_ready(v)
+            items.append(item)
+            mode = max(mode, m)
+        return items, mode
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+class _NotPlain(Exception):
+    """Python's JSON text of this value is not its JCS text."""
+
+
+def _check_float(text: str) -> float:
+    value = float(text)
+    if value.is_integer() or not 1e-4 <= abs(value) < 1e16:
+        raise _NotPlain  # JCS writes these differently (an integer, or other exponent form)
+    return value
+
+
+def _check_int(text: str) -> int:
+    value = int(text)
+    if abs(value) >= _JCS_SAFE:
+        raise _NotPlain
+    return value
+
+
+def _bad_constant(text: str) -> Any:
+    raise _NotPlain
+
+
+_BEYOND_BMP = re.compile("[\U00010000-\U0010ffff]")
+
+
+def jcs_json(value: Any) -> str:
+    """RFC 8785 canonical JSON text of a value (see the module docstring for the exceptions).
+
+    Raises ``TypeError``/``ValueError`` for values JSON cannot represent, including text that
+    is not valid Unicode (a lone surrogate).
+    """
+    return jcs_parsed(value)[0]
+
+
+def jcs_parsed(value: Any) -> tuple[str, Any]:
+    """``jcs_json(value)`` and that text parsed back (the value as the store will return it)."""
+    try:
+        # The usual case, at C speed: Python's sorted-key JSON is already the JCS text when no
+        # number is written differently and no key needs UTF-16 ordering.
+        text = json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+        text.encode("utf-8")  # raises on lone surrogates, as JCS does
+        if _BEYOND_BMP.search(text) is None:
+            parsed = json.loads(
+                text,
+                parse_float=_check_float,
+                parse_int=_check_int,
+                parse_constant=_bad_constant,
+            )
+            return text, parsed
+    except (_NotPlain, ValueError):
+        pass  # a non-finite float, or numbers JCS writes its own way: prepare the value
+    ready, mode = _jcs_ready(value)
+    if mode == _V1:
+        text = canonical_json(value)
+    elif mode == _FAST:
+        text = json.dumps(
+            ready, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    else:
+        try:
+            text = rfc8785.dumps(ready).decode("utf-8")
+        except rfc8785.CanonicalizationError as exc:
+            raise ValueError(str(exc)) from exc
+    text.encode("utf-8")
+    return text, json.loads(text)
+
+
+def _material(tag: str, fields: list[Any]) -> bytes:
+    """The JCS bytes of a hash's material: strings and one small integer, so Python's compact
+    JSON is exactly JCS (no keys to order, no floats); lone surrogates raise."""
+    return json.dumps([tag, *fields], separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def key_bytes(key: str | bytes | None) -> bytes | None:
+    """A chain key as bytes (text keys are UTF-8); None or empty: no key."""
+    if not key:
+        return None
+    return key if isinstance(key, bytes) else key.encode("utf-8")
+
+
 def entry_hash(
     prev_hash: str,
     seq: int,
@@ -67,10 +231,37 @@ def entry_hash(
     payload_json: str,
     actor: str,
     created_at: str,
+    version: int = CHAIN_V1,
+    key: bytes | None = None,
 ) -> str:
-    """The SHA-256 hex digest that seals one entry and links it to the one before."""
-    material = canonical_json([prev_hash, seq, request_id, kind, payload_json, actor, created_at])
-    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+    """The hex digest that seals one entry and links it to the one before.
+
+    Version 3 needs ``key``; ``ValueError`` without it.
+    """
+    fields: list[Any] = [prev_hash, seq, request_id, kind, payload_json, actor, created_at]
+    if version == CHAIN_V1:
+        material = canonical_json(fields).encode("utf-8")
+        return hashlib.sha256(material).hexdigest()
+    if version == CHAIN_V2:
+        return hashlib.sha256(_material("tracerag-chain-v2", fields)).hexdigest()
+    if version == CHAIN_V3:
+        if key is None:
+            raise ValueError("a keyed (version 3) entry needs the chain key")
+        material = _material("tracerag-chain-v3", fields)
+        return hmac.new(key, material, hashlib.sha256).hexdigest()
+    raise ValueError(f"unknown chain version {version}")
+
+
+def head_mac(key: bytes, store_id: str, seq: int, hash_: str) -> str:
+    """The MAC of a chain head under the chain key (who holds no key cannot move the head)."""
+    material = rfc8785.dumps(["tracerag-head", store_id, seq, hash_])
+    return hmac.new(key, material, hashlib.sha256).hexdigest()
+
+
+def keyed_since_mac(key: bytes, store_id: str, seq: int) -> str:
+    """The MAC of the seq from which every entry of a store is keyed."""
+    material = rfc8785.dumps(["tracerag-keyed-since", store_id, seq])
+    return hmac.new(key, material, hashlib.sha256).hexdigest()
 
 
 class StoredRow(NamedTuple):
@@ -84,18 +275,26 @@ class StoredRow(NamedTuple):
     created_at: str
     prev_hash: str
     hash: str
+    version: int = CHAIN_V1
 
-    def hash_at(self, seq: int) -> str:
-        """The hash this row's content would have if it had been written as ``seq``."""
-        return entry_hash(
-            self.prev_hash,
-            seq,
-            self.request_id,
-            self.kind,
-            self.payload_json,
-            self.actor,
-            self.created_at,
-        )
+    def hash_at(self, seq: int, key: bytes | None = None) -> str | None:
+        """The hash this row's content would have if written as ``seq`` (None: needs a key)."""
+        if self.version == CHAIN_V3 and key is None:
+            return None
+        try:
+            return entry_hash(
+                self.prev_hash,
+                seq,
+                self.request_id,
+                self.kind,
+                self.payload_json,
+                self.actor,
+                self.created_at,
+                self.version,
+                key,
+            )
+        except (ValueError, TypeError, UnicodeError):
+            return ""
 
 
 @dataclass(frozen=True)
@@ -135,6 +334,10 @@ class ChainReport:
     head_hash: str = GENESIS_HASH
     issues: list[ChainIssue] = field(default_factory=list)
     truncated: bool = False  # more issues were found than were kept
+    store_id: str | None = None
+    unchecked: int = 0  # keyed entries whose content was not checked (no key given)
+    keyed: bool = False  # the chain key was given and checked
+    anchored: bool = False  # an outside anchor (expected head) was given and checked
 
     @property
     def ok(self) -> bool:
@@ -163,13 +366,26 @@ class ChainReport:
     def summary(self) -> str:
         """A short human-readable account of the verification."""
         head = f"checked {self.checked} entries; chain head seq {self.head_seq} {self.head_hash}"
+        if self.store_id:
+            head += f"; store {self.store_id}"
+        notes = []
+        if self.unchecked:
+            notes.append(
+                f"  note: {self.unchecked} keyed entries were checked for order only "
+                "(give the chain key to check their content)"
+            )
+        if not self.keyed and not self.anchored:
+            notes.append(
+                "  note: no chain key and no expected head given: a rewrite of the whole "
+                "database would not be detected"
+            )
         if self.ok:
-            return f"audit chain intact: {head}"
+            return "\n".join([f"audit chain intact: {head}", *notes])
         lines = [f"audit chain BROKEN ({len(self.issues)} issues): {head}"]
         lines += [f"  {issue}" for issue in self.issues]
         if self.truncated:
             lines.append("  ... more issues not listed")
-        return "\n".join(lines)
+        return "\n".join(lines + notes)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able form of the report."""
@@ -178,6 +394,10 @@ class ChainReport:
             "checked": self.checked,
             "head_seq": self.head_seq,
             "head_hash": self.head_hash,
+            "store_id": self.store_id,
+            "unchecked": self.unchecked,
+            "keyed": self.keyed,
+            "anchored": self.anchored,
             "truncated": self.truncated,
             "issues": [
                 {
@@ -203,9 +423,16 @@ class ChainVerifier:
         self,
         find_by_hash: Callable[[str], StoredRow | None],
         max_issues: int = 1000,
+        *,
+        genesis: str = GENESIS_HASH,
+        key: bytes | None = None,
+        keyed_since: int | None = None,
     ) -> None:
         self._find = find_by_hash
         self._max = max_issues
+        self.genesis = genesis
+        self.key = key
+        self.keyed_since = keyed_since
         self._prev: StoredRow | None = None
         self._prev_orig: int = 0  # original seq of the previous row, as far as it is known
         self._reported_reordered: set[int] = set()
@@ -219,20 +446,41 @@ class ChainVerifier:
 
     def _original_seq(self, row: StoredRow) -> int | None:
         """The seq under which this row's content was sealed, searched near its stored seq."""
-        if row.hash_at(row.seq) == row.hash:
+        own = row.hash_at(row.seq, self.key)
+        if own is None:  # keyed, and no key to check it with: trust its place
+            return row.seq
+        if own == row.hash:
             return row.seq
         for delta in range(1, REORDER_WINDOW + 1):
             for candidate in (row.seq - delta, row.seq + delta):
-                if candidate >= 1 and row.hash_at(candidate) == row.hash:
+                if candidate >= 1 and row.hash_at(candidate, self.key) == row.hash:
                     return candidate
         return None
 
     def feed(self, row: StoredRow) -> None:
         """Check one row against itself and the row before it."""
         self.report.checked += 1
+        if row.version == CHAIN_V3 and self.key is None:
+            self.report.unchecked += 1
+        if (
+            self.key is not None
+            and self.keyed_since is not None
+            and row.seq >= self.keyed_since
+            and row.version != CHAIN_V3
+        ):
+            self._issue(
+                ChainIssue(
+                    "changed",
+                    row.seq,
+                    row.request_id,
+                    f"entry is sealed without the chain key (version {row.version}) although "
+                    f"every entry from seq {self.keyed_since} is keyed: re-sealed by someone "
+                    "without the key",
+                )
+            )
         prev = self._prev
         expected_seq = 1 if prev is None else prev.seq + 1
-        expected_prev_hash = GENESIS_HASH if prev is None else prev.hash
+        expected_prev_hash = self.genesis if prev is None else prev.hash
 
         gap = row.seq > expected_seq
         if gap:
@@ -278,7 +526,7 @@ class ChainVerifier:
         """The row does not chain to the row before it: find out why."""
         if row.seq in self._reported_reordered:
             return  # already explained by the move
-        target = self._find(row.prev_hash) if row.prev_hash != GENESIS_HASH else None
+        target = self._find(row.prev_hash) if row.prev_hash != self.genesis else None
         if target is not None:
             target_orig = self._original_seq(target)
             if orig is not None and target_orig is not None and orig == target_orig + 1:

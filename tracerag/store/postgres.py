@@ -13,21 +13,18 @@ in the URL (``?options=-csearch_path%3Dmyschema``).
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from tracerag.store.base import (
-    Cursor,
-    InvalidRecord,
-    SchemaTooNew,
-    SQLAuditStore,
-    StoreError,
-    _Head,
-    now_iso,
-)
-from tracerag.store.chain import GENESIS_HASH
+from tracerag.store import migrations
+from tracerag.store.base import InvalidRecord, StoreError, StoreMissing
+from tracerag.store.migrations import SCHEMA_VERSION
+from tracerag.store.sql import Cursor, SQLAuditStore, _Head
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "PostgresAuditStore", "connect", "migrate"]
 
 try:  # psycopg is an optional dependency
     import psycopg
@@ -36,82 +33,7 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     psycopg = None  # type: ignore[assignment]
     pgsql = None  # type: ignore[assignment]
 
-MIGRATIONS: list[tuple[int, list[str]]] = [
-    (
-        1,
-        [
-            """CREATE TABLE audit_entries (
-                seq BIGINT PRIMARY KEY,
-                request_id TEXT NOT NULL,
-                kind TEXT NOT NULL,
-                payload TEXT NOT NULL,
-                actor TEXT NOT NULL,
-                created_at TEXT NOT NULL,
-                prev_hash TEXT NOT NULL,
-                hash TEXT NOT NULL UNIQUE
-            )""",
-            "CREATE INDEX audit_entries_request ON audit_entries (request_id, seq)",
-            """CREATE TABLE chain_head (
-                id INTEGER PRIMARY KEY CHECK (id = 1),
-                last_seq BIGINT NOT NULL,
-                last_hash TEXT NOT NULL
-            )""",
-            f"INSERT INTO chain_head (id, last_seq, last_hash) VALUES (1, 0, '{GENESIS_HASH}')",
-            """CREATE TABLE requests (
-                request_id TEXT PRIMARY KEY,
-                trace_id TEXT,
-                created_at TEXT NOT NULL,
-                question TEXT,
-                first_seq BIGINT NOT NULL,
-                n_entries INTEGER NOT NULL
-            )""",
-            "CREATE INDEX requests_created ON requests (created_at)",
-        ],
-    ),
-    (
-        2,
-        [
-            "ALTER TABLE requests ADD COLUMN decision TEXT",
-            "ALTER TABLE requests ADD COLUMN confidence DOUBLE PRECISION",
-            "ALTER TABLE requests ADD COLUMN tier TEXT",
-            "ALTER TABLE requests ADD COLUMN channel TEXT",
-            """UPDATE requests r SET
-                decision = resp.payload::jsonb ->> 'decision',
-                confidence = CASE WHEN jsonb_typeof(resp.payload::jsonb -> 'confidence') = 'number'
-                             THEN (resp.payload::jsonb ->> 'confidence')::double precision END
-               FROM audit_entries resp
-               WHERE resp.request_id = r.request_id AND resp.kind = 'response'""",
-            """UPDATE requests r SET
-                tier = reg.payload::jsonb ->> 'tier',
-                channel = reg.payload::jsonb ->> 'channel'
-               FROM audit_entries reg
-               WHERE reg.request_id = r.request_id AND reg.kind = 'register'""",
-            "CREATE INDEX requests_decision ON requests (decision, created_at)",
-            """CREATE TABLE review_queue (
-                request_id TEXT PRIMARY KEY REFERENCES requests (request_id),
-                route TEXT NOT NULL,
-                priority INTEGER NOT NULL,
-                reason TEXT NOT NULL,
-                status TEXT NOT NULL CHECK (status IN ('pending', 'claimed', 'decided')),
-                enqueued_seq BIGINT NOT NULL,
-                enqueued_at TEXT NOT NULL,
-                claimed_by TEXT,
-                claimed_at TEXT,
-                decided_by TEXT,
-                decided_at TEXT,
-                action TEXT,
-                final_answer TEXT,
-                decision_reason TEXT
-            )""",
-            "CREATE INDEX review_queue_next ON review_queue (status, priority, enqueued_seq)",
-            """CREATE FUNCTION tracerag_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
-               BEGIN RAISE EXCEPTION 'audit entries are append-only'; END $$""",
-            """CREATE TRIGGER audit_entries_append_only BEFORE UPDATE OR DELETE ON audit_entries
-               FOR EACH ROW EXECUTE FUNCTION tracerag_append_only()""",
-        ],
-    ),
-]
-SCHEMA_VERSION = MIGRATIONS[-1][0]
+MIGRATIONS = migrations.MIGRATIONS
 
 _MIGRATION_LOCK = "tracerag.audit.schema"
 
@@ -124,60 +46,49 @@ def _require_psycopg() -> None:
         )
 
 
-class _PgCursor:
-    """A psycopg cursor that takes the shared SQL's ``?`` placeholders."""
-
-    def __init__(self, cur: Any) -> None:
-        self._cur = cur
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._cur.execute(sql.replace("?", "%s"), params or None)
-
-    def fetchone(self) -> Any:
-        return self._cur.fetchone()
-
-    def fetchall(self) -> list[Any]:
-        return self._cur.fetchall()
-
-
 def migrate(conn: Any, target: int | None = None) -> int:
     """Apply pending migrations up to ``target`` (default: latest); returns the new version.
 
     ``conn`` is an autocommit psycopg connection whose search_path selects the schema.
     """
-    target = SCHEMA_VERSION if target is None else target
     with conn.transaction(), conn.cursor() as cur:
         cur.execute(
             "SELECT pg_advisory_xact_lock(hashtext(coalesce(current_schema(), '') || %s))",
             (_MIGRATION_LOCK,),
         )
-        cur.execute(
-            "CREATE TABLE IF NOT EXISTS schema_version "
-            "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
-        )
-        cur.execute("SELECT MAX(version) FROM schema_version")
-        current = int(cur.fetchone()[0] or 0)
-        if current > SCHEMA_VERSION:
-            raise SchemaTooNew(
-                f"audit database schema version {current} is newer than this tracerag "
-                f"supports ({SCHEMA_VERSION}); upgrade tracerag"
-            )
-        for version, statements in MIGRATIONS:
-            if current < version <= target:
-                for statement in statements:
-                    cur.execute(statement)
-                cur.execute(
-                    "INSERT INTO schema_version (version, applied_at) VALUES (%s, %s)",
-                    (version, now_iso()),
-                )
-                current = version
-    return current
+        return migrations.apply(cur, "postgres", target)
 
 
-def connect(dsn: str, schema: str | None = None, connect_timeout: float = 10.0) -> Any:
-    """An autocommit psycopg connection, its search_path set to ``schema`` when given."""
+def _has_schema(conn: Any) -> bool:
+    row = conn.execute("SELECT to_regclass('schema_version') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
+def connect(
+    dsn: str,
+    schema: str | None = None,
+    connect_timeout: float = 5.0,
+    statement_timeout: float = 5.0,
+) -> Any:
+    """An autocommit psycopg connection with bounded waits, its search_path set to ``schema``.
+
+    ``connect_timeout`` bounds connecting; ``statement_timeout`` bounds each statement and each
+    lock wait on the server; TCP keepalives and ``tcp_user_timeout`` notice a dead peer.
+    """
     _require_psycopg()
-    conn = psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, int(connect_timeout)))
+    conn = psycopg.connect(
+        dsn,
+        autocommit=True,
+        connect_timeout=max(1, int(connect_timeout)),
+        keepalives=1,
+        keepalives_idle=5,
+        keepalives_interval=2,
+        keepalives_count=3,
+        tcp_user_timeout=int(max(1.0, connect_timeout + statement_timeout) * 1000),
+    )
+    millis = str(int(statement_timeout * 1000))
+    conn.execute("SELECT set_config('statement_timeout', %s, false)", (millis,))
+    conn.execute("SELECT set_config('lock_timeout', %s, false)", (millis,))
     if schema:
         conn.execute(pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(pgsql.Identifier(schema)))
         conn.execute(pgsql.SQL("SET search_path TO {}").format(pgsql.Identifier(schema)))
@@ -191,6 +102,7 @@ class _Pool:
         self._factory = factory
         self._max = max_size
         self._idle: list[Any] = []
+        self._busy: set[Any] = set()
         self._size = 0
         self._cond = threading.Condition()
         self._closed = False
@@ -217,11 +129,15 @@ class _Pool:
                     self._size -= 1
                     self._cond.notify()
                 raise
+        with self._cond:
+            self._busy.add(conn)
         ok = False
         try:
             yield conn
             ok = True
         finally:
+            with self._cond:
+                self._busy.discard(conn)
             broken = conn.closed or getattr(conn, "broken", False)
             if not ok and not broken:
                 # after an error, keep the connection only if it is idle and usable
@@ -234,6 +150,20 @@ class _Pool:
                 else:
                     self._idle.append(conn)
                 self._cond.notify()
+
+    def interrupt(self) -> None:
+        """Shut down the sockets of the connections in use; their waits end with an error."""
+        import socket
+
+        with self._cond:
+            busy = list(self._busy)
+        for conn in busy:
+            with suppress(Exception):
+                sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                finally:
+                    sock.close()
 
     def close(self) -> None:
         with self._cond:
@@ -258,21 +188,52 @@ class PostgresAuditStore(SQLAuditStore):
         *,
         schema: str | None = None,
         auto_enqueue: bool = True,
+        chain_key: str | bytes | None = None,
         max_connections: int = 8,
-        connect_timeout: float = 10.0,
+        connect_timeout: float = 5.0,
+        statement_timeout: float = 5.0,
+        create: bool = True,
     ) -> None:
         _require_psycopg()
-        super().__init__(auto_enqueue=auto_enqueue)
+        super().__init__(auto_enqueue=auto_enqueue, chain_key=chain_key)
         self.dsn = dsn
         self.schema = schema
-        self._pool = _Pool(lambda: connect(dsn, schema, connect_timeout), max_connections)
-        with self._pool.connection() as conn:
-            self.schema_version = migrate(conn)
+        self._pool = _Pool(
+            lambda: connect(dsn, schema, connect_timeout, statement_timeout), max_connections
+        )
+        try:
+            with self._pool.connection() as conn:
+                if not create and not _has_schema(conn):
+                    raise StoreMissing(
+                        f"no audit store in {self.location} (the audit tables do not exist)"
+                    )
+                self.schema_version = migrate(conn)
+        except psycopg.Error as exc:
+            self._pool.close()
+            raise StoreError(f"cannot open the PostgreSQL audit store: {exc}") from exc
+        except BaseException:
+            self._pool.close()
+            raise
+
+    @property
+    def location(self) -> str:
+        """The database, without credentials."""
+        try:
+            info = psycopg.conninfo.conninfo_to_dict(self.dsn)
+        except Exception:
+            return "<postgresql>"
+        where = (
+            f"postgresql://{info.get('host', '')}:{info.get('port', '')}/{info.get('dbname', '')}"
+        )
+        return where + (f" schema {self.schema}" if self.schema else "")
+
+    def interrupt(self) -> None:
+        """Break the connections in use (a hung server): their operations fail at once."""
+        self._pool.interrupt()
 
     @contextmanager
     def _write(self) -> Iterator[tuple[Cursor, _Head]]:
-        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as raw:
-            cur = _PgCursor(raw)
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
             cur.execute("SELECT last_seq, last_hash FROM chain_head WHERE id = 1 FOR UPDATE")
             row = cur.fetchone()
             if row is None:
@@ -284,10 +245,10 @@ class PostgresAuditStore(SQLAuditStore):
 
     @contextmanager
     def _read(self) -> Iterator[Cursor]:
-        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as raw:
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
             # one snapshot for multi-query reads (verification, metrics)
-            raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            yield _PgCursor(raw)
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            yield cur
 
     def close(self) -> None:
         self._pool.close()

@@ -1,114 +1,80 @@
-"""The SQLite audit store: the default, one file, created on first use.
+"""The SQLite audit store: one file, created on first use unless told not to.
 
-WAL journal, ``synchronous=FULL`` by default (a committed record survives power loss), and a
-``schema_version`` table with migrations applied in order on open. Appends run in
-``BEGIN IMMEDIATE`` transactions, so several processes may share the file; within a process one
-connection is shared under a lock, so the store is safe to use from any thread.
-Plain ``UPDATE``/``DELETE`` on the log is refused by triggers (defence in depth; the hash chain
-is what makes tampering evident).
+WAL journal, ``synchronous=FULL`` by default (a committed record survives power loss), and the
+migrations of ``tracerag.store.migrations`` applied on open. Appends run in ``BEGIN IMMEDIATE``
+transactions, so several processes may share the file; within a process one connection is
+shared under a lock, so the store is safe to use from any thread. Every wait for a lock held
+by another process is bounded by ``busy_timeout_s`` (default 5 s), after which the operation
+fails (and the writer retries it). Plain ``UPDATE``/``DELETE`` on the log is refused by
+triggers (defence in depth; the hash chain is what makes tampering evident).
+
+``create=False`` opens only an existing audit store: a missing file, a file without the audit
+tables, a directory or a file that is not a database raise ``StoreMissing``/``StoreError``.
+While open, ``check()`` notices that the file was deleted or replaced (``StoreVanished``).
 """
 
 from __future__ import annotations
 
+import functools
+import os
+import re
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from tracerag.store.base import Cursor, SchemaTooNew, SQLAuditStore, StoreError, _Head, now_iso
-from tracerag.store.chain import GENESIS_HASH
+from tracerag.store import migrations
+from tracerag.store.base import StoreError, StoreMissing, StoreVanished
+from tracerag.store.migrations import SCHEMA_VERSION
+from tracerag.store.sql import Cursor, SQLAuditStore, _Head
 
-# Each migration is a list of statements, applied in one transaction with its version row.
-MIGRATIONS: list[tuple[int, list[str]]] = [
-    (
-        1,
-        [
-            """CREATE TABLE audit_entries (
-                seq INTEGER PRIMARY KEY,
-                request_id TEXT NOT NULL,
-                kind TEXT NOT NULL,
-                payload TEXT NOT NULL,
-                actor TEXT NOT NULL,
-                created_at TEXT NOT NULL,
-                prev_hash TEXT NOT NULL,
-                hash TEXT NOT NULL UNIQUE
-            )""",
-            "CREATE INDEX audit_entries_request ON audit_entries (request_id, seq)",
-            """CREATE TABLE chain_head (
-                id INTEGER PRIMARY KEY CHECK (id = 1),
-                last_seq INTEGER NOT NULL,
-                last_hash TEXT NOT NULL
-            )""",
-            f"INSERT INTO chain_head (id, last_seq, last_hash) VALUES (1, 0, '{GENESIS_HASH}')",
-            """CREATE TABLE requests (
-                request_id TEXT PRIMARY KEY,
-                trace_id TEXT,
-                created_at TEXT NOT NULL,
-                question TEXT,
-                first_seq INTEGER NOT NULL,
-                n_entries INTEGER NOT NULL
-            )""",
-            "CREATE INDEX requests_created ON requests (created_at)",
-        ],
-    ),
-    (
-        2,
-        [
-            # request summary columns for listing, back-filled from the log
-            "ALTER TABLE requests ADD COLUMN decision TEXT",
-            "ALTER TABLE requests ADD COLUMN confidence REAL",
-            "ALTER TABLE requests ADD COLUMN tier TEXT",
-            "ALTER TABLE requests ADD COLUMN channel TEXT",
-            """UPDATE requests SET
-                decision = (SELECT json_extract(e.payload, '$.decision') FROM audit_entries e
-                            WHERE e.request_id = requests.request_id AND e.kind = 'response'
-                            ORDER BY e.seq LIMIT 1),
-                confidence = (SELECT json_extract(e.payload, '$.confidence') FROM audit_entries e
-                              WHERE e.request_id = requests.request_id AND e.kind = 'response'
-                              ORDER BY e.seq LIMIT 1),
-                tier = (SELECT json_extract(e.payload, '$.tier') FROM audit_entries e
-                        WHERE e.request_id = requests.request_id AND e.kind = 'register'
-                        ORDER BY e.seq LIMIT 1),
-                channel = (SELECT json_extract(e.payload, '$.channel') FROM audit_entries e
-                           WHERE e.request_id = requests.request_id AND e.kind = 'register'
-                           ORDER BY e.seq LIMIT 1)""",
-            "CREATE INDEX requests_decision ON requests (decision, created_at)",
-            """CREATE TABLE review_queue (
-                request_id TEXT PRIMARY KEY REFERENCES requests (request_id),
-                route TEXT NOT NULL,
-                priority INTEGER NOT NULL,
-                reason TEXT NOT NULL,
-                status TEXT NOT NULL CHECK (status IN ('pending', 'claimed', 'decided')),
-                enqueued_seq INTEGER NOT NULL,
-                enqueued_at TEXT NOT NULL,
-                claimed_by TEXT,
-                claimed_at TEXT,
-                decided_by TEXT,
-                decided_at TEXT,
-                action TEXT,
-                final_answer TEXT,
-                decision_reason TEXT
-            )""",
-            "CREATE INDEX review_queue_next ON review_queue (status, priority, enqueued_seq)",
-            """CREATE TRIGGER audit_entries_no_update BEFORE UPDATE ON audit_entries
-               BEGIN SELECT RAISE(ABORT, 'audit entries are append-only'); END""",
-            """CREATE TRIGGER audit_entries_no_delete BEFORE DELETE ON audit_entries
-               BEGIN SELECT RAISE(ABORT, 'audit entries are append-only'); END""",
-        ],
-    ),
-]
-SCHEMA_VERSION = MIGRATIONS[-1][0]
+MIGRATIONS = migrations.MIGRATIONS
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteAuditStore", "migrate", "schema_version"]
+
+_FORMAT_TOKEN = re.compile(r"%[s%]")
+
+
+@functools.lru_cache(maxsize=512)
+def to_qmark(sql: str) -> str:
+    """A ``format``-paramstyle statement in ``qmark`` style: ``%s`` → ``?``, ``%%`` → ``%``."""
+    return _FORMAT_TOKEN.sub(lambda m: "?" if m.group(0) == "%s" else "%", sql)
+
+
+class QmarkCursor:
+    """An sqlite3 cursor taking the shared SQL's ``format``-style parameters."""
+
+    def __init__(self, cur: sqlite3.Cursor) -> None:
+        self._cur = cur
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        if params:
+            return self._cur.execute(to_qmark(sql), params)
+        return self._cur.execute(sql)
+
+    def fetchone(self) -> Any:
+        return self._cur.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return self._cur.fetchall()
+
+    def close(self) -> None:
+        self._cur.close()
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
     """The schema version of an open database (0 for a new one)."""
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_version "
-        "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
-    )
+    conn.execute(migrations.CREATE_SCHEMA_VERSION)
     row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
     return int(row[0] or 0)
+
+
+def _has_schema(conn: sqlite3.Connection) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+    ).fetchone()
+    return row is not None
 
 
 def migrate(conn: sqlite3.Connection, target: int | None = None) -> int:
@@ -116,24 +82,9 @@ def migrate(conn: sqlite3.Connection, target: int | None = None) -> int:
 
     ``conn`` must be in autocommit mode (``isolation_level=None``).
     """
-    target = SCHEMA_VERSION if target is None else target
     conn.execute("BEGIN IMMEDIATE")
     try:
-        current = schema_version(conn)
-        if current > SCHEMA_VERSION:
-            raise SchemaTooNew(
-                f"audit database schema version {current} is newer than this tracerag "
-                f"supports ({SCHEMA_VERSION}); upgrade tracerag"
-            )
-        for version, statements in MIGRATIONS:
-            if current < version <= target:
-                for statement in statements:
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
-                    (version, now_iso()),
-                )
-                current = version
+        current = migrations.apply(QmarkCursor(conn.cursor()), "sqlite", target)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -149,21 +100,36 @@ class SQLiteAuditStore(SQLAuditStore):
         path: str | Path = ".tracerag/audit.sqlite",
         *,
         auto_enqueue: bool = True,
+        chain_key: str | bytes | None = None,
         synchronous: str = "FULL",
-        busy_timeout_s: float = 30.0,
+        busy_timeout_s: float = 5.0,
+        create: bool = True,
     ) -> None:
-        super().__init__(auto_enqueue=auto_enqueue)
+        super().__init__(auto_enqueue=auto_enqueue, chain_key=chain_key)
         self.path = str(path)
+        self._file_id: tuple[int, int] | None = None
+        if self.path == ":memory:":
+            create = True  # nothing to find, nothing left behind
         if self.path != ":memory:":
-            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            self.path = str(Path(self.path).expanduser())
+            target = Path(self.path).expanduser()
+            self.path = str(target)
+            if target.is_dir():
+                raise StoreError(f"{self.path} is a directory, not an audit store file")
+            if not create and not target.exists():
+                raise StoreMissing(f"no audit store at {self.path} (the file does not exist)")
+            if create:
+                target.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._conn = sqlite3.connect(
-            self.path,
-            isolation_level=None,
-            check_same_thread=False,
-            timeout=busy_timeout_s,
-        )
+        try:
+            self._conn = sqlite3.connect(
+                self.path if create or self.path == ":memory:" else _uri(self.path, "rw"),
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=busy_timeout_s,
+                uri=not create and self.path != ":memory:",
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the SQLite audit store {self.path}: {exc}") from exc
         try:
             if self.path != ":memory:":
                 mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -174,7 +140,15 @@ class SQLiteAuditStore(SQLAuditStore):
             self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
             self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
             self._conn.execute("PRAGMA foreign_keys=ON")
+            if not create and not _has_schema(self._conn):
+                raise StoreMissing(f"{self.path} holds no audit store (no audit tables)")
             self.schema_version = migrate(self._conn)
+            if self.path != ":memory:":
+                st = os.stat(self.path)
+                self._file_id = (st.st_dev, st.st_ino)
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            raise StoreError(f"{self.path} is not a usable SQLite audit store: {exc}") from exc
         except BaseException:
             self._conn.close()
             raise
@@ -184,7 +158,7 @@ class SQLiteAuditStore(SQLAuditStore):
     def _write(self) -> Iterator[tuple[Cursor, _Head]]:
         with self._lock:
             self._check_open()
-            cur = self._conn.cursor()
+            cur = QmarkCursor(self._conn.cursor())
             cur.execute("BEGIN IMMEDIATE")
             try:
                 head = self._read_head(cur)
@@ -206,7 +180,7 @@ class SQLiteAuditStore(SQLAuditStore):
     def _read(self) -> Iterator[Cursor]:
         with self._lock:
             self._check_open()
-            cur = self._conn.cursor()
+            cur = QmarkCursor(self._conn.cursor())
             cur.execute("BEGIN")  # one consistent snapshot for multi-query reads
             try:
                 yield cur
@@ -223,11 +197,9 @@ class SQLiteAuditStore(SQLAuditStore):
         self._check_open()
         # A separate read-only connection: in WAL mode it reads a consistent snapshot while
         # this store's connection goes on writing.
-        conn = sqlite3.connect(
-            Path(self.path).resolve().as_uri() + "?mode=ro", uri=True, isolation_level=None
-        )
+        conn = sqlite3.connect(_uri(self.path, "ro"), uri=True, isolation_level=None)
         try:
-            cur = conn.cursor()
+            cur = QmarkCursor(conn.cursor())
             cur.execute("BEGIN")
             try:
                 yield cur
@@ -240,6 +212,25 @@ class SQLiteAuditStore(SQLAuditStore):
         if self._closed:
             raise StoreError("the audit store is closed")
 
+    def interrupt(self) -> None:
+        """Make the statement in progress fail now (``sqlite3.OperationalError``)."""
+        self._conn.interrupt()
+
+    def check(self) -> None:
+        """Raise ``StoreVanished`` if the file was deleted or replaced since it was opened."""
+        if self._file_id is None:
+            return
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise StoreVanished(f"the audit store file {self.path} disappeared") from None
+        if (st.st_dev, st.st_ino) != self._file_id:
+            raise StoreVanished(f"the audit store file {self.path} was replaced by another file")
+
+    @property
+    def location(self) -> str:
+        return self.path
+
     def close(self) -> None:
         with self._lock:
             if not self._closed:
@@ -248,3 +239,7 @@ class SQLiteAuditStore(SQLAuditStore):
 
     def __repr__(self) -> str:
         return f"SQLiteAuditStore({self.path!r})"
+
+
+def _uri(path: str, mode: str) -> str:
+    return Path(path).resolve().as_uri() + f"?mode={mode}"

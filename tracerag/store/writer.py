@@ -1,44 +1,83 @@
-"""AuditWriter: audit records are written off the request path, and a lost one is never silent.
+"""AuditWriter: audit records reach the store off the request path; none is lost in silence.
 
-``submit(record)`` only appends to a bounded in-memory buffer and returns at once; one
-background thread writes the buffer to the store in submission order. While the store fails,
-the record at the head of the buffer is retried with exponential backoff and jitter (tenacity)
-and the rest wait behind it, so the chain keeps request order.
+Two modes:
 
-Overflow policy: **the newest record is refused**. When the buffer is full, ``submit`` returns
-False and the record is dropped; records already accepted are never evicted. The caller learns
-at once that this very record is not kept, so the response that goes out with it can say
-``audit_persisted=False``, while responses that went out earlier are not made wrong after the
-fact. Every loss — a full buffer, an invalid record, records still buffered when ``close``
-gives up — increments ``dropped``, calls ``on_drop(record, reason)`` and logs an ERROR line on
-logger ``tracerag.audit`` naming the request_id.
+- **journaled** (``journal=DIR``; what ``audit=`` URLs and ``TRACERAG_STORE`` use for a SQLite
+  file, and for any store when ``TRACERAG_AUDIT_JOURNAL`` is set): ``submit``
+  appends the record to a local crash-safe journal (``tracerag.store.journal``: append +
+  ``fdatasync``, group commit) and returns True only once it is on disk. A background thread
+  drains the journal into the store and deletes what is stored; at start it drains what an
+  earlier process left behind. A ``kill -9`` therefore loses no record that was acknowledged.
+- **in memory** (no journal): ``submit`` appends to a buffer bounded by count
+  (``max_buffer``) and bytes (``max_buffer_bytes``) and returns at once; ``submit_durable``
+  waits (up to ``durable_timeout``) until the store has committed the record.
 
-How the pipeline uses it::
+What a Response's ``audit_persisted`` means, via ``submit_durable`` (see ``tracerag.audit``):
+``True`` only when the record is durable at answer time — in the journal, or committed to the
+store; ``False`` when it was refused (buffer or journal full, writer closed), quarantined, or
+not yet committed when the wait ended (store slow or failing; it may still be written later:
+``persisted(request_id)`` tells); ``None`` when no audit trail is configured.
 
-    accepted = writer.submit(record)
-    response.audit_persisted = accepted and writer.healthy
+Records the writer cannot encode or the store refuses as invalid (a lone UTF-16 surrogate, a
+value JSON cannot carry, no request_id, text the database rejects) are **quarantined**: stored
+as a ``quarantined`` entry carrying the reason and an ASCII-escaped copy of the record, so they
+never block the records behind them. Store failures (unreachable, locked, vanished, replaced)
+are **transient**: the batch at the head is retried with exponential backoff and jitter, in
+order, and logged at WARNING. A record that keeps failing while the store accepts a write
+transaction (``ping``) is treated as poisoned and quarantined. A store operation hanging longer
+than ``op_timeout`` is interrupted (``store.interrupt()``).
 
-``healthy`` is False while the store is failing (the last write attempt raised and none has
-succeeded since), while the buffer is full, and after ``close``. ``audit_persisted`` is thus a
-promise made at answer time ("accepted, and the store was writing"), not a confirmation;
-``persisted(request_id)`` gives the confirmation later: True once written, False if dropped,
-None while still pending (or when the writer does not remember the request_id).
+For an event loop, ``asubmit_durable`` waits for the disk without blocking the loop, so the
+answers that finish together share one ``fdatasync``.
+
+Health: ``healthy`` is False while the store is failing, the buffer/journal is full, or the
+writer is closed; ``ready()`` adds "the store was opened and is the expected one" and "no
+store operation has been hanging for longer than ``op_timeout``"; ``status()`` gives the
+details (for ``/readyz``). Metrics (``tracerag.metrics``): ``persist_failures`` per failed
+attempt, ``dropped`` per lost record, ``backlog`` (records accepted and not yet stored).
+
+The store's identity (``store_id`` and chain genesis, see ``SQLAuditStore.identity``) is
+remembered — in the journal directory when there is one — and every later open must find the
+same store: a store that vanished or was replaced by another (an empty one included) is never
+written to; the records wait in the journal and the writer reports not ready.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import inspect
 import itertools
+import json
 import logging
+import random
+import sqlite3
 import threading
 import time
+import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import tenacity
-
-from tracerag.store.base import AuditStore, DuplicateRequest, InvalidRecord
+from tracerag.store.base import (
+    AuditStore,
+    DuplicateRequest,
+    InvalidRecord,
+    StoreError,
+    StoreReplaced,
+    StoreVanished,
+)
+from tracerag.store.journal import (
+    FRAME_QUARANTINE,
+    FRAME_RECORD,
+    HEAD_FILE,
+    IDENTITY_FILE,
+    Journal,
+    JournalError,
+    open_journal,
+)
 
 logger = logging.getLogger("tracerag.audit")
 
@@ -48,96 +87,311 @@ DROP_BUFFER_FULL = "buffer_full"
 DROP_INVALID = "invalid_record"
 DROP_SHUTDOWN = "shutdown"
 DROP_CLOSED = "writer_closed"
+DROP_JOURNAL = "journal_failed"
+
+QUARANTINED = "quarantined"
+#: the longest escaped copy of a poisoned record kept in its quarantined entry
+MAX_QUARANTINE_RAW = 256 * 1024
+#: failed attempts on one batch before the writer asks the store whether it is the record
+POISON_PROBE_AFTER = 3
 
 
-def _request_id(record: Any) -> str:
+def _request_id(record: Any) -> str | None:
     if isinstance(record, Mapping):
         rid = record.get("request_id")
-        if rid:
-            return str(rid)
-    return "<no request_id>"
+        if isinstance(rid, str) and rid.strip() and "\x00" not in rid:
+            return rid
+    return None
 
 
-class _Aborted(Exception):
-    """The writer is shutting down and gave up on the record in hand."""
+@dataclass
+class _Item:
+    """One accepted record: its encoded form and where it sits in the journal."""
+
+    request_id: str
+    type: bytes
+    payload: bytes
+    position: tuple[int, int] | None = None
+    record: Any = None  # the payload decoded, once read back from the journal
+    accepted_at: float = 0.0  # monotonic time it was accepted (in memory)
+
+    @property
+    def size(self) -> int:
+        return len(self.payload)
+
+
+def encode_record(record: Any) -> _Item:
+    """The record as journal payload, or its quarantine form when it cannot be encoded."""
+    rid = _request_id(record)
+    try:
+        if not isinstance(record, Mapping):
+            raise InvalidRecord(f"an audit record must be a mapping, not {type(record).__name__}")
+        if rid is None:
+            raise InvalidRecord("an audit record needs a non-empty string request_id")
+        text = json.dumps(record, ensure_ascii=False, allow_nan=True, separators=(",", ":"))
+        return _Item(rid, FRAME_RECORD, text.encode("utf-8"))
+    except (TypeError, ValueError, UnicodeError, RecursionError, InvalidRecord) as exc:
+        return quarantine_item(record, rid, f"{type(exc).__name__}: {exc}")
+
+
+def quarantine_item(record: Any, request_id: str | None, reason: str) -> _Item:
+    """A quarantine frame for a record: the reason and an ASCII-escaped copy of it."""
+    rid = request_id or f"<no request_id>-{uuid.uuid4().hex}"
+    try:
+        raw = json.dumps(record, ensure_ascii=True, allow_nan=True, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        raw = ascii(record)
+    truncated = len(raw) > MAX_QUARANTINE_RAW
+    body = {
+        "request_id": rid,
+        "reason": reason[:2000],
+        "raw": raw[:MAX_QUARANTINE_RAW],
+        "raw_truncated": truncated,
+    }
+    return _Item(rid, FRAME_QUARANTINE, json.dumps(body, ensure_ascii=True).encode("ascii"))
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures of the store (retry later), False for problems of the record itself."""
+    if isinstance(exc, InvalidRecord):
+        return False
+    if isinstance(exc, (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.ProgrammingError)):
+        return False
+    try:
+        import psycopg
+
+        if isinstance(exc, psycopg.DataError):
+            return False
+        if isinstance(exc, psycopg.Error):
+            return True
+    except ImportError:  # pragma: no cover - without the postgres extra
+        pass
+    return isinstance(exc, (StoreError, OSError, sqlite3.Error, TimeoutError))
+
+
+def _metrics() -> Any:
+    from tracerag import metrics
+
+    return metrics
 
 
 class AuditWriter:
-    """Writes audit records in a background thread, with a bounded buffer and retries.
+    """Writes audit records to a store in a background thread, journaled or buffered.
 
-    ``store`` is an ``AuditStore`` or a zero-argument callable that opens one; a callable is
-    called (and retried) in the background, so an unreachable store at start-up does not stop
-    the application.
+    ``store`` is an ``AuditStore`` or a callable that opens one (called, and retried, in the
+    background, so an unreachable store at start-up does not stop the application; when it
+    accepts ``create=``, it is called with ``create=False`` once a store identity is expected).
+    ``journal`` is a directory (or a ``Journal``) for the crash-safe journal; None keeps the
+    buffer in memory.
     """
 
     def __init__(
         self,
-        store: AuditStore | Callable[[], AuditStore],
+        store: AuditStore | Callable[..., AuditStore],
         max_buffer: int = 10_000,
         *,
+        max_buffer_bytes: int = 64 * 1024 * 1024,
+        journal: str | Path | Journal | None = None,
+        durable_timeout: float = 2.0,
+        op_timeout: float = 10.0,
         on_drop: DropHook | None = None,
         backoff_initial: float = 0.1,
         backoff_max: float = 30.0,
         batch_size: int = 200,
+        batch_bytes: int = 512 * 1024,
+        batch_delay: float = 0.2,
         remember: int = 10_000,
         close_timeout: float = 5.0,
+        head_export_interval: float = 10.0,
+        probe_idle: bool | None = None,
         name: str = "tracerag-audit-writer",
     ) -> None:
         if max_buffer < 1:
             raise ValueError("max_buffer must be at least 1")
         if hasattr(store, "append_record"):
-            self._store: AuditStore | None = store  # type: ignore[assignment]
-            self._open: Callable[[], AuditStore] | None = None
+            self._store: Any = store
+            self._open: Callable[..., AuditStore] | None = None
+            self._open_takes_create = False
         else:
             self._store = None
-            self._open = store  # type: ignore[assignment]
+            self._open = store
+            try:
+                params = inspect.signature(store).parameters
+                self._open_takes_create = "create" in params or any(
+                    p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+                )
+            except (TypeError, ValueError):
+                self._open_takes_create = False
         self.max_buffer = max_buffer
+        self.max_buffer_bytes = max_buffer_bytes
         self.batch_size = max(1, batch_size)
+        self.batch_bytes = max(1, batch_bytes)
+        #: journaled, how long the drain lets records gather before a store commit (they are
+        #: durable already; fewer, larger commits cost the store and the disk less)
+        self.batch_delay = batch_delay
         self.on_drop = on_drop
         self.close_timeout = close_timeout
-        self._wait = tenacity.wait_exponential(
-            multiplier=backoff_initial, max=backoff_max
-        ) + tenacity.wait_random(0, backoff_initial)
+        self.durable_timeout = durable_timeout
+        self.op_timeout = op_timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.head_export_interval = head_export_interval
+        #: open the store at start and check it while idle, so ``ready()`` is true to it
+        #: without traffic (default: when journaled)
+        self.probe_idle = journal is not None if probe_idle is None else probe_idle
         self._remember = max(remember, 2 * max_buffer)
-        self._buffer: deque[Mapping[str, Any]] = deque()
+        if journal is not None and not isinstance(journal, Journal):
+            journal = open_journal(journal)
+        self.journal: Journal | None = journal
+        self._buffer: deque[_Item] = deque()
+        self._buffer_bytes = 0
+        self._cursor: tuple[int, int] | None = journal.first_position() if journal else None
         self._status: OrderedDict[str, bool | None] = OrderedDict()
         self._cond = threading.Condition()
-        self._wake = threading.Event()  # cuts a backoff sleep short on abort
+        self._wake = threading.Event()  # cuts a backoff sleep short on close/abort
         self._busy = False
         self._closing = False
         self._closed = False
         self._abort = False
         self._failing = False
+        self._failing_since: float | None = None
+        self._op_started: float | None = None
+        self._last_head_export = 0.0
+        self._identity: dict[str, Any] | None = (
+            journal.read_json(IDENTITY_FILE) if journal is not None else None
+        )
         self.last_error: BaseException | None = None
         self.written = 0
         self.dropped = 0
+        self.quarantined = 0
         self.failures = 0  # failed write attempts (each retry counts)
+        self.durable_timeouts = 0  # submit_durable waits that ended without a commit
+        self.recovered = journal.recovered if journal is not None else 0
+        self._backlog = 0
+        if journal is not None and journal.recovered:
+            self._backlog_add(journal.recovered)
+            logger.warning(
+                "audit journal %s holds %d records from an earlier run; writing them to the store",
+                journal.directory,
+                journal.recovered,
+            )
+        self._op_seq = 0
+        self._next_probe = 0.0
+        self._idle_failures = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+        self._watchdog = threading.Thread(target=self._watch, name=f"{name}-watchdog", daemon=True)
+        self._watchdog.start()
         atexit.register(self._atexit)
 
     # -- caller side --------------------------------------------------------------------------
     def submit(self, record: Mapping[str, Any]) -> bool:
-        """Queue a record for writing; returns at once. False if the record was dropped.
+        """Accept a record for writing. False if it was refused (and so is lost).
 
-        The writer keeps a reference: do not change the record after submitting it.
+        Journaled: True means the record is on disk. In memory: True means buffered.
+        A record that cannot be encoded is quarantined (accepted; see ``quarantined``).
         """
-        reason = None
+        return self._accept(record) is not False
+
+    def submit_durable(self, record: Mapping[str, Any], timeout: float | None = None) -> bool:
+        """Accept a record; True only if it is durable (journaled or committed) on return."""
+        outcome = self._accept(record)
+        if outcome is not True:
+            return False
+        if self.journal is not None:
+            return True
+        rid = _request_id(record)
+        if rid is None:
+            return False
+        wait = self.durable_timeout if timeout is None else timeout
+        now = time.monotonic()
+        deadline = now + wait
+        with self._cond:
+            head = self._buffer[0] if self._buffer else None
+            if head is not None and head.request_id != rid and head.accepted_at < now - wait:
+                # the store has been stuck for a whole wait already: do not wait again (one
+                # stalled store must not stall every answer in turn)
+                return False
+            while True:
+                state = self._status.get(rid)
+                if state is not None:
+                    return state is True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._failing or self._closed:
+                    if remaining <= 0:
+                        self.durable_timeouts += 1
+                    return False
+                self._cond.wait(remaining)
+
+    async def asubmit_durable(self, record: Mapping[str, Any]) -> bool:
+        """``submit_durable`` for an event loop: the wait for the disk does not block the loop.
+
+        Journaled, requests of one loop that finish together share one ``fdatasync`` (the
+        synchronous call gives each its own, since the loop waits for it).
+        """
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        if self.journal is None:
+            return await loop.run_in_executor(None, self.submit_durable, record)
+        outcome = self._accept(record, sync=False)
+        if isinstance(outcome, int) and not isinstance(outcome, bool):
+            try:
+                await loop.run_in_executor(None, self.journal.sync_upto, outcome)
+            except OSError as exc:
+                logger.error("audit journal sync failed: %s", exc)
+                return False
+            return True
+        return False
+
+    def _accept(self, record: Mapping[str, Any], sync: bool = True) -> bool | str | int:
+        """True when accepted, ``QUARANTINED`` when accepted as quarantined, else False.
+
+        With ``sync=False`` (journaled) an accepted record's journal ticket is returned instead
+        of True; the caller waits for ``journal.sync_upto(ticket)``.
+        """
+        item = encode_record(record)
+        reason: str | None = None
+        if item.type == FRAME_QUARANTINE:
+            logger.error(
+                "audit record request_id=%s QUARANTINED: %s",
+                item.request_id,
+                json.loads(item.payload)["reason"],
+            )
         with self._cond:
             if self._closing or self._closed:
                 reason = DROP_CLOSED
-            elif len(self._buffer) >= self.max_buffer:
+            elif self.journal is None and (
+                len(self._buffer) >= self.max_buffer
+                or self._buffer_bytes + item.size > self.max_buffer_bytes
+            ):
                 reason = DROP_BUFFER_FULL
-            else:
-                self._buffer.append(record)
-                self._set_status(_request_id(record), None)
-                self._cond.notify_all()
-                return True
-        self._drop(record, reason)
-        return False
+        ticket = 0
+        if reason is None and self.journal is not None:
+            try:
+                if sync:
+                    self.journal.append(item.type, item.payload)
+                else:
+                    ticket = self.journal.write(item.type, item.payload)
+            except (JournalError, OSError) as exc:
+                reason = f"{DROP_JOURNAL}: {exc}"
+        if reason is not None:
+            self._drop_item(item, reason, record)
+            return False
+        with self._cond:
+            if self.journal is None:
+                item.accepted_at = time.monotonic()
+                self._buffer.append(item)
+                self._buffer_bytes += item.size
+            self._set_status(item.request_id, None)
+            self._cond.notify_all()
+        self._backlog_add(1)
+        if item.type == FRAME_QUARANTINE:
+            return QUARANTINED
+        return ticket if ticket else True
 
     def write_now(self, record: Mapping[str, Any]) -> None:
-        """Write a record synchronously on the caller's thread, bypassing the buffer.
+        """Write a record synchronously on the caller's thread, bypassing buffer and journal.
 
         Raises whatever the store raises (``DuplicateRequest``, ``InvalidRecord``, ...).
         """
@@ -145,10 +399,10 @@ class AuditWriter:
         store.append_record(record)
         with self._cond:
             self.written += 1
-            self._set_status(_request_id(record), True)
+            self._set_status(str(record.get("request_id")), True)
 
     def persisted(self, request_id: str) -> bool | None:
-        """True once written, False if dropped, None while pending or when not remembered."""
+        """True once stored, False if dropped or quarantined, None while pending/unknown."""
         with self._cond:
             return self._status.get(request_id)
 
@@ -156,35 +410,85 @@ class AuditWriter:
     def healthy(self) -> bool:
         """False while the store is failing, the buffer is full, or the writer is closed."""
         with self._cond:
-            return not (self._failing or self._closing or len(self._buffer) >= self.max_buffer)
+            return not (self._failing or self._closing or self._full())
+
+    def _full(self) -> bool:
+        if self.journal is not None:
+            return self.journal.size >= self.journal.max_bytes
+        return len(self._buffer) >= self.max_buffer or self._buffer_bytes >= self.max_buffer_bytes
+
+    def ready(self) -> bool:
+        """True when the store is open, is the expected one, writes succeed and none hangs."""
+        return bool(self.status()["ready"])
+
+    def status(self) -> dict[str, Any]:
+        """The writer's state for a readiness probe or an operator."""
+        with self._cond:
+            now = time.monotonic()
+            hanging = (
+                now - self._op_started
+                if self._op_started is not None and now - self._op_started > self.op_timeout
+                else None
+            )
+            store_open = self._store is not None
+            out = {
+                "ready": (
+                    store_open
+                    and not self._failing
+                    and not self._closing
+                    and not self._full()
+                    and hanging is None
+                ),
+                "store_open": store_open,
+                "failing": self._failing,
+                "failing_for_s": None
+                if self._failing_since is None
+                else round(now - self._failing_since, 3),
+                "last_error": None
+                if self.last_error is None
+                else f"{type(self.last_error).__name__}: {self.last_error}",
+                "operation_hanging_s": None if hanging is None else round(hanging, 3),
+                "backlog": self._backlog,
+                "buffered_bytes": self._buffer_bytes,
+                "journal": str(self.journal.directory) if self.journal else None,
+                "journal_bytes": self.journal.size if self.journal else None,
+                "written": self.written,
+                "dropped": self.dropped,
+                "quarantined": self.quarantined,
+                "failures": self.failures,
+                "closed": self._closed,
+            }
+        return out
 
     @property
     def pending(self) -> int:
-        """Records accepted and not yet written (including the one being written)."""
+        """Records accepted and not yet stored (including those being written)."""
         with self._cond:
-            return len(self._buffer)
+            return self._backlog
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every accepted record is written (or dropped); True if the buffer drained."""
+        """Wait until every accepted record is stored (or given up on); True if none is left."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._buffer or self._busy:
+            self._cond.notify_all()
+            while self._backlog > 0 or self._busy:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
-                self._cond.wait(remaining)
+                self._cond.wait(remaining if remaining is not None else 1.0)
             return True
 
     def close(self, timeout: float | None = None) -> bool:
-        """Stop accepting records, write what is buffered (up to ``timeout``), then stop.
+        """Stop accepting records, write what is pending (up to ``timeout``), then stop.
 
-        Records still buffered when the timeout expires are dropped (reason ``shutdown``) and
-        each is logged. Returns True if everything was written.
+        In memory, records still buffered when the timeout expires are dropped (reason
+        ``shutdown``) and each is logged. Journaled, they stay in the journal for the next
+        start (logged at WARNING). Returns True if everything was written.
         """
         timeout = self.close_timeout if timeout is None else timeout
         with self._cond:
             if self._closed:
-                return not self._buffer
+                return self._backlog == 0
             self._closing = True
             self._cond.notify_all()
         drained = self.flush(timeout)
@@ -197,10 +501,25 @@ class AuditWriter:
             self._closed = True
             leftover = list(self._buffer)
             self._buffer.clear()
-        for record in leftover:
-            self._drop(record, DROP_SHUTDOWN)
+            self._buffer_bytes = 0
+            backlog = self._backlog
+        for item in leftover:
+            self._drop_item(item, DROP_SHUTDOWN, None)
+        if self.journal is not None:
+            if backlog:
+                logger.warning(
+                    "audit writer closed with %d records not yet stored; they are kept in the "
+                    "journal %s and written at the next start",
+                    backlog,
+                    self.journal.directory,
+                )
+            self.journal.close()
+        self._export_head(force=True)
+        with contextlib.suppress(Exception):
+            if self._open is not None and self._store is not None:
+                self._store.close()
         atexit.unregister(self._atexit)
-        return drained and not leftover
+        return drained and not leftover and (self.journal is None or backlog == 0)
 
     def __enter__(self) -> AuditWriter:
         return self
@@ -218,150 +537,421 @@ class AuditWriter:
         while len(self._status) > self._remember:
             self._status.popitem(last=False)
 
-    def _drop(self, record: Mapping[str, Any], reason: str) -> None:
-        request_id = _request_id(record)
+    def _backlog_add(self, n: int) -> None:
+        with self._cond:
+            self._backlog += n
+        try:
+            _metrics().record_audit_backlog(n)
+        except Exception:  # pragma: no cover - metrics never break the writer
+            logger.debug("could not record the audit backlog", exc_info=True)
+
+    def _drop_item(self, item: _Item, reason: str, record: Mapping[str, Any] | None) -> None:
         with self._cond:
             self.dropped += 1
-            self._set_status(request_id, False)
+            self._set_status(item.request_id, False)
             total = self.dropped
+            self._cond.notify_all()
         logger.error(
             "audit record LOST: request_id=%s reason=%s (dropped so far: %d)",
-            request_id,
+            item.request_id,
             reason,
             total,
         )
+        try:
+            _metrics().record_audit_failure(reason.split(":", 1)[0], dropped=True)
+        except Exception:  # pragma: no cover
+            logger.debug("could not count a dropped record", exc_info=True)
         if self.on_drop is not None:
+            if record is None:
+                try:
+                    record = json.loads(item.payload)
+                except ValueError:
+                    record = {"request_id": item.request_id}
             try:
                 self.on_drop(record, reason)
             except Exception:
-                logger.exception("on_drop hook failed for request_id=%s", request_id)
+                logger.exception("on_drop hook failed for request_id=%s", item.request_id)
 
-    def _ensure_store(self) -> AuditStore:
+    # -- the store ----------------------------------------------------------------------------
+    def _ensure_store(self) -> Any:
         if self._store is None:
             assert self._open is not None
-            self._store = self._open()
+            if self._identity is not None and self._open_takes_create:
+                store = self._open(create=False)
+            else:
+                store = self._open()
+            try:
+                self._check_identity(store)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    store.close()
+                raise
+            self._store = store
+        else:
+            check = getattr(self._store, "check", None)
+            if check is not None:
+                check()  # raises when the store vanished under us
         return self._store
 
+    def _check_identity(self, store: Any) -> None:
+        identity_of = getattr(store, "identity", None)
+        if identity_of is None:
+            return
+        found = identity_of()
+        expected = self._identity
+        if expected is None:
+            self._identity = found
+            if self.journal is not None:
+                self.journal.write_json(IDENTITY_FILE, found)
+            return
+        if found.get("store_id") != expected.get("store_id") or found.get(
+            "genesis"
+        ) != expected.get("genesis"):
+            raise StoreReplaced(
+                f"the audit store at {found.get('location')} is not the one written before "
+                f"(store_id {found.get('store_id')}, expected {expected.get('store_id')}): "
+                "it was replaced or recreated; records are kept"
+                + (f" in the journal {self.journal.directory}" if self.journal else "")
+                + " and not written to it"
+            )
+
+    def _discard_store(self) -> None:
+        """Forget a store that vanished or was replaced; it is reopened (never created)."""
+        if self._open is None:
+            return
+        store, self._store = self._store, None
+        if store is not None:
+            with contextlib.suppress(Exception):
+                store.close()
+
+    def _export_head(self, force: bool = False) -> None:
+        """Write the store's chain head next to the journal (an anchor outside the database)."""
+        if self.journal is None or self._store is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_head_export < self.head_export_interval:
+            return
+        self._last_head_export = now
+        head_of = getattr(self._store, "head", None)
+        if head_of is None:
+            return
+        try:
+            head = head_of()
+            self.journal.write_json(HEAD_FILE, head)
+            logger.info(
+                "audit chain head: store_id=%s seq=%s hash=%s",
+                head.get("store_id"),
+                head.get("seq"),
+                head.get("hash"),
+            )
+        except Exception as exc:
+            logger.warning("could not export the audit chain head: %s", exc)
+
     # -- background thread --------------------------------------------------------------------
-    def _batch_limit(self) -> int:
-        store = self._store
-        return self.batch_size if store is not None and hasattr(store, "append_records") else 1
+    def _peek(self) -> list[_Item]:
+        if self.journal is None:
+            with self._cond:
+                items: list[_Item] = []
+                size = 0
+                for item in itertools.islice(self._buffer, self.batch_size):
+                    if items and size + item.size > self.batch_bytes:
+                        break
+                    items.append(item)
+                    size += item.size
+                return items
+        assert self._cursor is not None
+        frames = self.journal.read(
+            *self._cursor, max_frames=self.batch_size, max_bytes=self.batch_bytes
+        )
+        items = []
+        for f in frames:
+            decoded: Any = None
+            with contextlib.suppress(ValueError):
+                decoded = json.loads(f.payload)
+            rid = decoded.get("request_id") if isinstance(decoded, dict) else None
+            record = decoded if f.type == FRAME_RECORD else None
+            items.append(_Item(str(rid or ""), f.type, f.payload, (f.segment, f.end), record))
+        return items
+
+    def _ack(self, items: list[_Item]) -> None:
+        if not items:
+            return
+        if self.journal is None:
+            with self._cond:
+                for item in items:
+                    if self._buffer and self._buffer[0] is item:
+                        self._buffer.popleft()
+                        self._buffer_bytes -= item.size
+        else:
+            last = items[-1].position
+            assert last is not None
+            self._cursor = last
+            self.journal.release(*last)
+
+    def _has_work(self) -> bool:
+        if self.journal is None:
+            return bool(self._buffer)
+        assert self._cursor is not None
+        return self.journal.pending_after(*self._cursor) > 0
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._buffer and not (self._closing or self._abort):
-                    self._cond.wait()
-                if not self._buffer or self._abort:
+                if self._abort:
                     return
-                batch = list(itertools.islice(self._buffer, self._batch_limit()))
-                self._busy = True
-            outcomes: list[str | None] | None
-            try:
-                outcomes = self._write_with_retry(batch)
-            except _Aborted:
-                outcomes = None  # left in the buffer; close() drops and logs them
-            except Exception as exc:  # pragma: no cover - defensive: never lose silently
-                outcomes = [f"{DROP_INVALID}: {type(exc).__name__}: {exc}"] * len(batch)
-            if outcomes is not None:
-                with self._cond:
-                    for record in batch:
-                        if self._buffer and self._buffer[0] is record:
-                            self._buffer.popleft()
-                    for record, outcome in zip(batch, outcomes, strict=True):
-                        if outcome is None:
-                            self.written += 1
-                            self._set_status(_request_id(record), True)
-                for record, outcome in zip(batch, outcomes, strict=True):
-                    if outcome is not None:
-                        self._drop(record, outcome)
-            with self._cond:  # only now may flush() return: drops are counted and reported
+                work = self._has_work()
+                if not work:
+                    self._cond.wait(0.5 if self._closing else 1.0)
+                    if self._abort:
+                        return
+                    work = self._has_work()
+                self._busy = work
+            if work:
+                if self.journal is not None and self.batch_delay > 0 and not self._closing:
+                    self._wake.wait(self.batch_delay)
+                try:
+                    items = self._peek()
+                except JournalError as exc:  # pragma: no cover - a corrupt segment mid-journal
+                    logger.error("audit journal unreadable: %s", exc)
+                    items = []
+                outcomes = self._write_with_retry(items) if items else []
+                if outcomes is None:  # aborted: records stay in the buffer or the journal
+                    with self._cond:
+                        self._busy = False
+                        self._cond.notify_all()
+                    return
+                self._ack(items)
+                self._settle(items, outcomes)
+            if not work and not self._closing and self.probe_idle:
+                self._probe_idle()
+            if self._store is not None:
+                self._export_head()
+            with self._cond:
                 self._busy = False
                 self._cond.notify_all()
-            if outcomes is None:
-                return
 
-    def _write_once(self, batch: list[Mapping[str, Any]]) -> list[str | None]:
-        """One attempt: None per record written (or already stored), else the drop reason."""
-        if self._abort:
-            raise _Aborted()
-        store = self._ensure_store()
-        if len(batch) > 1:
-            results = store.append_records(batch)  # type: ignore[attr-defined]
-            return [
-                None if r is None or isinstance(r, DuplicateRequest) else f"{DROP_INVALID}: {r}"
-                for r in results
-            ]
-        record = batch[0]
+    def _probe_idle(self) -> None:
+        """While idle, keep readiness true to the store: open it, notice it vanish."""
+        if time.monotonic() < self._next_probe:
+            return
         try:
-            store.append_record(record)
-        except DuplicateRequest:
-            # Already stored: an earlier attempt committed but its acknowledgement was lost.
-            logger.info("audit record request_id=%s was already stored", _request_id(record))
-        except InvalidRecord as exc:
-            return [f"{DROP_INVALID}: {exc}"]
-        return [None]
-
-    def _write_with_retry(self, batch: list[Mapping[str, Any]]) -> list[str | None]:
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(self._retryable),
-            wait=self._wait,
-            stop=self._should_stop,
-            sleep=self._sleep,
-            before_sleep=self._before_sleep,
-            after=self._after_attempt,
-            reraise=True,
-        )
-        try:
-            outcomes = retrying(self._write_once, batch)
-        except _Aborted:
-            raise
-        except InvalidRecord:
-            # The store refused the batch as a whole: find the bad record one at a time.
+            if self._store is None:
+                self._timed(self._ensure_store)
+            else:
+                check = getattr(self._store, "check", None)
+                if check is not None:
+                    check()
+        except Exception as exc:
+            self._idle_failures += 1
+            delay = min(self.backoff_max, self.backoff_initial * 2 ** min(self._idle_failures, 30))
+            self._failed(exc, [], self._idle_failures, delay)
+            if isinstance(exc, (StoreReplaced, StoreVanished)):
+                self._discard_store()
+            self._next_probe = time.monotonic() + delay
+            return
+        if self._idle_failures:
+            self._idle_failures = 0
             self._recovered()
-            return [out for record in batch for out in self._write_with_retry([record])]
-        except Exception:
+
+    def _settle(self, items: list[_Item], outcomes: list[str | None]) -> None:
+        drops: list[tuple[_Item, str]] = []
+        with self._cond:
+            for item, outcome in zip(items, outcomes, strict=True):
+                if outcome is None:
+                    self.written += 1
+                    self._set_status(item.request_id, True)
+                elif outcome == QUARANTINED:
+                    self.quarantined += 1
+                    self._set_status(item.request_id, False)
+                else:
+                    drops.append((item, outcome))
+            self._cond.notify_all()
+        self._backlog_add(-len(items))
+        for item, reason in drops:
+            self._drop_item(item, reason, None)
+
+    def _write_with_retry(self, items: list[_Item]) -> list[str | None] | None:
+        """Write a batch until it is written; None if the writer is aborted meanwhile."""
+        attempt = 0
+        while True:
             if self._abort:
-                raise _Aborted() from None
-            raise
-        self._recovered()
+                return None
+            try:
+                outcomes = self._write_once(items)
+            except Exception as exc:
+                if not is_transient(exc):
+                    # a record, not the store: find it by writing one at a time
+                    self._recovered()
+                    if len(items) > 1:
+                        out: list[str | None] = []
+                        for item in items:
+                            one = self._write_with_retry([item])
+                            if one is None:
+                                return None
+                            out += one
+                        return out
+                    return [self._quarantine(items[0], f"{type(exc).__name__}: {exc}")]
+                attempt += 1
+                delay = min(self.backoff_max, self.backoff_initial * 2 ** min(attempt - 1, 30))
+                delay += random.uniform(0, self.backoff_initial)
+                self._failed(exc, items, attempt, delay)
+                if isinstance(exc, (StoreReplaced, StoreVanished)):
+                    self._discard_store()
+                if attempt >= POISON_PROBE_AFTER and len(items) == 1 and self._store_answers():
+                    return [self._quarantine(items[0], f"{type(exc).__name__}: {exc}")]
+                if attempt >= POISON_PROBE_AFTER and len(items) > 1 and self._store_answers():
+                    out = []
+                    for item in items:
+                        one = self._write_with_retry([item])
+                        if one is None:
+                            return None
+                        out += one
+                    return out
+                self._wake.wait(delay)
+                continue
+            self._recovered()
+            return outcomes
+
+    def _store_answers(self) -> bool:
+        ping = getattr(self._store, "ping", None) if self._store is not None else None
+        if ping is None:
+            return False
+        try:
+            self._timed(ping)
+            return True
+        except Exception:
+            return False
+
+    def _watch(self) -> None:
+        """Interrupt a store operation that hangs past ``op_timeout`` (e.g. a frozen server)."""
+        interrupted = -1
+        while True:
+            with self._cond:
+                if self._abort or self._closed:
+                    return
+                started, op = self._op_started, self._op_seq
+            if (
+                started is not None
+                and op != interrupted
+                and time.monotonic() - started > self.op_timeout
+            ):
+                interrupted = op
+                logger.warning(
+                    "audit store operation hanging for more than %.1fs: interrupting it "
+                    "(records are kept%s)",
+                    self.op_timeout,
+                    " in the journal" if self.journal is not None else " in memory",
+                )
+                interrupt = getattr(self._store, "interrupt", None)
+                if interrupt is not None:
+                    try:
+                        interrupt()
+                    except Exception:
+                        logger.warning("could not interrupt the audit store", exc_info=True)
+            self._wake.wait(min(1.0, max(0.05, self.op_timeout / 4)))
+
+    def _timed(self, fn: Callable[..., Any], *args: Any) -> Any:
+        with self._cond:
+            self._op_started = time.monotonic()
+            self._op_seq += 1
+        try:
+            return fn(*args)
+        finally:
+            with self._cond:
+                self._op_started = None
+
+    def _write_once(self, items: list[_Item]) -> list[str | None]:
+        """One attempt: None per record written (or already stored), else its outcome."""
+        store = self._timed(self._ensure_store)
+        outcomes: list[str | None] = [None] * len(items)
+        run: list[tuple[int, dict[str, Any]]] = []  # consecutive records, written together
+
+        def write_run() -> None:
+            if len(run) > 1 and hasattr(store, "append_records"):
+                results = self._timed(store.append_records, [r for _, r in run])
+                for (i, _), result in zip(run, results, strict=True):
+                    if isinstance(result, InvalidRecord):
+                        outcomes[i] = self._quarantine(items[i], f"InvalidRecord: {result}")
+            else:
+                for i, record in run:
+                    try:
+                        self._timed(store.append_record, record)
+                    except DuplicateRequest:
+                        logger.info(
+                            "audit record request_id=%s was already stored", items[i].request_id
+                        )
+                    except InvalidRecord as exc:
+                        outcomes[i] = self._quarantine(items[i], f"InvalidRecord: {exc}")
+            run.clear()
+
+        # in submission order: a quarantined record takes its place in the chain
+        for i, item in enumerate(items):
+            if item.type == FRAME_RECORD:
+                try:
+                    record = item.record if item.record is not None else json.loads(item.payload)
+                except ValueError as exc:
+                    write_run()
+                    outcomes[i] = self._quarantine(item, f"undecodable: {exc}")
+                    continue
+                run.append((i, record))
+            else:
+                write_run()
+                outcomes[i] = self._quarantine(item, None)
+        write_run()
         return outcomes
 
-    def _retryable(self, exc: BaseException) -> bool:
-        return not isinstance(exc, (InvalidRecord, _Aborted))
+    def _quarantine(self, item: _Item, reason: str | None) -> str:
+        """Store a poisoned record as a quarantined entry; the outcome for that record."""
+        if item.type == FRAME_QUARANTINE:
+            body = json.loads(item.payload)
+        else:
+            try:
+                record: Any = json.loads(item.payload)
+            except ValueError:
+                record = item.payload.decode("utf-8", "backslashreplace")
+            body = json.loads(quarantine_item(record, item.request_id, reason or "").payload)
+        if reason is not None and item.type == FRAME_RECORD:
+            logger.error("audit record request_id=%s QUARANTINED: %s", item.request_id, reason)
+        store = self._store
+        append = getattr(store, "append_quarantined", None)
+        if append is None:
+            return f"{DROP_INVALID}: {body['reason']}"
+        try:
+            self._timed(
+                append, body["request_id"], body["reason"], body["raw"], body["raw_truncated"]
+            )
+        except DuplicateRequest:
+            pass
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            return f"{DROP_INVALID}: {body['reason']}; quarantine refused: {exc}"
+        return QUARANTINED
 
-    def _should_stop(self, retry_state: tenacity.RetryCallState) -> bool:
-        return self._abort
-
-    def _sleep(self, seconds: float) -> None:
-        self._wake.wait(seconds)
-
-    def _after_attempt(self, retry_state: tenacity.RetryCallState) -> None:
-        outcome = retry_state.outcome
-        if outcome is None or not outcome.failed:
-            return
-        exc = outcome.exception()
-        if isinstance(exc, (InvalidRecord, _Aborted)):
-            return
+    def _failed(self, exc: BaseException, items: list[_Item], attempt: int, delay: float) -> None:
         with self._cond:
             self.failures += 1
+            if not self._failing:
+                self._failing_since = time.monotonic()
             self._failing = True
             self.last_error = exc
-
-    def _before_sleep(self, retry_state: tenacity.RetryCallState) -> None:
-        exc = retry_state.outcome.exception() if retry_state.outcome else None
-        wait = retry_state.next_action.sleep if retry_state.next_action else 0.0
-        batch = retry_state.args[0] if retry_state.args else []
-        ids = _request_id(batch[0]) if batch else "?"
-        if len(batch) > 1:
-            ids += f" (+{len(batch) - 1} more in the batch)"
+            self._cond.notify_all()
+            pending = self._backlog
+        try:
+            _metrics().record_audit_failure(type(exc).__name__)
+        except Exception:  # pragma: no cover
+            logger.debug("could not count an audit failure", exc_info=True)
+        ids = items[0].request_id if items else "(none pending)"
+        if len(items) > 1:
+            ids += f" (+{len(items) - 1} more in the batch)"
         logger.warning(
-            "audit store write failed for request_id=%s (attempt %d, %d buffered), "
+            "audit store write failed for request_id=%s (attempt %d, %d pending%s), "
             "retrying in %.1fs: %s: %s",
             ids,
-            retry_state.attempt_number,
-            self.pending,
-            wait,
+            attempt,
+            pending,
+            ", kept in the journal" if self.journal is not None else "",
+            delay,
             type(exc).__name__,
             exc,
         )
@@ -369,6 +959,7 @@ class AuditWriter:
     def _recovered(self) -> None:
         with self._cond:
             if self._failing:
-                logger.warning("audit store writing again (%d buffered)", len(self._buffer))
+                logger.warning("audit store writing again (%d pending)", self._backlog)
             self._failing = False
+            self._failing_since = None
             self.last_error = None

@@ -82,6 +82,7 @@ class _Instruments:
     model_errors: Any
     audit_failures: Any
     audit_dropped: Any
+    audit_backlog: Any
     spans_dropped: Any
 
 
@@ -172,6 +173,11 @@ def _make_instruments(meter: Meter) -> _Instruments:
             semconv.METRIC_AUDIT_DROPPED,
             unit="{record}",
             description="Audit records given up on",
+        ),
+        audit_backlog=meter.create_up_down_counter(
+            semconv.METRIC_AUDIT_BACKLOG,
+            unit="{record}",
+            description="Audit records accepted and not yet stored",
         ),
         spans_dropped=meter.create_counter(
             semconv.METRIC_SPANS_DROPPED,
@@ -339,6 +345,14 @@ def record_audit_failure(
             inst.audit_dropped.add(1, attrs)
     except Exception:
         logger.warning("tracerag: could not record an audit failure", exc_info=True)
+
+
+def record_audit_backlog(delta: int, *, meter_provider: MeterProvider | None = None) -> None:
+    """Move the audit backlog by ``delta`` records (accepted: +1, stored or given up: -1)."""
+    try:
+        _instruments(meter_provider).audit_backlog.add(delta)
+    except Exception:
+        logger.warning("tracerag: could not record the audit backlog", exc_info=True)
 
 
 def record_spans_dropped(

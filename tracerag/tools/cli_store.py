@@ -1,8 +1,14 @@
 """``tracerag show`` and ``tracerag audit``: read one request's trail, check the whole log.
 
 ``tracerag show REQUEST_ID`` prints the request as a timeline (``--json`` for the trail as
-JSON). ``tracerag audit verify`` re-checks the hash chain and exits 1 when any entry was
-changed, removed, reordered or inserted.
+JSON). ``tracerag audit verify`` re-checks the hash chain, the store's identity and the tables
+derived from the chain, and exits 1 when anything was changed, removed, reordered, inserted or
+replaced. ``--expect-head`` anchors it outside the database (a ``head.json`` exported by the
+writer, or ``SEQ:HASH``); a SQLite store's own exported head (``<file>.journal/head.json``) is
+used when present. The chain key comes from ``TRACERAG_CHAIN_KEY``.
+
+Reading commands never create a store: a missing store, a directory, a file that is not a
+database or an unreachable database is one line on stderr and exit status 1.
 
 ``tracerag audit`` is a group: another module adds a sub-subcommand with
 ``add_audit_command(name, help, configure)``, where ``configure(parser)`` adds the arguments
@@ -40,14 +46,29 @@ def add_store_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def open_cli_store(url: str | None, **options: Any) -> Any:
-    """Open the audit store for a command, or exit with a clear message."""
+def open_cli_store(url: str | None, *, create: bool = False, **options: Any) -> Any:
+    """Open an existing audit store for a command, or exit 1 with one clear line."""
     from tracerag.store import cli_store_url, open_store
 
+    target = cli_store_url(url)
     try:
-        return open_store(cli_store_url(url), **options)
+        return open_store(target, create=create, **options)
     except (TraceragError, OSError) as exc:
-        raise SystemExit(f"tracerag: cannot open the audit store: {exc}") from exc
+        message = _one_line(exc)
+    except Exception as exc:  # a driver error the backend did not wrap
+        message = f"{type(exc).__name__}: {_one_line(exc)}"
+    raise SystemExit(f"tracerag: cannot open the audit store {_shown(target)}: {message}")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _shown(target: str) -> str:
+    """The store location without a password."""
+    import re
+
+    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", target)
 
 
 def add_audit_command(name: str, help: str, configure: Configure) -> None:
@@ -89,13 +110,51 @@ def run_show(args: argparse.Namespace) -> int:
 # -- audit verify ----------------------------------------------------------------------------
 
 
+def _expected_head(value: str | None, store_url: str) -> dict[str, Any] | None:
+    """The anchor for ``--expect-head``: a JSON file, ``SEQ:HASH``; else the store's export."""
+    from pathlib import Path
+
+    from tracerag.store import journal_dir_for
+    from tracerag.store.journal import HEAD_FILE
+
+    if value is None:
+        journal = journal_dir_for(store_url)
+        exported = Path(journal) / HEAD_FILE if journal else None
+        if exported is not None and exported.is_file():
+            value = str(exported)
+        else:
+            return None
+    if Path(value).is_file():
+        try:
+            data = json.loads(Path(value).read_text("utf-8"))
+            return {
+                "seq": int(data["seq"]),
+                "hash": str(data["hash"]),
+                "store_id": data.get("store_id"),
+                "source": value,
+            }
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SystemExit(f"tracerag: cannot read the expected head {value}: {exc}") from None
+    seq, sep, digest = value.partition(":")
+    if not sep or not seq.isdigit():
+        raise SystemExit(
+            f"tracerag: --expect-head takes a head.json file or SEQ:HASH, not {value!r}"
+        )
+    return {"seq": int(seq), "hash": digest.strip(), "source": "--expect-head"}
+
+
 def run_verify(args: argparse.Namespace) -> int:
-    """Verify the hash chain; 0 when intact, 1 on any changed/removed/reordered/inserted entry."""
+    """Verify chain, identity and derived tables; 0 when intact, 1 on any finding."""
+    from tracerag.store import cli_store_url
+
+    expect = _expected_head(args.expect_head, cli_store_url(args.store))
     store = open_cli_store(args.store)
     try:
-        report = store.verify_chain()
+        report = store.verify_chain(expect_head=expect)
     finally:
         store.close()
+    if expect is not None and not args.json:
+        print(f"anchored to head seq {expect['seq']} from {expect['source']}")
     if args.json:
         print(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
     else:
@@ -106,12 +165,20 @@ def run_verify(args: argparse.Namespace) -> int:
 def _configure_verify(parser: argparse.ArgumentParser) -> None:
     add_store_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--expect-head",
+        metavar="FILE|SEQ:HASH",
+        default=None,
+        help="a chain head kept outside the database (head.json exported by the writer, or "
+        "SEQ:HASH); the chain must still contain it. Default: the store's exported head, if any",
+    )
     parser.set_defaults(func=run_verify)
 
 
 add_audit_command(
     "verify",
-    "re-check every audit entry's hash and link; exit 1 if anything was changed or removed",
+    "re-check every audit entry's hash and link, the store's identity and the tables derived "
+    "from the chain; exit 1 if anything was changed, removed or replaced",
     _configure_verify,
 )
 

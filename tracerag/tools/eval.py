@@ -855,7 +855,7 @@ def _run(args: argparse.Namespace) -> int:
         from tracerag.store import cli_store_url
         from tracerag.tools.cli_store import open_cli_store
 
-        store = open_cli_store(args.store, auto_enqueue=False)
+        store = open_cli_store(args.store, create=True, auto_enqueue=False)
         try:
             store_report(store, report, records, _actor())
             stored = cli_store_url(args.store)

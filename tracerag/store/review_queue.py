@@ -1,0 +1,369 @@
+"""The review queue: requests routed to a person, claimed, released and decided.
+
+``SQLReviewQueue`` is the SQL implementation, mixed into ``SQLAuditStore``: every change of an
+item is an entry appended to the hash chain in the same transaction as the ``review_queue``
+row it updates, so the table is derived from the chain and ``verify_chain`` checks it against
+the chain. ``ReviewQueue`` is the protocol the server and tools use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from tracerag.store.base import (
+    KIND_REVIEW_CLAIMED,
+    KIND_REVIEW_DECISION,
+    KIND_REVIEW_ENQUEUED,
+    KIND_REVIEW_RELEASED,
+    QUEUE_STATUSES,
+    REVIEW_ACTIONS,
+    REVIEW_ROUTES,
+    SYSTEM_ACTOR,
+    AlreadyDecided,
+    ClaimedByOther,
+    Entry,
+    InvalidRecord,
+    NotQueued,
+    QueueItem,
+    RequestNotFound,
+    ReviewDecision,
+    now_iso,
+)
+from tracerag.store.record import _normalise, _str_or_none, _valid_text
+
+if TYPE_CHECKING:
+    from tracerag.store.sql import Cursor, _Head
+
+_QUEUE_COLUMNS = (
+    "q.request_id, q.route, q.reason, q.status, q.enqueued_at, q.claimed_by, q.claimed_at, "
+    "q.decided_by, q.decided_at, q.action, q.final_answer, q.decision_reason, "
+    "r.question, r.confidence"
+)
+_QUEUE_FROM = "review_queue q JOIN requests r ON r.request_id = q.request_id"
+_QUEUE_ORDER = "q.priority, q.enqueued_seq"
+
+
+@runtime_checkable
+class ReviewQueue(Protocol):
+    """A durable queue of requests waiting for a person's decision."""
+
+    def enqueue_review(self, request_id: str, reason: str, decision: str) -> QueueItem:
+        """Put a stored request in the review queue (idempotent: returns the existing item)."""
+        ...
+
+    def claim_next(self, reviewer: str) -> QueueItem | None:
+        """Take the most urgent pending item for a reviewer; None when the queue is empty."""
+        ...
+
+    def release(self, request_id: str, actor: str, reason: str | None = None) -> QueueItem:
+        """Put a claimed item back to pending."""
+        ...
+
+    def list_queue(self, status: str | None = None, limit: int = 100) -> list[QueueItem]:
+        """Queue items, most urgent and oldest first, optionally of one status."""
+        ...
+
+    def decide(
+        self,
+        request_id: str,
+        reviewer: str,
+        action: str,
+        final_answer: str | None = None,
+        reason: str | None = None,
+    ) -> ReviewDecision:
+        """Record the final review decision; raises ``AlreadyDecided`` on a second one."""
+        ...
+
+    def get_decision(self, request_id: str) -> ReviewDecision | None:
+        """The review decision on a request, or None if it has none yet."""
+        ...
+
+
+class SQLReviewQueue:
+    """The review queue over the SQL store's transactions (a mixin of ``SQLAuditStore``)."""
+
+    row_lock_clause = ""
+    claim_lock_clause = ""
+
+    # provided by SQLAuditStore
+    def _write(self) -> AbstractContextManager[tuple[Cursor, _Head]]:
+        raise NotImplementedError
+
+    def _read(self) -> AbstractContextManager[Cursor]:
+        raise NotImplementedError
+
+    def _append(self, cur: Cursor, head: _Head, entries: Sequence[Entry]) -> list[Entry]:
+        raise NotImplementedError
+
+    def _exists(self, cur: Cursor, request_id: str) -> bool:
+        raise NotImplementedError
+
+    def _queue_item(self, cur: Cursor, request_id: str, lock: bool = False) -> QueueItem | None:
+        clause = f" {self.row_lock_clause}" if lock and self.row_lock_clause else ""
+        if clause:
+            # FOR UPDATE cannot lock the nullable side of a join; lock the queue row first.
+            cur.execute(
+                f"SELECT request_id FROM review_queue WHERE request_id = %s{clause}",
+                (request_id,),
+            )
+        cur.execute(
+            f"SELECT {_QUEUE_COLUMNS} FROM {_QUEUE_FROM} WHERE q.request_id = %s", (request_id,)
+        )
+        row = cur.fetchone()
+        return _queue_item_from_row(row) if row else None
+
+    def _enqueue(
+        self, cur: Cursor, head: _Head, request_id: str, reason: str, route: str, actor: str
+    ) -> QueueItem:
+        existing = self._queue_item(cur, request_id)
+        if existing is not None:
+            return existing
+        (entry,) = self._append(
+            cur,
+            head,
+            [
+                Entry(
+                    request_id=request_id,
+                    kind=KIND_REVIEW_ENQUEUED,
+                    actor=actor,
+                    payload=_action_payload(
+                        actor,
+                        {
+                            "route": route,
+                            "before": None,
+                            "after": {"status": "pending", "route": route},
+                        },
+                        reason,
+                    ),
+                )
+            ],
+        )
+        cur.execute(
+            "INSERT INTO review_queue (request_id, route, priority, reason, status, "
+            "enqueued_seq, enqueued_at) VALUES (%s, %s, %s, %s, 'pending', %s, %s)",
+            (
+                request_id,
+                route,
+                _priority(route),
+                _str_or_none(reason),
+                entry.seq,
+                entry.created_at,
+            ),
+        )
+        item = self._queue_item(cur, request_id)
+        assert item is not None
+        return item
+
+    def enqueue_review(
+        self, request_id: str, reason: str, decision: str, actor: str = SYSTEM_ACTOR
+    ) -> QueueItem:
+        if decision not in REVIEW_ROUTES:
+            raise InvalidRecord(f"only {REVIEW_ROUTES} requests are queued, not {decision!r}")
+        with self._write() as (cur, head):
+            if not self._exists(cur, request_id):
+                raise RequestNotFound(request_id)
+            return self._enqueue(cur, head, request_id, reason, decision, actor)
+
+    def claim_next(self, reviewer: str) -> QueueItem | None:
+        _require_actor(reviewer)
+        with self._write() as (cur, head):
+            cur.execute(
+                "SELECT request_id FROM review_queue WHERE status = 'pending' "
+                f"ORDER BY priority, enqueued_seq LIMIT 1 {self.claim_lock_clause}"
+            )
+            row = cur.fetchone()
+            if row is None:
+                return None
+            request_id = row[0]
+            claimed_at = now_iso()
+            cur.execute(
+                "UPDATE review_queue SET status = 'claimed', claimed_by = %s, claimed_at = %s "
+                "WHERE request_id = %s AND status = 'pending'",
+                (reviewer, claimed_at, request_id),
+            )
+            self._append(
+                cur,
+                head,
+                [
+                    Entry(
+                        request_id=request_id,
+                        kind=KIND_REVIEW_CLAIMED,
+                        actor=reviewer,
+                        payload=_action_payload(
+                            reviewer,
+                            {
+                                "before": {"status": "pending"},
+                                "after": {"status": "claimed", "claimed_by": reviewer},
+                            },
+                            None,
+                        ),
+                    )
+                ],
+            )
+            return self._queue_item(cur, request_id)
+
+    def release(self, request_id: str, actor: str, reason: str | None = None) -> QueueItem:
+        _require_actor(actor)
+        with self._write() as (cur, head):
+            item = self._locked_item(cur, request_id)
+            if item.status == "decided":
+                raise AlreadyDecided(request_id, item.decided_by, item.action)
+            if item.status != "claimed":
+                return item
+            cur.execute(
+                "UPDATE review_queue SET status = 'pending', claimed_by = NULL, claimed_at = NULL "
+                "WHERE request_id = %s",
+                (request_id,),
+            )
+            self._append(
+                cur,
+                head,
+                [
+                    Entry(
+                        request_id=request_id,
+                        kind=KIND_REVIEW_RELEASED,
+                        actor=actor,
+                        payload=_action_payload(
+                            actor,
+                            {
+                                "before": {"status": "claimed", "claimed_by": item.claimed_by},
+                                "after": {"status": "pending"},
+                            },
+                            reason,
+                        ),
+                    )
+                ],
+            )
+            released = self._queue_item(cur, request_id)
+            assert released is not None
+            return released
+
+    def _locked_item(self, cur: Cursor, request_id: str) -> QueueItem:
+        item = self._queue_item(cur, request_id, lock=True)
+        if item is None:
+            if not self._exists(cur, request_id):
+                raise RequestNotFound(request_id)
+            raise NotQueued(request_id)
+        return item
+
+    def list_queue(self, status: str | None = None, limit: int = 100) -> list[QueueItem]:
+        if status is not None and status not in QUEUE_STATUSES:
+            raise ValueError(f"status must be one of {QUEUE_STATUSES}, not {status!r}")
+        sql = f"SELECT {_QUEUE_COLUMNS} FROM {_QUEUE_FROM}"
+        params: list[Any] = []
+        if status is not None:
+            sql += " WHERE q.status = %s"
+            params.append(status)
+        sql += f" ORDER BY {_QUEUE_ORDER} LIMIT %s"
+        params.append(int(limit))
+        with self._read() as cur:
+            cur.execute(sql, params)
+            return [_queue_item_from_row(r) for r in cur.fetchall()]
+
+    def decide(
+        self,
+        request_id: str,
+        reviewer: str,
+        action: str,
+        final_answer: str | None = None,
+        reason: str | None = None,
+    ) -> ReviewDecision:
+        _require_actor(reviewer)
+        if action not in REVIEW_ACTIONS:
+            raise ValueError(f"action must be one of {REVIEW_ACTIONS}, not {action!r}")
+        if action == "edit" and not (final_answer and final_answer.strip()):
+            raise ValueError("an edit needs the final answer")
+        if action in ("edit", "reject") and not (reason and reason.strip()):
+            raise ValueError(f"a {action} needs a reason")
+        with self._write() as (cur, head):
+            item = self._locked_item(cur, request_id)
+            if item.status == "decided":
+                raise AlreadyDecided(request_id, item.decided_by, item.action)
+            if item.status == "claimed" and item.claimed_by != reviewer:
+                raise ClaimedByOther(request_id, item.claimed_by)
+            decided_at = now_iso()
+            cur.execute(
+                "UPDATE review_queue SET status = 'decided', decided_by = %s, decided_at = %s, "
+                "action = %s, final_answer = %s, decision_reason = %s "
+                "WHERE request_id = %s AND status <> 'decided'",
+                (reviewer, decided_at, action, final_answer, reason, request_id),
+            )
+            self._append(
+                cur,
+                head,
+                [
+                    Entry(
+                        request_id=request_id,
+                        kind=KIND_REVIEW_DECISION,
+                        actor=reviewer,
+                        payload=_action_payload(
+                            reviewer,
+                            {
+                                "action": action,
+                                "final_answer": final_answer,
+                                "before": {"status": item.status, "claimed_by": item.claimed_by},
+                                "after": {"status": "decided", "action": action},
+                            },
+                            reason,
+                        ),
+                    )
+                ],
+            )
+        return ReviewDecision(request_id, reviewer, action, final_answer, reason, decided_at)
+
+    def get_decision(self, request_id: str) -> ReviewDecision | None:
+        with self._read() as cur:
+            item = self._queue_item(cur, request_id)
+            if item is None and not self._exists(cur, request_id):
+                raise RequestNotFound(request_id)
+        if item is None or item.status != "decided":
+            return None
+        return ReviewDecision(
+            request_id,
+            item.decided_by or "",
+            item.action or "",
+            item.final_answer,
+            item.decision_reason,
+            item.decided_at or "",
+        )
+
+
+def _priority(route: str) -> int:
+    return REVIEW_ROUTES.index(route) if route in REVIEW_ROUTES else len(REVIEW_ROUTES)
+
+
+def _require_actor(actor: str) -> None:
+    if not isinstance(actor, str) or not actor.strip() or "\x00" in actor:
+        raise InvalidRecord("every action needs a named actor")
+    if not _valid_text(actor):
+        raise InvalidRecord("the actor's name is not valid Unicode text")
+
+
+def _action_payload(
+    actor: str, payload: Mapping[str, Any] | None, reason: str | None
+) -> dict[str, Any]:
+    _require_actor(actor)
+    body = _normalise(dict(payload or {}), "action payload")
+    body["reason"] = reason
+    return body
+
+
+def _queue_item_from_row(row: Sequence[Any]) -> QueueItem:
+    return QueueItem(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        row[7],
+        row[8],
+        row[9],
+        row[10],
+        row[11],
+        row[12],
+        row[13],
+    )
