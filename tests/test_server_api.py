@@ -306,15 +306,37 @@ class FlakyStore:
         return getattr(self.inner, name)
 
 
-def test_a_failing_store_flags_the_answer_and_the_record_is_written_later(store):
+def test_a_failing_store_journals_the_record_durably_and_writes_it_later(store):
+    """The store is down for one write: the record goes to the crash-safe journal beside the
+    store, so the answer may say persisted (it survives kill -9), and it reaches the store."""
     flaky = FlakyStore(store)
     app = make_app(flaky, make_pipeline([GOOD_ANSWER]))
     with TestClient(app) as client:
         body = client.post("/v1/answer", json={"question": GOOD_QUESTION}).json()
-        assert body["audit_persisted"] is False
-        assert app.state.answerer.writer().flush(timeout=10)
+        assert body["audit_persisted"] is True
+        assert app.state.answerer.writer.status()["journal"]
+        assert app.state.answerer.writer.flush(timeout=10)
     assert store.get(body["request_id"]).record["response"]["answer"] == body["answer"]
     assert store.verify_chain().ok
+
+
+def test_a_failing_store_without_a_journal_flags_the_answer_and_writes_it_later():
+    """No journal (an in-memory store) and the store down past the writer's durable wait: the
+    record only waits in memory, and the answer says it is not persisted; it is written once
+    the store is back."""
+    from tracerag.store import open_store
+
+    inner = open_store("sqlite://")
+    flaky = FlakyStore(inner)
+    flaky.failures = 10**6  # down until the answer has gone out
+    app = make_app(flaky, make_pipeline([GOOD_ANSWER]))
+    with TestClient(app) as client:
+        body = client.post("/v1/answer", json={"question": GOOD_QUESTION}).json()
+        assert body["audit_persisted"] is False
+        flaky.failures = 0  # back
+        assert app.state.answerer.writer.status()["journal"] is None
+        assert app.state.answerer.writer.flush(timeout=10)
+        assert inner.get(body["request_id"]).record["response"]["answer"] == body["answer"]
 
 
 def test_concurrent_answers_are_all_stored_once(store):

@@ -157,9 +157,14 @@ def test_a_store_outage_is_json_with_the_security_headers(store):
 def test_readyz_reports_a_working_store(client):
     reply = client.get("/readyz")
     assert reply.status_code == 200
-    assert reply.json() == {
+    body = reply.json()
+    assert body["ready"] is True
+    # the audit writer's own state, as AuditWriter.status() reports it
+    assert {k: body["store"][k] for k in ("ready", "backlog", "last_error", "failing")} == {
         "ready": True,
-        "store": {"ready": True, "backlog": 0, "last_error": None},
+        "backlog": 0,
+        "last_error": None,
+        "failing": False,
     }
 
 
@@ -206,3 +211,26 @@ def test_a_body_shorter_than_its_content_length_gets_a_408_not_a_hang(store):
     assert status_line.startswith(b"HTTP/1.1 408"), reply[:200]
     assert b'"error":"request_timeout"' in rest
     assert store.list_requests() == []
+
+
+def test_readyz_reports_a_failing_store(store):
+    """While the audit writer cannot reach the store, readiness says so (503)."""
+
+    class Down:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def append_record(self, record):
+            raise ConnectionError("database down")
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    app = make_app(Down(store), make_pipeline([GOOD_ANSWER]))
+    with TestClient(app) as client:
+        body = client.post("/v1/answer", json={"question": "How long is the warranty?"}).json()
+        assert body["audit_persisted"] is True  # journaled beside the store: durable
+        reply = client.get("/readyz")
+        assert reply.status_code == 503
+        assert reply.json()["ready"] is False
+        assert reply.json()["store"]["last_error"]

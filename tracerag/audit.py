@@ -29,13 +29,14 @@ store (for a readiness probe).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from tracerag import metrics
 from tracerag.errors import ConfigurationError
 
-Sink = Callable[[dict[str, Any]], bool]
+#: ``(record) -> accepted``; the runner awaits a sink that returns an awaitable.
+Sink = Callable[[dict[str, Any]], "bool | Awaitable[bool]"]
 
 _lock = threading.Lock()
 _writers: dict[str, Any] = {}
@@ -64,11 +65,15 @@ def writer_for(target: str | None) -> Any:
 
 
 def writer_sink(writer: Any) -> Sink:
-    """A sink writing through an AuditWriter; True only if the record is durable on return."""
+    """A sink writing through an AuditWriter; True only if the record is durable on return.
 
-    def submit(record: dict[str, Any]) -> bool:
-        if hasattr(writer, "submit_durable"):
-            durable = bool(writer.submit_durable(record))
+    The wait for the disk happens off the event loop, and the requests that finish together
+    share one ``fdatasync`` of the journal (``AuditWriter.asubmit_durable``).
+    """
+
+    async def submit(record: dict[str, Any]) -> bool:
+        if hasattr(writer, "asubmit_durable"):
+            durable = bool(await writer.asubmit_durable(record))
         else:  # a writer-like object of the application's
             durable = bool(writer.submit(record)) and bool(writer.healthy)
         if not durable:

@@ -54,12 +54,23 @@ StageHook = Callable[[StageEvent], None]
 
 
 class Answerer:
-    """Runs a pipeline for the server and keeps every request's record in the store."""
+    """Runs a pipeline for the server and keeps every request's record in the store.
 
-    def __init__(self, pipeline: Any, store: AuditStore) -> None:
+    A record is committed to the store before its answer goes out, so the caller and the desk
+    can read it at once. When the store is failing, slow or busy with records still waiting,
+    the record goes to the audit writer's crash-safe journal instead (``journal``: a directory;
+    default beside a SQLite store, ``TRACERAG_AUDIT_JOURNAL``), drained into the store in the
+    background and replayed after a crash. ``audit_persisted`` is true only for a record that
+    is durable either way.
+    """
+
+    def __init__(self, pipeline: Any, store: AuditStore, *, journal: str | None = None) -> None:
+        from tracerag.store.writer import AuditWriter
+
         self.pipeline = pipeline
         self.store = store
-        self._writer: Any = None
+        # created now: records a crash left in the journal are replayed into the store at start
+        self.writer = AuditWriter(store, journal=journal if journal else None)
         self.last_store_error: str | None = None
 
     @property
@@ -73,8 +84,8 @@ class Answerer:
             return self.pipeline.settings.max_question_chars
         return 8000
 
-    def persist(self, record: Mapping[str, Any]) -> bool:
-        """Write a record now; on a store failure hand it to a retrying background writer."""
+    def _commit(self, record: Mapping[str, Any]) -> bool | None:
+        """Commit a record to the store now: True when stored, None when the store failed."""
         try:
             self.store.append_record(record)
             self.last_store_error = None
@@ -82,46 +93,34 @@ class Answerer:
         except DuplicateRequest:
             return True
         except InvalidRecord:
-            logger.exception("audit record of request %s refused", record.get("request_id"))
-            return False
+            return None  # the writer quarantines it, with the reason
         except Exception as exc:
             self.last_store_error = type(exc).__name__
             logger.warning(
-                "audit store failed for request %s (%s); retrying in the background",
+                "audit store failed for request %s (%s: %s); the record goes to the journal",
                 record.get("request_id"),
+                type(exc).__name__,
                 exc,
             )
-            self.writer().submit(record)
-            return False
-
-    def writer(self) -> Any:
-        if self._writer is None:
-            from tracerag.store.writer import AuditWriter
-
-            self._writer = AuditWriter(self.store)
-        return self._writer
-
-    def store_state(self) -> dict[str, Any]:
-        """Whether records reach the store now: ``ready``, ``backlog`` and the last failure.
-
-        Built from what the writer exposes today (``healthy``, ``pending``); when the store
-        grows a readiness check of its own, this is the one place to switch to it.
-        """
-        writer = self._writer
-        healthy = self.last_store_error is None and (writer is None or bool(writer.healthy))
-        return {
-            "ready": healthy,
-            "backlog": int(writer.pending) if writer is not None else 0,
-            "last_error": self.last_store_error,
-        }
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
+            return None
 
     async def persist_async(self, record: dict[str, Any]) -> bool:
-        """``persist`` off the event loop: the record sink of every request run here."""
-        return await asyncio.to_thread(self.persist, record)
+        """The record sink of every request run here: True only when the record is durable."""
+        if self.writer.pending == 0 and self.writer.ready():
+            committed: bool | None = await asyncio.to_thread(self._commit, record)
+            if committed:
+                return True
+        return bool(await self.writer.asubmit_durable(record))
+
+    def store_state(self) -> dict[str, Any]:
+        """Whether records reach the store now, from the audit writer's own state."""
+        status = self.writer.status()
+        ready = bool(status["ready"]) and self.last_store_error is None
+        last_error = self.last_store_error or status["last_error"]
+        return {**status, "ready": ready, "last_error": last_error}
+
+    def close(self) -> None:
+        self.writer.close()
 
     async def run(
         self,

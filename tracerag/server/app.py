@@ -241,7 +241,13 @@ def create_app(
         store = open_store(store)  # type: ignore[arg-type]
     assert store is not None and not isinstance(store, str)
     audit_store: AuditStore = store
-    answerer = Answerer(pipeline if pipeline is not None else demo_pipeline(model), audit_store)
+    from tracerag.store import journal_dir_for
+
+    path = getattr(audit_store, "path", None)
+    journal = journal_dir_for(path) if isinstance(path, str) else get_config().audit_journal
+    answerer = Answerer(
+        pipeline if pipeline is not None else demo_pipeline(model), audit_store, journal=journal
+    )
     svc = Services(
         store=audit_store,
         answerer=answerer,
