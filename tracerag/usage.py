@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -100,13 +101,15 @@ def estimate_tokens(text: str | None) -> int:
     of every other whitespace-separated run."""
     if not text:
         return 0
-    total = 0
-    for piece in _TOKEN_RE.findall(text):
-        if _CJK_RE.fullmatch(piece):
-            total += 1
-        else:
-            total += math.ceil(len(piece) / CHARS_PER_TOKEN)
-    return total
+    return _estimate(text)
+
+
+@lru_cache(maxsize=4096)
+def _estimate(text: str) -> int:
+    # the N samples of a request send the same prompt: its estimate is made once
+    cjk = len(_CJK_RE.findall(text))
+    rest = _CJK_RE.sub(" ", text) if cjk else text
+    return cjk + sum((len(run) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN for run in rest.split())
 
 
 def _content_text(content: Any) -> str:
