@@ -41,16 +41,40 @@ _EXPORTS = {
     "ModelTimeoutError": "tracerag.errors",
     "RetrieverTimeoutError": "tracerag.errors",
     "OutputTooLongError": "tracerag.errors",
+    "Combiner": "tracerag.signals.confidence",
+    "HeuristicCombiner": "tracerag.signals.confidence",
+    "Signals": "tracerag.signals.confidence",
+    "CalibratedCombiner": "tracerag.signals.calibrated",
+    "SupportBackend": "tracerag.signals.support",
+    "register_backend": "tracerag.signals.support",
+    "Rule": "tracerag.signals.rules",
+    "Equivalence": "tracerag.signals.consistency",
+    "WrappedChain": "tracerag.wrap",
+    "StageEvent": "tracerag.runner",
+    "AuditRecord": "tracerag.record",
+    "AuditStore": "tracerag.store",
+    "AuditWriter": "tracerag.store",
+    "open_store": "tracerag.store",
+    "configure": "tracerag.tracing",
+    "configure_metrics": "tracerag.metrics",
+    "trace_link": "tracerag.tracing",
 }
 
 __all__ = [
+    "AuditRecord",
+    "AuditStore",
+    "AuditWriter",
+    "CalibratedCombiner",
     "CallError",
     "CallTimeoutError",
+    "Combiner",
     "ConfigurationError",
     "ContractError",
+    "Equivalence",
     "EscalationHandler",
     "Evidence",
     "ExtractiveChatModel",
+    "HeuristicCombiner",
     "InMemoryEscalationHandler",
     "InputError",
     "JudgeSupport",
@@ -62,15 +86,25 @@ __all__ = [
     "Response",
     "RetrieverTimeoutError",
     "RetryPolicy",
+    "Rule",
     "RuleResult",
+    "Signals",
+    "StageEvent",
     "Support",
+    "SupportBackend",
     "Thresholds",
     "Ticket",
     "TraceragError",
+    "WrappedChain",
     "__version__",
+    "configure",
+    "configure_metrics",
+    "open_store",
+    "register_backend",
     "response_schema",
     "rule",
     "support",
+    "trace_link",
     "validate_response",
     "wrap",
 ]
@@ -105,10 +139,18 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         RetrieverTimeoutError,
         TraceragError,
     )
+    from tracerag.metrics import configure_metrics
     from tracerag.pipeline import RAGPipeline
+    from tracerag.record import AuditRecord
     from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds, Ticket
+    from tracerag.runner import StageEvent
     from tracerag.settings import RetryPolicy
+    from tracerag.signals.calibrated import CalibratedCombiner
+    from tracerag.signals.confidence import Combiner, HeuristicCombiner, Signals
+    from tracerag.signals.consistency import Equivalence
     from tracerag.signals.judge import JudgeSupport
-    from tracerag.signals.rules import RuleResult, rule
-    from tracerag.signals.support import Support, support
-    from tracerag.wrap import wrap
+    from tracerag.signals.rules import Rule, RuleResult, rule
+    from tracerag.signals.support import Support, SupportBackend, register_backend, support
+    from tracerag.store import AuditStore, AuditWriter, open_store
+    from tracerag.tracing import configure, trace_link
+    from tracerag.wrap import WrappedChain, wrap
