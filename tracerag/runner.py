@@ -173,6 +173,8 @@ def _set_root(root: Span, ctx: RequestContext) -> None:
         semconv.TIER: ctx.tier,
         semconv.ERROR_COUNT: len(ctx.errors),
     }
+    if ctx.request_id:  # a request refused in a stage has its id too
+        attrs[semconv.REQUEST_ID] = ctx.request_id
     if ctx.versions.prompt:
         attrs[semconv.VERSION_PROMPT] = ctx.versions.prompt
     if ctx.versions.model:
