@@ -1,19 +1,25 @@
-"""wrap(chain): the six traced stages around an existing LCEL RAG chain, left unchanged.
+"""wrap(app): the six traced stages around an existing LangChain chain or LangGraph graph.
 
-The chain is inspected once: its prompt templates give the prompt version (a stable hash of their
-text), its chat model gives the model version and temperature, its retriever is found so the
-retrieve stage can call it once. Each request then runs:
+The app is left unchanged and is inspected once: its prompt templates give the prompt version
+(a stable hash of their text), its chat model gives the model version and temperature, its
+retriever is found so the retrieve stage can call it once. The caller's input is passed to the
+app as it is; the question, the answer and the documents are found in the app's input and output
+by ``tracerag.chain_io`` (``input_key=``, ``output_key=``, ``documents_key=``). Each request runs:
 
-- register: versions from the arguments or from the inspection; refused if either is unknown;
-- retrieve: the chain's retriever, called once (with relevance scores where it can give them);
-- sample: the chain itself, run N times concurrently; LangChain callbacks capture, per run, the
-  documents it retrieved (``on_retriever_end``) and the model's invocation parameters
-  (``on_chat_model_start`` / ``on_llm_start``); documents a run retrieved that the retrieve stage
-  did not are added to the materials, so what was in a prompt can be cited;
-- plan: a foreign chain writes no plan, so this stage records each sample's *implied* plan —
+- register: versions from the arguments or the inspection; those still unknown (prompt and
+  model called inside graph nodes) are learned from this request's runs, and the request is
+  refused if the runs do not show them either;
+- retrieve: the app's retriever (or ``retriever=``), called once with relevance scores where it
+  can give them; an app that retrieves only inside its runs is recorded after them;
+- sample: the app run N times concurrently and independently (``tracerag.graph_runs``);
+  ``tracerag.chain_capture`` records per run the documents it retrieved, the documents its output
+  carries, its model calls and its prompt templates; documents a run retrieved that the retrieve
+  stage did not are added to the materials, so what was in a prompt can be cited; deterministic
+  errors (``tracerag.chain_errors``) are not retried;
+- plan: a foreign app writes no plan, so this stage records each sample's *implied* plan —
   the materials it actually cited and the quantities it states — and how far they agree;
 - verify and assemble: as in RAGPipeline. Citations may be material ids (``[policy-7]``) or
-  1-based positions in the run's retrieved order (``[1]``).
+  1-based positions in the documents the run put in its prompt (``[1]``).
 
 If the model runs at temperature 0 the samples cannot disagree: a warning is logged and put on
 the span and the Response, and self-consistency is reported as uninformative.
@@ -22,26 +28,35 @@ the span and the Response, and self-consistency is reported as uninformative.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from uuid import UUID
 
-from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.documents import Document
 from langchain_core.language_models import BaseLanguageModel
-from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.prompts import BasePromptTemplate
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableConfig
-from opentelemetry.trace import Span, TracerProvider
+from opentelemetry.trace import INVALID_SPAN, Span, TracerProvider
 
 from tracerag import metrics, semconv
+from tracerag.chain_capture import (
+    RunCapture,
+    learned_versions,
+    missing_version_error,
+    model_call_attributes,
+    prompt_text,
+)
+from tracerag.chain_errors import is_transient
+from tracerag.chain_io import ChainIO, independent_copy
 from tracerag.context import Plan, RequestContext, Sample
 from tracerag.contract import Response
-from tracerag.llm import Tries, model_name, record_retry, retry_call, text_of
+from tracerag.errors import MissingVersionError
+from tracerag.graph_runs import Sampler, SampleRun
+from tracerag.llm import Tries, model_name, record_retry, retry_call
 from tracerag.pipeline import build_settings
 from tracerag.prompts import fingerprint
 from tracerag.routing import EscalationHandler, Thresholds
@@ -94,22 +109,6 @@ class ChainInfo:
         return None
 
 
-def prompt_text(prompt: BasePromptTemplate) -> str:
-    """The template text of a prompt (all messages of a chat prompt), for fingerprinting."""
-    parts: list[str] = []
-    for message in getattr(prompt, "messages", None) or [prompt]:
-        inner = getattr(message, "prompt", message)
-        template = getattr(inner, "template", None)
-        role = type(message).__name__
-        if isinstance(template, str):
-            parts.append(f"{role}:{template}")
-        elif isinstance(inner, list):
-            parts.extend(f"{role}:{getattr(p, 'template', repr(p))}" for p in inner)
-        else:
-            parts.append(f"{role}:{inner!r}")
-    return "\n".join(parts)
-
-
 def inspect_chain(chain: Runnable) -> ChainInfo:
     """Find the prompts, models and retrievers inside a chain's graph."""
     info = ChainInfo()
@@ -124,69 +123,8 @@ def inspect_chain(chain: Runnable) -> ChainInfo:
     return info
 
 
-class RunCapture(AsyncCallbackHandler):
-    """Collects, for one chain run, the documents retrieved and the model's parameters."""
-
-    def __init__(self) -> None:
-        self.documents: list[Document] = []
-        self.invocation_params: dict[str, Any] = {}
-        self.model_calls = 0
-        self.token_usage: dict[str, int] = {}
-
-    async def on_retriever_end(
-        self, documents: Sequence[Document], *, run_id: UUID, **kwargs: Any
-    ) -> None:
-        self.documents.extend(documents)
-
-    async def on_chat_model_start(
-        self, serialized: dict[str, Any], messages: list[list[BaseMessage]], **kwargs: Any
-    ) -> None:
-        self._params(kwargs)
-
-    async def on_llm_start(
-        self, serialized: dict[str, Any], prompts: list[str], **kwargs: Any
-    ) -> None:
-        self._params(kwargs)
-
-    async def on_llm_end(self, response: Any, **kwargs: Any) -> None:
-        for generations in getattr(response, "generations", []) or []:
-            for generation in generations:
-                usage = getattr(getattr(generation, "message", None), "usage_metadata", None)
-                for key in ("input_tokens", "output_tokens"):
-                    if usage and usage.get(key) is not None:
-                        self.token_usage[key] = self.token_usage.get(key, 0) + int(usage[key])
-
-    def _params(self, kwargs: dict[str, Any]) -> None:
-        self.model_calls += 1
-        params = kwargs.get("invocation_params") or {}
-        metadata = kwargs.get("metadata") or {}
-        merged = {**{k: v for k, v in metadata.items() if k.startswith("ls_")}, **params}
-        self.invocation_params.update(merged)
-
-    @property
-    def model_name(self) -> str | None:
-        p = self.invocation_params
-        value = p.get("model_name") or p.get("model") or p.get("ls_model_name")
-        return str(value) if value else None
-
-    @property
-    def temperature(self) -> float | None:
-        p = self.invocation_params
-        value = p.get("temperature", p.get("ls_temperature"))
-        return float(value) if isinstance(value, (int, float)) else None
-
-
-def output_text(output: Any) -> str:
-    """The answer text of a chain's output (str, message, or dict with an answer field)."""
-    if isinstance(output, str):
-        return output
-    if isinstance(output, AIMessage):
-        return text_of(output)
-    if isinstance(output, dict):
-        for key in ("answer", "output", "result", "text"):
-            if isinstance(output.get(key), str):
-                return output[key]
-    raise TypeError(f"cannot read an answer from chain output of type {type(output).__name__}")
+# the caller's input for the app, for the request being run (set by WrappedChain.ainvoke)
+_CHAIN_INPUT: contextvars.ContextVar[Any] = contextvars.ContextVar("tracerag_chain_input")
 
 
 class WrappedChain(Runnable[Any, Response]):
@@ -199,11 +137,15 @@ class WrappedChain(Runnable[Any, Response]):
         settings: Settings,
         info: ChainInfo,
         chain_input: Callable[[str], Any] | None = None,
+        io: ChainIO | None = None,
+        run_once: Sequence[str] = (),
     ) -> None:
         self.chain = chain
         self.settings = settings
         self.info = info
-        self.chain_input = chain_input or (lambda question: question)
+        self.chain_input = chain_input
+        self.io = io or ChainIO()
+        self.sampler = Sampler(chain, run_once)
         steps = [
             Step("register", self._register),
             Step("retrieve", self._retrieve),
@@ -224,12 +166,27 @@ class WrappedChain(Runnable[Any, Response]):
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Response:
-        ctx = parse_input(input, max_chars=self.settings.max_question_chars)
+        request = self.io.request(input)
+        ctx = parse_input(
+            {"question": request.question, **request.fields},
+            max_chars=self.settings.max_question_chars,
+        )
         ctx.params["positional"] = True
-        return await run_steps(ctx, self.settings, self.steps, config, mode="wrap")
+        chain_input = (
+            self.chain_input(ctx.question) if self.chain_input else request.chain_input
+        )
+        token = _CHAIN_INPUT.set(chain_input)
+        try:
+            return await run_steps(ctx, self.settings, self.steps, config, mode="wrap")
+        finally:
+            _CHAIN_INPUT.reset(token)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Response:
         return run_sync(lambda: self.ainvoke(input, config, **kwargs))
+
+    @property
+    def InputType(self) -> Any:
+        return str | dict
 
     @property
     def OutputType(self) -> type[Response]:
@@ -238,7 +195,14 @@ class WrappedChain(Runnable[Any, Response]):
     async def _register(
         self, ctx: RequestContext, settings: Settings, span: Span, config: Any = None
     ) -> RequestContext:
-        ctx = await register(ctx, settings, span, config)
+        try:
+            ctx = await register(ctx, settings, span, config)
+        except MissingVersionError:
+            # versions neither given nor found in the chain: learned from this request's runs
+            ctx.params["versions_from_runs"] = [
+                name for name in ("prompt", "model") if not getattr(ctx.versions, name)
+            ]
+            span.set_attribute(VERSIONS_FROM_RUNS, ctx.params["versions_from_runs"])
         temperature = self.info.temperature
         if temperature is not None:
             ctx.params["temperature"] = temperature
@@ -248,6 +212,11 @@ class WrappedChain(Runnable[Any, Response]):
     async def _retrieve(
         self, ctx: RequestContext, settings: Settings, span: Span, config: Any = None
     ) -> RequestContext:
+        if not self.info.retrievers:
+            # the app retrieves inside its own runs (graph nodes, functions): recorded after them
+            ctx.retrieval = {"source": "runs", "note": RUNS_NOTE}
+            span.set_attribute(RETRIEVAL_SOURCE, "runs")
+            return ctx
         pairs: list[tuple[Document, float | None]] = []
         for retriever in self.info.retrievers:
             try:
@@ -255,10 +224,9 @@ class WrappedChain(Runnable[Any, Response]):
             except Exception as exc:  # the chain's own runs will retrieve again
                 ctx.record_error("retrieve", exc)
                 span.record_exception(exc)
-        if not self.info.retrievers:
-            ctx.retrieval["note"] = "no retriever found in the chain; materials come from its runs"
         ctx.materials = to_materials(pairs)
         record_materials(ctx, span)
+        span.set_attribute(RETRIEVAL_SOURCE, "retriever")
         return ctx
 
     async def _sample(
@@ -267,6 +235,9 @@ class WrappedChain(Runnable[Any, Response]):
         n = settings.samples_for_tier()
         tracer = settings.tracer
         captures = [RunCapture() for _ in range(n)]
+        run_documents: list[list[Document]] = [[] for _ in range(n)]
+        chain_input = _CHAIN_INPUT.get(ctx.question)
+        runs: list[SampleRun] = await self.sampler.prepare(config, ctx.request_id, n)
 
         async def one(index: int) -> Sample:
             result = Sample(index=index)
@@ -275,18 +246,18 @@ class WrappedChain(Runnable[Any, Response]):
                 on_retry = record_retry(ctx, child, "sample", settings.meter_provider, sample=index)
 
                 started = time.perf_counter()
-                run_config: RunnableConfig = {**(config or {}), "callbacks": [capture_run]}
                 tries = Tries()
 
                 async def once() -> Any:
-                    capture_run.documents.clear()
-                    return await self.chain.ainvoke(
-                        self.chain_input(ctx.question), config=run_config
-                    )
+                    capture_run.reset()
+                    return await runs[index].ainvoke(independent_copy(chain_input), capture_run)
 
                 try:
-                    output = await retry_call(once, settings.retry, on_retry=on_retry, tries=tries)
-                    result.raw = output_text(output)
+                    output = await retry_call(
+                        once, settings.retry, on_retry=on_retry, retry_on=is_transient, tries=tries
+                    )
+                    run_documents[index] = self.io.documents(output) or capture_run.documents
+                    result.raw = self.io.answer(output)
                     result.answer = result.raw.strip()
                     if not result.answer:
                         result.error = "empty answer"
@@ -302,6 +273,14 @@ class WrappedChain(Runnable[Any, Response]):
                 result.input_tokens = capture_run.token_usage.get("input_tokens")
                 result.output_tokens = capture_run.token_usage.get("output_tokens")
                 _model_attrs(child, capture_run, self.info)
+                child.set_attributes(
+                    model_call_attributes(
+                        capture_run.last_call,
+                        settings.prompt_version
+                        or capture_run.prompt_version
+                        or self.info.prompt_version,
+                    )
+                )
                 if result.raw is not None:
                     output_value = capture(result.raw)
                     if output_value is not None:
@@ -309,8 +288,12 @@ class WrappedChain(Runnable[Any, Response]):
                 finish_sample_span(child, ctx, result)
             return result
 
-        ctx.samples = list(await asyncio.gather(*(one(i) for i in range(n))))
-        self._merge_run_materials(ctx, captures, span)
+        try:
+            ctx.samples = list(await asyncio.gather(*(one(i) for i in range(n))))
+        finally:
+            await self.sampler.cleanup(runs)
+        self._learn_versions(ctx, captures, span)
+        self._merge_run_materials(ctx, captures, run_documents, span)
         temperatures = {c.temperature for c in captures if c.temperature is not None}
         temperature = (
             temperatures.pop() if len(temperatures) == 1 else ctx.params.get("temperature")
@@ -323,25 +306,55 @@ class WrappedChain(Runnable[Any, Response]):
         record_samples(ctx, span, float(temperature if temperature is not None else -1.0))
         return ctx
 
-    def _merge_run_materials(
+    def _learn_versions(
         self, ctx: RequestContext, captures: list[RunCapture], span: Span
+    ) -> None:
+        """Versions not given nor found in the chain, from what its runs called; else refused."""
+        pending = ctx.params.get("versions_from_runs")
+        if not pending:
+            return
+        prompt, model = learned_versions(captures)
+        ctx.versions.prompt = ctx.versions.prompt or prompt
+        ctx.versions.model = ctx.versions.model or model
+        if ctx.versions.prompt:
+            span.set_attribute(semconv.VERSION_PROMPT, ctx.versions.prompt)
+        if ctx.versions.model:
+            span.set_attribute(semconv.VERSION_MODEL, ctx.versions.model)
+        missing = [name for name in ("prompt", "model") if not getattr(ctx.versions, name)]
+        if missing:
+            raise missing_version_error(ctx.request_id, missing)
+
+    def _merge_run_materials(
+        self,
+        ctx: RequestContext,
+        captures: list[RunCapture],
+        run_documents: list[list[Document]],
+        span: Span,
     ) -> None:
         known = {m.id: m for m in ctx.materials}
         added: list[str] = []
-        for sample, capture_run in zip(ctx.samples, captures, strict=True):
-            run_materials = to_materials([(d, None) for d in capture_run.documents])
-            order: list[str] = []
-            for m in run_materials:
+        for sample, capture_run, used in zip(ctx.samples, captures, run_documents, strict=True):
+            retrieved = to_materials([(d, None) for d in [*capture_run.documents, *used]])
+            for m in retrieved:
                 if m.id not in known:
                     m.rank = len(ctx.materials) + 1
                     ctx.materials.append(m)
                     known[m.id] = m
                     added.append(m.id)
-                order.append(m.id)
-            sample.material_order = order
+            # positions ``[1]`` count in the documents the run put in its prompt
+            sample.material_order = [m.id for m in to_materials([(d, None) for d in used])]
+        source = ctx.retrieval.get("source") or "retriever"
+        if source == "runs":  # the documents appear in the trace here, once
+            record_materials(ctx, span)
+        else:
+            if added:  # counts and scores over every material, on the record
+                record_materials(ctx, INVALID_SPAN)
+            span.set_attribute(semconv.RETRIEVAL_COUNT, len(ctx.materials))
+            span.set_attribute(semconv.RETRIEVAL_MATERIAL_IDS, [m.id for m in ctx.materials])
+        ctx.retrieval["source"] = source if not added or source == "runs" else "retriever+runs"
         if added:
             ctx.retrieval["added_from_runs"] = added
-            span.set_attribute(semconv.RETRIEVAL_MATERIAL_IDS, [m.id for m in ctx.materials])
+        span.set_attribute(RETRIEVAL_SOURCE, ctx.retrieval["source"])
 
     async def _plan(
         self, ctx: RequestContext, settings: Settings, span: Span, config: Any = None
@@ -354,6 +367,11 @@ class WrappedChain(Runnable[Any, Response]):
             facts = [q.raw for q in extract_quantities(strip_citations(s.answer or ""))]
             s.plan = Plan(material_ids=list(dict.fromkeys(ids)), key_facts=facts, mode="wrap")
         return await plan_from_samples(ctx, settings, span, config)
+
+
+RETRIEVAL_SOURCE = "tracerag.retrieval.source"
+VERSIONS_FROM_RUNS = "tracerag.version.from_runs"
+RUNS_NOTE = "no retriever found in the app; materials are what its runs retrieved"
 
 
 def _model_attrs(span: Span, capture_run: RunCapture, info: ChainInfo) -> None:
@@ -394,17 +412,32 @@ def wrap(
     combiner: Combiner | None = None,
     retry: RetryPolicy | None = None,
     chain_input: Callable[[str], Any] | None = None,
+    input_key: str | None = None,
+    output_key: str | None = None,
+    documents_key: str | None = None,
+    run_once: Sequence[str] = (),
+    retriever: BaseRetriever | None = None,
     tracer_provider: TracerProvider | None = None,
     meter_provider: Any = None,
     audit: Any = "auto",
 ) -> WrappedChain:
-    """Wrap an existing LCEL RAG chain so each request runs the six traced, verified stages.
+    """Wrap an existing LangChain chain or LangGraph graph so each request runs the six traced,
+    verified stages.
 
-    ``chain_input`` turns the question into the chain's input (default: the question string).
+    The caller's input is passed to the app unchanged. ``input_key`` names the field holding
+    the question (default: ``question``, ``input``, ``query``, or a string input);
+    ``output_key`` the field holding the answer (default: ``answer``, ``output``, ``result``, or
+    a string or ``AIMessage`` output); ``documents_key`` the field of the output holding the
+    documents the app used (default: ``context``, ``source_documents``). ``run_once`` names
+    graph nodes that must run once per request, not once per sample. ``retriever`` is the
+    retriever the app uses inside its nodes, called once in the retrieve stage for scored
+    materials. ``chain_input`` turns the question into the app's input instead.
     """
     if not isinstance(chain, Runnable):
         raise TypeError(f"wrap() needs a LangChain Runnable, got {type(chain).__name__}")
     info = inspect_chain(chain)
+    if retriever is not None and retriever not in info.retrievers:
+        info.retrievers.append(retriever)
     temperature = info.temperature
     settings = build_settings(
         retriever=None,
@@ -428,7 +461,10 @@ def wrap(
     )
     if temperature == 0.0 and n_samples > 1:
         logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)
-    return WrappedChain(chain, settings=settings, info=info, chain_input=chain_input)
+    io = ChainIO(input_key=input_key, output_key=output_key, documents_key=documents_key)
+    return WrappedChain(
+        chain, settings=settings, info=info, chain_input=chain_input, io=io, run_once=run_once
+    )
 
 
 __all__ = ["ChainInfo", "RunCapture", "WrappedChain", "inspect_chain", "wrap"]
