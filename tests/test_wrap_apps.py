@@ -225,7 +225,7 @@ def test_same_six_stage_trace_with_the_retrieved_materials(name, store, spans):
         assert retrieve[sc.RETRIEVAL_COUNT] == K
         assert retrieve[sc.RETRIEVAL_SCORED] is True
     else:  # the app retrieves inside its nodes: the retrieve span says where materials come from
-        assert retrieve["tracerag.retrieval.source"] == "runs"
+        assert retrieve[sc.RETRIEVAL_SOURCE] == "runs"
     generations = spans.named(sc.SPAN_SAMPLE_ONE, rid)
     assert len(generations) == 3
     for g in generations:
@@ -273,7 +273,7 @@ def test_graph_versions_are_learned_from_the_runs(store, spans):
     root = spans.root(response.request_id).attributes
     assert root[sc.VERSION_PROMPT] == response.versions.prompt
     register = spans.named(sc.SPAN_REGISTER, response.request_id)[0].attributes
-    assert list(register["tracerag.version.from_runs"]) == ["prompt", "model"]
+    assert list(register[sc.VERSION_FROM_RUNS]) == ["prompt", "model"]
 
 
 def test_graph_without_prompt_template_is_refused_naming_the_argument(store, spans):

@@ -202,7 +202,7 @@ class WrappedChain(Runnable[Any, Response]):
             ctx.params["versions_from_runs"] = [
                 name for name in ("prompt", "model") if not getattr(ctx.versions, name)
             ]
-            span.set_attribute(VERSIONS_FROM_RUNS, ctx.params["versions_from_runs"])
+            span.set_attribute(semconv.VERSION_FROM_RUNS, ctx.params["versions_from_runs"])
         temperature = self.info.temperature
         if temperature is not None:
             ctx.params["temperature"] = temperature
@@ -215,7 +215,7 @@ class WrappedChain(Runnable[Any, Response]):
         if not self.info.retrievers:
             # the app retrieves inside its own runs (graph nodes, functions): recorded after them
             ctx.retrieval = {"source": "runs", "note": RUNS_NOTE}
-            span.set_attribute(RETRIEVAL_SOURCE, "runs")
+            span.set_attribute(semconv.RETRIEVAL_SOURCE, "runs")
             return ctx
         pairs: list[tuple[Document, float | None]] = []
         for retriever in self.info.retrievers:
@@ -226,7 +226,7 @@ class WrappedChain(Runnable[Any, Response]):
                 span.record_exception(exc)
         ctx.materials = to_materials(pairs)
         record_materials(ctx, span)
-        span.set_attribute(RETRIEVAL_SOURCE, "retriever")
+        span.set_attribute(semconv.RETRIEVAL_SOURCE, "retriever")
         return ctx
 
     async def _sample(
@@ -354,7 +354,7 @@ class WrappedChain(Runnable[Any, Response]):
         ctx.retrieval["source"] = source if not added or source == "runs" else "retriever+runs"
         if added:
             ctx.retrieval["added_from_runs"] = added
-        span.set_attribute(RETRIEVAL_SOURCE, ctx.retrieval["source"])
+        span.set_attribute(semconv.RETRIEVAL_SOURCE, ctx.retrieval["source"])
 
     async def _plan(
         self, ctx: RequestContext, settings: Settings, span: Span, config: Any = None
@@ -369,8 +369,6 @@ class WrappedChain(Runnable[Any, Response]):
         return await plan_from_samples(ctx, settings, span, config)
 
 
-RETRIEVAL_SOURCE = "tracerag.retrieval.source"
-VERSIONS_FROM_RUNS = "tracerag.version.from_runs"
 RUNS_NOTE = "no retriever found in the app; materials are what its runs retrieved"
 
 
