@@ -6,7 +6,7 @@ import pytest
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from tracerag.chain_io import ChainIO, independent_copy
+from tracerag.chain_io import ChainIO, independent_copy, input_fields, question_field
 from tracerag.errors import InputError
 
 DOCS = [Document(page_content="a", id="1"), Document(page_content="b", id="2")]
@@ -108,3 +108,45 @@ def test_independent_copy_separates_mutable_state():
 
     thing = Uncopyable()
     assert independent_copy(thing) is thing
+
+
+def test_question_field_of_graphs_and_chains():
+    from typing import TypedDict
+
+    import pydantic
+    from langchain_core.runnables import RunnableLambda, RunnablePassthrough
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    def compiled(schema):
+        builder = StateGraph(schema)
+        builder.add_node("a", lambda state: {})
+        builder.add_edge(START, "a")
+        return builder.compile()
+
+    class Tutorial(TypedDict):
+        question: str
+        answer: str
+
+    class Chat(MessagesState):
+        summary: str
+
+    class Model(pydantic.BaseModel):
+        query: str = ""
+        answer: str = ""
+
+    assert question_field(compiled(Tutorial)) == "question"
+    assert question_field(compiled(Chat)) == "messages"
+    assert question_field(compiled(Model)) == "query"
+    assert input_fields(compiled(Chat)) == ("messages", "summary")
+    # LangChain reads the keys a chain's first step takes (here from the lambda)
+    assert question_field(RunnablePassthrough.assign(x=lambda d: d["input"])) == "input"
+    assert question_field(RunnableLambda(lambda d: d["topic"])) is None
+    assert question_field(RunnableLambda(lambda text: text.upper())) is None
+
+
+def test_string_input_goes_in_the_field():
+    assert ChainIO(string_key="question").request("q").chain_input == {"question": "q"}
+    messages = ChainIO(string_key="messages").request("q").chain_input["messages"]
+    assert [(m.type, m.content) for m in messages] == [("human", "q")]
+    assert ChainIO(input_key="ask", string_key="question").string_input("q") == {"ask": "q"}
+    assert ChainIO().string_input("q") == "q"

@@ -302,33 +302,64 @@ def test_graph_without_prompt_template_is_refused_naming_the_argument(store, spa
     assert response.versions.model == "scripted-x"
 
 
-def test_graph_given_a_string_fails_once_not_three_times(store, spans):
+def test_a_bare_question_goes_in_the_field_the_app_takes(store, spans):
+    llm = ScriptedChatModel(responder=cite_returns, model_name="scripted-x")
+    for build in (tutorial_graph, retrieval_chain):
+        wrapped = wrap(
+            build(store, llm), n_samples=2, retry=FAST_RETRY, tracer_provider=spans.provider
+        )
+        assert wrapped.invoke(QUESTION).decision == "pass"
+
+
+class Topic(TypedDict):
+    topic: str
+    context: list[Document]
+    answer: str
+
+
+def topic_graph(store, llm):
+    def retrieve(state: Topic):
+        return {"context": store.similarity_search(state["topic"], k=K)}
+
+    def generate(state: Topic):
+        messages = RAG_PROMPT.invoke(
+            {"question": state["topic"], "context": numbered(state["context"])}
+        )
+        return {"answer": llm.invoke(messages).content}
+
+    builder = StateGraph(Topic).add_sequence([retrieve, generate])
+    builder.add_edge(START, "retrieve")
+    return builder.compile()
+
+
+def test_graph_given_the_wrong_input_fails_once_not_three_times(store, spans):
     """A deterministic graph error is not retried: one attempt per sample, error kept."""
     llm = ScriptedChatModel(responder=cite_returns, model_name="scripted-x")
     wrapped = wrap(
-        tutorial_graph(store, llm),
+        topic_graph(store, llm),
         prompt_version="p1",
         model_version="m1",
         n_samples=2,
         retry=FAST_RETRY,
         tracer_provider=spans.provider,
     )
-    response = wrapped.invoke(QUESTION)  # a bare string: the graph wants its state dict
+    response = wrapped.invoke(QUESTION)  # a bare string, and no field tracerag knows to put it in
     assert response.decision == "escalate"
     assert response.signal_detail.samples_ok == 0
     assert llm.call_count == 0
     generations = spans.named(sc.SPAN_SAMPLE_ONE, response.request_id)
     assert [g.attributes[sc.SAMPLE_ATTEMPTS] for g in generations] == [1, 1]
     assert all(InvalidUpdateError.__name__ in g.attributes[sc.SAMPLE_ERROR] for g in generations)
-    # naming the question's field makes a bare string work
+    # naming the question's field makes a bare string work, and finds it in a dict
     keyed = wrap(
-        tutorial_graph(store, llm),
-        input_key="question",
+        topic_graph(store, llm),
+        input_key="topic",
         n_samples=2,
         retry=FAST_RETRY,
         tracer_provider=spans.provider,
     )
     assert keyed.invoke(QUESTION).decision == "pass"
+    assert keyed.invoke({"topic": QUESTION}).decision == "pass"
 
 
 def test_document_ids_and_titles_come_from_the_store(spans):

@@ -49,17 +49,20 @@ class ChainIO:
     input_key: str | None = None
     output_key: str | None = None
     documents_key: str | None = None
+    # the field a bare string question goes in when ``input_key`` is not given (see
+    # ``question_field``); ``messages`` means a one-message chat history
+    string_key: str | None = None
 
     def request(self, value: Any) -> ChainRequest:
         """The question and the app's input from what the caller passed.
 
         A string is the question; it is passed to the app as ``{input_key: question}`` when
-        ``input_key`` is set, else as the string. A dict is passed through as it is (chat
-        history and every other field kept); its question is read from it.
+        ``input_key`` (or else ``string_key``) is set, else as the string. A dict is passed
+        through as it is (chat history and every other field kept); its question is read
+        from it.
         """
         if isinstance(value, str):
-            chain_input: Any = {self.input_key: value} if self.input_key else value
-            return ChainRequest(question=value, chain_input=chain_input, fields={})
+            return ChainRequest(question=value, chain_input=self.string_input(value), fields={})
         if isinstance(value, Mapping):
             fields = {k: value[k] for k in REQUEST_FIELDS if value.get(k) is not None}
             for key, field_value in fields.items():
@@ -67,6 +70,15 @@ class ChainIO:
                     raise InputError(f"{key} must be a string")
             return ChainRequest(question=self.question(value), chain_input=value, fields=fields)
         raise InputError(f"input must be a question string or a dict, got {type(value).__name__}")
+
+    def string_input(self, question: str) -> Any:
+        """The app's input for a bare question string."""
+        key = self.input_key or self.string_key
+        if key is None:
+            return question
+        if key == MESSAGES_KEY and not self.input_key:
+            return {MESSAGES_KEY: [HumanMessage(question)]}
+        return {key: question}
 
     def question(self, value: Mapping[str, Any]) -> str:
         """The question in a dict input; InputError naming ``input_key=`` when none is found."""
@@ -139,6 +151,41 @@ class ChainIO:
         return []
 
 
+def input_fields(chain: Any) -> tuple[str, ...] | None:
+    """The fields of an app's dict input (a graph's input state, a chain's input schema)."""
+    schema = getattr(getattr(chain, "builder", None), "input_schema", None)
+    if isinstance(schema, type):
+        fields = getattr(schema, "model_fields", None)
+        if isinstance(fields, Mapping):
+            return tuple(fields)
+        annotations: dict[str, Any] = {}
+        for cls in reversed(schema.__mro__):
+            annotations.update(getattr(cls, "__annotations__", {}) or {})
+        return tuple(annotations) or None
+    try:
+        json_schema = chain.get_input_jsonschema()
+    except Exception:
+        return None
+    if json_schema.get("type") == "object" and isinstance(json_schema.get("properties"), dict):
+        return tuple(json_schema["properties"])
+    return None
+
+
+def question_field(chain: Any) -> str | None:
+    """The field a bare question string goes in for an app that takes a dict, if it is clear.
+
+    The first of ``DEFAULT_INPUT_KEYS`` the app's input has, else ``messages`` for a chat
+    graph; None for an app that takes a string (or whose input cannot be told).
+    """
+    fields = input_fields(chain)
+    if not fields:
+        return None
+    for key in (*DEFAULT_INPUT_KEYS, MESSAGES_KEY):
+        if key in fields:
+            return key
+    return None
+
+
 def _text(value: Any) -> str | None:
     if isinstance(value, str):
         return value
@@ -165,4 +212,6 @@ __all__ = [
     "ChainIO",
     "ChainRequest",
     "independent_copy",
+    "input_fields",
+    "question_field",
 ]

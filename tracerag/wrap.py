@@ -51,7 +51,7 @@ from tracerag.chain_capture import (
     prompt_text,
 )
 from tracerag.chain_errors import is_transient
-from tracerag.chain_io import ChainIO, independent_copy
+from tracerag.chain_io import ChainIO, independent_copy, question_field
 from tracerag.context import Plan, RequestContext, Sample
 from tracerag.contract import Response
 from tracerag.errors import MissingVersionError
@@ -171,7 +171,6 @@ class WrappedChain(Runnable[Any, Response]):
             {"question": request.question, **request.fields},
             max_chars=self.settings.max_question_chars,
         )
-        ctx.params["positional"] = True
         chain_input = (
             self.chain_input(ctx.question) if self.chain_input else request.chain_input
         )
@@ -195,6 +194,7 @@ class WrappedChain(Runnable[Any, Response]):
     async def _register(
         self, ctx: RequestContext, settings: Settings, span: Span, config: Any = None
     ) -> RequestContext:
+        ctx.params["positional"] = True  # ``[1]`` may cite the run's first document
         try:
             ctx = await register(ctx, settings, span, config)
         except MissingVersionError:
@@ -236,7 +236,13 @@ class WrappedChain(Runnable[Any, Response]):
         tracer = settings.tracer
         captures = [RunCapture() for _ in range(n)]
         run_documents: list[list[Document]] = [[] for _ in range(n)]
-        chain_input = _CHAIN_INPUT.get(ctx.question)
+        chain_input = _CHAIN_INPUT.get(None)
+        if chain_input is None:  # stages run without ainvoke (the server): from the question
+            chain_input = (
+                self.chain_input(ctx.question)
+                if self.chain_input
+                else self.io.string_input(ctx.question)
+            )
         runs: list[SampleRun] = await self.sampler.prepare(config, ctx.request_id, n)
 
         async def one(index: int) -> Sample:
@@ -459,7 +465,12 @@ def wrap(
     )
     if temperature == 0.0 and n_samples > 1:
         logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)
-    io = ChainIO(input_key=input_key, output_key=output_key, documents_key=documents_key)
+    io = ChainIO(
+        input_key=input_key,
+        output_key=output_key,
+        documents_key=documents_key,
+        string_key=None if input_key else question_field(chain),
+    )
     return WrappedChain(
         chain, settings=settings, info=info, chain_input=chain_input, io=io, run_once=run_once
     )
