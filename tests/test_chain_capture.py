@@ -150,13 +150,16 @@ def test_model_span_attributes_follow_the_capture_policy(capture_policy):
     prompt = ChatPromptTemplate.from_messages([("system", "Be brief."), ("human", "{q}")])
     llm = ScriptedChatModel(responses=["Thirty days."], model_name="m1")
     capture, _ = run(prompt | llm, {"q": "How long?"})
-    attrs = model_call_attributes(capture.last_call, "v1")
+    assert capture.last_prompt_text == prompt_text(prompt)
+    attrs = model_call_attributes(capture.last_call, "v1", capture.last_prompt_text)
     assert attrs[sc.OI_PROMPT_TEMPLATE_VERSION] == "v1"
+    assert "HumanMessagePromptTemplate:{q}" in attrs[sc.OI_PROMPT_TEMPLATE]
     assert attrs[sc.oi_input_message(1, "role")] == "human"
     assert attrs[sc.oi_input_message(1, "content")] == "How long?"
     assert attrs[sc.oi_output_message(0, "content")] == "Thirty days."
     capture_policy(False)
-    hidden = model_call_attributes(capture.last_call, "v1")
+    hidden = model_call_attributes(capture.last_call, "v1", capture.last_prompt_text)
+    assert sc.OI_PROMPT_TEMPLATE not in hidden
     assert hidden[sc.oi_input_message(1, "role")] == "human"
     assert sc.oi_input_message(1, "content") not in hidden
     assert sc.oi_output_message(0, "content") not in hidden

@@ -232,6 +232,7 @@ def test_same_six_stage_trace_with_the_retrieved_materials(name, store, spans):
         attrs = g.attributes
         assert attrs[sc.OI_LLM_MODEL_NAME] == "scripted-x"
         assert attrs[sc.OI_PROMPT_TEMPLATE_VERSION] == response.versions.prompt
+        assert "{context}" in attrs[sc.OI_PROMPT_TEMPLATE]
         assert attrs[sc.oi_output_message(0, "content")] == attrs[sc.OI_OUTPUT_VALUE]
         last = max(int(k.split(".")[2]) for k in attrs if k.startswith("llm.input_messages."))
         assert "30 days" in "".join(

@@ -117,6 +117,7 @@ class RunCapture(AsyncCallbackHandler):
         self.documents: list[Document] = []
         self.model_calls: list[ModelCall] = []
         self.prompt_texts: list[str] = []
+        self.last_prompt_text: str | None = None
         self._retriever_runs: set[UUID] = set()
         self._nested_retriever_runs: set[UUID] = set()
         self._calls: dict[UUID, ModelCall] = {}
@@ -150,7 +151,10 @@ class RunCapture(AsyncCallbackHandler):
         if kwargs.get("run_type") != "prompt" and "prompts" not in ids:
             return
         text = serialized_prompt_text(serialized)
-        if text is not None and text not in self.prompt_texts:
+        if text is None:
+            return
+        self.last_prompt_text = text
+        if text not in self.prompt_texts:
             self.prompt_texts.append(text)
 
     # -- models ------------------------------------------------------------------------------
@@ -262,14 +266,20 @@ def missing_version_error(request_id: str, missing: Sequence[str]) -> MissingVer
     )
 
 
-def model_call_attributes(call: ModelCall | None, template_version: str | None) -> dict[str, Any]:
-    """Model span attributes of a run's answering call: messages in and out, template version.
+def model_call_attributes(
+    call: ModelCall | None, template_version: str | None, template: str | None = None
+) -> dict[str, Any]:
+    """Model span attributes of a run's answering call: messages in and out, prompt template.
 
-    Message contents follow the content-capture policy; roles and the version are always set.
+    Message contents and the template text follow the content-capture policy; roles and the
+    template version are always set.
     """
     attrs: dict[str, Any] = {}
     if template_version:
         attrs[semconv.OI_PROMPT_TEMPLATE_VERSION] = template_version
+    template_text = capture(template)
+    if template_text is not None:
+        attrs[semconv.OI_PROMPT_TEMPLATE] = template_text
     if call is None:
         return attrs
     if call.messages:

@@ -285,6 +285,7 @@ class WrappedChain(Runnable[Any, Response]):
                         settings.prompt_version
                         or capture_run.prompt_version
                         or self.info.prompt_version,
+                        capture_run.last_prompt_text,
                     )
                 )
                 if result.raw is not None:
