@@ -15,6 +15,7 @@ trace with the materials its runs retrieved.
 from __future__ import annotations
 
 import operator
+import sys
 from typing import Annotated, TypedDict
 
 import pytest
@@ -533,3 +534,19 @@ def test_samples_of_a_graph_do_not_share_state(store, spans):
     assert response.decision == "pass"
     assert seen == [1, 1, 1]
     assert scratch == []
+
+
+def test_the_langgraph_example_runs(spans, monkeypatch):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "wrap_langgraph_app.py"
+    spec = importlib.util.spec_from_file_location("wrap_langgraph_app", path)
+    example = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, example)  # LangGraph reads the state's types
+    spec.loader.exec_module(example)
+    wrapped = wrap(example.build_graph(), n_samples=3, tracer_provider=spans.provider)
+    response = wrapped.invoke({"question": "How long is the warranty on a laptop?"})
+    assert response.decision == "pass", response.signal_detail
+    assert response.versions.model == "tracerag-extractive-1"
+    assert "24" in response.answer
