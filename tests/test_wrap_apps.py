@@ -260,6 +260,37 @@ def test_conversational_history_reaches_the_model(store, spans):
     assert request["chat_history"] == HISTORY  # the caller's input is left as it was
 
 
+class Formatted(TypedDict):
+    question: str
+    context: str  # the documents, already formatted: the state holds no Document
+    answer: str
+
+
+def test_graph_retrieving_with_a_retriever_inside_a_node(store, spans):
+    """Materials come from the retriever's callbacks when the state keeps no documents."""
+    llm = ScriptedChatModel(responder=cite_returns, model_name="scripted-x")
+    retriever = store.as_retriever(search_kwargs={"k": K})
+
+    async def retrieve(state: Formatted):
+        return {"context": numbered(await retriever.ainvoke(state["question"]))}
+
+    async def generate(state: Formatted):
+        messages = await RAG_PROMPT.ainvoke(
+            {"question": state["question"], "context": state["context"]}
+        )
+        return {"answer": (await llm.ainvoke(messages)).content}
+
+    builder = StateGraph(Formatted).add_sequence([retrieve, generate])
+    builder.add_edge(START, "retrieve")
+    wrapped = wrap(builder.compile(), n_samples=3, retry=FAST_RETRY, tracer_provider=spans.provider)
+    response = wrapped.invoke(QUESTION)
+    assert response.decision == "pass", response.signal_detail
+    assert response.evidence[0].material_id == "returns"
+    sample = spans.named(sc.SPAN_SAMPLE, response.request_id)[0].attributes
+    assert sample[sc.RETRIEVAL_COUNT] == K
+    assert sorted(sample[sc.RETRIEVAL_MATERIAL_IDS]) == sorted(expected_ids(store))
+
+
 def test_graph_versions_are_learned_from_the_runs(store, spans):
     llm = ScriptedChatModel(responder=cite_returns, model_name="scripted-graph")
     graph = tutorial_graph(store, llm)
