@@ -124,3 +124,9 @@ def test_checkpointed_graph_forks_the_callers_thread_and_deletes_the_forks():
     assert forks[1] == "t1/r1/sample-1" and forks[2] == "t1/r1/sample-2"
     assert all(s["question"] == "first" for s in states)  # each fork starts where t1 was
     assert {c.config["configurable"]["thread_id"] for c in saver.list(None)} == {"t1"}
+
+
+def test_checkpointed_graph_without_a_thread_is_a_clear_error():
+    sampler = Sampler(graph(checkpointer=InMemorySaver()))
+    with pytest.raises(ConfigurationError, match="thread_id"):
+        asyncio.run(sampler.prepare({}, "r1", 2))

@@ -5,7 +5,8 @@ checkpointer is simply invoked N times concurrently, each with its own copy of t
 graph with a checkpointer, run 0 is the app's own run, on the caller's thread (so a conversation
 kept in the checkpointer moves on exactly as it would without tracerag); runs 1…N-1 each get a
 fresh thread, forked from the caller's thread as it was before the request, and the forks are
-deleted afterwards.
+deleted afterwards. A checkpointed graph called without a ``thread_id`` is refused up front, as
+the graph itself would refuse it.
 
 Nodes marked *run once* (``wrap(..., run_once=["notify"])`` or a node added with
 ``metadata={"tracerag_run_once": True}``) run in run 0 only: the other runs stop before them
@@ -133,6 +134,11 @@ class Sampler:
         runs: list[SampleRun] = []
         configurable = dict(base.get("configurable") or {})
         caller_thread = configurable.get("thread_id")
+        if self.saver is not None and caller_thread is None:
+            raise ConfigurationError(
+                "the graph has a checkpointer, so it needs a thread: call the wrapped app with "
+                "config={'configurable': {'thread_id': ...}} as you would call the graph"
+            )
         for index in range(n):
             metadata = {
                 **(base.get("metadata") or {}),
