@@ -299,8 +299,8 @@ class WrappedChain(Runnable[Any, Response]):
             ctx.samples = list(await asyncio.gather(*(one(i) for i in range(n))))
         finally:
             await self.sampler.cleanup(runs)
-        self._learn_versions(ctx, captures, span)
         self._merge_run_materials(ctx, captures, run_documents, span)
+        self._learn_versions(ctx, captures, span)
         temperatures = {c.temperature for c in captures if c.temperature is not None}
         temperature = (
             temperatures.pop() if len(temperatures) == 1 else ctx.params.get("temperature")
