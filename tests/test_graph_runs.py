@@ -130,3 +130,14 @@ def test_checkpointed_graph_without_a_thread_is_a_clear_error():
     sampler = Sampler(graph(checkpointer=InMemorySaver()))
     with pytest.raises(ConfigurationError, match="thread_id"):
         asyncio.run(sampler.prepare({}, "r1", 2))
+
+
+def test_tracerag_does_not_import_langgraph():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tracerag.wrap, tracerag.graph_runs, tracerag.chain_io, tracerag.chain_capture;"
+        "assert not [m for m in sys.modules if m.startswith(('langgraph', 'langchain_classic'))]"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
