@@ -146,12 +146,6 @@ def test_missing_versions_refused_before_any_model_call(make_pipeline, spans):
     assert llm.call_count == 0
     register = spans.named(sc.SPAN_REGISTER)
     assert register and all(s.status.status_code.name == "ERROR" for s in register)
-    # each refused request's root carries the id its register stage gave it
-    roots = spans.named(sc.SPAN_REQUEST)
-    assert len(roots) == 3
-    assert [r.attributes[sc.REQUEST_ID] for r in roots] == [
-        s.attributes[sc.REQUEST_ID] for s in register
-    ]
 
 
 def test_malformed_plan_is_retried_then_recorded_as_failed(make_pipeline):
