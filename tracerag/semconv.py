@@ -38,6 +38,8 @@ MODE = "tracerag.mode"  # "pipeline" | "wrap"
 VERSION_PROMPT = "tracerag.version.prompt"
 VERSION_MODEL = "tracerag.version.model"
 VERSION_TRACERAG = "tracerag.version.tracerag"
+# wrap(): the versions (["prompt", "model"]) neither given nor found in the app, learned from runs
+VERSION_FROM_RUNS = "tracerag.version.from_runs"
 CHANNEL = "tracerag.channel"
 N_SAMPLES = "tracerag.n_samples"
 TEMPERATURE = "tracerag.temperature"
@@ -49,6 +51,9 @@ RETRIEVAL_SCORED = "tracerag.retrieval.scored"
 RETRIEVAL_TOP_SCORE = "tracerag.retrieval.top_score"
 RETRIEVAL_SCORE_MARGIN = "tracerag.retrieval.score_margin"
 RETRIEVAL_MATERIAL_IDS = "tracerag.retrieval.material_ids"
+# wrap(): where materials came from: "retriever", "runs" (retrieved inside the app's runs only)
+# or "retriever+runs" (runs retrieved documents the retriever did not)
+RETRIEVAL_SOURCE = "tracerag.retrieval.source"
 
 PLAN_OK = "tracerag.plan.ok"
 PLAN_ERROR = "tracerag.plan.error"

@@ -40,6 +40,7 @@ __all__ = [
     "SampleSet",
     "Selection",
     "StageError",
+    "StageRefusal",
     "Verification",
 ]
 
@@ -92,9 +93,26 @@ class ErrorLog:
         return tuple(self._errors)
 
 
+class StageRefusal(Exception):
+    """A stage that finished its output and refuses the request all the same.
+
+    The runner keeps ``output`` in the request's state (so the audit record shows what the
+    stage did), then fails the request with ``error``.
+    """
+
+    def __init__(self, error: BaseException, output: Any) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.output = output
+
+
 @dataclass(frozen=True)
 class RequestInput:
-    """What the caller asked, checked: a non-empty question and optional ids."""
+    """What the caller asked, checked: a non-empty question and optional ids.
+
+    ``app_input`` (``wrap()`` only) is the caller's input as the wrapped app takes it, passed
+    to the app unchanged; None when the app's input is made from the question.
+    """
 
     question: str
     session_id: str | None = None
@@ -102,6 +120,7 @@ class RequestInput:
     channel: str | None = None
     request_id: str | None = None
     started_at: datetime = field(default_factory=utcnow)
+    app_input: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def parse(cls, value: Any, *, max_chars: int = 8000) -> RequestInput:
@@ -154,7 +173,11 @@ class RunVersions:
 
 @dataclass(frozen=True)
 class Registration:
-    """Stage 1: the request's id, tier, versions and sampling parameters."""
+    """Stage 1: the request's id, tier, versions and sampling parameters.
+
+    ``versions_from_runs`` names the versions (``prompt``, ``model``) neither given nor found
+    in a wrapped app: the sample stage learns them from the app's runs, or refuses the request.
+    """
 
     request_id: str
     tier: str
@@ -163,21 +186,29 @@ class Registration:
     temperature: float
     plan_mode: str
     k: int | None = None
+    versions_from_runs: tuple[str, ...] = ()
 
     @property
     def params(self) -> dict[str, Any]:
         """The sampling parameters as the audit record keeps them."""
-        return {
+        params: dict[str, Any] = {
             "n_samples": self.n_samples,
             "temperature": self.temperature,
             "plan_mode": self.plan_mode,
             "k": self.k,
         }
+        if self.versions_from_runs:
+            params["versions_from_runs"] = list(self.versions_from_runs)
+        return params
 
 
 @dataclass(frozen=True)
 class Retrieval:
-    """Stage 2: the retrieved materials in rank order, and what their scores say."""
+    """Stage 2: the retrieved materials in rank order, and what their scores say.
+
+    ``source`` (``wrap()`` only) says where the materials come from: ``retriever`` (called in
+    this stage) or ``runs`` (the app retrieves only inside its runs; the sample stage adds them).
+    """
 
     materials: tuple[Material, ...] = ()
     scored: bool = False
@@ -185,10 +216,16 @@ class Retrieval:
     score_margin: float | None = None
     note: str | None = None
     errors: tuple[StageError, ...] = ()
+    source: str | None = None
 
     @classmethod
     def of(
-        cls, materials: tuple[Material, ...], *, note: str | None = None, errors: tuple = ()
+        cls,
+        materials: tuple[Material, ...],
+        *,
+        note: str | None = None,
+        errors: tuple = (),
+        source: str | None = None,
     ) -> Retrieval:
         """A Retrieval with its score signals computed from the materials."""
         scores = [m.score for m in materials if m.score is not None]
@@ -204,6 +241,7 @@ class Retrieval:
             score_margin=margin,
             note=note,
             errors=tuple(errors),
+            source=source,
         )
 
 
@@ -243,6 +281,8 @@ class SampleSet:
     ``extra_materials`` are documents the samples' own runs retrieved that the retrieve stage
     did not (wrap mode): they may be cited, so they join the materials after retrieval's.
     ``positional`` allows ``[2]``-style citations by position in a sample's retrieved order.
+    ``versions`` are the versions the runs showed, for those the registration lacked
+    (``Registration.versions_from_runs``).
     """
 
     samples: tuple[Sample, ...] = ()
@@ -250,6 +290,7 @@ class SampleSet:
     temperature_zero: bool = False
     positional: bool = False
     extra_materials: tuple[Material, ...] = ()
+    versions: RunVersions | None = None
     warnings: tuple[str, ...] = ()
     errors: tuple[StageError, ...] = ()
 
@@ -423,6 +464,29 @@ class RequestState:
         return self.input.question
 
     @property
+    def versions(self) -> RunVersions:
+        """The registered versions, with those the samples' runs showed where it had none."""
+        registered = self.registration.versions if self.registration is not None else RunVersions()
+        learned = self.samples.versions if self.samples is not None else None
+        if learned is None:
+            return registered
+        return RunVersions(
+            prompt=registered.prompt or learned.prompt,
+            model=registered.model or learned.model,
+            tracerag=registered.tracerag,
+        )
+
+    @property
+    def retrieval_source(self) -> str | None:
+        """Where the materials come from (wrap mode): ``retriever``, ``runs``, or
+        ``retriever+runs`` when the runs retrieved documents the retriever did not."""
+        source = self.retrieval.source if self.retrieval is not None else None
+        added = self.samples is not None and bool(self.samples.extra_materials)
+        if source == "retriever" and added:
+            return "retriever+runs"
+        return source
+
+    @property
     def materials(self) -> tuple[Material, ...]:
         """Every material the answer may cite: retrieval's, then any the samples' runs added."""
         retrieved = self.retrieval.materials if self.retrieval is not None else ()
@@ -460,18 +524,20 @@ class RequestState:
         if self.retrieval is not None:
             r = self.retrieval
             retrieval = {
-                "count": len(r.materials),
+                "count": len(self.materials),  # every material the answer may cite
                 "scored": r.scored,
                 "top_score": r.top_score,
                 "score_margin": r.score_margin,
                 "note": r.note,
             }
+            if r.source is not None:
+                retrieval["source"] = self.retrieval_source
             if samples is not None and samples.extra_materials:
                 retrieval["added_from_runs"] = [m.id for m in samples.extra_materials]
         decision = self.decision
         if response is None and decision is not None:
             response = decision.response_record(self.request_id, self.trace_id)
-        versions = reg.versions if reg is not None else RunVersions()
+        versions = self.versions
         return {
             "record_version": RECORD_VERSION,
             "request_id": self.request_id,

@@ -1,7 +1,8 @@
 """Stage 2, retrieve: call the retriever once and record every material.
 
 These materials are the only ones later stages may cite. A material's id comes from its
-document metadata ``id`` (else a stable content hash); its score is the retriever's relevance
+document metadata ``id``, else LangChain's ``Document.id`` (set by most vector stores), else a
+stable content hash; its title comes from metadata only; its score is the retriever's relevance
 score where it gives one (vector-store retrievers), else recorded as absent.
 """
 
@@ -41,7 +42,7 @@ def to_materials(
     seen: dict[str, str] = {}
     for doc, score in pairs:
         meta = dict(doc.metadata or {})
-        material_id = str(meta.get("id") or content_id(doc.page_content)).strip()
+        material_id = str(meta.get("id") or doc.id or content_id(doc.page_content)).strip()
         if material_id in seen:
             if seen[material_id] == doc.page_content:
                 continue  # the same document retrieved twice
@@ -53,7 +54,7 @@ def to_materials(
             Material(
                 id=material_id,
                 text=doc.page_content,
-                title=str(meta.get("title") or meta.get("name") or material_id),
+                title=str(meta.get("title") or meta.get("name") or ""),
                 source=str(meta["source"]) if meta.get("source") is not None else None,
                 score=score,
                 rank=first_rank + len(materials),
