@@ -335,6 +335,41 @@ def test_graph_without_prompt_template_is_refused_naming_the_argument(store, spa
     assert response.versions.model == "scripted-x"
 
 
+def test_a_request_refused_for_versions_keeps_what_its_runs_did(store, spans):
+    """The refusal comes after the runs: the record shows their samples and materials."""
+    llm = ScriptedChatModel(responder=cite_returns, model_name="scripted-x")
+
+    def generate(state: State):  # a prompt built without a LangChain template
+        prompt = f"Question: {state['question']}\n\n{numbered(state['context'])}"
+        return {"answer": llm.invoke(prompt).content}
+
+    def retrieve(state: State):
+        return {"context": store.similarity_search(state["question"], k=K)}
+
+    builder = StateGraph(State).add_sequence([retrieve, generate])
+    builder.add_edge(START, "retrieve")
+    records: list[dict] = []
+    wrapped = wrap(
+        builder.compile(), n_samples=2, audit=records.append, tracer_provider=spans.provider
+    )
+    with pytest.raises(MissingVersionError, match=r"pass prompt_version= to wrap\(\)"):
+        wrapped.invoke({"question": QUESTION})
+    (record,) = records
+    assert record["errors"][-1]["type"] == "MissingVersionError"
+    assert record["params"]["versions_from_runs"] == ["prompt", "model"]
+    assert record["versions"]["model"] == "scripted-x"  # learned; only the prompt is missing
+    assert record["versions"]["prompt"] is None
+    assert sorted(m["id"] for m in record["materials"]) == sorted(expected_ids(store))
+    assert record["retrieval"]["source"] == "runs"
+    assert record["retrieval"]["count"] == K
+    answers = [s["answer"] for s in record["samples"]]
+    assert len(answers) == 2
+    assert all(a.startswith("Customers may return unused items within 30 days") for a in answers)
+    sample = spans.named(sc.SPAN_SAMPLE)[0]
+    assert sample.attributes[sc.RETRIEVAL_COUNT] == K
+    assert sample.status.status_code.name == "ERROR"
+
+
 def test_a_bare_question_goes_in_the_field_the_app_takes(store, spans):
     llm = ScriptedChatModel(responder=cite_returns, model_name="scripted-x")
     for build in (tutorial_graph, retrieval_chain):
