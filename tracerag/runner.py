@@ -5,7 +5,8 @@ stage in order (stages a tier skips still get a span, marked skipped), stamps th
 every span, times each stage, and puts each stage's output into a new ``RequestState``. At the
 end it hands the audit record to the record sink, builds and validates the Response once (with
 what the sink said), and records the metrics. A failure of tracing, storage, metrics or a stage
-listener never fails the request.
+listener never fails the request. A stage that refuses the request after finishing its work
+(``StageRefusal``) has its output kept in the state, and so in the audit record.
 """
 
 from __future__ import annotations
