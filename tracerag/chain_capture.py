@@ -30,7 +30,7 @@ from tracerag.prompts import fingerprint
 from tracerag.tracing import capture
 
 
-def prompt_text(prompt: BasePromptTemplate) -> str:
+def prompt_text(prompt: BasePromptTemplate[Any]) -> str:
     """The template text of a prompt (all messages of a chat prompt), for fingerprinting."""
     parts: list[str] = []
     for message in getattr(prompt, "messages", None) or [prompt]:

@@ -92,7 +92,7 @@ class SampleRun:
     """How to run one sample: the runnable, its config and extra invoke arguments."""
 
     index: int
-    runnable: Runnable
+    runnable: Runnable[Any, Any]
     config: RunnableConfig
     kwargs: dict[str, Any] = field(default_factory=dict)
     forked_thread: str | None = None
@@ -107,14 +107,14 @@ class SampleRun:
 class Sampler:
     """Prepares N independent runs of an app for one request, and cleans up after them."""
 
-    def __init__(self, chain: Runnable, run_once: Sequence[str] = ()) -> None:
+    def __init__(self, chain: Runnable[Any, Any], run_once: Sequence[str] = ()) -> None:
         self.chain = chain
         self.is_graph = graph_nodes(chain) is not None
         self.run_once = run_once_nodes(chain, run_once)
         self.saver = checkpointer_of(chain)
-        self._stopping_copy: Runnable | None = None
+        self._stopping_copy: Runnable[Any, Any] | None = None
 
-    def _stopping_graph(self) -> Runnable:
+    def _stopping_graph(self) -> Runnable[Any, Any]:
         """The graph runs 1…N-1 use: the app's own, or a copy with an in-memory checkpointer."""
         if self.saver is not None or not self.run_once:
             return self.chain
@@ -145,7 +145,7 @@ class Sampler:
                 SAMPLE_METADATA: index,
                 REQUEST_METADATA: request_id,
             }
-            run_config: RunnableConfig = {**base, "metadata": metadata}  # type: ignore[typeddict-item]
+            run_config: RunnableConfig = {**base, "metadata": metadata}
             if index == 0 or not self.is_graph:
                 runs.append(SampleRun(index, self.chain, run_config))
                 continue

@@ -224,7 +224,7 @@ class Retrieval:
         materials: tuple[Material, ...],
         *,
         note: str | None = None,
-        errors: tuple = (),
+        errors: tuple[StageError, ...] = (),
         source: str | None = None,
     ) -> Retrieval:
         """A Retrieval with its score signals computed from the materials."""

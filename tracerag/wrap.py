@@ -98,7 +98,7 @@ class ChainInfo:
     """What inspecting a chain found: prompt texts, models, retrievers."""
 
     prompt_texts: list[str] = field(default_factory=list)
-    models: list[BaseLanguageModel] = field(default_factory=list)
+    models: list[BaseLanguageModel[Any]] = field(default_factory=list)
     retrievers: list[BaseRetriever] = field(default_factory=list)
 
     @property
@@ -119,7 +119,7 @@ class ChainInfo:
         return None
 
 
-def inspect_chain(chain: Runnable) -> ChainInfo:
+def inspect_chain(chain: Runnable[Any, Any]) -> ChainInfo:
     """Find the prompts, models and retrievers inside a chain's graph."""
     info = ChainInfo()
     for node in chain.get_graph().nodes.values():
@@ -144,7 +144,7 @@ class ChainSource:
 
     def __init__(
         self,
-        chain: Runnable,
+        chain: Runnable[Any, Any],
         info: ChainInfo,
         *,
         io: ChainIO | None = None,
@@ -364,7 +364,7 @@ class WrappedChain(StagedRunnable):
 
     def __init__(
         self,
-        chain: Runnable,
+        chain: Runnable[Any, Any],
         *,
         settings: Settings,
         info: ChainInfo,
@@ -402,7 +402,7 @@ class WrappedChain(StagedRunnable):
 
 
 def wrap(
-    chain: Runnable,
+    chain: Runnable[Any, Any],
     *,
     prompt_version: str | None = None,
     model_version: str | None = None,
