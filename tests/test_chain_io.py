@@ -43,6 +43,20 @@ def test_request_fields_are_read_and_kept_in_the_input():
         ChainIO().request({"question": "q", "session_id": 7})
 
 
+def test_a_dict_of_request_fields_is_tracerags_own_request_for_an_app_without_question():
+    value = {"question": "How long?", "session_id": "s1"}
+    # an app that takes a string gets the question string, as for a bare question
+    request = ChainIO().request(value)
+    assert request.chain_input == "How long?"
+    assert request.fields == {"session_id": "s1"}
+    # an app taking {"input"} or a chat history gets the question in its own field
+    assert ChainIO(string_key="input").request(value).chain_input == {"input": "How long?"}
+    chat = ChainIO(string_key="messages").request(value).chain_input
+    assert [m.content for m in chat["messages"]] == ["How long?"]
+    # an app with a question field takes the dict as it is
+    assert ChainIO(string_key="question").request(value).chain_input is value
+
+
 def test_input_key_names_the_field_and_wraps_a_string():
     io = ChainIO(input_key="ask")
     assert io.request({"ask": "q", "question": "not this"}).question == "q"

@@ -379,6 +379,23 @@ def test_a_bare_question_goes_in_the_field_the_app_takes(store, spans):
         assert wrapped.invoke(QUESTION).decision == "pass"
 
 
+def test_tracerags_request_dict_works_for_apps_that_take_a_string_or_another_field(store, spans):
+    """``{"question", "session_id", …}`` is accepted by every app, as by RAGPipeline."""
+    llm = ScriptedChatModel(responder=cite_returns, model_name="scripted-x")
+    for build in (lcel_chain, retrieval_chain, tutorial_graph):
+        records: list[dict] = []
+        wrapped = wrap(
+            build(store, llm),
+            n_samples=2,
+            retry=FAST_RETRY,
+            audit=records.append,
+            tracer_provider=spans.provider,
+        )
+        response = wrapped.invoke({"question": QUESTION, "session_id": "s-9"})
+        assert response.decision == "pass", (build.__name__, response.signal_detail)
+        assert records[0]["session_id"] == "s-9"
+
+
 class Topic(TypedDict):
     topic: str
     context: list[Document]

@@ -59,7 +59,9 @@ class ChainIO:
         A string is the question; it is passed to the app as ``{input_key: question}`` when
         ``input_key`` (or else ``string_key``) is set, else as the string. A dict is passed
         through as it is (chat history and every other field kept); its question is read
-        from it.
+        from it. A dict of tracerag's own request fields only (``question``, ``session_id``,
+        ``user_id``, ``channel``, ``request_id``) given to an app without a ``question`` field
+        is tracerag's request: the app gets the question as it gets a string.
         """
         if isinstance(value, str):
             return ChainRequest(question=value, chain_input=self.string_input(value), fields={})
@@ -68,8 +70,17 @@ class ChainIO:
             for key, field_value in fields.items():
                 if not isinstance(field_value, str):
                     raise InputError(f"{key} must be a string")
-            return ChainRequest(question=self.question(value), chain_input=value, fields=fields)
+            question = self.question(value)
+            if self._is_own_request(value):
+                return ChainRequest(question, self.string_input(question), fields)
+            return ChainRequest(question=question, chain_input=value, fields=fields)
         raise InputError(f"input must be a question string or a dict, got {type(value).__name__}")
+
+    def _is_own_request(self, value: Mapping[str, Any]) -> bool:
+        """Whether a dict is tracerag's request form rather than the app's own input."""
+        if self.input_key is not None or self.string_key == "question":
+            return False
+        return "question" in value and set(value) <= {"question", *REQUEST_FIELDS}
 
     def string_input(self, question: str) -> Any:
         """The app's input for a bare question string."""
