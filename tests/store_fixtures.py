@@ -154,7 +154,7 @@ def store(backend: Backend) -> Iterator[SQLAuditStore]:
 
 
 # ---------------------------------------------------------------------------------------------
-# A realistic record, as RequestContext.to_record() produces it after a full pipeline run.
+# A realistic record (layout version 1, before record_version), as a full pipeline run wrote it.
 
 _BASE_RECORD: dict[str, Any] = {
     "request_id": "req-0001",

@@ -134,6 +134,7 @@ async def test_a_refused_request_is_recorded_with_its_id(make_pipeline) -> None:
     assert record["request_id"] == "mine-1"
     assert record["errors"][-1]["stage"] == "request"
     assert record["errors"][-1]["type"] == "MissingVersionError"
+    assert "register" in record["timings"] and "request" in record["timings"]
 
 
 def test_stages_and_the_runner_never_read_the_environment() -> None:

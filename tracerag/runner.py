@@ -180,16 +180,21 @@ async def run(
                 semconv.REQUEST_ID: state.request_id,
             }
         )
+        current: Step | None = None
+        step_started = started
         try:
-            for step in steps:
-                state, refusal = await _run_step(step, state, settings, config)
+            for current in steps:
+                step_started = time.perf_counter()
+                state, refusal = await _run_step(current, state, settings, config)
                 if refusal is not None:
                     raise refusal
                 if on_stage is not None:
-                    await _tell(on_stage, step, state)
+                    await _tell(on_stage, current, state)
         except BaseException as exc:
             root.record_exception(exc)
             root.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            if current is not None and current.name not in state.timings:
+                state = state.with_timing(current.name, time.perf_counter() - step_started)
             state = state.with_error("request", exc, final=True)
             state = state.with_timing("request", time.perf_counter() - started)
             _set_root(root, state, None)
@@ -264,9 +269,7 @@ async def _run_step(
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             raise
-        finally:
-            state = state.with_timing(step.name, time.perf_counter() - started)
-    return state.with_output(step.name, output), refusal
+        return state.with_output(step.name, output, time.perf_counter() - started), refusal
 
 
 _KINDS = {

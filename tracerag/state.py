@@ -426,28 +426,39 @@ class RequestState:
         """The field a stage's output fills."""
         return _SLOTS[stage]
 
-    def with_output(self, stage: str, output: Any) -> RequestState:
-        """A new state holding a stage's output (and the errors it collected)."""
+    def _evolve(self, **changes: Any) -> RequestState:
+        # a copy with some fields changed: what dataclasses.replace does, without re-running
+        # __init__ (the runner makes one per stage, on every request)
+        new = object.__new__(RequestState)
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new
+
+    def with_output(
+        self, stage: str, output: Any, seconds: float | None = None
+    ) -> RequestState:
+        """A new state holding a stage's output, the errors it collected and its time."""
         errors = getattr(output, "errors", ()) if output is not None else ()
-        return dataclasses.replace(
-            self, **{_SLOTS[stage]: output}, errors=self.errors + tuple(errors)
-        )
+        changes: dict[str, Any] = {_SLOTS[stage]: output}
+        if errors:
+            changes["errors"] = self.errors + tuple(errors)
+        if seconds is not None:
+            changes["timings"] = MappingProxyType({**self.timings, stage: round(seconds, 6)})
+        return self._evolve(**changes)
 
     def with_error(self, stage: str, error: BaseException, **extra: Any) -> RequestState:
         """A new state with one more error kept."""
         log = ErrorLog()
         log.record_error(stage, error, **extra)
-        return dataclasses.replace(self, errors=self.errors + log.freeze())
+        return self._evolve(errors=self.errors + log.freeze())
 
     def with_timing(self, name: str, seconds: float) -> RequestState:
         """A new state with the time spent in a stage (or ``request``)."""
-        return dataclasses.replace(
-            self, timings=MappingProxyType({**self.timings, name: round(seconds, 6)})
-        )
+        return self._evolve(timings=MappingProxyType({**self.timings, name: round(seconds, 6)}))
 
     def with_skipped(self, stage: str) -> RequestState:
         """A new state that records a stage its tier skips."""
-        return dataclasses.replace(self, skipped=(*self.skipped, stage))
+        return self._evolve(skipped=(*self.skipped, stage))
 
     @property
     def request_id(self) -> str:

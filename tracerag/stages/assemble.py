@@ -8,6 +8,8 @@ audit record has been handed to its sink.
 
 from __future__ import annotations
 
+from typing import Any
+
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
@@ -226,7 +228,7 @@ def _escalate(
 
 
 def _finish(decision: Decision, span: Span) -> None:
-    attrs: dict[str, object] = {
+    attrs: dict[str, Any] = {
         semconv.DECISION: decision.decision,
         semconv.STATUS: decision.status,
     }
@@ -239,4 +241,4 @@ def _finish(decision: Decision, span: Span) -> None:
     output = capture(decision.answer)
     if output is not None:
         attrs[semconv.OI_OUTPUT_VALUE] = output
-    span.set_attributes(attrs)  # type: ignore[arg-type]
+    span.set_attributes(attrs)

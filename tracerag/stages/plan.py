@@ -15,6 +15,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import jsonschema
 from langchain_core.runnables import RunnableConfig
@@ -69,8 +70,8 @@ async def plan(
     """
     if settings.llm is None:
         raise ConfigurationError("the plan stage needs a chat model")
-    deterministic, _ = with_temperature(settings.llm, 0.0)
-    llm = deterministic
+    base_llm = settings.llm
+    llm, _ = with_temperature(base_llm, 0.0)
     materials = state.materials
     messages = PROMPT.format_messages(**prompt_values(TASK_PLAN, state.question, materials))
     retrieved = [m.id for m in materials]
@@ -80,7 +81,7 @@ async def plan(
     def on_retry(attempt: int, error: BaseException) -> None:
         nonlocal llm
         if isinstance(error, PlanError):
-            llm, _ = with_temperature(settings.llm, min(1.0, 0.3 * attempt))
+            llm, _ = with_temperature(base_llm, min(1.0, 0.3 * attempt))
         recorded(attempt, error)
 
     def retry_on(error: BaseException) -> bool:
@@ -172,7 +173,7 @@ def _missing(sample: Sample) -> Plan:
 
 def record_plan(result: Plan, span: Span, *, source: str) -> None:
     """Put a plan on its span."""
-    attrs = {
+    attrs: dict[str, Any] = {
         semconv.PLAN_OK: result.ok,
         semconv.PLAN_SOURCE: source,
         semconv.PLAN_ATTEMPTS: result.attempts,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
@@ -52,7 +53,7 @@ async def register(
         k=settings.k,
     )
     versions = registration.versions
-    attrs = {
+    attrs: dict[str, Any] = {
         semconv.REQUEST_ID: registration.request_id,
         semconv.TIER: registration.tier,
         semconv.VERSION_TRACERAG: __version__,

@@ -48,13 +48,13 @@ TEMPERATURE_ZERO_WARNING = (
 )
 
 
-def llm_span_attributes(llm: BaseChatModel, temperature: float | None) -> dict:
+def llm_span_attributes(llm: BaseChatModel, temperature: float | None) -> dict[str, Any]:
     """OpenInference and GenAI attributes describing the model of a sample span."""
     name = model_name(llm) or type(llm).__name__
     params = invocation_parameters(llm)
     if temperature is not None:
         params["temperature"] = temperature
-    attrs = {
+    attrs: dict[str, Any] = {
         semconv.OI_SPAN_KIND: semconv.OI_KIND_LLM,
         semconv.OI_LLM_MODEL_NAME: name,
         semconv.OI_LLM_INVOCATION_PARAMETERS: json.dumps(params, default=str),
