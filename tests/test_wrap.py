@@ -6,6 +6,7 @@ import pytest
 from conftest import FAST_RETRY, QUESTION
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 
 from tracerag import MissingVersionError, validate_response, wrap
@@ -117,3 +118,69 @@ def test_wrap_retries_a_failing_chain_then_answers(retriever, spans):
     ).invoke(QUESTION)
     assert response.signal_detail.samples_ok == 1
     assert llm.call_count == 3
+
+
+class FlakyRetriever(BaseRetriever):
+    """Fails on its first call (the retrieve stage's), then answers like the store behind it."""
+
+    inner: BaseRetriever
+    calls: int = 0
+
+    def _get_relevant_documents(self, query, *, run_manager):
+        self.calls += 1
+        if self.calls == 1:
+            raise ConnectionError("vector store down")
+        return self.inner.invoke(query)
+
+
+async def test_wrap_keeps_a_sample_that_fails_for_good_with_its_error(retriever, spans):
+    records: list[dict] = []
+    llm = ScriptedChatModel(responder=positional_answer, always_fail=True)
+    wrapped = wrap(
+        standard_chain(retriever, llm),
+        n_samples=2,
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
+        audit=records.append,
+    )
+    response = await wrapped.ainvoke(QUESTION)
+    assert response.decision == "escalate" and response.answer is None
+    assert response.signal_detail.samples_failed == 2
+    samples = spans.named(sc.SPAN_SAMPLE_ONE, response.request_id)
+    assert len(samples) == 2
+    for span in samples:
+        assert span.attributes[sc.SAMPLE_OK] is False
+        assert "ScriptedModelError" in span.attributes[sc.SAMPLE_ERROR]
+        assert span.attributes[sc.SAMPLE_ATTEMPTS] == FAST_RETRY.attempts
+    (record,) = records
+    final = [e for e in record["errors"] if e.get("final")]
+    assert sorted(e["sample"] for e in final) == [0, 1]
+    assert all(e["stage"] == "sample" for e in final)
+    retried = [e for e in record["errors"] if e.get("retried")]
+    assert len(retried) == 2 * (FAST_RETRY.attempts - 1)
+
+
+async def test_wrap_a_failing_retrieval_is_kept_and_the_runs_materials_are_cited(
+    retriever, spans
+):
+    records: list[dict] = []
+    flaky = FlakyRetriever(inner=retriever)
+    llm = ScriptedChatModel(responder=positional_answer, temperature=0.7)
+    wrapped = wrap(
+        standard_chain(flaky, llm),
+        n_samples=2,
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
+        audit=records.append,
+    )
+    response = await wrapped.ainvoke(QUESTION)
+    (record,) = records
+    retrieve_errors = [e for e in record["errors"] if e["stage"] == "retrieve"]
+    assert [e["type"] for e in retrieve_errors] == ["ConnectionError"]
+    # the retrieve stage found nothing; what the chain's own runs retrieved can be cited
+    assert record["retrieval"]["count"] == 0
+    assert "returns" in record["retrieval"]["added_from_runs"]
+    assert [m["rank"] for m in record["materials"]] == list(range(1, len(record["materials"]) + 1))
+    assert response.decision == "pass" and response.evidence[0].material_id == "returns"
+    sample_stage = spans.named(sc.SPAN_SAMPLE, response.request_id)[0]
+    assert "returns" in sample_stage.attributes[sc.RETRIEVAL_MATERIAL_IDS]

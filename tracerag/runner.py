@@ -28,6 +28,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from tracerag import metrics, semconv
 from tracerag.contract import Response, validate_response
 from tracerag.settings import Settings
+from tracerag.stages.assemble import outcome_attributes
 from tracerag.stages.register import new_request_id
 from tracerag.stages.table import Source, Step, steps_for
 from tracerag.state import INPUT_KEYS, RequestInput, RequestState, StageRefusal
@@ -302,16 +303,9 @@ def _set_root(root: Span, state: RequestState, response: Response | None) -> Non
     if question is not None:
         attrs[semconv.OI_INPUT_VALUE] = question
     if response is not None:
-        attrs[semconv.DECISION] = response.decision
-        attrs[semconv.STATUS] = response.status
-        if response.confidence is not None:
-            attrs[semconv.CONFIDENCE] = response.confidence
-        if response.ticket_id:
-            attrs[semconv.TICKET_ID] = response.ticket_id
+        attrs.update(outcome_attributes(response))
         if response.audit_persisted is not None:
             attrs[semconv.AUDIT_PERSISTED] = response.audit_persisted
-        if response.calibration:
-            attrs[semconv.CALIBRATION] = response.calibration
         output = capture(response.model_dump_json())
         if output is not None:
             attrs[semconv.OI_OUTPUT_VALUE] = output

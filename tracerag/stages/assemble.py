@@ -14,7 +14,7 @@ from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
 from tracerag import semconv
-from tracerag.contract import ClaimCheck, Evidence, SignalDetail, Versions
+from tracerag.contract import ClaimCheck, Evidence, Response, SignalDetail, Versions
 from tracerag.routing import ESCALATE, PASS, REVIEW, Ticket, decide, new_ticket_id
 from tracerag.settings import Settings
 from tracerag.signals.citations import SUPPORTED, CitationReport
@@ -227,17 +227,20 @@ def _escalate(
     return ticket.ticket_id
 
 
+def outcome_attributes(outcome: Decision | Response) -> dict[str, Any]:
+    """The route's span attributes: decision, status, confidence, ticket and calibration."""
+    attrs: dict[str, Any] = {semconv.DECISION: outcome.decision, semconv.STATUS: outcome.status}
+    if outcome.confidence is not None:
+        attrs[semconv.CONFIDENCE] = outcome.confidence
+    if outcome.ticket_id:
+        attrs[semconv.TICKET_ID] = outcome.ticket_id
+    if outcome.calibration:
+        attrs[semconv.CALIBRATION] = outcome.calibration
+    return attrs
+
+
 def _finish(decision: Decision, span: Span) -> None:
-    attrs: dict[str, Any] = {
-        semconv.DECISION: decision.decision,
-        semconv.STATUS: decision.status,
-    }
-    if decision.confidence is not None:
-        attrs[semconv.CONFIDENCE] = decision.confidence
-    if decision.ticket_id:
-        attrs[semconv.TICKET_ID] = decision.ticket_id
-    if decision.calibration:
-        attrs[semconv.CALIBRATION] = decision.calibration
+    attrs = outcome_attributes(decision)
     output = capture(decision.answer)
     if output is not None:
         attrs[semconv.OI_OUTPUT_VALUE] = output
