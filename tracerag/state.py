@@ -534,8 +534,11 @@ class RequestState:
         retrieval: dict[str, Any] = {}
         if self.retrieval is not None:
             r = self.retrieval
+            # the retrieve stage's own count; an app that retrieves only inside its runs
+            # (source "runs") has its runs' materials counted as its retrieval
+            counted = self.materials if r.source == "runs" else r.materials
             retrieval = {
-                "count": len(self.materials),  # every material the answer may cite
+                "count": len(counted),
                 "scored": r.scored,
                 "top_score": r.top_score,
                 "score_margin": r.score_margin,
