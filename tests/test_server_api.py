@@ -326,3 +326,39 @@ def test_stream_over_a_real_socket(store):
     assert seen == ["stage"] * 6 + ["response"]
     assert plain.status_code == 200 and plain.json()["decision"] == "pass"
     assert len(store.list_requests()) == 2
+
+
+def test_a_wrapped_chain_is_streamed_and_stored_like_a_pipeline(store):
+    """The server runs wrap() through the same public hooks: stage events, its own record sink."""
+    from langchain_core.output_parsers import StrOutputParser
+    from langchain_core.prompts import ChatPromptTemplate
+    from langchain_core.runnables import RunnablePassthrough
+    from server_fixtures import documents
+
+    from tracerag import semconv, wrap
+    from tracerag.demo.kb import build_vectorstore
+    from tracerag.testing import ScriptedChatModel
+
+    retriever = build_vectorstore(documents()).as_retriever(search_kwargs={"k": 4})
+    prompt = ChatPromptTemplate.from_messages([("human", "{context}\n{question}")])
+    llm = ScriptedChatModel(responses=[GOOD_ANSWER], temperature=0.7)
+    chain = (
+        {"context": retriever, "question": RunnablePassthrough()}
+        | prompt
+        | llm
+        | StrOutputParser()
+    )
+    spans = SpanCapture()
+    wrapped = wrap(chain, n_samples=3, audit=None, tracer_provider=spans.provider)
+    with TestClient(make_app(store, wrapped)) as client:
+        events = parse_sse(client.post("/v1/answer/stream", json={"question": GOOD_QUESTION}).text)
+    stages = [data for kind, data in events if kind == "stage"]
+    ran = [s["stage"] for s in stages]
+    assert ran == ["register", "retrieve", "sample", "plan", "verify", "assemble"]
+    assert stages[3]["signals"]["mode"] == "wrap"
+    kind, response = events[-1]
+    assert kind == "response" and response["audit_persisted"] is True
+    stored = store.get(response["request_id"])
+    assert stored.audit.params["positional"] is True
+    assert stored.audit.decision == response["decision"] == "pass"
+    assert spans.root(response["request_id"]).attributes[semconv.MODE] == "wrap"
