@@ -31,6 +31,7 @@ def test_the_use_it_snippets_run_as_written(tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("pass ") and "24-month warranty" in printed[0]
     assert printed[-1].startswith("pass ") and "24-month" in printed[-1]
+    assert printed[-1].endswith("(notified 1 time)")  # a run-once node ran once for 5 samples
     assert namespace["response"].decision == "pass"
     assert list(tmp_path.iterdir()) == []  # a library call leaves no files behind
 

@@ -5,7 +5,8 @@ stage in order (stages a tier skips still get a span, marked skipped), stamps th
 every span, times each stage, and puts each stage's output into a new ``RequestState``. At the
 end it hands the audit record to the record sink, builds and validates the Response once (with
 what the sink said), and records the metrics. A failure of tracing, storage, metrics or a stage
-listener never fails the request.
+listener never fails the request. A stage that refuses the request after finishing its work
+(``StageRefusal``) has its output kept in the state, and so in the audit record.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import dataclasses
 import inspect
 import logging
 import os
@@ -34,7 +36,7 @@ from tracerag.settings import Settings
 from tracerag.stages.assemble import outcome_attributes
 from tracerag.stages.register import new_request_id
 from tracerag.stages.table import Source, Step, steps_for
-from tracerag.state import INPUT_KEYS, RequestInput, RequestState
+from tracerag.state import INPUT_KEYS, RequestInput, RequestState, StageRefusal
 from tracerag.tracing import capture, get_tracer, set_span_metadata
 
 __all__ = [
@@ -164,14 +166,7 @@ async def run(
     """
     sink = settings.record_sink if record_sink is _SETTINGS_SINK else record_sink
     if not request.request_id:
-        request = RequestInput(
-            question=request.question,
-            session_id=request.session_id,
-            user_id=request.user_id,
-            channel=request.channel,
-            request_id=new_request_id(),
-            started_at=request.started_at,
-        )
+        request = dataclasses.replace(request, request_id=new_request_id())
     tracer = get_tracer(settings.tracer_provider)  # per request: a provider set later is used
     started = time.perf_counter()
     with (
@@ -199,7 +194,9 @@ async def run(
         try:
             for current in steps:
                 step_started = time.perf_counter()
-                state = await _run_step(current, state, settings, config)
+                state, refusal = await _run_step(current, state, settings, config)
+                if refusal is not None:
+                    raise refusal
                 if on_stage is not None:
                     await _tell(on_stage, current, state)
         except BaseException as exc:
@@ -254,7 +251,8 @@ async def _tell(listener: StageListener, step: Step, state: RequestState) -> Non
 
 async def _run_step(
     step: Step, state: RequestState, settings: Settings, config: RunnableConfig | None
-) -> RequestState:
+) -> tuple[RequestState, BaseException | None]:
+    """The state with the step's output, and the error refusing the request after it, if any."""
     name = semconv.STAGE_SPANS[step.name]
     with get_tracer(settings.tracer_provider).start_as_current_span(
         name, record_exception=False, set_status_on_exception=False
@@ -269,15 +267,20 @@ async def _run_step(
         )
         if step.fn is None:
             span.set_attribute(semconv.STAGE_SKIP_REASON, step.skip_reason or "skipped")
-            return state.with_skipped(step.name)
+            return state.with_skipped(step.name), None
         started = time.perf_counter()
+        refusal: BaseException | None = None
         try:
             output = await step.fn(state, settings, span, config)
+        except StageRefusal as refused:  # the stage's output is kept; the request still fails
+            output, refusal = refused.output, refused.error
+            span.record_exception(refusal)
+            span.set_status(Status(StatusCode.ERROR, f"{type(refusal).__name__}: {refusal}"))
         except BaseException as exc:
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             raise
-        return state.with_output(step.name, output, time.perf_counter() - started)
+        return state.with_output(step.name, output, time.perf_counter() - started), refusal
 
 
 _KINDS = {
@@ -289,15 +292,16 @@ _KINDS = {
 
 def _set_root(root: Span, state: RequestState, response: Response | None) -> None:
     reg = state.registration
+    versions = state.versions
     attrs: dict[str, Any] = {semconv.ERROR_COUNT: len(state.errors)}
     if reg is not None:
         attrs[semconv.TIER] = reg.tier
-        if reg.versions.prompt:
-            attrs[semconv.VERSION_PROMPT] = reg.versions.prompt
-        if reg.versions.model:
-            attrs[semconv.VERSION_MODEL] = reg.versions.model
-        if reg.versions.tracerag:
-            attrs[semconv.VERSION_TRACERAG] = reg.versions.tracerag
+        if versions.prompt:
+            attrs[semconv.VERSION_PROMPT] = versions.prompt
+        if versions.model:
+            attrs[semconv.VERSION_MODEL] = versions.model
+        if versions.tracerag:
+            attrs[semconv.VERSION_TRACERAG] = versions.tracerag
     request = state.input
     if request.session_id:
         attrs[semconv.OI_SESSION_ID] = request.session_id
@@ -325,9 +329,9 @@ def _set_root(root: Span, state: RequestState, response: Response | None) -> Non
                 "request_id": state.request_id,
                 "tier": reg.tier if reg is not None else None,
                 "versions": {
-                    "prompt": reg.versions.prompt if reg else None,
-                    "model": reg.versions.model if reg else None,
-                    "tracerag": reg.versions.tracerag if reg else "",
+                    "prompt": versions.prompt if reg else None,
+                    "model": versions.model if reg else None,
+                    "tracerag": versions.tracerag if reg else "",
                 },
                 "decision": decision.decision if decision is not None else None,
                 "confidence": decision.confidence if decision is not None else None,

@@ -43,6 +43,8 @@ MODE = "tracerag.mode"  # "pipeline" | "wrap"
 VERSION_PROMPT = "tracerag.version.prompt"
 VERSION_MODEL = "tracerag.version.model"
 VERSION_TRACERAG = "tracerag.version.tracerag"
+# wrap(): the versions (["prompt", "model"]) neither given nor found in the app, learned from runs
+VERSION_FROM_RUNS = "tracerag.version.from_runs"
 CHANNEL = "tracerag.channel"
 N_SAMPLES = "tracerag.n_samples"
 TEMPERATURE = "tracerag.temperature"
@@ -70,6 +72,9 @@ EXPLAIN_MATERIAL_ID = "tracerag.explain.material_id"
 EXPLAIN_ANSWER_CHANGED = "tracerag.explain.answer_changed"
 EXPLAIN_FLAGS = "tracerag.explain.flags"
 EXPLAIN_MODEL_CALLS = "tracerag.explain.model_calls"
+# wrap(): where materials came from: "retriever", "runs" (retrieved inside the app's runs only)
+# or "retriever+runs" (runs retrieved documents the retriever did not)
+RETRIEVAL_SOURCE = "tracerag.retrieval.source"
 
 PLAN_OK = "tracerag.plan.ok"
 PLAN_ERROR = "tracerag.plan.error"

@@ -42,6 +42,7 @@ __all__ = [
     "SampleSet",
     "Selection",
     "StageError",
+    "StageRefusal",
     "Verification",
 ]
 
@@ -94,9 +95,26 @@ class ErrorLog:
         return tuple(self._errors)
 
 
+class StageRefusal(Exception):
+    """A stage that finished its output and refuses the request all the same.
+
+    The runner keeps ``output`` in the request's state (so the audit record shows what the
+    stage did), then fails the request with ``error``.
+    """
+
+    def __init__(self, error: BaseException, output: Any) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.output = output
+
+
 @dataclass(frozen=True)
 class RequestInput:
-    """What the caller asked, checked: a non-empty question and optional ids."""
+    """What the caller asked, checked: a non-empty question and optional ids.
+
+    ``app_input`` (``wrap()`` only) is the caller's input as the wrapped app takes it, passed
+    to the app unchanged; None when the app's input is made from the question.
+    """
 
     question: str
     session_id: str | None = None
@@ -104,6 +122,7 @@ class RequestInput:
     channel: str | None = None
     request_id: str | None = None
     started_at: datetime = field(default_factory=utcnow)
+    app_input: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def parse(cls, value: Any, *, max_chars: int = 8000) -> RequestInput:
@@ -174,7 +193,11 @@ class RunVersions:
 
 @dataclass(frozen=True)
 class Registration:
-    """Stage 1: the request's id, tier, versions and sampling parameters."""
+    """Stage 1: the request's id, tier, versions and sampling parameters.
+
+    ``versions_from_runs`` names the versions (``prompt``, ``model``) neither given nor found
+    in a wrapped app: the sample stage learns them from the app's runs, or refuses the request.
+    """
 
     request_id: str
     tier: str
@@ -183,21 +206,29 @@ class Registration:
     temperature: float
     plan_mode: str
     k: int | None = None
+    versions_from_runs: tuple[str, ...] = ()
 
     @property
     def params(self) -> dict[str, Any]:
         """The sampling parameters as the audit record keeps them."""
-        return {
+        params: dict[str, Any] = {
             "n_samples": self.n_samples,
             "temperature": self.temperature,
             "plan_mode": self.plan_mode,
             "k": self.k,
         }
+        if self.versions_from_runs:
+            params["versions_from_runs"] = list(self.versions_from_runs)
+        return params
 
 
 @dataclass(frozen=True)
 class Retrieval:
-    """Stage 2: the retrieved materials in rank order, and what their scores say."""
+    """Stage 2: the retrieved materials in rank order, and what their scores say.
+
+    ``source`` (``wrap()`` only) says where the materials come from: ``retriever`` (called in
+    this stage) or ``runs`` (the app retrieves only inside its runs; the sample stage adds them).
+    """
 
     materials: tuple[Material, ...] = ()
     scored: bool = False
@@ -209,6 +240,7 @@ class Retrieval:
     shape: str | None = None
     relative_margin: float | None = None
     near_top: tuple[str, ...] = ()
+    source: str | None = None
 
     @classmethod
     def of(
@@ -216,8 +248,9 @@ class Retrieval:
         materials: tuple[Material, ...],
         *,
         note: str | None = None,
-        errors: tuple = (),
+        errors: tuple[StageError, ...] = (),
         shape: ShapeThresholds | None = None,
+        source: str | None = None,
     ) -> Retrieval:
         """A Retrieval with its score signals and score shape computed from the materials."""
         explained = explain_retrieval(
@@ -239,6 +272,7 @@ class Retrieval:
             shape=explained.shape,
             relative_margin=explained.relative_margin,
             near_top=tuple(explained.near_top),
+            source=source,
         )
 
 
@@ -278,6 +312,8 @@ class SampleSet:
     ``extra_materials`` are documents the samples' own runs retrieved that the retrieve stage
     did not (wrap mode): they may be cited, so they join the materials after retrieval's.
     ``positional`` allows ``[2]``-style citations by position in a sample's retrieved order.
+    ``versions`` are the versions the runs showed, for those the registration lacked
+    (``Registration.versions_from_runs``).
     """
 
     samples: tuple[Sample, ...] = ()
@@ -285,6 +321,7 @@ class SampleSet:
     temperature_zero: bool = False
     positional: bool = False
     extra_materials: tuple[Material, ...] = ()
+    versions: RunVersions | None = None
     warnings: tuple[str, ...] = ()
     errors: tuple[StageError, ...] = ()
 
@@ -474,6 +511,29 @@ class RequestState:
         return self.input.question
 
     @property
+    def versions(self) -> RunVersions:
+        """The registered versions, with those the samples' runs showed where it had none."""
+        registered = self.registration.versions if self.registration is not None else RunVersions()
+        learned = self.samples.versions if self.samples is not None else None
+        if learned is None:
+            return registered
+        return RunVersions(
+            prompt=registered.prompt or learned.prompt,
+            model=registered.model or learned.model,
+            tracerag=registered.tracerag,
+        )
+
+    @property
+    def retrieval_source(self) -> str | None:
+        """Where the materials come from (wrap mode): ``retriever``, ``runs``, or
+        ``retriever+runs`` when the runs retrieved documents the retriever did not."""
+        source = self.retrieval.source if self.retrieval is not None else None
+        added = self.samples is not None and bool(self.samples.extra_materials)
+        if source == "retriever" and added:
+            return "retriever+runs"
+        return source
+
+    @property
     def materials(self) -> tuple[Material, ...]:
         """Every material the answer may cite: retrieval's, then any the samples' runs added."""
         retrieved = self.retrieval.materials if self.retrieval is not None else ()
@@ -510,8 +570,11 @@ class RequestState:
         retrieval: dict[str, Any] = {}
         if self.retrieval is not None:
             r = self.retrieval
+            # the retrieve stage's own count; an app that retrieves only inside its runs
+            # (source "runs") has its runs' materials counted as its retrieval
+            counted = self.materials if r.source == "runs" else r.materials
             retrieval = {
-                "count": len(r.materials),
+                "count": len(counted),
                 "scored": r.scored,
                 "top_score": r.top_score,
                 "score_margin": r.score_margin,
@@ -520,12 +583,14 @@ class RequestState:
                 "relative_margin": r.relative_margin,
                 "near_top": list(r.near_top),
             }
+            if r.source is not None:
+                retrieval["source"] = self.retrieval_source
             if samples is not None and samples.extra_materials:
                 retrieval["added_from_runs"] = [m.id for m in samples.extra_materials]
         decision = self.decision
         if response is None and decision is not None:
             response = decision.response_record(self.request_id, self.trace_id)
-        versions = reg.versions if reg is not None else RunVersions()
+        versions = self.versions
         return {
             "record_version": RECORD_VERSION,
             "request_id": self.request_id,

@@ -1,20 +1,27 @@
-"""wrap(chain): the six traced stages around an existing LCEL RAG chain, left unchanged.
+"""wrap(app): the six traced stages around an existing LangChain chain or LangGraph graph.
 
-The chain is inspected once: its prompt templates give the prompt version (a stable hash of their
-text), its chat model gives the model version and temperature, its retriever is found so the
-retrieve stage can call it once. Each request then runs:
+The app is left unchanged and is inspected once: its prompt templates give the prompt version
+(a stable hash of their text), its chat model gives the model version and temperature, its
+retriever is found so the retrieve stage can call it once. The caller's input is passed to the
+app as it is; the question, the answer and the documents are found in the app's input and output
+by ``tracerag.chain_io`` (``input_key=``, ``output_key=``, ``documents_key=``). Each request runs:
 
-- register: versions from the arguments or from the inspection; refused if either is unknown;
-- retrieve: the chain's retriever, called once (with relevance scores where it can give them);
-- sample: the chain itself, run N times concurrently; LangChain callbacks capture, per run, the
-  documents it retrieved (``on_retriever_end``) and the model's invocation parameters
-  (``on_chat_model_start`` / ``on_llm_start``); documents a run retrieved that the retrieve stage
-  did not join the materials after the retrieved ones, so what was in a prompt can be cited.
-  A foreign chain writes no plan, so each sample carries its *implied* plan — the materials it
+- register: versions from the arguments or the inspection; those still unknown (prompt and
+  model called inside graph nodes) are left to be learned from this request's runs;
+- retrieve: the app's retriever (or ``retriever=``), called once with relevance scores where it
+  can give them; an app that retrieves only inside its runs is recorded after them
+  (``tracerag.retrieval.source = runs``);
+- sample: the app run N times concurrently and independently (``tracerag.graph_runs``);
+  ``tracerag.chain_capture`` records per run the documents it retrieved, the documents its output
+  carries, its model calls and its prompt templates; documents a run retrieved that the retrieve
+  stage did not join the materials after the retrieved ones, so what was in a prompt can be
+  cited; deterministic errors (``tracerag.chain_errors``) are not retried. Versions left to the
+  runs are learned here, and the request is refused if the runs do not show them either.
+  A foreign app writes no plan, so each sample carries its *implied* plan — the materials it
   actually cited and the quantities it states;
 - plan, verify and assemble: the stage table of RAGPipeline with ``plan="inline"`` (the plan
   stage records how far the samples' plans agree). Citations may be material ids
-  (``[policy-7]``) or 1-based positions in the run's retrieved order (``[1]``).
+  (``[policy-7]``) or 1-based positions in the documents the run put in its prompt (``[1]``).
 
 Only retrieval and sampling are wrap's own (``ChainSource``); every stage is the shared one.
 
@@ -31,21 +38,28 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from uuid import UUID
 
-from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.documents import Document
 from langchain_core.language_models import BaseLanguageModel
-from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.prompts import BasePromptTemplate
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables import Runnable
 from opentelemetry.trace import Span, TracerProvider
 
 from tracerag import semconv
 from tracerag import usage as usage_meter
+from tracerag.chain_capture import (
+    RunCapture,
+    learned_versions,
+    missing_version_error,
+    model_call_attributes,
+    prompt_text,
+)
+from tracerag.chain_errors import is_transient
+from tracerag.chain_io import ChainIO, independent_copy, question_field
 from tracerag.errors import ConfigurationError, RetrieverTimeoutError
-from tracerag.llm import OnRetry, Tries, clean_text, model_name, retry_call, text_of, within
+from tracerag.graph_runs import Sampler, SampleRun
+from tracerag.llm import OnRetry, Tries, clean_text, model_name, retry_call, within
 from tracerag.pipeline import build_settings
 from tracerag.prompts import fingerprint
 from tracerag.runner import StagedRunnable
@@ -59,9 +73,18 @@ from tracerag.stages.sample import (
     record_samples,
     samples_wanted,
 )
-from tracerag.state import ErrorLog, RequestState, Retrieval, SampleSet
+from tracerag.state import (
+    ErrorLog,
+    RequestInput,
+    RequestState,
+    Retrieval,
+    RunVersions,
+    SampleSet,
+    StageRefusal,
+)
 
 if TYPE_CHECKING:
+
     from tracerag.routing import EscalationHandler, Thresholds
     from tracerag.settings import RetryPolicy, Settings
     from tracerag.signals.confidence import Combiner
@@ -78,7 +101,7 @@ class ChainInfo:
     """What inspecting a chain found: prompt texts, models, retrievers."""
 
     prompt_texts: list[str] = field(default_factory=list)
-    models: list[BaseLanguageModel] = field(default_factory=list)
+    models: list[BaseLanguageModel[Any]] = field(default_factory=list)
     retrievers: list[BaseRetriever] = field(default_factory=list)
 
     @property
@@ -99,23 +122,7 @@ class ChainInfo:
         return None
 
 
-def prompt_text(prompt: BasePromptTemplate) -> str:
-    """The template text of a prompt (all messages of a chat prompt), for fingerprinting."""
-    parts: list[str] = []
-    for message in getattr(prompt, "messages", None) or [prompt]:
-        inner = getattr(message, "prompt", message)
-        template = getattr(inner, "template", None)
-        role = type(message).__name__
-        if isinstance(template, str):
-            parts.append(f"{role}:{template}")
-        elif isinstance(inner, list):
-            parts.extend(f"{role}:{getattr(p, 'template', repr(p))}" for p in inner)
-        else:
-            parts.append(f"{role}:{inner!r}")
-    return "\n".join(parts)
-
-
-def inspect_chain(chain: Runnable) -> ChainInfo:
+def inspect_chain(chain: Runnable[Any, Any]) -> ChainInfo:
     """Find the prompts, models and retrievers inside a chain's graph."""
     info = ChainInfo()
     for node in chain.get_graph().nodes.values():
@@ -129,102 +136,46 @@ def inspect_chain(chain: Runnable) -> ChainInfo:
     return info
 
 
-class RunCapture(AsyncCallbackHandler):
-    """Collects, for one chain run, the documents retrieved and the model's parameters."""
-
-    def __init__(self) -> None:
-        self.documents: list[Document] = []
-        self.invocation_params: dict[str, Any] = {}
-        self.model_calls = 0
-        self.token_usage: dict[str, int] = {}
-        self.calls: list[usage_meter.CallUsage] = []
-        self.prompts: dict[Any, Any] = {}
-
-    async def on_retriever_end(
-        self, documents: Sequence[Document], *, run_id: UUID, **kwargs: Any
-    ) -> None:
-        self.documents.extend(documents)
-
-    async def on_chat_model_start(
-        self, serialized: dict[str, Any], messages: list[list[BaseMessage]], **kwargs: Any
-    ) -> None:
-        self._params(kwargs)
-        self.prompts[kwargs.get("run_id")] = [m for batch in messages for m in batch]
-
-    async def on_llm_start(
-        self, serialized: dict[str, Any], prompts: list[str], **kwargs: Any
-    ) -> None:
-        self._params(kwargs)
-        self.prompts[kwargs.get("run_id")] = "\n".join(prompts)
-
-    async def on_llm_end(self, response: Any, **kwargs: Any) -> None:
-        for generations in getattr(response, "generations", []) or []:
-            for generation in generations:
-                usage = getattr(getattr(generation, "message", None), "usage_metadata", None)
-                for key in ("input_tokens", "output_tokens"):
-                    if usage and usage.get(key) is not None:
-                        self.token_usage[key] = self.token_usage.get(key, 0) + int(usage[key])
-                self.calls.append(
-                    usage_meter.note(
-                        usage_meter.usage_of(
-                            getattr(generation, "message", None) or getattr(generation, "text", ""),
-                            stage=usage_meter.STAGE_SAMPLE,
-                            model=self.model_name,
-                            prompt=self.prompts.pop(kwargs.get("run_id"), None),
-                            llm_output=getattr(response, "llm_output", None),
-                        )
-                    )
-                )
-
-    def _params(self, kwargs: dict[str, Any]) -> None:
-        self.model_calls += 1
-        params = kwargs.get("invocation_params") or {}
-        metadata = kwargs.get("metadata") or {}
-        merged = {**{k: v for k, v in metadata.items() if k.startswith("ls_")}, **params}
-        self.invocation_params.update(merged)
-
-    @property
-    def model_name(self) -> str | None:
-        p = self.invocation_params
-        value = p.get("model_name") or p.get("model") or p.get("ls_model_name")
-        return str(value) if value else None
-
-    @property
-    def temperature(self) -> float | None:
-        p = self.invocation_params
-        value = p.get("temperature", p.get("ls_temperature"))
-        return float(value) if isinstance(value, (int, float)) else None
-
-
-def output_text(output: Any) -> str:
-    """The answer text of a chain's output (str, message, or dict with an answer field)."""
-    if isinstance(output, str):
-        return output
-    if isinstance(output, AIMessage):
-        return text_of(output)
-    if isinstance(output, dict):
-        for key in ("answer", "output", "result", "text"):
-            if isinstance(output.get(key), str):
-                return output[key]
-    raise TypeError(f"cannot read an answer from chain output of type {type(output).__name__}")
+RUNS_NOTE = "no retriever found in the app; materials are what its runs retrieved"
 
 
 class ChainSource:
-    """wrap()'s source: the chain's retrievers, and samples from whole runs of the chain."""
+    """wrap()'s source: the app's retrievers, and samples from whole, independent runs of it."""
 
     mode = "wrap"
+    learns_versions = True
 
     def __init__(
-        self, chain: Runnable, info: ChainInfo, chain_input: Callable[[str], Any] | None = None
+        self,
+        chain: Runnable[Any, Any],
+        info: ChainInfo,
+        *,
+        io: ChainIO | None = None,
+        sampler: Sampler | None = None,
+        chain_input: Callable[[str], Any] | None = None,
     ) -> None:
         self.chain = chain
         self.info = info
-        self.chain_input = chain_input or (lambda question: question)
+        self.io = io or ChainIO()
+        self.sampler = sampler or Sampler(chain)
+        self.chain_input = chain_input
+
+    def app_input(self, request: RequestInput) -> Any:
+        """The app's input for a request: the caller's own, else one made from the question."""
+        if request.app_input is not None:
+            return request.app_input
+        if self.chain_input is not None:
+            return self.chain_input(request.question)
+        return self.io.string_input(request.question)
 
     async def retrieve(
         self, state: RequestState, settings: Settings, span: Span, config: Any = None
     ) -> Retrieval:
-        """The chain's retrievers, each called once; a failing one is kept as an error."""
+        """The app's retrievers, each called once; a failing one is kept as an error."""
+        if not self.info.retrievers:
+            # the app retrieves inside its own runs (graph nodes, functions): recorded after them
+            span.set_attribute(semconv.RETRIEVAL_SOURCE, "runs")
+            return Retrieval.of((), note=RUNS_NOTE, source="runs")
         errors = ErrorLog()
         pairs: list[tuple[Document, float | None]] = []
         for retriever in self.info.retrievers:
@@ -236,54 +187,76 @@ class ChainSource:
                         RetrieverTimeoutError,
                     )
                 )
-            except Exception as exc:  # the chain's own runs will retrieve again
+            except Exception as exc:  # the app's own runs will retrieve again
                 errors.record_error("retrieve", exc)
                 span.record_exception(exc)
-        note = None if self.info.retrievers else NO_RETRIEVER_NOTE
         retrieval = Retrieval.of(
-            to_materials(pairs), note=note, errors=errors.freeze(), shape=settings.retrieval_shape
+            to_materials(pairs),
+            errors=errors.freeze(),
+            source="retriever",
+            shape=settings.retrieval_shape,
         )
         record_materials(retrieval, span)
+        span.set_attribute(semconv.RETRIEVAL_SOURCE, "retriever")
         return retrieval
 
     async def sample(
         self, state: RequestState, settings: Settings, span: Span, config: Any = None
     ) -> SampleSet:
-        """The chain run N times concurrently; each sample with its run's documents and plan."""
+        """The app run N times; each sample with the documents its run used and its plan."""
         n = samples_wanted(state, settings)
         captures = [RunCapture() for _ in range(n)]
-        question = self.chain_input(state.question)
+        used: list[list[Document]] = [[] for _ in range(n)]
+        app_input = self.app_input(state.input)
+        registered = state.registration.versions if state.registration is not None else None
+        runs: list[SampleRun] = await self.sampler.prepare(config, state.request_id, n)
 
         async def generate(index: int, on_retry: OnRetry, tries: Tries) -> Draw:
             capture_run = captures[index]
-            run_config: RunnableConfig = {**(config or {}), "callbacks": [capture_run]}
 
             async def once() -> Any:
-                capture_run.documents.clear()
-                return await self.chain.ainvoke(question, config=run_config)
+                capture_run.reset()
+                return await runs[index].ainvoke(independent_copy(app_input), capture_run)
 
-            output = await retry_call(once, settings.retry, on_retry=on_retry, tries=tries)
+            output = await retry_call(
+                once, settings.retry, on_retry=on_retry, retry_on=is_transient, tries=tries
+            )
+            used[index] = self.io.documents(output) or list(capture_run.documents)
+            usage = capture_run.token_usage
             return Draw(
-                clean_text(output_text(output), settings.retry.max_output_chars),
-                input_tokens=capture_run.token_usage.get("input_tokens"),
-                output_tokens=capture_run.token_usage.get("output_tokens"),
+                clean_text(self.io.answer(output), settings.retry.max_output_chars),
+                input_tokens=usage.get("input_tokens"),
+                output_tokens=usage.get("output_tokens"),
             )
 
         def describe(index: int, draw: Draw | None) -> dict[str, Any]:
-            attrs = _model_attrs(captures[index], self.info)
-            attrs.update(usage_meter.span_attributes(captures[index].calls))
+            capture_run = captures[index]
+            attrs = _model_attrs(capture_run, self.info)
+            template_version = (
+                (registered.prompt if registered is not None else None)
+                or capture_run.prompt_version
+                or self.info.prompt_version
+            )
+            attrs.update(
+                model_call_attributes(
+                    capture_run.last_call, template_version, capture_run.last_prompt_text
+                )
+            )
+            attrs.update(usage_meter.span_attributes(capture_run.calls))
             return attrs  # the output message is set from the sample itself
 
         errors = ErrorLog()
-        drawn = await draw_samples(state, settings, n, generate, describe, errors)
-        extra, orders = _run_materials(state.materials, captures)
+        try:
+            drawn = await draw_samples(state, settings, n, generate, describe, errors)
+        finally:
+            await self.sampler.cleanup(runs)
+        extra, orders = _run_materials(state.materials, captures, used)
         materials = state.materials + extra
         samples = tuple(
             implied_plan(dataclasses.replace(s, material_order=order), materials)
             for s, order in zip(drawn, orders, strict=True)
         )
-        if extra:
-            span.set_attribute(semconv.RETRIEVAL_MATERIAL_IDS, [m.id for m in materials])
+        _record_run_materials(state, materials, extra, span)
         temperatures = {c.temperature for c in captures if c.temperature is not None}
         # the runs' own temperature, else the chain's; None: the model has none tracerag knows
         temperature = temperatures.pop() if len(temperatures) == 1 else self.info.temperature
@@ -291,56 +264,84 @@ class ChainSource:
         if zero:
             logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)
         warnings = record_samples(samples, span, temperature)
-        return SampleSet(
+        pending = state.registration.versions_from_runs if state.registration is not None else ()
+        learned = _learn_versions(pending, captures, span)
+        sampled = SampleSet(
             samples=samples,
             temperature=temperature,
             temperature_zero=settings.temperature == 0.0 or zero,
             positional=True,
             extra_materials=extra,
+            versions=learned,
             warnings=warnings,
             errors=errors.freeze(),
         )
+        missing = [name for name in pending if learned is None or not getattr(learned, name)]
+        if missing:  # the record still shows what the runs did and retrieved
+            raise StageRefusal(missing_version_error(state.request_id, missing), sampled)
+        return sampled
 
 
-NO_RETRIEVER_NOTE = "no retriever found in the chain; materials come from its runs"
+def _learn_versions(
+    pending: Sequence[str], captures: Sequence[RunCapture], span: Span
+) -> RunVersions | None:
+    """The pending versions as the runs show them (prompt templates, model names)."""
+    if not pending:
+        return None
+    prompt, model = learned_versions(captures)
+    learned = RunVersions(
+        prompt=prompt if "prompt" in pending else None,
+        model=model if "model" in pending else None,
+    )
+    if learned.prompt:
+        span.set_attribute(semconv.VERSION_PROMPT, learned.prompt)
+    if learned.model:
+        span.set_attribute(semconv.VERSION_MODEL, learned.model)
+    return learned
 
 
 def _run_materials(
-    known_materials: tuple[Material, ...], captures: list[RunCapture]
+    known_materials: tuple[Material, ...],
+    captures: Sequence[RunCapture],
+    used: Sequence[Sequence[Document]],
 ) -> tuple[tuple[Material, ...], list[tuple[str, ...]]]:
-    """Materials the runs retrieved beyond the known ones, and each run's retrieved order."""
+    """Materials the runs retrieved beyond the known ones, and the documents each run used.
+
+    A run's order is the documents it put in its prompt (its output's documents, else what
+    its retrievers returned): ``[1]`` cites the first of them.
+    """
     known = {m.id for m in known_materials}
     extra: list[Material] = []
     orders: list[tuple[str, ...]] = []
-    for capture_run in captures:
-        order: list[str] = []
-        for m in to_materials([(d, None) for d in capture_run.documents]):
+    for capture_run, documents in zip(captures, used, strict=True):
+        retrieved = to_materials([(d, None) for d in [*capture_run.documents, *documents]])
+        for m in retrieved:
             if m.id not in known:
                 extra.append(dataclasses.replace(m, rank=len(known_materials) + len(extra) + 1))
                 known.add(m.id)
-            order.append(m.id)
-        orders.append(tuple(order))
+        orders.append(tuple(m.id for m in to_materials([(d, None) for d in documents])))
     return tuple(extra), orders
 
 
-class WrappedChain(StagedRunnable):
-    """An existing chain run through the six traced stages; returns a ``Response``."""
-
-    def __init__(
-        self,
-        chain: Runnable,
-        *,
-        settings: Settings,
-        info: ChainInfo,
-        chain_input: Callable[[str], Any] | None = None,
-    ) -> None:
-        super().__init__(settings, ChainSource(chain, info, chain_input))
-        self.chain = chain
-        self.info = info
-
-    @property
-    def escalation(self) -> EscalationHandler:
-        return self.settings.escalation
+def _record_run_materials(
+    state: RequestState,
+    materials: tuple[Material, ...],
+    extra: tuple[Material, ...],
+    span: Span,
+) -> None:
+    """Put every material the answer may cite on the sample span, and where they come from."""
+    source = state.retrieval.source if state.retrieval is not None else None
+    if source == "runs":  # the documents appear in the trace here, once
+        record_materials(Retrieval.of(materials, note=RUNS_NOTE), span)
+    else:
+        span.set_attributes(
+            {
+                semconv.RETRIEVAL_COUNT: len(materials),
+                semconv.RETRIEVAL_MATERIAL_IDS: [m.id for m in materials],
+            }
+        )
+        source = "retriever+runs" if extra else "retriever"
+    span.set_attribute(semconv.RETRIEVAL_SOURCE, source)
 
 
 def _model_attrs(capture_run: RunCapture, info: ChainInfo) -> dict[str, Any]:
@@ -364,8 +365,56 @@ def _model_attrs(capture_run: RunCapture, info: ChainInfo) -> dict[str, Any]:
     return attrs
 
 
+class WrappedChain(StagedRunnable):
+    """An existing chain or graph run through the six traced stages; returns a ``Response``.
+
+    Input: what the app takes (a question string, or a dict such as ``{"question": …}`` or
+    ``{"input": …, "chat_history": […]}``), passed to it unchanged; ``session_id``,
+    ``user_id``, ``channel`` and ``request_id`` in a dict are recorded too. A
+    ``RequestInput`` is tracerag's own request: the app gets its question as a bare question.
+    """
+
+    def __init__(
+        self,
+        chain: Runnable[Any, Any],
+        *,
+        settings: Settings,
+        info: ChainInfo,
+        chain_input: Callable[[str], Any] | None = None,
+        io: ChainIO | None = None,
+        run_once: Sequence[str] = (),
+    ) -> None:
+        source = ChainSource(
+            chain,
+            info,
+            io=io,
+            sampler=Sampler(chain, run_once),
+            chain_input=chain_input,
+        )
+        super().__init__(settings, source)
+        self.chain = chain
+        self.info = info
+        self.chain_input = chain_input
+        self.io = source.io
+        self.sampler = source.sampler
+
+    @property
+    def escalation(self) -> EscalationHandler:
+        return self.settings.escalation
+
+    def parse_input(self, input: Any) -> RequestInput:
+        """The checked request, with the caller's input kept for the app."""
+        if isinstance(input, RequestInput):
+            return super().parse_input(input)
+        request = self.io.request(input)
+        parsed = super().parse_input({"question": request.question, **request.fields})
+        if self.chain_input is not None:  # the app's input is made from the question
+            return parsed
+        return dataclasses.replace(parsed, app_input=request.chain_input)
+
+
 def wrap(
-    chain: Runnable,
+    chain: Runnable[Any, Any],
     *,
     prompt_version: str | None = None,
     model_version: str | None = None,
@@ -379,6 +428,11 @@ def wrap(
     combiner: Combiner | None = None,
     retry: RetryPolicy | None = None,
     chain_input: Callable[[str], Any] | None = None,
+    input_key: str | None = None,
+    output_key: str | None = None,
+    documents_key: str | None = None,
+    run_once: Sequence[str] = (),
+    retriever: BaseRetriever | None = None,
     tracer_provider: TracerProvider | None = None,
     meter_provider: Any = None,
     audit: Any = "auto",
@@ -387,9 +441,17 @@ def wrap(
     retrieval_shape: ShapeThresholds | None = None,
     prices: Mapping[str, Any] | str | None = None,
 ) -> WrappedChain:
-    """Wrap an existing LCEL RAG chain so each request runs the six traced, verified stages.
+    """Wrap an existing LangChain chain or LangGraph graph so each request runs the six traced,
+    verified stages.
 
-    ``chain_input`` turns the question into the chain's input (default: the question string).
+    The caller's input is passed to the app unchanged. ``input_key`` names the field holding
+    the question (default: ``question``, ``input``, ``query``, or a string input);
+    ``output_key`` the field holding the answer (default: ``answer``, ``output``, ``result``, or
+    a string or ``AIMessage`` output); ``documents_key`` the field of the output holding the
+    documents the app used (default: ``context``, ``source_documents``). ``run_once`` names
+    graph nodes that must run once per request, not once per sample. ``retriever`` is the
+    retriever the app uses inside its nodes, called once in the retrieve stage for scored
+    materials. ``chain_input`` turns the question into the app's input instead.
     ``prices``: a price table per model (see ``tracerag.usage``) for the cost of each request.
     """
     if not isinstance(chain, Runnable):
@@ -397,6 +459,8 @@ def wrap(
             f"wrap() needs a LangChain Runnable, got {type(chain).__name__}"
         )
     info = inspect_chain(chain)
+    if retriever is not None and retriever not in info.retrievers:
+        info.retrievers.append(retriever)
     temperature = info.temperature
     settings = build_settings(
         retriever=None,
@@ -424,7 +488,15 @@ def wrap(
     )
     if temperature == 0.0 and n_samples > 1:
         logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)
-    return WrappedChain(chain, settings=settings, info=info, chain_input=chain_input)
+    io = ChainIO(
+        input_key=input_key,
+        output_key=output_key,
+        documents_key=documents_key,
+        string_key=None if input_key else question_field(chain),
+    )
+    return WrappedChain(
+        chain, settings=settings, info=info, chain_input=chain_input, io=io, run_once=run_once
+    )
 
 
-__all__ = ["ChainInfo", "ChainSource", "RunCapture", "WrappedChain", "inspect_chain", "wrap"]
+__all__ = ["ChainInfo", "ChainSource", "WrappedChain", "inspect_chain", "wrap"]

@@ -135,8 +135,10 @@ class Answerer:
             if not isinstance(self.pipeline, StagedRunnable):
                 response: RAGResponse = await self.pipeline.ainvoke(data)
                 return response
+            # tracerag's own request form: a wrapped app gets the question in its question field
+            request = self.pipeline.parse_input(data)
             return await self.pipeline.arun(
-                data, on_stage=on_stage, record_sink=self.persist_async
+                request, on_stage=on_stage, record_sink=self.persist_async
             )
         finally:
             if token is not None:

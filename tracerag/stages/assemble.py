@@ -106,12 +106,11 @@ async def assemble(
     state: RequestState, settings: Settings, span: Span, config: RunnableConfig | None = None
 ) -> Decision:
     """Decide the route and the Response's content (verified tiers), or pass the unverified one."""
-    registration = state.registration
-    run_versions = registration.versions if registration is not None else None
+    run_versions = state.versions
     versions = Versions(
-        prompt=(run_versions.prompt if run_versions else None) or "",
-        model=(run_versions.model if run_versions else None) or "",
-        tracerag=run_versions.tracerag if run_versions else "",
+        prompt=run_versions.prompt or "",
+        model=run_versions.model or "",
+        tracerag=run_versions.tracerag,
     )
     sampled = state.samples if state.samples is not None else SampleSet()
     ok = sampled.ok

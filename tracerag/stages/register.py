@@ -1,11 +1,14 @@
 """Stage 1, register: fix the request's id, tier, versions and sampling parameters.
 
 A request with no prompt version or no model version is refused here, before any model call:
-a trace that cannot say which model and prompt made an answer cannot be audited.
+a trace that cannot say which model and prompt made an answer cannot be audited. Under
+``wrap()`` the versions an app calls only inside its runs are left to the sample stage to learn
+(``Registration.versions_from_runs``); it refuses the request if the runs do not show them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from typing import Any
@@ -26,9 +29,18 @@ def new_request_id() -> str:
 
 
 async def register(
-    state: RequestState, settings: Settings, span: Span, config: RunnableConfig | None = None
+    state: RequestState,
+    settings: Settings,
+    span: Span,
+    config: RunnableConfig | None = None,
+    *,
+    learn_from_runs: bool = False,
 ) -> Registration:
-    """The request's registration: id, versions, tier and the tier's sampling parameters."""
+    """The request's registration: id, versions, tier and the tier's sampling parameters.
+
+    ``learn_from_runs``: a missing version is marked to be learned from the samples' runs
+    instead of refusing the request here.
+    """
     registration = Registration(
         request_id=state.input.request_id or new_request_id(),
         tier=settings.tier,
@@ -62,6 +74,9 @@ async def register(
         attrs[semconv.VERSION_MODEL] = versions.model
     span.set_attributes(attrs)
     missing = [name for name in ("prompt", "model") if not getattr(versions, name)]
+    if missing and learn_from_runs:
+        span.set_attribute(semconv.VERSION_FROM_RUNS, missing)
+        return dataclasses.replace(registration, versions_from_runs=tuple(missing))
     if missing:
         raise MissingVersionError(
             f"request {registration.request_id} refused: no {' and no '.join(missing)} version. "

@@ -1,7 +1,8 @@
 """Stage 2, retrieve: call the retriever once and record every material.
 
 These materials are the only ones later stages may cite. A material's id comes from its
-document metadata ``id`` (else a stable content hash); its score is the retriever's relevance
+document metadata ``id``, else LangChain's ``Document.id`` (set by most vector stores), else a
+stable content hash; its title comes from metadata only; its score is the retriever's relevance
 score where it gives one (vector-store retrievers), else recorded as absent.
 """
 
@@ -46,7 +47,7 @@ def to_materials(
     for doc, score in pairs:
         meta = {_clean(k): _clean(v) for k, v in (doc.metadata or {}).items()}
         text = fix_surrogates(doc.page_content)
-        material_id = fix_surrogates(str(meta.get("id") or content_id(text)).strip())
+        material_id = fix_surrogates(str(meta.get("id") or doc.id or content_id(text)).strip())
         if material_id in seen:
             if seen[material_id] == text:
                 continue  # the same document retrieved twice
@@ -58,7 +59,7 @@ def to_materials(
             Material(
                 id=material_id,
                 text=text,
-                title=fix_surrogates(str(meta.get("title") or meta.get("name") or material_id)),
+                title=fix_surrogates(str(meta.get("title") or meta.get("name") or "")),
                 source=None if meta.get("source") is None else fix_surrogates(str(meta["source"])),
                 score=score,
                 rank=first_rank + len(materials),

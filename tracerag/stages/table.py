@@ -7,6 +7,7 @@ request's materials are retrieved and its samples drawn (the retriever and the c
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -33,6 +34,9 @@ class Source(Protocol):
 
     #: ``pipeline`` or ``wrap``: recorded on the root span.
     mode: str
+    #: Whether versions neither given nor found can be learned from the samples' runs
+    #: (register then leaves them to the sample stage instead of refusing the request).
+    learns_versions: bool
 
     async def retrieve(
         self, state: RequestState, settings: Settings, span: Span, config: RunnableConfig | None
@@ -47,6 +51,7 @@ class ModelSource:
     """RAGPipeline's source: the settings' retriever, and samples from its chat model."""
 
     mode = "pipeline"
+    learns_versions = False
 
     async def retrieve(
         self, state: RequestState, settings: Settings, span: Span, config: RunnableConfig | None
@@ -75,7 +80,10 @@ def steps_for(tier: str, plan_mode: str, source: Source) -> tuple[Step, ...]:
     and records how far they agree. Tiers ``medium`` and ``low`` make no plan; ``low`` does not
     verify either.
     """
-    first = (Step("register", register), Step("retrieve", source.retrieve))
+    registering: StageFn = (
+        functools.partial(register, learn_from_runs=True) if source.learns_versions else register
+    )
+    first = (Step("register", registering), Step("retrieve", source.retrieve))
     drawing = Step("sample", source.sample)
     if tier == "low":
         return (

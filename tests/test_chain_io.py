@@ -1,0 +1,166 @@
+"""Finding the question, the answer and the documents in the shapes apps take and return."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+
+from tracerag.chain_io import ChainIO, independent_copy, input_fields, question_field
+from tracerag.errors import InputError
+
+DOCS = [Document(page_content="a", id="1"), Document(page_content="b", id="2")]
+
+
+@pytest.mark.parametrize(
+    ("value", "question"),
+    [
+        ("How long?", "How long?"),
+        ({"question": "How long?", "context": []}, "How long?"),
+        ({"input": "How long?", "chat_history": [HumanMessage("hi")]}, "How long?"),
+        ({"query": "How long?"}, "How long?"),
+        ({"messages": [SystemMessage("be brief"), HumanMessage("How long?")]}, "How long?"),
+        ({"question": HumanMessage("How long?")}, "How long?"),
+    ],
+)
+def test_question_is_found_by_default_keys(value, question):
+    assert ChainIO().request(value).question == question
+
+
+def test_dict_input_is_passed_through_unchanged_history_and_all():
+    value = {"input": "How long?", "chat_history": [HumanMessage("hi"), AIMessage("hello")]}
+    request = ChainIO().request(value)
+    assert request.chain_input is value
+    assert request.fields == {}
+
+
+def test_request_fields_are_read_and_kept_in_the_input():
+    value = {"question": "q", "session_id": "s1", "user_id": "u1", "extra": 3}
+    request = ChainIO().request(value)
+    assert request.fields == {"session_id": "s1", "user_id": "u1"}
+    assert request.chain_input == value
+    with pytest.raises(InputError, match="session_id must be a string"):
+        ChainIO().request({"question": "q", "session_id": 7})
+
+
+def test_a_dict_of_request_fields_is_tracerags_own_request_for_an_app_without_question():
+    value = {"question": "How long?", "session_id": "s1"}
+    # an app that takes a string gets the question string, as for a bare question
+    request = ChainIO().request(value)
+    assert request.chain_input == "How long?"
+    assert request.fields == {"session_id": "s1"}
+    # an app taking {"input"} or a chat history gets the question in its own field
+    assert ChainIO(string_key="input").request(value).chain_input == {"input": "How long?"}
+    chat = ChainIO(string_key="messages").request(value).chain_input
+    assert [m.content for m in chat["messages"]] == ["How long?"]
+    # an app with a question field takes the dict as it is
+    assert ChainIO(string_key="question").request(value).chain_input is value
+
+
+def test_input_key_names_the_field_and_wraps_a_string():
+    io = ChainIO(input_key="ask")
+    assert io.request({"ask": "q", "question": "not this"}).question == "q"
+    assert io.request("q").chain_input == {"ask": "q"}
+    assert ChainIO().request("q").chain_input == "q"
+    with pytest.raises(InputError, match=r"input_key='ask'"):
+        io.request({"question": "q"})
+
+
+def test_missing_question_says_which_argument_to_pass():
+    with pytest.raises(InputError, match="pass input_key= to wrap"):
+        ChainIO().request({"topic": "returns"})
+    with pytest.raises(InputError, match="question string or a dict"):
+        ChainIO().request(42)
+
+
+@pytest.mark.parametrize(
+    ("output", "answer"),
+    [
+        ("30 days. [1]", "30 days. [1]"),
+        (AIMessage("30 days. [1]"), "30 days. [1]"),
+        (AIMessage(content=[{"type": "text", "text": "30 days."}]), "30 days."),
+        ({"answer": "30 days.", "context": DOCS}, "30 days."),
+        ({"output": "30 days."}, "30 days."),
+        ({"result": "30 days.", "source_documents": DOCS}, "30 days."),
+        ({"question": "q", "answer": AIMessage("30 days.")}, "30 days."),
+        ({"messages": [HumanMessage("q"), AIMessage("30 days.")]}, "30 days."),
+    ],
+)
+def test_answer_is_found_by_default_keys(output, answer):
+    assert ChainIO().answer(output) == answer
+
+
+def test_output_key_names_the_field():
+    io = ChainIO(output_key="reply")
+    assert io.answer({"reply": "yes", "answer": "no"}) == "yes"
+    with pytest.raises(TypeError, match=r"output_key='reply'"):
+        io.answer({"answer": "no"})
+    with pytest.raises(TypeError, match="pass output_key= to wrap"):
+        ChainIO().answer({"response": "x"})
+    with pytest.raises(TypeError, match="int"):
+        ChainIO().answer(3)
+
+
+def test_documents_from_the_output_state():
+    assert ChainIO().documents({"answer": "a", "context": DOCS}) == DOCS
+    assert ChainIO().documents({"result": "a", "source_documents": DOCS}) == DOCS
+    assert ChainIO().documents({"answer": "a", "context": "a string, not documents"}) == []
+    assert ChainIO().documents("a string output") == []
+    assert ChainIO(documents_key="docs").documents({"docs": DOCS, "context": DOCS[:1]}) == DOCS
+    assert ChainIO(documents_key="docs").documents({"context": DOCS}) == []
+
+
+def test_independent_copy_separates_mutable_state():
+    value = {"question": "q", "scratch": []}
+    copied = independent_copy(value)
+    copied["scratch"].append(1)
+    assert value["scratch"] == []
+
+    class Uncopyable:
+        def __deepcopy__(self, memo):
+            raise TypeError("no")
+
+    thing = Uncopyable()
+    assert independent_copy(thing) is thing
+
+
+def test_question_field_of_graphs_and_chains():
+    from typing import TypedDict
+
+    import pydantic
+    from langchain_core.runnables import RunnableLambda, RunnablePassthrough
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    def compiled(schema):
+        builder = StateGraph(schema)
+        builder.add_node("a", lambda state: {})
+        builder.add_edge(START, "a")
+        return builder.compile()
+
+    class Tutorial(TypedDict):
+        question: str
+        answer: str
+
+    class Chat(MessagesState):
+        summary: str
+
+    class Model(pydantic.BaseModel):
+        query: str = ""
+        answer: str = ""
+
+    assert question_field(compiled(Tutorial)) == "question"
+    assert question_field(compiled(Chat)) == "messages"
+    assert question_field(compiled(Model)) == "query"
+    assert input_fields(compiled(Chat)) == ("messages", "summary")
+    # LangChain reads the keys a chain's first step takes (here from the lambda)
+    assert question_field(RunnablePassthrough.assign(x=lambda d: d["input"])) == "input"
+    assert question_field(RunnableLambda(lambda d: d["topic"])) is None
+    assert question_field(RunnableLambda(lambda text: text.upper())) is None
+
+
+def test_string_input_goes_in_the_field():
+    assert ChainIO(string_key="question").request("q").chain_input == {"question": "q"}
+    messages = ChainIO(string_key="messages").request("q").chain_input["messages"]
+    assert [(m.type, m.content) for m in messages] == [("human", "q")]
+    assert ChainIO(input_key="ask", string_key="question").string_input("q") == {"ask": "q"}
+    assert ChainIO().string_input("q") == "q"

@@ -1,0 +1,228 @@
+"""Reading a wrapped app's input and output: the question, the answer, the documents it used.
+
+Apps take and return many shapes: a question string, ``{"question": …}`` (LangChain's RAG
+tutorial graph), ``{"input", "chat_history"}`` (conversational chains), ``{"messages": […]}``
+(chat graphs); they return a string, an ``AIMessage``, ``{"answer", "context"}``
+(``create_retrieval_chain``) or a whole graph state. ``ChainIO`` finds the question, the answer
+and the documents in these shapes, by the key the caller names or by common defaults, and leaves
+the caller's input itself unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.documents import Document
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from tracerag.errors import InputError
+from tracerag.llm import text_of
+
+DEFAULT_INPUT_KEYS = ("question", "input", "query")
+DEFAULT_OUTPUT_KEYS = ("answer", "output", "result", "text")
+DEFAULT_DOCUMENTS_KEYS = ("context", "source_documents", "documents")
+MESSAGES_KEY = "messages"
+# request fields tracerag reads from a dict input (they are passed to the app as well)
+REQUEST_FIELDS = ("session_id", "user_id", "channel", "request_id")
+
+
+@dataclass(frozen=True)
+class ChainRequest:
+    """One caller's request: the question tracerag verifies and the input the app is run on."""
+
+    question: str
+    chain_input: Any
+    fields: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class ChainIO:
+    """Where the question, the answer and the documents are in an app's input and output.
+
+    Each key is optional; when it is not given the defaults are tried in order
+    (``DEFAULT_INPUT_KEYS``, ``DEFAULT_OUTPUT_KEYS``, ``DEFAULT_DOCUMENTS_KEYS``).
+    """
+
+    input_key: str | None = None
+    output_key: str | None = None
+    documents_key: str | None = None
+    # the field a bare string question goes in when ``input_key`` is not given (see
+    # ``question_field``); ``messages`` means a one-message chat history
+    string_key: str | None = None
+
+    def request(self, value: Any) -> ChainRequest:
+        """The question and the app's input from what the caller passed.
+
+        A string is the question; it is passed to the app as ``{input_key: question}`` when
+        ``input_key`` (or else ``string_key``) is set, else as the string. A dict is passed
+        through as it is (chat history and every other field kept); its question is read
+        from it. A dict of tracerag's own request fields only (``question``, ``session_id``,
+        ``user_id``, ``channel``, ``request_id``) given to an app without a ``question`` field
+        is tracerag's request: the app gets the question as it gets a string.
+        """
+        if isinstance(value, str):
+            return ChainRequest(question=value, chain_input=self.string_input(value), fields={})
+        if isinstance(value, Mapping):
+            fields = {k: value[k] for k in REQUEST_FIELDS if value.get(k) is not None}
+            for key, field_value in fields.items():
+                if not isinstance(field_value, str):
+                    raise InputError(f"{key} must be a string")
+            question = self.question(value)
+            if self._is_own_request(value):
+                return ChainRequest(question, self.string_input(question), fields)
+            return ChainRequest(question=question, chain_input=value, fields=fields)
+        raise InputError(f"input must be a question string or a dict, got {type(value).__name__}")
+
+    def _is_own_request(self, value: Mapping[str, Any]) -> bool:
+        """Whether a dict is tracerag's request form rather than the app's own input."""
+        if self.input_key is not None or self.string_key == "question":
+            return False
+        return "question" in value and set(value) <= {"question", *REQUEST_FIELDS}
+
+    def string_input(self, question: str) -> Any:
+        """The app's input for a bare question string."""
+        key = self.input_key or self.string_key
+        if key is None:
+            return question
+        if key == MESSAGES_KEY and not self.input_key:
+            return {MESSAGES_KEY: [HumanMessage(question)]}
+        return {key: question}
+
+    def question(self, value: Mapping[str, Any]) -> str:
+        """The question in a dict input; InputError naming ``input_key=`` when none is found."""
+        if self.input_key is not None:
+            if self.input_key not in value:
+                raise InputError(
+                    f"the input has no {self.input_key!r} field (input_key={self.input_key!r}); "
+                    f"it has {sorted(map(str, value))}"
+                )
+            text = _text(value[self.input_key])
+            if text is None:
+                raise InputError(f"input field {self.input_key!r} is not text")
+            return text
+        for key in DEFAULT_INPUT_KEYS:
+            text = _text(value.get(key))
+            if text is not None:
+                return text
+        messages = value.get(MESSAGES_KEY)
+        if isinstance(messages, Sequence) and not isinstance(messages, str):
+            for message in reversed(messages):
+                if isinstance(message, HumanMessage):
+                    return text_of(message)
+        raise InputError(
+            f"cannot find the question in an input with fields {sorted(map(str, value))}; "
+            f"tried {list(DEFAULT_INPUT_KEYS)} and {MESSAGES_KEY!r}: "
+            "pass input_key= to wrap() to name the field"
+        )
+
+    def answer(self, output: Any) -> str:
+        """The answer text of the app's output; TypeError naming ``output_key=`` if none."""
+        if isinstance(output, Mapping):
+            if self.output_key is not None:
+                text = _text(output.get(self.output_key))
+                if text is None:
+                    raise TypeError(
+                        f"the output has no text field {self.output_key!r} "
+                        f"(output_key={self.output_key!r}); it has {sorted(map(str, output))}"
+                    )
+                return text
+            for key in DEFAULT_OUTPUT_KEYS:
+                text = _text(output.get(key))
+                if text is not None:
+                    return text
+            messages = output.get(MESSAGES_KEY)
+            if isinstance(messages, Sequence) and messages and isinstance(messages[-1], AIMessage):
+                return text_of(messages[-1])
+            raise TypeError(
+                f"cannot find the answer in an output with fields {sorted(map(str, output))}; "
+                f"tried {list(DEFAULT_OUTPUT_KEYS)} and {MESSAGES_KEY!r}: "
+                "pass output_key= to wrap() to name the field"
+            )
+        text = _text(output)
+        if text is None:
+            raise TypeError(
+                f"cannot read an answer from app output of type {type(output).__name__}"
+            )
+        return text
+
+    def documents(self, output: Any) -> list[Document]:
+        """The documents the app's output carries (e.g. ``state["context"]``), else none."""
+        if not isinstance(output, Mapping):
+            return []
+        keys = (self.documents_key,) if self.documents_key else DEFAULT_DOCUMENTS_KEYS
+        for key in keys:
+            value = output.get(key)
+            if isinstance(value, Sequence) and not isinstance(value, str):
+                docs = [d for d in value if isinstance(d, Document)]
+                if docs:
+                    return docs
+        return []
+
+
+def input_fields(chain: Any) -> tuple[str, ...] | None:
+    """The fields of an app's dict input (a graph's input state, a chain's input schema)."""
+    schema = getattr(getattr(chain, "builder", None), "input_schema", None)
+    if isinstance(schema, type):
+        fields = getattr(schema, "model_fields", None)
+        if isinstance(fields, Mapping):
+            return tuple(fields)
+        annotations: dict[str, Any] = {}
+        for cls in reversed(schema.__mro__):
+            annotations.update(getattr(cls, "__annotations__", {}) or {})
+        return tuple(annotations) or None
+    try:
+        json_schema = chain.get_input_jsonschema()
+    except Exception:
+        return None
+    if json_schema.get("type") == "object" and isinstance(json_schema.get("properties"), dict):
+        return tuple(json_schema["properties"])
+    return None
+
+
+def question_field(chain: Any) -> str | None:
+    """The field a bare question string goes in for an app that takes a dict, if it is clear.
+
+    The first of ``DEFAULT_INPUT_KEYS`` the app's input has, else ``messages`` for a chat
+    graph; None for an app that takes a string (or whose input cannot be told).
+    """
+    fields = input_fields(chain)
+    if not fields:
+        return None
+    for key in (*DEFAULT_INPUT_KEYS, MESSAGES_KEY):
+        if key in fields:
+            return key
+    return None
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseMessage):
+        return text_of(value)
+    return None
+
+
+def independent_copy(value: Any) -> Any:
+    """A deep copy of an app input, so concurrent runs cannot share mutable state.
+
+    Inputs that cannot be copied (open clients, locks) are passed as they are.
+    """
+    try:
+        return copy.deepcopy(value)
+    except Exception:
+        return value
+
+
+__all__ = [
+    "DEFAULT_DOCUMENTS_KEYS",
+    "DEFAULT_INPUT_KEYS",
+    "DEFAULT_OUTPUT_KEYS",
+    "ChainIO",
+    "ChainRequest",
+    "independent_copy",
+    "input_fields",
+    "question_field",
+]
