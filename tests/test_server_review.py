@@ -470,3 +470,20 @@ def test_a_reviewer_reject_lowers_the_credibility_of_what_the_answer_used(client
     assert [f["operator"] for f in feedback] == ["review:api-reviewer"]
     moved = [registry.get(mid) for mid in used]
     assert any(m is not None and m.ema < 0.6 for m in moved), [(m.id, m.ema) for m in moved if m]
+
+
+def test_the_item_page_shows_what_made_the_answer(client, store):
+    """Attribution tiers 1 and 2 on the desk: each material's role, share and reason."""
+    from tracerag.record import AuditRecord
+
+    rid = escalate(client)
+    attribution = AuditRecord.parse(store.get(rid).record).signals.attribution
+    assert attribution and attribution["materials"]
+    sign_in(client)
+    page = client.get(f"/review/items/{rid}").text
+    section = page[page.index('id="attribution"') : page.index('id="uncited"')]
+    assert "What made the answer" in section
+    for m in attribution["materials"]:
+        assert f'<th scope="row">{m["id"]}</th>' in section
+        assert f"<td>{m['role']}</td>" in section
+    assert "compares materials within this request only" in section

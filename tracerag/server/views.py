@@ -8,6 +8,7 @@ returned as (before, marked, after) pieces for the template to wrap in ``<mark>`
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -257,6 +258,53 @@ def signal_rows(trail: RequestTrail, flagged: set[str] | None = None) -> list[Si
     return [SignalRow(name, value, name in flagged) for name, value in rows]
 
 
+REASON_TEXT = {
+    "cited_supported": "cited, and it supports the claim",
+    "cited_unsupported": "cited, but it does not support the claim",
+    "not_cited": "retrieved, never cited",
+    "stale_or_superseded": "stale or superseded",
+    "outside_validity_window": "outside its validity window",
+    "below_relevance_floor": "below the relevance floor",
+}
+
+
+@dataclass(frozen=True)
+class MaterialPart:
+    """One material's part in the answer (attribution tiers 1 and 2), as the desk shows it."""
+
+    id: str
+    role: str  # key | supporting | irrelevant
+    share: float | None
+    reason: str
+    position: int | None
+    shared_terms: tuple[str, ...]
+
+
+def attribution_rows(trail: RequestTrail) -> tuple[str | None, list[MaterialPart]]:
+    """The retrieval's score shape and each material's part in the answer, most used first."""
+    attribution = trail.audit.signals.attribution or {}
+    retrieval = attribution.get("retrieval")
+    shape = retrieval.get("shape") if isinstance(retrieval, Mapping) else None
+    rows = []
+    for m in attribution.get("materials") or []:
+        if not isinstance(m, Mapping):
+            continue
+        share = m.get("share")
+        position = m.get("prompt_position")
+        rows.append(
+            MaterialPart(
+                id=str(m.get("id")),
+                role=str(m.get("role") or "irrelevant"),
+                share=float(share) if isinstance(share, (int, float)) else None,
+                reason=REASON_TEXT.get(str(m.get("reason")), str(m.get("reason") or "")),
+                position=position if isinstance(position, int) else None,
+                shared_terms=tuple(str(s) for s in m.get("shared_terms") or ()),
+            )
+        )
+    rows.sort(key=lambda r: (-(r.share or 0.0), r.id))
+    return (str(shape) if shape else None), rows
+
+
 def uncited_materials(trail: RequestTrail) -> list[CitedMaterial]:
     """Materials that were retrieved but cited by no claim (e.g. the current policy when the
     answer cited a superseded one)."""
@@ -309,6 +357,7 @@ def item_context(
     rec = trail.audit
     decision = trail.review_decision
     reasons = why(trail)
+    shape, parts = attribution_rows(trail)
     trace_id = rec.trace_id
     trace_url = None
     if trace_ui is not None and trace_id:
@@ -321,6 +370,8 @@ def item_context(
     return {
         "why": reasons,
         "uncited": uncited_materials(trail),
+        "retrieval_shape": shape,
+        "attribution": parts,
         "trace_url": trace_url,
         "trace_backend": trace_ui[0] if trace_ui else None,
         "request_id": trail.request_id,
