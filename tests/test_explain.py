@@ -403,3 +403,23 @@ def test_a_record_from_before_attribution_is_explained_from_its_claims(tmp_path)
     assert report.linked_span_id is None
     assert any("names no span" in n for n in report.notes)
     store.close()
+
+
+def test_a_reject_or_a_complaint_queues_an_explanation(store) -> None:
+    """A user's denial (and a reviewer's reject, through the same call) queues the request;
+    ``explain --queued`` explains it once, and the queue is empty afterwards."""
+    from tracerag.materials import MaterialRegistry
+    from tracerag.materials.feedback import record_feedback
+    from tracerag.tools.explain import explain_queued, queued
+
+    rid = answered(store, model(reader))
+    assert queued(store) == []
+    registry = MaterialRegistry(store)
+    record_feedback(rid, "deny", "that is not what the policy says", registry=registry)
+    assert queued(store) == [rid]
+    llm = model(reader)
+    reports, skipped = explain_queued(
+        store, llm, prompt_version="p1", model_version=llm.model_name, retry=FAST_RETRY
+    )
+    assert [r.request_id for r in reports] == [rid] and skipped == []
+    assert queued(store) == []

@@ -112,7 +112,9 @@ def test_denials_quarantine_and_the_material_leaves_retrieval(
     assert "memo-60" not in [m["id"] for m in materials]
     # the feedback is in the request's own chained trail
     trail = registry.store.get(rids[2])
-    assert trail.actions[-1].payload["feedback"]["quarantined"] == ["memo-60"]
+    feedback = [a for a in trail.actions if a.kind == "operator_action"]
+    assert feedback[-1].payload["feedback"]["quarantined"] == ["memo-60"]
+    assert trail.actions[-1].kind == "explanation_requested"  # a denial queues an explanation
     assert registry.store.verify_chain().ok and registry.verify().ok
     with pytest.raises(RequestNotFound):
         record_feedback("no-such-request", "confirm", registry=registry)

@@ -470,6 +470,10 @@ def test_a_reviewer_reject_lowers_the_credibility_of_what_the_answer_used(client
     assert [f["operator"] for f in feedback] == ["review:api-reviewer"]
     moved = [registry.get(mid) for mid in used]
     assert any(m is not None and m.ema < 0.6 for m in moved), [(m.id, m.ema) for m in moved if m]
+    # and the reject queues an offline explanation (tracerag explain --queued)
+    from tracerag.tools.explain import queued
+
+    assert queued(store) == [rid]
 
 
 def test_the_item_page_shows_what_made_the_answer(client, store):

@@ -25,6 +25,7 @@ from tracerag.materials.db import MaterialStoreError
 from tracerag.materials.model import Provenance, content_hash
 from tracerag.materials.registry import MaterialRegistry, Use
 from tracerag.record import AuditRecord
+from tracerag.store.base import KIND_EXPLANATION_REQUESTED
 
 VERDICTS = ("confirm", "deny", "clarify")
 
@@ -264,7 +265,18 @@ def record_feedback(
     result.feedback_id = registry.log_feedback(
         request_id, verdict, comment, correction, operator, entry.seq
     )
+    if verdict == "deny":
+        request_explanation(registry, request_id, operator, "a user denied the answer")
     return result
+
+
+def request_explanation(
+    registry: MaterialRegistry, request_id: str, actor: str, why: str
+) -> None:
+    """Queue an offline explanation of a request (``tracerag explain --queued`` runs it)."""
+    registry.store.append_action(
+        request_id, KIND_EXPLANATION_REQUESTED, actor, {"why": why}, why
+    )
 
 
 def record_review_outcome(request_id: str, *, registry: MaterialRegistry) -> FeedbackResult | None:
@@ -283,6 +295,8 @@ def record_review_outcome(request_id: str, *, registry: MaterialRegistry) -> Fee
     _apply(registry, record, decision.action, result)
     if decision.action in ("edit", "reject"):
         registry.mark_complaint(request_id, decision.action)
+    if decision.action == "reject":
+        request_explanation(registry, request_id, reviewer, "a reviewer rejected the answer")
     result.feedback_id = registry.log_feedback(
         request_id, decision.action, decision.reason, decision.final_answer, reviewer, None
     )
@@ -298,4 +312,5 @@ __all__ = [
     "record_review_outcome",
     "record_usage",
     "relied_on",
+    "request_explanation",
 ]

@@ -53,6 +53,8 @@ KIND_OPERATOR_ACTION = "operator_action"
 KIND_NOTE = "note"
 # an offline attribution report (``tracerag explain``) on a stored request
 KIND_EXPLANATION = "explanation"
+# a reviewer's reject or a user's complaint asked for one (``tracerag explain --queued``)
+KIND_EXPLANATION_REQUESTED = "explanation_requested"
 # the results of a ``tracerag eval`` run, appended to the run's own record
 KIND_EVALUATION = "evaluation"
 ACTION_KINDS = (
@@ -63,6 +65,7 @@ ACTION_KINDS = (
     KIND_OPERATOR_ACTION,
     KIND_NOTE,
     KIND_EXPLANATION,
+    KIND_EXPLANATION_REQUESTED,
     KIND_EVALUATION,
 )
 REVIEW_KINDS = (

@@ -44,7 +44,13 @@ from tracerag.errors import TraceragError
 from tracerag.record import AuditRecord
 from tracerag.signals.attribution import ClaimLink, attribute
 from tracerag.signals.consistency import ConclusionEquivalence
-from tracerag.store.base import KIND_EXPLANATION, AuditStore, Entry, RequestTrail
+from tracerag.store.base import (
+    KIND_EXPLANATION,
+    KIND_EXPLANATION_REQUESTED,
+    AuditStore,
+    Entry,
+    RequestTrail,
+)
 from tracerag.text.quantities import Quantity, extract_quantities, quantities_match
 from tracerag.tools.replay import (
     ReplayRefused,
@@ -776,6 +782,48 @@ def explain_window(
         for s in store.list_requests(since=since, until=until, limit=limit)
         if sampled(s.request_id, rate)
     ]
+    return _explain_all(store, llm, ids, max_calls=max_calls, announce=announce, **options)
+
+
+def queued(
+    store: AuditStore, *, since: datetime | str | None = None, limit: int = 1000
+) -> list[str]:
+    """The requests whose explanation was asked for (a reviewer's reject, a user's complaint)
+    and that have no explanation made since, oldest first."""
+    out = []
+    for s in store.list_requests(since=since, limit=limit):
+        entries = store.get(s.request_id).entries
+        asked = [e.seq for e in entries if e.kind == KIND_EXPLANATION_REQUESTED]
+        made = [e.seq for e in entries if e.kind == KIND_EXPLANATION]
+        if asked and (not made or max(made) < max(asked)):
+            out.append(s.request_id)
+    return out
+
+
+def explain_queued(
+    store: AuditStore,
+    llm: Any,
+    *,
+    since: datetime | str | None = None,
+    limit: int = 1000,
+    max_calls: int = DEFAULT_MAX_CALLS,
+    announce: Any = None,
+    **options: Any,
+) -> tuple[list[Explanation], list[str]]:
+    """Explain every queued request (see ``queued``), within one model-call budget."""
+    ids = queued(store, since=since, limit=limit)
+    return _explain_all(store, llm, ids, max_calls=max_calls, announce=announce, **options)
+
+
+def _explain_all(
+    store: AuditStore,
+    llm: Any,
+    ids: list[str],
+    *,
+    max_calls: int,
+    announce: Any,
+    **options: Any,
+) -> tuple[list[Explanation], list[str]]:
     plans = {}
     for rid in ids:
         record = store.get(rid).record
@@ -946,13 +994,17 @@ def run(args: argparse.Namespace) -> int:
     from tracerag.tools.replay import configured_model
     from tracerag.tracing import force_flush
 
-    if (args.request_id is None) == (args.sample is None):
-        print("tracerag explain: give a REQUEST_ID, or --sample RATE --since TIME", file=sys.stderr)
+    chosen = [args.request_id is not None, args.sample is not None, bool(args.queued)]
+    if sum(chosen) != 1:
+        print(
+            "tracerag explain: give a REQUEST_ID, --sample RATE --since TIME, or --queued",
+            file=sys.stderr,
+        )
         return 2
     if args.sample is not None and (args.since is None or not 0 < args.sample <= 1):
         print("tracerag explain: --sample needs a RATE in (0, 1] and --since", file=sys.stderr)
         return 2
-    if args.sample is not None and (args.paraphrase or args.paraphrase_auto):
+    if args.request_id is None and (args.paraphrase or args.paraphrase_auto):
         print("tracerag explain: paraphrases are for one REQUEST_ID, not --sample", file=sys.stderr)
         return 2
     if args.traces:
@@ -979,7 +1031,22 @@ def run(args: argparse.Namespace) -> int:
         "actor": args.actor,
     }
     try:
-        if args.sample is not None:
+        if args.queued:
+            reports, skipped = explain_queued(
+                store,
+                llm,
+                since=args.since,
+                max_calls=args.max_calls,
+                announce=lambda ids, total: print(
+                    f"{len(ids)} request(s) queued; model calls: {total} planned; "
+                    f"cap {args.max_calls}",
+                    flush=True,
+                ),
+                **options,
+            )
+            for line in skipped:
+                print(f"skipped {line}", file=sys.stderr)
+        elif args.sample is not None:
             reports, skipped = explain_window(
                 store,
                 llm,
@@ -1047,6 +1114,12 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("request_id", metavar="REQUEST_ID", nargs="?")
     add_store_argument(p)
     p.add_argument("--sample", type=float, metavar="RATE", help="explain this share of a window")
+    p.add_argument(
+        "--queued",
+        action="store_true",
+        help="explain the requests a reviewer rejected or a user complained about since "
+        "their last explanation",
+    )
     p.add_argument("--since", metavar="TIME", help="window start (ISO 8601), with --sample")
     p.add_argument("--until", metavar="TIME", help="window end (ISO 8601, exclusive)")
     p.add_argument(
