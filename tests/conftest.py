@@ -82,6 +82,20 @@ def _audit_store_in_temp_dir(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
+def _tracerag_logger_restored():
+    """A test that sets the ``tracerag`` logger's level or propagation leaves it as it was."""
+    import logging
+
+    logger = logging.getLogger("tracerag")
+    level, propagate, handlers = logger.level, logger.propagate, list(logger.handlers)
+    yield
+    logger.setLevel(level)
+    logger.propagate = propagate
+    for handler in [h for h in logger.handlers if h not in handlers]:
+        logger.removeHandler(handler)
+
+
+@pytest.fixture(autouse=True)
 def _fresh_config(monkeypatch):
     """Each test reads the environment it set up: tracerag reads ``TRACERAG_*`` once per process
     (``tracerag.config``), so a test that changes one through ``monkeypatch`` has it read anew."""

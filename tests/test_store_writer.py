@@ -229,11 +229,11 @@ def test_submit_cost_does_not_depend_on_the_store() -> None:
     writer = AuditWriter(store, max_buffer=1000, **FAST)
     try:
         records = [make_record(f"s{i}") for i in range(200)]
-        started = time.perf_counter()
         for record in records:
-            writer.submit(record)
-        elapsed = time.perf_counter() - started
-        assert elapsed < 0.2, f"200 submits took {elapsed:.3f}s"  # ≈10 s if writes were inline
+            assert writer.submit(record)
+        # every submit has returned while the slow store has written only a few: submitting
+        # does not wait for the store (inline writes would have taken 200 × 50 ms first)
+        assert len(store.records) < 200
         store.delay = 0.0
         assert writer.flush(10)
         assert len(store.records) == 200

@@ -49,7 +49,9 @@ def run_scenario(args: argparse.Namespace) -> int:
     from tracerag.materials.rerank import CredibilityRetriever
     from tracerag.store import open_store
 
-    logging.getLogger("tracerag").setLevel(logging.ERROR)
+    logger = logging.getLogger("tracerag")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # the scenario's own lines, not the library's, for its run
     url = args.store
     if not url:
         for suffix in ("", "-wal", "-shm"):
@@ -161,6 +163,7 @@ def run_scenario(args: argparse.Namespace) -> int:
         return 0 if registry.get(BAD_ID).status == "quarantined" else 1
     finally:
         registry.close()
+        logger.setLevel(level)
 
 
 __all__ = ["run_scenario"]
