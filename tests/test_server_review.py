@@ -491,3 +491,18 @@ def test_the_item_page_shows_what_made_the_answer(client, store):
         assert f'<th scope="row">{m["id"]}</th>' in section
         assert f"<td>{m['role']}</td>" in section
     assert "compares materials within this request only" in section
+
+
+def test_the_item_page_shows_stored_explanations(client, store):
+    """A report of ``tracerag explain`` kept in the trail is shown on the item page."""
+    from tracerag.store.base import KIND_EXPLANATION
+
+    rid = escalate(client)
+    store.append_action(
+        rid, KIND_EXPLANATION, "ops-lead", {"request_id": rid, "flags": ["answering_from_prior"]}
+    )
+    sign_in(client)
+    page = client.get(f"/review/items/{rid}").text
+    section = page[page.index('id="attribution"') : page.index('id="uncited"')]
+    assert "Offline explanation by ops-lead" in section
+    assert "answering_from_prior" in section

@@ -305,6 +305,24 @@ def attribution_rows(trail: RequestTrail) -> tuple[str | None, list[MaterialPart
     return (str(shape) if shape else None), rows
 
 
+def explanation_views(trail: RequestTrail) -> list[tuple[str, str, str]]:
+    """The offline explanations stored for a request (``tracerag explain``), newest last:
+    (when, by whom, the report as text)."""
+    from tracerag.store.base import KIND_EXPLANATION
+    from tracerag.tools.explain import render_report
+
+    out = []
+    for entry in trail.of_kind(KIND_EXPLANATION):
+        try:
+            text = "\n".join(render_report(entry.payload))
+        except (KeyError, TypeError, ValueError):  # another version's report: show it raw
+            import json
+
+            text = json.dumps(entry.payload, ensure_ascii=False, indent=2)
+        out.append((when(entry.created_at), entry.actor, text))
+    return out
+
+
 def uncited_materials(trail: RequestTrail) -> list[CitedMaterial]:
     """Materials that were retrieved but cited by no claim (e.g. the current policy when the
     answer cited a superseded one)."""
@@ -358,6 +376,7 @@ def item_context(
     decision = trail.review_decision
     reasons = why(trail)
     shape, parts = attribution_rows(trail)
+    explanations = explanation_views(trail)
     trace_id = rec.trace_id
     trace_url = None
     if trace_ui is not None and trace_id:
@@ -372,6 +391,7 @@ def item_context(
         "uncited": uncited_materials(trail),
         "retrieval_shape": shape,
         "attribution": parts,
+        "explanations": explanations,
         "trace_url": trace_url,
         "trace_backend": trace_ui[0] if trace_ui else None,
         "request_id": trail.request_id,
