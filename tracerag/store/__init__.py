@@ -36,6 +36,7 @@ from tracerag.store.base import (
     RequestSummary,
     RequestTrail,
     ReviewDecision,
+    ReviewQueue,
     SchemaTooNew,
     StoreError,
     StoreMetrics,
@@ -46,7 +47,6 @@ from tracerag.store.base import (
 from tracerag.store.chain import ChainIssue, ChainReport
 from tracerag.store.journal import Journal
 from tracerag.store.record import entries_from_record, record_from_entries
-from tracerag.store.review_queue import ReviewQueue
 from tracerag.store.writer import AuditWriter
 
 STORE_ENV = "TRACERAG_STORE"

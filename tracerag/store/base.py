@@ -313,7 +313,43 @@ class StoreMetrics:
 
 
 @runtime_checkable
-class AuditStore(Protocol):
+class ReviewQueue(Protocol):
+    """A durable queue of requests waiting for a person's decision."""
+
+    def enqueue_review(self, request_id: str, reason: str, decision: str) -> QueueItem:
+        """Put a stored request in the review queue (idempotent: returns the existing item)."""
+        ...
+
+    def claim_next(self, reviewer: str) -> QueueItem | None:
+        """Take the most urgent pending item for a reviewer; None when the queue is empty."""
+        ...
+
+    def release(self, request_id: str, actor: str, reason: str | None = None) -> QueueItem:
+        """Put a claimed item back to pending."""
+        ...
+
+    def list_queue(self, status: str | None = None, limit: int = 100) -> list[QueueItem]:
+        """Queue items, most urgent and oldest first, optionally of one status."""
+        ...
+
+    def decide(
+        self,
+        request_id: str,
+        reviewer: str,
+        action: str,
+        final_answer: str | None = None,
+        reason: str | None = None,
+    ) -> ReviewDecision:
+        """Record the final review decision; raises ``AlreadyDecided`` on a second one."""
+        ...
+
+    def get_decision(self, request_id: str) -> ReviewDecision | None:
+        """The review decision on a request, or None if it has none yet."""
+        ...
+
+
+@runtime_checkable
+class AuditStore(ReviewQueue, Protocol):
     """Durable, append-only, hash-chained audit trail with a review queue."""
 
     def append_record(self, record: Mapping[str, Any]) -> None:
@@ -355,36 +391,6 @@ class AuditStore(Protocol):
         """Re-check every entry's hash and link; report changed, removed, reordered entries."""
         ...
 
-    def enqueue_review(self, request_id: str, reason: str, decision: str) -> QueueItem:
-        """Put a stored request in the review queue (idempotent: returns the existing item)."""
-        ...
-
-    def claim_next(self, reviewer: str) -> QueueItem | None:
-        """Take the most urgent pending item for a reviewer; None when the queue is empty."""
-        ...
-
-    def release(self, request_id: str, actor: str, reason: str | None = None) -> QueueItem:
-        """Put a claimed item back to pending."""
-        ...
-
-    def list_queue(self, status: str | None = None, limit: int = 100) -> list[QueueItem]:
-        """Queue items, most urgent and oldest first, optionally of one status."""
-        ...
-
-    def decide(
-        self,
-        request_id: str,
-        reviewer: str,
-        action: str,
-        final_answer: str | None = None,
-        reason: str | None = None,
-    ) -> ReviewDecision:
-        """Record the final review decision; raises ``AlreadyDecided`` on a second one."""
-        ...
-
-    def get_decision(self, request_id: str) -> ReviewDecision | None:
-        """The review decision on a request, or None if it has none yet."""
-        ...
 
     def metrics(
         self, since: datetime | str | None = None, until: datetime | str | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from tracerag.store.base import (
     KIND_REVIEW_CLAIMED,
@@ -43,42 +43,6 @@ _QUEUE_COLUMNS = (
 )
 _QUEUE_FROM = "review_queue q JOIN requests r ON r.request_id = q.request_id"
 _QUEUE_ORDER = "q.priority, q.enqueued_seq"
-
-
-@runtime_checkable
-class ReviewQueue(Protocol):
-    """A durable queue of requests waiting for a person's decision."""
-
-    def enqueue_review(self, request_id: str, reason: str, decision: str) -> QueueItem:
-        """Put a stored request in the review queue (idempotent: returns the existing item)."""
-        ...
-
-    def claim_next(self, reviewer: str) -> QueueItem | None:
-        """Take the most urgent pending item for a reviewer; None when the queue is empty."""
-        ...
-
-    def release(self, request_id: str, actor: str, reason: str | None = None) -> QueueItem:
-        """Put a claimed item back to pending."""
-        ...
-
-    def list_queue(self, status: str | None = None, limit: int = 100) -> list[QueueItem]:
-        """Queue items, most urgent and oldest first, optionally of one status."""
-        ...
-
-    def decide(
-        self,
-        request_id: str,
-        reviewer: str,
-        action: str,
-        final_answer: str | None = None,
-        reason: str | None = None,
-    ) -> ReviewDecision:
-        """Record the final review decision; raises ``AlreadyDecided`` on a second one."""
-        ...
-
-    def get_decision(self, request_id: str) -> ReviewDecision | None:
-        """The review decision on a request, or None if it has none yet."""
-        ...
 
 
 class SQLReviewQueue:
