@@ -46,23 +46,8 @@ STAGE_SECONDS_BUCKETS: tuple[float, ...] = (
     20.0,
     30.0,
 )
-REQUEST_SECONDS_BUCKETS: tuple[float, ...] = (
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    20.0,
-    30.0,
-    60.0,
-    120.0,
-)
+# a request may take longer than any one stage
+REQUEST_SECONDS_BUCKETS: tuple[float, ...] = (*STAGE_SECONDS_BUCKETS, 60.0, 120.0)
 SAMPLES_BUCKETS: tuple[float, ...] = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
 
 _lock = threading.Lock()
@@ -301,58 +286,55 @@ def record_request(
         logger.warning("tracerag: could not record request metrics", exc_info=True)
 
 
+def _add(
+    meter_provider: MeterProvider | None,
+    instrument: str,
+    value: int,
+    attrs: Mapping[str, str] | None,
+    what: str,
+    level: int = logging.WARNING,
+) -> None:
+    """Add ``value`` to one of tracerag's instruments; a failure is logged, never raised."""
+    try:
+        getattr(_instruments(meter_provider), instrument).add(value, attrs)
+    except Exception:
+        logger.log(level, "tracerag: could not record %s", what, exc_info=True)
+
+
+def _call_error(stage: str, error: BaseException) -> dict[str, str]:
+    return {
+        semconv.METRIC_ATTR_STAGE: _label(stage),
+        semconv.METRIC_ATTR_ERROR_TYPE: _error_type(error),
+    }
+
+
 def record_retry(
     stage: str, error: BaseException, *, meter_provider: MeterProvider | None = None
 ) -> None:
     """Count one retried model call in ``stage``."""
-    try:
-        _instruments(meter_provider).retries.add(
-            1,
-            {
-                semconv.METRIC_ATTR_STAGE: _label(stage),
-                semconv.METRIC_ATTR_ERROR_TYPE: _error_type(error),
-            },
-        )
-    except Exception:
-        logger.warning("tracerag: could not record a retry", exc_info=True)
+    _add(meter_provider, "retries", 1, _call_error(stage, error), "a retry")
 
 
 def record_model_error(
     stage: str, error: BaseException, *, meter_provider: MeterProvider | None = None
 ) -> None:
     """Count one model call in ``stage`` that failed for good."""
-    try:
-        _instruments(meter_provider).model_errors.add(
-            1,
-            {
-                semconv.METRIC_ATTR_STAGE: _label(stage),
-                semconv.METRIC_ATTR_ERROR_TYPE: _error_type(error),
-            },
-        )
-    except Exception:
-        logger.warning("tracerag: could not record a model error", exc_info=True)
+    _add(meter_provider, "model_errors", 1, _call_error(stage, error), "a model error")
 
 
 def record_audit_failure(
     reason: str, dropped: bool = False, *, meter_provider: MeterProvider | None = None
 ) -> None:
     """Count a failed audit persist; ``dropped`` when the record was given up on."""
-    try:
-        inst = _instruments(meter_provider)
-        attrs = {semconv.METRIC_ATTR_REASON: _label(reason, "unknown")}
-        inst.audit_failures.add(1, attrs)
-        if dropped:
-            inst.audit_dropped.add(1, attrs)
-    except Exception:
-        logger.warning("tracerag: could not record an audit failure", exc_info=True)
+    attrs = {semconv.METRIC_ATTR_REASON: _label(reason, "unknown")}
+    _add(meter_provider, "audit_failures", 1, attrs, "an audit failure")
+    if dropped:
+        _add(meter_provider, "audit_dropped", 1, attrs, "a dropped audit record")
 
 
 def record_audit_backlog(delta: int, *, meter_provider: MeterProvider | None = None) -> None:
     """Move the audit backlog by ``delta`` records (accepted: +1, stored or given up: -1)."""
-    try:
-        _instruments(meter_provider).audit_backlog.add(delta)
-    except Exception:
-        logger.warning("tracerag: could not record the audit backlog", exc_info=True)
+    _add(meter_provider, "audit_backlog", delta, None, "the audit backlog")
 
 
 def record_spans_dropped(
@@ -361,12 +343,8 @@ def record_spans_dropped(
     """Count spans that could not be exported (reason: export_failed, queue_full, shutdown)."""
     if count <= 0:
         return
-    try:
-        _instruments(meter_provider).spans_dropped.add(
-            count, {semconv.METRIC_ATTR_REASON: _label(reason, "unknown")}
-        )
-    except Exception:
-        logger.debug("tracerag: could not record dropped spans", exc_info=True)
+    attrs = {semconv.METRIC_ATTR_REASON: _label(reason, "unknown")}
+    _add(meter_provider, "spans_dropped", count, attrs, "dropped spans", logging.DEBUG)
 
 
 # ---------------------------------------------------------------------------------------------
