@@ -102,7 +102,8 @@ def resolve_sink(audit: Any) -> Sink | None:
 
         return writer_sink(AuditWriter(audit, on_drop=_on_drop))
     if callable(audit):
-        return audit
+        sink: Sink = audit
+        return sink
     raise ConfigurationError(
         f"audit must be 'auto', a store URL, an AuditStore, an AuditWriter, a callable or None; "
         f"got {type(audit).__name__}"

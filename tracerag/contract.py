@@ -187,12 +187,14 @@ def build_schema() -> dict[str, Any]:
 @lru_cache(maxsize=1)
 def _load_schema() -> dict[str, Any]:
     text = resources.files("tracerag").joinpath("schemas/response.schema.json").read_text("utf-8")
-    return json.loads(text)
+    schema: dict[str, Any] = json.loads(text)
+    return schema
 
 
 def response_schema() -> dict[str, Any]:
     """The shipped Response JSON Schema as a dict (a copy, safe to modify)."""
-    return json.loads(json.dumps(_load_schema()))
+    copy: dict[str, Any] = json.loads(json.dumps(_load_schema()))
+    return copy
 
 
 def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
@@ -217,7 +219,8 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
             return [resolve(v, depth + 1) for v in node]
         return node
 
-    return resolve(schema)
+    resolved: dict[str, Any] = resolve(schema)
+    return resolved
 
 
 @cache

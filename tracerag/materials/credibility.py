@@ -122,7 +122,8 @@ def confidence_with_credibility(
     if weight <= 0 or not credibilities:
         return confidence
     factor = min(1.0, (sum(credibilities) / len(credibilities)) / policy.prior)
-    return confidence * factor**weight
+    adjusted: float = confidence * factor**weight
+    return adjusted
 
 
 __all__ = [

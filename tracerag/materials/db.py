@@ -224,7 +224,8 @@ class _PgCursor:
         return self._cur.fetchone()
 
     def fetchall(self) -> list[Any]:
-        return self._cur.fetchall()
+        rows: list[Any] = self._cur.fetchall()
+        return rows
 
 
 class PostgresRegistryDB(RegistryDB):

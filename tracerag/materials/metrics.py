@@ -31,7 +31,8 @@ def observe_registry(registry: Any, meter_provider: Any = None) -> list[Any]:
 
     def stats() -> dict[str, Any] | None:
         try:
-            return registry.stats()
+            found: dict[str, Any] | None = registry.stats()
+            return found
         except Exception:  # a scrape must not fail because the database is away
             log.warning("material registry figures unavailable", exc_info=True)
             return None

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tracerag.record import RecordMaterial
-from tracerag.store.base import RequestTrail
+from tracerag.store.record import RequestTrail
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from tracerag.signals.claims import strip_citations
 from tracerag.text.negation import is_negated
@@ -27,7 +28,7 @@ class Conclusion:
     """What an answer concludes, normalised for comparison."""
 
     terms: frozenset[str]
-    quantities: frozenset[tuple]
+    quantities: frozenset[tuple[Any, ...]]
     negated: bool
 
 
@@ -60,7 +61,9 @@ class ConclusionEquivalence:
         return overlap >= self.min_overlap
 
 
-def _quantities_compatible(a: frozenset[tuple], b: frozenset[tuple]) -> bool:
+def _quantities_compatible(
+    a: frozenset[tuple[Any, ...]], b: frozenset[tuple[Any, ...]]
+) -> bool:
     # one answer may state fewer facts, but none may state a different value for the same kind
     if a <= b or b <= a:
         return True

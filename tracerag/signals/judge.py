@@ -160,7 +160,7 @@ def _parse_verdict(text: str) -> dict[str, Any]:
     if fenced:
         body = fenced.group("body").strip()
     try:
-        verdict = json.loads(body)
+        verdict: dict[str, Any] = json.loads(body)
     except ValueError as exc:
         raise _Malformed(f"the reply is not JSON ({getattr(exc, 'msg', exc)})") from None
     errors = sorted(_VALIDATOR.iter_errors(verdict), key=lambda e: list(e.path))

@@ -114,7 +114,8 @@ async def acheck_support(
     ``__call__`` in a worker thread."""
     acheck = getattr(backend, "acheck", None)
     if acheck is not None and asyncio.iscoroutinefunction(acheck):
-        return await acheck(claim, material_text, corpus=corpus)
+        verdict: Support = await acheck(claim, material_text, corpus=corpus)
+        return verdict
     return await asyncio.to_thread(backend, claim, material_text, corpus=corpus)
 
 

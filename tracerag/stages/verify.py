@@ -9,6 +9,7 @@ consistent group whose citations verify — is checked by the user's rules.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
@@ -75,7 +76,7 @@ def select(
     """The largest group with a verified member, and its best-verified member."""
     n = max(1, len(samples))
 
-    def rank(i: int) -> tuple:
+    def rank(i: int) -> tuple[Any, ...]:
         r = reports[i]
         return (r.valid, not r.fabricated, r.score, r.coverage, -i)
 

@@ -34,7 +34,6 @@ from tracerag.store.base import (
     QueueItem,
     RequestNotFound,
     RequestSummary,
-    RequestTrail,
     ReviewDecision,
     ReviewQueue,
     SchemaTooNew,
@@ -46,7 +45,7 @@ from tracerag.store.base import (
 )
 from tracerag.store.chain import ChainIssue, ChainReport
 from tracerag.store.journal import Journal
-from tracerag.store.record import entries_from_record, record_from_entries
+from tracerag.store.record import RequestTrail, entries_from_record, record_from_entries
 from tracerag.store.writer import AuditWriter
 
 STORE_ENV = "TRACERAG_STORE"

@@ -309,7 +309,7 @@ def _action_payload(
     actor: str, payload: Mapping[str, Any] | None, reason: str | None
 ) -> dict[str, Any]:
     _require_actor(actor)
-    body = _normalise(dict(payload or {}), "action payload")
+    body: dict[str, Any] = _normalise(dict(payload or {}), "action payload")
     body["reason"] = reason
     return body
 

@@ -622,7 +622,9 @@ class MetricsEndpointCheck:
                     preferred_aggregation=getattr(exporter, "_preferred_aggregation", None),
                 )
 
-            def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any):
+            def export(
+                self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any
+            ) -> Any:
                 return outer.export(metrics_data, timeout_millis, **kwargs)
 
             def force_flush(self, timeout_millis: float = 10_000) -> bool:

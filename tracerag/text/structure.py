@@ -5,7 +5,7 @@ coordinated parts of a claim ("A and B ...")."""
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from tracerag.text.sentences import CITATION_MARKER_RE
 from tracerag.text.tokens import is_stopword, tokenize_spans
@@ -234,7 +234,7 @@ def conjuncts(claim: str) -> list[tuple[int, int]]:
             tokens = tokenize_spans(head)
             while tokens and is_stopword(tokens[-1].text):
                 tokens.pop()
-            run: list = []
+            run: list[Any] = []
             for t in reversed(tokens):
                 if is_stopword(t.text) or len(run) == 2:
                     break

@@ -321,7 +321,7 @@ def summarize_arm(
     adversarial: Mapping[str, Any],
 ) -> ArmResult:
     """One configuration's summary from its audit records, outcomes and adversarial result."""
-    from tracerag.store.base import RequestTrail, entries_from_record
+    from tracerag.store.record import RequestTrail, entries_from_record
     from tracerag.tools.indicators import from_trails
 
     quality = from_trails(

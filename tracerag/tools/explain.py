@@ -49,8 +49,8 @@ from tracerag.store.base import (
     KIND_EXPLANATION_REQUESTED,
     AuditStore,
     Entry,
-    RequestTrail,
 )
+from tracerag.store.record import RequestTrail
 from tracerag.text.quantities import Quantity, extract_quantities, quantities_match
 from tracerag.tools.replay import (
     ReplayRefused,

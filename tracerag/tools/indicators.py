@@ -34,7 +34,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from tracerag.store.base import AuditStore, RequestTrail
+from tracerag.store.base import AuditStore
+from tracerag.store.record import RequestTrail
 
 INTERCEPTED_VERDICTS = ("fabricated_citation", "unsupported", "stale")
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)

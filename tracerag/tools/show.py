@@ -20,8 +20,8 @@ from tracerag.store.base import (
     KIND_EVALUATION,
     KIND_EXPLANATION,
     KIND_REVIEW_DECISION,
-    RequestTrail,
 )
+from tracerag.store.record import RequestTrail
 from tracerag.tools.explain import render_attribution, render_explanations
 
 INDENT = "  "

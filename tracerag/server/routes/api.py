@@ -34,7 +34,8 @@ from tracerag.server.models import (
     Readiness,
     RequestStatus,
 )
-from tracerag.store.base import RequestNotFound, RequestTrail
+from tracerag.store.base import RequestNotFound
+from tracerag.store.record import RequestTrail
 
 logger = logging.getLogger("tracerag.server")
 
