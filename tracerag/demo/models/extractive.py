@@ -11,13 +11,11 @@ weights and no network.
 from __future__ import annotations
 
 import html
-import itertools
 import json
 import math
 import random
 import re
 import secrets
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +26,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import PrivateAttr
 
+from tracerag.demo.models.counter import CallCounter
 from tracerag.llm import text_of
 from tracerag.prompts import (
     MATERIAL_BLOCK_RE,
@@ -355,23 +354,6 @@ def make_plan(chosen: Sequence[ScoredSentence]) -> dict[str, list[str]]:
     return {"material_ids": ids, "key_facts": facts}
 
 
-class _CallCounter:
-    """A thread-safe call counter; copies share nothing and start where the original was."""
-
-    def __init__(self, start: int = 0) -> None:
-        self._lock = threading.Lock()
-        self._count = itertools.count(start)
-        self._last = start - 1
-
-    def next(self) -> int:
-        with self._lock:
-            self._last = next(self._count)
-            return self._last
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _CallCounter:
-        return _CallCounter(self._last + 1)
-
-
 class ExtractiveChatModel(BaseChatModel):
     """An extractive answerer with a chat-model interface; not a language model.
 
@@ -410,7 +392,7 @@ class ExtractiveChatModel(BaseChatModel):
     max_sentences: int = 2
     seed: int | None = None
 
-    _counter: _CallCounter = PrivateAttr(default_factory=_CallCounter)
+    _counter: CallCounter = PrivateAttr(default_factory=CallCounter)
 
     @property
     def _llm_type(self) -> str:

@@ -18,7 +18,6 @@ import atexit
 import contextlib
 import importlib.metadata
 import importlib.util
-import itertools
 import os
 import secrets
 import threading
@@ -38,6 +37,7 @@ from langchain_core.messages import (
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr, model_validator
 
+from tracerag.demo.models.counter import CallCounter
 from tracerag.errors import TraceragError
 from tracerag.llm import text_of
 
@@ -142,23 +142,6 @@ def _load(model_path: str, n_ctx: int, n_threads: int | None) -> _Loaded:
         return loaded
 
 
-class _CallCounter:
-    """A thread-safe call counter; copies continue from where the original was."""
-
-    def __init__(self, start: int = 0) -> None:
-        self._lock = threading.Lock()
-        self._count = itertools.count(start)
-        self._last = start - 1
-
-    def next(self) -> int:
-        with self._lock:
-            self._last = next(self._count)
-            return self._last
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _CallCounter:
-        return _CallCounter(self._last + 1)
-
-
 def _role(message: BaseMessage) -> str:
     if isinstance(message, SystemMessage):
         return "system"
@@ -232,7 +215,7 @@ class LocalChatModel(BaseChatModel):
         description="Penalty on repeating recent tokens (1.0 = none); small models loop without.",
     )
 
-    _counter: _CallCounter = PrivateAttr(default_factory=_CallCounter)
+    _counter: CallCounter = PrivateAttr(default_factory=CallCounter)
 
     @model_validator(mode="after")
     def _resolve_model(self) -> LocalChatModel:
