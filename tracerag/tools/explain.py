@@ -1101,7 +1101,7 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(subparsers: Any) -> None:
     """Register ``tracerag explain``."""
     from tracerag.tools.cli_store import add_store_argument
-    from tracerag.tools.replay import MODEL_ENV, MODELS, _default_actor
+    from tracerag.tools.replay import add_rerun_arguments
 
     p = subparsers.add_parser(
         "explain",
@@ -1143,19 +1143,7 @@ def add_parser(subparsers: Any) -> None:
         help="also answer a light rewording of the question (polite opening added or removed)",
     )
     p.add_argument("--k", type=int, default=4, help="materials a fresh retrieval returns")
-    p.add_argument(
-        "--model",
-        choices=MODELS,
-        default=None,
-        help=f"the configured model (default: ${MODEL_ENV}, else extractive)",
-    )
-    p.add_argument("--seed", type=int, default=7, help="seed of the extractive model")
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="run even when the recorded prompt or model version differs from the current",
-    )
-    p.add_argument("--actor", default=_default_actor(), help="who explains (for the audit log)")
+    add_rerun_arguments(p, "explain")
     p.add_argument("--traces", metavar="FILE", help="also write the spans to this JSON-lines file")
     p.add_argument("--json", action="store_true", help="print the reports as JSON")
     p.set_defaults(func=run)

@@ -443,6 +443,23 @@ def _default_actor() -> str:
         return "operator"
 
 
+def add_rerun_arguments(p: argparse.ArgumentParser, verb: str) -> None:
+    """The options of a command that re-runs stored requests: model, seed, force, actor."""
+    p.add_argument(
+        "--model",
+        choices=MODELS,
+        default=None,
+        help=f"the configured model (default: ${MODEL_ENV}, else extractive)",
+    )
+    p.add_argument("--seed", type=int, default=7, help="seed of the extractive model")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help=f"{verb} even when the recorded prompt or model version differs from the current",
+    )
+    p.add_argument("--actor", default=_default_actor(), help="who runs it (for the audit log)")
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``tracerag replay``."""
     from tracerag.tools.cli_store import add_store_argument
@@ -456,18 +473,6 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("request_id", metavar="REQUEST_ID")
     add_store_argument(p)
-    p.add_argument(
-        "--model",
-        choices=MODELS,
-        default=None,
-        help=f"the configured model (default: ${MODEL_ENV}, else extractive)",
-    )
-    p.add_argument("--seed", type=int, default=7, help="seed of the extractive model")
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="replay even when the recorded prompt or model version differs from the current",
-    )
-    p.add_argument("--actor", default=_default_actor(), help="who replays (for the audit log)")
+    add_rerun_arguments(p, "replay")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
