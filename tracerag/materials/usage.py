@@ -265,20 +265,7 @@ class UsageLog:
         with self.db.read() as cur:
             cur.execute(sql, params)
             rows = cur.fetchall()
-        return [
-            ReadHit(
-                str(r[0]),
-                str(r[1]),
-                int(r[2]),
-                r[3],
-                r[4],
-                bool(r[5]),
-                r[6],
-                str(r[7]),
-                r[8] is not None,
-            )
-            for r in rows
-        ]
+        return [_read_hit(r) for r in rows]
 
     def reads_of_request(self, request_id: str) -> list[ReadHit]:
         """The read hits one request logged."""
@@ -291,20 +278,7 @@ class UsageLog:
                 (request_id,),
             )
             rows = cur.fetchall()
-        return [
-            ReadHit(
-                str(r[0]),
-                str(r[1]),
-                int(r[2]),
-                r[3],
-                r[4],
-                bool(r[5]),
-                r[6],
-                str(r[7]),
-                r[8] is not None,
-            )
-            for r in rows
-        ]
+        return [_read_hit(r) for r in rows]
 
     def purge_reads(self, *, now: datetime | None = None, days: int | None = None) -> int:
         """Delete read hits older than the retention period, except complained-about requests."""
@@ -337,6 +311,13 @@ def _bump(cur: Cursor, material_id: str, version: int, **counts: int) -> None:
     cur.execute(
         f"UPDATE material_usage SET {sets} WHERE material_id = ? AND version = ?",
         (*counts.values(), material_id, version),
+    )
+
+
+def _read_hit(r: Any) -> ReadHit:
+    """A read hit from a ``material_reads`` row joined with its complaint's request id."""
+    return ReadHit(
+        str(r[0]), str(r[1]), int(r[2]), r[3], r[4], bool(r[5]), r[6], str(r[7]), r[8] is not None
     )
 
 
