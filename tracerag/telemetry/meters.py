@@ -122,13 +122,18 @@ def _prometheus_reader_and_server(port: int, addr: str) -> tuple[Any, Any, Any]:
     return reader, httpd, thread
 
 
-def _otlp_metric_reader(
-    endpoint: str | None,
-    protocol: str | None,
-    headers: Mapping[str, str] | str | None,
-    export_interval_millis: float | None,
-    timeout: float | None,
-) -> Any:
+@dataclass(frozen=True)
+class _OtlpMetrics:
+    """Where and how to export metrics over OTLP (None: from the ``OTEL_*`` variables)."""
+
+    endpoint: str | None = None
+    protocol: str | None = None
+    headers: Mapping[str, str] | str | None = None
+    export_interval_millis: float | None = None
+    timeout: float | None = None
+
+
+def _otlp_metric_reader(options: _OtlpMetrics) -> Any:
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
     from tracerag.telemetry.export import (
@@ -139,13 +144,14 @@ def _otlp_metric_reader(
         signal_url,
     )
 
-    proto = otlp_protocol(protocol, "METRICS")
+    endpoint = options.endpoint
+    proto = otlp_protocol(options.protocol, "METRICS")
     kwargs: dict[str, Any] = {}
-    parsed = parse_headers(headers)
+    parsed = parse_headers(options.headers)
     if parsed is not None:
         kwargs["headers"] = parsed
-    if timeout is not None:
-        kwargs["timeout"] = timeout
+    if options.timeout is not None:
+        kwargs["timeout"] = options.timeout
     if proto == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
@@ -169,7 +175,7 @@ def _otlp_metric_reader(
         headers=probe_headers,
     )
     return PeriodicExportingMetricReader(
-        check.checked, export_interval_millis=export_interval_millis
+        check.checked, export_interval_millis=options.export_interval_millis
     )
 
 
@@ -199,12 +205,11 @@ def configure_metrics(
     provider, _ = _build_meter_provider(
         prometheus_port=prometheus_port,
         prometheus_addr=prometheus_addr,
-        otlp=otlp or endpoint is not None,
-        endpoint=endpoint,
-        protocol=protocol,
-        headers=headers,
-        export_interval_millis=export_interval_millis,
-        timeout=timeout,
+        otlp=(
+            _OtlpMetrics(endpoint, protocol, headers, export_interval_millis, timeout)
+            if otlp or endpoint is not None
+            else None
+        ),
         console=console,
         readers=readers,
         service_name=service_name,
@@ -221,12 +226,7 @@ def _build_meter_provider(
     *,
     prometheus_port: int | None = None,
     prometheus_addr: str = "127.0.0.1",
-    otlp: bool = False,
-    endpoint: str | None = None,
-    protocol: str | None = None,
-    headers: Mapping[str, str] | str | None = None,
-    export_interval_millis: float | None = None,
-    timeout: float | None = None,
+    otlp: _OtlpMetrics | None = None,
     console: bool = False,
     readers: Sequence[Any] = (),
     service_name: str | None = None,
@@ -241,10 +241,8 @@ def _build_meter_provider(
     if prometheus_port is not None:
         server_parts = _prometheus_reader_and_server(prometheus_port, prometheus_addr)
         all_readers.append(server_parts[0])
-    if otlp:
-        all_readers.append(
-            _otlp_metric_reader(endpoint, protocol, headers, export_interval_millis, timeout)
-        )
+    if otlp is not None:
+        all_readers.append(_otlp_metric_reader(otlp))
     if console:
         from opentelemetry.sdk.metrics.export import (
             ConsoleMetricExporter,
@@ -299,7 +297,7 @@ def start_prometheus_server(port: int, addr: str = "127.0.0.1") -> PrometheusSer
     provider, server = _build_meter_provider(
         prometheus_port=port,
         prometheus_addr=addr,
-        otlp="otlp" in env_otlp,
+        otlp=_OtlpMetrics() if "otlp" in env_otlp else None,
     )
     assert server is not None
     with _lock:
@@ -347,7 +345,7 @@ def configure_metrics_from_env() -> MeterProvider | None:
         provider, _ = _build_meter_provider(
             prometheus_port=prometheus_port,
             prometheus_addr=prometheus_addr,
-            otlp=otlp,
+            otlp=_OtlpMetrics() if otlp else None,
             console=console,
         )
     except Exception:
