@@ -139,6 +139,7 @@ def _otlp_metric_reader(options: _OtlpMetrics) -> Any:
     from tracerag.telemetry.export import (
         MetricsEndpointCheck,
         metrics_endpoint,
+        otlp_exporter_options,
         otlp_protocol,
         parse_headers,
         signal_url,
@@ -146,12 +147,7 @@ def _otlp_metric_reader(options: _OtlpMetrics) -> Any:
 
     endpoint = options.endpoint
     proto = otlp_protocol(options.protocol, "METRICS")
-    kwargs: dict[str, Any] = {}
-    parsed = parse_headers(options.headers)
-    if parsed is not None:
-        kwargs["headers"] = parsed
-    if options.timeout is not None:
-        kwargs["timeout"] = options.timeout
+    kwargs = otlp_exporter_options(options.headers, options.timeout)
     if proto == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
@@ -164,7 +160,7 @@ def _otlp_metric_reader(options: _OtlpMetrics) -> Any:
         if endpoint is not None:
             endpoint = signal_url(endpoint, "/v1/metrics")
         exporter = HttpMetricExporter(endpoint=endpoint, **kwargs)
-    probe_headers = parsed or parse_headers(
+    probe_headers = kwargs.get("headers") or parse_headers(
         os.environ.get("OTEL_EXPORTER_OTLP_METRICS_HEADERS")
         or os.environ.get("OTEL_EXPORTER_OTLP_HEADERS")
     )
@@ -292,8 +288,10 @@ def start_prometheus_server(port: int, addr: str = "127.0.0.1") -> PrometheusSer
     MeterProvider passed to ``record_*`` or ``RAGPipeline`` bypasses it: add a
     ``PrometheusMetricReader`` to that provider instead.
     """
+    from tracerag.telemetry.export import env_exporters
+
     global _configured
-    env_otlp = _env_metric_exporters() or []
+    env_otlp = env_exporters("METRICS") or []
     provider, server = _build_meter_provider(
         prometheus_port=port,
         prometheus_addr=addr,
@@ -310,22 +308,12 @@ def prometheus_servers() -> list[PrometheusServer]:
     return list(_prometheus_servers)
 
 
-def _env_metric_exporters() -> list[str] | None:
-    names = os.environ.get("OTEL_METRICS_EXPORTER", "").strip()
-    if names:
-        return [n.strip().lower() for n in names.split(",") if n.strip()]
-    if (
-        os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "").strip()
-        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
-    ):
-        return ["otlp"]
-    return None
-
-
 def configure_metrics_from_env() -> MeterProvider | None:
     """A MeterProvider from ``TRACERAG_PROMETHEUS_PORT`` and the ``OTEL_*`` variables, or None
     when they ask for no metrics export."""
-    wanted = _env_metric_exporters() or []
+    from tracerag.telemetry.export import env_exporters
+
+    wanted = env_exporters("METRICS") or []
     port_text = (get_config().prometheus_port or "").strip()
     prometheus_port: int | None = None
     prometheus_addr = (get_config().prometheus_addr or "").strip() or "127.0.0.1"
