@@ -8,6 +8,7 @@ appends, and how migrations are locked (``tracerag.store.migrations`` holds the 
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 import math
@@ -192,12 +193,9 @@ class SQLAuditStore(SQLReviewQueue):
                 ) from exc
             cur.execute(_INSERT_ENTRY, (*fields, head.hash, digest, version))
             sealed.append(
-                Entry(
+                dataclasses.replace(
+                    entry,
                     seq=seq,
-                    request_id=entry.request_id,
-                    kind=entry.kind,
-                    payload=entry.payload,
-                    actor=entry.actor,
                     created_at=created_at,
                     prev_hash=head.hash,
                     hash=digest,
