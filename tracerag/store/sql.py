@@ -13,8 +13,8 @@ import hmac
 import json
 import math
 import statistics
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -830,6 +830,22 @@ def _window(
         where.append(f"{column} < %s")
         params.append(to_iso(until))
     return where, params
+
+
+@contextmanager
+def opening(
+    close: Callable[[], object], db_error: type[BaseException], failure: str
+) -> Iterator[None]:
+    """Opening a store: on any failure ``close`` what was opened; a ``db_error`` is raised as
+    a ``StoreError`` starting with ``failure``."""
+    try:
+        yield
+    except db_error as exc:
+        close()
+        raise StoreError(f"{failure}: {exc}") from exc
+    except BaseException:
+        close()
+        raise
 
 
 def _entries_after(cur: Any, seq: int, limit: int) -> list[Any]:

@@ -28,7 +28,7 @@ from typing import Any
 from tracerag.store import migrations
 from tracerag.store.base import StoreError, StoreMissing, StoreVanished
 from tracerag.store.migrations import SCHEMA_VERSION
-from tracerag.store.sql import Cursor, SQLAuditStore, _Head
+from tracerag.store.sql import Cursor, SQLAuditStore, _Head, opening
 
 MIGRATIONS = migrations.MIGRATIONS
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteAuditStore", "migrate", "schema_version"]
@@ -130,7 +130,11 @@ class SQLiteAuditStore(SQLAuditStore):
             )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the SQLite audit store {self.path}: {exc}") from exc
-        try:
+        with opening(
+            self._conn.close,
+            sqlite3.DatabaseError,
+            f"{self.path} is not a usable SQLite audit store",
+        ):
             if self.path != ":memory:":
                 mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
@@ -146,12 +150,6 @@ class SQLiteAuditStore(SQLAuditStore):
             if self.path != ":memory:":
                 st = os.stat(self.path)
                 self._file_id = (st.st_dev, st.st_ino)
-        except sqlite3.DatabaseError as exc:
-            self._conn.close()
-            raise StoreError(f"{self.path} is not a usable SQLite audit store: {exc}") from exc
-        except BaseException:
-            self._conn.close()
-            raise
         self._closed = False
 
     @contextmanager
