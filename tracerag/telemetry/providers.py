@@ -32,6 +32,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Tracer, TracerProvider
 
 from tracerag import __version__
+from tracerag.config import Once
 from tracerag.telemetry.export import (
     JsonLinesSpanExporter,
     Protocol,
@@ -49,7 +50,8 @@ DEFAULT_SERVICE_NAME = "tracerag"
 
 _lock = threading.Lock()
 _configured: TracerProvider | None = None  # made by configure()
-_from_env: TracerProvider | None = None  # made from the environment, used while no global
+# made from the environment on first need, used while no global provider is installed
+_from_env: Once[TracerProvider] = Once(lambda: configure_from_env())
 _default_notice_logged = False
 _tracers: weakref.WeakKeyDictionary[Any, Tracer] = weakref.WeakKeyDictionary()
 
@@ -79,14 +81,7 @@ def current_provider(tracer_provider: TracerProvider | None = None) -> TracerPro
 
 
 def _env_provider() -> TracerProvider:
-    global _from_env
-    provider = _from_env
-    if provider is None:
-        with _lock:
-            if _from_env is None:
-                _from_env = configure_from_env()
-            provider = _from_env
-    return provider
+    return _from_env.get()
 
 
 def get_tracer(tracer_provider: TracerProvider | None = None) -> Tracer:
@@ -96,7 +91,7 @@ def get_tracer(tracer_provider: TracerProvider | None = None) -> Tracer:
 
 def default_provider() -> TracerProvider | None:
     """The provider tracerag made itself (by ``configure`` or from the env), if any yet."""
-    return _configured or _from_env
+    return _configured or _from_env.made
 
 
 def force_flush(timeout_millis: int | None = None) -> bool:
@@ -106,7 +101,7 @@ def force_flush(timeout_millis: int | None = None) -> bool:
 
     millis = int(default_shutdown_timeout() * 1000) if timeout_millis is None else timeout_millis
     ok = True
-    for provider in (_configured, _from_env):
+    for provider in (_configured, _from_env.made):
         if provider is not None and hasattr(provider, "force_flush"):
             ok = bool(provider.force_flush(millis)) and ok
     return ok
@@ -201,10 +196,10 @@ def configure(
 
 def reset() -> None:
     """Shut down and forget tracerag's own TracerProviders (test isolation)."""
-    global _configured, _from_env, _default_notice_logged
+    global _configured, _default_notice_logged
     with _lock:
-        providers = [p for p in (_configured, _from_env) if p is not None]
-        _configured = _from_env = None
+        providers = [p for p in (_configured, _from_env.reset()) if p is not None]
+        _configured = None
     for provider in providers:
         if hasattr(provider, "shutdown"):
             provider.shutdown()
