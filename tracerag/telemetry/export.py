@@ -257,7 +257,8 @@ class TraceragSpanExporter(SpanExporter):
 
 class TraceragBatchSpanProcessor(SpanProcessor):
     """The SDK's BatchSpanProcessor with batches that fit, lost spans counted, and a bounded
-    shutdown (see the module docstring)."""
+    shutdown (see the module docstring). Add it (as ``batch_processor(exporter, ...)``) to a
+    TracerProvider of your own to give it tracerag's export behaviour."""
 
     def __init__(
         self,
@@ -379,8 +380,7 @@ class TraceragBatchSpanProcessor(SpanProcessor):
 
 
 #: A batch processor around an exporter whose batches fit the backend, that counts every span
-#: it cannot deliver and whose shutdown is bounded: add tracerag's export behaviour to a
-#: TracerProvider of your own with it.
+#: it cannot deliver and whose shutdown is bounded.
 batch_processor = TraceragBatchSpanProcessor
 
 
