@@ -17,14 +17,13 @@ from typing import Any
 import httpx
 import pytest
 from conftest import POLICIES
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import PrivateAttr
 from server_fixtures import make_app, make_store
 
 import tracerag
+from tracerag.llm import ReplyChatModel
 from tracerag.signals.citations import SUPPORTED, averify_citations, verify_citations
 from tracerag.signals.lexical import LexicalSupport
 from tracerag.signals.support import (
@@ -57,7 +56,7 @@ def _verdict_for(prompt: str) -> str:
     return json.dumps({"supported": False, "quote": ""})
 
 
-class GatedJudgeModel(BaseChatModel):
+class GatedJudgeModel(ReplyChatModel):
     """A judge model that is slow (gated) on some claims; it records when calls start and end."""
 
     events: Any  # the caller's list, shared (not copied)
@@ -86,26 +85,14 @@ class GatedJudgeModel(BaseChatModel):
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
         if self._is_slow(messages):
             self.events.append("judge started")
             self._thread_gate.wait(BLOCKING_WAIT)
             self.events.append("judge finished")
         return self._result(messages)
 
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    async def _areply(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
         if self._is_slow(messages):
             if self._gate is None:
                 self._gate = asyncio.Event()

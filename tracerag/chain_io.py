@@ -103,10 +103,9 @@ class ChainIO:
             if text is None:
                 raise InputError(f"input field {self.input_key!r} is not text")
             return text
-        for key in DEFAULT_INPUT_KEYS:
-            text = _text(value.get(key))
-            if text is not None:
-                return text
+        text = _first_text(value, DEFAULT_INPUT_KEYS)
+        if text is not None:
+            return text
         messages = value.get(MESSAGES_KEY)
         if isinstance(messages, Sequence) and not isinstance(messages, str):
             for message in reversed(messages):
@@ -129,10 +128,9 @@ class ChainIO:
                         f"(output_key={self.output_key!r}); it has {sorted(map(str, output))}"
                     )
                 return text
-            for key in DEFAULT_OUTPUT_KEYS:
-                text = _text(output.get(key))
-                if text is not None:
-                    return text
+            text = _first_text(output, DEFAULT_OUTPUT_KEYS)
+            if text is not None:
+                return text
             messages = output.get(MESSAGES_KEY)
             if isinstance(messages, Sequence) and messages and isinstance(messages[-1], AIMessage):
                 return text_of(messages[-1])
@@ -202,6 +200,15 @@ def _text(value: Any) -> str | None:
         return value
     if isinstance(value, BaseMessage):
         return text_of(value)
+    return None
+
+
+def _first_text(value: Mapping[str, Any], keys: Sequence[str]) -> str | None:
+    """The text of the first of ``keys`` whose field in ``value`` holds text."""
+    for key in keys:
+        text = _text(value.get(key))
+        if text is not None:
+            return text
     return None
 
 

@@ -104,10 +104,13 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 __all__ = ["ENV_VARS", "Config", "get_config", "reset_config"]
+
+T = TypeVar("T")
 
 #: Every environment variable tracerag itself reads, by the ``Config`` field it fills.
 ENV_VARS: Mapping[str, str] = {
@@ -168,24 +171,44 @@ class Config:
         return cls(**values)
 
 
-_lock = threading.Lock()
-_config: Config | None = None
+class Once(Generic[T]):
+    """A value made by ``make`` on first use, once even when first uses race."""
+
+    def __init__(self, make: Callable[[], T]) -> None:
+        self._make = make
+        self._value: T | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> T:
+        """The value, made now if it was not yet."""
+        value = self._value
+        if value is None:
+            with self._lock:
+                if self._value is None:
+                    self._value = self._make()
+                value = self._value
+        return value
+
+    @property
+    def made(self) -> T | None:
+        """The value if it was made, without making it."""
+        return self._value
+
+    def reset(self) -> T | None:
+        """Forget the value (the next ``get`` makes it again); returns what was forgotten."""
+        with self._lock:
+            value, self._value = self._value, None
+        return value
+
+
+_config: Once[Config] = Once(lambda: Config.from_env())
 
 
 def get_config() -> Config:
     """The configuration, read from the environment on first use and kept."""
-    global _config
-    config = _config
-    if config is None:
-        with _lock:
-            if _config is None:
-                _config = Config.from_env()
-            config = _config
-    return config
+    return _config.get()
 
 
 def reset_config() -> None:
     """Forget the configuration read so far; the next ``get_config()`` reads the environment."""
-    global _config
-    with _lock:
-        _config = None
+    _config.reset()

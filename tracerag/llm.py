@@ -17,8 +17,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatResult
 from langchain_core.runnables import RunnableConfig
 from tenacity import (
     AsyncRetrying,
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OnRetry",
+    "ReplyChatModel",
     "Tries",
     "ainvoke_model",
     "call_model",
@@ -369,3 +372,33 @@ def token_usage(message: AIMessage) -> tuple[int | None, int | None]:
     if not usage:
         return None, None
     return usage.get("input_tokens"), usage.get("output_tokens")
+
+
+class ReplyChatModel(BaseChatModel):
+    """A LangChain chat model written as one method, ``_reply(messages, **kwargs)`` (``stop``
+    among the keyword arguments). ``_areply`` is the async form: by default ``_reply`` in a
+    worker thread, so a model that computes does not hold up the event loop."""
+
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
+        raise NotImplementedError
+
+    async def _areply(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
+        return await asyncio.to_thread(self._reply, messages, **kwargs)
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return self._reply(messages, stop=stop, **kwargs)
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return await self._areply(messages, stop=stop, **kwargs)

@@ -435,10 +435,7 @@ class AuditRecord(_Part):
 
     def material(self, material_id: str) -> RecordMaterial | None:
         """The recorded material with this id, or None."""
-        for m in self.materials:
-            if m.id == material_id:
-                return m
-        return None
+        return next((m for m in self.materials if m.id == material_id), None)
 
     @property
     def chosen_sample(self) -> RecordSample | None:

@@ -296,19 +296,18 @@ def _set_root(root: Span, state: RequestState, response: Response | None) -> Non
     attrs: dict[str, Any] = {semconv.ERROR_COUNT: len(state.errors)}
     if reg is not None:
         attrs[semconv.TIER] = reg.tier
-        if versions.prompt:
-            attrs[semconv.VERSION_PROMPT] = versions.prompt
-        if versions.model:
-            attrs[semconv.VERSION_MODEL] = versions.model
-        if versions.tracerag:
-            attrs[semconv.VERSION_TRACERAG] = versions.tracerag
+        optional = {
+            semconv.VERSION_PROMPT: versions.prompt,
+            semconv.VERSION_MODEL: versions.model,
+            semconv.VERSION_TRACERAG: versions.tracerag,
+        }
+    else:
+        optional = {}
     request = state.input
-    if request.session_id:
-        attrs[semconv.OI_SESSION_ID] = request.session_id
-    if request.user_id:
-        attrs[semconv.OI_USER_ID] = request.user_id
-    if request.channel:
-        attrs[semconv.CHANNEL] = request.channel
+    optional[semconv.OI_SESSION_ID] = request.session_id
+    optional[semconv.OI_USER_ID] = request.user_id
+    optional[semconv.CHANNEL] = request.channel
+    attrs.update({key: value for key, value in optional.items() if value})  # the ones given
     question = capture(request.question)
     if question is not None:
         attrs[semconv.OI_INPUT_VALUE] = question

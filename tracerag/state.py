@@ -543,10 +543,7 @@ class RequestState:
 
     def material(self, material_id: str) -> Material | None:
         """The material with this id, or None if it was not retrieved."""
-        for m in self.materials:
-            if m.id == material_id:
-                return m
-        return None
+        return next((m for m in self.materials if m.id == material_id), None)
 
     @property
     def warnings(self) -> tuple[str, ...]:

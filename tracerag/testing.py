@@ -16,8 +16,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -26,6 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic import Field, PrivateAttr
 
 from tracerag import semconv
+from tracerag.llm import ReplyChatModel
 from tracerag.prompts import TASK_RE
 from tracerag.usage import estimate_tokens
 
@@ -50,7 +49,7 @@ Responder = Callable[[ScriptCall], str]
 UsageScript = Mapping[str, int] | Callable[[ScriptCall, str], Mapping[str, int] | None]
 
 
-class ScriptedChatModel(BaseChatModel):
+class ScriptedChatModel(ReplyChatModel):
     """A chat model that replies from a script.
 
     ``responses`` are returned in turn (cycling); ``plan_responses`` are used instead for plan
@@ -143,24 +142,12 @@ class ScriptedChatModel(BaseChatModel):
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
         if self.latency:
             time.sleep(self.latency)
         return self._result(messages, *self._next(messages))
 
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    async def _areply(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
         if self.latency:
             await asyncio.sleep(self.latency)
         return self._result(messages, *self._next(messages))

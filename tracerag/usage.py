@@ -31,16 +31,18 @@ import math
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.messages import BaseMessage
 
 from tracerag import semconv
+
+T = TypeVar("T")
 
 __all__ = [
     "SOURCE_ESTIMATE",
@@ -481,14 +483,18 @@ def current_ledger() -> UsageLedger | None:
 
 
 @contextmanager
-def metering() -> Iterator[UsageLedger]:
-    """A fresh ledger for the calls made inside the block (and tasks it starts)."""
-    ledger = UsageLedger()
-    token = _LEDGER.set(ledger)
+def bound(var: ContextVar[T | None], value: T) -> Iterator[T]:
+    """``var`` holds ``value`` inside the block (and in tasks and threads it starts)."""
+    token = var.set(value)
     try:
-        yield ledger
+        yield value
     finally:
-        _LEDGER.reset(token)
+        var.reset(token)
+
+
+def metering() -> AbstractContextManager[UsageLedger]:
+    """A fresh ledger for the calls made inside the block (and tasks it starts)."""
+    return bound(_LEDGER, UsageLedger())
 
 
 def note(call: CallUsage) -> CallUsage:

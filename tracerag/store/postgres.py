@@ -22,7 +22,7 @@ from typing import Any
 from tracerag.store import migrations
 from tracerag.store.base import InvalidRecord, StoreError, StoreMissing
 from tracerag.store.migrations import SCHEMA_VERSION
-from tracerag.store.sql import Cursor, SQLAuditStore, _Head
+from tracerag.store.sql import Cursor, SQLAuditStore, _Head, opening
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "PostgresAuditStore", "connect", "migrate"]
 
@@ -201,19 +201,15 @@ class PostgresAuditStore(SQLAuditStore):
         self._pool = _Pool(
             lambda: connect(dsn, schema, connect_timeout, statement_timeout), max_connections
         )
-        try:
-            with self._pool.connection() as conn:
-                if not create and not _has_schema(conn):
-                    raise StoreMissing(
-                        f"no audit store in {self.location} (the audit tables do not exist)"
-                    )
-                self.schema_version = migrate(conn)
-        except psycopg.Error as exc:
-            self._pool.close()
-            raise StoreError(f"cannot open the PostgreSQL audit store: {exc}") from exc
-        except BaseException:
-            self._pool.close()
-            raise
+        with (
+            opening(self._pool.close, psycopg.Error, "cannot open the PostgreSQL audit store"),
+            self._pool.connection() as conn,
+        ):
+            if not create and not _has_schema(conn):
+                raise StoreMissing(
+                    f"no audit store in {self.location} (the audit tables do not exist)"
+                )
+            self.schema_version = migrate(conn)
 
     @property
     def location(self) -> str:

@@ -8,12 +8,13 @@ appends, and how migrations are locked (``tracerag.store.migrations`` holds the 
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 import math
 import statistics
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -182,43 +183,19 @@ class SQLAuditStore(SQLReviewQueue):
             seq = head.seq + 1
             created_at = now_iso()
             payload_json = entry.payload_json or jcs_json(entry.payload)
+            # the sealed fields, in the order both the hash and the row take them
+            fields = (seq, entry.request_id, entry.kind, payload_json, entry.actor, created_at)
             try:
-                digest = entry_hash(
-                    head.hash,
-                    seq,
-                    entry.request_id,
-                    entry.kind,
-                    payload_json,
-                    entry.actor,
-                    created_at,
-                    version,
-                    key,
-                )
+                digest = entry_hash(head.hash, *fields, version, key)
             except (ValueError, TypeError, UnicodeError) as exc:
                 raise InvalidRecord(
                     f"entry of {entry.request_id!r} cannot be sealed: {exc}"
                 ) from exc
-            cur.execute(
-                _INSERT_ENTRY,
-                (
-                    seq,
-                    entry.request_id,
-                    entry.kind,
-                    payload_json,
-                    entry.actor,
-                    created_at,
-                    head.hash,
-                    digest,
-                    version,
-                ),
-            )
+            cur.execute(_INSERT_ENTRY, (*fields, head.hash, digest, version))
             sealed.append(
-                Entry(
+                dataclasses.replace(
+                    entry,
                     seq=seq,
-                    request_id=entry.request_id,
-                    kind=entry.kind,
-                    payload=entry.payload,
-                    actor=entry.actor,
                     created_at=created_at,
                     prev_hash=head.hash,
                     hash=digest,
@@ -528,15 +505,7 @@ class SQLAuditStore(SQLReviewQueue):
             anchor_row: StoredRow | None = None
             anchor_seq = int(expect_head["seq"]) if expect_head is not None else None
             last = 0
-            while True:
-                cur.execute(
-                    f"SELECT {_ENTRY_COLUMNS} FROM audit_entries WHERE seq > %s "
-                    "ORDER BY seq LIMIT %s",
-                    (last, batch),
-                )
-                rows = cur.fetchall()
-                if not rows:
-                    break
+            while rows := _entries_after(cur, last, batch):
                 for raw in rows:
                     row = _stored_row(raw)
                     verifier.feed(row)
@@ -656,12 +625,7 @@ class SQLAuditStore(SQLReviewQueue):
         last = after_seq
         while True:
             with self._read() as cur:
-                cur.execute(
-                    f"SELECT {_ENTRY_COLUMNS} FROM audit_entries WHERE seq > %s "
-                    "ORDER BY seq LIMIT %s",
-                    (last, batch),
-                )
-                rows = cur.fetchall()
+                rows = _entries_after(cur, last, batch)
             if not rows:
                 return
             for row in rows:
@@ -770,16 +734,8 @@ class _DerivedState:
 
     def compare(self, request_rows: list[Any], queue_rows: list[Any]) -> list[ChainIssue]:
         issues: list[ChainIssue] = []
-        seen: set[str] = set()
-        for r in request_rows:
-            rid = str(r[0])
-            seen.add(rid)
-            want = self.requests.get(rid)
-            if want is None:
-                issues.append(
-                    ChainIssue("inserted", None, rid, "a request row with no entries in the chain")
-                )
-                continue
+        inserted = "a request row with no entries in the chain"
+        for rid, r, want in _matched_rows(request_rows, self.requests, inserted, issues):
             fields = _summary_fields(want["fields"])
             have = {
                 "trace_id": r[1],
@@ -796,14 +752,7 @@ class _DerivedState:
                 else:
                     same = got == expected
                 if not same:
-                    issues.append(
-                        ChainIssue(
-                            "changed",
-                            None,
-                            rid,
-                            f"requests.{name} is {got!r} but the chain says {expected!r}",
-                        )
-                    )
+                    issues.append(_changed(rid, f"requests.{name}", got, expected))
             if int(r[7]) != want["first_seq"]:
                 issues.append(
                     ChainIssue(
@@ -814,12 +763,10 @@ class _DerivedState:
                         f"{want['first_seq']}",
                     )
                 )
-        for rid in self.requests:
-            if rid not in seen:
-                issues.append(
-                    ChainIssue("removed", None, rid, "the request's row in requests was deleted")
-                )
-        queued: set[str] = set()
+        issues += [
+            ChainIssue("removed", None, rid, "the request's row in requests was deleted")
+            for rid in _missing_rows(request_rows, self.requests)
+        ]
         columns = (
             "route",
             "reason",
@@ -830,37 +777,45 @@ class _DerivedState:
             "final_answer",
             "decision_reason",
         )
-        for q in queue_rows:
-            rid = str(q[0])
-            queued.add(rid)
-            want_item = self.queue.get(rid)
-            if want_item is None:
-                issues.append(
-                    ChainIssue("inserted", None, rid, "a review item that the chain never enqueued")
-                )
-                continue
+        inserted = "a review item that the chain never enqueued"
+        for rid, q, want_item in _matched_rows(queue_rows, self.queue, inserted, issues):
             for name, got in zip(columns, q[1:], strict=True):
                 if got != want_item[name]:
-                    issues.append(
-                        ChainIssue(
-                            "changed",
-                            None,
-                            rid,
-                            f"review_queue.{name} is {got!r} but the chain says "
-                            f"{want_item[name]!r}",
-                        )
-                    )
-        for rid, item in self.queue.items():
-            if rid not in queued:
-                issues.append(
-                    ChainIssue(
-                        "removed",
-                        None,
-                        rid,
-                        f"the review item ({item['status']}) was deleted from review_queue",
-                    )
-                )
+                    issues.append(_changed(rid, f"review_queue.{name}", got, want_item[name]))
+        issues += [
+            ChainIssue(
+                "removed",
+                None,
+                rid,
+                f"the review item ({self.queue[rid]['status']}) was deleted from review_queue",
+            )
+            for rid in _missing_rows(queue_rows, self.queue)
+        ]
         return issues
+
+
+def _matched_rows(
+    rows: list[Any], expected: Mapping[str, Any], inserted: str, issues: list[ChainIssue]
+) -> Iterator[tuple[str, Any, Any]]:
+    """Each table row (keyed by its first column) with what the chain says it holds; a row
+    the chain does not know is an ``inserted`` issue."""
+    for row in rows:
+        rid = str(row[0])
+        want = expected.get(rid)
+        if want is None:
+            issues.append(ChainIssue("inserted", None, rid, inserted))
+        else:
+            yield rid, row, want
+
+
+def _missing_rows(rows: list[Any], expected: Mapping[str, Any]) -> list[str]:
+    """The keys the chain knows that no table row has, in the chain's order."""
+    present = {str(row[0]) for row in rows}
+    return [rid for rid in expected if rid not in present]
+
+
+def _changed(rid: str, column: str, got: Any, expected: Any) -> ChainIssue:
+    return ChainIssue("changed", None, rid, f"{column} is {got!r} but the chain says {expected!r}")
 
 
 def _window(
@@ -875,6 +830,31 @@ def _window(
         where.append(f"{column} < %s")
         params.append(to_iso(until))
     return where, params
+
+
+@contextmanager
+def opening(
+    close: Callable[[], object], db_error: type[BaseException], failure: str
+) -> Iterator[None]:
+    """Opening a store: on any failure ``close`` what was opened; a ``db_error`` is raised as
+    a ``StoreError`` starting with ``failure``."""
+    try:
+        yield
+    except db_error as exc:
+        close()
+        raise StoreError(f"{failure}: {exc}") from exc
+    except BaseException:
+        close()
+        raise
+
+
+def _entries_after(cur: Any, seq: int, limit: int) -> list[Any]:
+    """Up to ``limit`` entry rows after ``seq``, in seq order."""
+    cur.execute(
+        f"SELECT {_ENTRY_COLUMNS} FROM audit_entries WHERE seq > %s ORDER BY seq LIMIT %s",
+        (seq, limit),
+    )
+    return list(cur.fetchall())
 
 
 def _stored_row(row: Sequence[Any]) -> StoredRow:

@@ -28,7 +28,7 @@ from typing import Any
 from tracerag.store import migrations
 from tracerag.store.base import StoreError, StoreMissing, StoreVanished
 from tracerag.store.migrations import SCHEMA_VERSION
-from tracerag.store.sql import Cursor, SQLAuditStore, _Head
+from tracerag.store.sql import Cursor, SQLAuditStore, _Head, opening
 
 MIGRATIONS = migrations.MIGRATIONS
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteAuditStore", "migrate", "schema_version"]
@@ -63,6 +63,28 @@ class QmarkCursor:
         self._cur.close()
 
 
+@contextmanager
+def transaction(conn: sqlite3.Connection, begin: str = "BEGIN") -> Iterator[sqlite3.Cursor]:
+    """A cursor in one transaction on an autocommit connection: committed when the block ends,
+    rolled back when the block (or the commit) fails."""
+    cur = conn.cursor()
+    cur.execute(begin)
+    try:
+        yield cur
+    except BaseException:
+        cur.execute("ROLLBACK")
+        raise
+    else:
+        try:
+            cur.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                cur.execute("ROLLBACK")
+            raise
+    finally:
+        cur.close()
+
+
 def schema_version(conn: sqlite3.Connection) -> int:
     """The schema version of an open database (0 for a new one)."""
     conn.execute(migrations.CREATE_SCHEMA_VERSION)
@@ -82,14 +104,8 @@ def migrate(conn: sqlite3.Connection, target: int | None = None) -> int:
 
     ``conn`` must be in autocommit mode (``isolation_level=None``).
     """
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        current = migrations.apply(QmarkCursor(conn.cursor()), "sqlite", target)
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    return current
+    with transaction(conn, "BEGIN IMMEDIATE") as cur:
+        return migrations.apply(QmarkCursor(cur), "sqlite", target)
 
 
 class SQLiteAuditStore(SQLAuditStore):
@@ -130,7 +146,11 @@ class SQLiteAuditStore(SQLAuditStore):
             )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the SQLite audit store {self.path}: {exc}") from exc
-        try:
+        with opening(
+            self._conn.close,
+            sqlite3.DatabaseError,
+            f"{self.path} is not a usable SQLite audit store",
+        ):
             if self.path != ":memory:":
                 mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
@@ -146,47 +166,23 @@ class SQLiteAuditStore(SQLAuditStore):
             if self.path != ":memory:":
                 st = os.stat(self.path)
                 self._file_id = (st.st_dev, st.st_ino)
-        except sqlite3.DatabaseError as exc:
-            self._conn.close()
-            raise StoreError(f"{self.path} is not a usable SQLite audit store: {exc}") from exc
-        except BaseException:
-            self._conn.close()
-            raise
         self._closed = False
 
     @contextmanager
     def _write(self) -> Iterator[tuple[Cursor, _Head]]:
         with self._lock:
             self._check_open()
-            cur = QmarkCursor(self._conn.cursor())
-            cur.execute("BEGIN IMMEDIATE")
-            try:
-                head = self._read_head(cur)
-                yield cur, head
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
-            else:
-                try:
-                    cur.execute("COMMIT")
-                except BaseException:
-                    if self._conn.in_transaction:
-                        cur.execute("ROLLBACK")
-                    raise
-            finally:
-                cur.close()
+            with transaction(self._conn, "BEGIN IMMEDIATE") as raw:
+                cur = QmarkCursor(raw)
+                yield cur, self._read_head(cur)
 
     @contextmanager
     def _read(self) -> Iterator[Cursor]:
         with self._lock:
             self._check_open()
-            cur = QmarkCursor(self._conn.cursor())
-            cur.execute("BEGIN")  # one consistent snapshot for multi-query reads
-            try:
-                yield cur
-            finally:
-                cur.execute("COMMIT")
-                cur.close()
+            # one consistent snapshot for multi-query reads
+            with transaction(self._conn) as raw:
+                yield QmarkCursor(raw)
 
     @contextmanager
     def _snapshot(self) -> Iterator[Cursor]:
@@ -199,12 +195,8 @@ class SQLiteAuditStore(SQLAuditStore):
         # this store's connection goes on writing.
         conn = sqlite3.connect(_uri(self.path, "ro"), uri=True, isolation_level=None)
         try:
-            cur = QmarkCursor(conn.cursor())
-            cur.execute("BEGIN")
-            try:
-                yield cur
-            finally:
-                cur.execute("COMMIT")
+            with transaction(conn) as raw:
+                yield QmarkCursor(raw)
         finally:
             conn.close()
 

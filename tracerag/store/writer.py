@@ -783,13 +783,7 @@ class AuditWriter:
                     # a record, not the store: find it by writing one at a time
                     self._recovered()
                     if len(items) > 1:
-                        out: list[str | None] = []
-                        for item in items:
-                            one = self._write_with_retry([item])
-                            if one is None:
-                                return None
-                            out += one
-                        return out
+                        return self._write_each(items)
                     return [self._quarantine(items[0], f"{type(exc).__name__}: {exc}")]
                 attempt += 1
                 delay = min(self.backoff_max, self.backoff_initial * 2 ** min(attempt - 1, 30))
@@ -800,17 +794,21 @@ class AuditWriter:
                 if attempt >= POISON_PROBE_AFTER and len(items) == 1 and self._store_answers():
                     return [self._quarantine(items[0], f"{type(exc).__name__}: {exc}")]
                 if attempt >= POISON_PROBE_AFTER and len(items) > 1 and self._store_answers():
-                    out = []
-                    for item in items:
-                        one = self._write_with_retry([item])
-                        if one is None:
-                            return None
-                        out += one
-                    return out
+                    return self._write_each(items)
                 self._wake.wait(delay)
                 continue
             self._recovered()
             return outcomes
+
+    def _write_each(self, items: list[_Item]) -> list[str | None] | None:
+        """Write ``items`` one at a time (to find the record the store refuses); None: stopped."""
+        out: list[str | None] = []
+        for item in items:
+            one = self._write_with_retry([item])
+            if one is None:
+                return None
+            out += one
+        return out
 
     def _store_answers(self) -> bool:
         ping = getattr(self._store, "ping", None) if self._store is not None else None

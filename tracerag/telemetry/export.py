@@ -257,7 +257,8 @@ class TraceragSpanExporter(SpanExporter):
 
 class TraceragBatchSpanProcessor(SpanProcessor):
     """The SDK's BatchSpanProcessor with batches that fit, lost spans counted, and a bounded
-    shutdown (see the module docstring)."""
+    shutdown (see the module docstring). Add it (as ``batch_processor(exporter, ...)``) to a
+    TracerProvider of your own to give it tracerag's export behaviour."""
 
     def __init__(
         self,
@@ -378,37 +379,17 @@ class TraceragBatchSpanProcessor(SpanProcessor):
             )
 
 
-def batch_processor(
-    exporter: SpanExporter,
-    *,
-    max_queue_size: int | None = None,
-    schedule_delay_millis: float | None = None,
-    max_export_batch_size: int | None = None,
-    max_batch_bytes: int | None = None,
-    shutdown_timeout: float | None = None,
-    meter_provider: Any = None,
-) -> TraceragBatchSpanProcessor:
-    """A batch processor around ``exporter`` whose batches fit the backend, that counts every
-    span it cannot deliver and whose shutdown is bounded.
-
-    Use it to add tracerag's export behaviour to a TracerProvider of your own.
-    """
-    return TraceragBatchSpanProcessor(
-        exporter,
-        max_queue_size=max_queue_size,
-        schedule_delay_millis=schedule_delay_millis,
-        max_export_batch_size=max_export_batch_size,
-        max_batch_bytes=max_batch_bytes,
-        shutdown_timeout=shutdown_timeout,
-        meter_provider=meter_provider,
-    )
+#: A batch processor around an exporter whose batches fit the backend, that counts every span
+#: it cannot deliver and whose shutdown is bounded.
+batch_processor = TraceragBatchSpanProcessor
 
 
 # ---------------------------------------------------------------------------------------------
 # OTLP exporters
 
 
-def _env(*names: str) -> str | None:
+def env_value(*names: str) -> str | None:
+    """The first of the environment variables ``names`` set to something, stripped."""
     for name in names:
         value = os.environ.get(name)
         if value is not None and value.strip():
@@ -416,12 +397,36 @@ def _env(*names: str) -> str | None:
     return None
 
 
+def env_exporters(signal: Literal["TRACES", "METRICS"]) -> list[str] | None:
+    """The exporters ``OTEL_{signal}_EXPORTER`` names (lower case), ``["otlp"]`` when only an
+    OTLP endpoint is set, or None when the environment does not say."""
+    names = env_value(f"OTEL_{signal}_EXPORTER")
+    if names is not None:
+        return [n.strip().lower() for n in names.split(",") if n.strip()]
+    if env_value(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        return ["otlp"]
+    return None
+
+
+def otlp_exporter_options(
+    headers: Mapping[str, str] | str | None, timeout: float | None
+) -> dict[str, Any]:
+    """The keyword arguments an OTLP exporter takes for the given headers and timeout."""
+    kwargs: dict[str, Any] = {}
+    parsed = parse_headers(headers)
+    if parsed is not None:
+        kwargs["headers"] = parsed
+    if timeout is not None:
+        kwargs["timeout"] = timeout
+    return kwargs
+
+
 def otlp_protocol(protocol: str | None, signal: str = "TRACES") -> Protocol:
     """``http/protobuf`` or ``grpc``: the argument, else ``OTEL_EXPORTER_OTLP_{signal}_PROTOCOL``
     / ``OTEL_EXPORTER_OTLP_PROTOCOL``, else ``http/protobuf``."""
     value = (
         protocol
-        or _env(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+        or env_value(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
         or "http/protobuf"
     ).lower()
     if value in {"http", "http/protobuf", "http/proto"}:
@@ -462,12 +467,7 @@ def otlp_span_exporter(
 ) -> SpanExporter:
     """An OTLP span exporter (HTTP or gRPC); unset arguments come from the OTEL_* variables."""
     proto = otlp_protocol(protocol)
-    kwargs: dict[str, Any] = {}
-    parsed_headers = parse_headers(headers)
-    if parsed_headers is not None:
-        kwargs["headers"] = parsed_headers
-    if timeout is not None:
-        kwargs["timeout"] = timeout
+    kwargs = otlp_exporter_options(headers, timeout)
     if proto == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
             OTLPSpanExporter as GrpcExporter,
@@ -526,10 +526,10 @@ def metrics_endpoint(endpoint: str | None, protocol: Protocol) -> str:
     """The URL (HTTP) or address (gRPC) OTLP metrics go to, as the exporters resolve it."""
     if endpoint:
         return signal_url(endpoint, "/v1/metrics") if protocol != "grpc" else endpoint
-    specific = _env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+    specific = env_value("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
     if specific:
         return specific
-    base = _env("OTEL_EXPORTER_OTLP_ENDPOINT")
+    base = env_value("OTEL_EXPORTER_OTLP_ENDPOINT")
     if protocol == "grpc":
         return base or "http://localhost:4317"
     return signal_url(base or "http://localhost:4318", "/v1/metrics")

@@ -49,139 +49,148 @@ STAGE_SECONDS_BUCKETS: tuple[float, ...] = (
 # a request may take longer than any one stage
 REQUEST_SECONDS_BUCKETS: tuple[float, ...] = (*STAGE_SECONDS_BUCKETS, 60.0, 120.0)
 SAMPLES_BUCKETS: tuple[float, ...] = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
+TOKENS_PER_REQUEST_BUCKETS: tuple[float, ...] = (
+    250, 500, 1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000,
+)
 
 _lock = threading.Lock()
 
 
-@dataclass
-class _Instruments:
-    requests: Any
-    confidence: Any
-    request_duration: Any
-    stage_duration: Any
-    samples: Any
-    coverage: Any
-    accuracy: Any
-    fabricated: Any
-    retries: Any
-    model_errors: Any
-    audit_failures: Any
-    audit_dropped: Any
-    audit_backlog: Any
-    spans_dropped: Any
+@dataclass(frozen=True)
+class _Spec:
+    """One instrument: a histogram when it has buckets, else a counter (or up-down counter)."""
+
+    name: str
+    unit: str
+    description: str
+    buckets: Sequence[float] = ()
+    up_down: bool = False
 
 
-def _histogram(
-    meter: Meter, name: str, unit: str, description: str, buckets: Sequence[float]
-) -> Any:
-    try:
-        return meter.create_histogram(
-            name,
-            unit=unit,
-            description=description,
-            explicit_bucket_boundaries_advisory=list(buckets),
-        )
-    except TypeError:  # an API without advisory parameters
-        return meter.create_histogram(name, unit=unit, description=description)
-
-
-def _make_instruments(meter: Meter) -> _Instruments:
-    return _Instruments(
-        requests=meter.create_counter(
-            semconv.METRIC_REQUESTS,
-            unit="{request}",
-            description="Requests answered, by routing decision and tier",
+# tracerag's instruments by the key its recorders use, in two groups each created on first use
+_GROUPS: dict[str, dict[str, _Spec]] = {
+    "request": {
+        "requests": _Spec(
+            semconv.METRIC_REQUESTS, "{request}", "Requests answered, by routing decision and tier"
         ),
-        confidence=_histogram(
-            meter,
-            semconv.METRIC_CONFIDENCE,
-            "1",
-            "Confidence of answered requests",
-            RATIO_BUCKETS,
+        "confidence": _Spec(
+            semconv.METRIC_CONFIDENCE, "1", "Confidence of answered requests", RATIO_BUCKETS
         ),
-        request_duration=_histogram(
-            meter,
-            semconv.METRIC_REQUEST_DURATION,
-            "s",
-            "Whole-request duration",
-            REQUEST_SECONDS_BUCKETS,
+        "request_duration": _Spec(
+            semconv.METRIC_REQUEST_DURATION, "s", "Whole-request duration", REQUEST_SECONDS_BUCKETS
         ),
-        stage_duration=_histogram(
-            meter,
+        "stage_duration": _Spec(
             semconv.METRIC_STAGE_DURATION,
             "s",
             "Duration of each pipeline stage",
             STAGE_SECONDS_BUCKETS,
         ),
-        samples=_histogram(
-            meter,
-            semconv.METRIC_SAMPLES,
-            "{sample}",
-            "Samples drawn per request",
-            SAMPLES_BUCKETS,
+        "samples": _Spec(
+            semconv.METRIC_SAMPLES, "{sample}", "Samples drawn per request", SAMPLES_BUCKETS
         ),
-        coverage=_histogram(
-            meter,
+        "coverage": _Spec(
             semconv.METRIC_CITATION_COVERAGE,
             "1",
             "Share of answer claims carrying a citation",
             RATIO_BUCKETS,
         ),
-        accuracy=_histogram(
-            meter,
+        "accuracy": _Spec(
             semconv.METRIC_CITATION_ACCURACY,
             "1",
             "Share of citations supported by the cited material",
             RATIO_BUCKETS,
         ),
-        fabricated=meter.create_counter(
+        "fabricated": _Spec(
             semconv.METRIC_FABRICATED,
-            unit="{citation}",
-            description="Citations of material that was not retrieved",
+            "{citation}",
+            "Citations of material that was not retrieved",
         ),
-        retries=meter.create_counter(
-            semconv.METRIC_RETRIES,
-            unit="{retry}",
-            description="Model call retries, by stage and error type",
+        "retries": _Spec(
+            semconv.METRIC_RETRIES, "{retry}", "Model call retries, by stage and error type"
         ),
-        model_errors=meter.create_counter(
+        "model_errors": _Spec(
             semconv.METRIC_MODEL_ERRORS,
-            unit="{error}",
-            description="Model calls that failed after retries, by stage and error type",
+            "{error}",
+            "Model calls that failed after retries, by stage and error type",
         ),
-        audit_failures=meter.create_counter(
-            semconv.METRIC_AUDIT_FAILURES,
-            unit="{failure}",
-            description="Failed attempts to persist an audit record",
+        "audit_failures": _Spec(
+            semconv.METRIC_AUDIT_FAILURES, "{failure}", "Failed attempts to persist an audit record"
         ),
-        audit_dropped=meter.create_counter(
-            semconv.METRIC_AUDIT_DROPPED,
-            unit="{record}",
-            description="Audit records given up on",
+        "audit_dropped": _Spec(
+            semconv.METRIC_AUDIT_DROPPED, "{record}", "Audit records given up on"
         ),
-        audit_backlog=meter.create_up_down_counter(
+        "audit_backlog": _Spec(
             semconv.METRIC_AUDIT_BACKLOG,
-            unit="{record}",
-            description="Audit records accepted and not yet stored",
+            "{record}",
+            "Audit records accepted and not yet stored",
+            up_down=True,
         ),
-        spans_dropped=meter.create_counter(
+        "spans_dropped": _Spec(
             semconv.METRIC_SPANS_DROPPED,
-            unit="{span}",
-            description="Spans that could not be exported (failed export, full queue, shutdown)",
+            "{span}",
+            "Spans that could not be exported (failed export, full queue, shutdown)",
         ),
-    )
+    },
+    # Token usage and cost (see tracerag.usage): tokens, model calls and money per request, by
+    # tier, stage, prompt and model version and decision. Prometheus: tracerag_usage_tokens_total
+    # {direction="input|output"}, tracerag_usage_calls_total, tracerag_usage_cost_total (in the
+    # price table's currency; only requests with a price table), and the per-request histogram
+    # tracerag_usage_request_tokens_* (its _count counts requests by prompt and model version).
+    # Cost per request is cost_total / requests_total; per passed answer, over requests{pass}.
+    "usage": {
+        "tokens": _Spec(
+            semconv.METRIC_USAGE_TOKENS,
+            "{token}",
+            "Model tokens read (input) and written (output), by stage",
+        ),
+        "calls": _Spec(
+            semconv.METRIC_USAGE_CALLS, "{call}", "Model calls that returned a reply, by stage"
+        ),
+        "cost": _Spec(
+            semconv.METRIC_USAGE_COST,
+            "{currency}",
+            "Money spent on model calls, from the user's price table",
+        ),
+        "request_tokens": _Spec(
+            semconv.METRIC_USAGE_REQUEST_TOKENS,
+            "{token}",
+            "Tokens (input + output) per request, by tier and version",
+            TOKENS_PER_REQUEST_BUCKETS,
+        ),
+    },
+}
 
 
-_instrument_cache: weakref.WeakKeyDictionary[Any, _Instruments] = weakref.WeakKeyDictionary()
+def _create(meter: Meter, spec: _Spec) -> Any:
+    if spec.buckets:
+        try:
+            return meter.create_histogram(
+                spec.name,
+                unit=spec.unit,
+                description=spec.description,
+                explicit_bucket_boundaries_advisory=list(spec.buckets),
+            )
+        except TypeError:  # an API without advisory parameters
+            return meter.create_histogram(spec.name, unit=spec.unit, description=spec.description)
+    create = meter.create_up_down_counter if spec.up_down else meter.create_counter
+    return create(spec.name, unit=spec.unit, description=spec.description)
 
 
-def _instruments(meter_provider: MeterProvider | None) -> _Instruments:
+_instrument_cache: weakref.WeakKeyDictionary[Any, dict[str, dict[str, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _instruments(meter_provider: MeterProvider | None, group: str = "request") -> dict[str, Any]:
+    """The instruments of ``group`` on the provider in force, created once per provider."""
     provider = get_meter_provider(meter_provider)
     with _lock:
-        found = _instrument_cache.get(provider)
+        groups = _instrument_cache.setdefault(provider, {})
+        found = groups.get(group)
         if found is None:
-            found = _make_instruments(provider.get_meter(INSTRUMENTATION_NAME, __version__))
-            _instrument_cache[provider] = found
+            meter = provider.get_meter(INSTRUMENTATION_NAME, __version__)
+            found = {key: _create(meter, spec) for key, spec in _GROUPS[group].items()}
+            groups[group] = found
     return found
 
 
@@ -244,10 +253,10 @@ def record_request(
         decision = _label(getattr(outcome, "decision", None))
         attrs = {semconv.METRIC_ATTR_DECISION: decision, semconv.METRIC_ATTR_TIER: tier}
         tier_only = {semconv.METRIC_ATTR_TIER: tier}
-        inst.requests.add(1, attrs)
+        inst["requests"].add(1, attrs)
         confidence = _ratio(getattr(outcome, "confidence", None))
         if confidence is not None:
-            inst.confidence.record(confidence, attrs)
+            inst["confidence"].record(confidence, attrs)
         timings = getattr(outcome, "timings", None) or {}
         for stage, seconds in dict(timings).items():
             try:
@@ -257,20 +266,20 @@ def record_request(
             if math.isnan(value) or value < 0:
                 continue
             if stage == "request":
-                inst.request_duration.record(value, attrs)
+                inst["request_duration"].record(value, attrs)
             else:
-                inst.stage_duration.record(
+                inst["stage_duration"].record(
                     value, {semconv.METRIC_ATTR_STAGE: str(stage), semconv.METRIC_ATTR_TIER: tier}
                 )
         samples = getattr(outcome, "n_samples", None)
         if samples is not None:
-            inst.samples.record(samples, tier_only)
+            inst["samples"].record(samples, tier_only)
         coverage = _ratio(getattr(outcome, "citation_coverage", None))
         if coverage is not None:
-            inst.coverage.record(coverage, tier_only)
+            inst["coverage"].record(coverage, tier_only)
         accuracy = _ratio(getattr(outcome, "citation_accuracy", None))
         if accuracy is not None:
-            inst.accuracy.record(accuracy, tier_only)
+            inst["accuracy"].record(accuracy, tier_only)
         fabricated = getattr(outcome, "fabricated", None)
         if fabricated is not None:
             count = 0
@@ -281,7 +290,7 @@ def record_request(
                     count = len(fabricated)
                 except TypeError:
                     count = 0
-            inst.fabricated.add(max(0, count), tier_only)
+            inst["fabricated"].add(max(0, count), tier_only)
     except Exception:
         logger.warning("tracerag: could not record request metrics", exc_info=True)
 
@@ -296,7 +305,7 @@ def _add(
 ) -> None:
     """Add ``value`` to one of tracerag's instruments; a failure is logged, never raised."""
     try:
-        getattr(_instruments(meter_provider), instrument).add(value, attrs)
+        _instruments(meter_provider)[instrument].add(value, attrs)
     except Exception:
         logger.log(level, "tracerag: could not record %s", what, exc_info=True)
 
@@ -347,65 +356,6 @@ def record_spans_dropped(
     _add(meter_provider, "spans_dropped", count, attrs, "dropped spans", logging.DEBUG)
 
 
-# ---------------------------------------------------------------------------------------------
-# Token usage and cost (see tracerag.usage): tokens, model calls and money per request, by tier,
-# stage, prompt and model version and decision. Prometheus: tracerag_usage_tokens_total
-# {direction="input|output"}, tracerag_usage_calls_total, tracerag_usage_cost_total (in the
-# price table's currency; only requests with a price table), and the per-request histogram
-# tracerag_usage_request_tokens_* (its _count counts requests by prompt and model version).
-# Cost per request is cost_total / requests_total; per passed answer, over requests{pass}.
-
-
-TOKENS_PER_REQUEST_BUCKETS: tuple[float, ...] = (
-    250, 500, 1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000,
-)
-
-
-@dataclass
-class _UsageInstruments:
-    tokens: Any
-    calls: Any
-    cost: Any
-    request_tokens: Any
-
-
-_usage_cache: weakref.WeakKeyDictionary[Any, _UsageInstruments] = weakref.WeakKeyDictionary()
-
-
-def _usage_instruments(meter_provider: MeterProvider | None) -> _UsageInstruments:
-    provider = get_meter_provider(meter_provider)
-    with _lock:
-        found = _usage_cache.get(provider)
-        if found is None:
-            meter = provider.get_meter(INSTRUMENTATION_NAME, __version__)
-            found = _UsageInstruments(
-                tokens=meter.create_counter(
-                    semconv.METRIC_USAGE_TOKENS,
-                    unit="{token}",
-                    description="Model tokens read (input) and written (output), by stage",
-                ),
-                calls=meter.create_counter(
-                    semconv.METRIC_USAGE_CALLS,
-                    unit="{call}",
-                    description="Model calls that returned a reply, by stage",
-                ),
-                cost=meter.create_counter(
-                    semconv.METRIC_USAGE_COST,
-                    unit="{currency}",
-                    description="Money spent on model calls, from the user's price table",
-                ),
-                request_tokens=_histogram(
-                    meter,
-                    semconv.METRIC_USAGE_REQUEST_TOKENS,
-                    "{token}",
-                    "Tokens (input + output) per request, by tier and version",
-                    TOKENS_PER_REQUEST_BUCKETS,
-                ),
-            )
-            _usage_cache[provider] = found
-    return found
-
-
 def record_usage(
     outcome: RequestOutcome,
     section: Mapping[str, Any],
@@ -414,23 +364,23 @@ def record_usage(
 ) -> None:
     """Record one request's ``usage`` section (``tracerag.usage.usage_section``) per stage."""
     try:
-        inst = _usage_instruments(meter_provider)
+        inst = _instruments(meter_provider, "usage")
         base = {
             semconv.METRIC_ATTR_TIER: _label(outcome.tier),
             semconv.METRIC_ATTR_DECISION: _label(outcome.decision),
             semconv.METRIC_ATTR_PROMPT_VERSION: _label(outcome.prompt_version),
             semconv.METRIC_ATTR_MODEL_VERSION: _label(outcome.model_version),
         }
-        inst.request_tokens.record(int(section.get("total_tokens") or 0), base)
+        inst["request_tokens"].record(int(section.get("total_tokens") or 0), base)
         cost_by_stage = (section.get("cost") or {}).get("by_stage") or {}
         for stage, totals in (section.get("by_stage") or {}).items():
             attrs = {**base, semconv.METRIC_ATTR_STAGE: _label(stage)}
             for direction in ("input", "output"):
                 count = int(totals.get(f"{direction}_tokens") or 0)
-                inst.tokens.add(count, {**attrs, semconv.METRIC_ATTR_DIRECTION: direction})
-            inst.calls.add(int(totals.get("calls") or 0), attrs)
+                inst["tokens"].add(count, {**attrs, semconv.METRIC_ATTR_DIRECTION: direction})
+            inst["calls"].add(int(totals.get("calls") or 0), attrs)
             money = cost_by_stage.get(stage)
             if isinstance(money, (int, float)) and money >= 0:
-                inst.cost.add(float(money), attrs)
+                inst["cost"].add(float(money), attrs)
     except Exception:
         logger.warning("tracerag: could not record usage metrics", exc_info=True)

@@ -122,30 +122,32 @@ def _prometheus_reader_and_server(port: int, addr: str) -> tuple[Any, Any, Any]:
     return reader, httpd, thread
 
 
-def _otlp_metric_reader(
-    endpoint: str | None,
-    protocol: str | None,
-    headers: Mapping[str, str] | str | None,
-    export_interval_millis: float | None,
-    timeout: float | None,
-) -> Any:
+@dataclass(frozen=True)
+class _OtlpMetrics:
+    """Where and how to export metrics over OTLP (None: from the ``OTEL_*`` variables)."""
+
+    endpoint: str | None = None
+    protocol: str | None = None
+    headers: Mapping[str, str] | str | None = None
+    export_interval_millis: float | None = None
+    timeout: float | None = None
+
+
+def _otlp_metric_reader(options: _OtlpMetrics) -> Any:
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
     from tracerag.telemetry.export import (
         MetricsEndpointCheck,
         metrics_endpoint,
+        otlp_exporter_options,
         otlp_protocol,
         parse_headers,
         signal_url,
     )
 
-    proto = otlp_protocol(protocol, "METRICS")
-    kwargs: dict[str, Any] = {}
-    parsed = parse_headers(headers)
-    if parsed is not None:
-        kwargs["headers"] = parsed
-    if timeout is not None:
-        kwargs["timeout"] = timeout
+    endpoint = options.endpoint
+    proto = otlp_protocol(options.protocol, "METRICS")
+    kwargs = otlp_exporter_options(options.headers, options.timeout)
     if proto == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
@@ -158,7 +160,7 @@ def _otlp_metric_reader(
         if endpoint is not None:
             endpoint = signal_url(endpoint, "/v1/metrics")
         exporter = HttpMetricExporter(endpoint=endpoint, **kwargs)
-    probe_headers = parsed or parse_headers(
+    probe_headers = kwargs.get("headers") or parse_headers(
         os.environ.get("OTEL_EXPORTER_OTLP_METRICS_HEADERS")
         or os.environ.get("OTEL_EXPORTER_OTLP_HEADERS")
     )
@@ -169,7 +171,7 @@ def _otlp_metric_reader(
         headers=probe_headers,
     )
     return PeriodicExportingMetricReader(
-        check.checked, export_interval_millis=export_interval_millis
+        check.checked, export_interval_millis=options.export_interval_millis
     )
 
 
@@ -199,12 +201,11 @@ def configure_metrics(
     provider, _ = _build_meter_provider(
         prometheus_port=prometheus_port,
         prometheus_addr=prometheus_addr,
-        otlp=otlp or endpoint is not None,
-        endpoint=endpoint,
-        protocol=protocol,
-        headers=headers,
-        export_interval_millis=export_interval_millis,
-        timeout=timeout,
+        otlp=(
+            _OtlpMetrics(endpoint, protocol, headers, export_interval_millis, timeout)
+            if otlp or endpoint is not None
+            else None
+        ),
         console=console,
         readers=readers,
         service_name=service_name,
@@ -221,12 +222,7 @@ def _build_meter_provider(
     *,
     prometheus_port: int | None = None,
     prometheus_addr: str = "127.0.0.1",
-    otlp: bool = False,
-    endpoint: str | None = None,
-    protocol: str | None = None,
-    headers: Mapping[str, str] | str | None = None,
-    export_interval_millis: float | None = None,
-    timeout: float | None = None,
+    otlp: _OtlpMetrics | None = None,
     console: bool = False,
     readers: Sequence[Any] = (),
     service_name: str | None = None,
@@ -241,10 +237,8 @@ def _build_meter_provider(
     if prometheus_port is not None:
         server_parts = _prometheus_reader_and_server(prometheus_port, prometheus_addr)
         all_readers.append(server_parts[0])
-    if otlp:
-        all_readers.append(
-            _otlp_metric_reader(endpoint, protocol, headers, export_interval_millis, timeout)
-        )
+    if otlp is not None:
+        all_readers.append(_otlp_metric_reader(otlp))
     if console:
         from opentelemetry.sdk.metrics.export import (
             ConsoleMetricExporter,
@@ -294,12 +288,14 @@ def start_prometheus_server(port: int, addr: str = "127.0.0.1") -> PrometheusSer
     MeterProvider passed to ``record_*`` or ``RAGPipeline`` bypasses it: add a
     ``PrometheusMetricReader`` to that provider instead.
     """
+    from tracerag.telemetry.export import env_exporters
+
     global _configured
-    env_otlp = _env_metric_exporters() or []
+    env_otlp = env_exporters("METRICS") or []
     provider, server = _build_meter_provider(
         prometheus_port=port,
         prometheus_addr=addr,
-        otlp="otlp" in env_otlp,
+        otlp=_OtlpMetrics() if "otlp" in env_otlp else None,
     )
     assert server is not None
     with _lock:
@@ -312,22 +308,12 @@ def prometheus_servers() -> list[PrometheusServer]:
     return list(_prometheus_servers)
 
 
-def _env_metric_exporters() -> list[str] | None:
-    names = os.environ.get("OTEL_METRICS_EXPORTER", "").strip()
-    if names:
-        return [n.strip().lower() for n in names.split(",") if n.strip()]
-    if (
-        os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "").strip()
-        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
-    ):
-        return ["otlp"]
-    return None
-
-
 def configure_metrics_from_env() -> MeterProvider | None:
     """A MeterProvider from ``TRACERAG_PROMETHEUS_PORT`` and the ``OTEL_*`` variables, or None
     when they ask for no metrics export."""
-    wanted = _env_metric_exporters() or []
+    from tracerag.telemetry.export import env_exporters
+
+    wanted = env_exporters("METRICS") or []
     port_text = (get_config().prometheus_port or "").strip()
     prometheus_port: int | None = None
     prometheus_addr = (get_config().prometheus_addr or "").strip() or "127.0.0.1"
@@ -347,7 +333,7 @@ def configure_metrics_from_env() -> MeterProvider | None:
         provider, _ = _build_meter_provider(
             prometheus_port=prometheus_port,
             prometheus_addr=prometheus_addr,
-            otlp=otlp,
+            otlp=_OtlpMetrics() if otlp else None,
             console=console,
         )
     except Exception:

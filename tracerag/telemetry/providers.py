@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from opentelemetry import trace
@@ -32,10 +32,13 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Tracer, TracerProvider
 
 from tracerag import __version__
+from tracerag.config import Once
 from tracerag.telemetry.export import (
     JsonLinesSpanExporter,
     Protocol,
     batch_processor,
+    env_exporters,
+    env_value,
     otlp_span_exporter,
     shutdown_at_exit,
 )
@@ -47,7 +50,8 @@ DEFAULT_SERVICE_NAME = "tracerag"
 
 _lock = threading.Lock()
 _configured: TracerProvider | None = None  # made by configure()
-_from_env: TracerProvider | None = None  # made from the environment, used while no global
+# made from the environment on first need, used while no global provider is installed
+_from_env: Once[TracerProvider] = Once(lambda: configure_from_env())
 _default_notice_logged = False
 _tracers: weakref.WeakKeyDictionary[Any, Tracer] = weakref.WeakKeyDictionary()
 
@@ -77,14 +81,7 @@ def current_provider(tracer_provider: TracerProvider | None = None) -> TracerPro
 
 
 def _env_provider() -> TracerProvider:
-    global _from_env
-    provider = _from_env
-    if provider is None:
-        with _lock:
-            if _from_env is None:
-                _from_env = configure_from_env()
-            provider = _from_env
-    return provider
+    return _from_env.get()
 
 
 def get_tracer(tracer_provider: TracerProvider | None = None) -> Tracer:
@@ -94,7 +91,7 @@ def get_tracer(tracer_provider: TracerProvider | None = None) -> Tracer:
 
 def default_provider() -> TracerProvider | None:
     """The provider tracerag made itself (by ``configure`` or from the env), if any yet."""
-    return _configured or _from_env
+    return _configured or _from_env.made
 
 
 def force_flush(timeout_millis: int | None = None) -> bool:
@@ -104,28 +101,10 @@ def force_flush(timeout_millis: int | None = None) -> bool:
 
     millis = int(default_shutdown_timeout() * 1000) if timeout_millis is None else timeout_millis
     ok = True
-    for provider in (_configured, _from_env):
+    for provider in (_configured, _from_env.made):
         if provider is not None and hasattr(provider, "force_flush"):
             ok = bool(provider.force_flush(millis)) and ok
     return ok
-
-
-def _env(*names: str) -> str | None:
-    for name in names:
-        value = os.environ.get(name)
-        if value is not None and value.strip():
-            return value.strip()
-    return None
-
-
-def _env_exporters() -> list[str] | None:
-    """The trace exporters the environment asks for, or None when it does not say."""
-    names = _env("OTEL_TRACES_EXPORTER")
-    if names is not None:
-        return [n.strip().lower() for n in names.split(",") if n.strip()]
-    if _env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
-        return ["otlp"]
-    return None
 
 
 def configure_from_env() -> TracerProvider:
@@ -135,7 +114,7 @@ def configure_from_env() -> TracerProvider:
     but exports none; this is logged once.
     """
     global _default_notice_logged
-    wanted = _env_exporters()
+    wanted = env_exporters("TRACES")
     if wanted is None:
         if not _default_notice_logged:
             _default_notice_logged = True
@@ -144,11 +123,12 @@ def configure_from_env() -> TracerProvider:
                 "(OTEL_EXPORTER_OTLP_ENDPOINT); spans get trace ids but are not exported. "
                 "Call tracerag.tracing.configure(endpoint=...) or set the OTEL_* variables."
             )
-        return _build_provider(otlp=False)
+        return _build_provider([])
     unknown = [n for n in wanted if n not in {"otlp", "console", "none"}]
     if unknown:
         logger.warning("tracerag: unsupported OTEL_TRACES_EXPORTER value(s) %s ignored", unknown)
-    provider = _build_provider(otlp="otlp" in wanted, console="console" in wanted)
+    exporters = [otlp_span_exporter()] if "otlp" in wanted else []
+    provider = _build_provider(exporters + _local_exporters(console="console" in wanted))
     if "otlp" in wanted:
         logger.info(
             "tracerag: no TracerProvider was set; exporting spans over OTLP as the OTEL_* "
@@ -190,19 +170,18 @@ def configure(
     if otlp is None:
         otlp = (
             endpoint is not None
-            or _env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT") is not None
+            or env_value("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+            is not None
             or not (console or file is not None)
         )
+    exporters = (
+        [otlp_span_exporter(endpoint, protocol=protocol, headers=headers, timeout=timeout)]
+        if otlp
+        else []
+    )
     provider = _build_provider(
-        otlp=otlp,
-        endpoint=endpoint,
-        protocol=protocol,
-        headers=headers,
-        service_name=service_name,
-        resource_attributes=resource_attributes,
-        console=console,
-        file=file,
-        timeout=timeout,
+        exporters + _local_exporters(console=console, file=file),
+        make_resource(service_name, resource_attributes),
         max_queue_size=max_queue_size,
         schedule_delay_millis=schedule_delay_millis,
         max_batch_bytes=max_batch_bytes,
@@ -217,10 +196,10 @@ def configure(
 
 def reset() -> None:
     """Shut down and forget tracerag's own TracerProviders (test isolation)."""
-    global _configured, _from_env, _default_notice_logged
+    global _configured, _default_notice_logged
     with _lock:
-        providers = [p for p in (_configured, _from_env) if p is not None]
-        _configured = _from_env = None
+        providers = [p for p in (_configured, _from_env.reset()) if p is not None]
+        _configured = None
     for provider in providers:
         if hasattr(provider, "shutdown"):
             provider.shutdown()
@@ -244,46 +223,28 @@ def make_resource(
     return resource
 
 
-def _build_provider(
-    *,
-    otlp: bool,
-    endpoint: str | None = None,
-    protocol: str | None = None,
-    headers: Mapping[str, str] | str | None = None,
-    service_name: str | None = None,
-    resource_attributes: Mapping[str, Any] | None = None,
-    console: bool = False,
-    file: str | os.PathLike[str] | IO[str] | None = None,
-    timeout: float | None = None,
-    max_queue_size: int | None = None,
-    schedule_delay_millis: float | None = None,
-    max_batch_bytes: int | None = None,
-    shutdown_timeout: float | None = None,
-) -> SDKTracerProvider:
-    provider = SDKTracerProvider(
-        resource=make_resource(service_name, resource_attributes),
-        shutdown_on_exit=False,  # shut down with tracerag's other providers, bounded
-    )
-    shutdown_at_exit(provider)
+def _local_exporters(
+    *, console: bool = False, file: str | os.PathLike[str] | IO[str] | None = None
+) -> list[SpanExporter]:
     exporters: list[SpanExporter] = []
-    if otlp:
-        exporters.append(
-            otlp_span_exporter(endpoint, protocol=protocol, headers=headers, timeout=timeout)
-        )
     if console:
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
         exporters.append(ConsoleSpanExporter())
     if file is not None:
         exporters.append(JsonLinesSpanExporter(file))
+    return exporters
+
+
+def _build_provider(
+    exporters: Sequence[SpanExporter], resource: Any = None, **batch_options: Any
+) -> SDKTracerProvider:
+    """A provider sending spans to each of ``exporters`` through tracerag's batch processor."""
+    provider = SDKTracerProvider(
+        resource=resource if resource is not None else make_resource(),
+        shutdown_on_exit=False,  # shut down with tracerag's other providers, bounded
+    )
+    shutdown_at_exit(provider)
     for exporter in exporters:
-        provider.add_span_processor(
-            batch_processor(
-                exporter,
-                max_queue_size=max_queue_size,
-                schedule_delay_millis=schedule_delay_millis,
-                max_batch_bytes=max_batch_bytes,
-                shutdown_timeout=shutdown_timeout,
-            )
-        )
+        provider.add_span_processor(batch_processor(exporter, **batch_options))
     return provider

@@ -40,12 +40,12 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr
 
+from tracerag.llm import ReplyChatModel
 from tracerag.record import AuditRecord
 from tracerag.signals.citations import SUPPORTED, verify_citations
 from tracerag.signals.claims import CITATION_RE, Claim, citation_ids, split_claims
@@ -834,7 +834,7 @@ def mutate_answer(
     return None
 
 
-class MutatingChatModel(BaseChatModel):
+class MutatingChatModel(ReplyChatModel):
     """Wraps a chat model and makes a share of its answers wrong, one mutation each.
 
     Each answer call is mutated with probability ``rate`` by mutation ``kind`` (see
@@ -900,25 +900,11 @@ class MutatingChatModel(BaseChatModel):
             self._mutated[mutation.answer] = mutation
         return mutation.answer
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        result = self.base._generate(messages, stop=stop, **kwargs)
-        return self._rewrite(messages, result)
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
+        return self._rewrite(messages, self.base._generate(messages, **kwargs))
 
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        result = await self.base._agenerate(messages, stop=stop, **kwargs)
-        return self._rewrite(messages, result)
+    async def _areply(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
+        return self._rewrite(messages, await self.base._agenerate(messages, **kwargs))
 
     def _rewrite(self, messages: list[BaseMessage], result: ChatResult) -> ChatResult:
         generation = result.generations[0]

