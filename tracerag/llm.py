@@ -232,7 +232,19 @@ async def retry_call(
     else:
         seconds, timeout_error = policy.model_timeout, ModelTimeoutError
 
+    counter.count = 1
+    try:  # the first attempt runs without tenacity: most calls succeed on it
+        return await within(fn, seconds, timeout_error)
+    except Exception as exc:
+        if policy.attempts <= 1 or not retry_on(exc):
+            raise
+        first: Exception | None = exc
+
     async def attempt() -> T:
+        nonlocal first
+        if first is not None:  # tenacity takes the first attempt's error as its own attempt 1
+            error, first = first, None
+            raise error
         counter.count += 1
         return await within(fn, seconds, timeout_error)
 
