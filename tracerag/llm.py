@@ -1,7 +1,9 @@
 """Calling the model and the retriever: bounded retries, timeouts, clean output, token usage.
 
-``retry_call`` runs one call under tenacity's ``AsyncRetrying``: each attempt is bounded by the
-policy's timeout, and only errors that may pass on a retry are retried (``is_transient``).
+``retry_call`` runs one call with bounded retries: each attempt is bounded by the policy's
+timeout, and only errors that may pass on a retry are retried (``is_transient``). The first
+attempt runs directly; a failed one is handed to tenacity's ``AsyncRetrying``, which makes the
+retries.
 ``call_model`` adds what a model's output must satisfy before tracerag uses it: at most
 ``RetryPolicy.max_output_chars`` characters, and text that encodes (lone UTF-16 surrogates
 become U+FFFD).
