@@ -17,14 +17,29 @@ zero-latency model: process CPU per pipeline request minus the CPU of doing the 
 and retrieval directly, both through the real OTel SDK (batch processor, spans discarded).
 
     python benchmarks/overhead.py [--latency 0.2] [--samples 5] [--rounds 10]
+
+Before and after, side by side in one run: ``--compare BEFORE [AFTER]`` measures two source
+trees of tracerag (AFTER defaults to this one). Each tree runs in its own worker process (the
+same workload, imported from that tree); the workers take turns, one at a time and in
+alternating order, so machine noise falls on both alike. It prints, per tree, the median
+wall ratios and the median CPU tracerag adds per request (through the OTel SDK and with a
+no-op tracer), and after/before ratios:
+
+    python benchmarks/overhead.py --compare ../before-tree [--rounds 10] [--cpu-requests 40]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
@@ -168,9 +183,7 @@ async def sync_vs_async(runnable, requests: int, rounds: int) -> dict[str, tuple
     for _ in range(rounds):
         for name, run in runs.items():
             seen[name].append(await run())
-    return {
-        name: (min(w for w, _ in v), min(c for _, c in v)) for name, v in seen.items()
-    }
+    return {name: (min(w for w, _ in v), min(c for _, c in v)) for name, v in seen.items()}
 
 
 async def _one_executor_call() -> int:
@@ -193,6 +206,160 @@ async def _bridge_cost_in_loop(calls: int) -> tuple[float, float]:
     return bridge_cost(calls)
 
 
+def keep_nothing(record) -> bool:
+    """A record sink that takes each record and keeps none: records are built, never stored."""
+    return True
+
+
+async def worker(latency: float, samples: int) -> None:
+    """Serve the compare mode: one JSON command per stdin line, one JSON reply per stdout line.
+
+    Runs the workload of whatever ``tracerag`` this process imports (its PYTHONPATH).
+    """
+    import tracerag
+
+    out = sys.stdout
+    sys.stdout = sys.stderr  # only replies go to the parent's pipe
+    tp = provider()
+    walls = {
+        "bare LCEL chain (1 call)": bare_chain(latency),
+        **pipelines(latency, samples, tp, audit=keep_nothing),
+    }
+    zero = {
+        "sdk": pipelines(0.0, samples, tp, audit=keep_nothing),
+        "noop": pipelines(0.0, samples, NoOpTracerProvider(), audit=keep_nothing),
+    }
+    calls = {"pipeline inline": samples, "pipeline separate": samples + 1}
+    for runnable in walls.values():
+        await runnable.ainvoke(QUESTION)
+
+    def reply(value) -> None:
+        out.write(json.dumps(value) + "\n")
+        out.flush()
+
+    reply({"ready": str(Path(tracerag.__file__).parent.parent)})
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd["op"] == "wall":
+            reply({name: await wall(runnable, 1) for name, runnable in walls.items()})
+        elif cmd["op"] == "cpu":
+            name = cmd["name"]
+            total, direct = await cpu_overhead(
+                zero[cmd["tracer"]][name], direct_calls(calls[name]), cmd["requests"]
+            )
+            reply({"total": total, "direct": direct})
+        else:
+            break
+    tp.shutdown()
+
+
+class Tree:
+    """A worker process running the workload on one source tree."""
+
+    def __init__(self, label: str, root: Path, latency: float, samples: int, cwd: str) -> None:
+        self.label = label
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        for name in [k for k in env if k.startswith(("TRACERAG_", "OTEL_"))]:
+            del env[name]  # both trees see the same (empty) configuration
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--worker",
+                "--latency",
+                str(latency),
+                "--samples",
+                str(samples),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=cwd,
+        )
+        ready = self.ask(None)["ready"]
+        if Path(ready).resolve() != root.resolve():
+            raise SystemExit(f"{label}: the worker imported tracerag from {ready}, not {root}")
+
+    def ask(self, cmd):
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        if cmd is not None:
+            self.proc.stdin.write(json.dumps(cmd) + "\n")
+            self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"{self.label}: the worker exited (rc {self.proc.wait()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def compare(args) -> None:
+    """Before and after side by side: wall ratios and CPU tracerag adds per request."""
+    here = Path(__file__).resolve().parent.parent
+    roots = [Path(args.compare[0]), Path(args.compare[1]) if len(args.compare) > 1 else here]
+    with tempfile.TemporaryDirectory() as cwd:
+        trees = [
+            Tree(label, root, args.latency, args.samples, cwd)
+            for label, root in zip(("before", "after"), roots, strict=True)
+        ]
+        print(
+            f"before: {roots[0]}\nafter:  {roots[1]}\nmodel latency {args.latency * 1000:.0f} ms, "
+            f"N={args.samples}, {args.rounds} rounds; each round every measurement runs in both "
+            f"trees, one tree at a time, alternating which goes first; audit records are built "
+            f"and handed to a sink that keeps none\n"
+        )
+        walls: list[dict[str, list[float]]] = [{}, {}]
+        cpu: list[dict[tuple[str, str], list[tuple[float, float]]]] = [{}, {}]
+        cpu_keys = [
+            (name, tracer)
+            for name in ("pipeline inline", "pipeline separate")
+            for tracer in ("sdk", "noop")
+        ]
+        for r in range(args.rounds):
+            order = (0, 1) if r % 2 == 0 else (1, 0)
+            for i in order:
+                for name, seconds in trees[i].ask({"op": "wall"}).items():
+                    walls[i].setdefault(name, []).append(seconds)
+            for name, tracer in cpu_keys:
+                for i in order:
+                    got = trees[i].ask(
+                        {"op": "cpu", "name": name, "tracer": tracer, "requests": args.cpu_requests}
+                    )
+                    cpu[i].setdefault((name, tracer), []).append((got["total"], got["direct"]))
+        for tree in trees:
+            tree.close()
+
+    med = statistics.median
+    bare = "bare LCEL chain (1 call)"
+    print(f"{'wall, ratio to one bare call':34} {'before':>9} {'after':>9} {'after/before':>13}")
+    for name in walls[0]:
+        if name == bare:
+            b, a = (med(walls[i][bare]) * 1000 for i in (0, 1))
+            print(f"  {'bare call (ms)':32} {b:8.1f}  {a:8.1f}  {a / b:12.2f}x")
+            continue
+        b, a = (med(walls[i][name]) / med(walls[i][bare]) for i in (0, 1))
+        print(f"  {name:32} {b:8.2f}x {a:8.2f}x {a / b:12.2f}x")
+    print(
+        f"\nCPU tracerag adds per request, ms (zero-latency model, median over {args.rounds} "
+        f"rounds of the mean of {args.cpu_requests} requests; request CPU minus the same model "
+        f"calls and retrieval made directly)"
+    )
+    print(f"  {'':32} {'before':>9} {'after':>9} {'after/before':>13}   request CPU before/after")
+    for key in cpu_keys:
+        added = [med(t - d for t, d in cpu[i][key]) * 1000 for i in (0, 1)]
+        total = [med(t for t, _ in cpu[i][key]) * 1000 for i in (0, 1)]
+        label = f"{key[0]} ({'OTel SDK' if key[1] == 'sdk' else 'no-op tracer'})"
+        print(
+            f"  {label:32} {added[0]:9.2f} {added[1]:9.2f} {added[1] / added[0]:12.2f}x"
+            f"   {total[0]:6.2f} / {total[1]:6.2f}"
+        )
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--latency", type=float, default=0.2)
@@ -200,7 +367,15 @@ async def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--cpu-requests", type=int, default=200)
     ap.add_argument("--sync-requests", type=int, default=50)
+    ap.add_argument("--compare", nargs="+", metavar="TREE", help="BEFORE [AFTER] source trees")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.worker:
+        await worker(args.latency, args.samples)
+        return
+    if args.compare:
+        await asyncio.to_thread(compare, args)
+        return
     tp = provider()
 
     print(

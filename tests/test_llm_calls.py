@@ -311,3 +311,45 @@ def test_a_lone_surrogate_in_a_retrieved_document_does_not_crash_the_request(doc
     texts = [m["text"] for m in records[0]["materials"]]
     assert any("\ufffd" in t for t in texts)
     json.dumps(records[0], ensure_ascii=False).encode("utf-8")
+
+
+def test_a_call_that_fails_once_is_retried_and_its_attempts_and_retries_are_told():
+    from tracerag.llm import Tries
+
+    calls: list[int] = []
+    heard: list[tuple[int, str]] = []
+    tries = Tries()
+
+    async def flaky() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise StatusError(503)
+        return "ok"
+
+    result = asyncio.run(
+        retry_call(
+            flaky,
+            RetryPolicy(attempts=3, **NO_WAIT),
+            on_retry=lambda attempt, error: heard.append((attempt, str(error))),
+            tries=tries,
+        )
+    )
+    assert result == "ok"
+    assert len(calls) == 2 and tries.count == 2
+    assert heard == [(1, "HTTP 503")]
+
+
+def test_a_first_attempt_that_times_out_is_retried_under_the_same_bound():
+    from tracerag.llm import Tries
+
+    tries = Tries()
+    calls: list[int] = []
+
+    async def slow() -> None:
+        calls.append(1)
+        await asyncio.Event().wait()
+
+    policy = RetryPolicy(attempts=2, model_timeout=0.01, **NO_WAIT)
+    with pytest.raises(ModelTimeoutError):
+        asyncio.run(asyncio.wait_for(retry_call(slow, policy, tries=tries), GUARD_S))
+    assert len(calls) == 2 and tries.count == 2

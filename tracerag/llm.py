@@ -1,7 +1,9 @@
 """Calling the model and the retriever: bounded retries, timeouts, clean output, token usage.
 
-``retry_call`` runs one call under tenacity's ``AsyncRetrying``: each attempt is bounded by the
-policy's timeout, and only errors that may pass on a retry are retried (``is_transient``).
+``retry_call`` runs one call with bounded retries: each attempt is bounded by the policy's
+timeout, and only errors that may pass on a retry are retried (``is_transient``). The first
+attempt runs directly; a failed one is handed to tenacity's ``AsyncRetrying``, which makes the
+retries.
 ``call_model`` adds what a model's output must satisfy before tracerag uses it: at most
 ``RetryPolicy.max_output_chars`` characters, and text that encodes (lone UTF-16 surrogates
 become U+FFFD).
@@ -235,7 +237,19 @@ async def retry_call(
     else:
         seconds, timeout_error = policy.model_timeout, ModelTimeoutError
 
+    counter.count = 1
+    try:  # the first attempt runs without tenacity: most calls succeed on it
+        return await within(fn, seconds, timeout_error)
+    except Exception as exc:
+        if policy.attempts <= 1 or not retry_on(exc):
+            raise
+        first: Exception | None = exc
+
     async def attempt() -> T:
+        nonlocal first
+        if first is not None:  # tenacity takes the first attempt's error as its own attempt 1
+            error, first = first, None
+            raise error
         counter.count += 1
         return await within(fn, seconds, timeout_error)
 

@@ -16,6 +16,7 @@ import html
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from langchain_core.messages import BaseMessage
 from langchain_core.prompts import ChatPromptTemplate
@@ -179,13 +180,18 @@ class PromptVersion:
             instruction = self.answer_with_plan_instruction.format(plan=format_plan(plan))
         else:
             instruction = self.answer_instruction
-        template = ChatPromptTemplate.from_messages([("system", self.system), ("human", HUMAN)])
-        return template.format_messages(
+        return _template(self.system).format_messages(
             task=task,
             materials=format_materials(materials),
             question=question,
             instruction=instruction,
         )
+
+
+@lru_cache(maxsize=64)
+def _template(system: str) -> ChatPromptTemplate:
+    """The chat template of a prompt version with this system text (built once, shared)."""
+    return ChatPromptTemplate.from_messages([("system", system), ("human", HUMAN)])
 
 
 #: The prompt tracerag sends unless a pipeline is given another (its fingerprint is

@@ -291,6 +291,8 @@ _KINDS = {
 
 
 def _set_root(root: Span, state: RequestState, response: Response | None) -> None:
+    if not root.is_recording():
+        return
     reg = state.registration
     versions = state.versions
     attrs: dict[str, Any] = {semconv.ERROR_COUNT: len(state.errors)}
@@ -345,7 +347,8 @@ def _usage(root: Span, ledger: usage.UsageLedger, settings: Settings) -> dict[st
     """The request's ``usage`` section, with its totals put on the root span; never raises."""
     try:
         section = usage.usage_section(ledger.calls(), settings.prices)
-        root.set_attributes(usage.root_attributes(section))
+        if root.is_recording():
+            root.set_attributes(usage.root_attributes(section))
         return section
     except Exception:
         logger.exception("tracerag: could not total the request's token usage")

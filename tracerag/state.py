@@ -624,16 +624,43 @@ class RequestState:
 
 def _jsonable(value: Any) -> Any:
     """Convert dataclasses, pydantic models, datetimes and containers to JSON-able values."""
-    if value is None or isinstance(value, (str, int, float, bool)):
+    cls = type(value)
+    kind = _KINDS.get(cls)
+    if kind is None:
+        kind = _KINDS[cls] = _kind_of(cls)
+    if kind == _PLAIN:
         return value
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json")
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
+    if kind == _DATACLASS:
+        return {name: _jsonable(getattr(value, name)) for name in _FIELD_NAMES[cls]}
+    if kind == _SEQUENCE:
         return [_jsonable(v) for v in value]
+    if kind == _MAPPING:
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if kind == _TIME:
+        return value.isoformat()
+    if kind == _MODEL:
+        return value.model_dump(mode="json")
     return str(value)
+
+
+_PLAIN, _TIME, _DATACLASS, _MODEL, _MAPPING, _SEQUENCE, _OTHER = range(7)
+_KINDS: dict[type, int] = {}
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _kind_of(cls: type) -> int:
+    """How ``_jsonable`` converts values of this type (decided once per type)."""
+    if cls is type(None) or issubclass(cls, (str, int, float, bool)):
+        return _PLAIN
+    if issubclass(cls, (datetime, date)):
+        return _TIME
+    if dataclasses.is_dataclass(cls):
+        _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+        return _DATACLASS
+    if hasattr(cls, "model_dump"):
+        return _MODEL
+    if issubclass(cls, Mapping):
+        return _MAPPING
+    if issubclass(cls, (list, tuple, set, frozenset)):
+        return _SEQUENCE
+    return _OTHER

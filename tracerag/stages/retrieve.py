@@ -138,6 +138,8 @@ async def retrieve(
 
 def record_materials(retrieval: Retrieval, span: Span) -> None:
     """Put the materials and retrieval signals on the span."""
+    if not span.is_recording():
+        return
     materials = retrieval.materials
     attrs: dict[str, Any] = {
         semconv.RETRIEVAL_COUNT: len(materials),

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +69,32 @@ def llm_span_attributes(llm: BaseChatModel, temperature: float | None) -> dict[s
     return attrs
 
 
+_DESCRIBED: dict[tuple[int, float | None], tuple[weakref.ref[Any], dict[str, Any]]] = {}
+_DESCRIBED_LOCK = threading.Lock()
+
+
+def model_attributes_of(
+    base: BaseChatModel, llm: BaseChatModel, temperature: float | None
+) -> dict[str, Any]:
+    """``llm_span_attributes(llm, temperature)`` for ``llm``, the pipeline's model ``base`` at
+    that temperature: described on its first request, then reused (a fresh dict each time)."""
+    key = (id(base), temperature)
+    known = _DESCRIBED.get(key)
+    if known is not None and known[0]() is base:
+        return dict(known[1])
+    attrs = llm_span_attributes(llm, temperature)
+
+    def forget(_: object) -> None:
+        with _DESCRIBED_LOCK:
+            entry = _DESCRIBED.get(key)
+            if entry is not None and entry[0]() is None:
+                del _DESCRIBED[key]
+
+    with _DESCRIBED_LOCK:
+        _DESCRIBED[key] = (weakref.ref(base, forget), attrs)
+    return dict(attrs)
+
+
 def input_message_attributes(messages: list[BaseMessage]) -> dict[str, Any]:
     """OpenInference input messages, under the content-capture policy (computed once a request)."""
     attrs: dict[str, Any] = {}
@@ -108,6 +136,10 @@ def finish_sample_span(
     span: Span, request_id: str, sample: Sample, extra: Mapping[str, Any] | None = None
 ) -> None:
     """All attributes of a finished sample span, set in one call."""
+    if sample.error:
+        span.set_status(Status(StatusCode.ERROR, sample.error))
+    if not span.is_recording():
+        return
     attrs: dict[str, Any] = dict(extra or {})
     attrs.update(
         {
@@ -121,7 +153,6 @@ def finish_sample_span(
     attrs.update(usage_attributes(sample))
     if sample.error:
         attrs[semconv.SAMPLE_ERROR] = sample.error
-        span.set_status(Status(StatusCode.ERROR, sample.error))
     span.set_attributes(attrs)
 
 
@@ -243,9 +274,12 @@ async def sample(
     retrieved = [m.id for m in materials]
 
     # a model without a temperature field samples at its own setting: none is reported
-    model_attributes = llm_span_attributes(llm, settings.temperature if applied else None)
+    model_attributes = model_attributes_of(
+        settings.llm, llm, settings.temperature if applied else None
+    )
     # the prompt goes onto the sample stage span once, not onto each of the N samples
-    span.set_attributes(input_message_attributes(messages))
+    if span.is_recording():
+        span.set_attributes(input_message_attributes(messages))
     versions = state.registration.versions if state.registration is not None else None
     if versions is not None and versions.prompt:
         model_attributes[semconv.OI_PROMPT_TEMPLATE_VERSION] = versions.prompt

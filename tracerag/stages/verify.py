@@ -139,6 +139,8 @@ async def verify(
 
 def record_signals(verification: Verification, span: Span) -> None:
     """The verify signals as span attributes and GenAI evaluation events."""
+    if not span.is_recording():
+        return
     report = verification.citations
     consistency = verification.consistency
     selection = verification.selection

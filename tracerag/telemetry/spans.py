@@ -26,6 +26,8 @@ def set_span_io(
 ) -> None:
     """Set OpenInference ``input.value`` / ``output.value`` (with mime types) on a span, as the
     capture policy allows; mappings are sent as JSON."""
+    if not span.is_recording():
+        return
     for value, key, mime_key in (
         (input, semconv.OI_INPUT_VALUE, semconv.OI_INPUT_MIME),
         (output, semconv.OI_OUTPUT_VALUE, semconv.OI_OUTPUT_MIME),
@@ -42,6 +44,8 @@ def set_span_io(
 
 def set_span_metadata(span: Any, metadata: Mapping[str, Any]) -> None:
     """Set OpenInference ``metadata`` (JSON): ids, versions, tier; never prompt or answer text."""
+    if not span.is_recording():
+        return
     span.set_attribute(semconv.OI_METADATA, _json(dict(metadata)))
 
 
