@@ -16,16 +16,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jaeger_backend import Jaeger, free_port, get, start_jaeger
+from jaeger_backend import Jaeger, check_request_trace, free_port, get, start_jaeger
 from otlp_receiver import backend_missing
-from test_backends_jaeger import check_request_trace
+from pipeline_fixtures import REPO
 
 from tracerag import ExtractiveChatModel, RAGPipeline, metrics, tracing
 from tracerag.demo.kb import build_retriever, load_questions
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 CACHE = Path(os.environ.get("TRACERAG_OTELCOL_CACHE") or Path.home() / ".cache/tracerag/otelcol")
 
 CONFIG = """

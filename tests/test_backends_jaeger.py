@@ -19,20 +19,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jaeger_backend import Jaeger, get, start_jaeger
+from jaeger_backend import Jaeger, check_request_trace, get, start_jaeger
 from langchain_core.documents import Document
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnablePassthrough
-from opentelemetry.trace import SpanKind
-from otlp_receiver import SpanTree, WireSpan
+from pipeline_fixtures import REPO
 
 from tracerag import RAGPipeline, metrics, semconv, tracing
 from tracerag.testing import ScriptedChatModel
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 OTEL_VARS = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
@@ -61,37 +60,6 @@ def clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     tracing.reset_for_tests()
     metrics.reset_for_tests()
-
-
-def check_request_trace(spans: list[WireSpan], request_id: str, n_samples: int) -> SpanTree:
-    """One request's trace as issue 9 asks for it; returns the tree for further checks."""
-    tree = SpanTree(spans)
-    assert spans, "no spans"
-    (root,) = tree.roots()
-    assert root.name == semconv.SPAN_REQUEST
-    stages = tree.children(root)
-    assert sorted(s.name for s in stages) == sorted(semconv.STAGE_SPANS.values())
-    (sample,) = tree.named(semconv.SPAN_SAMPLE)
-    generations = tree.named(semconv.SPAN_SAMPLE_ONE)
-    assert len(generations) == n_samples
-    assert all(tree.parent(g) is sample for g in generations)
-    assert len(spans) == 1 + 6 + n_samples
-    for span in spans:
-        assert span.attributes[semconv.REQUEST_ID] == request_id, span.name
-    for generation in generations:  # model spans: OpenInference LLM, GenAI chat, CLIENT
-        assert generation.kind == SpanKind.CLIENT.value + 1  # OTLP numbers kinds from 1
-        assert generation.attributes[semconv.OI_SPAN_KIND] == semconv.OI_KIND_LLM
-        assert generation.attributes[semconv.GENAI_OPERATION_NAME] == "chat"
-        assert generation.attributes[semconv.GENAI_REQUEST_MODEL]
-    (retrieve,) = tree.named(semconv.SPAN_RETRIEVE)
-    count = retrieve.attributes[semconv.RETRIEVAL_COUNT]
-    assert count > 0
-    for i in range(count):
-        assert retrieve.attributes[semconv.oi_document(i, "id")]
-        assert isinstance(retrieve.attributes[semconv.oi_document(i, "score")], float)
-    assert root.attributes[semconv.DECISION] in {"pass", "review", "escalate"}
-    assert isinstance(root.attributes[semconv.CONFIDENCE], float)
-    return tree
 
 
 DEMO_LINE = re.compile(r"request_id: (?P<request>[0-9a-f]+)\s+trace_id: (?P<trace>[0-9a-f]{32})")

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dashboard_queries import label_values_metric, promql_metric_names, queries
 from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
 from otlp_receiver import backend_missing
-from test_dashboards import label_values_metric, promql_metric_names, queries
 
 from tracerag import ExtractiveChatModel, RAGPipeline, metrics, tracing
 from tracerag.demo.kb import build_retriever, load_questions

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import GOOD, QUESTION, scripted
+from pipeline_fixtures import GOOD, QUESTION, REPO, scripted
 
 from tracerag.cli import main
 from tracerag.config import reset_config
@@ -37,7 +36,7 @@ from tracerag.tools.calibration import (
     split_holdout,
 )
 
-EXAMPLE_DATA = Path(__file__).resolve().parent.parent / "examples/calibration/demo_labelled.jsonl"
+EXAMPLE_DATA = REPO / "examples/calibration/demo_labelled.jsonl"
 CAP = 0.59
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
+from pipeline_fixtures import REPO
 
 from tracerag.cli import main
 from tracerag.demo.models.extractive import ExtractiveChatModel, asks_for_citations
@@ -26,7 +26,7 @@ from tracerag.tools import eval as ev
 from tracerag.tools.indicators import compute
 from tracerag.tools.show import render_timeline
 
-QUESTIONS = Path(__file__).resolve().parent.parent / "examples" / "eval" / "questions.jsonl"
+QUESTIONS = REPO / "examples" / "eval" / "questions.jsonl"
 V1 = "prompt@v1,model@extractive"
 V2 = "prompt@v2-nocite,model@extractive"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import FAST_RETRY
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
+from pipeline_fixtures import FAST_RETRY
 
 from tracerag import cli
 from tracerag import semconv as sc

@@ -1,4 +1,4 @@
-# ruff: noqa: F811  (pytest fixtures imported by name)
+
 """The materials command line on both backends, and time to locate: one command from a
 complained-about request to the write that caused it."""
 
@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from langchain_core.documents import Document
-from materials_fixtures import backend  # noqa: F401
 from store_fixtures import Backend, PostgresBackend
 
 from tracerag import RAGPipeline

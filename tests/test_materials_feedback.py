@@ -1,4 +1,4 @@
-# ruff: noqa: F811  (pytest fixtures imported by name)
+
 """Closing the loop on both backends: a real pipeline over the reranking retriever, feedback
 that moves credibility (by attribution share when there is one), quarantine after denials, and
 trace-back from a complained-about request to the write that caused it."""
@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from langchain_core.documents import Document
-from materials_fixtures import backend, registry  # noqa: F401
 
 from tracerag import RAGPipeline
 from tracerag.materials import MaterialRegistry

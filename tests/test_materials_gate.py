@@ -1,4 +1,4 @@
-# ruff: noqa: F811  (pytest fixtures imported by name)
+
 """The write gate on each class of input, in English and Chinese, alone and in the registry."""
 
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 
 import pytest
-from materials_fixtures import backend, registry  # noqa: F401
 
 from tracerag.materials import MaterialRegistry, WriteGate
 from tracerag.materials.gate import GateReason

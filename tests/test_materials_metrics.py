@@ -1,10 +1,9 @@
-# ruff: noqa: F811  (pytest fixtures imported by name)
+
 """Registry gauges, collected by a real SDK reader from a real registry."""
 
 from __future__ import annotations
 
 from langchain_core.documents import Document
-from materials_fixtures import backend, registry  # noqa: F401
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 

@@ -1,4 +1,4 @@
-# ruff: noqa: F811  (pytest fixtures imported by name)
+
 """The material registry on both store backends: versions, batches, quarantine, conflicts,
 deletion, read-hit retention and hash-chain coverage."""
 
@@ -9,7 +9,6 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from langchain_core.documents import Document
-from materials_fixtures import backend, registry  # noqa: F401
 from store_fixtures import Backend
 
 from tracerag.materials import (

@@ -1,4 +1,4 @@
-# ruff: noqa: F811  (pytest fixtures imported by name)
+
 """The reranking retriever: withheld materials are never retrieved again (caches included),
 and candidates are ordered by similarity × credibility × recency."""
 
@@ -10,7 +10,6 @@ import pytest
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from materials_fixtures import backend, registry  # noqa: F401
 
 from tracerag.materials import MaterialRegistry
 from tracerag.materials.rerank import (

@@ -1,11 +1,10 @@
-# ruff: noqa: F811  (pytest fixtures imported by name)
+
 """``POST /v1/feedback`` of ``tracerag serve``'s app over a real store on both backends."""
 
 from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
-from materials_fixtures import backend, registry  # noqa: F401
 
 from tracerag.materials import MaterialRegistry
 from tracerag.server.app import create_app

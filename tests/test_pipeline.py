@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import (
+from langchain_core.runnables import RunnableLambda
+from pipeline_fixtures import (
     FABRICATED,
     GOOD,
     GOOD_ALT,
@@ -15,7 +16,6 @@ from conftest import (
     WRONG_NUMBER,
     scripted,
 )
-from langchain_core.runnables import RunnableLambda
 
 from tracerag import (
     InputError,

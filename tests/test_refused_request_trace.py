@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import GOOD, QUESTION
+from pipeline_fixtures import GOOD, QUESTION
 
 from tracerag import MissingVersionError
 from tracerag import semconv as sc

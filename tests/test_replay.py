@@ -6,8 +6,8 @@ import asyncio
 import json
 
 import pytest
-from conftest import FAST_RETRY, GOOD, PLAN, QUESTION, WRONG_NUMBER
 from langchain_core.vectorstores import VectorStoreRetriever
+from pipeline_fixtures import FAST_RETRY, GOOD, PLAN, QUESTION, WRONG_NUMBER
 
 from tracerag import cli
 from tracerag.pipeline import RAGPipeline

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from pipeline_fixtures import REPO
 from server_fixtures import free_port
 
 from tracerag.store.sqlite import SQLiteAuditStore
@@ -30,7 +31,7 @@ QUESTIONS = [
 
 
 def serve(store: Path, port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("TRACERAG_STORE", None)
     return subprocess.Popen(
         [

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import FAST_RETRY, QUESTION
-from test_wrap import positional_answer, standard_chain
+from pipeline_fixtures import FAST_RETRY, QUESTION, positional_answer, standard_chain
 
 from tracerag import wrap
 from tracerag.store import RequestTrail, entries_from_record

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from store_fixtures import backend, make_record, store  # noqa: F401
+from store_fixtures import make_record
 
 from tracerag.store.chain import (
     GENESIS_HASH,
@@ -14,12 +14,12 @@ from tracerag.store.chain import (
 )
 
 
-def _fill(store, n: int = 3) -> None:  # noqa: F811
+def _fill(store, n: int = 3) -> None:
     for i in range(n):
         store.append_record(make_record(f"r{i}", decision="pass"))
 
 
-def _row(backend, seq: int) -> tuple:  # noqa: F811
+def _row(backend, seq: int) -> tuple:
     rows = backend.execute(
         "SELECT seq, request_id, kind, payload, actor, created_at, prev_hash, hash "
         "FROM audit_entries WHERE seq = ?",
@@ -72,7 +72,7 @@ def test_verifier_on_hand_made_rows() -> None:
 # Tampering with the database (both backends)
 
 
-def test_intact_chain(store) -> None:  # noqa: F811
+def test_intact_chain(store) -> None:
     assert store.verify_chain().ok  # empty store
     _fill(store)
     report = store.verify_chain()
@@ -82,7 +82,7 @@ def test_intact_chain(store) -> None:  # noqa: F811
     assert "intact" in report.summary()
 
 
-def test_plain_update_and_delete_are_refused(backend, store) -> None:  # noqa: F811
+def test_plain_update_and_delete_are_refused(backend, store) -> None:
     _fill(store, 1)
     with pytest.raises(Exception, match="append-only"):
         backend.execute("UPDATE audit_entries SET actor = 'x' WHERE seq = 1", bypass_guard=False)
@@ -91,7 +91,7 @@ def test_plain_update_and_delete_are_refused(backend, store) -> None:  # noqa: F
     assert store.verify_chain().ok
 
 
-def test_changed_payload_is_reported(backend, store) -> None:  # noqa: F811
+def test_changed_payload_is_reported(backend, store) -> None:
     _fill(store)
     trail = store.get("r1")
     verify = trail.first("verify")
@@ -107,7 +107,7 @@ def test_changed_payload_is_reported(backend, store) -> None:  # noqa: F811
 
 
 @pytest.mark.parametrize("column", ["actor", "created_at", "kind", "request_id"])
-def test_changed_metadata_is_reported(backend, store, column) -> None:  # noqa: F811
+def test_changed_metadata_is_reported(backend, store, column) -> None:
     _fill(store)
     backend.execute(f"UPDATE audit_entries SET {column} = {column} || 'x' WHERE seq = 12")
     report = store.verify_chain()
@@ -115,7 +115,7 @@ def test_changed_metadata_is_reported(backend, store, column) -> None:  # noqa: 
     assert [i.seq for i in changed] == [12]
 
 
-def test_rewritten_and_rehashed_entry_is_reported(backend, store) -> None:  # noqa: F811
+def test_rewritten_and_rehashed_entry_is_reported(backend, store) -> None:
     """An intruder who recomputes the entry's own hash still breaks the next link."""
     _fill(store)
     seq, rid, kind, _payload, actor, created_at, prev_hash, _h = _row(backend, 18)
@@ -134,7 +134,7 @@ def test_rewritten_and_rehashed_entry_is_reported(backend, store) -> None:  # no
     assert "requests.confidence" in report.issues[1].detail
 
 
-def test_removed_entry_is_reported_with_seq_and_request(backend, store) -> None:  # noqa: F811
+def test_removed_entry_is_reported_with_seq_and_request(backend, store) -> None:
     _fill(store)
     backend.execute("DELETE FROM audit_entries WHERE seq = 15")
     report = store.verify_chain()
@@ -144,7 +144,7 @@ def test_removed_entry_is_reported_with_seq_and_request(backend, store) -> None:
     assert not report.changed and not report.reordered
 
 
-def test_removed_request_is_reported(backend, store) -> None:  # noqa: F811
+def test_removed_request_is_reported(backend, store) -> None:
     _fill(store)
     backend.execute("DELETE FROM audit_entries WHERE request_id = 'r1'")
     report = store.verify_chain()
@@ -152,14 +152,14 @@ def test_removed_request_is_reported(backend, store) -> None:  # noqa: F811
     assert [i.request_id for i in report.removed if i.seq is None] == ["r1"]
 
 
-def test_removed_newest_entries_are_reported(backend, store) -> None:  # noqa: F811
+def test_removed_newest_entries_are_reported(backend, store) -> None:
     _fill(store)
     backend.execute("DELETE FROM audit_entries WHERE seq > 27")
     report = store.verify_chain()
     assert (28, 30) in [(i.seq, i.seq_end) for i in report.removed]
 
 
-def test_removed_and_renumbered_entries_are_reported(backend, store) -> None:  # noqa: F811
+def test_removed_and_renumbered_entries_are_reported(backend, store) -> None:
     """Deleting an entry and closing the seq gap does not hide the deletion."""
     _fill(store)
     backend.execute("DELETE FROM audit_entries WHERE seq = 5")
@@ -172,7 +172,7 @@ def test_removed_and_renumbered_entries_are_reported(backend, store) -> None:  #
     assert report.reordered[0].seq == 5
 
 
-def test_swapped_entries_are_reported_as_reordered(backend, store) -> None:  # noqa: F811
+def test_swapped_entries_are_reported_as_reordered(backend, store) -> None:
     _fill(store)
     backend.execute("UPDATE audit_entries SET seq = -1 WHERE seq = 14")
     backend.execute("UPDATE audit_entries SET seq = 14 WHERE seq = 15")
@@ -182,7 +182,7 @@ def test_swapped_entries_are_reported_as_reordered(backend, store) -> None:  # n
     assert "written as seq 15" in report.issues[0].detail
 
 
-def test_report_is_json_able(backend, store) -> None:  # noqa: F811
+def test_report_is_json_able(backend, store) -> None:
     import json
 
     _fill(store, 1)
@@ -191,7 +191,7 @@ def test_report_is_json_able(backend, store) -> None:  # noqa: F811
     assert data["ok"] is False and data["issues"][0]["kind"] == "removed"
 
 
-def test_appending_continues_the_chain_after_reopen(backend) -> None:  # noqa: F811
+def test_appending_continues_the_chain_after_reopen(backend) -> None:
     s = backend.open()
     _fill(s, 1)
     s.close()
@@ -244,7 +244,7 @@ def test_jcs_json_is_rfc8785_where_rfc8785_can_write_the_value() -> None:
     check()
 
 
-def test_a_chain_can_be_re_verified_with_any_jcs_implementation(store) -> None:  # noqa: F811
+def test_a_chain_can_be_re_verified_with_any_jcs_implementation(store) -> None:
     """What a third party does: SHA-256 over the JCS array of the stored fields."""
     import hashlib
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from store_fixtures import backend, make_record  # noqa: F401
+from store_fixtures import make_record
 
 from tracerag.store import SchemaTooNew, entries_from_record
 from tracerag.store.chain import GENESIS_HASH, canonical_json, entry_hash
 
 
-def _migrate_to(backend, version: int) -> None:  # noqa: F811
+def _migrate_to(backend, version: int) -> None:
     """Create the backend's database at an old schema version."""
     if backend.name == "sqlite":
         from tracerag.store.sqlite import migrate
@@ -29,7 +29,7 @@ def _migrate_to(backend, version: int) -> None:  # noqa: F811
             conn.close()
 
 
-def _write_v1(backend, records: list[dict]) -> None:  # noqa: F811
+def _write_v1(backend, records: list[dict]) -> None:
     """Write records the way a version-1 store did (log, head and the v1 request index)."""
     seq, prev = 0, GENESIS_HASH
     for record in records:
@@ -71,7 +71,7 @@ def _write_v1(backend, records: list[dict]) -> None:  # noqa: F811
     )
 
 
-def test_a_version_1_database_is_migrated_on_open(backend) -> None:  # noqa: F811
+def test_a_version_1_database_is_migrated_on_open(backend) -> None:
     _migrate_to(backend, 1)
     old = [
         make_record("old-pass", decision="pass", confidence=0.93),
@@ -115,7 +115,7 @@ def test_a_version_1_database_is_migrated_on_open(backend) -> None:  # noqa: F81
         store.close()
 
 
-def test_opening_twice_applies_nothing_new(backend) -> None:  # noqa: F811
+def test_opening_twice_applies_nothing_new(backend) -> None:
     backend.open().close()
     store = backend.open()
     store.close()
@@ -125,7 +125,7 @@ def test_opening_twice_applies_nothing_new(backend) -> None:  # noqa: F811
     assert rows[0][0] == SCHEMA_VERSION
 
 
-def test_a_newer_schema_is_refused(backend) -> None:  # noqa: F811
+def test_a_newer_schema_is_refused(backend) -> None:
     backend.open().close()
     backend.execute(
         "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
@@ -162,7 +162,7 @@ def test_the_format_paramstyle_is_translated_token_by_token() -> None:
     assert to_qmark("a = %s AND b LIKE 'x%%' AND c = %s") == "a = ? AND b LIKE 'x%' AND c = ?"
 
 
-def test_literal_question_marks_and_percents_survive_both_backends(backend) -> None:  # noqa: F811
+def test_literal_question_marks_and_percents_survive_both_backends(backend) -> None:
     """Issue: PostgreSQL support rewrote every ``?``, literal ones included."""
     opened = backend.open()
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from store_fixtures import backend, make_record, store  # noqa: F401
+from store_fixtures import make_record
 
 from tracerag.store import (
     AlreadyDecided,
@@ -16,7 +16,7 @@ from tracerag.store import (
 )
 
 
-def test_routed_records_are_queued_automatically(store) -> None:  # noqa: F811
+def test_routed_records_are_queued_automatically(store) -> None:
     store.append_record(make_record("p", decision="pass", confidence=0.91))
     store.append_record(make_record("r", decision="review", confidence=0.7))
     store.append_record(make_record("e", decision="escalate", confidence=0.3))
@@ -33,7 +33,7 @@ def test_routed_records_are_queued_automatically(store) -> None:  # noqa: F811
     assert entry.payload["before"] is None and entry.payload["reason"] == queue[0].reason
 
 
-def test_auto_enqueue_can_be_turned_off(backend) -> None:  # noqa: F811
+def test_auto_enqueue_can_be_turned_off(backend) -> None:
     s = backend.open(auto_enqueue=False)
     try:
         s.append_record(make_record("e", decision="escalate"))
@@ -51,7 +51,7 @@ def test_auto_enqueue_can_be_turned_off(backend) -> None:  # noqa: F811
         s.close()
 
 
-def test_claim_order_is_escalations_first_then_oldest(store) -> None:  # noqa: F811
+def test_claim_order_is_escalations_first_then_oldest(store) -> None:
     for rid, decision in [
         ("r1", "review"),
         ("e1", "escalate"),
@@ -66,7 +66,7 @@ def test_claim_order_is_escalations_first_then_oldest(store) -> None:  # noqa: F
     assert store.list_queue(status="pending") == []
 
 
-def test_claim_is_audited(store) -> None:  # noqa: F811
+def test_claim_is_audited(store) -> None:
     store.append_record(make_record("e", decision="escalate"))
     item = store.claim_next("alice")
     assert item.status == "claimed" and item.claimed_by == "alice" and item.claimed_at
@@ -76,7 +76,7 @@ def test_claim_is_audited(store) -> None:  # noqa: F811
     assert entry.payload["after"] == {"status": "claimed", "claimed_by": "alice"}
 
 
-def test_release_puts_an_item_back(store) -> None:  # noqa: F811
+def test_release_puts_an_item_back(store) -> None:
     store.append_record(make_record("e", decision="escalate"))
     store.claim_next("alice")
     item = store.release("e", "alice", reason="end of shift")
@@ -86,7 +86,7 @@ def test_release_puts_an_item_back(store) -> None:  # noqa: F811
     assert store.claim_next("bob").request_id == "e"
 
 
-def test_decide_records_the_final_word(store) -> None:  # noqa: F811
+def test_decide_records_the_final_word(store) -> None:
     store.append_record(make_record("e", decision="escalate"))
     assert store.get_decision("e") is None
     store.claim_next("alice")
@@ -115,7 +115,7 @@ def test_decide_records_the_final_word(store) -> None:  # noqa: F811
     assert store.verify_chain().ok
 
 
-def test_a_decision_is_final(store) -> None:  # noqa: F811
+def test_a_decision_is_final(store) -> None:
     store.append_record(make_record("r", decision="review"))
     store.decide("r", "alice", "approve")  # deciding without claiming is allowed
     with pytest.raises(AlreadyDecided) as info:
@@ -126,7 +126,7 @@ def test_a_decision_is_final(store) -> None:  # noqa: F811
     assert len(store.get("r").of_kind("review_decision")) == 1
 
 
-def test_decide_validates_its_input(store) -> None:  # noqa: F811
+def test_decide_validates_its_input(store) -> None:
     store.append_record(make_record("r", decision="review"))
     store.append_record(make_record("p", decision="pass"))
     with pytest.raises(ValueError):
@@ -149,7 +149,7 @@ def test_decide_validates_its_input(store) -> None:  # noqa: F811
         store.get_decision("missing")
 
 
-def test_concurrent_reviewers_never_take_the_same_item(backend) -> None:  # noqa: F811
+def test_concurrent_reviewers_never_take_the_same_item(backend) -> None:
     setup = backend.open()
     for i in range(12):
         setup.append_record(make_record(f"q{i}", decision="escalate" if i % 3 else "review"))
@@ -185,7 +185,7 @@ def test_concurrent_reviewers_never_take_the_same_item(backend) -> None:  # noqa
             s.close()
 
 
-def test_concurrent_decisions_exactly_one_wins(backend) -> None:  # noqa: F811
+def test_concurrent_decisions_exactly_one_wins(backend) -> None:
     setup = backend.open()
     setup.append_record(make_record("hot", decision="escalate"))
     stores = [backend.open() for _ in range(4)]

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from store_fixtures import backend, make_record, store  # noqa: F401
+from store_fixtures import make_record
 
 from tracerag.config import reset_config
 from tracerag.errors import ConfigurationError
@@ -151,11 +151,11 @@ def test_any_json_record_round_trips(extra: dict, samples: list, errors: list) -
 # Through a store (both backends)
 
 
-def test_store_satisfies_the_protocol(store) -> None:  # noqa: F811
+def test_store_satisfies_the_protocol(store) -> None:
     assert isinstance(store, AuditStore)
 
 
-def test_append_and_get_returns_everything(store) -> None:  # noqa: F811
+def test_append_and_get_returns_everything(store) -> None:
     record = make_record()
     store.append_record(record)
     trail = store.get("req-0001")
@@ -181,14 +181,14 @@ def test_append_and_get_returns_everything(store) -> None:  # noqa: F811
     assert [e.kind for e in trail.actions] == ["review_enqueued"]
 
 
-def test_unknown_request_raises_a_key_error(store) -> None:  # noqa: F811
+def test_unknown_request_raises_a_key_error(store) -> None:
     with pytest.raises(RequestNotFound) as info:
         store.get("nope")
     assert isinstance(info.value, KeyError)
     assert "nope" in str(info.value)
 
 
-def test_a_record_is_written_once(store) -> None:  # noqa: F811
+def test_a_record_is_written_once(store) -> None:
     store.append_record(make_record())
     with pytest.raises(DuplicateRequest):
         store.append_record(make_record())
@@ -196,7 +196,7 @@ def test_a_record_is_written_once(store) -> None:  # noqa: F811
     assert store.verify_chain().ok
 
 
-def test_an_invalid_record_writes_nothing(store) -> None:  # noqa: F811
+def test_an_invalid_record_writes_nothing(store) -> None:
     store.append_record(make_record("a", decision="pass"))
     with pytest.raises(InvalidRecord):
         store.append_record({"request_id": "b", "question": object()})
@@ -206,7 +206,7 @@ def test_an_invalid_record_writes_nothing(store) -> None:  # noqa: F811
     assert report.ok and report.head_seq == 10
 
 
-def test_list_requests_newest_first_with_filters(store) -> None:  # noqa: F811
+def test_list_requests_newest_first_with_filters(store) -> None:
     for i, decision in enumerate(["pass", "review", "escalate", "pass"]):
         store.append_record(make_record(f"r{i}", decision=decision, confidence=0.5 + i / 10))
     listed = store.list_requests()
@@ -224,7 +224,7 @@ def test_list_requests_newest_first_with_filters(store) -> None:  # noqa: F811
     assert len(store.list_requests(since="2000-01-01T00:00:00Z")) == 4
 
 
-def test_operator_actions_are_audited(store) -> None:  # noqa: F811
+def test_operator_actions_are_audited(store) -> None:
     store.append_record(make_record(decision="pass"))
     entry = store.append_action(
         "req-0001",
@@ -253,7 +253,7 @@ def test_operator_actions_are_audited(store) -> None:  # noqa: F811
     assert store.verify_chain().ok
 
 
-def test_metrics(store) -> None:  # noqa: F811
+def test_metrics(store) -> None:
     store.append_record(make_record("a", decision="pass", confidence=0.9, errors=[]))
     store.append_record(make_record("b", decision="review", confidence=0.7))
     store.append_record(make_record("c", decision="escalate", confidence=0.2))
@@ -274,7 +274,7 @@ def test_metrics(store) -> None:  # noqa: F811
     assert store.metrics(since=future).requests == 0
 
 
-def test_concurrent_writers_keep_one_linear_chain(backend) -> None:  # noqa: F811
+def test_concurrent_writers_keep_one_linear_chain(backend) -> None:
     """Threads on one store, and several store instances (app instances) on one database."""
     stores = [backend.open() for _ in range(3)]
     errors: list[BaseException] = []
@@ -303,7 +303,7 @@ def test_concurrent_writers_keep_one_linear_chain(backend) -> None:  # noqa: F81
             s.close()
 
 
-def test_store_is_durable_across_reopen(backend) -> None:  # noqa: F811
+def test_store_is_durable_across_reopen(backend) -> None:
     s = backend.open()
     s.append_record(make_record())
     s.close()
@@ -371,7 +371,7 @@ def test_closed_store_refuses_work(tmp_path) -> None:
         s.append_record(make_record())
 
 
-def test_append_records_writes_a_batch_in_one_go(store) -> None:  # noqa: F811
+def test_append_records_writes_a_batch_in_one_go(store) -> None:
     store.append_record(make_record("old", decision="pass"))
     outcomes = store.append_records(
         [

@@ -4,7 +4,7 @@ outside anchor (an exported head), and — the honest limit — with neither."""
 from __future__ import annotations
 
 import pytest
-from store_fixtures import backend, make_record  # noqa: F401
+from store_fixtures import make_record
 
 from tracerag.store.chain import CHAIN_V2, entry_hash
 
@@ -19,7 +19,7 @@ def _fill(store) -> None:
     store.decide("r0", "alice", "reject", reason="cites a superseded policy")
 
 
-def _rows(backend, after: int = 0) -> list[tuple]:  # noqa: F811
+def _rows(backend, after: int = 0) -> list[tuple]:
     return backend.execute(
         "SELECT seq, request_id, kind, payload, actor, created_at, prev_hash, hash "
         "FROM audit_entries WHERE seq > ? ORDER BY seq",
@@ -28,13 +28,13 @@ def _rows(backend, after: int = 0) -> list[tuple]:  # noqa: F811
     )
 
 
-def _genesis(backend) -> str:  # noqa: F811
+def _genesis(backend) -> str:
     return backend.execute(
         "SELECT value FROM store_meta WHERE key = 'genesis'", bypass_guard=False
     )[0][0]
 
 
-def _reseal_from(backend, seq: int) -> None:  # noqa: F811
+def _reseal_from(backend, seq: int) -> None:
     """What an intruder without the key can do: re-hash every entry from ``seq`` on (v2)."""
     rows = _rows(backend, seq - 1)
     prev = _rows(backend, seq - 2)[0][7] if seq > 1 else _genesis(backend)
@@ -51,7 +51,7 @@ def _reseal_from(backend, seq: int) -> None:  # noqa: F811
     )
 
 
-def _truncate_tail(backend) -> None:  # noqa: F811
+def _truncate_tail(backend) -> None:
     """Remove the newest request (r2's entries, its index row) and move the head back."""
     backend.execute("DELETE FROM audit_entries WHERE request_id = 'r2'")
     backend.execute("DELETE FROM requests WHERE request_id = 'r2'")
@@ -63,7 +63,7 @@ def _truncate_tail(backend) -> None:  # noqa: F811
     )
 
 
-def _delete_everything(backend) -> None:  # noqa: F811
+def _delete_everything(backend) -> None:
     for table in ("review_queue", "audit_entries", "requests"):
         backend.execute(f"DELETE FROM {table}")
     backend.execute(
@@ -72,7 +72,7 @@ def _delete_everything(backend) -> None:  # noqa: F811
     )
 
 
-def _append_forged(backend) -> None:  # noqa: F811
+def _append_forged(backend) -> None:
     """A new entry, sealed as well as one can without the key, with the head moved onto it."""
     (head,) = backend.execute("SELECT last_seq, last_hash FROM chain_head", bypass_guard=False)
     seq, prev = head[0] + 1, head[1]
@@ -88,7 +88,7 @@ def _append_forged(backend) -> None:  # noqa: F811
     backend.execute("UPDATE chain_head SET last_seq = ?, last_hash = ? WHERE id = 1", (seq, new))
 
 
-def _rewrite_middle(backend) -> None:  # noqa: F811
+def _rewrite_middle(backend) -> None:
     """Change the answer in r1's response entry and re-hash everything after it."""
     import json
 
@@ -104,7 +104,7 @@ def _rewrite_middle(backend) -> None:  # noqa: F811
     _reseal_from(backend, seq)
 
 
-def _delete_middle(backend) -> None:  # noqa: F811
+def _delete_middle(backend) -> None:
     """Delete one of r1's sample entries, renumber the rest and re-hash them."""
     (row,) = backend.execute(
         "SELECT MIN(seq) FROM audit_entries WHERE request_id = 'r1' AND kind = 'sample'",
@@ -133,7 +133,7 @@ CHAIN_ATTACKS = {
 
 
 @pytest.mark.parametrize("attack", list(CHAIN_ATTACKS))
-def test_with_the_chain_key_every_chain_rewrite_is_detected(backend, attack) -> None:  # noqa: F811
+def test_with_the_chain_key_every_chain_rewrite_is_detected(backend, attack) -> None:
     store = backend.open(chain_key=KEY)
     try:
         _fill(store)
@@ -155,7 +155,7 @@ def test_with_the_chain_key_every_chain_rewrite_is_detected(backend, attack) -> 
         "middle entry deleted, the rest renumbered and re-hashed",
     ],
 )
-def test_with_an_anchor_rewrites_up_to_it_are_detected(backend, attack) -> None:  # noqa: F811
+def test_with_an_anchor_rewrites_up_to_it_are_detected(backend, attack) -> None:
     store = backend.open()
     try:
         _fill(store)
@@ -169,7 +169,7 @@ def test_with_an_anchor_rewrites_up_to_it_are_detected(backend, attack) -> None:
         store.close()
 
 
-def test_without_key_or_anchor_a_careful_rewrite_is_not_detected(backend) -> None:  # noqa: F811
+def test_without_key_or_anchor_a_careful_rewrite_is_not_detected(backend) -> None:
     """The documented limit: re-hashing everything consistently needs a key or an anchor."""
     store = backend.open()
     try:
@@ -182,7 +182,7 @@ def test_without_key_or_anchor_a_careful_rewrite_is_not_detected(backend) -> Non
         store.close()
 
 
-def test_a_store_without_the_key_cannot_be_written_as_if_unkeyed(backend) -> None:  # noqa: F811
+def test_a_store_without_the_key_cannot_be_written_as_if_unkeyed(backend) -> None:
     from tracerag.store import StoreError
 
     keyed = backend.open(chain_key=KEY)
@@ -200,7 +200,7 @@ def test_a_store_without_the_key_cannot_be_written_as_if_unkeyed(backend) -> Non
 # -- tables the API serves are checked against the chain (no key needed) ----------------------
 
 
-def test_a_rewritten_decision_in_the_review_queue_is_detected(backend) -> None:  # noqa: F811
+def test_a_rewritten_decision_in_the_review_queue_is_detected(backend) -> None:
     store = backend.open()
     try:
         _fill(store)
@@ -218,7 +218,7 @@ def test_a_rewritten_decision_in_the_review_queue_is_detected(backend) -> None: 
         store.close()
 
 
-def test_a_deleted_pending_review_item_is_detected(backend) -> None:  # noqa: F811
+def test_a_deleted_pending_review_item_is_detected(backend) -> None:
     store = backend.open()
     try:
         _fill(store)
@@ -230,7 +230,7 @@ def test_a_deleted_pending_review_item_is_detected(backend) -> None:  # noqa: F8
         store.close()
 
 
-def test_a_changed_request_decision_is_detected(backend) -> None:  # noqa: F811
+def test_a_changed_request_decision_is_detected(backend) -> None:
     store = backend.open()
     try:
         _fill(store)
@@ -242,7 +242,7 @@ def test_a_changed_request_decision_is_detected(backend) -> None:  # noqa: F811
         store.close()
 
 
-def test_the_store_records_its_identity_and_a_replaced_store_is_a_finding(backend) -> None:  # noqa: F811
+def test_the_store_records_its_identity_and_a_replaced_store_is_a_finding(backend) -> None:
     store = backend.open()
     try:
         _fill(store)

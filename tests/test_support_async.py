@@ -16,11 +16,11 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import POLICIES
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from pipeline_fixtures import POLICIES
 from pydantic import PrivateAttr
 from server_fixtures import make_app, make_store
 
@@ -210,7 +210,7 @@ async def test_pipeline_verify_awaits_the_judge_and_reports_its_cost():
 
 
 def _pipeline(judge: Any, tracer_provider: Any = None) -> Any:
-    from conftest import FAST_RETRY
+    from pipeline_fixtures import FAST_RETRY
 
     from tracerag.demo.kb import build_vectorstore
 

@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from otlp_receiver import OtlpGrpcReceiver, OtlpHttpReceiver, counter_total
+from pipeline_fixtures import REPO
 
 from tracerag import metrics, semconv, tracing
 
@@ -336,9 +337,8 @@ def test_exit_with_a_dead_collector_is_bounded_and_counts_the_loss(tmp_path) -> 
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = REPO
     script = tmp_path / "exit.py"
     script.write_text(SHUTDOWN_SCRIPT)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}

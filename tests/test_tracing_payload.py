@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import pytest
-from conftest import FAST_RETRY, GOOD, OFF_TOPIC, QUESTION, scripted
 from langchain_core.documents import Document
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind
+from pipeline_fixtures import FAST_RETRY, GOOD, OFF_TOPIC, QUESTION, scripted
 
 from tracerag import RAGPipeline, semconv, tracing
 from tracerag.telemetry.export import TraceragSpanExporter, span_bytes

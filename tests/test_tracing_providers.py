@@ -7,7 +7,6 @@ import logging
 from collections.abc import Iterator
 
 import pytest
-from conftest import FAST_RETRY, GOOD, PLAN, QUESTION
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
@@ -17,6 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util._once import Once
 from otlp_receiver import metric_points
+from pipeline_fixtures import FAST_RETRY, GOOD, PLAN, QUESTION
 
 from tracerag import RAGPipeline, metrics, semconv, tracing
 from tracerag.testing import ScriptedChatModel

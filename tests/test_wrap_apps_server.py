@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("fastapi")
-from conftest import FAST_RETRY, POLICIES
 from fastapi.testclient import TestClient
 from langchain_core.documents import Document
+from pipeline_fixtures import FAST_RETRY, POLICIES
 from server_fixtures import make_app, make_store
 from test_wrap_apps import QUESTION, cite_returns, retrieval_chain, tutorial_graph
 
