@@ -11,6 +11,7 @@ pytest_plugins = [
     "pipeline_fixtures",
     "store_fixtures",
     "materials_fixtures",
+    "adversarial_fixtures",
 ]
 
 

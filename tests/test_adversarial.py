@@ -19,7 +19,6 @@ from tracerag.tools.adversarial import (
     MutatingChatModel,
     cases_from_records,
     claim_mutations,
-    demo_cases,
     demo_records,
     mutate_answer,
     parse_floors,
@@ -153,15 +152,15 @@ def test_parse_floors():
 # -- the goals on the demo knowledge base --------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def demo():
+@pytest.fixture
+def demo(adversarial_demo):
     """Real answers: every demo and probe question through RAGPipeline at seeds 1, 2, 3."""
-    return demo_cases()
+    return adversarial_demo
 
 
-@pytest.fixture(scope="module")
-def report(demo):
-    return run_adversarial(demo, backend="lexical")
+@pytest.fixture
+def report(lexical_report):
+    return lexical_report
 
 
 def test_demo_cases_are_real_pipeline_answers(demo):

@@ -202,6 +202,7 @@ def test_find_quote():
     assert find_quote("", "a b c") is None
 
 
+@pytest.mark.integration  # a fresh interpreter in a subprocess: an integration test
 def test_judge_by_name_explains_how_to_configure_it_in_a_fresh_process():
     import subprocess
     import sys

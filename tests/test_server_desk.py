@@ -44,12 +44,17 @@ def item_ids(html: str) -> list[str]:
     return re.findall(r'class="item-link" href="/review/items/([^"]+)"', html)
 
 
-@pytest.fixture
-def crowded(store):
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory):
+    """A signed-in client on a queue of 521 items, filled once for the read-only tests."""
+    store = make_store(tmp_path_factory.mktemp("crowded"))
     fill(store, 500, 21)
-    with TestClient(make_app(store)) as client:
-        sign_in(client)
-        yield client
+    try:
+        with TestClient(make_app(store)) as client:
+            sign_in(client)
+            yield client
+    finally:
+        store.close()
 
 
 def test_the_queue_counts_every_item_and_pages_through_them(crowded):

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from pipeline_fixtures import REPO
 from store_fixtures import make_record
 
 from tracerag.store import AuditWriter, Journal, StoreMissing, open_store
@@ -23,7 +24,7 @@ from tracerag.store.journal import HEAD_FILE, IDENTITY_FILE, JournalBusy, open_j
 from tracerag.store.sqlite import SQLiteAuditStore
 
 FAST = {"backoff_initial": 0.01, "backoff_max": 0.05}
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 
 def wait_for(predicate, timeout: float = 10.0) -> None:
@@ -202,6 +203,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.integration  # a child process killed with SIGKILL: an integration test
 def test_kill_9_loses_no_record_that_was_reported_persisted(tmp_path) -> None:
     """Issue: kill -9 lost up to 1,216 records per round, each reported as persisted."""
     path = tmp_path / "a.sqlite"

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
-from store_fixtures import backend, make_record  # noqa: F401
+from store_fixtures import make_record
 
 from tracerag.store import AuditWriter, DuplicateRequest, InvalidRecord
 from tracerag.store.sqlite import SQLiteAuditStore
@@ -168,9 +168,9 @@ def test_close_drops_what_it_cannot_write_and_says_so(caplog) -> None:
     writer = AuditWriter(store, on_drop=drops, **FAST)
     writer.submit(make_record("x1"))
     writer.submit(make_record("x2"))
-    started = time.monotonic()
     assert writer.close(timeout=0.3) is False
-    assert time.monotonic() - started < 3
+    assert writer.status()["closed"]  # it gave up on the down store instead of retrying on
+    assert not writer._thread.is_alive()
     assert drops.calls == [("x1", "shutdown"), ("x2", "shutdown")]
     assert writer.dropped == 2
     assert "request_id=x1" in caplog.text and "request_id=x2" in caplog.text
@@ -259,7 +259,7 @@ def test_a_failing_drop_hook_is_logged_not_raised(caplog) -> None:
         writer.close()
 
 
-def test_writer_with_each_backend(backend) -> None:  # noqa: F811
+def test_writer_with_each_backend(backend) -> None:
     store = backend.open()
     writer = AuditWriter(store, **FAST)
     try:

@@ -2,12 +2,10 @@
 
 import pytest
 
-from tracerag.tools.adversarial import demo_cases, run_adversarial
 
-
-@pytest.fixture(scope="module")
-def report():
-    return run_adversarial(demo_cases(), backend="lexical")
+@pytest.fixture
+def report(lexical_report):
+    return lexical_report
 
 
 def test_every_changed_number_is_caught_including_values_stated_elsewhere(report):
