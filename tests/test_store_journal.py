@@ -318,7 +318,8 @@ def test_a_deleted_store_is_noticed_and_never_recreated(tmp_path, caplog) -> Non
         status = writer.status()
         assert status["failing"] and status["backlog"] == 1
         assert "disappeared" in status["last_error"] or "no audit store" in status["last_error"]
-        time.sleep(0.2)  # retries go on: still nothing created where the store was
+        tried = writer.failures
+        wait_for(lambda: writer.failures >= tried + 2)  # retries go on: still nothing created
         assert not path.exists()
         assert "audit store write failed" in caplog.text
     finally:
@@ -389,7 +390,8 @@ def test_a_locked_store_degrades_to_journaled_and_reports_not_ready(tmp_path, ca
         wait_for(lambda: not writer.ready())
         assert "database is locked" in (writer.status()["last_error"] or "")
         assert "audit store write failed" in caplog.text
-        time.sleep(1.0)  # long enough for the writer to probe the store a few times
+        probed = writer.failures
+        wait_for(lambda: writer.failures >= probed + 3)  # the writer probes the store again
         holder.execute("ROLLBACK")
         assert writer.flush(10) and writer.ready()
         assert writer.quarantined == 0  # a locked store is not a poisoned record
