@@ -68,6 +68,7 @@ def test_fabricated_ids_were_never_retrieved():
 
 def test_wrong_material_is_another_current_retrieved_one():
     found = mutations("wrong_material", "Laptops get a 24-month warranty. [warranty]")
+    assert found
     for m in found:
         (claim,) = split_claims(m.answer)
         (cited,) = claim.cited_ids
@@ -127,9 +128,12 @@ def test_negation_is_added_or_removed(answer, expected):
 
 def test_mutations_leave_other_claims_alone():
     answer = "Laptops get a 24-month warranty. [warranty] Care+ costs ¥199 for a phone. [care-plus]"
+    checked = 0
     for kind in MUTATION_KINDS:
         for m in mutations(kind, answer, index=1):
             assert m.answer.startswith("Laptops get a 24-month warranty. [warranty]")
+            checked += 1
+    assert checked
 
 
 def test_mutate_answer_picks_a_cited_claim():

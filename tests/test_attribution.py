@@ -285,5 +285,7 @@ def test_token_set_is_the_set_of_tokenize(text):
 def test_token_set_matches_tokenize_on_the_demo_knowledge_base():
     from tracerag.demo.kb import load_documents
 
-    for doc in load_documents():
+    documents = load_documents()
+    assert documents
+    for doc in documents:
         assert token_set(doc.page_content) == frozenset(tokenize(doc.page_content))

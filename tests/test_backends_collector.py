@@ -146,6 +146,7 @@ def test_through_the_collector_to_jaeger(
         responses = [rag.invoke(q["question"]) for q in load_questions()[:2]]
         assert tracing.force_flush(10_000)
         metrics.reset_for_tests()  # the last metrics export, through the Collector
+    assert len(responses) == 2
     for response in responses:
         spans = jaeger.wait_for_trace(response.trace_id, 1 + 6 + 3)
         check_request_trace(spans, response.request_id, 3)

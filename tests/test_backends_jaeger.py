@@ -153,6 +153,7 @@ def test_wrapped_tutorial_chain_requests_are_complete_traces(
     wrapped = tracerag.wrap(tutorial_chain(), n_samples=4, audit=None)
     responses = [wrapped.invoke(q["question"]) for q in load_questions()[:3]]
     assert tracing.force_flush(10_000)
+    assert len(responses) == 3
     for response in responses:
         spans = jaeger.wait_for_trace(response.trace_id, 1 + 6 + 4)
         tree = check_request_trace(spans, response.request_id, 4)

@@ -129,6 +129,7 @@ def test_capture_false_sends_ids_and_scores_but_no_text() -> None:
     text = all_strings(spans)
     assert question not in text
     assert response.answer and response.answer not in text  # type: ignore[attr-defined]
+    assert spans
     for span in spans:
         for key in span.attributes:
             assert not key.endswith(".document.content"), key

@@ -165,6 +165,7 @@ def by_name(spans: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
 
 
 def test_six_stage_tree_in_phoenix(demo_run: dict[str, Any]) -> None:
+    assert demo_run["responses"]
     for response in demo_run["responses"]:
         spans = demo_run["spans"][response.trace_id]
         (root,) = [s for s in spans if s["parent_id"] is None]
@@ -208,6 +209,7 @@ def test_sample_spans_show_model_and_temperature(demo_run: dict[str, Any]) -> No
 
 def test_evaluations_visible_in_phoenix(demo_run: dict[str, Any]) -> None:
     base = demo_run["base"]
+    assert demo_run["responses"]
     for response in demo_run["responses"]:
         spans = demo_run["spans"][response.trace_id]
         (verify,) = by_name(spans, semconv.SPAN_VERIFY)

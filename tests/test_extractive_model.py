@@ -81,7 +81,9 @@ def test_every_quoted_sentence_is_verbatim_from_the_cited_material():
     msgs = messages(INSTALL_Q, INSTALL_IDS)
     for _ in range(10):
         answer = model.invoke(msgs).content
-        for sentence, cited in re.findall(r"\s*(.+?)\s*\[([^\]]+)\]", answer):
+        quoted = re.findall(r"\s*(.+?)\s*\[([^\]]+)\]", answer)
+        assert quoted, answer
+        for sentence, cited in quoted:
             assert sentence in DOCS[cited].page_content
 
 

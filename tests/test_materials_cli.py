@@ -106,7 +106,7 @@ def test_show_impact_by_rule(scene: dict[str, Any], capsys: pytest.CaptureFixtur
     code, out = run(capsys, "materials", "show", "memo-60", "--store", url)
     assert code == 0 and "status active, version 1" in out
     assert "source snippet: chat #881" in out and "3 retrievals, 3 citations" in out
-    assert all(rid in out for rid in scene["rids"])
+    assert scene["rids"] and all(rid in out for rid in scene["rids"])
     code, out = run(capsys, "materials", "impact", "memo-60", "--version", "1", "--store", url)
     assert code == 0 and "3 requests used memo-60 (v1)" in out
     code, out = run(capsys, "materials", "by-rule", "memory-writer@2", "--store", url)

@@ -134,6 +134,7 @@ def test_model_always_failing_escalates_with_error_recorded(make_pipeline, spans
     assert response.signal_detail.plan_ok is False
     assert llm.call_count == 3 + 3 * 3  # plan and each sample: three attempts each
     errors = [s for s in spans.named(sc.SPAN_SAMPLE_ONE, response.request_id)]
+    assert len(errors) == 3
     assert all("ScriptedModelError" in s.attributes[sc.SAMPLE_ERROR] for s in errors)
     assert pipeline.escalation.tickets[0].reasons == ["no successful sample"]
 

@@ -106,6 +106,7 @@ def test_every_reviewer_route_is_401_without_the_token(client, store):
         "expired cookie": ({}, {COOKIE_NAME: expired}),
         "garbage cookie": ({}, {COOKIE_NAME: "eyJyIjoiYSJ9.deadbeef"}),
     }
+    assert reviewer_routes(rid)
     for label, (headers, cookies) in forged.items():
         client.cookies.clear()
         for name, value in cookies.items():

@@ -146,6 +146,7 @@ def test_one_migration_list_serves_both_dialects() -> None:
     from tracerag.store import migrations, postgres, sqlite
 
     assert sqlite.MIGRATIONS is migrations.MIGRATIONS is postgres.MIGRATIONS
+    assert migrations.MIGRATIONS
     for _, steps in migrations.MIGRATIONS:
         for step in steps:
             if callable(step):

@@ -71,7 +71,9 @@ def test_citation_markers_are_not_numbers() -> None:
 
 def test_offsets_slice_to_raw() -> None:
     text = "退款金额为500元，[M03] 将于2024年3月15日前退回。"
-    for q in extract_quantities(text):
+    quantities = extract_quantities(text)
+    assert quantities
+    for q in quantities:
         assert text[q.start : q.end] == q.raw
 
 
