@@ -199,6 +199,7 @@ def _raw(base: str, payload: bytes, timeout: float = 20.0) -> bytes:
     return b"".join(chunks)
 
 
+@pytest.mark.integration  # a real uvicorn server on a socket: an integration test
 def test_a_body_shorter_than_its_content_length_gets_a_408_not_a_hang(store):
     app = make_app(store, make_pipeline([GOOD_ANSWER]), body_timeout=0.5)
     with running(app) as base:
