@@ -23,10 +23,15 @@ def store(tmp_path):
     s.close()
 
 
-@pytest.fixture
-def doc(store):
-    with TestClient(make_app(store, make_pipeline([GOOD_ANSWER]))) as client:
-        return client.get("/v1/openapi.json").json()
+@pytest.fixture(scope="module")
+def doc(tmp_path_factory):
+    """The served OpenAPI document, fetched once for the tests that only read it."""
+    store = make_store(tmp_path_factory.mktemp("openapi"))
+    try:
+        with TestClient(make_app(store, make_pipeline([GOOD_ANSWER]))) as client:
+            return client.get("/v1/openapi.json").json()
+    finally:
+        store.close()
 
 
 def resolve(doc, node):
