@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the observability backend tests need:
-#   - Debian's prometheus binary (tests/test_backends_prometheus.py); the service is NOT started,
+#   - Debian's prometheus binary (tests/telemetry/test_backends_prometheus.py); the service is NOT started,
 #     the test runs the binary itself on 127.0.0.1 with a temporary config and TSDB;
 #   - opentelemetry-exporter-prometheus (tracerag.metrics.start_prometheus_server);
-#   - arize-phoenix in its own virtualenv (tests/test_backends_phoenix.py), so its many
+#   - arize-phoenix in its own virtualenv (tests/telemetry/test_backends_phoenix.py), so its many
 #     dependencies never change the versions tracerag itself is tested with.
 # Idempotent: what is already there is kept. Takes about 3 minutes on a fresh machine
 # (apt ~40 s, Phoenix venv ~2 min), a few seconds when everything is installed.

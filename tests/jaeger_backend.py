@@ -24,7 +24,10 @@ from typing import Any
 
 from google.protobuf import json_format
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otlp_receiver import WireSpan, backend_missing, spans_of
+from opentelemetry.trace import SpanKind
+from otlp_receiver import SpanTree, WireSpan, backend_missing, spans_of
+
+from tracerag import semconv
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / ".ci" / "jaeger.yaml"
@@ -176,3 +179,34 @@ def start_jaeger(workdir: Path) -> Iterator[Jaeger]:
             process.kill()
             process.wait()
         log.close()
+
+
+def check_request_trace(spans: list[WireSpan], request_id: str, n_samples: int) -> SpanTree:
+    """One request's trace as issue 9 asks for it; returns the tree for further checks."""
+    tree = SpanTree(spans)
+    assert spans, "no spans"
+    (root,) = tree.roots()
+    assert root.name == semconv.SPAN_REQUEST
+    stages = tree.children(root)
+    assert sorted(s.name for s in stages) == sorted(semconv.STAGE_SPANS.values())
+    (sample,) = tree.named(semconv.SPAN_SAMPLE)
+    generations = tree.named(semconv.SPAN_SAMPLE_ONE)
+    assert len(generations) == n_samples
+    assert all(tree.parent(g) is sample for g in generations)
+    assert len(spans) == 1 + 6 + n_samples
+    for span in spans:
+        assert span.attributes[semconv.REQUEST_ID] == request_id, span.name
+    for generation in generations:  # model spans: OpenInference LLM, GenAI chat, CLIENT
+        assert generation.kind == SpanKind.CLIENT.value + 1  # OTLP numbers kinds from 1
+        assert generation.attributes[semconv.OI_SPAN_KIND] == semconv.OI_KIND_LLM
+        assert generation.attributes[semconv.GENAI_OPERATION_NAME] == "chat"
+        assert generation.attributes[semconv.GENAI_REQUEST_MODEL]
+    (retrieve,) = tree.named(semconv.SPAN_RETRIEVE)
+    count = retrieve.attributes[semconv.RETRIEVAL_COUNT]
+    assert count > 0
+    for i in range(count):
+        assert retrieve.attributes[semconv.oi_document(i, "id")]
+        assert isinstance(retrieve.attributes[semconv.oi_document(i, "score")], float)
+    assert root.attributes[semconv.DECISION] in {"pass", "review", "escalate"}
+    assert isinstance(root.attributes[semconv.CONFIDENCE], float)
+    return tree

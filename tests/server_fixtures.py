@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from conftest import FAST_RETRY, POLICIES
 from langchain_core.documents import Document
+from pipeline_fixtures import FAST_RETRY, POLICIES
 
 from tracerag.pipeline import RAGPipeline
 from tracerag.store.sqlite import SQLiteAuditStore

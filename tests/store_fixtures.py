@@ -1,6 +1,7 @@
 """Shared fixtures for the audit-store tests: backends (SQLite, PostgreSQL) and realistic records.
 
-Import what a test module needs: ``from store_fixtures import backend, store, make_record``.
+A pytest plugin (registered in conftest.py): the ``backend`` and ``store`` fixtures reach every
+test; import the helpers a test module needs (``from store_fixtures import make_record``).
 PostgreSQL tests use the server named by ``TRACERAG_TEST_POSTGRES_DSN`` (start one with
 ``eval "$(bash .ci/postgres.sh)"``); each test gets its own schema, dropped afterwards.
 Without that variable they are skipped — except under CI (env ``CI`` set), where they fail.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import FAST_RETRY, GOOD, QUESTION, scripted
+from pipeline_fixtures import FAST_RETRY, GOOD, QUESTION, scripted
 
 from tracerag import RAGPipeline
 from tracerag import semconv as sc

@@ -6,8 +6,8 @@ import asyncio
 import inspect
 
 import pytest
-from conftest import GOOD, PLAN, QUESTION
 from langchain_core.runnables import RunnableLambda
+from pipeline_fixtures import GOOD, PLAN, QUESTION
 
 from tracerag import RAGPipeline, errors, wrap
 from tracerag.contract import validate_response

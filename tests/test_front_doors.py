@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from conftest import FAST_RETRY, GOOD, PLAN, QUESTION
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnablePassthrough
+from pipeline_fixtures import FAST_RETRY, GOOD, PLAN, QUESTION
 
 from tracerag import RAGPipeline, semconv, wrap
 from tracerag.testing import ScriptCall, ScriptedChatModel

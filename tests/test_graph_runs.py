@@ -132,6 +132,7 @@ def test_checkpointed_graph_without_a_thread_is_a_clear_error():
         asyncio.run(sampler.prepare({}, "r1", 2))
 
 
+@pytest.mark.integration  # a fresh interpreter in a subprocess: an integration test
 def test_tracerag_does_not_import_langgraph():
     import subprocess
     import sys

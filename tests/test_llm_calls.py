@@ -7,12 +7,12 @@ import json
 from typing import Any
 
 import pytest
-from conftest import GOOD, PLAN, QUESTION
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessage
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda
+from pipeline_fixtures import GOOD, PLAN, QUESTION
 from pydantic import BaseModel
 
 from tracerag import RAGPipeline, RetryPolicy, wrap

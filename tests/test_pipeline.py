@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import (
+from langchain_core.runnables import RunnableLambda
+from pipeline_fixtures import (
     FABRICATED,
     GOOD,
     GOOD_ALT,
@@ -15,7 +16,6 @@ from conftest import (
     WRONG_NUMBER,
     scripted,
 )
-from langchain_core.runnables import RunnableLambda
 
 from tracerag import (
     InputError,
@@ -134,6 +134,7 @@ def test_model_always_failing_escalates_with_error_recorded(make_pipeline, spans
     assert response.signal_detail.plan_ok is False
     assert llm.call_count == 3 + 3 * 3  # plan and each sample: three attempts each
     errors = [s for s in spans.named(sc.SPAN_SAMPLE_ONE, response.request_id)]
+    assert len(errors) == 3
     assert all("ScriptedModelError" in s.attributes[sc.SAMPLE_ERROR] for s in errors)
     assert pipeline.escalation.tickets[0].reasons == ["no successful sample"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 
-from conftest import FABRICATED, GOOD, QUESTION, scripted
+from pipeline_fixtures import FABRICATED, GOOD, QUESTION, scripted
 
 from tracerag.store import open_store
 from tracerag.store.writer import AuditWriter

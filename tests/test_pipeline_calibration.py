@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from conftest import GOOD, QUESTION, scripted
+from pipeline_fixtures import GOOD, QUESTION, REPO, scripted
 
 from tracerag.config import reset_config
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "calibration" / "calibration.json"
+EXAMPLE = REPO / "examples" / "calibration" / "calibration.json"
 
 
 def test_pipeline_uses_the_calibration_named_in_the_environment(make_pipeline, monkeypatch):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import tomllib
+from pipeline_fixtures import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 README = (ROOT / "README.md").read_text("utf-8")
 
 

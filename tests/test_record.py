@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from conftest import FABRICATED, GOOD, QUESTION, scripted
+from pipeline_fixtures import FABRICATED, GOOD, QUESTION, scripted
 from store_fixtures import make_record
 
 from tracerag.record import AuditRecord

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import pathlib
 import re
 
 import pytest
-from conftest import GOOD, QUESTION, scripted
+from pipeline_fixtures import GOOD, QUESTION, REPO, scripted
 
 from tracerag import semconv
 from tracerag.contract import Response
@@ -138,7 +137,7 @@ async def test_a_refused_request_is_recorded_with_its_id(make_pipeline) -> None:
 
 
 def test_stages_and_the_runner_never_read_the_environment() -> None:
-    package = pathlib.Path(__file__).resolve().parents[1] / "tracerag"
+    package = REPO / "tracerag"
     sources = [*sorted((package / "stages").glob("*.py"))]
     sources += [package / name for name in ("runner.py", "state.py", "record.py", "wrap.py")]
     sources.append(package / "pipeline.py")

@@ -9,9 +9,9 @@ import threading
 from typing import Any
 
 import pytest
-from conftest import GOOD, PLAN, QUESTION
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableLambda
+from pipeline_fixtures import GOOD, PLAN, QUESTION
 
 from tracerag import semconv
 from tracerag.runner import run_sync

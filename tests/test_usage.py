@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import GOOD, PLAN, QUESTION
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnablePassthrough
+from pipeline_fixtures import GOOD, PLAN, QUESTION
 
 from tracerag import semconv as sc
 from tracerag import usage

@@ -3,42 +3,22 @@
 from __future__ import annotations
 
 import pytest
-from conftest import FAST_RETRY, QUESTION
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
+from pipeline_fixtures import (
+    FAST_RETRY,
+    QUESTION,
+    TEMPLATE,
+    format_docs,
+    positional_answer,
+    standard_chain,
+)
 
 from tracerag import MissingVersionError, validate_response, wrap
 from tracerag import semconv as sc
 from tracerag.testing import ScriptedChatModel
-
-TEMPLATE = (
-    "Answer from the context. Cite passages as [n].\n\nContext:\n{context}\n\nQuestion: {question}"
-)
-
-
-def format_docs(docs):
-    return "\n\n".join(f"[{i}] {d.page_content}" for i, d in enumerate(docs, 1))
-
-
-def standard_chain(retriever, llm):
-    prompt = ChatPromptTemplate.from_template(TEMPLATE)
-    return (
-        {"context": retriever | format_docs, "question": RunnablePassthrough()}
-        | prompt
-        | llm
-        | StrOutputParser()
-    )
-
-
-def positional_answer(call):
-    """Cites the passage that mentions returns by its position in the prompt's context."""
-    for line in call.prompt.splitlines():
-        if line.startswith("[") and "30 days" in line:
-            n = line[1 : line.index("]")]
-            return f"Customers may return unused items within 30 days of delivery. [{n}]"
-    return "I cannot tell. [9]"
 
 
 def test_wrap_standard_chain_learns_versions_and_verifies(retriever, spans):

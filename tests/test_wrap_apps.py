@@ -19,7 +19,6 @@ import sys
 from typing import Annotated, TypedDict
 
 import pytest
-from conftest import FAST_RETRY, POLICIES
 from langchain_classic.chains import create_history_aware_retriever, create_retrieval_chain
 from langchain_classic.chains.combine_documents import create_stuff_documents_chain
 from langchain_core.documents import Document
@@ -30,6 +29,7 @@ from langchain_core.runnables import RunnablePassthrough
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import InvalidUpdateError
 from langgraph.graph import START, StateGraph
+from pipeline_fixtures import FAST_RETRY, POLICIES, REPO
 
 from tracerag import MissingVersionError, validate_response, wrap
 from tracerag import semconv as sc
@@ -623,9 +623,8 @@ def test_samples_of_a_graph_do_not_share_state(store, spans):
 
 def test_the_langgraph_example_runs(spans, monkeypatch):
     import importlib.util
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "examples" / "wrap_langgraph_app.py"
+    path = REPO / "examples" / "wrap_langgraph_app.py"
     spec = importlib.util.spec_from_file_location("wrap_langgraph_app", path)
     example = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, example)  # LangGraph reads the state's types

@@ -1,0 +1,174 @@
+"""The API is describable: a complete OpenAPI document, the Response JSON Schema served, CORS by
+an exact allow-list, and the stream's retry hint and keep-alive."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("fastapi")
+import fastapi.routing
+from fastapi.testclient import TestClient
+from server_fixtures import GOOD_ANSWER, GOOD_QUESTION, make_app, make_pipeline, make_store
+
+from tracerag.contract import response_schema
+from tracerag.errors import ConfigurationError
+
+ORIGIN = "http://127.0.0.1:5173"
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = make_store(tmp_path)
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def doc(tmp_path_factory):
+    """The served OpenAPI document, fetched once for the tests that only read it."""
+    store = make_store(tmp_path_factory.mktemp("openapi"))
+    try:
+        with TestClient(make_app(store, make_pipeline([GOOD_ANSWER]))) as client:
+            return client.get("/v1/openapi.json").json()
+    finally:
+        store.close()
+
+
+def resolve(doc, node):
+    while "$ref" in node:
+        node = doc["components"]["schemas"][node["$ref"].rsplit("/", 1)[-1]]
+    return node
+
+
+def test_every_json_operation_has_a_request_and_response_schema(doc):
+    ops = {(m.upper(), p): op for p, item in doc["paths"].items() for m, op in item.items()}
+    assert ("POST", "/v1/answer") in ops and ("GET", "/v1/requests/{request_id}") in ops
+    assert not any(p.startswith("/review/items") or p == "/review" for _, p in ops), ops.keys()
+    for (method, path), op in ops.items():
+        if method == "POST":
+            content = op["requestBody"]["content"]
+            assert list(content) == ["application/json"], path
+            assert resolve(doc, content["application/json"]["schema"])["properties"], path
+        ok = op["responses"]["200"]["content"]
+        schema = next(iter(ok.values()))["schema"]
+        assert schema != {}, (method, path)
+        assert "default" in op["responses"], (method, path)
+
+
+def test_the_answer_response_is_the_response_schema(doc):
+    op = doc["paths"]["/v1/answer"]["post"]
+    schema = resolve(doc, op["responses"]["200"]["content"]["application/json"]["schema"])
+    shipped = response_schema()
+    assert set(schema["properties"]) == set(shipped["properties"])
+    assert schema["required"] == shipped["required"]
+
+
+def test_every_error_response_uses_the_one_error_schema(doc):
+    problem = doc["components"]["schemas"]["Problem"]
+    assert set(problem["properties"]) == {"error", "detail"}
+    seen = 0
+    for item in doc["paths"].values():
+        for op in item.values():
+            for status, response in op["responses"].items():
+                if op["operationId"].startswith("readyz") and status == "503":
+                    continue  # the readiness report itself
+                if status.startswith(("4", "5")) or status == "default":
+                    ref = response["content"]["application/json"]["schema"]["$ref"]
+                    assert ref.endswith("/Problem"), (status, ref)
+                    seen += 1
+    assert seen > 15
+    assert "HTTPValidationError" not in doc["components"]["schemas"]
+
+
+def test_the_stream_events_are_described(doc):
+    op = doc["paths"]["/v1/answer/stream"]["post"]
+    stream = op["responses"]["200"]["content"]["text/event-stream"]["schema"]
+    events = resolve(doc, stream)
+    assert set(events["properties"]) == {"stage", "response", "error"}
+    stage = resolve(doc, events["properties"]["stage"])
+    assert stage["properties"]["stage"]["enum"] == [
+        "register",
+        "retrieve",
+        "plan",
+        "sample",
+        "verify",
+        "assemble",
+    ]
+
+
+def test_the_response_schema_is_served(store):
+    with TestClient(make_app(store, make_pipeline([GOOD_ANSWER]))) as client:
+        reply = client.get("/v1/schemas/response.json")
+    assert reply.status_code == 200
+    assert reply.headers["content-type"].startswith("application/schema+json")
+    assert reply.json() == response_schema()
+
+
+def test_cors_allows_listed_origins_only(store):
+    app = make_app(store, make_pipeline([GOOD_ANSWER]), cors_origins=[ORIGIN])
+    with TestClient(app) as client:
+        preflight = client.options(
+            "/v1/answer",
+            headers={
+                "Origin": ORIGIN,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "content-type,x-api-key",
+            },
+        )
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == ORIGIN
+        assert "access-control-allow-credentials" not in preflight.headers
+        other = client.options(
+            "/v1/answer",
+            headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"},
+        )
+        assert other.status_code == 400
+        assert "access-control-allow-origin" not in other.headers
+        reply = client.post(
+            "/v1/answer", json={"question": GOOD_QUESTION}, headers={"Origin": ORIGIN}
+        )
+        assert reply.headers["access-control-allow-origin"] == ORIGIN
+        assert "x-request-id" in reply.headers["access-control-expose-headers"].lower()
+        desk = client.options(
+            "/review/signin",
+            headers={"Origin": ORIGIN, "Access-Control-Request-Method": "POST"},
+        )
+        assert "access-control-allow-origin" not in desk.headers
+
+
+def test_without_an_allow_list_there_is_no_cors(store):
+    with TestClient(make_app(store, make_pipeline([GOOD_ANSWER]))) as client:
+        reply = client.options(
+            "/v1/answer", headers={"Origin": ORIGIN, "Access-Control-Request-Method": "POST"}
+        )
+    assert "access-control-allow-origin" not in reply.headers
+
+
+@pytest.mark.parametrize(
+    "origins", ["*", "https://*.example.com", "example.com", "https://app.example.com/path"]
+)
+def test_cors_refuses_anything_but_exact_origins(store, origins):
+    with pytest.raises(ConfigurationError, match="exact origin"):
+        make_app(store, make_pipeline([GOOD_ANSWER]), cors_origins=origins)
+
+
+def test_cors_origins_from_the_environment(store, monkeypatch):
+    monkeypatch.setenv("TRACERAG_CORS_ORIGINS", f"{ORIGIN}, https://app.example.com")
+    with TestClient(make_app(store, make_pipeline([GOOD_ANSWER]))) as client:
+        reply = client.options(
+            "/v1/answer",
+            headers={"Origin": "https://app.example.com", "Access-Control-Request-Method": "POST"},
+        )
+    assert reply.headers["access-control-allow-origin"] == "https://app.example.com"
+
+
+def test_the_stream_sends_a_retry_hint_and_keep_alive_pings(store, monkeypatch):
+    monkeypatch.setattr(fastapi.routing, "_PING_INTERVAL", 0.05)
+    pipeline = make_pipeline([GOOD_ANSWER], latency=0.3)  # each model call outlasts a ping
+    with TestClient(make_app(store, pipeline)) as client:
+        text = client.post("/v1/answer/stream", json={"question": GOOD_QUESTION}).text
+    blocks = text.strip().split("\n\n")
+    assert blocks[0].startswith(": tracerag answer stream") and "retry: 3000" in blocks[0]
+    assert ": ping" in blocks
+    events = [b.split("\n", 1)[0] for b in blocks if b.startswith("event: ")]
+    assert events == ["event: stage"] * 6 + ["event: response"]

@@ -1,0 +1,285 @@
+"""Support backends from async code: a slow judge does not hold up the event loop.
+
+The judge's model is gated: a call records that it started, then waits until another coroutine
+on the same loop opens the gate. A judge that blocked the event loop would keep that coroutine
+from running during the call (its blocking path gives up waiting after a few seconds), so the
+recorded order of events shows whether the loop stayed free. No wall-clock threshold is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pipeline_fixtures import POLICIES
+from pydantic import PrivateAttr
+from server_fixtures import make_app, make_store
+
+import tracerag
+from tracerag.llm import ReplyChatModel
+from tracerag.signals.citations import SUPPORTED, averify_citations, verify_citations
+from tracerag.signals.lexical import LexicalSupport
+from tracerag.signals.support import (
+    USAGE_ATTRIBUTES,
+    Support,
+    acheck_support,
+    get_backend,
+    usage_scope,
+)
+from tracerag.signals.types import Material
+from tracerag.testing import ScriptedChatModel, SpanCapture
+
+RETURNS = POLICIES[0].page_content
+SLOW_CLAIM_WORD = "30 days"  # the judge is slow on claims that mention this
+RETURNS_ANSWER = (
+    "Customers may return unused items within 30 days of delivery for a full refund. [returns]"
+)
+SHIPPING_ANSWER = "Orders of $50 or more ship free within mainland China. [shipping]"
+SHIPPING_QUESTION = "How much does standard shipping cost?"
+BLOCKING_WAIT = 3.0  # seconds the blocking path waits for the gate before giving up
+
+
+def _verdict_for(prompt: str) -> str:
+    claim = prompt.split("<claim>")[-1].split("</claim>")[0].strip()
+    document = prompt.split("<document>")[-1].split("</document>")[0]
+    for sentence in document.replace("\n", " ").split(". "):
+        words = [w for w in claim.rstrip(".").split() if len(w) > 3][:3]
+        if words and all(w.lower() in sentence.lower() for w in words):
+            return json.dumps({"supported": True, "quote": sentence.strip().rstrip(".")})
+    return json.dumps({"supported": False, "quote": ""})
+
+
+class GatedJudgeModel(ReplyChatModel):
+    """A judge model that is slow (gated) on some claims; it records when calls start and end."""
+
+    events: Any  # the caller's list, shared (not copied)
+    slow_word: str = SLOW_CLAIM_WORD
+
+    _gate: asyncio.Event | None = PrivateAttr(default=None)
+    _thread_gate: threading.Event = PrivateAttr(default_factory=threading.Event)
+
+    @property
+    def _llm_type(self) -> str:
+        return "gated-judge"
+
+    def open_gate(self) -> None:
+        self._thread_gate.set()
+        if self._gate is not None:
+            self._gate.set()
+
+    def _is_slow(self, messages: list[BaseMessage]) -> bool:
+        return self.slow_word in str(messages[-1].content).split("<claim>")[-1]
+
+    def _result(self, messages: list[BaseMessage]) -> ChatResult:
+        text = _verdict_for(str(messages[-1].content))
+        message = AIMessage(
+            content=text,
+            usage_metadata={"input_tokens": 100, "output_tokens": 10, "total_tokens": 110},
+        )
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
+        if self._is_slow(messages):
+            self.events.append("judge started")
+            self._thread_gate.wait(BLOCKING_WAIT)
+            self.events.append("judge finished")
+        return self._result(messages)
+
+    async def _areply(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
+        if self._is_slow(messages):
+            if self._gate is None:
+                self._gate = asyncio.Event()
+                if self._thread_gate.is_set():
+                    self._gate.set()
+            self.events.append("judge started")
+            await asyncio.wait_for(self._gate.wait(), BLOCKING_WAIT)
+            self.events.append("judge finished")
+        return self._result(messages)
+
+
+async def _when(events: list[str], event: str, limit: int = 2000) -> None:
+    """Wait (yielding to the loop) until ``event`` is recorded."""
+    for _ in range(limit):
+        if event in events:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"{event!r} never happened; events: {events}")
+
+
+def test_judge_is_exported_at_top_level_and_not_registered_by_its_constructor():
+    judge = tracerag.JudgeSupport(GatedJudgeModel(events=[]))
+    assert "JudgeSupport" in dir(tracerag)
+    with pytest.raises(tracerag.ConfigurationError, match="JudgeSupport"):
+        get_backend("judge")
+    assert get_backend(judge) is judge
+
+
+async def test_sync_backends_run_off_the_event_loop():
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+
+    class Recording(LexicalSupport):
+        def __call__(
+            self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
+        ) -> Support:
+            seen.append(threading.get_ident())
+            return super().__call__(claim, material_text, corpus=corpus)
+
+    result = await Recording().acheck("Refunds are paid within 7 business days.", RETURNS)
+    assert result.supported
+    assert seen and seen[0] != loop_thread
+
+
+async def test_a_backend_without_acheck_is_called_in_a_worker_thread():
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+    lexical = LexicalSupport()
+
+    class Plain:
+        name = "plain"
+        threshold = 0.45
+
+        def __call__(self, claim: str, material_text: str, *, corpus: Any = None) -> Support:
+            seen.append(threading.get_ident())
+            return lexical(claim, material_text, corpus=corpus)
+
+    result = await acheck_support(Plain(), "Refunds are paid within 7 business days.", RETURNS)
+    assert result.supported and seen[0] != loop_thread
+
+
+async def test_verify_in_a_slow_judge_call_leaves_the_loop_free():
+    events: list[str] = []
+    model = GatedJudgeModel(events=events)
+    judge = tracerag.JudgeSupport(model, retry_wait=0.0)
+    materials = [Material(id="returns", text=RETURNS)]
+
+    async def other() -> None:
+        await _when(events, "judge started")
+        events.append("other ran")
+        model.open_gate()
+
+    report, _ = await asyncio.gather(
+        averify_citations(RETURNS_ANSWER, materials, backend=judge), other()
+    )
+    assert events == ["judge started", "other ran", "judge finished"]
+    assert [c.verdict for c in report.claims] == [SUPPORTED]
+
+
+async def test_pipeline_verify_awaits_the_judge_and_reports_its_cost():
+    events: list[str] = []
+    model = GatedJudgeModel(events=events)
+    judge = tracerag.JudgeSupport(model, retry_wait=0.0)
+    capture = SpanCapture()
+    pipeline = _pipeline(judge, capture.provider)
+
+    async def other() -> None:
+        await _when(events, "judge started")
+        events.append("other ran")
+        model.open_gate()
+
+    response, _ = await asyncio.gather(
+        pipeline.ainvoke("How many days do I have to return an item?"), other()
+    )
+    assert events[:3] == ["judge started", "other ran", "judge finished"]
+    assert response.decision == "pass", response
+    verify = capture.named("tracerag.verify", response.request_id)[0]
+    attrs = dict(verify.attributes or {})
+    assert attrs[USAGE_ATTRIBUTES["calls"]] == 1  # three samples, one distinct answer
+    assert attrs[USAGE_ATTRIBUTES["input_tokens"]] == 100
+    assert attrs[USAGE_ATTRIBUTES["output_tokens"]] == 10
+
+
+def _pipeline(judge: Any, tracer_provider: Any = None) -> Any:
+    from pipeline_fixtures import FAST_RETRY
+
+    from tracerag.demo.kb import build_vectorstore
+
+    def answer(call: Any) -> str:
+        return SHIPPING_ANSWER if SHIPPING_QUESTION in call.prompt else RETURNS_ANSWER
+
+    retriever = build_vectorstore(list(POLICIES)).as_retriever(search_kwargs={"k": 3})
+    llm = ScriptedChatModel(responder=answer, temperature=0.0)
+    return tracerag.RAGPipeline(
+        retriever,
+        llm,
+        prompt_version="test-prompt-v1",
+        model_version=llm.model_name,
+        n_samples=3,
+        temperature=0.0,
+        tier="medium",
+        retry=FAST_RETRY,
+        support_backend=judge,
+        tracer_provider=tracer_provider,
+        audit=None,
+    )
+
+
+async def test_served_requests_do_not_wait_for_another_requests_slow_judge(tmp_path):
+    events: list[str] = []
+    model = GatedJudgeModel(events=events)
+    judge = tracerag.JudgeSupport(model, retry_wait=0.0)
+    app = make_app(make_store(tmp_path), _pipeline(judge))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+
+        async def slow() -> dict[str, Any]:
+            reply = await client.post(
+                "/v1/answer", json={"question": "How many days do I have to return an item?"}
+            )
+            events.append("slow answered")
+            return reply.json()
+
+        async def fast() -> dict[str, Any]:
+            await _when(events, "judge started")
+            reply = await client.post(
+                "/v1/answer", json={"question": SHIPPING_QUESTION}
+            )
+            events.append("fast answered")
+            model.open_gate()
+            return reply.json()
+
+        slow_body, fast_body = await asyncio.gather(slow(), fast())
+    assert events == ["judge started", "fast answered", "judge finished", "slow answered"]
+    assert slow_body["decision"] == "pass", slow_body
+    assert fast_body["decision"] == "pass", fast_body
+
+
+def test_usage_scope_counts_sync_judge_calls_and_cache_hits():
+    judge = tracerag.JudgeSupport(GatedJudgeModel(events=[]), retry_wait=0.0)
+    claim = "Refunds are paid to the original payment method within 7 business days."
+    with usage_scope() as usage:
+        assert judge(claim, RETURNS).supported
+        assert judge(claim, RETURNS).supported
+    assert (usage.calls, usage.input_tokens, usage.output_tokens, usage.cached) == (1, 100, 10, 1)
+    report = verify_citations(claim + " [returns]", [Material(id="returns", text=RETURNS)],
+                              backend=judge)
+    assert report.valid
+
+
+async def test_an_answer_is_checked_by_a_sync_backend_in_one_worker_thread():
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+
+    class Recording(LexicalSupport):
+        def __call__(
+            self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
+        ) -> Support:
+            seen.append(threading.get_ident())
+            return super().__call__(claim, material_text, corpus=corpus)
+
+    answer = (
+        "Customers may return unused items within 30 days of delivery. [returns] "
+        "Refunds are paid within 7 business days. [returns]"
+    )
+    report = await averify_citations(
+        answer, [Material(id="returns", text=RETURNS)], backend=Recording()
+    )
+    assert report.valid
+    assert len(seen) == 2 and len(set(seen)) == 1 and seen[0] != loop_thread

@@ -1,0 +1,252 @@
+"""A real Prometheus (Debian's ``prometheus`` binary) scraping tracerag's /metrics endpoint.
+
+After the demo has run (plus a flaky model, a dead model, a failing audit sink and a dead
+collector, so that every counter moves), every PromQL expression in dashboards/ is evaluated
+through Prometheus's HTTP API with the dashboard variables substituted, and must return data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dashboard_queries import label_values_metric, promql_metric_names, queries
+from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
+from otlp_receiver import backend_missing
+
+from tracerag import ExtractiveChatModel, RAGPipeline, metrics, tracing
+from tracerag.demo.kb import build_retriever, load_questions
+from tracerag.testing import ScriptedChatModel
+
+pytestmark = pytest.mark.integration
+
+SCRAPE_SECONDS = 1
+SUBSTITUTIONS = {
+    "$__rate_interval": "5m",
+    "$__interval": "15s",
+    "$__range": "10m",
+    "$tier": ".*",
+    "$job": ".*",
+}
+
+
+def prometheus_binary() -> str | None:
+    explicit = os.environ.get("TRACERAG_PROMETHEUS_BIN")
+    if explicit:
+        return explicit if Path(explicit).exists() else None
+    return shutil.which("prometheus") or (
+        "/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def substitute(expr: str) -> str:
+    for name in sorted(SUBSTITUTIONS, key=len, reverse=True):
+        expr = expr.replace(name, SUBSTITUTIONS[name])
+    assert "$" not in expr, f"unsubstituted variable in {expr!r}"
+    return expr
+
+
+class Prometheus:
+    def __init__(self, base: str) -> None:
+        self.base = base
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        url = f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                body = json.load(response)
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(f"Prometheus rejected {expr!r}: {exc.read().decode()}") from exc
+        assert body["status"] == "success", body
+        return list(body["data"]["result"])
+
+    def wait(self, expr: str, ok: Any, timeout: float = 60) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            result = self.query(expr)
+            if ok(result):
+                return result
+            assert time.monotonic() < deadline, f"timed out waiting for {expr!r}: {result}"
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    binary = prometheus_binary()
+    if binary is None:
+        backend_missing("the prometheus binary is not installed (apt-get install prometheus)")
+    metrics.reset_for_tests()
+    tracing.reset_for_tests()
+    endpoint = metrics.start_prometheus_server(0)
+    workdir = tmp_path_factory.mktemp("prometheus")
+    config = workdir / "prometheus.yml"
+    config.write_text(
+        "global:\n"
+        f"  scrape_interval: {SCRAPE_SECONDS}s\n"
+        f"  evaluation_interval: {SCRAPE_SECONDS}s\n"
+        "scrape_configs:\n"
+        "  - job_name: tracerag\n"
+        "    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{endpoint.port}']\n"
+    )
+    port = free_port()
+    log = (workdir / "prometheus.log").open("wb")
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=1h",
+            "--log.level=warn",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=workdir,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            if process.poll() is not None:
+                tail = (workdir / "prometheus.log").read_text(errors="replace")[-3000:]
+                pytest.fail(f"prometheus exited with {process.returncode}:\n{tail}")
+            try:
+                with urllib.request.urlopen(f"{base}/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except (urllib.error.URLError, OSError):
+                pass
+            assert time.monotonic() < deadline, "prometheus did not become ready"
+            time.sleep(0.3)
+        prom = Prometheus(base)
+        prom.wait('up{job="tracerag"} == 1', bool)
+        yield prom
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+        metrics.reset_for_tests()
+        tracing.reset_for_tests()
+
+
+def failing_audit(record: dict[str, Any]) -> bool:
+    raise OSError("audit store unavailable")
+
+
+@pytest.fixture(scope="module")
+def demo_ran(prometheus: Prometheus) -> Prometheus:
+    # spans go to a collector that is not there: they are dropped and counted
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    provider = SDKTracerProvider(resource=tracing.make_resource("tracerag"))
+    provider.add_span_processor(
+        tracing.batch_processor(
+            tracing.otlp_span_exporter(f"http://127.0.0.1:{dead}", timeout=0.5),
+            schedule_delay_millis=50,
+        )
+    )
+    common = {
+        "prompt_version": "demo-prompt-1",
+        "model_version": "extractive-1",
+        "tracer_provider": provider,
+    }
+    retriever = build_retriever()
+    # an illustrative price table (tracerag ships none), so the cost panels have series
+    prices = {"tracerag-extractive-1": {"input_per_1k": 0.00015, "output_per_1k": 0.0006}}
+    demo = RAGPipeline(retriever, ExtractiveChatModel(), audit=None, prices=prices, **common)
+    flaky = RAGPipeline(
+        retriever, ScriptedChatModel(fail_first=1), n_samples=2, audit=failing_audit, **common
+    )
+    dead_model = RAGPipeline(
+        retriever, ScriptedChatModel(always_fail=True), n_samples=2, audit=None, **common
+    )
+    questions = [q["question"] for q in load_questions()]
+    half = len(questions) // 2
+    for question in questions[:half]:
+        demo.invoke(question)
+    time.sleep(3 * SCRAPE_SECONDS)  # let Prometheus see the counters move between scrapes
+    for question in questions[half:]:
+        demo.invoke(question)
+    # the first half's questions include answers that pass; one of them again after the first
+    # scrapes, so per-passed-answer panels (cost per passed answer) see passes within the window
+    for question in questions[:half]:
+        if demo.invoke(question).decision == "pass":
+            break
+    flaky.invoke(questions[0])
+    # how a request with a dead model ends is the pipeline's business; its errors are counted
+    with contextlib.suppress(Exception):
+        dead_model.invoke(questions[0])
+    metrics.record_audit_failure("store_down", dropped=True)  # as the audit writer reports it
+    provider.force_flush(10_000)
+    provider.shutdown()
+    prometheus.wait(
+        "sum(tracerag_requests_total)", lambda r: r and float(r[0]["value"][1]) >= len(questions)
+    )
+    prometheus.wait("sum(tracerag_spans_dropped_total)", bool)
+    time.sleep(3 * SCRAPE_SECONDS)
+    return prometheus
+
+
+def test_every_dashboard_expression_returns_data(demo_ran: Prometheus) -> None:
+    checked = 0
+    for name, title, expr in queries("prometheus"):
+        if expr.lstrip().startswith("label_values"):
+            continue
+        result = demo_ran.query(substitute(expr))
+        assert result, f"{name}: panel {title!r}: no data for {expr!r}"
+        values = [float(r["value"][1]) for r in result]
+        assert any(math.isfinite(v) for v in values), f"{name}: {title!r}: {values} for {expr!r}"
+        checked += 1
+    assert checked >= 20
+
+
+def test_every_referenced_metric_has_real_series(demo_ran: Prometheus) -> None:
+    referenced: set[str] = set()
+    for _, _, expr in queries("prometheus"):
+        if expr.lstrip().startswith("label_values"):
+            referenced |= label_values_metric(expr)
+        else:
+            referenced |= promql_metric_names(expr)
+    present = {
+        r["metric"]["__name__"]
+        for r in demo_ran.query('count by (__name__) ({__name__=~"tracerag_.+"})')
+    }
+    assert referenced <= present, sorted(referenced - present)
+
+
+def test_dashboard_variables_have_values(demo_ran: Prometheus) -> None:
+    tiers = {
+        r["metric"]["tier"] for r in demo_ran.query("group by (tier) (tracerag_requests_total)")
+    }
+    assert "high" in tiers
+    jobs = {r["metric"]["job"] for r in demo_ran.query("group by (job) (tracerag_requests_total)")}
+    assert jobs == {"tracerag"}
+    decisions = {
+        r["metric"]["decision"]
+        for r in demo_ran.query("group by (decision) (tracerag_requests_total)")
+    }
+    assert {"pass", "review", "escalate"} <= decisions
