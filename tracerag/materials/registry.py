@@ -34,6 +34,7 @@ from tracerag.materials.credibility import (
 )
 from tracerag.materials.db import Cursor, MaterialStoreError, RegistryDB, connect_like
 from tracerag.materials.gate import GateVerdict, WriteGate
+from tracerag.materials.metrics import ensure_instruments, unwatch_registry, watch_registry
 from tracerag.materials.model import (
     MaterialState,
     MaterialVersion,
@@ -102,6 +103,7 @@ class MaterialRegistry(UsageLog):
         read_retention_days: int = DEFAULT_READ_RETENTION_DAYS,
         db: RegistryDB | None = None,
         owns_store: bool = False,
+        metrics: bool = True,
     ) -> None:
         self.store = store
         self.policy = policy or CredibilityPolicy()
@@ -110,6 +112,9 @@ class MaterialRegistry(UsageLog):
         self.db = db or connect_like(store)
         self._owns_store = owns_store
         self._local = threading.local()
+        self._metrics = metrics
+        if metrics:  # its figures go to tracerag's meter (tracerag.materials.metrics)
+            watch_registry(self)
 
     @classmethod
     def open(cls, url: str | None = None, **options: Any) -> MaterialRegistry:
@@ -120,6 +125,7 @@ class MaterialRegistry(UsageLog):
 
     def close(self) -> None:
         """Close the registry's connection (and the store, when the registry opened it)."""
+        unwatch_registry(self)
         self.db.close()
         if self._owns_store:
             self.store.close()
@@ -181,6 +187,8 @@ class MaterialRegistry(UsageLog):
 
     def states(self, material_ids: Iterable[str]) -> dict[str, MaterialState]:
         """The current state of each registered id among ``material_ids``."""
+        if self._metrics:
+            ensure_instruments()  # the application may have installed its provider since
         ids = list(dict.fromkeys(str(i) for i in material_ids))
         out: dict[str, MaterialState] = {}
         if not ids:
@@ -324,6 +332,8 @@ class MaterialRegistry(UsageLog):
         version waiting for review beside the one in service.
         """
         who = identity or _require_operator(new.operator)
+        if self._metrics:
+            ensure_instruments()
         batch_id = self._batch(new.batch_id)
         created_at = new.created_at or now_iso()
         with self.db.write() as cur:
