@@ -325,6 +325,9 @@ def create_app(
         app.state.why_cache = review_routes.WhyCache()
         app.include_router(review_routes.desk)
         app.include_router(review_routes.api)
+        from tracerag.server.routes import materials as material_routes
+
+        app.include_router(material_routes.materials)
 
         app.add_exception_handler(SignInRequired, review_routes.sign_in_required)
 

@@ -411,3 +411,81 @@ def item_context(
         "decided_at": decision.created_at if decision is not None else None,
         "versions": rec.versions.model_dump(exclude_unset=True),
     }
+
+
+# -- materials ------------------------------------------------------------------------------
+
+MATERIAL_ACTIONS = ("approve", "reject", "restore")
+READ_HITS_SHOWN = 50
+
+
+@dataclass(frozen=True)
+class PendingWrite:
+    """A write waiting for review: the proposed version, beside the one in service if any."""
+
+    material_id: str
+    proposed: Any  # MaterialVersion
+    in_service: Any | None  # MaterialVersion of an active material whose edit waits
+    gate_reasons: list[dict[str, str]]
+    conflicts: list[Any]  # ConflictRecord of the material
+
+
+def materials_overview(registry: Any) -> dict[str, Any]:
+    """The materials page: pending writes with the gate's reasons, open conflicts, quarantined
+    materials, and the registry's figures (blocking: run in a thread)."""
+    conflicts = registry.conflicts()
+    by_material: dict[str, list[Any]] = {}
+    for c in conflicts:
+        by_material.setdefault(c.material_a, []).append(c)
+        by_material.setdefault(c.material_b, []).append(c)
+    pending = []
+    for state in registry.pending():
+        number = state.pending or state.current.version
+        proposed = registry.version(state.material_id, number).version
+        pending.append(
+            PendingWrite(
+                state.material_id,
+                proposed,
+                state.current if state.pending is not None else None,
+                list((proposed.gate or {}).get("reasons") or []),
+                by_material.get(state.material_id, []),
+            )
+        )
+    quarantined = [
+        (state, registry.credibility(state)) for state in registry.materials("quarantined")
+    ]
+    return {
+        "pending": pending,
+        "conflicts": conflicts,
+        "quarantined": quarantined,
+        "stats": registry.stats(),
+    }
+
+
+def material_history(registry: Any, material_id: str) -> dict[str, Any]:
+    """One material: now, every version with its full source snippet and who made it (and how
+    that was established), its read hits and open conflicts (blocking: run in a thread).
+    Raises ``MaterialNotFound``."""
+    state = registry.get(material_id)
+    identities = registry.identities(material_id)
+    history = [
+        (stored, identities.get(stored.version.version))
+        for stored in reversed(registry.history(material_id))
+    ]
+    reads = registry.reads(material_id, limit=READ_HITS_SHOWN)
+    conflicts = [c for c in registry.conflicts() if material_id in (c.material_a, c.material_b)]
+    actions = []
+    if state.pending is not None or state.status == "pending_review":
+        actions += ["approve", "reject"]
+    if state.status == "quarantined":
+        actions.append("restore")
+    return {
+        "state": state,
+        "material_id": material_id,
+        "credibility": registry.credibility(state),
+        "stale": state.current.stale_reason(),
+        "history": history,
+        "reads": reads,
+        "conflicts": conflicts,
+        "actions": actions,
+    }
