@@ -326,6 +326,8 @@ def test_changes_need_an_authenticated_operator(
     assert entry.actor == "lead" and entry.payload["identity"] == {
         k: v for k, v in identity.items() if k != "audit_seq"
     }
+    shown = json.loads(run(capsys, "materials", "show", "memo-60", "--json", "--store", url)[1])
+    assert [h["identity"]["method"] for h in shown["history"]] == ["declared", "operator-token"]
     # the write through the Python API with a bare name is recorded as declared
     assert reg_identity_of_first_write(url) == {
         "name": "agent-9",

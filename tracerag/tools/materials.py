@@ -76,6 +76,7 @@ def run_show(args: argparse.Namespace) -> int:
             print(f"tracerag materials show: {exc}", file=sys.stderr)
             return 1
         history = reg.history(args.material_id)
+        identities = reg.identities(args.material_id)
         reads = reg.reads(args.material_id, limit=args.limit)
         cred = reg.credibility(state)
         if args.json:
@@ -89,7 +90,12 @@ def run_show(args: argparse.Namespace) -> int:
                 "denials": state.denials,
                 "usage": state.usage.to_dict(),
                 "history": [
-                    {**s.version.body(), "audit_seq": s.audit_seq, "body_hash": s.body_hash}
+                    {
+                        **s.version.body(),
+                        "audit_seq": s.audit_seq,
+                        "body_hash": s.body_hash,
+                        "identity": identities.get(s.version.version),
+                    }
                     for s in history
                 ],
                 "reads": [h.__dict__ for h in reads],
