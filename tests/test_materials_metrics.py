@@ -30,15 +30,7 @@ def test_gauges_follow_the_registry(registry: MaterialRegistry) -> None:
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
     observe_registry(registry, meter_provider=provider)
-    registry.observe(
-        [
-            Document(page_content="已拆封商品可在签收后7天内退货。", metadata={"id": "a"}),
-            Document(page_content="已拆封商品可在签收后30天内退货。", metadata={"id": "b"}),
-            Document(page_content="礼品卡不可兑换现金。", metadata={"id": "c"}),
-        ]
-    )
-    registry.register("memo", "Maybe gift cards expire?", operator="x", written_by="memory@1")
-    registry.quarantine("c", operator="lead", reason="test")
+    _fill(registry)
     got = collect(reader)
     assert got["tracerag.materials"][(("status", "active"),)] == 2
     assert got["tracerag.materials"][(("status", "quarantined"),)] == 1
