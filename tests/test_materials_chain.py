@@ -177,3 +177,62 @@ def test_a_material_change_entry_cannot_be_appended_as_an_action(
         registry.store.append_action("r1", "material_change", "mallory", {"x": 1})
     with pytest.raises(InvalidRecord):
         registry.store.append_material_change(" ", "mallory", {"x": 1})
+
+
+def test_an_old_store_upgrades_and_keeps_verifying(
+    backend: Backend, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A schema-3 store whose material changes are old-style entries: opened by this version it
+    gains migration 4, keeps its old entries where they are, and chains new changes in their
+    own kind; both checks pass, and tampering with either kind is still caught."""
+    store = backend.open()
+    registry = MaterialRegistry(store, owns_store=True, metrics=False)
+    with monkeypatch.context() as old:
+        old.setattr(store, "append_material_change", _legacy_chain(store))
+        registry.register("fee", FEE, operator="alice", written_by="kb-import@2")
+    registry.close()
+    # back to schema 3, as a store written before migration 4 was
+    backend.execute("DROP INDEX audit_entries_kind", bypass_guard=False)
+    backend.execute("DELETE FROM schema_version WHERE version = 4", bypass_guard=False)
+
+    store = backend.open()
+    assert store.schema_version == 4
+    registry = MaterialRegistry(store, owns_store=True, metrics=False)
+    try:
+        registry.delete("fee", operator="bob", reason="withdrawn")
+        assert [e.kind for e in store.material_changes("fee")] == ["material_change"]
+        assert [a.kind for a in store.get(MATERIALS_LOG).actions] == ["operator_action"]
+        assert store.verify_chain().ok and registry.verify().ok
+    finally:
+        registry.close()
+    code, out = audit_verify(backend, capsys)
+    assert code == 0 and "materials OK: 2 versions" in out
+
+
+def test_a_keyed_chain_catches_a_resealed_material_change(
+    backend: Backend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the chain key, an intruder who rewrites a material change and re-hashes the chain
+    after it (without the key) is caught."""
+    from test_store_tamper import KEY, _reseal_from
+
+    store = backend.open(chain_key=KEY)
+    registry = MaterialRegistry(store, owns_store=True, metrics=False)
+    try:
+        registry.register("fee", FEE, operator="alice", written_by="kb-import@2")
+        registry.quarantine("fee", operator="bob", reason="old fee")
+        first = store.material_changes("fee")[0]
+        assert store.verify_chain().ok
+    finally:
+        registry.close()
+    backend.execute(
+        "UPDATE audit_entries SET payload = replace(payload, 'alice', 'mallory') WHERE seq = ?",
+        (first.seq,),
+    )
+    _reseal_from(backend, first.seq)
+    unkeyed = backend.open()
+    try:
+        report = unkeyed.verify_chain(key=KEY)
+    finally:
+        unkeyed.close()
+    assert not report.ok and report.changed
