@@ -206,3 +206,20 @@ def test_history_forms_act_on_the_material(client: TestClient, scene: MaterialRe
     after = client.get(reply.headers["location"]).text
     assert 'value="restore"' not in after and ">active<" in after
     assert TOKEN not in after
+
+
+def test_the_item_page_shows_credibility_and_links_to_the_history(
+    client: TestClient, scene: MaterialRegistry
+) -> None:
+    """A queued answer's cited material, reranked by credibility, shows that credibility and
+    leads to the material's history on the desk."""
+    from store_fixtures import make_record
+
+    record = make_record("cites-policy", decision="review")
+    record["materials"][0]["metadata"]["credibility"] = 0.3512
+    scene.store.append_record(record)
+    sign_in(client)
+    html = client.get("/review/items/cites-policy").text
+    assert "credibility 0.35 when retrieved" in text(html)
+    links = re.findall(r'class="history-link" href="([^"]+)"', html)
+    assert links and set(links) == {"/review/materials/history?id=M01"}  # only the ranked one

@@ -64,6 +64,12 @@ class CitedMaterial:
     stale: str | None = None
     text: Highlight | None = None
     supports: bool = False
+    credibility: float | None = None  # the registry's, when it was retrieved (reranking)
+
+
+def _credibility(material: RecordMaterial) -> float | None:
+    value = material.metadata.get("credibility")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 @dataclass
@@ -129,6 +135,7 @@ def claim_views(trail: RequestTrail) -> list[ClaimView]:
                     if supports
                     else Highlight(m.text, "", ""),
                     supports=supports,
+                    credibility=_credibility(m),
                 )
             )
         out.append(view)
