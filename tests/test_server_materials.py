@@ -223,3 +223,16 @@ def test_the_item_page_shows_credibility_and_links_to_the_history(
     assert "credibility 0.35 when retrieved" in text(html)
     links = re.findall(r'class="history-link" href="([^"]+)"', html)
     assert links and set(links) == {"/review/materials/history?id=M01"}  # only the ranked one
+
+
+def test_long_lists_are_cut_and_say_so(
+    client: TestClient, scene: MaterialRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tracerag.server import views
+
+    monkeypatch.setattr(views, "LISTED", 2)
+    sign_in(client)
+    html = client.get("/review/materials").text
+    assert len(re.findall(r'class="material pending-write"', html)) == 2
+    assert "The oldest 2 of 3 are shown" in text(html)
+    assert "conflicts-more" not in html and "quarantined-more" not in html

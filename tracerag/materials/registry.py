@@ -869,18 +869,34 @@ class MaterialRegistry(UsageLog):
         return result
 
     # -- conflicts ----------------------------------------------------------------------------
-    def conflicts(self, status: str | None = "open") -> list[ConflictRecord]:
-        """Stored conflicts (open ones by default), oldest first."""
+    def conflicts(
+        self,
+        status: str | None = "open",
+        *,
+        material_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[ConflictRecord]:
+        """Stored conflicts (open ones by default; of one material, or all), oldest first."""
         sql = (
             "SELECT conflict_id, material_a, version_a, material_b, version_b, slot_key, value_a, "
             "value_b, status, created_at, resolved_at, resolution FROM material_conflicts"
         )
+        where: list[str] = []
         params: list[Any] = []
         if status:
-            sql += " WHERE status = ?"
+            where.append("status = ?")
             params.append(status)
+        if material_id is not None:
+            where.append("(material_a = ? OR material_b = ?)")
+            params += [material_id, material_id]
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at, conflict_id"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(int(limit))
         with self.db.read() as cur:
-            cur.execute(sql + " ORDER BY created_at, conflict_id", params)
+            cur.execute(sql, params)
             return [ConflictRecord(*r) for r in cur.fetchall()]
 
     # -- verification and figures -------------------------------------------------------------

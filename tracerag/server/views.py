@@ -424,6 +424,8 @@ def item_context(
 
 MATERIAL_ACTIONS = ("approve", "reject", "restore")
 READ_HITS_SHOWN = 50
+#: rows each list of the materials page shows (the figures above them count them all)
+LISTED = 200
 
 
 @dataclass(frozen=True)
@@ -433,20 +435,15 @@ class PendingWrite:
     material_id: str
     proposed: Any  # MaterialVersion
     in_service: Any | None  # MaterialVersion of an active material whose edit waits
-    gate_reasons: list[dict[str, str]]
-    conflicts: list[Any]  # ConflictRecord of the material
+    gate_reasons: list[dict[str, str]]  # a conflict with an active material is one of them
 
 
 def materials_overview(registry: Any) -> dict[str, Any]:
     """The materials page: pending writes with the gate's reasons, open conflicts, quarantined
     materials, and the registry's figures (blocking: run in a thread)."""
-    conflicts = registry.conflicts()
-    by_material: dict[str, list[Any]] = {}
-    for c in conflicts:
-        by_material.setdefault(c.material_a, []).append(c)
-        by_material.setdefault(c.material_b, []).append(c)
+    conflicts = registry.conflicts(limit=LISTED)
     pending = []
-    for state in registry.pending():
+    for state in registry.pending()[:LISTED]:
         number = state.pending or state.current.version
         proposed = registry.version(state.material_id, number).version
         pending.append(
@@ -455,11 +452,10 @@ def materials_overview(registry: Any) -> dict[str, Any]:
                 proposed,
                 state.current if state.pending is not None else None,
                 list((proposed.gate or {}).get("reasons") or []),
-                by_material.get(state.material_id, []),
             )
         )
     quarantined = [
-        (state, registry.credibility(state)) for state in registry.materials("quarantined")
+        (state, registry.credibility(state)) for state in registry.materials("quarantined")[:LISTED]
     ]
     return {
         "pending": pending,
@@ -480,7 +476,7 @@ def material_history(registry: Any, material_id: str) -> dict[str, Any]:
         for stored in reversed(registry.history(material_id))
     ]
     reads = registry.reads(material_id, limit=READ_HITS_SHOWN)
-    conflicts = [c for c in registry.conflicts() if material_id in (c.material_a, c.material_b)]
+    conflicts = registry.conflicts(material_id=material_id, limit=LISTED)
     actions = []
     if state.pending is not None or state.status == "pending_review":
         actions += ["approve", "reject"]
