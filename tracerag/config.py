@@ -90,6 +90,16 @@ Variables (each is optional):
    ``tracerag serve``: a file of named reviewer tokens, stored as SHA-256 hashes (``tracerag serve
    --hash-token NAME`` prints a line for it); the name a reviewer signs in with is audited.
 
+.. envvar:: TRACERAG_OPERATOR_TOKEN
+
+   ``tracerag materials`` changes (edit, approve, reject, quarantine, restore, delete,
+   rollback-batch): the operator's own named token. The change is recorded under the name the
+   token belongs to; without a known token the change is refused.
+
+.. envvar:: TRACERAG_OPERATORS_FILE
+
+   The operators' named tokens (same format as the reviewers file). Unset: the reviewers file.
+
 .. envvar:: TRACERAG_CORS_ORIGINS
 
    ``tracerag serve``: comma-separated exact origins (``https://app.example.com``) whose pages
@@ -131,6 +141,8 @@ ENV_VARS: Mapping[str, str] = {
     "api_key": "TRACERAG_API_KEY",
     "reviewer_token": "TRACERAG_REVIEWER_TOKEN",
     "reviewers_file": "TRACERAG_REVIEWERS_FILE",
+    "operator_token": "TRACERAG_OPERATOR_TOKEN",
+    "operators_file": "TRACERAG_OPERATORS_FILE",
     "cors_origins": "TRACERAG_CORS_ORIGINS",
     "decision_webhook": "TRACERAG_DECISION_WEBHOOK",
 }
@@ -157,6 +169,8 @@ class Config:
     api_key: str | None = None
     reviewer_token: str | None = None
     reviewers_file: str | None = None
+    operator_token: str | None = field(default=None, repr=False)  # a secret
+    operators_file: str | None = None
     cors_origins: str | None = None
     decision_webhook: str | None = None
 

@@ -36,7 +36,12 @@ by the Collector's prometheus exporter):
   ``tracerag_audit_persist_failures_total`` / ``tracerag_audit_dropped_total``;
 - ``tracerag.audit.backlog`` (up-down) → ``tracerag_audit_backlog``: records accepted by an
   audit writer and not yet stored;
-- ``tracerag.spans.dropped`` {reason} → ``tracerag_spans_dropped_total``.
+- ``tracerag.spans.dropped`` {reason} → ``tracerag_spans_dropped_total``;
+- while a material registry is open (``tracerag.materials.metrics``): ``tracerag.materials``
+  {status}, ``tracerag.materials.pending_writes``, ``.conflicts``, ``.quarantined`` and
+  ``.credibility`` {bucket} → ``tracerag_materials``, ``tracerag_materials_pending_writes``,
+  ``tracerag_materials_conflicts``, ``tracerag_materials_quarantined``,
+  ``tracerag_materials_credibility``.
 
 Histograms carry explicit bucket boundaries as advisory parameters, so any SDK MeterProvider
 uses them without extra Views. Recording never raises into a request.

@@ -5,6 +5,7 @@ complained-about request to the write that caused it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -65,8 +66,42 @@ def scene(backend: Backend, documents: list[Document]) -> dict[str, Any]:
     return {"url": url, "rids": rids, "batch": batch}
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    code = main(list(argv))
+#: each operator's own token (the operators file holds only their hashes)
+TOKENS = {name: f"{name}-token-{name[::-1]}-0123456789" for name in ("lead", "lead2", "x")}
+
+
+@pytest.fixture(autouse=True)
+def operators(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """An operators file naming lead, lead2 and x; no operator token in the environment."""
+    from tracerag.config import reset_config
+    from tracerag.identity import hash_token
+
+    path = tmp_path / "operators"
+    path.write_text("".join(f"{n}:{hash_token(t)}\n" for n, t in TOKENS.items()), "utf-8")
+    monkeypatch.setenv("TRACERAG_OPERATORS_FILE", str(path))
+    monkeypatch.delenv("TRACERAG_OPERATOR_TOKEN", raising=False)
+    reset_config()
+    yield str(path)
+    reset_config()
+
+
+def run(
+    capsys: pytest.CaptureFixture[str], *argv: str, token: str | None = None
+) -> tuple[int, str]:
+    """Run the CLI; a change ``--operator NAME`` is made with NAME's token unless told."""
+    from tracerag.config import reset_config
+
+    args = list(argv)
+    if token is None and "--operator" in args and args[0] == "materials":
+        token = TOKENS.get(args[args.index("--operator") + 1])
+    with pytest.MonkeyPatch.context() as mp:
+        if token:
+            mp.setenv("TRACERAG_OPERATOR_TOKEN", token)
+        reset_config()
+        try:
+            code = main(args)
+        finally:
+            reset_config()
     return code, capsys.readouterr().out
 
 
@@ -246,3 +281,65 @@ def test_manual_edit_is_gated(scene: dict[str, Any], capsys: pytest.CaptureFixtu
         )[0]
         == 2
     )
+
+
+def test_changes_need_an_authenticated_operator(
+    scene: dict[str, Any], capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    """Free text is not an identity: no token, an unknown token, or a name that is not the
+    token's are refused; a change is recorded under the token's name, with how it was proved."""
+    url = scene["url"]
+    change = ("materials", "quarantine", "memo-60", "--reason", "wrong window", "--store", url)
+    with pytest.raises(SystemExit) as no_token:
+        run(capsys, *change, "--operator", "mallory")  # no token for mallory
+    assert no_token.value.code == 2
+    assert "authenticated operator" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run(capsys, *change, token="not-anyone's-token-0123456789")
+    assert "belongs to no configured operator" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run(capsys, *change, "--operator", "lead2", token=TOKENS["lead"])
+    assert "belongs to 'lead'" in capsys.readouterr().err
+    reg = MaterialRegistry.open(url)
+    try:
+        assert reg.get("memo-60").status == "active"  # nothing was changed
+    finally:
+        reg.close()
+
+    # the token alone names the operator; a token file works like the variable
+    file = tmp_path / "token"
+    file.write_text(TOKENS["lead"] + "\n", "utf-8")
+    code, out = run(capsys, *change, "--operator-token-file", str(file))
+    assert code == 0 and "(by lead)" in out
+    reg = MaterialRegistry.open(url)
+    try:
+        identity = reg.identities("memo-60")[2]
+        (entry,) = [
+            e for e in reg.store.material_changes("memo-60") if e.seq == identity["audit_seq"]
+        ]
+    finally:
+        reg.close()
+    assert identity["name"] == "lead" and identity["method"] == "operator-token"
+    assert identity["authenticated"] is True and identity["credential"].startswith("sha256:")
+    assert TOKENS["lead"] not in json.dumps(entry.payload)
+    assert entry.actor == "lead" and entry.payload["identity"] == {
+        k: v for k, v in identity.items() if k != "audit_seq"
+    }
+    shown = json.loads(run(capsys, "materials", "show", "memo-60", "--json", "--store", url)[1])
+    assert [h["identity"]["method"] for h in shown["history"]] == ["declared", "operator-token"]
+    # the write through the Python API with a bare name is recorded as declared
+    assert reg_identity_of_first_write(url) == {
+        "name": "agent-9",
+        "method": "declared",
+        "authenticated": False,
+        "credential": None,
+    }
+
+
+def reg_identity_of_first_write(url: str) -> dict[str, Any]:
+    reg = MaterialRegistry.open(url)
+    try:
+        found = reg.identities("memo-60")[1]
+    finally:
+        reg.close()
+    return {k: v for k, v in found.items() if k != "audit_seq"}

@@ -3,18 +3,20 @@
 
 from __future__ import annotations
 
+import time
+
 from langchain_core.documents import Document
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from tracerag.materials import MaterialRegistry
-from tracerag.materials.metrics import observe_registry
+from tracerag.materials.metrics import STATS_SECONDS, observe_registry
 
 
 def collect(reader: InMemoryMetricReader) -> dict[str, dict[tuple, float]]:
     out: dict[str, dict[tuple, float]] = {}
     data = reader.get_metrics_data()
-    for rm in data.resource_metrics:
+    for rm in data.resource_metrics if data is not None else []:
         for sm in rm.scope_metrics:
             for metric in sm.metrics:
                 for point in metric.data.data_points:
@@ -27,15 +29,7 @@ def test_gauges_follow_the_registry(registry: MaterialRegistry) -> None:
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
     observe_registry(registry, meter_provider=provider)
-    registry.observe(
-        [
-            Document(page_content="已拆封商品可在签收后7天内退货。", metadata={"id": "a"}),
-            Document(page_content="已拆封商品可在签收后30天内退货。", metadata={"id": "b"}),
-            Document(page_content="礼品卡不可兑换现金。", metadata={"id": "c"}),
-        ]
-    )
-    registry.register("memo", "Maybe gift cards expire?", operator="x", written_by="memory@1")
-    registry.quarantine("c", operator="lead", reason="test")
+    _fill(registry)
     got = collect(reader)
     assert got["tracerag.materials"][(("status", "active"),)] == 2
     assert got["tracerag.materials"][(("status", "quarantined"),)] == 1
@@ -45,3 +39,74 @@ def test_gauges_follow_the_registry(registry: MaterialRegistry) -> None:
     assert sum(got["tracerag.materials.credibility"].values()) == 2
     assert got["tracerag.materials.credibility"][(("bucket", "0.6-0.7"),)] == 2  # the prior
     provider.shutdown()
+
+
+def _fill(registry: MaterialRegistry) -> None:
+    registry.observe(
+        [
+            Document(page_content="已拆封商品可在签收后7天内退货。", metadata={"id": "a"}),
+            Document(page_content="已拆封商品可在签收后30天内退货。", metadata={"id": "b"}),
+            Document(page_content="礼品卡不可兑换现金。", metadata={"id": "c"}),
+        ]
+    )
+    registry.register("memo", "Maybe gift cards expire?", operator="x", written_by="memory@1")
+    registry.quarantine("c", operator="lead", reason="test")
+
+
+def _check(got: dict[str, dict[tuple, float]]) -> None:
+    assert got["tracerag.materials"][(("status", "quarantined"),)] == 1
+    assert got["tracerag.materials.quarantined"][()] == 1
+    assert got["tracerag.materials.pending_writes"][()] == 1
+    assert got["tracerag.materials.conflicts"][()] == 1
+    assert sum(got["tracerag.materials.credibility"].values()) == 2
+
+
+def test_an_open_registry_reports_on_tracerags_meter_in_library_mode(
+    registry: MaterialRegistry,
+) -> None:
+    """No wiring by the application: tracerag's configured MeterProvider gets the gauges of
+    every open registry, also one opened before the provider was configured."""
+    from tracerag import metrics
+
+    metrics.reset_for_tests()
+    reader = InMemoryMetricReader()
+    try:
+        metrics.configure_metrics(readers=[reader])
+        _fill(registry)  # the registry was opened before the provider existed
+        _check(collect(reader))
+        registry.close()
+        time.sleep(STATS_SECONDS + 0.1)  # the figures are read at most once a second
+        assert "tracerag.materials" not in collect(reader)  # a closed one stops reporting
+    finally:
+        metrics.reset_for_tests()
+
+
+def test_the_server_reports_its_registry_from_startup(tmp_path) -> None:
+    """tracerag serve's app opens the registry beside its store when it starts, so the gauges
+    are there before anyone used a material; they follow changes made elsewhere (the CLI)."""
+    from fastapi.testclient import TestClient
+
+    from tracerag import metrics
+    from tracerag.server.app import create_app
+    from tracerag.store.sqlite import SQLiteAuditStore
+
+    path = str(tmp_path / "audit.sqlite")
+    metrics.reset_for_tests()
+    reader = InMemoryMetricReader()
+    try:
+        metrics.configure_metrics(readers=[reader])
+        store = SQLiteAuditStore(path)
+        app = create_app(store=store, api_key="k" * 20, review_desk=False)
+        with TestClient(app):
+            served = app.state.services.registry
+            assert served is not None
+            got = collect(reader)
+            assert got["tracerag.materials"][(("status", "active"),)] == 0
+            other = MaterialRegistry(SQLiteAuditStore(path), owns_store=True, metrics=False)
+            _fill(other)  # another process's changes, in the same database
+            other.close()
+            time.sleep(STATS_SECONDS + 0.1)
+            _check(collect(reader))
+        store.close()
+    finally:
+        metrics.reset_for_tests()

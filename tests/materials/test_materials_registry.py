@@ -12,7 +12,6 @@ from langchain_core.documents import Document
 from store_fixtures import Backend
 
 from tracerag.materials import (
-    MATERIALS_LOG,
     ConcurrentChange,
     InvalidTransition,
     MaterialNotFound,
@@ -75,8 +74,9 @@ def test_material_changes_are_in_the_hash_chain(
 ) -> None:
     registry.register("fee", FEE, operator="alice", written_by="kb-import@2")
     registry.delete("fee", operator="bob", reason="withdrawn")
-    trail = registry.store.get(MATERIALS_LOG)
-    changes = [e for e in trail.actions if "material_change" in e.payload]
+    changes = registry.store.material_changes("fee")
+    assert {e.kind for e in changes} == {"material_change"}
+    assert {e.request_id for e in changes} == {"fee"}
     assert [e.payload["material_change"]["version"] for e in changes] == [1, 2]
     assert changes[1].actor == "bob" and changes[1].payload["reason"] == "withdrawn"
     assert changes[1].payload["before"]["status"] == "active"

@@ -377,3 +377,91 @@ def test_the_desk_fits_a_phone_and_speaks_the_right_language(desk, browser):
         assert axe_violations(phone) == []
     finally:
         context.close()
+
+
+# -- the materials view ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def materials_desk(tmp_path) -> Iterator[tuple[str, Any]]:
+    """A served desk whose registry holds a gated memory write (Chinese), a quarantined
+    material whose text is hostile markup, and a conflict."""
+    from langchain_core.documents import Document
+
+    from tracerag.materials import MaterialRegistry
+
+    store = make_store(tmp_path)
+    registry = MaterialRegistry(store)
+    registry.observe(
+        [
+            Document(page_content="已拆封商品可在签收后30天内退货。", metadata={"id": "policy-30"}),
+            Document(page_content="已拆封商品可在签收后15天内退货。", metadata={"id": "feed-15"}),
+            Document(page_content=EVIL_ANSWER, metadata={"id": "evil"}),
+        ]
+    )
+    registry.register(
+        "memo-7",
+        "好像是签收后7天内可以退货吧？",
+        operator="agent-9",
+        written_by="memory-writer@2",
+        source_snippet="chat #881\ncustomer: 好像是签收后7天内可以退货吧？",
+    )
+    registry.quarantine("evil", operator="lead", reason="hostile feed")
+    app = make_app(store)
+    app.state.services.registry = registry
+    try:
+        with running(app) as base:
+            yield base, registry
+    finally:
+        registry.close()
+        store.close()
+
+
+def test_a_reviewer_decides_material_writes_on_the_desk(materials_desk, page):
+    base, registry = materials_desk
+    sign_in_page(page, base)
+    page.click("#nav >> text=Materials")
+    page.wait_for_url(f"{base}/review/materials")
+    write = page.locator("article.pending-write", has_text="memo-7")
+    assert "hedge" in write.inner_text() and "好像" in write.inner_text()
+    assert "policy-30" in page.inner_text("#conflicts")
+    assert "evil" in page.inner_text("#quarantine")
+    assert_nothing_ran(page)  # the quarantined material's markup is shown, never run
+    assert axe_violations(page) == []
+    write.locator("input[name=reason]").fill("确认：政策是7天")
+    write.locator("button[value=approve]").click()
+    page.wait_for_url(f"{base}/review/materials")
+    assert registry.get("memo-7").status == "active"
+    assert registry.get("memo-7").current.operator == "alice"
+    assert "No write is waiting for review." in page.inner_text("#pending")
+
+    page.goto(f"{base}/review/materials/history?id=memo-7")
+    history = page.inner_text("#history")
+    assert "v2 · approve → active" in history and "desk-shared-token" in history
+    assert "chat #881\ncustomer: 好像是签收后7天内可以退货吧？" in page.inner_text(
+        "pre.snippet >> nth=1"
+    )
+    assert axe_violations(page) == []
+
+    page.goto(f"{base}/review/materials/history?id=evil")
+    page.fill("#reason", "the feed was cleaned")
+    page.click("#material-action button[value=restore]")
+    page.wait_for_url(f"{base}/review/materials/history?id=evil")
+    assert page.inner_text("#status") == "active"
+    assert registry.get("evil").status == "active"
+    assert_nothing_ran(page)
+    assert registry.verify().ok and registry.store.verify_chain().ok
+
+
+def test_the_materials_view_fits_a_phone(materials_desk, browser):
+    base, _ = materials_desk
+    context = browser.new_context(viewport={"width": 360, "height": 740}, is_mobile=True)
+    phone = context.new_page()
+    try:
+        sign_in_page(phone, base)
+        for path in ("/review/materials", "/review/materials/history?id=memo-7", "/review"):
+            phone.goto(base + path)
+            assert no_horizontal_overflow(phone), path
+        assert axe_violations(phone) == []
+    finally:
+        context.close()

@@ -257,3 +257,34 @@ def test_a_chain_can_be_re_verified_with_any_jcs_implementation(store) -> None:
         material = ["tracerag-chain-v2", e.prev_hash, e.seq, e.request_id, e.kind]
         material += [e.payload_json, e.actor, e.created_at]
         assert hashlib.sha256(rfc8785.dumps(material)).hexdigest() == e.hash
+
+
+def test_a_material_change_is_sealed_like_any_entry(store) -> None:  # noqa: F811
+    """A material_change entry: its payload is RFC 8785 text, re-verifiable by a third party,
+    it is chained between request entries, and it belongs to no request."""
+    import hashlib
+
+    import rfc8785
+
+    from tracerag.store import InvalidRecord, RequestNotFound
+
+    _fill(store, 1)
+    change = {"material_change": {"material_id": "fee", "version": 1, "ratio": 0.1, "n": 10}}
+    sealed = store.append_material_change("fee", "alice", change, "new fee")
+    store.append_record(make_record("r-after"))
+    assert sealed.kind == "material_change" and sealed.request_id == "fee"
+    assert sealed.payload_json == rfc8785.dumps({**change, "reason": "new fee"}).decode("utf-8")
+    material = ["tracerag-chain-v2", sealed.prev_hash, sealed.seq, "fee", "material_change"]
+    material += [sealed.payload_json, "alice", sealed.created_at]
+    assert hashlib.sha256(rfc8785.dumps(material)).hexdigest() == sealed.hash
+    assert store.material_changes() == [sealed] == store.material_changes("fee")
+    assert store.material_changes("other") == []
+    with pytest.raises(RequestNotFound):
+        store.get("fee")
+    assert "fee" not in {r.request_id for r in store.list_requests()}
+    report = store.verify_chain()
+    assert report.ok and report.checked == len(store.get("r0").entries) + 1 + len(
+        store.get("r-after").entries
+    )
+    with pytest.raises(InvalidRecord):
+        store.append_material_change("fee", " ", change)

@@ -157,7 +157,9 @@ def failing_audit(record: dict[str, Any]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def demo_ran(prometheus: Prometheus) -> Prometheus:
+def demo_ran(
+    prometheus: Prometheus, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Prometheus]:
     # spans go to a collector that is not there: they are dropped and counted
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -201,14 +203,55 @@ def demo_ran(prometheus: Prometheus) -> Prometheus:
     with contextlib.suppress(Exception):
         dead_model.invoke(questions[0])
     metrics.record_audit_failure("store_down", dropped=True)  # as the audit writer reports it
+    # a material registry with a pending write, a conflict, a quarantine and a denied material;
+    # its gauges reach the endpoint because it is open (no wiring)
+    prometheus.materials = materials_ran(tmp_path_factory.mktemp("materials"), retriever)
     provider.force_flush(10_000)
     provider.shutdown()
     prometheus.wait(
         "sum(tracerag_requests_total)", lambda r: r and float(r[0]["value"][1]) >= len(questions)
     )
     prometheus.wait("sum(tracerag_spans_dropped_total)", bool)
+    prometheus.wait("sum(tracerag_materials_quarantined) > 0", bool)
+    prometheus.wait("sum(tracerag_materials_conflicts) > 0", bool)
     time.sleep(3 * SCRAPE_SECONDS)
-    return prometheus
+    yield prometheus
+    prometheus.materials.close()
+
+
+def materials_ran(directory: Path, retriever: Any) -> Any:
+    """An open registry, fed by a reranking retriever and by feedback on stored answers."""
+    from langchain_core.documents import Document
+
+    from tracerag.materials import MaterialRegistry
+    from tracerag.materials.feedback import record_feedback
+    from tracerag.materials.rerank import CredibilityRetriever
+
+    registry = MaterialRegistry.open(str(directory / "audit.sqlite"))
+    ranked = CredibilityRetriever(retriever=retriever, registry=registry)
+    docs = ranked.invoke("How many days do I have to return an item?")
+    assert docs, "the demo knowledge base returned nothing"
+    registry.register("memo-7", "可能是7天内退货吧？", operator="agent", written_by="memory@1")
+    registry.observe(
+        [
+            Document(page_content="Gift cards expire after 12 months.", metadata={"id": "g12"}),
+            Document(page_content="Gift cards expire after 24 months.", metadata={"id": "g24"}),
+            Document(page_content="已拆封商品可在签收后7天内退货。", metadata={"id": "z7"}),
+            Document(page_content="已拆封商品可在签收后30天内退货。", metadata={"id": "z30"}),
+        ]
+    )
+    registry.quarantine("g24", operator="lead", reason="the partner feed is wrong")
+    first = str(docs[0].metadata.get("id"))
+    registry.store.append_record(
+        {
+            "request_id": "denied-1",
+            "materials": [{"id": first, "text": docs[0].page_content}],
+            "signals": {"citations": {"claims": [{"cited_ids": [first]}]}},
+            "decision": "pass",
+        }
+    )
+    record_feedback("denied-1", "deny", "wrong", registry=registry, operator="user:li")
+    return registry
 
 
 def test_every_dashboard_expression_returns_data(demo_ran: Prometheus) -> None:

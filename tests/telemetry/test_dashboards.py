@@ -33,14 +33,23 @@ def test_promql_parser_helper() -> None:
 
 
 @pytest.fixture(scope="module")
-def exposed_names() -> set[str]:
-    """Sample names the real Prometheus exporter exposes after every record_* function ran."""
+def exposed_names(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+    """Sample names the real Prometheus exporter exposes after every record_* function ran
+    and a material registry's gauges were observed."""
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from opentelemetry.sdk.metrics import MeterProvider
     from prometheus_client import CollectorRegistry
 
+    from tracerag.materials import MaterialRegistry
+    from tracerag.materials.metrics import observe_registry
+
     registry = CollectorRegistry()
     provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
+    materials = MaterialRegistry.open(
+        str(tmp_path_factory.mktemp("materials") / "audit.sqlite"), metrics=False
+    )
+    materials.register("fee", "The fee is 10%.", operator="kb", written_by="import@1")
+    observe_registry(materials, meter_provider=provider)
     for decision, confidence in (("pass", 0.92), ("review", 0.7), ("escalate", 0.3)):
         outcome = metrics.RequestOutcome(
             tier="high",
@@ -65,6 +74,7 @@ def exposed_names() -> set[str]:
     metrics.record_spans_dropped(3, "export_failed", meter_provider=provider)
     names = {sample.name for family in registry.collect() for sample in family.samples}
     provider.shutdown()
+    materials.close()
     assert "tracerag_requests_total" in names
     return names
 
@@ -99,6 +109,23 @@ def test_quality_dashboard_covers_the_issue() -> None:
         assert needle in exprs, needle
     for word in ("decision", "confidence", "escalation", "review", "coverage", "latency"):
         assert word in titles, word
+
+
+def test_quality_dashboard_has_a_materials_row() -> None:
+    quality = json.loads((DASHBOARDS / "tracerag-quality.json").read_text())
+    rows = [p["title"] for p in quality["panels"] if p["type"] == "row"]
+    assert rows[-1] == "Materials"
+    start = next(i for i, p in enumerate(quality["panels"]) if p["title"] == "Materials")
+    exprs = " ".join(t["expr"] for p in quality["panels"][start:] for t in p.get("targets", []))
+    for name in (
+        "tracerag_materials_credibility",
+        "tracerag_materials_pending_writes",
+        "tracerag_materials_conflicts",
+        "tracerag_materials_quarantined",
+        "sum by (status) (tracerag_materials",
+        "sum by (bucket) (tracerag_materials_credibility",
+    ):
+        assert name in exprs, name
 
 
 def test_traceql_uses_only_known_attributes() -> None:

@@ -1,55 +1,143 @@
 """Registry figures as OpenTelemetry gauges, read from the database at each collection.
 
-``observe_registry(registry)`` registers:
+Every open ``MaterialRegistry`` is watched (``watch_registry``; the registry does it when it
+opens, in library and server mode alike, and stops when it closes). tracerag's MeterProvider
+(``tracerag.metrics``) gets these gauges, summed over the watched databases (a database
+watched by several registries counts once):
 
-* ``tracerag.materials`` — materials by ``status``;
+* ``tracerag.materials`` — materials by ``status`` (``active``, ``pending_review``,
+  ``quarantined``, ``deleted``);
 * ``tracerag.materials.pending_writes`` — new materials and edits waiting for review;
 * ``tracerag.materials.conflicts`` — open conflicts;
-* ``tracerag.materials.credibility`` — active materials by credibility ``bucket`` (tenths).
+* ``tracerag.materials.quarantined`` — materials out of retrieval until a person restores them;
+* ``tracerag.materials.credibility`` — active materials by credibility ``bucket`` (tenths,
+  ``0.0-0.1`` … ``0.9-1.0``): the credibility distribution.
 
 Prometheus names: ``tracerag_materials``, ``tracerag_materials_pending_writes``,
-``tracerag_materials_conflicts``, ``tracerag_materials_credibility``.
+``tracerag_materials_conflicts``, ``tracerag_materials_quarantined``,
+``tracerag_materials_credibility``. ``observe_registry(registry, meter_provider)`` puts the
+gauges of one registry on a given provider.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from tracerag.materials.model import STATUSES
-from tracerag.metrics import get_meter
+from tracerag.metrics import get_meter, get_meter_provider
 
 log = logging.getLogger(__name__)
 
+#: figures read once serve every gauge of one collection
+STATS_SECONDS = 1.0
+
+_lock = threading.Lock()
+# database -> the registry that reports it (a registry dropped without closing is forgotten)
+_watched: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+_instrumented: list[Any] = []  # providers that have the watched registries' gauges
+
+
+def _database(registry: Any) -> str:
+    store = getattr(registry, "store", None)
+    location = getattr(store, "location", None) or f"registry-{id(registry)}"
+    return f"{location}|{getattr(store, 'schema', None) or ''}"
+
+
+def watch_registry(registry: Any) -> None:
+    """Report a registry's figures on tracerag's meter until ``unwatch_registry``."""
+    with _lock:
+        _watched[_database(registry)] = registry
+    ensure_instruments()
+
+
+def unwatch_registry(registry: Any) -> None:
+    """Stop reporting a registry (it closed)."""
+    with _lock:
+        key = _database(registry)
+        if _watched.get(key) is registry:
+            del _watched[key]
+
+
+def ensure_instruments() -> None:
+    """Give tracerag's current MeterProvider the watched registries' gauges (once each)."""
+    provider = get_meter_provider()
+    with _lock:
+        if any(p is provider for p in _instrumented):
+            return
+        _instrumented.append(provider)
+    _instruments(lambda: list(_watched.values()), provider)
+
+
+def reset_for_tests() -> None:
+    """Forget watched registries and instrumented providers."""
+    with _lock:
+        _watched.clear()
+        _instrumented.clear()
+
 
 def observe_registry(registry: Any, meter_provider: Any = None) -> list[Any]:
-    """Register the registry's gauges on tracerag's meter; returns the instruments."""
+    """Register one registry's gauges on tracerag's meter; returns the instruments."""
+    return _instruments(lambda: [registry], meter_provider)
+
+
+def _figures(registries: list[Any]) -> dict[str, Any] | None:
+    """The watched registries' figures, summed; None when none could be read."""
+    total: dict[str, Any] | None = None
+    for registry in registries:
+        try:
+            found: dict[str, Any] = registry.stats()
+        except Exception:  # a scrape must not fail because a database is away or closed
+            log.warning("material registry figures unavailable", exc_info=True)
+            continue
+        if total is None:
+            total = {
+                "by_status": dict.fromkeys(STATUSES, 0),
+                "pending_writes": 0,
+                "open_conflicts": 0,
+                "quarantined": 0,
+                "credibility_histogram": dict.fromkeys(found["credibility_histogram"], 0),
+            }
+        for status, n in found["by_status"].items():
+            total["by_status"][status] = total["by_status"].get(status, 0) + n
+        for name in ("pending_writes", "open_conflicts", "quarantined"):
+            total[name] += found[name]
+        for bucket, n in found["credibility_histogram"].items():
+            total["credibility_histogram"][bucket] += n
+    return total
+
+
+def _instruments(registries: Callable[[], list[Any]], meter_provider: Any) -> list[Any]:
     meter = get_meter(meter_provider)
+    cache: dict[str, Any] = {"at": -STATS_SECONDS, "figures": None}
+    cache_lock = threading.Lock()
 
     def stats() -> dict[str, Any] | None:
-        try:
-            found: dict[str, Any] | None = registry.stats()
-            return found
-        except Exception:  # a scrape must not fail because the database is away
-            log.warning("material registry figures unavailable", exc_info=True)
-            return None
+        with cache_lock:
+            now = time.monotonic()
+            if now - cache["at"] >= STATS_SECONDS:
+                cache["figures"], cache["at"] = _figures(registries()), now
+            figures: dict[str, Any] | None = cache["figures"]
+            return figures
+
+    def one(name: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def read(_options: CallbackOptions) -> Iterable[Observation]:
+            s = stats()
+            return [] if s is None else [Observation(s[name])]
+
+        return read
 
     def by_status(_options: CallbackOptions) -> Iterable[Observation]:
         s = stats()
         if s is None:
             return []
         return [Observation(s["by_status"].get(st, 0), {"status": st}) for st in STATUSES]
-
-    def pending(_options: CallbackOptions) -> Iterable[Observation]:
-        s = stats()
-        return [] if s is None else [Observation(s["pending_writes"])]
-
-    def conflicts(_options: CallbackOptions) -> Iterable[Observation]:
-        s = stats()
-        return [] if s is None else [Observation(s["open_conflicts"])]
 
     def credibility(_options: CallbackOptions) -> Iterable[Observation]:
         s = stats()
@@ -63,15 +151,21 @@ def observe_registry(registry: Any, meter_provider: Any = None) -> list[Any]:
         ),
         meter.create_observable_gauge(
             "tracerag.materials.pending_writes",
-            [pending],
+            [one("pending_writes")],
             unit="{write}",
             description="new materials and edits waiting for review",
         ),
         meter.create_observable_gauge(
             "tracerag.materials.conflicts",
-            [conflicts],
+            [one("open_conflicts")],
             unit="{conflict}",
             description="open conflicts between active materials",
+        ),
+        meter.create_observable_gauge(
+            "tracerag.materials.quarantined",
+            [one("quarantined")],
+            unit="{material}",
+            description="materials out of retrieval until a person restores them",
         ),
         meter.create_observable_gauge(
             "tracerag.materials.credibility",
@@ -82,4 +176,11 @@ def observe_registry(registry: Any, meter_provider: Any = None) -> list[Any]:
     ]
 
 
-__all__ = ["observe_registry"]
+__all__ = [
+    "STATS_SECONDS",
+    "ensure_instruments",
+    "observe_registry",
+    "reset_for_tests",
+    "unwatch_registry",
+    "watch_registry",
+]

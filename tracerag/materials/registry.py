@@ -1,14 +1,17 @@
 """``MaterialRegistry``: every material's versions, usage, credibility and conflicts.
 
 The registry lives in the audit store's database (SQLite or PostgreSQL), in tables of its own,
-and every change to a material is also appended to the audit store's hash chain as an
-``operator_action`` entry under the request id ``MATERIALS_LOG`` (payload key
-``material_change``, carrying the full version body and its hash), so the chain covers material
-changes and ``verify()`` checks the tables against it.
+and every change to a material is also appended to the audit store's hash chain as a
+``material_change`` entry under the material's id (the change with the full version body and
+its hash, before and after, and the operator's identity with how it was established), so the
+chain covers material changes and ``verify()`` checks the tables against it. Stores written
+before that entry kind existed hold their changes as ``operator_action`` entries of the request
+``MATERIALS_LOG``; those are verified where they are.
 
 Every change is a new version recording who, when, before (``based_on``), after, why, the write
 rule or model version (``written_by``) and the batch id; ``rollback_batch`` restores what a
-batch changed. New and edited materials pass the write gate (``gate.WriteGate``).
+batch changed. New and edited materials pass the write gate (``gate.WriteGate``). ``operator``
+is an ``OperatorIdentity`` (``tracerag.identity``) or a bare name, recorded as ``declared``.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ import json
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Union
 
+from tracerag.identity import SYSTEM_METHOD, OperatorIdentity
 from tracerag.materials.conflicts import find_conflicts
 from tracerag.materials.credibility import (
     CredibilityPolicy,
@@ -30,6 +34,7 @@ from tracerag.materials.credibility import (
 )
 from tracerag.materials.db import Cursor, MaterialStoreError, RegistryDB, connect_like
 from tracerag.materials.gate import GateVerdict, WriteGate
+from tracerag.materials.metrics import ensure_instruments, unwatch_registry, watch_registry
 from tracerag.materials.model import (
     MaterialState,
     MaterialVersion,
@@ -62,7 +67,10 @@ from tracerag.materials.records import (
     stored_version,
 )
 from tracerag.materials.usage import UsageLog
+from tracerag.store.base import KIND_MATERIAL_CHANGE
 
+#: who makes a change: an identity, or a bare name (recorded as declared, not authenticated)
+Operator = Union[str, OperatorIdentity]  # noqa: UP007
 _VERSION_COLUMNS = "body, body_hash, audit_seq, audit_hash"
 #: an unsealed version younger than this is a write in flight; older, an abandoned one
 IN_FLIGHT_SECONDS = 60.0
@@ -95,6 +103,7 @@ class MaterialRegistry(UsageLog):
         read_retention_days: int = DEFAULT_READ_RETENTION_DAYS,
         db: RegistryDB | None = None,
         owns_store: bool = False,
+        metrics: bool = True,
     ) -> None:
         self.store = store
         self.policy = policy or CredibilityPolicy()
@@ -103,7 +112,9 @@ class MaterialRegistry(UsageLog):
         self.db = db or connect_like(store)
         self._owns_store = owns_store
         self._local = threading.local()
-        self._log_ready = False
+        self._metrics = metrics
+        if metrics:  # its figures go to tracerag's meter (tracerag.materials.metrics)
+            watch_registry(self)
 
     @classmethod
     def open(cls, url: str | None = None, **options: Any) -> MaterialRegistry:
@@ -114,6 +125,7 @@ class MaterialRegistry(UsageLog):
 
     def close(self) -> None:
         """Close the registry's connection (and the store, when the registry opened it)."""
+        unwatch_registry(self)
         self.db.close()
         if self._owns_store:
             self.store.close()
@@ -175,6 +187,8 @@ class MaterialRegistry(UsageLog):
 
     def states(self, material_ids: Iterable[str]) -> dict[str, MaterialState]:
         """The current state of each registered id among ``material_ids``."""
+        if self._metrics:
+            ensure_instruments()  # the application may have installed its provider since
         ids = list(dict.fromkeys(str(i) for i in material_ids))
         out: dict[str, MaterialState] = {}
         if not ids:
@@ -301,20 +315,6 @@ class MaterialRegistry(UsageLog):
         )
 
     # -- writing ------------------------------------------------------------------------------
-    def _ensure_log(self) -> None:
-        if self._log_ready:
-            return
-        from tracerag.store import DuplicateRequest, RequestNotFound
-
-        try:
-            self.store.get(MATERIALS_LOG)
-        except RequestNotFound:
-            with suppress(DuplicateRequest):
-                self.store.append_record(
-                    {"request_id": MATERIALS_LOG, "question": "material registry change log"}
-                )
-        self._log_ready = True
-
     def _commit(
         self,
         new: MaterialVersion,
@@ -323,6 +323,7 @@ class MaterialRegistry(UsageLog):
         make_current: bool = True,
         pending: str = "keep",
         reset_denials: bool = False,
+        identity: OperatorIdentity | None = None,
     ) -> MaterialVersion:
         """Store a new version, chain it, then apply it (in that order).
 
@@ -330,7 +331,9 @@ class MaterialRegistry(UsageLog):
         service; ``pending`` (``keep`` / ``set`` / ``clear``) records or clears a proposed
         version waiting for review beside the one in service.
         """
-        self._ensure_log()
+        who = identity or _require_operator(new.operator)
+        if self._metrics:
+            ensure_instruments()
         batch_id = self._batch(new.batch_id)
         created_at = new.created_at or now_iso()
         with self.db.write() as cur:
@@ -406,10 +409,9 @@ class MaterialRegistry(UsageLog):
                 ),
             )
         try:
-            entry = self.store.append_action(
-                MATERIALS_LOG,
-                "operator_action",
-                new.operator,
+            entry = self.store.append_material_change(
+                new.material_id,
+                who.name,
                 {
                     CHANGE_KEY: {
                         "material_id": new.material_id,
@@ -427,6 +429,7 @@ class MaterialRegistry(UsageLog):
                         "status": new.status,
                         "content_hash": new.content_hash,
                     },
+                    "identity": who.to_dict(),
                 },
                 new.reason,
             )
@@ -530,7 +533,7 @@ class MaterialRegistry(UsageLog):
         material_id: str,
         content: str,
         *,
-        operator: str,
+        operator: Operator,
         written_by: str,
         provenance: Provenance | None = None,
         source_snippet: str = "",
@@ -546,7 +549,7 @@ class MaterialRegistry(UsageLog):
         hold: bool = False,
     ) -> MaterialVersion:
         """Write a new material through the write gate (``hold`` sends it to review anyway)."""
-        _require_operator(operator)
+        who = _require_operator(operator)
         existing = self.find(material_id)
         if existing is not None:
             raise MaterialStoreError(
@@ -565,7 +568,7 @@ class MaterialRegistry(UsageLog):
             superseded_by=superseded_by,
             written_by=written_by,
             source_snippet=source_snippet,
-            operator=operator,
+            operator=who.name,
             change="create",
             reason=reason,
             batch_id=batch_id,
@@ -576,6 +579,7 @@ class MaterialRegistry(UsageLog):
         stored = self._commit(
             replace(v, status=status, gate=verdict.to_dict() if verdict else None),
             expect_current=None,
+            identity=who,
         )
         self._check_conflicts(stored)
         return stored
@@ -589,7 +593,7 @@ class MaterialRegistry(UsageLog):
         self,
         material_id: str,
         *,
-        operator: str,
+        operator: Operator,
         written_by: str,
         reason: str,
         content: str | None = None,
@@ -604,7 +608,7 @@ class MaterialRegistry(UsageLog):
         review beside the version in service (``MaterialState.pending``), which stays in
         service until the edit is approved.
         """
-        _require_operator(operator)
+        who = _require_operator(operator)
         if not reason or not reason.strip():
             raise ValueError("an edit needs a reason")
         state = self.get(material_id)
@@ -617,7 +621,7 @@ class MaterialRegistry(UsageLog):
             changes["content"] = content
             changes["source_snippet"] = source_snippet or content
         v = state.current.evolve(
-            operator=operator,
+            operator=who.name,
             written_by=written_by,
             reason=reason,
             change="edit",
@@ -634,16 +638,19 @@ class MaterialRegistry(UsageLog):
                 expect_current=state.current.version,
                 make_current=False,
                 pending="set",
+                identity=who,
             )
         if status == "active":
             status = state.status
         stored = self._commit(
-            replace(v, status=status, gate=gate_body), expect_current=state.current.version
+            replace(v, status=status, gate=gate_body),
+            expect_current=state.current.version,
+            identity=who,
         )
         self._check_conflicts(stored)
         return stored
 
-    def observe(self, documents: Iterable[Any], *, operator: str = SYSTEM) -> list[str]:
+    def observe(self, documents: Iterable[Any], *, operator: Operator = SYSTEM) -> list[str]:
         """Register documents not seen before from their metadata (``METADATA_KEYS``).
 
         Returns the ids registered or re-versioned. A known id whose text changed at the source
@@ -651,6 +658,7 @@ class MaterialRegistry(UsageLog):
         the material's status. First-sight writes are not gated (the knowledge base is the
         authority for its own documents) but their conflicts are recorded.
         """
+        who = _require_operator(operator)
         items = []
         for doc in documents:
             text = str(getattr(doc, "page_content", "") or "")
@@ -671,7 +679,7 @@ class MaterialRegistry(UsageLog):
                     self.register(
                         material_id,
                         text,
-                        operator=operator,
+                        operator=who,
                         written_by=FIRST_SIGHT_RULE,
                         provenance=provenance,
                         reason="first seen in retrieval",
@@ -681,7 +689,7 @@ class MaterialRegistry(UsageLog):
                 else:
                     v = state.current.evolve(
                         content=text,
-                        operator=operator,
+                        operator=who.name,
                         written_by=FIRST_SIGHT_RULE,
                         reason="text changed at the source",
                         change="source_changed",
@@ -690,7 +698,7 @@ class MaterialRegistry(UsageLog):
                         provenance=provenance,
                         **fields,
                     )
-                    stored = self._commit(v, expect_current=state.current.version)
+                    stored = self._commit(v, expect_current=state.current.version, identity=who)
                     self._check_conflicts(stored)
             except (ConcurrentChange, MaterialStoreError):
                 continue  # another process registered or changed it first
@@ -726,7 +734,7 @@ class MaterialRegistry(UsageLog):
         material_id: str,
         action: str,
         *,
-        operator: str,
+        operator: Operator,
         reason: str,
         written_by: str = "manual",
         batch_id: str | None = None,
@@ -736,14 +744,14 @@ class MaterialRegistry(UsageLog):
         ``approve`` and ``reject`` act on a proposed edit when one waits for review, else on a
         pending new material.
         """
-        _require_operator(operator)
+        who = _require_operator(operator)
         if action not in _ALLOWED:
             raise ValueError(f"action must be one of {sorted(_ALLOWED)}, not {action!r}")
         if not reason or not reason.strip():
             raise ValueError(f"a {action} needs a reason")
         state = self.get(material_id)
         common = {
-            "operator": operator,
+            "operator": who.name,
             "written_by": written_by,
             "reason": reason,
             "change": action,
@@ -759,6 +767,7 @@ class MaterialRegistry(UsageLog):
                 expect_current=state.current.version,
                 make_current=action == "approve",
                 pending="clear",
+                identity=who,
             )
             self._check_conflicts(stored)
             return stored
@@ -771,39 +780,40 @@ class MaterialRegistry(UsageLog):
             expect_current=state.current.version,
             pending="clear" if action == "delete" else "keep",
             reset_denials=action == "restore",
+            identity=who,
         )
         self._check_conflicts(stored)
         return stored
 
-    def approve(self, material_id: str, *, operator: str, reason: str) -> MaterialVersion:
+    def approve(self, material_id: str, *, operator: Operator, reason: str) -> MaterialVersion:
         """Make a pending write active (the explicit confirmation)."""
         return self.transition(material_id, "approve", operator=operator, reason=reason)
 
-    def reject(self, material_id: str, *, operator: str, reason: str) -> MaterialVersion:
+    def reject(self, material_id: str, *, operator: Operator, reason: str) -> MaterialVersion:
         """Refuse a pending write (it becomes deleted)."""
         return self.transition(material_id, "reject", operator=operator, reason=reason)
 
-    def quarantine(self, material_id: str, *, operator: str, reason: str) -> MaterialVersion:
+    def quarantine(self, material_id: str, *, operator: Operator, reason: str) -> MaterialVersion:
         """Take a material out of retrieval until a person restores it."""
         return self.transition(material_id, "quarantine", operator=operator, reason=reason)
 
-    def restore(self, material_id: str, *, operator: str, reason: str) -> MaterialVersion:
+    def restore(self, material_id: str, *, operator: Operator, reason: str) -> MaterialVersion:
         """Bring a quarantined material back (its denial count starts again)."""
         return self.transition(material_id, "restore", operator=operator, reason=reason)
 
-    def delete(self, material_id: str, *, operator: str, reason: str) -> MaterialVersion:
+    def delete(self, material_id: str, *, operator: Operator, reason: str) -> MaterialVersion:
         """Withdraw a material everywhere at once (its history is kept)."""
         return self.transition(material_id, "delete", operator=operator, reason=reason)
 
     def rollback_batch(
-        self, batch_id: str, *, operator: str, reason: str, force: bool = False
+        self, batch_id: str, *, operator: Operator, reason: str, force: bool = False
     ) -> RollbackResult:
         """Restore every material a batch changed to its state before the batch.
 
         A material created in the batch is deleted. A material changed again after the batch is
         skipped (and reported) unless ``force``.
         """
-        _require_operator(operator)
+        who = _require_operator(operator)
         versions = self.by_batch(batch_id)
         if not versions:
             raise MaterialStoreError(f"no versions were written in batch {batch_id!r}")
@@ -827,7 +837,7 @@ class MaterialRegistry(UsageLog):
                     self._commit(
                         state.current.evolve(
                             status="deleted",
-                            operator=operator,
+                            operator=who.name,
                             written_by=ROLLBACK_RULE,
                             reason=f"rollback of {batch_id}: {reason}",
                             change="rollback",
@@ -837,13 +847,14 @@ class MaterialRegistry(UsageLog):
                         ),
                         expect_current=state.current.version,
                         pending="clear",
+                        identity=who,
                     )
                     result.deleted.append(material_id)
                     continue
                 prior = self.version(material_id, v0.based_on).version
                 restored = prior.evolve(
                     based_on=state.current.version,
-                    operator=operator,
+                    operator=who.name,
                     written_by=ROLLBACK_RULE,
                     reason=f"rollback of {batch_id} to version {prior.version}: {reason}",
                     change="rollback",
@@ -851,23 +862,41 @@ class MaterialRegistry(UsageLog):
                     gate=None,
                     batch_id=rollback_id,
                 )
-                self._commit(restored, expect_current=state.current.version, pending="clear")
+                self._commit(
+                    restored, expect_current=state.current.version, pending="clear", identity=who
+                )
                 result.restored.append(material_id)
         return result
 
     # -- conflicts ----------------------------------------------------------------------------
-    def conflicts(self, status: str | None = "open") -> list[ConflictRecord]:
-        """Stored conflicts (open ones by default), oldest first."""
+    def conflicts(
+        self,
+        status: str | None = "open",
+        *,
+        material_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[ConflictRecord]:
+        """Stored conflicts (open ones by default; of one material, or all), oldest first."""
         sql = (
             "SELECT conflict_id, material_a, version_a, material_b, version_b, slot_key, value_a, "
             "value_b, status, created_at, resolved_at, resolution FROM material_conflicts"
         )
+        where: list[str] = []
         params: list[Any] = []
         if status:
-            sql += " WHERE status = ?"
+            where.append("status = ?")
             params.append(status)
+        if material_id is not None:
+            where.append("(material_a = ? OR material_b = ?)")
+            params += [material_id, material_id]
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at, conflict_id"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(int(limit))
         with self.db.read() as cur:
-            cur.execute(sql + " ORDER BY created_at, conflict_id", params)
+            cur.execute(sql, params)
             return [ConflictRecord(*r) for r in cur.fetchall()]
 
     # -- verification and figures -------------------------------------------------------------
@@ -881,13 +910,7 @@ class MaterialRegistry(UsageLog):
             )
             rows = cur.fetchall()
         report.checked = len(rows)
-        try:
-            trail = self.store.get(MATERIALS_LOG)
-            chained = {
-                e.seq: e for e in trail.entries if isinstance(e.payload.get(CHANGE_KEY), dict)
-            }
-        except KeyError:
-            chained = {}
+        chained = self._chained_changes()
         seen: set[int] = set()
         for mid, version, body, body_hash, seq, ahash in rows:
             name = f"{mid}@{version}"
@@ -903,7 +926,9 @@ class MaterialRegistry(UsageLog):
             seen.add(int(seq))
             change = entry.payload[CHANGE_KEY]
             if (
-                change.get("material_id") != mid
+                (entry.kind == KIND_MATERIAL_CHANGE and entry.request_id != mid)
+                or entry.actor != (change.get("body") or {}).get("operator")
+                or change.get("material_id") != mid
                 or change.get("version") != int(version)
                 or change.get("body_hash") != body_hash
                 or body_digest(change.get("body") or {}) != body_hash
@@ -918,6 +943,33 @@ class MaterialRegistry(UsageLog):
                     "no stored version"
                 )
         return report
+
+    def _chained_changes(self, material_id: str | None = None) -> dict[int, Any]:
+        """The chain's material changes by seq: ``material_change`` entries, and the
+        ``operator_action`` entries of ``MATERIALS_LOG`` that stores written before that kind
+        existed hold."""
+        chained = {e.seq: e for e in self.store.material_changes(material_id)}
+        try:
+            legacy = self.store.get(MATERIALS_LOG).entries
+        except KeyError:
+            legacy = []
+        for e in legacy:
+            change = e.payload.get(CHANGE_KEY)
+            if isinstance(change, dict) and material_id in (None, change.get("material_id")):
+                chained[e.seq] = e
+        return dict(sorted(chained.items()))
+
+    def identities(self, material_id: str) -> dict[int, dict[str, Any]]:
+        """Per version of a material, who made the change and how that was established (from
+        the chain; a change chained before identities were recorded is ``declared``)."""
+        out: dict[int, dict[str, Any]] = {}
+        for seq, entry in self._chained_changes(material_id).items():
+            change = entry.payload[CHANGE_KEY]
+            identity = entry.payload.get("identity")
+            if not isinstance(identity, dict):
+                identity = OperatorIdentity(entry.actor).to_dict()
+            out[int(change.get("version") or 0)] = {**identity, "audit_seq": seq}
+        return out
 
     def stats(self, now: datetime | None = None) -> dict[str, Any]:
         """Figures for metrics: materials by status, pending writes, open conflicts,
@@ -955,9 +1007,16 @@ def _resolve_conflicts(cur: Cursor, material_id: str, resolution: str) -> None:
     )
 
 
-def _require_operator(operator: str) -> None:
-    if not isinstance(operator, str) or not operator.strip():
+def _require_operator(operator: Operator) -> OperatorIdentity:
+    """The identity of a change's author (a bare name is declared; tracerag's own is system)."""
+    if not isinstance(operator, (str, OperatorIdentity)):
         raise ValueError("every material change needs a named operator")
+    who = OperatorIdentity.of(operator)
+    if not who.name.strip():
+        raise ValueError("every material change needs a named operator")
+    if who.name == SYSTEM and not isinstance(operator, OperatorIdentity):
+        who = OperatorIdentity(SYSTEM, SYSTEM_METHOD)
+    return who
 
 
 __all__ = [

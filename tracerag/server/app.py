@@ -29,6 +29,7 @@ Content-Security-Policy (no scripts at all).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable, Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -64,6 +65,8 @@ from tracerag.server.models import (
     StreamEvents,
 )
 from tracerag.store.base import AuditStore
+
+logger = logging.getLogger("tracerag.server")
 
 __all__ = ["create_app", "demo_pipeline"]
 
@@ -180,6 +183,15 @@ def path_is_readiness(op: dict[str, Any]) -> bool:
     return op.get("operationId", "").startswith("readyz")
 
 
+def _open_materials(svc: Services) -> None:
+    """Open the material registry beside the store, so its figures are reported from the start
+    (a store that cannot hold one, e.g. ``:memory:``, serves without it)."""
+    try:
+        svc.materials()
+    except Exception as exc:
+        logger.info("no material registry beside this store: %s: %s", type(exc).__name__, exc)
+
+
 def create_app(
     pipeline: Any = None,
     store: AuditStore | str | None = None,
@@ -263,10 +275,13 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        await asyncio.to_thread(_open_materials, svc)
         yield
         if svc.background:
             await asyncio.wait(svc.background, timeout=30)
         answerer.close()
+        if svc.registry is not None and svc.owns_registry:
+            svc.registry.close()
         if owned_store:
             audit_store.close()
 
@@ -310,6 +325,9 @@ def create_app(
         app.state.why_cache = review_routes.WhyCache()
         app.include_router(review_routes.desk)
         app.include_router(review_routes.api)
+        from tracerag.server.routes import materials as material_routes
+
+        app.include_router(material_routes.materials)
 
         app.add_exception_handler(SignInRequired, review_routes.sign_in_required)
 

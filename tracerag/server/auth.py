@@ -19,10 +19,8 @@ Frontends send ``X-API-Key`` when ``TRACERAG_API_KEY`` is configured.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
-import re
 import secrets
 import threading
 import time
@@ -31,6 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from itsdangerous import BadSignature, Signer, URLSafeTimedSerializer
+
+from tracerag.identity import hash_token as _hash_token
+from tracerag.identity import read_token_file, token_owner, valid_name
 
 REVIEWER_TOKEN_ENV = "TRACERAG_REVIEWER_TOKEN"
 REVIEWERS_FILE_ENV = "TRACERAG_REVIEWERS_FILE"
@@ -41,15 +42,13 @@ MIN_DISTINCT_CHARS = 6
 SESSION_SECONDS = 12 * 3600
 SHARED = "shared"
 NAMED = "named"
-_NAME = re.compile(r"^[\w .@+\-]{1,64}$", re.UNICODE)
-_HASH = re.compile(r"^sha256:([0-9a-f]{64})$")
 
 security_log = logging.getLogger("tracerag.server.security")
 
 
 def valid_reviewer_name(name: str | None) -> bool:
     """True for a short printable reviewer name (letters of any script, digits, ``.@+-_``)."""
-    return bool(name) and bool(_NAME.match(name or "")) and bool((name or "").strip())
+    return valid_name(name)
 
 
 def token_problem(token: str) -> str | None:
@@ -66,7 +65,7 @@ GENERATE_HINT = "generate one with: python -c 'import secrets; print(secrets.tok
 
 def hash_token(token: str) -> str:
     """The at-rest form of a reviewer token (``sha256:<hex>``) for the reviewers file."""
-    return "sha256:" + hashlib.sha256(token.encode("utf-8")).hexdigest()
+    return _hash_token(token)
 
 
 def same_secret(given: str | None, expected: str) -> bool:
@@ -78,21 +77,7 @@ def same_secret(given: str | None, expected: str) -> bool:
 
 def read_reviewers_file(path: str | Path) -> dict[str, str]:
     """``name -> sha256:<hex>`` from a file of ``name:sha256:<hex>`` lines (``#`` comments)."""
-    out: dict[str, str] = {}
-    text = Path(path).read_text("utf-8")
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        name, sep, digest = line.partition(":")
-        name = name.strip()
-        if not sep or not valid_reviewer_name(name) or not _HASH.match(digest.strip()):
-            raise ValueError(
-                f"{path}:{n}: expected 'name:sha256:<64 hex>' "
-                "(make one with: tracerag serve --hash-token NAME)"
-            )
-        out[name] = digest.strip()
-    return out
+    return read_token_file(path)
 
 
 @dataclass(frozen=True)
@@ -215,17 +200,12 @@ class ReviewerAuth:
         self._csrf = Signer(self.secret, salt="tracerag-review-csrf")
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
-        self._digests = [(name, d.encode("ascii")) for name, d in self.reviewers.items()]
 
     def identify(self, given: str | None) -> tuple[str, str | None] | None:
         """``(NAMED, name)`` or ``(SHARED, None)`` for a valid token; None otherwise."""
         if not given:
             return None
-        digest = hash_token(given).encode("ascii")
-        found: str | None = None
-        for name, expected in self._digests:  # every entry is compared: no early exit
-            if hmac.compare_digest(digest, expected):
-                found = name
+        found = token_owner(given, self.reviewers)  # every entry is compared: no early exit
         if found is not None:
             return NAMED, found
         if self.shared_token and same_secret(given, self.shared_token):

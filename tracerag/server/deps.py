@@ -49,6 +49,7 @@ class Services:
     store_timeout: float = 15.0
     background: set[asyncio.Task] = field(default_factory=set)
     registry: Any = None  # the material registry beside the store (tracerag.materials)
+    owns_registry: bool = False  # opened here (closed with the app), not given
 
     def materials(self) -> Any:
         """The material registry kept in the app's store, opened on first use."""
@@ -56,6 +57,7 @@ class Services:
             from tracerag.materials import MaterialRegistry
 
             self.registry = MaterialRegistry(self.store)
+            self.owns_registry = True
         return self.registry
 
 

@@ -64,6 +64,12 @@ class CitedMaterial:
     stale: str | None = None
     text: Highlight | None = None
     supports: bool = False
+    credibility: float | None = None  # the registry's, when it was retrieved (reranking)
+
+
+def _credibility(material: RecordMaterial) -> float | None:
+    value = material.metadata.get("credibility")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 @dataclass
@@ -129,6 +135,7 @@ def claim_views(trail: RequestTrail) -> list[ClaimView]:
                     if supports
                     else Highlight(m.text, "", ""),
                     supports=supports,
+                    credibility=_credibility(m),
                 )
             )
         out.append(view)
@@ -410,4 +417,78 @@ def item_context(
         "decided_by": decision.actor if decision is not None else None,
         "decided_at": decision.created_at if decision is not None else None,
         "versions": rec.versions.model_dump(exclude_unset=True),
+    }
+
+
+# -- materials ------------------------------------------------------------------------------
+
+MATERIAL_ACTIONS = ("approve", "reject", "restore")
+READ_HITS_SHOWN = 50
+#: rows each list of the materials page shows (the figures above them count them all)
+LISTED = 200
+
+
+@dataclass(frozen=True)
+class PendingWrite:
+    """A write waiting for review: the proposed version, beside the one in service if any."""
+
+    material_id: str
+    proposed: Any  # MaterialVersion
+    in_service: Any | None  # MaterialVersion of an active material whose edit waits
+    gate_reasons: list[dict[str, str]]  # a conflict with an active material is one of them
+
+
+def materials_overview(registry: Any) -> dict[str, Any]:
+    """The materials page: pending writes with the gate's reasons, open conflicts, quarantined
+    materials, and the registry's figures (blocking: run in a thread)."""
+    conflicts = registry.conflicts(limit=LISTED)
+    pending = []
+    for state in registry.pending()[:LISTED]:
+        number = state.pending or state.current.version
+        proposed = registry.version(state.material_id, number).version
+        pending.append(
+            PendingWrite(
+                state.material_id,
+                proposed,
+                state.current if state.pending is not None else None,
+                list((proposed.gate or {}).get("reasons") or []),
+            )
+        )
+    quarantined = [
+        (state, registry.credibility(state)) for state in registry.materials("quarantined")[:LISTED]
+    ]
+    return {
+        "pending": pending,
+        "conflicts": conflicts,
+        "quarantined": quarantined,
+        "stats": registry.stats(),
+    }
+
+
+def material_history(registry: Any, material_id: str) -> dict[str, Any]:
+    """One material: now, every version with its full source snippet and who made it (and how
+    that was established), its read hits and open conflicts (blocking: run in a thread).
+    Raises ``MaterialNotFound``."""
+    state = registry.get(material_id)
+    identities = registry.identities(material_id)
+    history = [
+        (stored, identities.get(stored.version.version))
+        for stored in reversed(registry.history(material_id))
+    ]
+    reads = registry.reads(material_id, limit=READ_HITS_SHOWN)
+    conflicts = registry.conflicts(material_id=material_id, limit=LISTED)
+    actions = []
+    if state.pending is not None or state.status == "pending_review":
+        actions += ["approve", "reject"]
+    if state.status == "quarantined":
+        actions.append("restore")
+    return {
+        "state": state,
+        "material_id": material_id,
+        "credibility": registry.credibility(state),
+        "stale": state.current.stale_reason(),
+        "history": history,
+        "reads": reads,
+        "conflicts": conflicts,
+        "actions": actions,
     }

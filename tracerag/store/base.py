@@ -68,6 +68,11 @@ ACTION_KINDS = (
     KIND_EXPLANATION_REQUESTED,
     KIND_EVALUATION,
 )
+#: one change to a material in the registry (``tracerag.materials``), chained under the
+#: material's id rather than a request's: it belongs to no request, and the request index, the
+#: review queue and ``get(request_id)`` leave it out. Stores written before this kind existed
+#: hold such changes as ``operator_action`` entries of the request ``tracerag.materials``.
+KIND_MATERIAL_CHANGE = "material_change"
 REVIEW_KINDS = (
     KIND_REVIEW_ENQUEUED,
     KIND_REVIEW_CLAIMED,
@@ -371,6 +376,20 @@ class AuditStore(ReviewQueue, Protocol):
         reason: str | None = None,
     ) -> Entry:
         """Append a reviewer or operator action (who, what, before/after, why) to the log."""
+        ...
+
+    def append_material_change(
+        self,
+        material_id: str,
+        actor: str,
+        payload: Mapping[str, Any],
+        reason: str | None = None,
+    ) -> Entry:
+        """Chain one material change (a ``material_change`` entry under the material's id)."""
+        ...
+
+    def material_changes(self, material_id: str | None = None) -> list[Entry]:
+        """The ``material_change`` entries, of one material or of all, in seq order."""
         ...
 
     def get(self, request_id: str) -> RequestTrail:

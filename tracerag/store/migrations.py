@@ -10,6 +10,11 @@ transaction-scoped advisory lock) and call ``apply``.
 Version 3 gives the store an identity (``store_meta``: ``store_id``, ``genesis``,
 ``created_at``), records the canonicalisation version of each entry (``chain_version``), and on
 PostgreSQL refuses ``TRUNCATE`` of the audit tables.
+
+Version 4 indexes entries by kind, for the ``material_change`` entries (one per change to a
+material, chained under the material's id). Material changes written before it stay where they
+are (``operator_action`` entries of the request ``tracerag.materials``); the chain is
+append-only, so they are read and verified in place, not moved.
 """
 
 from __future__ import annotations
@@ -181,6 +186,10 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
                 )
             ),
         ],
+    ),
+    (
+        4,
+        ["CREATE INDEX audit_entries_kind ON audit_entries (kind, request_id, seq)"],
     ),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -15,6 +15,7 @@ from typing import Any
 from tracerag.record import AuditRecord
 from tracerag.store.base import (
     KIND_ERROR,
+    KIND_MATERIAL_CHANGE,
     KIND_PLAN,
     KIND_REGISTER,
     KIND_RESPONSE,
@@ -129,6 +130,28 @@ def entries_from_record(record: Mapping[str, Any]) -> list[Entry]:
     if isinstance(errors, (list, tuple)):
         entries += [entry(KIND_ERROR, _wrap(e)) for e in errors]
     return entries
+
+
+def material_change_entry(
+    material_id: str, actor: str, payload: Mapping[str, Any], reason: str | None = None
+) -> Entry:
+    """One unsealed ``material_change`` entry: the change's payload (RFC 8785 canonical JSON)
+    with its ``reason``, under the material's id, by ``actor``."""
+    if not isinstance(material_id, str) or not material_id.strip() or "\x00" in material_id:
+        raise InvalidRecord("a material change needs a non-empty string material id")
+    if not _valid_text(material_id):
+        raise InvalidRecord("the material id is not valid Unicode text (a lone surrogate?)")
+    if not isinstance(actor, str) or not actor.strip():
+        raise InvalidRecord("a material change needs an actor")
+    body = {**dict(payload), "reason": reason}
+    text, parsed = _encode(body, f"the change of material {material_id!r}")
+    return Entry(
+        request_id=material_id,
+        kind=KIND_MATERIAL_CHANGE,
+        payload=parsed,
+        payload_json=text,
+        actor=actor,
+    )
 
 
 def _wrap(item: Any) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from tracerag.store.base import (
     ACTION_KINDS,
+    KIND_MATERIAL_CHANGE,
     KIND_QUARANTINED,
     KIND_REGISTER,
     KIND_RESPONSE,
@@ -59,6 +60,7 @@ from tracerag.store.record import (
     _str_or_none,
     _summary_fields,
     entries_from_record,
+    material_change_entry,
     review_reason,
 )
 from tracerag.store.review_queue import SQLReviewQueue, _action_payload
@@ -214,7 +216,7 @@ class SQLAuditStore(SQLReviewQueue):
                 (head.seq, head.hash, mac),
             )
             counts: dict[str, int] = {}
-            for e in sealed:
+            for e in (e for e in sealed if e.kind != KIND_MATERIAL_CHANGE):
                 counts[e.request_id] = counts.get(e.request_id, 0) + 1
             for request_id, n in counts.items():
                 cur.execute(
@@ -378,11 +380,36 @@ class SQLAuditStore(SQLReviewQueue):
             (sealed,) = self._append(cur, head, [entry])
         return sealed
 
+    def append_material_change(
+        self,
+        material_id: str,
+        actor: str,
+        payload: Mapping[str, Any],
+        reason: str | None = None,
+    ) -> Entry:
+        """Chain one material change: a ``material_change`` entry under the material's id."""
+        entry = material_change_entry(material_id, actor, payload, reason)
+        with self._write() as (cur, head):
+            (sealed,) = self._append(cur, head, [entry])
+        return sealed
+
+    def material_changes(self, material_id: str | None = None) -> list[Entry]:
+        """The ``material_change`` entries, of one material or of all, in seq order."""
+        sql = f"SELECT {_ENTRY_COLUMNS} FROM audit_entries WHERE kind = %s"
+        params: list[Any] = [KIND_MATERIAL_CHANGE]
+        if material_id is not None:
+            sql += " AND request_id = %s"
+            params.append(material_id)
+        with self._read() as cur:
+            cur.execute(sql + " ORDER BY seq", params)
+            return [_entry_from_row(r) for r in cur.fetchall()]
+
     def get(self, request_id: str) -> RequestTrail:
         with self._read() as cur:
             cur.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM audit_entries WHERE request_id = %s ORDER BY seq",
-                (request_id,),
+                f"SELECT {_ENTRY_COLUMNS} FROM audit_entries WHERE request_id = %s "
+                "AND kind <> %s ORDER BY seq",
+                (request_id, KIND_MATERIAL_CHANGE),
             )
             rows = cur.fetchall()
             if not rows:
@@ -520,9 +547,10 @@ class SQLAuditStore(SQLReviewQueue):
             head_seq, head_hash, mac = int(head_row[0]), str(head_row[1]), head_row[2]
             cur.execute(
                 "SELECT r.request_id, r.n_entries, COUNT(e.seq) FROM requests r "
-                "LEFT JOIN audit_entries e ON e.request_id = r.request_id "
+                "LEFT JOIN audit_entries e ON e.request_id = r.request_id AND e.kind <> %s "
                 "GROUP BY r.request_id, r.n_entries HAVING COUNT(e.seq) <> r.n_entries "
-                "ORDER BY r.request_id"
+                "ORDER BY r.request_id",
+                (KIND_MATERIAL_CHANGE,),
             )
             counts = [(str(r[0]), int(r[1]), int(r[2])) for r in cur.fetchall()]
             cur.execute(
@@ -694,8 +722,8 @@ class _DerivedState:
             payload = json.loads(row.payload_json)
         except ValueError:
             return  # reported by the hash check
-        if not isinstance(payload, dict):
-            return
+        if not isinstance(payload, dict) or row.kind == KIND_MATERIAL_CHANGE:
+            return  # a material change belongs to no request
         req = self.requests.setdefault(row.request_id, {"first_seq": row.seq, "fields": {}})
         if row.kind == KIND_REGISTER or row.kind == KIND_RESPONSE:
             req["fields"].update(payload)

@@ -2,10 +2,11 @@
 
 ``tracerag show REQUEST_ID`` prints the request as a timeline (``--json`` for the trail as
 JSON). ``tracerag audit verify`` re-checks the hash chain, the store's identity and the tables
-derived from the chain, and exits 1 when anything was changed, removed, reordered, inserted or
-replaced. ``--expect-head`` anchors it outside the database (a ``head.json`` exported by the
-writer, or ``SEQ:HASH``); a SQLite store's own exported head (``<file>.journal/head.json``) is
-used when present. The chain key comes from ``TRACERAG_CHAIN_KEY``.
+derived from the chain (the material registry's tables against its chained changes too), and
+exits 1 when anything was changed, removed, reordered, inserted or replaced. ``--expect-head``
+anchors it outside the database (a ``head.json`` exported by the writer, or ``SEQ:HASH``); a
+SQLite store's own exported head (``<file>.journal/head.json``) is used when present. The chain
+key comes from ``TRACERAG_CHAIN_KEY``.
 
 Reading commands never create a store: a missing store, a directory, a file that is not a
 database or an unreachable database is one line on stderr and exit status 1.
@@ -151,15 +152,39 @@ def run_verify(args: argparse.Namespace) -> int:
     store = open_cli_store(args.store)
     try:
         report = store.verify_chain(expect_head=expect)
+        materials = _verify_materials(store)
     finally:
         store.close()
     if expect is not None and not args.json:
         print(f"anchored to head seq {expect['seq']} from {expect['source']}")
     if args.json:
-        print(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
+        out = report.to_dict()
+        if materials is not None:
+            out["materials"] = {"ok": materials.ok, **materials.__dict__}
+        print(json.dumps(out, ensure_ascii=False, indent=2))
     else:
         print(report.summary())
-    return 0 if report.ok else 1
+        if materials is not None:
+            print(materials.summary())
+    return 0 if report.ok and (materials is None or materials.ok) else 1
+
+
+def _verify_materials(store: Any) -> Any:
+    """The material registry's tables checked against the chain's material changes (None when
+    the chain holds no material change)."""
+    from tracerag.materials import MATERIALS_LOG, MaterialRegistry
+    from tracerag.store import RequestNotFound
+
+    if not store.material_changes():
+        try:
+            store.get(MATERIALS_LOG)
+        except RequestNotFound:
+            return None
+    registry = MaterialRegistry(store)
+    try:
+        return registry.verify()
+    finally:
+        registry.close()
 
 
 def _configure_verify(parser: argparse.ArgumentParser) -> None:
@@ -178,7 +203,8 @@ def _configure_verify(parser: argparse.ArgumentParser) -> None:
 add_audit_command(
     "verify",
     "re-check every audit entry's hash and link, the store's identity and the tables derived "
-    "from the chain; exit 1 if anything was changed, removed or replaced",
+    "from the chain (the material registry's too); exit 1 if anything was changed, removed or "
+    "replaced",
     _configure_verify,
 )
 

@@ -6,10 +6,13 @@ Investigation: ``materials show M`` (value, version history with source snippets
 (request → materials → the writes that produced them → their history; the most likely cause
 first, so one command leads from a complaint to the write).
 
-Changes, each audited with ``--operator``: ``edit``, ``approve``, ``reject``, ``quarantine``,
-``restore``, ``delete``, ``rollback-batch``. Upkeep: ``pending``, ``conflicts``, ``stats``,
-``verify`` (also ``tracerag audit materials``), ``purge-reads``.
-"""
+Changes, each audited under the operator's authenticated identity: ``edit``, ``approve``,
+``reject``, ``quarantine``, ``restore``, ``delete``, ``rollback-batch``. The operator proves a
+named token (``TRACERAG_OPERATOR_TOKEN`` or ``--operator-token-file``) listed in
+``TRACERAG_OPERATORS_FILE`` (else ``TRACERAG_REVIEWERS_FILE``); the change is recorded under
+the token's name, with how it was established. ``--operator``, when given, must be that name.
+Upkeep: ``pending``, ``conflicts``, ``stats``, ``verify`` (also ``tracerag audit materials``),
+``purge-reads``."""
 
 from __future__ import annotations
 
@@ -37,6 +40,30 @@ def open_registry(url: str | None) -> Any:
         raise SystemExit(f"tracerag: cannot open the material registry: {exc}") from exc
 
 
+def operator_identity(args: argparse.Namespace) -> Any:
+    """The operator the command's token proves; exit 2 with the reason when it proves none."""
+    from pathlib import Path
+
+    from tracerag.config import get_config
+    from tracerag.identity import UnknownOperator, authenticate_operator, read_token_file
+
+    config = get_config()
+    token = config.operator_token
+    if args.operator_token_file:
+        try:
+            token = Path(args.operator_token_file).read_text("utf-8").strip()
+        except OSError as exc:
+            raise SystemExit(f"tracerag: cannot read the operator token file: {exc}") from None
+    path = config.operators_file or config.reviewers_file
+    try:
+        credentials = read_token_file(path) if path else {}
+        return authenticate_operator(token, credentials, args.operator)
+    except (OSError, ValueError) as exc:  # UnknownOperator is a ValueError
+        kind = "refused" if isinstance(exc, UnknownOperator) else "cannot read the operators"
+        print(f"tracerag materials: {kind}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def run_show(args: argparse.Namespace) -> int:
     """Print a material now, its history and its read hits."""
     from tracerag.materials import MaterialNotFound
@@ -49,6 +76,7 @@ def run_show(args: argparse.Namespace) -> int:
             print(f"tracerag materials show: {exc}", file=sys.stderr)
             return 1
         history = reg.history(args.material_id)
+        identities = reg.identities(args.material_id)
         reads = reg.reads(args.material_id, limit=args.limit)
         cred = reg.credibility(state)
         if args.json:
@@ -62,7 +90,12 @@ def run_show(args: argparse.Namespace) -> int:
                 "denials": state.denials,
                 "usage": state.usage.to_dict(),
                 "history": [
-                    {**s.version.body(), "audit_seq": s.audit_seq, "body_hash": s.body_hash}
+                    {
+                        **s.version.body(),
+                        "audit_seq": s.audit_seq,
+                        "body_hash": s.body_hash,
+                        "identity": identities.get(s.version.version),
+                    }
                     for s in history
                 ],
                 "reads": [h.__dict__ for h in reads],
@@ -155,11 +188,10 @@ def run_action(args: argparse.Namespace) -> int:
     """approve / reject / quarantine / restore / delete one material."""
     from tracerag.materials import InvalidTransition, MaterialNotFound
 
+    who = operator_identity(args)
     reg = open_registry(args.store)
     try:
-        v = reg.transition(
-            args.material_id, args.action, operator=args.operator, reason=args.reason
-        )
+        v = reg.transition(args.material_id, args.action, operator=who, reason=args.reason)
     except (MaterialNotFound, InvalidTransition, ValueError) as exc:
         print(f"tracerag materials {args.action}: {exc}", file=sys.stderr)
         return 1
@@ -181,12 +213,13 @@ def run_edit(args: argparse.Namespace) -> int:
     if args.content is None and not fields:
         print("tracerag materials edit: nothing to change", file=sys.stderr)
         return 2
+    who = operator_identity(args)
     reg = open_registry(args.store)
     try:
         v = reg.edit(
             args.material_id,
             content=args.content,
-            operator=args.operator,
+            operator=who,
             written_by="manual",
             reason=args.reason,
             **fields,
@@ -210,10 +243,11 @@ def run_rollback(args: argparse.Namespace) -> int:
     """Roll a batch back."""
     from tracerag.materials.db import MaterialStoreError
 
+    who = operator_identity(args)
     reg = open_registry(args.store)
     try:
         result = reg.rollback_batch(
-            args.batch_id, operator=args.operator, reason=args.reason, force=args.force
+            args.batch_id, operator=who, reason=args.reason, force=args.force
         )
     except MaterialStoreError as exc:
         print(f"tracerag materials rollback-batch: {exc}", file=sys.stderr)
@@ -342,7 +376,17 @@ def run_feedback(args: argparse.Namespace) -> int:
 
 
 def _operator(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--operator", required=True, help="who makes this change (recorded)")
+    p.add_argument(
+        "--operator",
+        default=None,
+        help="your operator name; must be the one your token belongs to (optional)",
+    )
+    p.add_argument(
+        "--operator-token-file",
+        default=None,
+        metavar="FILE",
+        help="a file holding your operator token (else $TRACERAG_OPERATOR_TOKEN)",
+    )
 
 
 def add_parser(subparsers: Any) -> None:
@@ -438,7 +482,7 @@ def add_parser(subparsers: Any) -> None:
     f.add_argument("verdict", choices=["confirm", "deny", "clarify"])
     f.add_argument("--comment", default=None)
     f.add_argument("--correction", default=None, help="the right answer (clarify)")
-    _operator(f)
+    f.add_argument("--operator", required=True, help="who reports it (recorded as declared)")
     add_store_argument(f)
     f.set_defaults(func=run_feedback)
 

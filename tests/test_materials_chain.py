@@ -1,0 +1,238 @@
+# ruff: noqa: F811  (pytest fixtures imported by name)
+"""Material changes are first-class entries of the hash chain (kind ``material_change``) on both
+backends: kept out of the request index, checked by ``tracerag audit verify``, tampering caught;
+and stores written before that kind existed (changes chained as ``operator_action`` entries of
+the request ``tracerag.materials``) still verify."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from materials_fixtures import backend, registry  # noqa: F401
+from store_fixtures import Backend, PostgresBackend, make_record
+
+from tracerag.cli import main
+from tracerag.identity import OperatorIdentity
+from tracerag.materials import MATERIALS_LOG, MaterialRegistry
+from tracerag.store import RequestNotFound
+
+FEE = "The cancellation fee is 10% of the order value."
+
+
+def store_url(b: Backend) -> str:
+    if isinstance(b, PostgresBackend):
+        return f"{b.dsn}?options=-csearch_path%3D{b.schema}"
+    return b.path
+
+
+def audit_verify(b: Backend, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = main(["audit", "verify", "--store", store_url(b)])
+    return code, capsys.readouterr().out
+
+
+def test_material_changes_have_their_own_entry_kind(
+    registry: MaterialRegistry, backend: Backend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = registry.store
+    store.append_record(make_record("fee", decision="pass"))  # a request id equal to a material id
+    registry.register("fee", FEE, operator="alice", written_by="kb-import@2")
+    lead = OperatorIdentity("lead", "operator-token", "sha256:0123456789abcdef")
+    registry.quarantine("fee", operator=lead, reason="customers report the old fee")
+    changes = store.material_changes("fee")
+    assert [(e.kind, e.request_id, e.actor) for e in changes] == [
+        ("material_change", "fee", "alice"),
+        ("material_change", "fee", "lead"),
+    ]
+    assert changes[1].payload["identity"] == {
+        "name": "lead",
+        "method": "operator-token",
+        "authenticated": True,
+        "credential": "sha256:0123456789abcdef",
+    }
+    assert changes[0].payload["identity"]["method"] == "declared"
+    # the request of the same id is untouched: its trail, its index row, its entry count
+    trail = store.get("fee")
+    assert "material_change" not in {e.kind for e in trail.entries}
+    assert trail.decision == "pass"
+    assert [r.request_id for r in store.list_requests()] == ["fee"]
+    with pytest.raises(RequestNotFound):
+        store.get(MATERIALS_LOG)  # no synthetic request any more
+    assert store.verify_chain().ok and registry.verify().ok
+    code, out = audit_verify(backend, capsys)
+    assert code == 0 and "audit chain intact" in out and "materials OK: 2 versions" in out
+
+
+def test_tampering_with_a_material_change_entry_is_detected(
+    registry: MaterialRegistry, backend: Backend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    registry.register("fee", FEE, operator="alice", written_by="kb-import@2")
+    registry.delete("fee", operator="bob", reason="withdrawn")
+    first = registry.store.material_changes("fee")[0]
+    backend.execute(
+        "UPDATE audit_entries SET payload = replace(payload, 'order value', 'order total') "
+        "WHERE seq = ?",
+        (first.seq,),
+    )
+    report = registry.store.verify_chain()
+    assert [(i.kind, i.seq) for i in report.changed] == [("changed", first.seq)]
+    assert "material_change entry does not match its hash" in report.changed[0].detail
+    code, out = audit_verify(backend, capsys)
+    assert code == 1 and "BROKEN" in out and "material_change" in out
+    # the registry's check sees that its copy no longer matches the entry either
+    assert any("fee@1" in i for i in registry.verify().issues)
+
+
+def test_tampering_with_the_registry_copy_is_caught_by_audit_verify(
+    registry: MaterialRegistry, backend: Backend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    registry.register("fee", FEE, operator="alice", written_by="kb-import@2")
+    backend.execute(
+        "UPDATE material_versions SET body = replace(body, 'order value', 'order total'), "
+        "body_hash = ? WHERE material_id = 'fee'",
+        ("0" * 64,),
+    )
+    assert registry.store.verify_chain().ok  # the chain itself was not touched
+    code, out = audit_verify(backend, capsys)
+    assert code == 1 and "materials: " in out and "fee@1" in out
+
+
+def test_removing_a_material_change_entry_is_detected(
+    registry: MaterialRegistry, backend: Backend
+) -> None:
+    registry.register("a", "Shipping is free over 50 yuan.", operator="kb", written_by="i@1")
+    registry.register("b", "礼品卡不可兑换现金。", operator="kb", written_by="i@1")
+    registry.register("c", "Gift wrapping costs 5 yuan.", operator="kb", written_by="i@1")
+    middle = registry.store.material_changes("b")[0]
+    backend.execute("DELETE FROM audit_entries WHERE seq = ?", (middle.seq,))
+    assert registry.store.verify_chain().removed
+    assert any("b@1" in i and "missing" in i for i in registry.verify().issues)
+
+
+def _legacy_chain(store: Any) -> Any:
+    """What the registry wrote before ``material_change`` entries existed: each change as an
+    ``operator_action`` entry of the synthetic request ``tracerag.materials``."""
+
+    def append(material_id: str, actor: str, payload: Any, reason: str | None = None) -> Any:
+        try:
+            store.get(MATERIALS_LOG)
+        except RequestNotFound:
+            store.append_record(
+                {"request_id": MATERIALS_LOG, "question": "material registry change log"}
+            )
+        old = {k: v for k, v in payload.items() if k != "identity"}
+        return store.append_action(MATERIALS_LOG, "operator_action", actor, old, reason)
+
+    return append
+
+
+def test_a_store_with_changes_chained_the_old_way_still_verifies(
+    registry: MaterialRegistry,
+    backend: Backend,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = registry.store
+    with monkeypatch.context() as old:
+        old.setattr(store, "append_material_change", _legacy_chain(store))
+        registry.register("fee", FEE, operator="alice", written_by="kb-import@2")
+        registry.edit(
+            "fee",
+            operator="bob",
+            written_by="manual",
+            reason="2026",
+            content=FEE.replace("10", "15"),
+        )
+    assert store.material_changes() == []
+    assert len(store.get(MATERIALS_LOG).actions) == 2
+    # the same registry, now writing material_change entries
+    registry.quarantine("fee", operator="carol", reason="customers complain")
+    assert [e.kind for e in store.material_changes("fee")] == ["material_change"]
+    assert [s.version.version for s in registry.history("fee")] == [1, 2, 3]
+    ids = registry.identities("fee")
+    assert [ids[v]["name"] for v in (1, 2, 3)] == ["alice", "bob", "carol"]
+    assert ids[1]["method"] == "declared" and ids[1]["audit_seq"] < ids[3]["audit_seq"]
+    assert store.verify_chain().ok and registry.verify().ok
+    code, out = audit_verify(backend, capsys)
+    assert code == 0 and "materials OK: 3 versions" in out
+
+    # tampering with an old-style change is still detected, by both checks
+    seq = store.get(MATERIALS_LOG).actions[0].seq
+    backend.execute(
+        "UPDATE audit_entries SET payload = replace(payload, 'alice', 'mallory') WHERE seq = ?",
+        (seq,),
+    )
+    assert [i.seq for i in store.verify_chain().changed] == [seq]
+    assert any("fee@1" in i for i in registry.verify().issues)
+    assert audit_verify(backend, capsys)[0] == 1
+
+
+def test_a_material_change_entry_cannot_be_appended_as_an_action(
+    registry: MaterialRegistry,
+) -> None:
+    from tracerag.store import InvalidRecord
+
+    registry.store.append_record(make_record("r1"))
+    with pytest.raises(InvalidRecord):
+        registry.store.append_action("r1", "material_change", "mallory", {"x": 1})
+    with pytest.raises(InvalidRecord):
+        registry.store.append_material_change(" ", "mallory", {"x": 1})
+
+
+def test_an_old_store_upgrades_and_keeps_verifying(
+    backend: Backend, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A schema-3 store whose material changes are old-style entries: opened by this version it
+    gains migration 4, keeps its old entries where they are, and chains new changes in their
+    own kind; both checks pass, and tampering with either kind is still caught."""
+    store = backend.open()
+    registry = MaterialRegistry(store, owns_store=True, metrics=False)
+    with monkeypatch.context() as old:
+        old.setattr(store, "append_material_change", _legacy_chain(store))
+        registry.register("fee", FEE, operator="alice", written_by="kb-import@2")
+    registry.close()
+    # back to schema 3, as a store written before migration 4 was
+    backend.execute("DROP INDEX audit_entries_kind", bypass_guard=False)
+    backend.execute("DELETE FROM schema_version WHERE version = 4", bypass_guard=False)
+
+    store = backend.open()
+    assert store.schema_version == 4
+    registry = MaterialRegistry(store, owns_store=True, metrics=False)
+    try:
+        registry.delete("fee", operator="bob", reason="withdrawn")
+        assert [e.kind for e in store.material_changes("fee")] == ["material_change"]
+        assert [a.kind for a in store.get(MATERIALS_LOG).actions] == ["operator_action"]
+        assert store.verify_chain().ok and registry.verify().ok
+    finally:
+        registry.close()
+    code, out = audit_verify(backend, capsys)
+    assert code == 0 and "materials OK: 2 versions" in out
+
+
+def test_a_keyed_chain_catches_a_resealed_material_change(
+    backend: Backend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the chain key, an intruder who rewrites a material change and re-hashes the chain
+    after it (without the key) is caught."""
+    from test_store_tamper import KEY, _reseal_from
+
+    store = backend.open(chain_key=KEY)
+    registry = MaterialRegistry(store, owns_store=True, metrics=False)
+    try:
+        registry.register("fee", FEE, operator="alice", written_by="kb-import@2")
+        registry.quarantine("fee", operator="bob", reason="old fee")
+        first = store.material_changes("fee")[0]
+        assert store.verify_chain().ok
+    finally:
+        registry.close()
+    backend.execute(
+        "UPDATE audit_entries SET payload = replace(payload, 'alice', 'mallory') WHERE seq = ?",
+        (first.seq,),
+    )
+    _reseal_from(backend, first.seq)
+    unkeyed = backend.open()
+    try:
+        report = unkeyed.verify_chain(key=KEY)
+    finally:
+        unkeyed.close()
+    assert not report.ok and report.changed
