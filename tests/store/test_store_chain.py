@@ -259,7 +259,7 @@ def test_a_chain_can_be_re_verified_with_any_jcs_implementation(store) -> None:
         assert hashlib.sha256(rfc8785.dumps(material)).hexdigest() == e.hash
 
 
-def test_a_material_change_is_sealed_like_any_entry(store) -> None:  # noqa: F811
+def test_a_material_change_is_sealed_like_any_entry(store) -> None:
     """A material_change entry: its payload is RFC 8785 text, re-verifiable by a third party,
     it is chained between request entries, and it belongs to no request."""
     import hashlib

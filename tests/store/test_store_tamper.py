@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 from store_fixtures import make_record
+from tamper import KEY, genesis, reseal_from
 
 from tracerag.store.chain import CHAIN_V2, entry_hash
-
-KEY = "a secret kept outside the database"
 
 
 def _fill(store) -> None:
@@ -17,38 +16,6 @@ def _fill(store) -> None:
     store.append_record(make_record("r1"))
     store.append_record(make_record("r2", decision="pass"))
     store.decide("r0", "alice", "reject", reason="cites a superseded policy")
-
-
-def _rows(backend, after: int = 0) -> list[tuple]:
-    return backend.execute(
-        "SELECT seq, request_id, kind, payload, actor, created_at, prev_hash, hash "
-        "FROM audit_entries WHERE seq > ? ORDER BY seq",
-        (after,),
-        bypass_guard=False,
-    )
-
-
-def _genesis(backend) -> str:
-    return backend.execute(
-        "SELECT value FROM store_meta WHERE key = 'genesis'", bypass_guard=False
-    )[0][0]
-
-
-def _reseal_from(backend, seq: int) -> None:
-    """What an intruder without the key can do: re-hash every entry from ``seq`` on (v2)."""
-    rows = _rows(backend, seq - 1)
-    prev = _rows(backend, seq - 2)[0][7] if seq > 1 else _genesis(backend)
-    for s, rid, kind, payload, actor, created_at, _p, _h in rows:
-        new = entry_hash(prev, s, rid, kind, payload, actor, created_at, CHAIN_V2)
-        backend.execute(
-            "UPDATE audit_entries SET prev_hash = ?, hash = ?, chain_version = ? WHERE seq = ?",
-            (prev, new, CHAIN_V2, s),
-        )
-        prev = new
-    last = rows[-1][0] if rows else seq - 1
-    backend.execute(
-        "UPDATE chain_head SET last_seq = ?, last_hash = ?, mac = NULL WHERE id = 1", (last, prev)
-    )
 
 
 def _truncate_tail(backend) -> None:
@@ -68,7 +35,7 @@ def _delete_everything(backend) -> None:
         backend.execute(f"DELETE FROM {table}")
     backend.execute(
         "UPDATE chain_head SET last_seq = 0, last_hash = ?, mac = NULL WHERE id = 1",
-        (_genesis(backend),),
+        (genesis(backend),),
     )
 
 
@@ -101,7 +68,7 @@ def _rewrite_middle(backend) -> None:
     body = json.loads(payload)
     body["response"]["answer"] = "a different answer, never given"
     backend.execute("UPDATE audit_entries SET payload = ? WHERE seq = ?", (jcs_json(body), seq))
-    _reseal_from(backend, seq)
+    reseal_from(backend, seq)
 
 
 def _delete_middle(backend) -> None:
@@ -120,7 +87,7 @@ def _delete_middle(backend) -> None:
     backend.execute(
         "UPDATE review_queue SET enqueued_seq = enqueued_seq - 1 WHERE enqueued_seq > ?", (gone,)
     )
-    _reseal_from(backend, gone)
+    reseal_from(backend, gone)
 
 
 CHAIN_ATTACKS = {

@@ -1,4 +1,4 @@
-# ruff: noqa: F811  (pytest fixtures imported by name)
+
 """The desk's materials view over a real registry on both store backends: pending writes with
 the gate's reasons, conflicts, quarantined materials, each material's history; approve, reject
 and restore through the registry's audited write path under the signed-in reviewer, with CSRF
@@ -15,7 +15,6 @@ import pytest
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 from langchain_core.documents import Document
-from materials_fixtures import backend, registry  # noqa: F401
 from server_fixtures import TOKEN, csrf_of, make_app, sign_in
 
 from tracerag.identity import hash_token

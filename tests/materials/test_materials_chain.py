@@ -1,4 +1,4 @@
-# ruff: noqa: F811  (pytest fixtures imported by name)
+
 """Material changes are first-class entries of the hash chain (kind ``material_change``) on both
 backends: kept out of the request index, checked by ``tracerag audit verify``, tampering caught;
 and stores written before that kind existed (changes chained as ``operator_action`` entries of
@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from materials_fixtures import backend, registry  # noqa: F401
 from store_fixtures import Backend, PostgresBackend, make_record
 
 from tracerag.cli import main
@@ -214,7 +213,7 @@ def test_a_keyed_chain_catches_a_resealed_material_change(
 ) -> None:
     """With the chain key, an intruder who rewrites a material change and re-hashes the chain
     after it (without the key) is caught."""
-    from test_store_tamper import KEY, _reseal_from
+    from tamper import KEY, reseal_from
 
     store = backend.open(chain_key=KEY)
     registry = MaterialRegistry(store, owns_store=True, metrics=False)
@@ -229,7 +228,7 @@ def test_a_keyed_chain_catches_a_resealed_material_change(
         "UPDATE audit_entries SET payload = replace(payload, 'alice', 'mallory') WHERE seq = ?",
         (first.seq,),
     )
-    _reseal_from(backend, first.seq)
+    reseal_from(backend, first.seq)
     unkeyed = backend.open()
     try:
         report = unkeyed.verify_chain(key=KEY)
