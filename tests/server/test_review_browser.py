@@ -385,10 +385,11 @@ def test_the_desk_fits_a_phone_and_speaks_the_right_language(desk, browser):
 @pytest.fixture
 def materials_desk(tmp_path) -> Iterator[tuple[str, Any]]:
     """A served desk whose registry holds a gated memory write (Chinese), a quarantined
-    material whose text is hostile markup, and a conflict."""
+    material whose text is hostile markup, and a conflict; 李伟 signs in with a named token."""
     from langchain_core.documents import Document
 
     from tracerag.materials import MaterialRegistry
+    from tracerag.server.auth import hash_token
 
     store = make_store(tmp_path)
     registry = MaterialRegistry(store)
@@ -407,7 +408,7 @@ def materials_desk(tmp_path) -> Iterator[tuple[str, Any]]:
         source_snippet="chat #881\ncustomer: 好像是签收后7天内可以退货吧？",
     )
     registry.quarantine("evil", operator="lead", reason="hostile feed")
-    app = make_app(store)
+    app = make_app(store, reviewers={"李伟": hash_token(LI_TOKEN)})
     app.state.services.registry = registry
     try:
         with running(app) as base:
@@ -419,7 +420,7 @@ def materials_desk(tmp_path) -> Iterator[tuple[str, Any]]:
 
 def test_a_reviewer_decides_material_writes_on_the_desk(materials_desk, page):
     base, registry = materials_desk
-    sign_in_page(page, base)
+    sign_in_page(page, base, token=LI_TOKEN, name="")
     page.click("#nav >> text=Materials")
     page.wait_for_url(f"{base}/review/materials")
     write = page.locator("article.pending-write", has_text="memo-7")
@@ -432,12 +433,12 @@ def test_a_reviewer_decides_material_writes_on_the_desk(materials_desk, page):
     write.locator("button[value=approve]").click()
     page.wait_for_url(f"{base}/review/materials")
     assert registry.get("memo-7").status == "active"
-    assert registry.get("memo-7").current.operator == "alice"
+    assert registry.get("memo-7").current.operator == "李伟"
     assert "No write is waiting for review." in page.inner_text("#pending")
 
     page.goto(f"{base}/review/materials/history?id=memo-7")
     history = page.inner_text("#history")
-    assert "v2 · approve → active" in history and "desk-shared-token" in history
+    assert "v2 · approve → active" in history and "desk-named-token" in history
     assert "chat #881\ncustomer: 好像是签收后7天内可以退货吧？" in page.inner_text(
         "pre.snippet >> nth=1"
     )

@@ -66,6 +66,14 @@ def client(scene: MaterialRegistry) -> Iterator[TestClient]:
         yield c
 
 
+def sign_in_named(client: TestClient) -> None:
+    """Sign in as 李伟 with a named token: the identity a material change needs."""
+    reply = client.post(
+        "/review/signin", data={"reviewer": "", "token": LI_TOKEN}, follow_redirects=False
+    )
+    assert reply.status_code == 303
+
+
 def act(client: TestClient, material_id: str, action: str, reason: str, **extra: str) -> Any:
     page = client.get("/review/materials").text
     data = {"csrf": csrf_of(page), "material_id": material_id, "action": action, "reason": reason}
@@ -99,7 +107,7 @@ def test_the_materials_page_lists_pending_writes_conflicts_and_quarantine(
 def test_approve_reject_and_restore_go_through_the_audited_write_path(
     client: TestClient, scene: MaterialRegistry
 ) -> None:
-    sign_in(client)  # the shared token: a self-declared name
+    sign_in_named(client)
     reply = act(
         client, "memo-refund", "reject", "an instruction, not a fact", next="/review/materials"
     )
@@ -111,7 +119,7 @@ def test_approve_reject_and_restore_go_through_the_audited_write_path(
     ship = scene.get("ship")
     assert ship.status == "active" and ship.pending is None
     assert ship.current.content == "I think shipping is free over 30 yuan."
-    assert ship.current.operator == "alice" and ship.current.reason == "checked with logistics"
+    assert ship.current.operator == "李伟" and ship.current.reason == "checked with logistics"
     assert ship.current.last_confirmed
     gc = scene.get("gc")
     assert gc.status == "quarantined"
@@ -119,10 +127,10 @@ def test_approve_reject_and_restore_go_through_the_audited_write_path(
     assert scene.get("gc").status == "active" and scene.get("gc").denials == 0
 
     identity = scene.identities("ship")[ship.current.version]
-    assert identity["name"] == "alice" and identity["method"] == "desk-shared-token"
-    assert identity["authenticated"] is False  # the shared token does not prove a name
+    assert identity["name"] == "李伟" and identity["method"] == "desk-named-token"
+    assert identity["authenticated"] is True
     (entry,) = [e for e in scene.store.material_changes("ship") if e.seq == identity["audit_seq"]]
-    assert entry.actor == "alice" and entry.payload["reason"] == "checked with logistics"
+    assert entry.actor == "李伟" and entry.payload["reason"] == "checked with logistics"
     assert entry.payload["after"]["status"] == "active"
     assert scene.store.verify_chain().ok and scene.verify().ok
 
@@ -142,13 +150,32 @@ def test_a_named_reviewer_is_recorded_as_authenticated(
     assert identity["credential"] == hash_token(LI_TOKEN)[: len("sha256:") + 16]
 
 
+def test_the_shared_token_sees_materials_but_cannot_change_them(
+    client: TestClient, scene: MaterialRegistry
+) -> None:
+    """The shared token does not prove a name, so it cannot put one on a material change."""
+    sign_in(client)  # the shared token: a self-declared name
+    overview = client.get("/review/materials").text
+    assert "memo-7" in overview and "sign in with your own reviewer token" in overview
+    assert 'action="/review/materials/action"' not in overview
+    history = client.get("/review/materials/history", params={"id": "memo-7"}).text
+    assert 'id="material-action"' not in history and "shared token" in history
+    for material_id, action in (("memo-7", "approve"), ("memo-7", "reject"), ("gc", "restore")):
+        reply = act(client, material_id, action, "looks right to me")
+        assert reply.status_code == 403, (material_id, action)
+        assert "sign in with your own reviewer token" in reply.text
+    assert scene.get("memo-7").status == "pending_review" and len(scene.history("memo-7")) == 1
+    assert scene.get("gc").status == "quarantined"
+    assert scene.store.verify_chain().ok
+
+
 def test_refused_forms_change_nothing(client: TestClient, scene: MaterialRegistry) -> None:
     form = {"material_id": "memo-7", "action": "approve", "reason": "x"}
     assert (
         client.post("/review/materials/action", data=form, follow_redirects=False).status_code
         == 401
     )
-    sign_in(client)
+    sign_in_named(client)
     no_csrf = client.post("/review/materials/action", data=form, follow_redirects=False)
     assert no_csrf.status_code == 403
     wrong = client.post(
@@ -171,13 +198,13 @@ def test_refused_forms_change_nothing(client: TestClient, scene: MaterialRegistr
 def test_the_history_shows_versions_with_full_snippets_and_read_hits(
     client: TestClient, scene: MaterialRegistry
 ) -> None:
-    sign_in(client)
+    sign_in_named(client)
     act(client, "memo-7", "reject", "hearsay")
     html = client.get("/review/materials/history", params={"id": "memo-7"}).text
     shown = text(html)
     assert re.findall(r'<li id="v(\d+)">', html) == ["2", "1"]  # newest first
     assert "v2 · reject → deleted" in shown and "v1 · create → pending_review" in shown
-    assert "by alice (desk-shared-token, not authenticated)" in shown
+    assert "by 李伟 (desk-named-token)" in shown and "李伟 (desk-named-token, not" not in shown
     assert "by agent-9 (declared, not authenticated)" in shown
     assert "why: hearsay" in shown
     assert "chat #881, 2026-11-02 10:14\ncustomer: 好像是签收后7天内可以退货吧？" in html
@@ -193,7 +220,7 @@ def test_the_history_shows_versions_with_full_snippets_and_read_hits(
 
 
 def test_history_forms_act_on_the_material(client: TestClient, scene: MaterialRegistry) -> None:
-    sign_in(client)
+    sign_in_named(client)
     html = client.get("/review/materials/history", params={"id": "gc"}).text
     assert 'value="restore"' in html and 'value="approve"' not in html
     reply = client.post(
@@ -204,7 +231,7 @@ def test_history_forms_act_on_the_material(client: TestClient, scene: MaterialRe
     assert reply.headers["location"] == "/review/materials/history?id=gc"
     after = client.get(reply.headers["location"]).text
     assert 'value="restore"' not in after and ">active<" in after
-    assert TOKEN not in after
+    assert TOKEN not in after and LI_TOKEN not in after
 
 
 def test_the_item_page_shows_credibility_and_links_to_the_history(

@@ -3,8 +3,9 @@ reasons), open conflicts, quarantined materials to restore, and each material's 
 
 Approve, reject and restore go through the registry's audited write path, exactly as
 ``tracerag materials approve|reject|restore`` do, under the signed-in reviewer's identity and
-how it was established (a named token, or the shared token with a self-declared name). Forms
-carry the session's CSRF token, like every desk form.
+how it was established (a named token). A session signed in with the shared token sees the view
+but cannot change a material: the shared token does not prove a name. Forms carry the session's
+CSRF token, like every desk form.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from tracerag.identity import DESK_NAMED, DESK_SHARED, OperatorIdentity, fingerprint
+from tracerag.identity import DESK_NAMED, OperatorIdentity, fingerprint
 from tracerag.server.auth import NAMED, Session
 from tracerag.server.deps import Reviewer, Services, ServicesDep, form_of, store_call, text_problem
 from tracerag.server.errors import ApiError
@@ -34,15 +35,18 @@ def history_link(material_id: str) -> str:
     return "/review/materials/history?" + urllib.parse.urlencode({"id": material_id})
 
 
+SHARED_CANNOT_CHANGE = (
+    "A material change is recorded under the reviewer's authenticated identity, and the shared "
+    "token does not prove a name: sign in with your own reviewer token to approve, reject or "
+    "restore materials."
+)
+
+
 def desk_identity(svc: Services, session: Session) -> OperatorIdentity:
-    """The reviewer as the operator of a material change, with how the name was established."""
-    assert svc.auth is not None
-    if session.kind == NAMED:
-        digest = svc.auth.reviewers.get(session.reviewer)
-        return OperatorIdentity(
-            session.reviewer, DESK_NAMED, fingerprint(digest) if digest else None
-        )
-    return OperatorIdentity(session.reviewer, DESK_SHARED)
+    """A named reviewer as the operator of a material change, with the token's fingerprint."""
+    assert svc.auth is not None and session.kind == NAMED
+    digest = svc.auth.reviewers.get(session.reviewer)
+    return OperatorIdentity(session.reviewer, DESK_NAMED, fingerprint(digest) if digest else None)
 
 
 async def _registry(svc: Services) -> Any:
@@ -60,7 +64,14 @@ async def _registry(svc: Services) -> Any:
 async def materials_page(session: Reviewer, svc: ServicesDep) -> Response:
     registry = await _registry(svc)
     overview = await store_call(svc, materials_overview, registry)
-    return page(svc, "materials.html", session=session, history_link=history_link, **overview)
+    return page(
+        svc,
+        "materials.html",
+        session=session,
+        history_link=history_link,
+        may_change=session.kind == NAMED,
+        **overview,
+    )
 
 
 async def history_response(
@@ -88,6 +99,7 @@ async def history_response(
         error=error,
         entered=entered or {},
         history_link=history_link,
+        may_change=session.kind == NAMED,
         **context,
     )
 
@@ -133,6 +145,14 @@ async def action_form(request: Request, session: Reviewer, svc: ServicesDep) -> 
         problem = text_problem("the reason", reason)
     if not material_id:
         return error_page(svc, 404, "Not found", "No material was named.", session, back)
+    if session.kind != NAMED:
+        security_log.warning(
+            "refused material %s of %s for %s: signed in with the shared token",
+            action or "?",
+            material_id,
+            session.reviewer,
+        )
+        return error_page(svc, 403, "Forbidden", SHARED_CANNOT_CHANGE, session, back)
     if problem:
         return await history_response(svc, session, material_id, 422, problem, entered)
     registry = await _registry(svc)
