@@ -92,3 +92,18 @@ def test_the_claims_actor_must_act_in_the_sentence(backend):
     assert not moved.supported and "Smith" in moved.reason
     material = "The company was founded in 1990 by John Smith and has grown since."
     assert backend("John Smith founded the company in 1990.", material).supported
+
+
+def test_a_chinese_word_swapped_wholesale_is_not_support(backend):
+    material = (
+        "登录密码连续输错5次后，账户将被锁定30分钟。"
+        "更换绑定手机号需要通过原手机号短信或人脸识别验证。"
+    )
+    swapped = backend("更换绑定平板电脑号需要通过原手机号短信或人脸识别验证。", material)
+    assert not swapped.supported and "平板电脑" in swapped.reason
+    assert backend("更换绑定手机号需要通过原手机号短信或人脸识别验证。", material).supported
+    # a verb or auxiliary said another way is a paraphrase, not a swap
+    assert backend("更换绑定手机号必须通过原手机号短信或人脸识别验证。", material).supported
+    material = "在校学生完成学生认证后，购买笔记本电脑和平板电脑可享受5%的折扣。"
+    assert not backend("在校学生完成学生认证后，购买笔记本电脑和手机可享受5%的折扣。",
+                       material).supported
