@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.limit:
         data = {k: v[: args.limit] for k, v in data.items()}
-    names = args.backend or ["lexical", "learned", "embeddings"]
+    names = args.backend or ["lexical", "learned", "embeddings", "learned-embeddings"]
     print("published zero-shot balanced accuracy on held-out subsets (issue 11): "
           + ", ".join(f"{k} {v}" for k, v in PUBLISHED.items()))
     print(f"\n{'backend':<11} {'dataset':<21} {'n':>5} {'thr':>5} {'BA':>6} {'AUROC':>6} "
@@ -106,9 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{name:<11} {dataset:<21} {len(pairs):>5} {backend.threshold:5.2f} "
                 f"{100 * balanced_accuracy(predicted, actual):6.1f} {auroc(scores, actual):6.3f} "
                 f"{f1(predicted, actual):6.3f} | {new:7.1f} {cached:9.1f}"
-                + ("  (in-sample)" if name == "learned" else "")
+                + ("  (in-sample)" if name.startswith("learned") else "")
             )
-        if name == "learned":
+        if name.startswith("learned"):
             meta = getattr(backend, "combiner", None)
             oos = meta.meta.get("out_of_sample", {}) if meta else {}
             for kind, rows in oos.items():

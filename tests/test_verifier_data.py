@@ -51,9 +51,9 @@ def test_learned_scores_rank_supported_pairs_higher():
 @needs_data
 def test_refitting_reproduces_the_shipped_coefficients():
     import numpy as np
-    from verifier_fit import balance, feature_matrix, fit
+    from verifier_fit import balance, feature_matrix, fit, training_pairs
 
-    pairs = [p for name in ("wice-dev", "attributionbench-dev") for p in DATA[name]]
+    pairs = training_pairs({name: DATA[name] for name in ("wice-dev", "attributionbench-dev")})
     x = feature_matrix(pairs)
     y = np.array([float(p.supported) for p in pairs])
     refit = fit(x, y, balance([p.dataset for p in pairs], y))
