@@ -59,9 +59,10 @@ def cpu_cost(backend, pairs, n: int = 40) -> tuple[float, float]:
     cached: list[float] = []
     for p in pairs[:n]:
         _clear_caches()
-        cache = getattr(backend, "_cache", None)
-        if cache is not None:  # the embeddings backend keeps sentence vectors per material
-            cache.clear()
+        for holder in (backend, getattr(backend, "_similarity", None)):
+            cache = getattr(holder, "_cache", None)
+            if cache is not None:  # the embeddings backends keep sentence vectors per material
+                cache.clear()
         began = time.process_time()
         backend(p.claim, p.material)
         new.append(time.process_time() - began)
