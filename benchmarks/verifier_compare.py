@@ -59,9 +59,10 @@ def cpu_cost(backend, pairs, n: int = 40) -> tuple[float, float]:
     cached: list[float] = []
     for p in pairs[:n]:
         _clear_caches()
-        cache = getattr(backend, "_cache", None)
-        if cache is not None:  # the embeddings backend keeps sentence vectors per material
-            cache.clear()
+        for holder in (backend, getattr(backend, "_similarity", None)):
+            cache = getattr(holder, "_cache", None)
+            if cache is not None:  # the embeddings backends keep sentence vectors per material
+                cache.clear()
         began = time.process_time()
         backend(p.claim, p.material)
         new.append(time.process_time() - began)
@@ -85,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.limit:
         data = {k: v[: args.limit] for k, v in data.items()}
-    names = args.backend or ["lexical", "learned", "embeddings"]
+    names = args.backend or ["lexical", "learned", "embeddings", "learned-embeddings"]
     print("published zero-shot balanced accuracy on held-out subsets (issue 11): "
           + ", ".join(f"{k} {v}" for k, v in PUBLISHED.items()))
     print(f"\n{'backend':<11} {'dataset':<21} {'n':>5} {'thr':>5} {'BA':>6} {'AUROC':>6} "
@@ -106,9 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{name:<11} {dataset:<21} {len(pairs):>5} {backend.threshold:5.2f} "
                 f"{100 * balanced_accuracy(predicted, actual):6.1f} {auroc(scores, actual):6.3f} "
                 f"{f1(predicted, actual):6.3f} | {new:7.1f} {cached:9.1f}"
-                + ("  (in-sample)" if name == "learned" else "")
+                + ("  (in-sample)" if name.startswith("learned") else "")
             )
-        if name == "learned":
+        if name.startswith("learned"):
             meta = getattr(backend, "combiner", None)
             oos = meta.meta.get("out_of_sample", {}) if meta else {}
             for kind, rows in oos.items():

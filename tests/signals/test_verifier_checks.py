@@ -2,8 +2,10 @@
 
 import pytest
 
+from tracerag.signals.embeddings import minilm_available
 from tracerag.signals.learned import FEATURES, Combiner, LearnedSupport
 from tracerag.signals.lexical import LexicalSupport
+from tracerag.signals.support import get_backend
 
 WARRANTY = (
     "All new devices carry a 12-month warranty from the date of delivery. Under Clause 6.1, "
@@ -92,3 +94,41 @@ def test_the_claims_actor_must_act_in_the_sentence(backend):
     assert not moved.supported and "Smith" in moved.reason
     material = "The company was founded in 1990 by John Smith and has grown since."
     assert backend("John Smith founded the company in 1990.", material).supported
+
+
+def test_a_chinese_word_swapped_wholesale_is_not_support(backend):
+    material = (
+        "登录密码连续输错5次后，账户将被锁定30分钟。"
+        "更换绑定手机号需要通过原手机号短信或人脸识别验证。"
+    )
+    swapped = backend("更换绑定平板电脑号需要通过原手机号短信或人脸识别验证。", material)
+    assert not swapped.supported and "平板电脑" in swapped.reason
+    assert backend("更换绑定手机号需要通过原手机号短信或人脸识别验证。", material).supported
+    # a verb or auxiliary said another way is a paraphrase, not a swap
+    assert backend("更换绑定手机号必须通过原手机号短信或人脸识别验证。", material).supported
+    material = "在校学生完成学生认证后，购买笔记本电脑和平板电脑可享受5%的折扣。"
+    assert not backend("在校学生完成学生认证后，购买笔记本电脑和手机可享受5%的折扣。",
+                       material).supported
+
+
+def test_the_combiner_with_similarities_needs_embeddings():
+    from tracerag.errors import ConfigurationError
+
+    combiner = Combiner.load(embeddings=True)
+    assert combiner.uses_similarity and not Combiner.load().uses_similarity
+    with pytest.raises(ConfigurationError, match="embeddings"):
+        LearnedSupport(combiner)
+
+
+@pytest.mark.skipif(not minilm_available(), reason="MiniLM model not installed (embeddings extra)")
+def test_learned_with_minilm_keeps_the_checks_and_accepts_a_restatement():
+    backend = get_backend("learned-embeddings")
+    assert backend.combiner.uses_similarity
+    claim = "Under Clause 6.1, laptops are covered by an extended 12-month warranty."
+    result = backend(claim, WARRANTY)
+    assert not result.supported and "12-month" in result.mismatches
+    assert backend("Under Clause 6.1, laptops are covered by an extended 24-month warranty.",
+                   WARRANTY).supported
+    reversed_ = backend("Magnesium is more reactive than calcium.",
+                        "Calcium is more reactive than magnesium, and both react with water.")
+    assert not reversed_.supported

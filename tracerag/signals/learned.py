@@ -1,18 +1,22 @@
 """The learned support backend: a calibrated logistic combination of lexical and structural
-evidence, with the lexical backend's hard checks kept.
+evidence (and, given sentence embeddings, similarities), with the lexical backend's hard checks
+kept.
 
 The lexical analysis of a claim against a material (term coverage, the sentence the claim
 aligns to, quantities, negation, comparisons, coordinated parts, swapped names, attribution
-preambles) is turned into the features named in ``FEATURES``; a logistic regression fitted on
-human-labelled public data turns them into the probability that the material supports the
-claim. That probability is the score, capped by the coverage where the chosen sentences cover
-under ``min_cover`` of the claim's weighted words. A claim is supported when the score reaches the
-threshold shipped with the coefficients and no hard check fails (a quantity the material does
-not state where the claim says it, a reversed comparison, an unsupported coordinated part, a
-swapped name, a negation flip).
+preambles) is turned into the features named in ``FEATURES``; with ``embeddings``, the claim's
+cosine similarity with the material's sentences adds ``SIMILARITY_FEATURES``. A logistic
+regression fitted on human-labelled public data turns them into the probability that the
+material supports the claim. That probability is the score; without similarities it is capped
+by the coverage where the chosen sentences cover under ``min_cover`` of the claim's weighted
+words. A claim is supported when the score reaches the threshold shipped with the coefficients
+and no hard check fails (a quantity the material does not state where the claim says it, a
+reversed comparison, an unsupported coordinated part, a swapped name, a negation flip).
 
-The coefficients ship as ``tracerag/signals/models/support-learned-v1.json`` (versioned like
-calibration files); ``benchmarks/verifier_fit.py`` reproduces them. Inference is plain Python.
+The coefficients ship as ``tracerag/signals/models/support-learned-v2.json`` and
+``support-learned-embeddings-v2.json`` (versioned like calibration files, with an id over their
+content); ``benchmarks/verifier_fit.py`` reproduces them. Inference is plain Python. Registered
+as ``"learned"`` and, where the MiniLM model is installed, ``"learned-embeddings"``.
 """
 
 from __future__ import annotations
@@ -26,7 +30,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from langchain_core.embeddings import Embeddings
+
 from tracerag.errors import ConfigurationError
+from tracerag.signals.embeddings import EmbeddingSupport, minilm_available
 from tracerag.signals.lexical import (
     LexicalParams,
     LexicalSupport,
@@ -36,12 +43,25 @@ from tracerag.signals.lexical import (
 )
 from tracerag.signals.support import Support, SyncSupportBackend, check_inputs, register_backend
 
-__all__ = ["DEFAULT_MODEL", "FEATURES", "Combiner", "LearnedSupport", "features"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "EMBEDDINGS_MODEL",
+    "FEATURES",
+    "SIMILARITY_FEATURES",
+    "Combiner",
+    "LearnedSupport",
+    "features",
+    "similarity_features",
+]
 
-#: The coefficients file shipped with the package.
-DEFAULT_MODEL = "support-learned-v1.json"
+#: The coefficients file shipped with the package (lexical and structural evidence).
+DEFAULT_MODEL = "support-learned-v2.json"
+#: The coefficients file for the combination with sentence embeddings.
+EMBEDDINGS_MODEL = "support-learned-embeddings-v2.json"
 
-#: The evidence the combiner weighs, in the order of its coefficients.
+#: The evidence the combiner weighs, in the order of its coefficients. Nothing here says how
+#: long the material or the claim is: such features told the datasets apart rather than
+#: supported claims from unsupported ones, and moved the threshold between domains.
 FEATURES: tuple[str, ...] = (
     "coverage",  # weighted term coverage of the claim by the chosen sentences (blend)
     "union_cover",  # coverage by the union of the chosen sentences
@@ -57,13 +77,21 @@ FEATURES: tuple[str, ...] = (
     "missing_conjunct",
     "swapped_names",
     "preamble",
-    "claim_terms_log",  # log(1 + content words of the claim)
-    "sentences_log",  # log(1 + sentences of the material)
-    "chosen_sentences",  # sentences in the covering union (1-3)
     "rarest_missing",  # weight of the rarest claim word no chosen sentence backs (relative)
     "missing_count_log",  # log(1 + claim words no chosen sentence backs)
     "pair_cover",  # share of the claim's neighbouring word pairs in the aligned sentence, in order
     "char_cover",  # share of the claim's character trigrams found in the aligned sentence
+    "material_cover",  # weighted share of the claim's words found anywhere in the material
+    "material_names",  # share of the claim's names found anywhere in the material
+    "best_exact",  # weighted share of the claim's words one sentence states exactly
+)
+
+#: With sentence embeddings, the combiner also weighs the claim's cosine similarity with the
+#: material's sentences.
+SIMILARITY_FEATURES: tuple[str, ...] = (
+    "similarity_max",  # the most similar sentence
+    "similarity_top3",  # mean of the three most similar sentences
+    "similarity_aligned",  # the sentence the claim aligns to by its words
 )
 
 
@@ -92,11 +120,19 @@ def features(analysis: _Analysis, claim: str, material_text: str) -> list[float]
     (``FEATURES`` order)."""
     a = analysis
     view = _material_view(material_text)
-    n_sentences = len(view.sentences)
     conflicts = {raw for raw, _ in a.conflicts}
     unstated = sum(1 for q in a.mismatches if q.raw not in conflicts)
-    names = sum(1 for t in a.terms if t.entity)
+    names = [k for k, t in enumerate(a.terms) if t.entity]
     adjusted, _ = a.adjust(a.score, LexicalSupport().threshold)
+    total = sum(t.weight for t in a.terms) or 1.0
+    anywhere: set[int] = set()
+    best_exact = 0.0
+    for i, toks in enumerate(view.tokens):
+        if view.question[i]:
+            continue
+        hit = {k for k, t in enumerate(a.terms) if t.token in toks}
+        anywhere |= hit
+        best_exact = max(best_exact, sum(a.terms[k].weight for k in hit) / total)
     return [
         a.score,
         a.union_cov,
@@ -104,7 +140,7 @@ def features(analysis: _Analysis, claim: str, material_text: str) -> list[float]
         adjusted,
         a.uncovered,
         a.foreign,
-        len(a.missing_entities) / names if names else 0.0,
+        len(a.missing_entities) / len(names) if names else 0.0,
         float(min(unstated, 2)),
         float(min(len(a.conflicts), 2)),
         float(a.negation_mismatch),
@@ -112,12 +148,25 @@ def features(analysis: _Analysis, claim: str, material_text: str) -> list[float]
         float(bool(a.missing_conjunct)),
         float(min(len(a.swapped), 2)),
         float(bool(a.preamble)),
-        math.log1p(len(a.terms)),
-        math.log1p(n_sentences),
-        float(len(a.chosen)),
         *_missing(a),
         _pair_cover(_claim_sequence(a), view.token_seqs[a.chosen[0]]) if a.chosen else 0.0,
         _char_cover(claim, view.sentences[a.chosen[0]].text) if a.chosen else 0.0,
+        sum(a.terms[k].weight for k in anywhere) / total,
+        sum(1 for k in names if k in anywhere) / len(names) if names else 1.0,
+        best_exact,
+    ]
+
+
+def similarity_features(cosines: Sequence[float], aligned: int | None) -> list[float]:
+    """The similarity features (``SIMILARITY_FEATURES`` order) of the claim's cosine
+    similarity with each sentence, ``aligned`` being the sentence its words align to."""
+    if not cosines:
+        return [0.0, 0.0, 0.0]
+    top = sorted(cosines, reverse=True)[:3]
+    return [
+        top[0],
+        sum(top) / len(top),
+        cosines[aligned] if aligned is not None and 0 <= aligned < len(cosines) else 0.0,
     ]
 
 
@@ -154,11 +203,11 @@ class Combiner:
     def from_dict(cls, data: dict[str, Any]) -> Combiner:
         """A combiner from its JSON form (as written by ``to_dict``)."""
         names = tuple(data["features"])
-        if names != FEATURES:
+        if names not in (FEATURES, FEATURES + SIMILARITY_FEATURES):
             raise ConfigurationError(
                 f"support model {data.get('version')!r} was fitted on features {list(names)}, "
-                f"this version computes {list(FEATURES)}; refit it with "
-                "benchmarks/verifier_fit.py"
+                f"this version computes {list(FEATURES)} (and {list(SIMILARITY_FEATURES)} "
+                "with embeddings); refit it with benchmarks/verifier_fit.py"
             )
         n = len(names)
         for key in ("mean", "scale", "coef"):
@@ -176,15 +225,22 @@ class Combiner:
         )
 
     @classmethod
-    def load(cls, path: str | Path | None = None) -> Combiner:
-        """The shipped combiner, or one from a JSON file."""
+    def load(cls, path: str | Path | None = None, *, embeddings: bool = False) -> Combiner:
+        """The shipped combiner (the one over similarities too if ``embeddings``), or one
+        from a JSON file."""
         if path is None:
-            text = (resources.files("tracerag.signals") / "models" / DEFAULT_MODEL).read_text(
+            name = EMBEDDINGS_MODEL if embeddings else DEFAULT_MODEL
+            text = (resources.files("tracerag.signals") / "models" / name).read_text(
                 encoding="utf-8"
             )
         else:
             text = Path(path).read_text(encoding="utf-8")
         return cls.from_dict(json.loads(text))
+
+    @property
+    def uses_similarity(self) -> bool:
+        """Whether the combiner weighs sentence-embedding similarities."""
+        return len(self.features) > len(FEATURES)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form."""
@@ -211,18 +267,25 @@ class Combiner:
 
 
 class LearnedSupport(SyncSupportBackend):
-    """Support scored by the learned combiner over the lexical and structural evidence."""
+    """Support scored by the learned combiner over the lexical and structural evidence, and
+    over sentence-embedding similarities when ``embeddings`` are given."""
 
     def __init__(
         self,
         combiner: Combiner | None = None,
         threshold: float | None = None,
         *,
+        embeddings: Embeddings | None = None,
         params: LexicalParams | None = None,
         name: str = "learned",
-        min_cover: float = 0.3,
+        min_cover: float = 0.1,
     ) -> None:
-        self.combiner = combiner or Combiner.load()
+        self.combiner = combiner or Combiner.load(embeddings=embeddings is not None)
+        if self.combiner.uses_similarity and embeddings is None:
+            raise ConfigurationError(
+                f"support model {self.combiner.version!r} weighs sentence similarities: "
+                "pass embeddings="
+            )
         self.threshold = float(self.combiner.threshold if threshold is None else threshold)
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold!r}")
@@ -230,9 +293,27 @@ class LearnedSupport(SyncSupportBackend):
         self.name = name
         self.min_cover = float(min_cover)
         self._lexical = LexicalSupport(params=self.params, name=name)
+        self._similarity = (
+            EmbeddingSupport(embeddings, lexical_params=self.params, name=name)
+            if embeddings is not None and self.combiner.uses_similarity
+            else None
+        )
 
     def __repr__(self) -> str:
         return f"LearnedSupport({self.combiner.version}, threshold={self.threshold})"
+
+    def final_score(self, probability: float, analysis: _Analysis) -> tuple[float, bool]:
+        """The score given the combiner's ``probability``, and whether a hard check failed
+        (then the claim is not supported whatever the score)."""
+        hard = analysis.hard_mismatch or analysis.negation_mismatch
+        score = probability
+        if analysis.union_cov < self.min_cover and self._similarity is None:
+            # without similarities the combiner is not trusted where the material barely
+            # covers the claim
+            score = min(score, analysis.union_cov)
+        if hard:
+            score = min(score, self.params.mismatch_cap * self.threshold)
+        return score, hard
 
     def __call__(
         self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
@@ -242,16 +323,15 @@ class LearnedSupport(SyncSupportBackend):
         view = _material_view(material_text)
         analysis = analyse(claim, material_text, corpus, self.params)
         lexical = analysis.to_support(self._lexical, claim, view.sentences)
-        probability = self.combiner.probability(features(analysis, claim, material_text))
+        x = features(analysis, claim, material_text)
+        if self._similarity is not None:
+            cosines = self._similarity.similarities(claim, material_text)
+            x += similarity_features(cosines, analysis.chosen[0] if analysis.chosen else None)
+        probability = self.combiner.probability(x)
         _, reasons = analysis.adjust(analysis.score, self._lexical.threshold)
-        hard = analysis.hard_mismatch or analysis.negation_mismatch
-        score = probability
-        if analysis.union_cov < self.min_cover:
-            # the combiner is not trusted where the material barely covers the claim
-            score = min(score, analysis.union_cov)
+        score, hard = self.final_score(probability, analysis)
+        if score < probability and not hard:
             reasons = reasons or [f"low overlap: covers {analysis.union_cov:.0%} of the claim"]
-        if hard:
-            score = min(score, self.params.mismatch_cap * self.threshold)
         supported = score >= self.threshold and not hard
         if not reasons:
             reasons = [
@@ -273,4 +353,12 @@ class LearnedSupport(SyncSupportBackend):
         )
 
 
+def _with_minilm() -> LearnedSupport:
+    from tracerag.signals.embeddings import MiniLMEmbeddings
+
+    return LearnedSupport(embeddings=MiniLMEmbeddings(), name="learned-embeddings")
+
+
 register_backend("learned", LearnedSupport)
+if minilm_available():
+    register_backend("learned-embeddings", _with_minilm)

@@ -401,7 +401,7 @@ def _swaps(
         cjk = not said[0].isascii()
         known = (any if cjk else all)(tok in other_materials for tok in said)
         if cjk:
-            slot = _cjk_noun_slot(claim, a)
+            slot = _cjk_noun_slot(claim, a) or _cjk_word_swap(said, sentence_seq[j1:j2])
         else:
             slot = i2 - i1 == 1 and j2 - j1 == 1 and _noun_slot(claim, a)
         if not (named or known or slot):
@@ -416,6 +416,46 @@ _DETERMINERS = frozenset(
 
 
 _CJK_NOUN_BEFORE = frozenset("的个位张台件份种款")
+# characters of Chinese verbs, adverbs and auxiliaries that paraphrases swap freely (可以/能够,
+# 需要/必须, 立即/马上): a replaced word holding one of them is not taken for a swapped name
+_CJK_FREE_CHARS = frozenset(
+    "可以能够需要必须应该该当得立即马上随时刻已经曾将会仍然还都均皆只仅就才又再也更最很非常十分"
+    "提供享受获得进行办理申请使用通过按照根据由于因为所以如果若则即便虽然但并且而且或者"
+)
+
+
+def _bigram_text(tokens: Sequence[str]) -> str:
+    """The characters a run of overlapping Chinese bigrams spells ("和平", "平板" -> "和平板")."""
+    if not tokens:
+        return ""
+    text = tokens[0]
+    for tok in tokens[1:]:
+        text += tok[1:] if len(tok) == 2 and text.endswith(tok[:1]) else tok
+    return text
+
+
+def _cjk_word_swap(said: Sequence[str], instead: Sequence[str]) -> bool:
+    """Whether a run of Chinese bigrams replaces one word of the sentence with another word
+    wholesale: the same characters around it, and two words of two or more characters that
+    share no character and are not verbs, adverbs or auxiliaries
+    ("绑定手机号" -> "绑定平板电脑号")."""
+    a, b = _bigram_text(said), _bigram_text(instead)
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    core_a, core_b = a[head : len(a) - tail], b[head : len(b) - tail]
+    return (
+        head > 0
+        and tail > 0
+        and len(core_a) >= 2
+        and len(core_b) >= 2
+        and all(_CJK_RE.match(ch) for ch in core_a + core_b)
+        and not set(core_a) & set(core_b)
+        and not (set(core_a) | set(core_b)) & _CJK_FREE_CHARS
+    )
 
 
 def _cjk_noun_slot(claim: str, at: int) -> bool:

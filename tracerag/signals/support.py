@@ -181,9 +181,12 @@ _BUILTIN_MODULES = {
     "embeddings": "tracerag.signals.embeddings",
     "judge": "tracerag.signals.judge",
     "learned": "tracerag.signals.learned",
+    "learned-embeddings": "tracerag.signals.learned",
 }
 _EXTRA_HINTS = {
     "embeddings": "install the optional extra: from the tracerag source tree, "
+    'pip install ".[embeddings]"',
+    "learned-embeddings": "install the optional extra: from the tracerag source tree, "
     'pip install ".[embeddings]"',
 }
 
