@@ -337,9 +337,7 @@ class _IssuesOfKind:
     @overload
     def __get__(self, report: ChainReport, owner: type) -> list[ChainIssue]: ...
 
-    def __get__(
-        self, report: ChainReport | None, owner: type
-    ) -> list[ChainIssue] | _IssuesOfKind:
+    def __get__(self, report: ChainReport | None, owner: type) -> list[ChainIssue] | _IssuesOfKind:
         return self if report is None else report.of_kind(self.kind)
 
 
