@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
@@ -24,7 +24,30 @@ from tracerag.signals.support import SupportBackend
 from tracerag.stages.table import ModelSource, Step, steps_for
 from tracerag.usage import load_prices
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = ["RAGPipeline", "Step", "build_settings", "steps_for"]
+
+
+class SettingsOptions(TypedDict, total=False):
+    """The options ``build_settings`` hands to ``Settings`` as they are."""
+
+    retriever: BaseRetriever | None
+    llm: BaseChatModel | None
+    prompt_version: str | None
+    model_version: str | None
+    n_samples: int
+    temperature: float
+    plan_mode: str
+    tier: str
+    k: int | None
+    support_backend: str | SupportBackend
+    equivalence: Equivalence | None
+    meter_provider: Any
+    review_clustered_retrieval: bool
+    relevance_floor: float | None
+    prompt: PromptVersion | None
 
 
 def build_settings(
@@ -36,7 +59,9 @@ def build_settings(
     combiner: Combiner | None = None,
     retry: RetryPolicy | None = None,
     audit: Any = "auto",
-    **options: Any,
+    retrieval_shape: ShapeThresholds | None = None,
+    prices: Mapping[str, Any] | str | None = None,
+    **options: Unpack[SettingsOptions],
 ) -> Settings:
     """Settings from user-facing options, with every default filled in (shared with wrap())."""
     if isinstance(thresholds, tuple):
@@ -49,6 +74,8 @@ def build_settings(
         combiner=combiner or default_combiner(),
         retry=retry or RetryPolicy(),
         record_sink=resolve_sink(audit),
+        retrieval_shape=retrieval_shape or ShapeThresholds(),
+        prices=load_prices(prices),
         **options,
     )
 
@@ -122,9 +149,9 @@ class RAGPipeline(StagedRunnable):
             meter_provider=meter_provider,
             review_clustered_retrieval=review_clustered_retrieval,
             relevance_floor=relevance_floor,
-            retrieval_shape=retrieval_shape or ShapeThresholds(),
+            retrieval_shape=retrieval_shape,
             prompt=prompt,
-            prices=load_prices(prices),
+            prices=prices,
         )
         super().__init__(settings, ModelSource())
 

@@ -483,8 +483,8 @@ def wrap(
         meter_provider=meter_provider,
         review_clustered_retrieval=review_clustered_retrieval,
         relevance_floor=relevance_floor,
-        retrieval_shape=retrieval_shape or ShapeThresholds(),
-        prices=usage_meter.load_prices(prices),
+        retrieval_shape=retrieval_shape,
+        prices=prices,
     )
     if temperature == 0.0 and n_samples > 1:
         logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)

@@ -145,34 +145,36 @@ def _instruments(registries: Callable[[], list[Any]], meter_provider: Any) -> li
             return []
         return [Observation(n, {"bucket": b}) for b, n in s["credibility_histogram"].items()]
 
-    return [
-        meter.create_observable_gauge(
-            "tracerag.materials", [by_status], unit="{material}", description="by status"
-        ),
-        meter.create_observable_gauge(
+    gauges = [  # (instrument name, callback, unit, description)
+        ("tracerag.materials", by_status, "{material}", "by status"),
+        (
             "tracerag.materials.pending_writes",
-            [one("pending_writes")],
-            unit="{write}",
-            description="new materials and edits waiting for review",
+            one("pending_writes"),
+            "{write}",
+            "new materials and edits waiting for review",
         ),
-        meter.create_observable_gauge(
+        (
             "tracerag.materials.conflicts",
-            [one("open_conflicts")],
-            unit="{conflict}",
-            description="open conflicts between active materials",
+            one("open_conflicts"),
+            "{conflict}",
+            "open conflicts between active materials",
         ),
-        meter.create_observable_gauge(
+        (
             "tracerag.materials.quarantined",
-            [one("quarantined")],
-            unit="{material}",
-            description="materials out of retrieval until a person restores them",
+            one("quarantined"),
+            "{material}",
+            "materials out of retrieval until a person restores them",
         ),
-        meter.create_observable_gauge(
+        (
             "tracerag.materials.credibility",
-            [credibility],
-            unit="{material}",
-            description="active materials by credibility bucket",
+            credibility,
+            "{material}",
+            "active materials by credibility bucket",
         ),
+    ]
+    return [
+        meter.create_observable_gauge(name, [callback], unit=unit, description=description)
+        for name, callback, unit, description in gauges
     ]
 
 

@@ -191,6 +191,21 @@ class MaterialVersion:
             changes.setdefault("source_snippet", "")
         return replace(self, **changes)
 
+    def next_change(
+        self, *, operator: str, written_by: str, reason: str, change: str, **changes: Any
+    ) -> MaterialVersion:
+        """The next version, written by a change of ``operator``'s (with ``evolve``'s
+        ``changes``); its time and write-gate verdict are its own, set when it is committed."""
+        return self.evolve(
+            operator=operator,
+            written_by=written_by,
+            reason=reason,
+            change=change,
+            created_at="",
+            gate=None,
+            **changes,
+        )
+
     def expired(self, now: datetime | None = None) -> bool:
         """True when ``valid_until`` has passed (an expired material is stale)."""
         until = parse_time(self.valid_until)

@@ -620,14 +620,12 @@ class MaterialRegistry(UsageLog):
         if content is not None and content != state.current.content:
             changes["content"] = content
             changes["source_snippet"] = source_snippet or content
-        v = state.current.evolve(
+        v = state.current.next_change(
             operator=who.name,
             written_by=written_by,
             reason=reason,
             change="edit",
             batch_id=batch_id,
-            created_at="",
-            gate=None,
             **changes,
         )
         status, verdict = self._judge(v) if gate and "content" in changes else (state.status, None)
@@ -687,14 +685,12 @@ class MaterialRegistry(UsageLog):
                         **fields,
                     )
                 else:
-                    v = state.current.evolve(
+                    v = state.current.next_change(
                         content=text,
                         operator=who.name,
                         written_by=FIRST_SIGHT_RULE,
                         reason="text changed at the source",
                         change="source_changed",
-                        created_at="",
-                        gate=None,
                         provenance=provenance,
                         **fields,
                     )
@@ -750,20 +746,19 @@ class MaterialRegistry(UsageLog):
         if not reason or not reason.strip():
             raise ValueError(f"a {action} needs a reason")
         state = self.get(material_id)
-        common = {
-            "operator": who.name,
-            "written_by": written_by,
-            "reason": reason,
-            "change": action,
-            "batch_id": batch_id,
-            "created_at": "",
-            "gate": None,
-        }
+        changes: dict[str, Any] = {"status": _TARGET[action], "batch_id": batch_id}
+        if action == "approve":
+            changes["last_confirmed"] = now_iso()
         if action in ("approve", "reject") and state.pending is not None:
             proposed = self.version(material_id, state.pending).version
-            extra = {"last_confirmed": now_iso()} if action == "approve" else {}
             stored = self._commit(
-                proposed.evolve(status=_TARGET[action], **common, **extra),
+                proposed.next_change(
+                    operator=who.name,
+                    written_by=written_by,
+                    reason=reason,
+                    change=action,
+                    **changes,
+                ),
                 expect_current=state.current.version,
                 make_current=action == "approve",
                 pending="clear",
@@ -773,10 +768,10 @@ class MaterialRegistry(UsageLog):
             return stored
         if state.status not in _ALLOWED[action]:
             raise InvalidTransition(f"cannot {action} {material_id!r}: it is {state.status}")
-        if action == "approve":
-            common["last_confirmed"] = now_iso()
         stored = self._commit(
-            state.current.evolve(status=_TARGET[action], **common),
+            state.current.next_change(
+                operator=who.name, written_by=written_by, reason=reason, change=action, **changes
+            ),
             expect_current=state.current.version,
             pending="clear" if action == "delete" else "keep",
             reset_denials=action == "restore",
@@ -835,14 +830,12 @@ class MaterialRegistry(UsageLog):
                         result.skipped[material_id] = "already deleted"
                         continue
                     self._commit(
-                        state.current.evolve(
+                        state.current.next_change(
                             status="deleted",
                             operator=who.name,
                             written_by=ROLLBACK_RULE,
                             reason=f"rollback of {batch_id}: {reason}",
                             change="rollback",
-                            created_at="",
-                            gate=None,
                             batch_id=rollback_id,
                         ),
                         expect_current=state.current.version,
@@ -852,14 +845,12 @@ class MaterialRegistry(UsageLog):
                     result.deleted.append(material_id)
                     continue
                 prior = self.version(material_id, v0.based_on).version
-                restored = prior.evolve(
+                restored = prior.next_change(
                     based_on=state.current.version,
                     operator=who.name,
                     written_by=ROLLBACK_RULE,
                     reason=f"rollback of {batch_id} to version {prior.version}: {reason}",
                     change="rollback",
-                    created_at="",
-                    gate=None,
                     batch_id=rollback_id,
                 )
                 self._commit(

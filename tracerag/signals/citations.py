@@ -81,14 +81,8 @@ def verify_citations(
     material, for foreign chains); by default markers are material ids.
     """
     impl = get_backend(backend)
-    by_id = {m.id: m for m in materials}
-    corpus = [m.text for m in materials]
-    verdicts = []
-    for claim in split_claims(answer):
-        verdict, targets, stale = _targets(claim, by_id, resolve, today)
-        results = [(impl(claim.text, m.text, corpus=corpus), m) for m in targets]
-        verdicts.append(_conclude(verdict, results, stale))
-    return _report(impl.name, verdicts)
+    plan = _plan(answer, materials, resolve, today)
+    return plan.finish(impl.name, [impl(c, m, corpus=plan.corpus) for c, m in plan.checks])
 
 
 async def averify_citations(
@@ -107,16 +101,43 @@ async def averify_citations(
         return await asyncio.to_thread(
             verify_citations, answer, materials, backend=impl, resolve=resolve, today=today
         )
-    by_id = {m.id: m for m in materials}
-    corpus = [m.text for m in materials]
-    verdicts = []
-    for claim in split_claims(answer):
-        verdict, targets, stale = _targets(claim, by_id, resolve, today)
-        results = [
-            (await acheck_support(impl, claim.text, m.text, corpus=corpus), m) for m in targets
+    plan = _plan(answer, materials, resolve, today)
+    supports = [await acheck_support(impl, c, m, corpus=plan.corpus) for c, m in plan.checks]
+    return plan.finish(impl.name, supports)
+
+
+@dataclass
+class _Plan:
+    """What an answer needs checked: each claim's verdict so far, its materials to check and
+    why other cited materials are not support."""
+
+    corpus: list[str]
+    claims: list[tuple[ClaimVerdict, list[Material], list[str]]]
+
+    @property
+    def checks(self) -> list[tuple[str, str]]:
+        """The (claim, material text) pairs the support backend scores, in order."""
+        return [(verdict.text, m.text) for verdict, targets, _ in self.claims for m in targets]
+
+    def finish(self, backend_name: str, supports: Sequence[Support]) -> CitationReport:
+        """The report from the support of each check, in the order of ``checks``."""
+        results = iter(supports)
+        verdicts = [
+            _conclude(verdict, [(next(results), m) for m in targets], stale)
+            for verdict, targets, stale in self.claims
         ]
-        verdicts.append(_conclude(verdict, results, stale))
-    return _report(impl.name, verdicts)
+        return _report(backend_name, verdicts)
+
+
+def _plan(
+    answer: str,
+    materials: Sequence[Material],
+    resolve: IdResolver | None,
+    today: date | None,
+) -> _Plan:
+    by_id = {m.id: m for m in materials}
+    claims = [_targets(claim, by_id, resolve, today) for claim in split_claims(answer)]
+    return _Plan(corpus=[m.text for m in materials], claims=claims)
 
 
 def _computes_synchronously(backend: SupportBackend) -> bool:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -29,6 +28,7 @@ from langchain_core.embeddings import Embeddings
 from tracerag.config import get_config
 from tracerag.signals.lexical import LexicalParams, LexicalSupport, _material_view, analyse
 from tracerag.signals.support import (
+    LruCache,
     Support,
     SyncSupportBackend,
     check_inputs,
@@ -88,25 +88,17 @@ class EmbeddingSupport(SyncSupportBackend):
         self.similarity_floor = float(similarity_floor)
         self.similarity_ceiling = float(similarity_ceiling)
         self.lexical = LexicalSupport(self.threshold, lexical_params, name=name)
-        self._cache: OrderedDict[str, list[list[float]]] = OrderedDict()
-        self._cache_size = cache_size
-        self._lock = threading.Lock()
+        self._cache: LruCache[str, list[list[float]]] = LruCache(cache_size)
 
     def __repr__(self) -> str:
         return f"EmbeddingSupport({type(self.embeddings).__name__}, threshold={self.threshold})"
 
     def _sentence_vectors(self, material_text: str, sentences: list[str]) -> list[list[float]]:
-        with self._lock:
-            cached = self._cache.get(material_text)
-            if cached is not None:
-                self._cache.move_to_end(material_text)
-                return cached
+        cached = self._cache.get(material_text)
+        if cached is not None:
+            return cached
         vectors = self.embeddings.embed_documents(sentences) if sentences else []
-        with self._lock:
-            self._cache[material_text] = vectors
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return vectors
+        return self._cache.put(material_text, vectors)
 
     def similarities(self, claim: str, material_text: str) -> list[float]:
         """Cosine similarity of the claim with each sentence of the material."""

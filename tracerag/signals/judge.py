@@ -33,8 +33,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +51,13 @@ from tenacity import (
 from tracerag import usage
 from tracerag.errors import ConfigurationError
 from tracerag.signals.lexical import LexicalParams, analyse
-from tracerag.signals.support import Support, check_inputs, record_usage, register_backend
+from tracerag.signals.support import (
+    LruCache,
+    Support,
+    check_inputs,
+    record_usage,
+    register_backend,
+)
 from tracerag.text import content_terms, split_sentences
 
 __all__ = [
@@ -256,9 +260,7 @@ class JudgeSupport:
         self.retry_wait = float(retry_wait)
         self.chunk_chars = int(chunk_chars)
         self.params = params or LexicalParams()
-        self._cache: OrderedDict[tuple[str, str], Support] = OrderedDict()
-        self._cache_size = max(0, int(cache_size))
-        self._lock = threading.Lock()
+        self._cache: LruCache[tuple[str, str], Support] = LruCache(cache_size)
 
     def __repr__(self) -> str:
         return f"JudgeSupport(llm={type(self.llm).__name__}, threshold={self.threshold})"
@@ -290,21 +292,10 @@ class JudgeSupport:
     # ------------------------------------------------------------------------------------------
 
     def _cached(self, key: tuple[str, str]) -> Support | None:
-        with self._lock:
-            cached = self._cache.get(key)
-            if cached is not None:
-                self._cache.move_to_end(key)
+        cached = self._cache.get(key)
         if cached is not None:
             record_usage(cached=1)
         return cached
-
-    def _keep(self, key: tuple[str, str], result: Support) -> Support:
-        if self._cache_size:
-            with self._lock:
-                self._cache[key] = result
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
-        return result
 
     def __call__(
         self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
@@ -319,7 +310,7 @@ class JudgeSupport:
             verdicts.append((span, self._ask_chunk(claim, material_text, span)))
             if self._settles(verdicts[-1][1], material_text, span):
                 break
-        return self._keep(key, self._conclude(material_text, verdicts, mismatches))
+        return self._cache.put(key, self._conclude(material_text, verdicts, mismatches))
 
     async def acheck(
         self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
@@ -334,7 +325,7 @@ class JudgeSupport:
             verdicts.append((span, await self._aask_chunk(claim, material_text, span)))
             if self._settles(verdicts[-1][1], material_text, span):
                 break
-        return self._keep(key, self._conclude(material_text, verdicts, mismatches))
+        return self._cache.put(key, self._conclude(material_text, verdicts, mismatches))
 
     def _lookup(self, claim: str, material_text: str) -> tuple[tuple[str, str], Support | None]:
         """The cache key of a checked (claim, material) and the verdict kept for it, if any."""

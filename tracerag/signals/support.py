@@ -16,10 +16,11 @@ import asyncio
 import contextvars
 import importlib
 import threading
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from tracerag.errors import ConfigurationError, InputError
 from tracerag.usage import bound
@@ -264,3 +265,34 @@ def support(
     """How well ``material_text`` supports ``claim``, scored by ``backend``."""
     check_inputs(claim, material_text)
     return get_backend(backend)(claim, material_text, corpus=corpus)
+
+
+_K = TypeVar("_K", bound=Hashable)
+_V = TypeVar("_V")
+
+
+class LruCache(Generic[_K, _V]):
+    """A thread-safe cache of a backend's results keeping the ``size`` most recently used
+    (none when ``size`` is 0)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = max(0, int(size))
+        self._items: OrderedDict[_K, _V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: _K) -> _V | None:
+        """The value kept for ``key`` (now the most recently used), or None."""
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: _K, value: _V) -> _V:
+        """Keep ``value`` for ``key``, dropping the least recently used beyond ``size``."""
+        if self.size:
+            with self._lock:
+                self._items[key] = value
+                while len(self._items) > self.size:
+                    self._items.popitem(last=False)
+        return value

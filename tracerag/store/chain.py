@@ -31,7 +31,7 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 import rfc8785
 
@@ -325,6 +325,22 @@ class ChainIssue:
         return f"{self.kind}: {where}: {self.detail}" if where else f"{self.kind}: {self.detail}"
 
 
+class _IssuesOfKind:
+    """A read-only report attribute: the report's issues of one kind."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    @overload
+    def __get__(self, report: None, owner: type) -> _IssuesOfKind: ...
+
+    @overload
+    def __get__(self, report: ChainReport, owner: type) -> list[ChainIssue]: ...
+
+    def __get__(self, report: ChainReport | None, owner: type) -> list[ChainIssue] | _IssuesOfKind:
+        return self if report is None else report.of_kind(self.kind)
+
+
 @dataclass
 class ChainReport:
     """The outcome of ``verify_chain()``: ``ok`` when no issue was found."""
@@ -347,21 +363,10 @@ class ChainReport:
         """The issues of one kind."""
         return [i for i in self.issues if i.kind == kind]
 
-    @property
-    def changed(self) -> list[ChainIssue]:
-        return self.of_kind("changed")
-
-    @property
-    def removed(self) -> list[ChainIssue]:
-        return self.of_kind("removed")
-
-    @property
-    def reordered(self) -> list[ChainIssue]:
-        return self.of_kind("reordered")
-
-    @property
-    def inserted(self) -> list[ChainIssue]:
-        return self.of_kind("inserted")
+    changed = _IssuesOfKind("changed")
+    removed = _IssuesOfKind("removed")
+    reordered = _IssuesOfKind("reordered")
+    inserted = _IssuesOfKind("inserted")
 
     def summary(self) -> str:
         """A short human-readable account of the verification."""

@@ -8,9 +8,9 @@ what the store keeps.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar, cast, overload
 
 from tracerag.record import AuditRecord
 from tracerag.store.base import (
@@ -192,6 +192,30 @@ def record_from_entries(entries: Sequence[Entry]) -> dict[str, Any]:
     return ordered
 
 
+_T = TypeVar("_T")
+
+
+class _RecordKey(Generic[_T]):
+    """A read-only trail attribute: one key of the trail's record (``empty()`` when it is unset
+    or empty, if given)."""
+
+    def __init__(self, key: str, empty: Callable[[], _T] | None = None) -> None:
+        self.key = key
+        self.empty = empty
+
+    @overload
+    def __get__(self, trail: None, owner: type) -> _RecordKey[_T]: ...
+
+    @overload
+    def __get__(self, trail: RequestTrail, owner: type) -> _T: ...
+
+    def __get__(self, trail: RequestTrail | None, owner: type) -> _T | _RecordKey[_T]:
+        if trail is None:
+            return self
+        value = cast(_T, trail.record.get(self.key))  # the record is JSON, typed by its schema
+        return value if value or self.empty is None else self.empty()
+
+
 @dataclass
 class RequestTrail:
     """Everything stored under one request_id: its entries in seq order and review state."""
@@ -225,29 +249,19 @@ class RequestTrail:
         found = self.of_kind(kind)
         return found[0] if found else None
 
-    @property
-    def trace_id(self) -> str | None:
-        return self.record.get("trace_id")
-
-    @property
-    def question(self) -> str | None:
-        return self.record.get("question")
-
-    @property
-    def versions(self) -> dict[str, Any]:
-        return self.record.get("versions") or {}
+    trace_id = _RecordKey[str | None]("trace_id")
+    question = _RecordKey[str | None]("question")
+    versions = _RecordKey[dict[str, Any]]("versions", dict)
+    plan = _RecordKey[dict[str, Any] | None]("plan")
+    samples = _RecordKey[list[Any]]("samples", list)
+    confidence = _RecordKey[float | None]("confidence")
+    decision = _RecordKey[str | None]("decision")
+    response = _RecordKey[Any]("response")
+    errors = _RecordKey[list[Any]]("errors", list)
 
     @property
     def materials(self) -> list[dict[str, Any]]:
         return [m for m in self.record.get("materials") or [] if isinstance(m, dict)]
-
-    @property
-    def plan(self) -> dict[str, Any] | None:
-        return self.record.get("plan")
-
-    @property
-    def samples(self) -> list[Any]:
-        return self.record.get("samples") or []
 
     @property
     def signals(self) -> dict[str, Any]:
@@ -257,22 +271,6 @@ class RequestTrail:
     @property
     def claims(self) -> list[dict[str, Any]]:
         return [c.model_dump(exclude_unset=True) for c in self.audit.claims]
-
-    @property
-    def confidence(self) -> float | None:
-        return self.record.get("confidence")
-
-    @property
-    def decision(self) -> str | None:
-        return self.record.get("decision")
-
-    @property
-    def response(self) -> Any:
-        return self.record.get("response")
-
-    @property
-    def errors(self) -> list[Any]:
-        return self.record.get("errors") or []
 
     @property
     def actions(self) -> list[Entry]:
