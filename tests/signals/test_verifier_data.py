@@ -61,9 +61,9 @@ def test_learned_scores_rank_supported_pairs_higher(data, verifier_data):
 
 def test_refitting_reproduces_the_shipped_coefficients(data, verifier_data):
     import numpy as np
-    from verifier_fit import balance, feature_matrix, fit
+    from verifier_fit import balance, feature_matrix, fit, training_pairs
 
-    pairs = [p for name in ("wice-dev", "attributionbench-dev") for p in data[name]]
+    pairs = training_pairs({name: data[name] for name in ("wice-dev", "attributionbench-dev")})
     x = feature_matrix(pairs)
     y = np.array([float(p.supported) for p in pairs])
     refit = fit(x, y, balance([p.dataset for p in pairs], y))
