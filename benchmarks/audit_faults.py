@@ -570,7 +570,11 @@ def scenario_kill(mode: str, code: str, args, tmp: Path, rng: random.Random) -> 
         total.ids |= run.ids
         total.claimed |= run.claimed
     res = outcome(total, stored_ids(store))
-    return res | {"rounds": args.kills, "replay s": round(replay, 1), "chain": chain_ok(code, store)}
+    return res | {
+        "rounds": args.kills,
+        "replay s": round(replay, 1),
+        "chain": chain_ok(code, store),
+    }
 
 
 def windowed(run: Run, t_ready: float, window: list[float], label: str) -> dict:
