@@ -12,6 +12,7 @@ import hmac
 import json
 import math
 import statistics
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -88,6 +89,17 @@ class _Head:
         self.appended: list[Entry] = []
 
 
+class _GroupItem:
+    """One record waiting for a group commit, and its outcome once ``done``."""
+
+    __slots__ = ("done", "entries", "error", "record")
+
+    def __init__(self, record: Mapping[str, Any], entries: list[Entry]) -> None:
+        self.record, self.entries = record, entries
+        self.done = False
+        self.error: BaseException | None = None
+
+
 class SQLAuditStore(SQLReviewQueue):
     """The audit store over any SQL database; backends provide connections and locking."""
 
@@ -101,6 +113,12 @@ class SQLAuditStore(SQLReviewQueue):
         self._key = key_bytes(chain_key)
         self._meta: dict[str, str] | None = None
         self._key_checked = False
+        # group commit of concurrent append_record calls (see append_record)
+        self._group_cond = threading.Condition()
+        self._group: list[_GroupItem] = []
+        self._group_leader = False
+        #: transactions that committed records of append_record (fewer than calls: grouped)
+        self.group_commits = 0
 
     @property
     def location(self) -> str:
@@ -287,11 +305,62 @@ class SQLAuditStore(SQLReviewQueue):
 
     # -- records and actions ------------------------------------------------------------------
     def append_record(self, record: Mapping[str, Any]) -> None:
-        entries = entries_from_record(record)
-        with self._write() as (cur, head):
-            if self._exists(cur, entries[0].request_id):
-                raise DuplicateRequest(entries[0].request_id)
-            self._insert_record(cur, head, record, entries)
+        """Store one record; return once it is committed.
+
+        Calls from several threads at once share one transaction (group commit: one commit,
+        one disk sync): the first caller to find no transaction in progress writes everything
+        waiting; each caller still gets its own outcome (``DuplicateRequest``,
+        ``InvalidRecord``, or the store's failure when the shared transaction failed).
+        """
+        item = _GroupItem(record, entries_from_record(record))
+        with self._group_cond:
+            self._group.append(item)
+            while self._group_leader and not item.done:
+                self._group_cond.wait()
+            if not item.done:
+                self._group_leader = True
+                batch, self._group = self._group, []
+        if not item.done:
+            try:
+                self._commit_group(batch)
+            finally:
+                with self._group_cond:
+                    self._group_leader = False
+                    self._group_cond.notify_all()
+        if item.error is not None:
+            raise item.error
+
+    def _commit_group(self, batch: list[_GroupItem]) -> None:
+        """Write a group of records in one transaction; settle each item's outcome."""
+        try:
+            with self._write() as (cur, head):
+                self._insert_group(cur, head, batch)
+            self.group_commits += 1
+        except InvalidRecord:
+            # a record, not the store: each record in a transaction of its own
+            for item in batch:
+                item.error = None
+                try:
+                    with self._write() as (cur, head):
+                        self._insert_group(cur, head, [item])
+                    self.group_commits += 1
+                except BaseException as exc:
+                    item.error = exc
+        except BaseException as exc:
+            for item in batch:
+                item.error = exc
+        for item in batch:
+            item.done = True
+
+    def _insert_group(self, cur: Cursor, head: _Head, batch: list[_GroupItem]) -> None:
+        seen: set[str] = set()
+        for item in batch:
+            request_id = item.entries[0].request_id
+            if request_id in seen or self._exists(cur, request_id):
+                item.error = DuplicateRequest(request_id)
+                continue
+            seen.add(request_id)
+            self._insert_record(cur, head, item.record, item.entries)
 
     def append_records(self, records: Sequence[Mapping[str, Any]]) -> list[StoreError | None]:
         """Store several records in one transaction (one commit, one disk sync).

@@ -1,0 +1,101 @@
+"""Concurrent ``append_record`` calls share one transaction (group commit), and each caller
+still gets its own outcome: stored, already stored, or the store's failure."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+
+import pytest
+from store_fixtures import backend, make_record, store  # noqa: F401
+
+from tracerag.store.base import DuplicateRequest, StoreError
+from tracerag.store.sqlite import SQLiteAuditStore
+
+
+def _submit_all(target, records) -> list[BaseException | None]:
+    outcomes: list[BaseException | None] = [None] * len(records)
+    start = threading.Barrier(len(records))
+
+    def one(i: int) -> None:
+        start.wait()
+        try:
+            target.append_record(records[i])
+        except BaseException as exc:
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(records))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return outcomes
+
+
+def test_records_appended_together_share_commits_and_the_chain_stays_intact(store) -> None:  # noqa: F811
+    records = [make_record(f"req-{i:04d}") for i in range(24)]
+    records.append(make_record("req-0003"))  # the same request twice in one group
+    outcomes = _submit_all(store, records)
+    duplicates = [o for o in outcomes if isinstance(o, DuplicateRequest)]
+    assert len(duplicates) == 1 and [o for o in outcomes if o is not None] == duplicates
+    stored = {s.request_id for s in store.list_requests(limit=100)}
+    assert stored == {f"req-{i:04d}" for i in range(24)}
+    assert store.group_commits < 24  # shared transactions, not one per record
+    assert store.verify_chain().ok
+
+
+def test_a_group_waiting_on_a_locked_store_commits_once_the_lock_is_gone(tmp_path) -> None:
+    path = tmp_path / "audit.sqlite"
+    sqlite_store = SQLiteAuditStore(str(path), busy_timeout_s=5.0)
+    try:
+        sqlite_store.append_record(make_record("req-first"))
+        commits = sqlite_store.group_commits
+        locked = threading.Event()
+
+        def hold() -> None:
+            lock = sqlite3.connect(str(path), isolation_level=None)
+            lock.execute("BEGIN EXCLUSIVE")
+            locked.set()
+            time.sleep(1.0)
+            lock.execute("ROLLBACK")
+            lock.close()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        locked.wait(10)
+        records = [make_record(f"req-{i:04d}") for i in range(16)]
+        outcomes = _submit_all(sqlite_store, records)
+        holder.join()
+        assert outcomes == [None] * 16
+        # the first leader waited for the lock while the others queued behind it
+        assert sqlite_store.group_commits - commits <= 3
+        assert len(sqlite_store.list_requests(limit=100)) == 17
+        assert sqlite_store.verify_chain().ok
+    finally:
+        sqlite_store.close()
+
+
+def test_every_caller_of_a_failed_group_commit_gets_the_failure(tmp_path) -> None:
+    path = tmp_path / "audit.sqlite"
+    sqlite_store = SQLiteAuditStore(str(path), busy_timeout_s=0.5)
+    lock = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        lock.execute("BEGIN EXCLUSIVE")
+        t = time.monotonic()
+        outcomes = _submit_all(sqlite_store, [make_record(f"req-{i:04d}") for i in range(8)])
+        assert all(isinstance(o, (StoreError, sqlite3.OperationalError)) for o in outcomes)
+        # bounded: the queued callers do not each wait the busy timeout in turn
+        assert time.monotonic() - t < 8 * 0.5
+        lock.execute("ROLLBACK")
+        assert sqlite_store.list_requests(limit=10) == []
+    finally:
+        lock.close()
+        sqlite_store.close()
+
+
+def test_a_single_caller_is_its_own_group(store) -> None:  # noqa: F811
+    store.append_record(make_record("req-alone"))
+    with pytest.raises(DuplicateRequest):
+        store.append_record(make_record("req-alone"))
+    assert store.verify_chain().ok
