@@ -27,7 +27,7 @@ order, and logged at WARNING. A record that keeps failing while the store accept
 transaction (``ping``) is treated as poisoned and quarantined. A store operation hanging longer
 than ``op_timeout`` is interrupted (``store.interrupt()``).
 
-For an event loop, ``asubmit_durable`` waits for the disk without blocking the loop, so the
+For an event loop, ``asubmit_durable`` writes and waits for the disk off the loop, so the
 answers that finish together share one ``fdatasync``.
 
 Health: ``healthy`` is False while the store is failing, the buffer/journal is full, or the
@@ -324,32 +324,20 @@ class AuditWriter:
                 self._cond.wait(remaining)
 
     async def asubmit_durable(self, record: Mapping[str, Any]) -> bool:
-        """``submit_durable`` for an event loop: the wait for the disk does not block the loop.
+        """``submit_durable`` for an event loop: neither the journal write nor the wait for the
+        disk runs on the loop.
 
-        Journaled, requests of one loop that finish together share one ``fdatasync`` (the
-        synchronous call gives each its own, since the loop waits for it).
+        Journaled, requests that finish together share one ``fdatasync`` (group commit). The
+        write is kept off the loop too: a ``write`` to a file being synced can block in the
+        kernel until the sync ends, which would stall every request of the loop.
         """
         import asyncio
 
         loop = asyncio.get_running_loop()
-        if self.journal is None:
-            return await loop.run_in_executor(None, self.submit_durable, record)
-        outcome = self._accept(record, sync=False)
-        if isinstance(outcome, int) and not isinstance(outcome, bool):
-            try:
-                await loop.run_in_executor(None, self.journal.sync_upto, outcome)
-            except OSError as exc:
-                logger.error("audit journal sync failed: %s", exc)
-                return False
-            return True
-        return False
+        return await loop.run_in_executor(None, self.submit_durable, record)
 
-    def _accept(self, record: Mapping[str, Any], sync: bool = True) -> bool | str | int:
-        """True when accepted, ``QUARANTINED`` when accepted as quarantined, else False.
-
-        With ``sync=False`` (journaled) an accepted record's journal ticket is returned instead
-        of True; the caller waits for ``journal.sync_upto(ticket)``.
-        """
+    def _accept(self, record: Mapping[str, Any]) -> bool | str:
+        """True when accepted, ``QUARANTINED`` when accepted as quarantined, else False."""
         item = encode_record(record)
         reason: str | None = None
         if item.type == FRAME_QUARANTINE:
@@ -366,13 +354,9 @@ class AuditWriter:
                 or self._buffer_bytes + item.size > self.max_buffer_bytes
             ):
                 reason = DROP_BUFFER_FULL
-        ticket = 0
         if reason is None and self.journal is not None:
             try:
-                if sync:
-                    self.journal.append(item.type, item.payload)
-                else:
-                    ticket = self.journal.write(item.type, item.payload)
+                self.journal.append(item.type, item.payload)
             except (JournalError, OSError) as exc:
                 reason = f"{DROP_JOURNAL}: {exc}"
         if reason is not None:
@@ -388,7 +372,7 @@ class AuditWriter:
         self._backlog_add(1)
         if item.type == FRAME_QUARANTINE:
             return QUARANTINED
-        return ticket if ticket else True
+        return True
 
     def write_now(self, record: Mapping[str, Any]) -> None:
         """Write a record synchronously on the caller's thread, bypassing buffer and journal.
