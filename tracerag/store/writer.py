@@ -278,6 +278,12 @@ class AuditWriter:
         self._op_seq = 0
         self._next_probe = 0.0
         self._idle_failures = 0
+        # event-loop submissions waiting for the journal committer (see asubmit_durable)
+        self._commit_queue: list[tuple[Mapping[str, Any], Callable[[bool], None]]] = []
+        self._commit_cond = threading.Condition()
+        self._committer: threading.Thread | None = None
+        self._commit_stop = False
+        self._committer_name = f"{name}-journal"
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         self._watchdog = threading.Thread(target=self._watch, name=f"{name}-watchdog", daemon=True)
@@ -327,17 +333,76 @@ class AuditWriter:
         """``submit_durable`` for an event loop: neither the journal write nor the wait for the
         disk runs on the loop.
 
-        Journaled, requests that finish together share one ``fdatasync`` (group commit). The
-        write is kept off the loop too: a ``write`` to a file being synced can block in the
-        kernel until the sync ends, which would stall every request of the loop.
+        Journaled, a committer thread writes every record waiting and syncs once for all of
+        them (group commit), without holding the loop's executor threads (the pipeline needs
+        them). The write is kept off the loop too: a ``write`` to a file being synced can block
+        in the kernel until the sync ends, which would stall every request of the loop.
         """
         import asyncio
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self.submit_durable, record)
+        if self.journal is None:
+            return await loop.run_in_executor(None, self.submit_durable, record)
+        future: asyncio.Future[bool] = loop.create_future()
 
-    def _accept(self, record: Mapping[str, Any]) -> bool | str:
-        """True when accepted, ``QUARANTINED`` when accepted as quarantined, else False."""
+        def settle(durable: bool) -> None:
+            def set_result() -> None:
+                if not future.done():
+                    future.set_result(durable)
+
+            loop.call_soon_threadsafe(set_result)
+
+        with self._commit_cond:
+            if self._commit_stop:
+                return False  # closed
+            if self._committer is None:
+                self._committer = threading.Thread(
+                    target=self._commit_journal, name=self._committer_name, daemon=True
+                )
+                self._committer.start()
+            self._commit_queue.append((record, settle))
+            self._commit_cond.notify()
+        return await future
+
+    def _commit_journal(self) -> None:
+        """Journal what the event loops submitted: all waiting records, then one sync."""
+        assert self.journal is not None
+        while True:
+            with self._commit_cond:
+                while not self._commit_queue:
+                    if self._commit_stop:
+                        return
+                    self._commit_cond.wait()
+                batch, self._commit_queue = self._commit_queue, []
+            accepted: list[tuple[Callable[[bool], None], bool]] = []
+            last = 0
+            for record, settle in batch:
+                try:
+                    outcome = self._accept(record, sync=False)
+                except Exception:  # never leave an answer waiting
+                    logger.exception("audit record could not be journaled")
+                    outcome = False
+                if isinstance(outcome, int) and not isinstance(outcome, bool):
+                    last = max(last, outcome)
+                    accepted.append((settle, True))
+                else:
+                    accepted.append((settle, False))
+            synced = True
+            if last:
+                try:
+                    self.journal.sync_upto(last)
+                except OSError as exc:
+                    logger.error("audit journal sync failed: %s", exc)
+                    synced = False
+            for settle, ok in accepted:
+                settle(ok and synced)
+
+    def _accept(self, record: Mapping[str, Any], sync: bool = True) -> bool | str | int:
+        """True when accepted, ``QUARANTINED`` when accepted as quarantined, else False.
+
+        With ``sync=False`` (journaled) an accepted record's journal ticket is returned instead
+        of True; the caller waits for ``journal.sync_upto(ticket)``.
+        """
         item = encode_record(record)
         reason: str | None = None
         if item.type == FRAME_QUARANTINE:
@@ -354,9 +419,13 @@ class AuditWriter:
                 or self._buffer_bytes + item.size > self.max_buffer_bytes
             ):
                 reason = DROP_BUFFER_FULL
+        ticket = 0
         if reason is None and self.journal is not None:
             try:
-                self.journal.append(item.type, item.payload)
+                if sync:
+                    self.journal.append(item.type, item.payload)
+                else:
+                    ticket = self.journal.write(item.type, item.payload)
             except (JournalError, OSError) as exc:
                 reason = f"{DROP_JOURNAL}: {exc}"
         if reason is not None:
@@ -372,7 +441,7 @@ class AuditWriter:
         self._backlog_add(1)
         if item.type == FRAME_QUARANTINE:
             return QUARANTINED
-        return True
+        return ticket if ticket else True
 
     def write_now(self, record: Mapping[str, Any]) -> None:
         """Write a record synchronously on the caller's thread, bypassing buffer and journal.
@@ -475,6 +544,12 @@ class AuditWriter:
                 return self._backlog == 0
             self._closing = True
             self._cond.notify_all()
+        with self._commit_cond:  # the committer journals what was submitted, then stops
+            self._commit_stop = True
+            self._commit_cond.notify_all()
+            committer = self._committer
+        if committer is not None:
+            committer.join(max(1.0, timeout))
         drained = self.flush(timeout)
         with self._cond:
             self._abort = True
