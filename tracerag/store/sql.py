@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 import math
 import statistics
 import threading
@@ -62,6 +63,8 @@ from tracerag.store.record import (
     review_reason,
 )
 from tracerag.store.review_queue import SQLReviewQueue, _action_payload
+
+logger = logging.getLogger("tracerag.audit")
 
 
 class Cursor(Protocol):
@@ -119,6 +122,9 @@ class SQLAuditStore(SQLReviewQueue):
         self._group_leader = False
         #: transactions that committed records of append_record (fewer than calls: grouped)
         self.group_commits = 0
+        #: seconds an append_record transaction may take before it is interrupted (a hung
+        #: server or disk; the backends' own timeouts normally fire first); 0: no bound
+        self.commit_timeout = 8.0
 
     @property
     def location(self) -> str:
@@ -310,7 +316,9 @@ class SQLAuditStore(SQLReviewQueue):
         Calls from several threads at once share one transaction (group commit: one commit,
         one disk sync): the first caller to find no transaction in progress writes everything
         waiting; each caller still gets its own outcome (``DuplicateRequest``,
-        ``InvalidRecord``, or the store's failure when the shared transaction failed).
+        ``InvalidRecord``, or the store's failure when the shared transaction failed). A
+        transaction hanging past ``commit_timeout`` is interrupted (it fails). When the store
+        fails a group, the calls that queued behind it fail at once with the same error.
         """
         item = _GroupItem(record, entries_from_record(record))
         with self._group_cond:
@@ -321,17 +329,46 @@ class SQLAuditStore(SQLReviewQueue):
                 self._group_leader = True
                 batch, self._group = self._group, []
         if not item.done:
+            timer = None
+            if self.commit_timeout > 0:
+                timer = threading.Timer(self.commit_timeout, self._interrupt_hung)
+                timer.daemon = True
+                timer.start()
+            failure: BaseException | None = None
             try:
-                self._commit_group(batch)
+                failure = self._commit_group(batch)
             finally:
+                if timer is not None:
+                    timer.cancel()
                 with self._group_cond:
                     self._group_leader = False
+                    if failure is not None:
+                        # the store is failing: the callers who queued meanwhile are told now
+                        # instead of each group waiting the store's timeout in turn
+                        for queued in self._group:
+                            queued.error, queued.done = failure, True
+                        self._group = []
                     self._group_cond.notify_all()
         if item.error is not None:
             raise item.error
 
-    def _commit_group(self, batch: list[_GroupItem]) -> None:
-        """Write a group of records in one transaction; settle each item's outcome."""
+    def _interrupt_hung(self) -> None:
+        logger.warning(
+            "audit store %s: a commit took more than %.1fs; interrupting it",
+            self.location,
+            self.commit_timeout,
+        )
+        try:
+            self.interrupt()
+        except Exception:
+            logger.warning("could not interrupt the audit store", exc_info=True)
+
+    def _commit_group(self, batch: list[_GroupItem]) -> BaseException | None:
+        """Write a group of records in one transaction; settle each item's outcome.
+
+        Returns the store's failure when the whole group failed with it (else None).
+        """
+        failure: BaseException | None = None
         try:
             with self._write() as (cur, head):
                 self._insert_group(cur, head, batch)
@@ -347,10 +384,12 @@ class SQLAuditStore(SQLReviewQueue):
                 except BaseException as exc:
                     item.error = exc
         except BaseException as exc:
+            failure = exc
             for item in batch:
                 item.error = exc
         for item in batch:
             item.done = True
+        return failure
 
     def _insert_group(self, cur: Cursor, head: _Head, batch: list[_GroupItem]) -> None:
         seen: set[str] = set()
