@@ -124,7 +124,7 @@ class SQLAuditStore(SQLReviewQueue):
         self.group_commits = 0
         #: seconds an append_record transaction may take before it is interrupted (a hung
         #: server or disk; the backends' own timeouts normally fire first); 0: no bound
-        self.commit_timeout = 8.0
+        self.commit_timeout = 5.0
 
     @property
     def location(self) -> str:
