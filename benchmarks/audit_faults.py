@@ -54,6 +54,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = str(Path(__file__).resolve())
+SERVE = [sys.executable, HERE, "--serve"]
 QUESTION = "How long is the warranty on a laptop?"
 ANSWER = (
     "Under Clause 6.1, laptops and tablets are covered by an extended 24-month warranty. [warranty]"
@@ -352,8 +353,7 @@ def start_server(code: str, store: str, tmp: Path, poison: int = 0, env: dict | 
     port = free_port()
     log = tmp / f"serve-{port}.log"
     proc = subprocess.Popen(
-        [sys.executable, HERE, "--serve", "--store", store, "--port", str(port), "--poison-every"]
-        + [str(poison)],
+        [*SERVE, "--store", store, "--port", str(port), "--poison-every", str(poison)],
         stdout=subprocess.DEVNULL,
         stderr=log.open("w"),
         env=child_env(code, env),
