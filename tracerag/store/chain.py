@@ -157,15 +157,16 @@ _BEYOND_BMP = re.compile("[\U00010000-\U0010ffff]")
 _TOKEN = re.compile(r'"(?:[^"\\]++|\\.)*+"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?')
 
 
-#: a float where ``json.dumps`` writes a value (Python writes every float with "." or "e")
-_FLOAT = re.compile(r"(?:^|(?<=[:\[,]))-?\d+(?:\.\d+(?:[eE][+-]?\d+)?|[eE][+-]?\d+)(?=[,\]}]|$)")
+#: a float where ``json.dumps`` writes a value (Python writes every float with "." or "e"),
+#: after the character that opens its place
+_FLOAT = re.compile(r"([:\[,])(-?\d+(?:\.\d+(?:[eE][+-]?\d+)?|[eE][+-]?\d+))(?=[,\]}])")
 #: an integer JCS may not carry exactly (then every token is looked at)
-_LONG_DIGITS = re.compile(r"(?:^|[:\[,])-?\d{16}")
+_LONG_DIGITS = re.compile(r"[:\[,]-?\d{16}")
 
 
 def _jcs_float(match: re.Match[str]) -> str:
-    token = match.group(0)
-    return _jcs_number(token, float(token))
+    token = match.group(2)
+    return match.group(1) + _jcs_number(token, float(token))
 
 
 def _jcs_number(token: str, value: float) -> str:
@@ -211,7 +212,7 @@ def jcs_parsed(value: Any) -> tuple[str, Any]:
         text.encode("utf-8")  # raises on lone surrogates, as JCS does
         if _BEYOND_BMP.search(text) is None:
             # only numbers can differ from JCS: rewrite the floats Python writes its own way
-            if _LONG_DIGITS.search(text) is None:
+            if text[0] in "{[" and _LONG_DIGITS.search(text) is None:
                 jcs = _FLOAT.sub(_jcs_float, text)
                 parsed = json.loads(jcs)
                 # a float-like run inside a string was rewritten too: the values differ
