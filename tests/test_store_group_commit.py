@@ -148,3 +148,27 @@ def test_a_commit_hanging_on_a_frozen_postgresql_is_interrupted() -> None:
     finally:
         pg_store.close()
         pg.cleanup()
+
+
+def test_a_store_that_just_failed_is_not_waited_for_again_until_it_is_tried(tmp_path) -> None:
+    from tracerag.store.sql import StoreFailing
+
+    path = tmp_path / "audit.sqlite"
+    sqlite_store = SQLiteAuditStore(str(path), busy_timeout_s=0.5)
+    sqlite_store.fail_fast_seconds = 1.0
+    lock = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        lock.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(sqlite3.OperationalError):
+            sqlite_store.append_record(make_record("req-1"))  # waits the busy timeout
+        t = time.monotonic()
+        with pytest.raises(StoreFailing):
+            sqlite_store.append_record(make_record("req-2"))
+        assert time.monotonic() - t < 0.2  # told at once
+        lock.execute("ROLLBACK")
+        time.sleep(1.1)  # the window is over: the next call tries the store again
+        sqlite_store.append_record(make_record("req-3"))
+        assert [s.request_id for s in sqlite_store.list_requests(limit=10)] == ["req-3"]
+    finally:
+        lock.close()
+        sqlite_store.close()

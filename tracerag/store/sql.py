@@ -14,6 +14,7 @@ import logging
 import math
 import statistics
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -92,6 +93,10 @@ class _Head:
         self.appended: list[Entry] = []
 
 
+class StoreFailing(StoreError):
+    """The store failed moments ago (or is being tried again): not waited for now."""
+
+
 class _GroupItem:
     """One record waiting for a group commit, and its outcome once ``done``."""
 
@@ -125,6 +130,10 @@ class SQLAuditStore(SQLReviewQueue):
         #: seconds an append_record transaction may take before it is interrupted (a hung
         #: server or disk; the backends' own timeouts normally fire first); 0: no bound
         self.commit_timeout = 5.0
+        #: after the store failed a group, for this many seconds (and while another attempt
+        #: is under way) append_record fails at once instead of waiting for the store again
+        self.fail_fast_seconds = 2.0
+        self._failed: tuple[float, BaseException] | None = None  # since when, and why
 
     @property
     def location(self) -> str:
@@ -318,10 +327,21 @@ class SQLAuditStore(SQLReviewQueue):
         waiting; each caller still gets its own outcome (``DuplicateRequest``,
         ``InvalidRecord``, or the store's failure when the shared transaction failed). A
         transaction hanging past ``commit_timeout`` is interrupted (it fails). When the store
-        fails a group, the calls that queued behind it fail at once with the same error.
+        fails a group, the calls that queued behind it fail at once with the same error, and
+        so do new calls (``StoreFailing``) for ``fail_fast_seconds`` and while one call tries
+        the store again: a failing store holds one caller at a time, not every caller.
         """
         item = _GroupItem(record, entries_from_record(record))
         with self._group_cond:
+            failed = self._failed
+            if failed is not None and (
+                self._group_leader or time.monotonic() - failed[0] < self.fail_fast_seconds
+            ):
+                since, why = failed
+                raise StoreFailing(
+                    f"the audit store failed {time.monotonic() - since:.1f}s ago "
+                    f"({type(why).__name__}: {why}); not waiting for it again yet"
+                ) from why
             self._group.append(item)
             while self._group_leader and not item.done:
                 self._group_cond.wait()
@@ -342,6 +362,7 @@ class SQLAuditStore(SQLReviewQueue):
                     timer.cancel()
                 with self._group_cond:
                     self._group_leader = False
+                    self._failed = None if failure is None else (time.monotonic(), failure)
                     if failure is not None:
                         # the store is failing: the callers who queued meanwhile are told now
                         # instead of each group waiting the store's timeout in turn
