@@ -312,6 +312,7 @@ class SQLAuditStore(SQLReviewQueue):
         """
         with self._write():
             pass
+        self._failed = None  # writable again: append_record need not refuse
 
     @staticmethod
     def _exists(cur: Cursor, request_id: str) -> bool:
@@ -447,6 +448,7 @@ class SQLAuditStore(SQLReviewQueue):
                         continue
                     seen.add(request_id)
                     self._insert_record(cur, head, record, entries)
+            self._failed = None  # the store works: append_record need not refuse
         return outcomes
 
     def _insert_record(

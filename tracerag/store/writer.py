@@ -78,6 +78,7 @@ from tracerag.store.journal import (
     JournalError,
     open_journal,
 )
+from tracerag.store.sql import StoreFailing
 
 logger = logging.getLogger("tracerag.audit")
 
@@ -856,9 +857,12 @@ class AuditWriter:
                 self._failed(exc, items, attempt, delay)
                 if isinstance(exc, (StoreReplaced, StoreVanished)):
                     self._discard_store()
-                if attempt >= POISON_PROBE_AFTER and len(items) == 1 and self._store_answers():
+                # a store refusing without trying (it failed moments ago) says nothing of the
+                # record: only failures of real attempts make it a suspect
+                suspect = attempt >= POISON_PROBE_AFTER and not isinstance(exc, StoreFailing)
+                if suspect and len(items) == 1 and self._store_answers():
                     return [self._quarantine(items[0], f"{type(exc).__name__}: {exc}")]
-                if attempt >= POISON_PROBE_AFTER and len(items) > 1 and self._store_answers():
+                if suspect and len(items) > 1 and self._store_answers():
                     out = []
                     for item in items:
                         one = self._write_with_retry([item])
