@@ -767,7 +767,15 @@ class AuditWriter:
                     work = self._has_work()
                 self._busy = work
             if work:
-                if self.journal is not None and self.batch_delay > 0 and not self._closing:
+                if (
+                    self.journal is not None
+                    and self.batch_delay > 0
+                    and not self._closing
+                    and self._cursor is not None
+                    and self.journal.pending_after(*self._cursor) < self.batch_bytes
+                ):
+                    # gather a fuller batch; a backlog of a full batch or more (at full load,
+                    # after an outage) is written at once, else the wait caps the drain rate
                     self._wake.wait(self.batch_delay)
                 try:
                     items = self._peek()
