@@ -1,28 +1,37 @@
 """The audit trail under load and faults: is every `audit_persisted: true` really kept?
 
-Runs the pipeline (library mode, a zero-latency scripted model, no tracing) at concurrency
-``--concurrency`` in a child process writing to a SQLite store, and side by side in one run, for
-the code **before** this change (``--before REV``, a git revision unpacked to a temporary
-directory) and **after** (this tree):
+Runs the pipeline with a zero-latency scripted model (no tracing) at concurrency
+``--concurrency``, in two modes side by side in one run:
 
-- ``throughput``: no fault; requests/s, CPU ms per request, writer records/s (stored over the
-  load plus the final flush), and the same pipeline without an audit trail;
-- ``kill -9``: the child is SIGKILLed at a random time during load (``--kills`` rounds), then
-  restarted on the same store (recovery: the journal is drained);
-- ``sqlite lock``: another process holds the store's write lock for ``--lock-seconds``
-  (default 10 s; the issue's figure is 30 s) during load; p99 latency while it is held;
-- ``poisoned``: every ``--poison-every``-th question carries a lone UTF-16 surrogate;
-- ``postgresql`` (``--postgres``): a throwaway server started by ``.ci/postgres.sh`` is frozen
-  (SIGSTOP of every server process) for ``--freeze-seconds``, or stopped and restarted after
-  ``--outage-seconds`` (default 30 s; the issue's figure is 3 minutes), during load. After: the
-  journal is in a temporary directory (``TRACERAG_AUDIT_JOURNAL``).
+- **library**: ``RAGPipeline.ainvoke`` in a child process writing through its audit sink;
+- **server**: ``tracerag serve`` (uvicorn on 127.0.0.1, the same scripted model in place of the
+  demo model) in a child process, loaded over HTTP by a light client process.
 
-For each: requests answered, answers saying ``audit_persisted: true``, records durable (answered
-and found in the store after the run and recovery), records lost (answered, not in the store),
-and false claims (said true, not in the store; the goal is 0).
+Throughput is compared with the code **before** the change (``--before PATH``: a checkout of
+the older tree, run through ``PYTHONPATH``). Scenarios (``--only``, comma-separated):
 
-    python benchmarks/audit_faults.py [--seconds 6] [--kills 3] [--lock-seconds 10]
-        [--concurrency 32] [--before REV] [--postgres]
+- ``throughput``: no fault, SQLite store; requests/s answered, records/s the store received
+  during the load, the backlog left when the load ended and how long it took to drain, CPU per
+  request; library mode also without an audit trail;
+- ``kill``: SIGKILL at a random time during load (``--kills`` rounds), then a restart on the
+  same store (library: the writer opens the journal and drains it; server: ``tracerag serve``
+  starts again and replays the journal, and the run waits for ``/readyz`` to report no backlog);
+- ``lock``: another process holds the SQLite write lock for ``--lock-seconds`` during load
+  (the issue's figure: 30 s); p99 latency while it is held;
+- ``poison``: every ``--poison-every``-th model answer carries a lone UTF-16 surrogate;
+- ``freeze`` (``--postgres``): a throwaway PostgreSQL server (``.ci/postgres.sh``) is frozen
+  (SIGSTOP of every server process) for ``--freeze-seconds``; p99 latency while frozen;
+- ``outage`` (``--postgres``): that server is stopped and restarted after ``--outage-seconds``
+  (the issue's figure: 180 s). The journal is in a temporary directory
+  (``TRACERAG_AUDIT_JOURNAL``), and a restart drains it before the store is counted.
+
+For each: requests answered, answers saying ``audit_persisted: true``, records durable
+(answered and in the store after the run and the restart), records lost (said true, not in
+the store: the goal is 0), answers not durable (answered, not in the store, whatever they said)
+and, after the restart, answers that said false but were kept anyway.
+
+    python benchmarks/audit_faults.py --before ../old-checkout [--seconds 6] [--kills 3]
+        [--lock-seconds 30] [--concurrency 32] [--postgres] [--outage-seconds 180]
 """
 
 from __future__ import annotations
@@ -32,30 +41,53 @@ import json
 import os
 import random
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from io import BytesIO
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+HERE = str(Path(__file__).resolve())
+SERVE = [sys.executable, HERE, "--serve"]
 QUESTION = "How long is the warranty on a laptop?"
-POISONED = "How long is the warranty on a laptop? \ud800"
 ANSWER = (
     "Under Clause 6.1, laptops and tablets are covered by an extended 24-month warranty. [warranty]"
 )
 PLAN = '{"material_ids": ["warranty"], "key_facts": ["24-month"]}'
+SAMPLES = 3
 
 
-# -- the child: a pipeline under load, one line per answer ------------------------------------
+def scripted_model(poison_every: int) -> Any:
+    """A zero-latency model; every ``poison_every``-th answer ends in a lone surrogate."""
+    from tracerag.testing import ScriptedChatModel
+
+    calls = [0]
+
+    def respond(call: Any) -> str:
+        if call.task == "plan":
+            return PLAN
+        answer = ANSWER
+        if call.task != "plan":
+            calls[0] += 1
+            if poison_every and calls[0] % poison_every == 0:
+                answer = ANSWER + " \ud800"
+        if call.task == "plan_and_answer":
+            return f"PLAN: {PLAN}\nANSWER: {answer}"
+        return answer
+
+    return ScriptedChatModel(responder=respond, latency=0.0, model_name="fast")
 
 
-def child(args: argparse.Namespace) -> None:
+# -- children: the pipeline under load (library), the server, the HTTP client -----------------
+
+
+def library_child(args: argparse.Namespace) -> None:
     import asyncio
     import logging
 
@@ -63,45 +95,30 @@ def child(args: argparse.Namespace) -> None:
 
     from tracerag import RAGPipeline
     from tracerag.demo.kb import build_retriever
-    from tracerag.testing import ScriptedChatModel
 
     logging.getLogger("tracerag").setLevel(logging.CRITICAL)  # the parent counts; no noise
-
-    def respond(call):
-        if call.task == "plan":
-            return PLAN
-        if call.task == "plan_and_answer":
-            return f"PLAN: {PLAN}\nANSWER: {ANSWER}"
-        return ANSWER
-
-    model = ScriptedChatModel(responder=respond, latency=0.0, model_name="fast")
     pipeline = RAGPipeline(
         build_retriever(k=4),
-        model,
+        scripted_model(args.poison_every),
         prompt_version="bench",
         model_version="fast",
-        n_samples=3,
+        n_samples=SAMPLES,
         tracer_provider=NoOpTracerProvider(),
         audit=args.store or None,
     )
     out = sys.stdout
     out.write("READY\n")
     out.flush()
-    count = 0
 
     async def run() -> None:
-        nonlocal count
         t0 = time.monotonic()
         deadline = t0 + args.seconds
 
         async def worker() -> None:
-            nonlocal count
             while time.monotonic() < deadline:
-                count += 1
-                poison = args.poison_every and count % args.poison_every == 0
                 start = time.monotonic()
                 try:
-                    r = await pipeline.ainvoke(POISONED if poison else QUESTION)
+                    r = await pipeline.ainvoke(QUESTION)
                 except Exception as exc:  # an answer that never came
                     out.write(f"X {type(exc).__name__}\n")
                     continue
@@ -118,27 +135,110 @@ def child(args: argparse.Namespace) -> None:
     sink = pipeline.settings.record_sink
     writer = getattr(sink, "writer", None)
     backlog = writer.pending if writer is not None else 0
-    t = time.monotonic()
-    drained = writer.close() if writer is not None else True
-    flush = time.monotonic() - t
     written = writer.written if writer is not None else 0
+    t = time.monotonic()
+    drained = writer.close(120) if writer is not None else True
+    flush = time.monotonic() - t
     summary = {"cpu": cpu, "wall": wall, "backlog": backlog, "flush": flush}
-    summary |= {"written": written, "drained": bool(drained)}
+    summary |= {"written_in_load": written, "drained": bool(drained)}
     out.write("S " + json.dumps(summary) + "\n")
     out.flush()
     os._exit(0)
 
 
 def recover(args: argparse.Namespace) -> None:
-    """A restart after a crash: open the writer on the same store (and journal) and drain it."""
+    """A library restart after a crash: open the writer on the same store and drain it."""
     import logging
 
     from tracerag.audit import writer_for
 
     logging.getLogger("tracerag").setLevel(logging.CRITICAL)
     writer = writer_for(args.store)
-    writer.flush(60)
+    writer.flush(300)
     writer.close()
+    os._exit(0)
+
+
+def serve_child(args: argparse.Namespace) -> None:
+    """``tracerag serve`` with the scripted model in place of the demo's offline model."""
+    import tracerag.demo.run as demo_run
+    from tracerag.cli import main as cli_main
+
+    model = scripted_model(args.poison_every)
+    demo_run.build_model = lambda name, seed=None: model  # type: ignore[assignment]
+    argv = ["serve", "--store", args.store, "--port", str(args.port), "--no-review-desk"]
+    argv += ["--samples", str(SAMPLES), "--log-level", "warning"]
+    sys.exit(cli_main(argv))
+
+
+def client_child(args: argparse.Namespace) -> None:
+    """Load ``POST /v1/answer`` at ``--concurrency`` for ``--seconds``; one line per answer.
+
+    A plain HTTP/1.1 keep-alive client on asyncio streams (lighter on the CPU than a full
+    client library, which would compete with the server for the same cores).
+    """
+    import asyncio
+
+    body = json.dumps({"question": QUESTION}).encode()
+    request = (
+        b"POST /v1/answer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body)
+    ) + body
+    out = sys.stdout
+    gone = asyncio.Event()
+
+    async def exchange(reader: Any, writer: Any) -> tuple[int, bytes]:
+        writer.write(request)
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        length = 0
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value.strip())
+        return status, await reader.readexactly(length)
+
+    async def run() -> None:
+        t0 = time.monotonic()
+        deadline = t0 + args.seconds
+
+        async def worker() -> None:
+            conn = None
+            while time.monotonic() < deadline and not gone.is_set():
+                start = time.monotonic()
+                try:
+                    if conn is None:
+                        conn = await asyncio.open_connection("127.0.0.1", args.port)
+                    status, data = await asyncio.wait_for(exchange(*conn), args.request_timeout)
+                except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+                    out.write(f"X {type(exc).__name__}\n")
+                    gone.set()  # the server is gone (killed): stop loading
+                    return
+                except TimeoutError:
+                    out.write("X timeout\n")
+                    conn[1].close()  # type: ignore[index]
+                    conn = None
+                    continue
+                end = time.monotonic()
+                if status != 200:
+                    out.write(f"N {status}\n")
+                    continue
+                reply = json.loads(data)
+                flag = {True: 1, False: 0, None: -1}[reply.get("audit_persisted")]
+                out.write(f"R {reply['request_id']} {flag} {start - t0:.4f} {end - start:.5f}\n")
+            if conn is not None:
+                conn[1].close()
+
+        await asyncio.gather(*[worker() for _ in range(args.concurrency)])
+
+    out.write("READY\n")
+    out.flush()
+    wall0 = time.monotonic()
+    asyncio.run(run())
+    out.write("S " + json.dumps({"wall": time.monotonic() - wall0}) + "\n")
+    out.flush()
     os._exit(0)
 
 
@@ -152,38 +252,149 @@ class Run:
     ids: set[str] = field(default_factory=set)
     latencies: list[tuple[float, float]] = field(default_factory=list)  # (start, latency)
     summary: dict = field(default_factory=dict)
-    errors: int = 0
+    errors: int = 0  # no answer (exception, connection lost, client timeout)
+    refused: int = 0  # an HTTP error status
 
 
-def spawn(
-    pythonpath: str,
-    store: str | None,
-    seconds: float,
-    conc: int,
-    poison: int = 0,
-    env: dict | None = None,
-) -> subprocess.Popen:
-    cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--child",
-        "--seconds",
-        str(seconds),
-        "--concurrency",
-        str(conc),
-        "--poison-every",
-        str(poison),
-    ]
-    if store:
-        cmd += ["--store", store]
-    full_env = {**os.environ, "PYTHONPATH": pythonpath, **(env or {})}
-    full_env.pop("TRACERAG_STORE", None)
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def child_env(code: str, env: dict | None) -> dict:
+    full = {**os.environ, "PYTHONPATH": code, **(env or {})}
+    full.pop("TRACERAG_STORE", None)
+    return full
+
+
+def spawn_child(role: str, code: str, *options: str, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=full_env
+        [sys.executable, HERE, f"--{role}", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=child_env(code, env),
     )
 
 
-def collect(proc: subprocess.Popen, run: Run, on_ready=None) -> None:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def http_get(port: int, path: str, timeout: float = 5.0) -> tuple[int, dict]:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        reply = conn.getresponse()
+        data = reply.read()
+        try:
+            return reply.status, json.loads(data)
+        except ValueError:
+            return reply.status, {}
+    finally:
+        conn.close()
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen
+    port: int
+    log: Path
+
+    def wait_up(self, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tracerag serve exited: {self.log.read_text()[-2000:]}")
+            try:
+                if http_get(self.port, "/healthz", 2)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("tracerag serve did not start")
+
+    def wait_drained(self, timeout: float = 600.0) -> bool:
+        """Wait for ``/readyz`` to report no backlog (the journal replayed into the store)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                _, state = http_get(self.port, "/readyz", 5)
+                store = state.get("store", {})
+                if store.get("backlog", 1) == 0 and not store.get("failing"):
+                    return True
+            except OSError:
+                pass
+            time.sleep(0.3)
+        return False
+
+    def stop(self, timeout: float = 300.0) -> float:
+        """SIGTERM (the writer drains what it can); the seconds it took to exit."""
+        t = time.monotonic()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return time.monotonic() - t
+
+
+def start_server(code: str, store: str, tmp: Path, poison: int = 0, env: dict | None = None):
+    port = free_port()
+    log = tmp / f"serve-{port}.log"
+    proc = subprocess.Popen(
+        [*SERVE, "--store", store, "--port", str(port), "--poison-every", str(poison)],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+        env=child_env(code, env),
+        cwd=tmp,
+    )
+    server = Server(proc, port, log)
+    server.wait_up()
+    return server
+
+
+@dataclass
+class Load:
+    """One load run: the process whose lines are read, and the one a fault hits."""
+
+    lines: subprocess.Popen
+    victim: subprocess.Popen
+    server: Server | None = None
+
+
+def start_load(
+    mode: str,
+    code: str,
+    store: str,
+    seconds: float,
+    args: argparse.Namespace,
+    tmp: Path,
+    poison: int = 0,
+    env: dict | None = None,
+) -> Load:
+    common = ["--seconds", str(seconds), "--concurrency", str(args.concurrency)]
+    if mode == "library":
+        opts = [*common, "--poison-every", str(poison)] + (["--store", store] if store else [])
+        proc = spawn_child("child", code, *opts, env=env)
+        return Load(proc, proc)
+    server = start_server(code, store, tmp, poison, env)
+    opts = [*common, "--port", str(server.port), "--request-timeout", str(args.request_timeout)]
+    client = spawn_child("client", code, *opts)
+    return Load(client, server.proc, server)
+
+
+def collect(proc: subprocess.Popen, run: Run, on_ready=None, on_summary=None) -> None:
     assert proc.stdout is not None
     for line in proc.stdout:
         kind, _, rest = line.rstrip("\n").partition(" ")
@@ -199,23 +410,32 @@ def collect(proc: subprocess.Popen, run: Run, on_ready=None) -> None:
             run.latencies.append((float(start), float(lat)))
         elif kind == "X":
             run.errors += 1
+        elif kind == "N":
+            run.refused += 1
         elif kind == "S":
             run.summary = json.loads(rest)
+            if on_summary:
+                on_summary()
     proc.wait()
 
 
-def stored_ids(path: str) -> set[str]:
-    if not Path(path).exists():
+def stored_ids(store: str) -> set[str]:
+    if store.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(store) as conn:
+            return {r[0] for r in conn.execute("SELECT request_id FROM requests")}
+    if not Path(store).exists():
         return set()
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=30)
     try:
         return {r[0] for r in conn.execute("SELECT request_id FROM requests")}
     finally:
         conn.close()
 
 
-def quarantined(path: str) -> int:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+def quarantined(store: str) -> int:
+    conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
     try:
         try:
             return conn.execute(
@@ -227,6 +447,30 @@ def quarantined(path: str) -> int:
         conn.close()
 
 
+def replaced(store: str) -> int:
+    """Requests whose stored entries carry U+FFFD (a lone surrogate replaced at the boundary)."""
+    conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    try:
+        return conn.execute(
+            "SELECT COUNT(DISTINCT request_id) FROM audit_entries WHERE payload LIKE ?",
+            ("%\ufffd%",),
+        ).fetchone()[0]
+    finally:
+        conn.close()
+
+
+def chain_ok(code: str, store: str) -> str:
+    """``tracerag audit verify`` on the store: its exit code (0: intact)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tracerag.cli", "audit", "verify", "--store", store],
+        capture_output=True,
+        env=child_env(code, None),
+        timeout=600,
+        check=False,
+    )
+    return "intact" if done.returncode == 0 else f"rc {done.returncode}"
+
+
 def p99(values: list[float]) -> float | None:
     if not values:
         return None
@@ -234,93 +478,147 @@ def p99(values: list[float]) -> float | None:
     return values[min(len(values) - 1, round(0.99 * (len(values) - 1)))]
 
 
+def ms(value: float | None) -> float:
+    return round(1000 * (value or 0), 1)
+
+
 def outcome(run: Run, stored: set[str]) -> dict:
     durable = run.ids & stored
     return {
         "answered": run.answered,
-        "said true": len(run.claimed),
+        "no answer / http error": f"{run.errors} / {run.refused}",
+        "said persisted": len(run.claimed),
         "durable": len(durable),
-        "lost": run.answered - len(durable),
-        "false claims": len(run.claimed - stored),
+        "LOST (said persisted)": len(run.claimed - stored),
+        "not durable (any)": run.answered - len(durable),
+        "said false, kept": len(durable - run.claimed),
     }
 
 
-def unpack(rev: str) -> str:
-    target = tempfile.mkdtemp(prefix="tracerag-before-")
-    data = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", rev, "tracerag"], check=True, capture_output=True
-    ).stdout
-    with tarfile.open(fileobj=BytesIO(data)) as tar:
-        tar.extractall(target, filter="data")
-    return target
+def restart(mode: str, code: str, store: str, tmp: Path, env: dict | None = None) -> dict:
+    """The restart after a fault: the journal drained into the store; how long it took."""
+    t = time.monotonic()
+    if mode == "library":
+        subprocess.run(
+            [sys.executable, HERE, "--recover", "--store", store],
+            env=child_env(code, env),
+            stderr=subprocess.DEVNULL,
+            timeout=900,
+            check=False,
+        )
+        return {"replay s": round(time.monotonic() - t, 1)}
+    server = start_server(code, store, tmp, 0, env)
+    drained = server.wait_drained()
+    server.stop()
+    return {"replay s": round(time.monotonic() - t, 1), "replayed": drained}
 
 
-def scenario_throughput(code: str, args, tmp: Path) -> dict:
-    store = str(tmp / "tp.sqlite")
+def scenario_throughput(mode: str, code: str, args, tmp: Path) -> dict:
+    store = str(tmp / f"tp-{mode}.sqlite")
     run = Run()
-    collect(spawn(code, store, args.seconds, args.concurrency), run)
+    at_end: list[int] = []
+    load = start_load(mode, code, store, args.seconds, args, tmp)
+    cpu0 = cpu_seconds(load.victim.pid)
+
+    def load_ended() -> None:
+        at_end.append(len(stored_ids(store)))
+        at_end.append(int(1000 * cpu_seconds(load.victim.pid)))
+
+    collect(load.lines, run, on_summary=load_ended if mode == "server" else None)
     s = run.summary
+    wall = s.get("wall") or args.seconds
+    if mode == "server":
+        stored_in_load, cpu = at_end[0], at_end[1] / 1000 - cpu0
+        drain = load.server.stop() if load.server else 0.0
+    else:
+        stored_in_load, cpu, drain = s.get("written_in_load", 0), s.get("cpu", 0.0), s["flush"]
     stored = stored_ids(store)
-    rps = run.answered / s["wall"] if s else 0
     res = outcome(run, stored)
     res |= {
-        "req/s": round(rps, 1),
-        "cpu ms/req": round(1000 * s["cpu"] / max(1, run.answered), 2),
-        "backlog at end": s.get("backlog"),
-        "writer rec/s": round(len(stored) / (s["wall"] + s["flush"]), 1) if s else None,
-        "p99 ms": round(1000 * (p99([lat for _, lat in run.latencies]) or 0), 1),
+        "req/s answered": round(run.answered / wall, 1),
+        "rec/s stored in load": round(stored_in_load / wall, 1),
+        "store/answer ratio": round(stored_in_load / max(1, run.answered), 3),
+        "backlog at end": run.answered - stored_in_load,
+        "drain s after load": round(drain, 1),
+        "cpu ms/req": round(1000 * cpu / max(1, run.answered), 2),
+        "p99 ms": ms(p99([lat for _, lat in run.latencies])),
+        "chain": chain_ok(code, store) if stored else "-",
     }
     return res
 
 
-def scenario_no_audit(code: str, args) -> dict:
+def median_run(results: list[dict]) -> dict:
+    """The run with the median requests/s, with the spread of all runs."""
+    ordered = sorted(results, key=lambda r: r["req/s answered"])
+    chosen = dict(ordered[len(ordered) // 2])
+    if len(ordered) > 1:
+        chosen["req/s all runs"] = "/".join(f"{r['req/s answered']:.0f}" for r in results)
+    return chosen
+
+
+def scenario_no_audit(code: str, args, tmp: Path) -> dict:
     run = Run()
-    collect(spawn(code, None, args.seconds, args.concurrency), run)
+    load = start_load("library", code, "", args.seconds, args, tmp)
+    collect(load.lines, run)
     s = run.summary
     return {
         "answered": run.answered,
-        "req/s": round(run.answered / s["wall"], 1),
+        "req/s answered": round(run.answered / s["wall"], 1),
         "cpu ms/req": round(1000 * s["cpu"] / max(1, run.answered), 2),
-        "p99 ms": round(1000 * (p99([lat for _, lat in run.latencies]) or 0), 1),
+        "p99 ms": ms(p99([lat for _, lat in run.latencies])),
     }
 
 
-def scenario_kill(code: str, args, tmp: Path, rng: random.Random) -> dict:
-    store = str(tmp / "kill.sqlite")
+def scenario_kill(mode: str, code: str, args, tmp: Path, rng: random.Random) -> dict:
+    store = str(tmp / f"kill-{mode}.sqlite")
     total = Run()
+    replay = 0.0
     for _ in range(args.kills):
         run = Run()
-        proc = spawn(code, store, args.seconds + 30, args.concurrency)
+        load = start_load(mode, code, store, args.seconds + 60, args, tmp)
         started = threading.Event()
-        reader = threading.Thread(target=collect, args=(proc, run, started.set))
+        reader = threading.Thread(target=collect, args=(load.lines, run, started.set))
         reader.start()
-        started.wait(60)
+        started.wait(120)
         time.sleep(rng.uniform(1.0, args.seconds))
-        os.kill(proc.pid, signal.SIGKILL)
+        os.kill(load.victim.pid, signal.SIGKILL)
+        load.victim.wait()
         reader.join()
-        # the restart after the crash drains what the crashed process left
-        subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), "--recover", "--store", store],
-            env={**os.environ, "PYTHONPATH": code},
-            stderr=subprocess.DEVNULL,
-            timeout=120,
-            check=False,
-        )
+        replay += restart(mode, code, store, tmp)["replay s"]
         total.answered += run.answered
+        total.errors += run.errors
+        total.refused += run.refused
         total.ids |= run.ids
         total.claimed |= run.claimed
-    return outcome(total, stored_ids(store)) | {"rounds": args.kills}
+    res = outcome(total, stored_ids(store))
+    return res | {
+        "rounds": args.kills,
+        "replay s": round(replay, 1),
+        "chain": chain_ok(code, store),
+    }
 
 
-def scenario_lock(code: str, args, tmp: Path) -> dict:
-    store = str(tmp / "lock.sqlite")  # created by the child, before the lock is taken
+def windowed(run: Run, t_ready: float, window: list[float], label: str) -> dict:
+    f0, f1 = window[0] - t_ready, window[1] - t_ready
+    during = [lat for start, lat in run.latencies if f0 <= start < f1]
+    outside = [lat for start, lat in run.latencies if not f0 <= start < f1]
+    return {
+        f"answered during {label}": len(during),
+        f"p99 ms during {label}": ms(p99(during)),
+        f"max ms during {label}": ms(max(during, default=0)),
+        f"p99 ms outside {label}": ms(p99(outside)),
+    }
+
+
+def scenario_lock(mode: str, code: str, args, tmp: Path) -> dict:
+    store = str(tmp / f"lock-{mode}.sqlite")  # created by the code under test
     run = Run()
     held: list[float] = []
 
-    def hold(start_at: float) -> None:
-        while run.answered < 50:  # the writer is writing by then
+    def hold() -> None:
+        while run.answered < 50:  # the store is being written by then
             time.sleep(0.05)
-        time.sleep(start_at)
+        time.sleep(1.0)
         conn = sqlite3.connect(store, isolation_level=None, timeout=60)
         conn.execute("BEGIN EXCLUSIVE")
         held.append(time.monotonic())
@@ -329,40 +627,40 @@ def scenario_lock(code: str, args, tmp: Path) -> dict:
         conn.close()
         held.append(time.monotonic())
 
-    proc = spawn(code, store, args.lock_seconds + 6, args.concurrency)
+    load = start_load(mode, code, store, args.lock_seconds + 8, args, tmp)
     t_ready: list[float] = []
-    locker = threading.Thread(target=hold, args=(1.0,))
+    locker = threading.Thread(target=hold)
 
     def ready() -> None:
         t_ready.append(time.monotonic())
         locker.start()
 
-    collect(proc, run, ready)
+    collect(load.lines, run, ready)
     locker.join()
-    lock_from, lock_to = held[0] - t_ready[0], held[1] - t_ready[0]
-    during = [lat for start, lat in run.latencies if lock_from <= start < lock_to]
-    outside = [lat for start, lat in run.latencies if not lock_from <= start < lock_to]
-    res = outcome(run, stored_ids(store))
-    res |= {
-        "lock s": args.lock_seconds,
-        "answered during lock": len(during),
-        "p99 ms during lock": round(1000 * (p99(during) or 0), 1),
-        "max ms during lock": round(1000 * max(during, default=0), 1),
-        "p99 ms outside lock": round(1000 * (p99(outside) or 0), 1),
-    }
-    return res
+    if load.server is not None:
+        load.server.stop()
+    res = restart(mode, code, store, tmp)
+    return (
+        outcome(run, stored_ids(store))
+        | {"lock s": args.lock_seconds}
+        | windowed(run, t_ready[0], held, "lock")
+        | res
+        | {"chain": chain_ok(code, store)}
+    )
 
 
-def scenario_poison(code: str, args, tmp: Path) -> dict:
-    store = str(tmp / "poison.sqlite")
+def scenario_poison(mode: str, code: str, args, tmp: Path) -> dict:
+    store = str(tmp / f"poison-{mode}.sqlite")
     run = Run()
-    collect(spawn(code, store, args.seconds, args.concurrency, args.poison_every), run)
-    stored = stored_ids(store)
-    res = outcome(run, stored)
+    load = start_load(mode, code, store, args.seconds, args, tmp, args.poison_every)
+    collect(load.lines, run)
+    if load.server is not None:
+        load.server.stop()
+    res = outcome(run, stored_ids(store))
     res["quarantined"] = quarantined(store) if Path(store).exists() else 0
-    res["poisoned sent"] = run.answered // args.poison_every
-    res["answer errors"] = run.errors
-    return res
+    res["poisoned model answers"] = f"1 in {args.poison_every}"
+    res["stored with U+FFFD"] = replaced(store)
+    return res | {"chain": chain_ok(code, store)}
 
 
 def _pg_command(pg_dir: str, *args: str) -> None:
@@ -383,7 +681,7 @@ def _pg_command(pg_dir: str, *args: str) -> None:
     subprocess.run(cmd, capture_output=True, check=True, timeout=120)
 
 
-def scenario_pg(code: str, args, tmp: Path, after: bool, fault: str) -> dict:
+def scenario_pg(mode: str, code: str, args, tmp: Path, fault: str) -> dict:
     """PostgreSQL frozen (SIGSTOP of every server process) or down (stopped, restarted)."""
     started = subprocess.run(
         ["bash", str(ROOT / ".ci/postgres.sh")], capture_output=True, text=True, check=True
@@ -396,9 +694,8 @@ def scenario_pg(code: str, args, tmp: Path, after: bool, fault: str) -> dict:
     seconds = args.freeze_seconds if fault == "freeze" else args.outage_seconds
     try:
         run = Run()
-        journal = tmp / f"pg-{fault}.journal"
-        env = {"TRACERAG_AUDIT_JOURNAL": str(journal)} if after else {}
-        proc = spawn(code, dsn, seconds + 8, args.concurrency, env=env)
+        env = {"TRACERAG_AUDIT_JOURNAL": str(tmp / f"pg-{fault}-{mode}.journal")}
+        load = start_load(mode, code, dsn, seconds + 8, args, tmp, env=env)
         window: list[float] = []
         t_ready: list[float] = []
 
@@ -436,31 +733,18 @@ def scenario_pg(code: str, args, tmp: Path, after: bool, fault: str) -> dict:
             t_ready.append(time.monotonic())
             faulter.start()
 
-        collect(proc, run, ready)
+        collect(load.lines, run, ready)
         faulter.join()
-        if after:  # a restart drains whatever the journal still holds
-            subprocess.run(
-                [sys.executable, str(Path(__file__).resolve()), "--recover", "--store", dsn],
-                env={**os.environ, "PYTHONPATH": code, **env},
-                stderr=subprocess.DEVNULL,
-                timeout=300,
-                check=False,
-            )
-        import psycopg
-
-        with psycopg.connect(dsn) as conn:
-            stored = {r[0] for r in conn.execute("SELECT request_id FROM requests")}
-        f0, f1 = window[0] - t_ready[0], window[1] - t_ready[0]
-        during = [lat for start, lat in run.latencies if f0 <= start < f1]
-        outside = [lat for start, lat in run.latencies if not f0 <= start < f1]
-        res = outcome(run, stored)
-        res |= {
-            f"{fault} s": seconds,
-            f"answered during {fault}": len(during),
-            f"p99 ms during {fault}": round(1000 * (p99(during) or 0), 1),
-            f"p99 ms outside {fault}": round(1000 * (p99(outside) or 0), 1),
-        }
-        return res
+        if load.server is not None:
+            load.server.stop()
+        res = restart(mode, code, dsn, tmp, env)  # drains whatever the journal still holds
+        return (
+            outcome(run, stored_ids(dsn))
+            | {f"{fault} s": seconds}
+            | windowed(run, t_ready[0], window, fault)
+            | res
+            | {"chain": chain_ok(code, dsn)}
+        )
     finally:
         subprocess.run(
             ["bash", str(ROOT / ".ci/postgres.sh"), "stop", pg_dir],
@@ -469,94 +753,133 @@ def scenario_pg(code: str, args, tmp: Path, after: bool, fault: str) -> dict:
         )
 
 
-def table(title: str, before: dict, after: dict) -> None:
+def table(title: str, columns: dict[str, dict]) -> None:
     print(f"\n{title}")
-    keys = list(dict.fromkeys([*before, *after]))
-    print(f"  {'':24} {'before':>12} {'after':>12}")
+    keys = list(dict.fromkeys(k for col in columns.values() for k in col))
+    width = max(14, *(len(c) + 2 for c in columns))
+    print(f"  {'':26}" + "".join(f"{c:>{width}}" for c in columns))
     for k in keys:
-        print(f"  {k:24} {before.get(k, '-')!s:>12} {after.get(k, '-')!s:>12}")
+        print(f"  {k:26}" + "".join(f"{col.get(k, '-')!s:>{width}}" for col in columns.values()))
+    sys.stdout.flush()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--recover", action="store_true", help=argparse.SUPPRESS)
+    for role in ("child", "recover", "serve", "client"):
+        ap.add_argument(f"--{role}", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--store", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--seconds", type=float, default=6.0, help="load per run")
     ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--request-timeout", type=float, default=120.0, help="client's wait")
     ap.add_argument("--poison-every", type=int, default=100)
     ap.add_argument("--kills", type=int, default=3, help="kill -9 rounds")
-    ap.add_argument("--lock-seconds", type=float, default=10.0)
-    ap.add_argument("--before", default="45b8324", help="git revision to compare with")
-    ap.add_argument("--postgres", action="store_true", help="also freeze a PostgreSQL server")
-    ap.add_argument("--freeze-seconds", type=float, default=10.0)
-    ap.add_argument(
-        "--outage-seconds", type=float, default=30.0, help="the issue's figure is 180 s"
-    )
+    ap.add_argument("--lock-seconds", type=float, default=30.0)
+    ap.add_argument("--before", default=None, help="a checkout of the code before the change")
+    ap.add_argument("--modes", default="library,server")
+    ap.add_argument("--postgres", action="store_true", help="also the PostgreSQL faults")
+    ap.add_argument("--freeze-seconds", type=float, default=20.0)
+    ap.add_argument("--outage-seconds", type=float, default=180.0)
+    ap.add_argument("--repeat", type=int, default=3, help="throughput runs per column")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--only", default=None, help="comma-separated scenarios to run")
     args = ap.parse_args()
-    if args.child:
-        child(args)
-        return
-    if args.recover:
-        recover(args)
-        return
+    for role, fn in (
+        ("child", library_child),
+        ("recover", recover),
+        ("serve", serve_child),
+        ("client", client_child),
+    ):
+        if getattr(args, role):
+            fn(args)
+            return
     rng = random.Random(args.seed)
-    before_code, after_code = unpack(args.before), str(ROOT)
+    after = str(ROOT)
+    before = str(Path(args.before).resolve()) if args.before else None
+    modes = args.modes.split(",")
     only = set(args.only.split(",")) if args.only else None
+    rev = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    old = (
+        subprocess.run(
+            ["git", "-C", before, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        if before
+        else None
+    )
     print(
-        f"library mode, concurrency {args.concurrency}, {args.seconds:.0f} s of load per run, "
-        f"{os.cpu_count()} CPUs; before = {args.before}, after = this tree"
+        f"concurrency {args.concurrency}, {args.seconds:.0f} s of load per run, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; after = {rev}"
+        + (f", before = {old}" if old else "")
     )
 
     def want(name: str) -> bool:
         return only is None or name in only
 
     with tempfile.TemporaryDirectory() as t:
-        tmp_b, tmp_a = Path(t) / "before", Path(t) / "after"
-        tmp_b.mkdir()
-        tmp_a.mkdir()
+        tmp = Path(t)
         if want("throughput"):
+            # the columns run interleaved, ``--repeat`` times; each shows its median run
+            runs: dict[str, list[dict]] = {}
+            (tmp / "before").mkdir(exist_ok=True)
+            for _ in range(args.repeat):
+                if before:
+                    runs.setdefault("library before", []).append(
+                        scenario_no_audit(before, args, tmp)
+                    )
+                runs.setdefault("library after", []).append(scenario_no_audit(after, args, tmp))
             table(
-                "no audit trail (the pipeline alone)",
-                scenario_no_audit(before_code, args),
-                scenario_no_audit(after_code, args),
+                "library mode without an audit trail (the pipeline alone)",
+                {k: median_run(v) for k, v in runs.items()},
             )
+            runs = {}
+            for i in range(args.repeat):
+                for mode in modes:
+                    for name, code, where in (
+                        ("before", before, tmp / "before"),
+                        ("after", after, tmp),
+                    ):
+                        if code is None:
+                            continue
+                        (where / f"r{i}").mkdir(exist_ok=True)
+                        runs.setdefault(f"{mode} {name}", []).append(
+                            scenario_throughput(mode, code, args, where / f"r{i}")
+                        )
+            cols = {k: median_run(v) for k, v in runs.items()}
+            for mode in modes:
+                b, a = cols.get(f"{mode} before"), cols.get(f"{mode} after")
+                if b and a:
+                    a["req/s after / before"] = round(a["req/s answered"] / b["req/s answered"], 2)
             table(
-                "throughput, SQLite store, no fault",
-                scenario_throughput(before_code, args, tmp_b),
-                scenario_throughput(after_code, args, tmp_a),
+                f"throughput at concurrency {args.concurrency}, SQLite store, no fault "
+                f"(median of {args.repeat} interleaved runs)",
+                cols,
             )
         if want("kill"):
             table(
                 f"kill -9 at random times during load ({args.kills} rounds, then restart)",
-                scenario_kill(before_code, args, tmp_b, rng),
-                scenario_kill(after_code, args, tmp_a, rng),
+                {m: scenario_kill(m, after, args, tmp, rng) for m in modes},
             )
         if want("lock"):
             table(
                 f"SQLite write lock held by another process for {args.lock_seconds:.0f} s",
-                scenario_lock(before_code, args, tmp_b),
-                scenario_lock(after_code, args, tmp_a),
+                {m: scenario_lock(m, after, args, tmp) for m in modes},
             )
         if want("poison"):
             table(
-                f"a poisoned record (lone surrogate) every {args.poison_every} requests",
-                scenario_poison(before_code, args, tmp_b),
-                scenario_poison(after_code, args, tmp_a),
+                f"a poisoned record (lone surrogate in 1 of {args.poison_every} model answers)",
+                {m: scenario_poison(m, after, args, tmp) for m in modes},
             )
-        if args.postgres and want("pg"):
+        if args.postgres and want("freeze"):
             table(
                 f"PostgreSQL frozen (SIGSTOP) for {args.freeze_seconds:.0f} s",
-                scenario_pg(before_code, args, tmp_b, False, "freeze"),
-                scenario_pg(after_code, args, tmp_a, True, "freeze"),
+                {m: scenario_pg(m, after, args, tmp, "freeze") for m in modes},
             )
         if args.postgres and want("outage"):
             table(
                 f"PostgreSQL down (stopped, then restarted) for {args.outage_seconds:.0f} s",
-                scenario_pg(before_code, args, tmp_b, False, "outage"),
-                scenario_pg(after_code, args, tmp_a, True, "outage"),
+                {m: scenario_pg(m, after, args, tmp, "outage") for m in modes},
             )
 
 

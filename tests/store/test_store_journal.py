@@ -530,3 +530,29 @@ def test_without_a_journal_a_stalled_store_costs_one_wait_not_one_per_answer(tmp
         holder.close()
         writer.close()
         store.close()
+
+
+def test_a_backlog_of_full_batches_is_drained_without_the_gathering_wait(tmp_path) -> None:
+    """The writer waits ``batch_delay`` to gather a batch only when less than a batch waits:
+    a backlog (full load, the end of an outage) must not drain at one batch per delay."""
+    path = tmp_path / "a.sqlite"
+    SQLiteAuditStore(path).close()
+    writer = AuditWriter(
+        _opener(path), journal=tmp_path / "journal", batch_delay=0.5, batch_bytes=4000, **FAST
+    )
+    try:
+        ids = [f"b{i:03d}" for i in range(60)]
+        for rid in ids:  # each record is a batch of its own (~3 KB): 60 batches
+            assert writer.submit(make_record(rid, decision="pass"))
+        t = time.monotonic()
+        assert writer.flush(timeout=20)
+        # one delay per batch would take 60 x 0.5 s = 30 s
+        assert time.monotonic() - t < 10
+    finally:
+        writer.close()
+    store = SQLiteAuditStore(path)
+    try:
+        assert {s.request_id for s in store.list_requests(limit=100)} == set(ids)
+        assert store.verify_chain().ok
+    finally:
+        store.close()

@@ -145,13 +145,6 @@ class _NotPlain(Exception):
     """Python's JSON text of this value is not its JCS text."""
 
 
-def _check_float(text: str) -> float:
-    value = float(text)
-    if value.is_integer() or not 1e-4 <= abs(value) < 1e16:
-        raise _NotPlain  # JCS writes these differently (an integer, or other exponent form)
-    return value
-
-
 def _check_int(text: str) -> int:
     value = int(text)
     if abs(value) >= _JCS_SAFE:
@@ -159,11 +152,44 @@ def _check_int(text: str) -> int:
     return value
 
 
-def _bad_constant(text: str) -> Any:
-    raise _NotPlain
-
-
 _BEYOND_BMP = re.compile("[\U00010000-\U0010ffff]")
+#: a JSON string (skipped whole) or a number, in text written by ``json.dumps``
+_TOKEN = re.compile(r'"(?:[^"\\]++|\\.)*+"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?')
+
+
+#: a float where ``json.dumps`` writes a value (Python writes every float with "." or "e"),
+#: after the character that opens its place
+_FLOAT = re.compile(r"([:\[,])(-?\d+(?:\.\d+(?:[eE][+-]?\d+)?|[eE][+-]?\d+))(?=[,\]}])")
+#: an integer JCS may not carry exactly (then every token is looked at)
+_LONG_DIGITS = re.compile(r"[:\[,]-?\d{16}")
+
+
+def _jcs_float(match: re.Match[str]) -> str:
+    token = match.group(2)
+    return match.group(1) + _jcs_number(token, float(token))
+
+
+def _jcs_number(token: str, value: float) -> str:
+    """A float written by Python (``token``) as JCS writes it."""
+    if value.is_integer():
+        if abs(value) < _JCS_SAFE:
+            return str(int(value))
+        if abs(value) > _JCS_SAFE:
+            raise _NotPlain  # JCS cannot carry it exactly: version 1 text
+    elif 1e-4 <= abs(value) < 1e16:
+        return token
+    return rfc8785.dumps(value).decode("ascii")
+
+
+def _jcs_token(match: re.Match[str]) -> str:
+    """A token of Python's JSON text as JCS writes it (strings and most numbers unchanged)."""
+    token = match.group(0)
+    if token[0] == '"':
+        return token
+    if "." not in token and "e" not in token and "E" not in token:
+        _check_int(token)
+        return token
+    return _jcs_number(token, float(token))
 
 
 def jcs_json(value: Any) -> str:
@@ -185,13 +211,15 @@ def jcs_parsed(value: Any) -> tuple[str, Any]:
         )
         text.encode("utf-8")  # raises on lone surrogates, as JCS does
         if _BEYOND_BMP.search(text) is None:
-            parsed = json.loads(
-                text,
-                parse_float=_check_float,
-                parse_int=_check_int,
-                parse_constant=_bad_constant,
-            )
-            return text, parsed
+            # only numbers can differ from JCS: rewrite the floats Python writes its own way
+            if text[0] in "{[" and _LONG_DIGITS.search(text) is None:
+                jcs = _FLOAT.sub(_jcs_float, text)
+                parsed = json.loads(jcs)
+                # a float-like run inside a string was rewritten too: the values differ
+                if jcs is text or parsed == json.loads(text):
+                    return jcs, parsed
+            jcs = _TOKEN.sub(_jcs_token, text)
+            return jcs, json.loads(jcs)
     except (_NotPlain, ValueError):
         pass  # a non-finite float, or numbers JCS writes its own way: prepare the value
     ready, mode = _jcs_ready(value)

@@ -27,7 +27,7 @@ order, and logged at WARNING. A record that keeps failing while the store accept
 transaction (``ping``) is treated as poisoned and quarantined. A store operation hanging longer
 than ``op_timeout`` is interrupted (``store.interrupt()``).
 
-For an event loop, ``asubmit_durable`` waits for the disk without blocking the loop, so the
+For an event loop, ``asubmit_durable`` writes and waits for the disk off the loop, so the
 answers that finish together share one ``fdatasync``.
 
 Health: ``healthy`` is False while the store is failing, the buffer/journal is full, or the
@@ -78,6 +78,7 @@ from tracerag.store.journal import (
     JournalError,
     open_journal,
 )
+from tracerag.store.sql import StoreFailing
 
 logger = logging.getLogger("tracerag.audit")
 
@@ -278,6 +279,12 @@ class AuditWriter:
         self._op_seq = 0
         self._next_probe = 0.0
         self._idle_failures = 0
+        # event-loop submissions waiting for the journal committer (see asubmit_durable)
+        self._commit_queue: list[tuple[Mapping[str, Any], Callable[[bool], None]]] = []
+        self._commit_cond = threading.Condition()
+        self._committer: threading.Thread | None = None
+        self._commit_stop = False
+        self._committer_name = f"{name}-journal"
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         self._watchdog = threading.Thread(target=self._watch, name=f"{name}-watchdog", daemon=True)
@@ -324,25 +331,72 @@ class AuditWriter:
                 self._cond.wait(remaining)
 
     async def asubmit_durable(self, record: Mapping[str, Any]) -> bool:
-        """``submit_durable`` for an event loop: the wait for the disk does not block the loop.
+        """``submit_durable`` for an event loop: neither the journal write nor the wait for the
+        disk runs on the loop.
 
-        Journaled, requests of one loop that finish together share one ``fdatasync`` (the
-        synchronous call gives each its own, since the loop waits for it).
+        Journaled, a committer thread writes every record waiting and syncs once for all of
+        them (group commit), without holding the loop's executor threads (the pipeline needs
+        them). The write is kept off the loop too: a ``write`` to a file being synced can block
+        in the kernel until the sync ends, which would stall every request of the loop.
         """
         import asyncio
 
         loop = asyncio.get_running_loop()
         if self.journal is None:
             return await loop.run_in_executor(None, self.submit_durable, record)
-        outcome = self._accept(record, sync=False)
-        if isinstance(outcome, int) and not isinstance(outcome, bool):
-            try:
-                await loop.run_in_executor(None, self.journal.sync_upto, outcome)
-            except OSError as exc:
-                logger.error("audit journal sync failed: %s", exc)
-                return False
-            return True
-        return False
+        future: asyncio.Future[bool] = loop.create_future()
+
+        def settle(durable: bool) -> None:
+            def set_result() -> None:
+                if not future.done():
+                    future.set_result(durable)
+
+            loop.call_soon_threadsafe(set_result)
+
+        with self._commit_cond:
+            if self._commit_stop:
+                return False  # closed
+            if self._committer is None:
+                self._committer = threading.Thread(
+                    target=self._commit_journal, name=self._committer_name, daemon=True
+                )
+                self._committer.start()
+            self._commit_queue.append((record, settle))
+            self._commit_cond.notify()
+        return await future
+
+    def _commit_journal(self) -> None:
+        """Journal what the event loops submitted: all waiting records, then one sync."""
+        assert self.journal is not None
+        while True:
+            with self._commit_cond:
+                while not self._commit_queue:
+                    if self._commit_stop:
+                        return
+                    self._commit_cond.wait()
+                batch, self._commit_queue = self._commit_queue, []
+            accepted: list[tuple[Callable[[bool], None], bool]] = []
+            last = 0
+            for record, settle in batch:
+                try:
+                    outcome = self._accept(record, sync=False)
+                except Exception:  # never leave an answer waiting
+                    logger.exception("audit record could not be journaled")
+                    outcome = False
+                if isinstance(outcome, int) and not isinstance(outcome, bool):
+                    last = max(last, outcome)
+                    accepted.append((settle, True))
+                else:
+                    accepted.append((settle, False))
+            synced = True
+            if last:
+                try:
+                    self.journal.sync_upto(last)
+                except OSError as exc:
+                    logger.error("audit journal sync failed: %s", exc)
+                    synced = False
+            for settle, ok in accepted:
+                settle(ok and synced)
 
     def _accept(self, record: Mapping[str, Any], sync: bool = True) -> bool | str | int:
         """True when accepted, ``QUARANTINED`` when accepted as quarantined, else False.
@@ -491,6 +545,12 @@ class AuditWriter:
                 return self._backlog == 0
             self._closing = True
             self._cond.notify_all()
+        with self._commit_cond:  # the committer journals what was submitted, then stops
+            self._commit_stop = True
+            self._commit_cond.notify_all()
+            committer = self._committer
+        if committer is not None:
+            committer.join(max(1.0, timeout))
         drained = self.flush(timeout)
         with self._cond:
             self._abort = True
@@ -707,7 +767,15 @@ class AuditWriter:
                     work = self._has_work()
                 self._busy = work
             if work:
-                if self.journal is not None and self.batch_delay > 0 and not self._closing:
+                if (
+                    self.journal is not None
+                    and self.batch_delay > 0
+                    and not self._closing
+                    and self._cursor is not None
+                    and self.journal.pending_after(*self._cursor) < self.batch_bytes
+                ):
+                    # gather a fuller batch; a backlog of a full batch or more (at full load,
+                    # after an outage) is written at once, else the wait caps the drain rate
                     self._wake.wait(self.batch_delay)
                 try:
                     items = self._peek()
@@ -791,9 +859,12 @@ class AuditWriter:
                 self._failed(exc, items, attempt, delay)
                 if isinstance(exc, (StoreReplaced, StoreVanished)):
                     self._discard_store()
-                if attempt >= POISON_PROBE_AFTER and len(items) == 1 and self._store_answers():
+                # a store refusing without trying (it failed moments ago) says nothing of the
+                # record: only failures of real attempts make it a suspect
+                suspect = attempt >= POISON_PROBE_AFTER and not isinstance(exc, StoreFailing)
+                if suspect and len(items) == 1 and self._store_answers():
                     return [self._quarantine(items[0], f"{type(exc).__name__}: {exc}")]
-                if attempt >= POISON_PROBE_AFTER and len(items) > 1 and self._store_answers():
+                if suspect and len(items) > 1 and self._store_answers():
                     return self._write_each(items)
                 self._wake.wait(delay)
                 continue
