@@ -56,7 +56,7 @@ from tracerag.chain_capture import (
     prompt_text,
 )
 from tracerag.chain_errors import is_transient
-from tracerag.chain_io import ChainIO, independent_copy, question_field
+from tracerag.chain_io import ChainIO, independent_copy
 from tracerag.errors import ConfigurationError, RetrieverTimeoutError
 from tracerag.graph_runs import Sampler, SampleRun
 from tracerag.llm import OnRetry, Tries, clean_text, model_name, retry_call, within
@@ -492,7 +492,7 @@ def wrap(
         input_key=input_key,
         output_key=output_key,
         documents_key=documents_key,
-        string_key=None if input_key else question_field(chain),
+        app=None if input_key else chain,
     )
     return WrappedChain(
         chain, settings=settings, info=info, chain_input=chain_input, io=io, run_once=run_once
