@@ -15,6 +15,18 @@ pytest_plugins = [
 ]
 
 
+def pytest_collection_finish(session):
+    """What collection imported lives for the whole run: the garbage collector stops rescanning it.
+
+    Every full collection would otherwise walk LangChain's, pydantic's and FastAPI's module
+    objects again; objects the tests make are collected as usual.
+    """
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _audit_store_in_temp_dir(tmp_path_factory):
     """Pipelines built with the default audit="auto" write to a temporary SQLite store."""

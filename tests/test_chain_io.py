@@ -164,3 +164,24 @@ def test_string_input_goes_in_the_field():
     assert [(m.type, m.content) for m in messages] == [("human", "q")]
     assert ChainIO(input_key="ask", string_key="question").string_input("q") == {"ask": "q"}
     assert ChainIO().string_input("q") == "q"
+
+
+def test_the_app_input_is_read_only_when_a_string_question_needs_a_field(monkeypatch):
+    from langchain_core.runnables import RunnablePassthrough
+
+    chain = RunnablePassthrough.assign(x=lambda d: d["input"])
+    reads = []
+    real = type(chain).get_input_schema
+
+    def counted(self, config=None):
+        reads.append(self)
+        return real(self, config)
+
+    monkeypatch.setattr(type(chain), "get_input_schema", counted)
+    io = ChainIO(app=chain)
+    history = {"input": "How long?", "chat_history": [HumanMessage("hi")]}
+    assert io.request(history).chain_input is history
+    assert reads == []
+    assert io.request("q").chain_input == {"input": "q"}
+    assert io.request({"question": "q"}).chain_input == {"input": "q"}
+    assert len(reads) == 1

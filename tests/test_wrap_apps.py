@@ -25,7 +25,13 @@ from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
-from langchain_core.runnables import RunnablePassthrough
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import (
+    ConfigurableField,
+    RunnableBranch,
+    RunnableLambda,
+    RunnablePassthrough,
+)
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import InvalidUpdateError
 from langgraph.graph import START, StateGraph
@@ -35,6 +41,7 @@ from tracerag import MissingVersionError, validate_response, wrap
 from tracerag import semconv as sc
 from tracerag.demo.kb import DemoVectorStore, HashingEmbeddings, build_vectorstore
 from tracerag.testing import ScriptCall, ScriptedChatModel
+from tracerag.wrap import graph_nodes
 
 K = 4
 QUESTION = "How many days do I have to return an item?"
@@ -634,3 +641,33 @@ def test_the_langgraph_example_runs(spans, monkeypatch):
     assert response.decision == "pass", response.signal_detail
     assert response.versions.model == "tracerag-extractive-1"
     assert "24" in response.answer
+
+
+def drawn_parts(nodes):
+    """The prompts, models and retrievers among graph node data, in order."""
+    kinds = (ChatPromptTemplate, PromptTemplate, ScriptedChatModel, BaseRetriever)
+    return [data for data in nodes if isinstance(data, kinds)]
+
+
+def test_the_chain_walk_finds_what_get_graph_draws(store):
+    llm = ScriptedChatModel(responder=cite_returns, model_name="scripted-x")
+    other = ScriptedChatModel(responder=fabricate, model_name="scripted-y")
+    retriever = store.as_retriever(search_kwargs={"k": K})
+
+    def ask(question):
+        return llm.invoke(RAG_PROMPT.invoke({"question": question, "context": ""}))
+
+    apps = [build(store, llm) for build, _ in APPS.values()]
+    apps += [
+        RunnableLambda(ask) | StrOutputParser(),
+        RAG_PROMPT | llm.bind(stop=["\n"]),
+        (RAG_PROMPT | llm).with_fallbacks([RAG_PROMPT | other]),
+        RunnableBranch((lambda x: bool(x), retriever), RAG_PROMPT | llm),
+        RAG_PROMPT | llm.configurable_alternatives(ConfigurableField(id="m"), other=other),
+        retriever.map(),
+        RunnablePassthrough.assign(context=retriever) | RAG_PROMPT | llm.with_retry(),
+    ]
+    for app in apps:
+        drawn = [node.data for node in app.get_graph().nodes.values()]
+        assert drawn_parts(graph_nodes(app)) == drawn_parts(drawn), app
+    assert drawn_parts(graph_nodes(apps[4])) == [RAG_PROMPT, llm]

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from pydantic import BaseModel, RootModel
 
 from tracerag.errors import InputError
 from tracerag.llm import text_of
@@ -52,6 +54,15 @@ class ChainIO:
     # the field a bare string question goes in when ``input_key`` is not given (see
     # ``question_field``); ``messages`` means a one-message chat history
     string_key: str | None = None
+    # the app whose input tells ``string_key`` when it is not given; read on first need, so
+    # apps that are always called with a dict never have their input schema built
+    app: Any = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def _string_key(self) -> str | None:
+        if self.string_key is not None or self.app is None:
+            return self.string_key
+        return question_field(self.app)
 
     def request(self, value: Any) -> ChainRequest:
         """The question and the app's input from what the caller passed.
@@ -78,13 +89,14 @@ class ChainIO:
 
     def _is_own_request(self, value: Mapping[str, Any]) -> bool:
         """Whether a dict is tracerag's request form rather than the app's own input."""
-        if self.input_key is not None or self.string_key == "question":
+        if self.input_key is not None:
             return False
-        return "question" in value and set(value) <= {"question", *REQUEST_FIELDS}
+        own_form = "question" in value and set(value) <= {"question", *REQUEST_FIELDS}
+        return own_form and self._string_key != "question"
 
     def string_input(self, question: str) -> Any:
         """The app's input for a bare question string."""
-        key = self.input_key or self.string_key
+        key = self.input_key or self._string_key
         if key is None:
             return question
         if key == MESSAGES_KEY and not self.input_key:
@@ -172,12 +184,14 @@ def input_fields(chain: Any) -> tuple[str, ...] | None:
             annotations.update(getattr(cls, "__annotations__", {}) or {})
         return tuple(annotations) or None
     try:
-        json_schema = chain.get_input_jsonschema()
+        model = chain.get_input_schema()
     except Exception:
         return None
-    if json_schema.get("type") == "object" and isinstance(json_schema.get("properties"), dict):
-        return tuple(json_schema["properties"])
-    return None
+    if not isinstance(model, type) or not issubclass(model, BaseModel):
+        return None
+    if issubclass(model, RootModel):
+        return None
+    return tuple(info.alias or name for name, info in model.model_fields.items()) or None
 
 
 def question_field(chain: Any) -> str | None:

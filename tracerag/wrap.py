@@ -35,7 +35,7 @@ import dataclasses
 import functools
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +43,10 @@ from langchain_core.documents import Document
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.prompts import BasePromptTemplate
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import Runnable
+from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel, RunnableSequence
+from langchain_core.runnables.base import RunnableBindingBase, RunnableEachBase
+from langchain_core.runnables.configurable import DynamicRunnable
+from langchain_core.runnables.passthrough import RunnableAssign
 from opentelemetry.trace import Span, TracerProvider
 
 from tracerag import semconv
@@ -56,7 +59,7 @@ from tracerag.chain_capture import (
     prompt_text,
 )
 from tracerag.chain_errors import is_transient
-from tracerag.chain_io import ChainIO, independent_copy, question_field
+from tracerag.chain_io import ChainIO, independent_copy
 from tracerag.errors import ConfigurationError, RetrieverTimeoutError
 from tracerag.graph_runs import Sampler, SampleRun
 from tracerag.llm import OnRetry, Tries, clean_text, model_name, retry_call, within
@@ -122,11 +125,45 @@ class ChainInfo:
         return None
 
 
+def graph_nodes(runnable: Runnable[Any, Any]) -> Iterator[Any]:
+    """The runnables ``runnable.get_graph()`` draws as its nodes, in its order.
+
+    Schema nodes may be left out; a runnable drawn by code other than LangChain's own
+    composition (a LangGraph app, for one) gives the nodes of its ``get_graph()``.
+    """
+    # walking LangChain's compositions directly builds no input or output schema; for a chain
+    # with a branch, get_graph() spends tens of milliseconds on those
+    draw = type(runnable).get_graph
+    if draw is Runnable.get_graph:
+        yield runnable
+    elif draw is RunnableSequence.get_graph:
+        for step in runnable.steps:  # type: ignore[attr-defined]
+            yield from graph_nodes(step)
+    elif draw is RunnableParallel.get_graph:
+        for step in runnable.steps__.values():  # type: ignore[attr-defined]
+            yield from graph_nodes(step)
+    elif draw is RunnableAssign.get_graph:
+        yield from graph_nodes(runnable.mapper)  # type: ignore[attr-defined]
+    elif draw is RunnableBindingBase.get_graph or draw is RunnableEachBase.get_graph:
+        yield from graph_nodes(runnable.bound)  # type: ignore[attr-defined]
+    elif draw is DynamicRunnable.get_graph:
+        yield from graph_nodes(runnable.prepare()[0])  # type: ignore[attr-defined]
+    elif draw is RunnableLambda.get_graph:
+        deps = runnable.deps  # type: ignore[attr-defined]
+        if deps:
+            for dep in deps:
+                yield from graph_nodes(dep)
+        else:
+            yield runnable
+    else:
+        for node in runnable.get_graph().nodes.values():
+            yield node.data
+
+
 def inspect_chain(chain: Runnable[Any, Any]) -> ChainInfo:
     """Find the prompts, models and retrievers inside a chain's graph."""
     info = ChainInfo()
-    for node in chain.get_graph().nodes.values():
-        data = node.data
+    for data in graph_nodes(chain):
         if isinstance(data, BasePromptTemplate):
             info.prompt_texts.append(prompt_text(data))
         elif isinstance(data, BaseLanguageModel):
@@ -492,7 +529,7 @@ def wrap(
         input_key=input_key,
         output_key=output_key,
         documents_key=documents_key,
-        string_key=None if input_key else question_field(chain),
+        app=None if input_key else chain,
     )
     return WrappedChain(
         chain, settings=settings, info=info, chain_input=chain_input, io=io, run_once=run_once

@@ -111,3 +111,16 @@ def test_embeddings_backend_is_registered() -> None:
     result = backend("Refunds go to the original payment method within 5 business days.", POLICY)
     assert result.supported
     assert not backend("Returns are accepted within 90 days.", POLICY).supported
+
+
+@minilm
+def test_embeddings_with_the_same_files_share_one_loaded_model() -> None:
+    from tracerag.signals.embeddings import MiniLMEmbeddings
+
+    first, second = MiniLMEmbeddings(), MiniLMEmbeddings()
+    shorter = MiniLMEmbeddings(max_length=16)
+    assert first._load()[0] is second._load()[0]
+    assert first._load()[1] is second._load()[1]
+    assert shorter._load()[1] is not first._load()[1]
+    long_text = "word " * 100
+    assert shorter._load()[1].encode(long_text).ids != first._load()[1].encode(long_text).ids

@@ -83,6 +83,8 @@ class HashingEmbeddings(Embeddings):
         self.dim = dim
         self.idf = dict(idf or {})
         self._default_idf = max(self.idf.values()) if self.idf else 1.0
+        # the same texts (the documents, repeated questions) come back: their vectors are kept
+        self._vector = lru_cache(maxsize=4096)(self._compute)
 
     @classmethod
     def fit(cls, texts: Iterable[str], dim: int = 1024) -> HashingEmbeddings:
@@ -102,13 +104,16 @@ class HashingEmbeddings(Embeddings):
 
     def embed_text(self, text: str) -> list[float]:
         """The normalised vector of one text (all zeros when it has no content terms)."""
+        return list(self._vector(text))
+
+    def _compute(self, text: str) -> tuple[float, ...]:
         vec = [0.0] * self.dim
         for term, tf in Counter(content_terms(text)).items():
             index, sign = self._bucket(term)
             weight = (1.0 + math.log(tf)) * self.idf.get(term, self._default_idf)
             vec[index] += sign * weight
         norm = math.sqrt(sum(v * v for v in vec))
-        return [v / norm for v in vec] if norm else vec
+        return tuple(v / norm for v in vec) if norm else tuple(vec)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Vectors for documents."""
@@ -137,11 +142,21 @@ def _clamp01(score: float) -> float:
 
 def build_vectorstore(documents: Sequence[Document] | None = None) -> DemoVectorStore:
     """A vector store over the demo documents (or the given ones), embedded offline."""
-    docs = list(documents) if documents is not None else load_documents()
-    embedding = HashingEmbeddings.fit(d.page_content for d in docs)
+    if documents is None:
+        docs = load_documents()
+        embedding = _demo_embedding()
+    else:
+        docs = list(documents)
+        embedding = HashingEmbeddings.fit(d.page_content for d in docs)
     store = DemoVectorStore(embedding=embedding)
     store.add_documents(docs, ids=[d.id or str(i) for i, d in enumerate(docs)])
     return store
+
+
+@lru_cache(maxsize=1)
+def _demo_embedding() -> HashingEmbeddings:
+    """The embedding fitted to the demo documents (it keeps their vectors once computed)."""
+    return HashingEmbeddings.fit(d.page_content for d in load_documents())
 
 
 def build_retriever(

@@ -114,14 +114,21 @@ def trace_ui_from(value: str | None) -> tuple[str, str | None] | None:
     return backend, base.strip() or None
 
 
-def _template_env() -> Any:
-    import jinja2
+_templates: Any = None
 
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("tracerag.server", "templates"),
-        autoescape=True,
-        undefined=jinja2.ChainableUndefined,
-    )
+
+def _template_env() -> Any:
+    """The review desk's templates, compiled once per process and shared by every app."""
+    global _templates
+    if _templates is None:
+        import jinja2
+
+        _templates = jinja2.Environment(
+            loader=jinja2.PackageLoader("tracerag.server", "templates"),
+            autoescape=True,
+            undefined=jinja2.ChainableUndefined,
+        )
+    return _templates
 
 
 def _reviewer_auth(

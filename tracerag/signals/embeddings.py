@@ -166,6 +166,11 @@ class EmbeddingSupport(SyncSupportBackend):
 # Offline MiniLM embeddings
 
 _REQUIRED_MODULES = ("numpy", "onnxruntime", "tokenizers")
+# loaded ONNX sessions and tokenizers, shared by every MiniLMEmbeddings with the same files (as
+# they are on disk) and settings: a session runs concurrent calls, and loading one costs about
+# a quarter of a second
+_LOADED: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+_LOADED_LOCK = threading.Lock()
 
 
 def _file_path(configured: str | None, package: str, *parts: str) -> Path | None:
@@ -196,6 +201,31 @@ def minilm_available() -> bool:
         return False
     model, tokenizer = _default_model_path(), _default_tokenizer_path()
     return bool(model and model.is_file() and tokenizer and tokenizer.is_file())
+
+
+def _load_minilm(
+    model: Path, tokenizer_file: Path, max_length: int, threads: int | None
+) -> tuple[Any, Any]:
+    """The ONNX session and the tokenizer for these files and settings, loaded once."""
+    paths = (model, tokenizer_file)
+    files = [(str(p.resolve()), p.stat().st_mtime_ns, p.stat().st_size) for p in paths]
+    key = (*files, max_length, threads)
+    with _LOADED_LOCK:
+        if key not in _LOADED:
+            import onnxruntime as ort
+            from tokenizers import Tokenizer
+
+            options = ort.SessionOptions()
+            if threads:
+                options.intra_op_num_threads = threads
+            session = ort.InferenceSession(
+                str(model), options, providers=["CPUExecutionProvider"]
+            )
+            tokenizer = Tokenizer.from_file(str(tokenizer_file))
+            tokenizer.enable_truncation(max_length=max_length)
+            tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+            _LOADED[key] = (session, tokenizer)
+        return _LOADED[key]
 
 
 class MiniLMEmbeddings(Embeddings):
@@ -235,19 +265,9 @@ class MiniLMEmbeddings(Embeddings):
     def _load(self) -> tuple[Any, Any]:
         with self._lock:
             if self._session is None:
-                import onnxruntime as ort
-                from tokenizers import Tokenizer
-
-                options = ort.SessionOptions()
-                if self.threads:
-                    options.intra_op_num_threads = self.threads
-                self._session = ort.InferenceSession(
-                    str(self.model_path), options, providers=["CPUExecutionProvider"]
+                self._session, self._tokenizer = _load_minilm(
+                    self.model_path, self.tokenizer_path, self.max_length, self.threads
                 )
-                tokenizer = Tokenizer.from_file(str(self.tokenizer_path))
-                tokenizer.enable_truncation(max_length=self.max_length)
-                tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
-                self._tokenizer = tokenizer
         return self._session, self._tokenizer
 
     def _embed(self, texts: list[str]) -> list[list[float]]:

@@ -18,6 +18,7 @@ import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -146,7 +147,18 @@ def _message_text(message: BaseMessage) -> str:
 
 
 def _sentences(text: str) -> list[str]:
-    return [s.text.strip() for s in split_sentences(text) if s.text.strip()]
+    return list(_split_once(text))
+
+
+# the model reads the same materials on every call: their sentences and terms are kept
+@lru_cache(maxsize=1024)
+def _split_once(text: str) -> tuple[str, ...]:
+    return tuple(s.text.strip() for s in split_sentences(text) if s.text.strip())
+
+
+@lru_cache(maxsize=8192)
+def _sentence_terms(sentence: str) -> frozenset[str]:
+    return frozenset(content_terms(sentence))
 
 
 def _paragraphs(text: str) -> list[str]:
@@ -240,7 +252,7 @@ def score_sentences(question: str, materials: Sequence[PromptMaterial]) -> list[
     q_terms = set(content_terms(question))
     if not q_terms or not materials:
         return []
-    material_terms = [[set(content_terms(s)) for s in m.sentences] for m in materials]
+    material_terms = [[_sentence_terms(s) for s in m.sentences] for m in materials]
     n = len(materials)
     df = {t: sum(1 for sents in material_terms if any(t in s for s in sents)) for t in q_terms}
     idf = {t: math.log(1.0 + (n + 1) / (df[t] + 1)) for t in q_terms}
