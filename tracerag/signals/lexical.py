@@ -509,6 +509,12 @@ def _prefixes(tokens: frozenset[str], n: int) -> frozenset[str]:
     return frozenset(t[:n] for t in tokens if len(t) >= n and t.isascii())
 
 
+@lru_cache(maxsize=256)
+def _sentence_prefixes(material_text: str, n: int) -> tuple[frozenset[str], ...]:
+    """The ``n``-character word prefixes of each sentence of a material."""
+    return tuple(_prefixes(toks, n) for toks in _material_view(material_text).tokens)
+
+
 def _content_sequence(sentence: Sentence, quantities: list[Quantity]) -> list[str]:
     """The sentence's content words in order, without the words of its quantities."""
     inside = [(q.start - sentence.start, q.end - sentence.start) for q in quantities]
@@ -605,7 +611,11 @@ def analyse(
         row: dict[int, float] = {}
         if not view.question[i]:
             toks = view.tokens[i]
-            prefixes = _prefixes(toks, p.prefix_len) if p.partial_credit else frozenset()
+            prefixes = (
+                _sentence_prefixes(material_text, p.prefix_len)[i]
+                if p.partial_credit
+                else frozenset()
+            )
             for k, t in enumerate(term_list):
                 if t.token in toks:
                     row[k] = 1.0
@@ -735,14 +745,15 @@ def _quantity_conflicts(
         if not anchors:
             continue
 
-        def anchored(i: int, anchors: list[int] = anchors) -> float:
-            return sum(terms[k].weight * credit[i].get(k, 0.0) for k in anchors)
-
-        ranked = sorted(range(len(credit)), key=anchored, reverse=True)
-        top = anchored(ranked[0]) if ranked else 0.0
+        weights = [(k, terms[k].weight) for k in anchors]
+        scores = [sum(w * row.get(k, 0.0) for k, w in weights) for row in credit]
+        top = max(scores, default=0.0)
         if top <= 0.0:
             continue
-        aligned = [i for i in ranked if anchored(i) >= top - 1e-9]
+        # the sentences the anchors align to best, best first (ties in sentence order)
+        aligned = sorted(
+            (i for i, v in enumerate(scores) if v >= top - 1e-9), key=lambda i: -scores[i]
+        )
         if any(q_hit[i][j] for i in aligned):
             continue
         for i in aligned:
