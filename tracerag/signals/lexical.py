@@ -186,13 +186,8 @@ class _Analysis:
         missing = [k for k in range(len(terms)) if cur.get(k, 0.0) <= 0.0]
         self.uncovered = sum(terms[k].weight for k in missing) / total
         # words the chosen sentences lack but other sentences or other materials have
-        elsewhere_tokens: set[str] = set()
-        for i, toks in enumerate(view.tokens):
-            if i != self.chosen[0]:
-                elsewhere_tokens |= toks
-        for d in docs:
-            if d != material_text:
-                elsewhere_tokens |= _doc_tokens(d)
+        others = _other_materials_tokens(tuple(docs), material_text)
+        elsewhere_tokens = _elsewhere_tokens(tuple(docs), material_text, self.chosen[0])
         self.foreign = (
             sum(terms[k].weight for k in missing if terms[k].token in elsewhere_tokens) / total
         )
@@ -216,10 +211,9 @@ class _Analysis:
             if inside and all(cur.get(k, 0.0) <= 0.0 for k in inside):
                 self.missing_conjunct = claim[a:b].strip()
                 break
-        others = frozenset().union(*(_doc_tokens(d) for d in docs if d != material_text))
         if len(view.sentences) <= self.params.short_material:
             # in a short, focused material a word moved from another sentence is suspect too
-            others |= frozenset(elsewhere_tokens)
+            others = elsewhere_tokens
         self.swapped = _swaps(claim, terms, view.token_seqs[self.chosen[0]], others)
 
     def adjust(self, base: float, threshold: float) -> tuple[float, list[str]]:
@@ -358,6 +352,22 @@ def _only_function_words(gap: str) -> bool:
 @lru_cache(maxsize=256)
 def _doc_tokens(text: str) -> frozenset[str]:
     return frozenset(tokenize(text))
+
+
+@lru_cache(maxsize=256)
+def _other_materials_tokens(docs: tuple[str, ...], material_text: str) -> frozenset[str]:
+    """The words of the retrieved materials other than this one."""
+    return frozenset().union(*(_doc_tokens(d) for d in docs if d != material_text))
+
+
+@lru_cache(maxsize=1024)
+def _elsewhere_tokens(docs: tuple[str, ...], material_text: str, sentence: int) -> frozenset[str]:
+    """The words of the material's sentences other than sentence ``sentence``, and of the
+    other retrieved materials."""
+    tokens = _material_view(material_text).tokens
+    return _other_materials_tokens(docs, material_text).union(
+        *(t for i, t in enumerate(tokens) if i != sentence)
+    )
 
 
 def _swaps(
