@@ -207,7 +207,7 @@ class _Analysis:
             self.comparison = f"{moved!r} is not the one who acts in the sentence"
         parts = conjuncts(claim)
         for a, b in parts[:-1]:  # the last part carries the rest of the claim
-            inside = [k for k, t in enumerate(terms) if any(a <= s < b for s, _ in t.spans)]
+            inside = _terms_within(terms, a, b)
             if inside and all(cur.get(k, 0.0) <= 0.0 for k in inside):
                 self.missing_conjunct = claim[a:b].strip()
                 break
@@ -484,6 +484,17 @@ def _noun_slot(claim: str, at: int) -> bool:
     return before[-1].lower() in _DETERMINERS or before[-1].isdigit()
 
 
+def _terms_within(terms: list[_Term], a: int, b: int) -> list[int]:
+    """The indexes of the terms with an occurrence starting in ``[a, b)``."""
+    out = []
+    for k, t in enumerate(terms):
+        for s, _ in t.spans:
+            if a <= s < b:
+                out.append(k)
+                break
+    return out
+
+
 def _claim_terms(claim: str, claim_qs: list[Quantity]) -> list[tuple[str, int, int]]:
     inside = [(q.start, q.end) for q in claim_qs]
     out = []
@@ -751,7 +762,7 @@ def _quantity_conflicts(
         if not stated[j]:
             continue
         a, b = _clause_of(claim, q.start)
-        anchors = [k for k, t in enumerate(terms) if any(a <= s < b for s, _ in t.spans)]
+        anchors = _terms_within(terms, a, b)
         if not anchors:
             continue
 
