@@ -16,7 +16,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from tracerag.errors import InputError
-from tracerag.signals.attribution import ShapeThresholds, explain_retrieval
+from tracerag.signals.attribution import (
+    RetrievalExplanation,
+    ShapeThresholds,
+    explain_retrieval,
+)
 from tracerag.signals.types import Material, Plan, utcnow
 from tracerag.text.unicode import first_lone_surrogate, fix_surrogates, is_invisible
 
@@ -241,6 +245,8 @@ class Retrieval:
     relative_margin: float | None = None
     near_top: tuple[str, ...] = ()
     source: str | None = None
+    #: the full score-shape explanation the fields above come from (for attribution)
+    explanation: RetrievalExplanation | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(
@@ -273,6 +279,7 @@ class Retrieval:
             relative_margin=explained.relative_margin,
             near_top=tuple(explained.near_top),
             source=source,
+            explanation=explained,
         )
 
 

@@ -277,14 +277,24 @@ class UsageSummary:
 
 def summarize(calls: Iterable[CallUsage]) -> UsageSummary:
     """Totals of the calls, per stage and per model (stages in first-call order)."""
-    total = StageUsage()
-    by_stage: dict[str, StageUsage] = {}
-    by_model: dict[str, StageUsage] = {}
+    # running counts (calls, input, output, estimated) per key; one StageUsage each at the end
+    total = [0, 0, 0, 0]
+    by_stage: dict[str, list[int]] = {}
+    by_model: dict[str, list[int]] = {}
     for call in calls:
-        total = total.add(call)
-        by_stage[call.stage] = by_stage.get(call.stage, StageUsage()).add(call)
-        by_model[call.model] = by_model.get(call.model, StageUsage()).add(call)
-    return UsageSummary(total, by_stage, by_model)
+        row = (1, call.input_tokens, call.output_tokens, int(call.estimated))
+        for counts in (
+            total,
+            by_stage.setdefault(call.stage, [0, 0, 0, 0]),
+            by_model.setdefault(call.model, [0, 0, 0, 0]),
+        ):
+            for i, n in enumerate(row):
+                counts[i] += n
+    return UsageSummary(
+        StageUsage(*total),
+        {k: StageUsage(*v) for k, v in by_stage.items()},
+        {k: StageUsage(*v) for k, v in by_model.items()},
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -186,13 +186,8 @@ class _Analysis:
         missing = [k for k in range(len(terms)) if cur.get(k, 0.0) <= 0.0]
         self.uncovered = sum(terms[k].weight for k in missing) / total
         # words the chosen sentences lack but other sentences or other materials have
-        elsewhere_tokens: set[str] = set()
-        for i, toks in enumerate(view.tokens):
-            if i != self.chosen[0]:
-                elsewhere_tokens |= toks
-        for d in docs:
-            if d != material_text:
-                elsewhere_tokens |= _doc_tokens(d)
+        others = _other_materials_tokens(tuple(docs), material_text)
+        elsewhere_tokens = _elsewhere_tokens(tuple(docs), material_text, self.chosen[0])
         self.foreign = (
             sum(terms[k].weight for k in missing if terms[k].token in elsewhere_tokens) / total
         )
@@ -212,14 +207,13 @@ class _Analysis:
             self.comparison = f"{moved!r} is not the one who acts in the sentence"
         parts = conjuncts(claim)
         for a, b in parts[:-1]:  # the last part carries the rest of the claim
-            inside = [k for k, t in enumerate(terms) if any(a <= s < b for s, _ in t.spans)]
+            inside = _terms_within(terms, a, b)
             if inside and all(cur.get(k, 0.0) <= 0.0 for k in inside):
                 self.missing_conjunct = claim[a:b].strip()
                 break
-        others = frozenset().union(*(_doc_tokens(d) for d in docs if d != material_text))
         if len(view.sentences) <= self.params.short_material:
             # in a short, focused material a word moved from another sentence is suspect too
-            others |= frozenset(elsewhere_tokens)
+            others = elsewhere_tokens
         self.swapped = _swaps(claim, terms, view.token_seqs[self.chosen[0]], others)
 
     def adjust(self, base: float, threshold: float) -> tuple[float, list[str]]:
@@ -360,6 +354,22 @@ def _doc_tokens(text: str) -> frozenset[str]:
     return frozenset(tokenize(text))
 
 
+@lru_cache(maxsize=256)
+def _other_materials_tokens(docs: tuple[str, ...], material_text: str) -> frozenset[str]:
+    """The words of the retrieved materials other than this one."""
+    return frozenset().union(*(_doc_tokens(d) for d in docs if d != material_text))
+
+
+@lru_cache(maxsize=1024)
+def _elsewhere_tokens(docs: tuple[str, ...], material_text: str, sentence: int) -> frozenset[str]:
+    """The words of the material's sentences other than sentence ``sentence``, and of the
+    other retrieved materials."""
+    tokens = _material_view(material_text).tokens
+    return _other_materials_tokens(docs, material_text).union(
+        *(t for i, t in enumerate(tokens) if i != sentence)
+    )
+
+
 def _swaps(
     claim: str,
     terms: list[_Term],
@@ -474,6 +484,17 @@ def _noun_slot(claim: str, at: int) -> bool:
     return before[-1].lower() in _DETERMINERS or before[-1].isdigit()
 
 
+def _terms_within(terms: list[_Term], a: int, b: int) -> list[int]:
+    """The indexes of the terms with an occurrence starting in ``[a, b)``."""
+    out = []
+    for k, t in enumerate(terms):
+        for s, _ in t.spans:
+            if a <= s < b:
+                out.append(k)
+                break
+    return out
+
+
 def _claim_terms(claim: str, claim_qs: list[Quantity]) -> list[tuple[str, int, int]]:
     inside = [(q.start, q.end) for q in claim_qs]
     out = []
@@ -507,6 +528,12 @@ class _MaterialView:
 
 def _prefixes(tokens: frozenset[str], n: int) -> frozenset[str]:
     return frozenset(t[:n] for t in tokens if len(t) >= n and t.isascii())
+
+
+@lru_cache(maxsize=256)
+def _sentence_prefixes(material_text: str, n: int) -> tuple[frozenset[str], ...]:
+    """The ``n``-character word prefixes of each sentence of a material."""
+    return tuple(_prefixes(toks, n) for toks in _material_view(material_text).tokens)
 
 
 def _content_sequence(sentence: Sentence, quantities: list[Quantity]) -> list[str]:
@@ -605,7 +632,11 @@ def analyse(
         row: dict[int, float] = {}
         if not view.question[i]:
             toks = view.tokens[i]
-            prefixes = _prefixes(toks, p.prefix_len) if p.partial_credit else frozenset()
+            prefixes = (
+                _sentence_prefixes(material_text, p.prefix_len)[i]
+                if p.partial_credit
+                else frozenset()
+            )
             for k, t in enumerate(term_list):
                 if t.token in toks:
                     row[k] = 1.0
@@ -731,18 +762,19 @@ def _quantity_conflicts(
         if not stated[j]:
             continue
         a, b = _clause_of(claim, q.start)
-        anchors = [k for k, t in enumerate(terms) if any(a <= s < b for s, _ in t.spans)]
+        anchors = _terms_within(terms, a, b)
         if not anchors:
             continue
 
-        def anchored(i: int, anchors: list[int] = anchors) -> float:
-            return sum(terms[k].weight * credit[i].get(k, 0.0) for k in anchors)
-
-        ranked = sorted(range(len(credit)), key=anchored, reverse=True)
-        top = anchored(ranked[0]) if ranked else 0.0
+        weights = [(k, terms[k].weight) for k in anchors]
+        scores = [sum(w * row.get(k, 0.0) for k, w in weights) for row in credit]
+        top = max(scores, default=0.0)
         if top <= 0.0:
             continue
-        aligned = [i for i in ranked if anchored(i) >= top - 1e-9]
+        # the sentences the anchors align to best, best first (ties in sentence order)
+        aligned = sorted(
+            (i for i, v in enumerate(scores) if v >= top - 1e-9), key=lambda i: -scores[i]
+        )
         if any(q_hit[i][j] for i in aligned):
             continue
         for i in aligned:

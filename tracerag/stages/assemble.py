@@ -240,12 +240,22 @@ def attribution_of(
     resolver = (
         resolver_for(state.materials, sample, positional=positional) if sample is not None else None
     )
+    retrieved = state.retrieval
+    explained = retrieved.explanation if retrieved is not None else None
+    if (
+        explained is None
+        or explained.thresholds != settings.retrieval_shape
+        or retrieved is None
+        or state.materials is not retrieved.materials  # wrap(): the runs added materials
+    ):
+        explained = None  # explained again from the materials the answer may cite
     result = attribute(
         state.question,
         state.materials,
         claim_links(report.claims, resolver),
         prompt_order=(sample.material_order or None) if sample is not None else None,
         relevance_floor=settings.relevance_floor,
+        retrieval=explained,
         thresholds=settings.retrieval_shape,
     )
     record = result.to_record()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from tracerag.text.sentences import CITATION_MARKER_RE
 
@@ -45,7 +45,7 @@ class Quantity:
     raw: str
     number: float | None = None
 
-    @property
+    @cached_property
     def key(self) -> tuple[str, float | str, str]:
         """A hashable normalised form: equal for equal quantities in any language or format."""
         value = self.value

@@ -132,6 +132,13 @@ def _number_token(raw: str) -> str:
 
 def tokenize_spans(text: str) -> list[Token]:
     """Tokens of ``text`` with the offsets of the text each one was made from."""
+    return list(_spans(text))
+
+
+@lru_cache(maxsize=4096)
+def _spans(text: str) -> tuple[Token, ...]:
+    """The tokens of one text, kept for the texts a request reads more than once (its claims,
+    the retrieved materials)."""
     cleaned = CITATION_MARKER_RE.sub(lambda m: " " * len(m.group()), text)
     tokens: list[Token] = []
     for m in _TOKEN_RE.finditer(cleaned):
@@ -157,7 +164,7 @@ def tokenize_spans(text: str) -> list[Token]:
             else:
                 for k in range(len(run) - 1):
                     tokens.append(Token(run[k : k + 2], m.start() + k, m.start() + k + 2))
-    return tokens
+    return tuple(tokens)
 
 
 def tokenize(text: str) -> list[str]:
@@ -167,7 +174,7 @@ def tokenize(text: str) -> list[str]:
     ``1200``), Chinese is cut into overlapping character bigrams (a lone character is kept as
     is), and citation markers such as ``[M03]`` are dropped.
     """
-    return [t.text for t in tokenize_spans(text)]
+    return [t.text for t in _spans(text)]
 
 
 def token_set(text: str) -> frozenset[str]:

@@ -21,14 +21,14 @@ _INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp
 
 def fix_surrogates(text: str) -> str:
     """The text with surrogate pairs joined into their character and lone ones as U+FFFD."""
-    if _SURROGATE.search(text) is None:
+    if text.isascii() or _SURROGATE.search(text) is None:
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def first_lone_surrogate(text: str) -> int | None:
     """The index of the first lone surrogate once pairs are joined, or None if there is none."""
-    if _SURROGATE.search(text) is None:
+    if text.isascii() or _SURROGATE.search(text) is None:
         return None
     joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
     match = _SURROGATE.search(joined)
