@@ -556,3 +556,40 @@ def test_a_backlog_of_full_batches_is_drained_without_the_gathering_wait(tmp_pat
         assert store.verify_chain().ok
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("journaled", [["r1", "r2", "r3"], ["r2"]], ids=["batch", "alone"])
+def test_replaying_records_the_store_already_holds_stores_each_once(tmp_path, journaled) -> None:
+    """A commit that ended after its record was journaled (the server's commit wait): the
+    replay skips what the store holds and chains the rest; nothing is stored twice."""
+    from tracerag.store.writer import encode_record
+
+    path = tmp_path / "a.sqlite"
+    journal = open_journal(tmp_path / "journal")
+    for rid in journaled:
+        item = encode_record(make_record(rid, decision="pass"))
+        journal.append(item.type, item.payload)
+    journal.close()
+    store = SQLiteAuditStore(str(path))
+    store.append_record(make_record("r2", decision="pass"))  # the late commit
+    writer = AuditWriter(store, journal=tmp_path / "journal", **FAST)
+    try:
+        assert writer.recovered == len(journaled)
+        assert writer.flush(10)
+        assert writer.dropped == 0 and writer.quarantined == 0
+    finally:
+        writer.close()
+    conn = sqlite3.connect(str(path))
+    try:
+        chained = [
+            r[0]
+            for r in conn.execute(
+                "SELECT request_id FROM audit_entries WHERE kind = 'response' ORDER BY seq"
+            )
+        ]
+    finally:
+        conn.close()
+    assert sorted(chained) == sorted({"r2", *journaled})
+    report = store.verify_chain()
+    assert report.ok, report.issues
+    store.close()
