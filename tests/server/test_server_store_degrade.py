@@ -45,12 +45,15 @@ def stored_ids(path: Any) -> list[str]:
 
 def ask_all(client: TestClient, n: int) -> list[dict[str, Any]]:
     """``n`` answers asked at once; fails (instead of hanging) when one does not come back."""
-    with ThreadPoolExecutor(n) as pool:
+    pool = ThreadPoolExecutor(n)
+    try:
         futures = [
             pool.submit(client.post, "/v1/answer", json={"question": GOOD_QUESTION})
             for _ in range(n)
         ]
         responses = [f.result(timeout=HANG) for f in futures]
+    finally:
+        pool.shutdown(wait=False)  # a hung answer fails the test; the caller ends the hang
     assert [r.status_code for r in responses] == [200] * n
     return [r.json() for r in responses]
 
@@ -120,7 +123,7 @@ def test_records_journaled_during_a_lock_are_stored_once_after_a_restart(tmp_pat
 
 
 class FrozenCommits(SQLiteAuditStore):
-    """A store whose direct commits (the answerer's, on its store threads) freeze until thawed;
+    """A store whose direct commits (any thread but the audit writer's) freeze until thawed;
     the journal's drain still writes."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -129,7 +132,7 @@ class FrozenCommits(SQLiteAuditStore):
         self.frozen = 0
 
     def append_record(self, record: Any) -> None:
-        if threading.current_thread().name.startswith("tracerag-store-commit"):
+        if not threading.current_thread().name.startswith("tracerag-audit-writer"):
             self.frozen += 1
             self.thaw.wait(HANG)
         super().append_record(record)
@@ -177,9 +180,13 @@ def test_store_commits_leave_the_pipelines_executor_free(tmp_path) -> None:
         loop.set_default_executor(ThreadPoolExecutor(1))
         persisted = asyncio.ensure_future(answerer.persist_async(make_record("req-frozen")))
         await asyncio.sleep(0)
-        # the pipeline's one executor thread is free while the commit is frozen
-        value = await asyncio.wait_for(loop.run_in_executor(None, lambda: 7), HANG / 2)
-        return await asyncio.wait_for(persisted, HANG / 2), value
+        try:
+            # the pipeline's one executor thread is free while the commit is frozen
+            value = await asyncio.wait_for(loop.run_in_executor(None, lambda: 7), HANG / 2)
+            return await asyncio.wait_for(persisted, HANG / 2), value
+        except BaseException:
+            store.thaw.set()  # end the hang, so the loop can close
+            raise
 
     try:
         persisted, value = asyncio.run(scenario())
