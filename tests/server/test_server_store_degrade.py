@@ -17,30 +17,13 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 from server_fixtures import GOOD_ANSWER, GOOD_QUESTION, make_app, make_pipeline
-from store_fixtures import make_record
+from store_fixtures import make_record, stored_request_ids
 
 from tracerag.server.answerer import Answerer
 from tracerag.store.sqlite import SQLiteAuditStore
 
 #: a hang, not a slow answer: far above any commit wait used here
 HANG = 60.0
-
-
-def stored_ids(path: Any) -> list[str]:
-    """Every request_id in the store's index and chain, one per stored record (duplicates too)."""
-    conn = sqlite3.connect(str(path))
-    try:
-        index = [r[0] for r in conn.execute("SELECT request_id FROM requests")]
-        chained = [
-            r[0]
-            for r in conn.execute(
-                "SELECT request_id FROM audit_entries WHERE kind = 'response' ORDER BY seq"
-            )
-        ]
-    finally:
-        conn.close()
-    assert sorted(index) == sorted(chained)
-    return chained
 
 
 def ask_all(client: TestClient, n: int) -> list[dict[str, Any]]:
@@ -90,7 +73,7 @@ def test_a_locked_store_answers_from_the_journal_and_stores_each_record_once(tmp
         # then stored directly and their journal copies skipped, or the other way round
         for rid in ids:
             assert store.get(rid).record["response"]["answer"] == bodies[0]["answer"]
-    assert sorted(stored_ids(path)) == sorted(ids)  # each exactly once
+    assert sorted(stored_request_ids(path)) == sorted(ids)  # each exactly once
     report = SQLiteAuditStore(str(path)).verify_chain()
     assert report.ok, report.issues
 
@@ -117,7 +100,7 @@ def test_records_journaled_during_a_lock_are_stored_once_after_a_restart(tmp_pat
     with TestClient(app) as client:
         assert app.state.answerer.writer.flush(timeout=HANG)
         more = ask_all(client, 2)
-    assert sorted(stored_ids(path)) == sorted(ids + [b["request_id"] for b in more])
+    assert sorted(stored_request_ids(path)) == sorted(ids + [b["request_id"] for b in more])
     report = restarted.verify_chain()
     assert report.ok, report.issues
 
@@ -150,12 +133,12 @@ def test_a_frozen_commit_does_not_hold_the_answer_nor_duplicate_the_record(tmp_p
             # the journal's copies reach the store while the direct commits are still frozen
             assert app.state.answerer.writer.flush(timeout=HANG)
             ids = [b["request_id"] for b in bodies]
-            assert sorted(stored_ids(path)) == sorted(ids)
+            assert sorted(stored_request_ids(path)) == sorted(ids)
             store.thaw.set()  # the late commits find their records stored: no second copy
             settled(app.state.answerer)
     finally:
         store.thaw.set()
-    assert sorted(stored_ids(path)) == sorted(ids)
+    assert sorted(stored_request_ids(path)) == sorted(ids)
     report = store.verify_chain()
     assert report.ok, report.issues
 
@@ -198,7 +181,7 @@ def test_store_commits_leave_the_pipelines_executor_free(tmp_path) -> None:
     finally:
         store.thaw.set()
         answerer.close()
-    assert stored_ids(tmp_path / "audit.sqlite") == ["req-frozen"]
+    assert stored_request_ids(tmp_path / "audit.sqlite") == ["req-frozen"]
 
 
 def test_without_a_journal_a_frozen_commit_answers_not_persisted_and_is_stored_later(
@@ -219,4 +202,4 @@ def test_without_a_journal_a_frozen_commit_answers_not_persisted_and_is_stored_l
     finally:
         store.thaw.set()
         answerer.close()
-    assert stored_ids(tmp_path / "audit.sqlite") == ["req-memory"]
+    assert stored_request_ids(tmp_path / "audit.sqlite") == ["req-memory"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from pipeline_fixtures import REPO
-from store_fixtures import make_record
+from store_fixtures import make_record, stored_request_ids
 
 from tracerag.store import AuditWriter, Journal, StoreMissing, open_store
 from tracerag.store.journal import HEAD_FILE, IDENTITY_FILE, JournalBusy, open_journal, read_frames
@@ -579,17 +579,7 @@ def test_replaying_records_the_store_already_holds_stores_each_once(tmp_path, jo
         assert writer.dropped == 0 and writer.quarantined == 0
     finally:
         writer.close()
-    conn = sqlite3.connect(str(path))
-    try:
-        chained = [
-            r[0]
-            for r in conn.execute(
-                "SELECT request_id FROM audit_entries WHERE kind = 'response' ORDER BY seq"
-            )
-        ]
-    finally:
-        conn.close()
-    assert sorted(chained) == sorted({"r2", *journaled})
+    assert sorted(stored_request_ids(path)) == sorted({"r2", *journaled})
     report = store.verify_chain()
     assert report.ok, report.issues
     store.close()
