@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import subprocess
+import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
-from server_fixtures import GOOD_ANSWER, GOOD_QUESTION, make_app, make_pipeline
+from server_fixtures import GOOD_ANSWER, GOOD_QUESTION, make_app, make_pipeline, running
 from store_fixtures import make_record, stored_request_ids
 
 from tracerag.server.answerer import Answerer
@@ -203,3 +207,63 @@ def test_without_a_journal_a_frozen_commit_answers_not_persisted_and_is_stored_l
         store.thaw.set()
         answerer.close()
     assert stored_request_ids(tmp_path / "audit.sqlite") == ["req-memory"]
+
+
+LOCKER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+conn.execute("ROLLBACK")
+"""
+
+
+@pytest.mark.integration  # a real server on a socket, another process, wall-clock bounds
+def test_answers_during_a_lock_by_another_process_come_within_the_commit_wait(tmp_path) -> None:
+    """The issue's figure: latency during a hung store is bounded by the commit wait."""
+    import httpx
+
+    path = tmp_path / "audit.sqlite"
+    store = SQLiteAuditStore(str(path), busy_timeout_s=60)
+    wait, margin, lock_seconds = 0.5, 2.0, 4.0
+    app = make_app(store, make_pipeline([GOOD_ANSWER]), commit_wait=wait)
+    latencies: list[float] = []
+    bodies: list[dict[str, Any]] = []
+    guard = threading.Lock()
+    with running(app) as base:
+        with httpx.Client(base_url=base, timeout=HANG) as client:
+            assert client.post("/v1/answer", json={"question": GOOD_QUESTION}).status_code == 200
+        locker = subprocess.Popen(
+            [sys.executable, "-c", LOCKER, str(path), str(lock_seconds)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
+        until = time.monotonic() + lock_seconds - 0.5
+
+        def load() -> None:
+            with httpx.Client(base_url=base, timeout=HANG) as client:
+                while time.monotonic() < until:
+                    t0 = time.monotonic()
+                    response = client.post("/v1/answer", json={"question": GOOD_QUESTION})
+                    with guard:
+                        latencies.append(time.monotonic() - t0)
+                        bodies.append(response.json())
+
+        threads = [threading.Thread(target=load) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(HANG)
+        assert locker.wait(HANG) == 0
+        assert app.state.answerer.writer.flush(timeout=HANG)
+        settled(app.state.answerer)
+    assert len(bodies) >= 8 and all(b["audit_persisted"] is True for b in bodies)
+    assert max(latencies) < wait + margin, sorted(latencies)[-5:]
+    assert app.state.answerer.commit_timeouts >= 1
+    ids = [b["request_id"] for b in bodies]
+    assert set(ids) <= set(stored_request_ids(path))
+    assert len(stored_request_ids(path)) == len(set(stored_request_ids(path)))
+    report = store.verify_chain()
+    assert report.ok, report.issues
