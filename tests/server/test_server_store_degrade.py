@@ -23,6 +23,7 @@ from fastapi.testclient import TestClient
 from server_fixtures import GOOD_ANSWER, GOOD_QUESTION, make_app, make_pipeline, running
 from store_fixtures import make_record, stored_request_ids
 
+from tracerag import cli
 from tracerag.server.answerer import Answerer
 from tracerag.store.sqlite import SQLiteAuditStore
 
@@ -107,6 +108,8 @@ def test_records_journaled_during_a_lock_are_stored_once_after_a_restart(tmp_pat
     assert sorted(stored_request_ids(path)) == sorted(ids + [b["request_id"] for b in more])
     report = restarted.verify_chain()
     assert report.ok, report.issues
+    restarted.close()
+    assert cli.main(["audit", "verify", "--store", str(path)]) == 0
 
 
 class FrozenCommits(SQLiteAuditStore):
