@@ -17,7 +17,8 @@ the older tree, run through ``PYTHONPATH``). Scenarios (``--only``, comma-separa
   same store (library: the writer opens the journal and drains it; server: ``tracerag serve``
   starts again and replays the journal, and the run waits for ``/readyz`` to report no backlog);
 - ``lock``: another process holds the SQLite write lock for ``--lock-seconds`` during load
-  (the issue's figure: 30 s); p99 latency while it is held;
+  (the issue's figure: 30 s); p99 and max latency while it is held, and outside it (the
+  requests caught as it began wait up to the server's commit wait, ``TRACERAG_AUDIT_COMMIT_WAIT``);
 - ``poison``: every ``--poison-every``-th model answer carries a lone UTF-16 surrogate;
 - ``freeze`` (``--postgres``): a throwaway PostgreSQL server (``.ci/postgres.sh``) is frozen
   (SIGSTOP of every server process) for ``--freeze-seconds``; p99 latency while frozen;
@@ -607,6 +608,7 @@ def windowed(run: Run, t_ready: float, window: list[float], label: str) -> dict:
         f"p99 ms during {label}": ms(p99(during)),
         f"max ms during {label}": ms(max(during, default=0)),
         f"p99 ms outside {label}": ms(p99(outside)),
+        f"max ms outside {label}": ms(max(outside, default=0)),
     }
 
 

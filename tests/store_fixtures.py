@@ -353,3 +353,21 @@ def make_record(request_id: str = "req-0001", **changes: Any) -> dict[str, Any]:
     if "decision" in changes and isinstance(record.get("response"), dict):
         record["response"]["decision"] = changes["decision"]
     return record
+
+
+def stored_request_ids(path: Any) -> list[str]:
+    """The request_id of every record in a SQLite store, in chain order (duplicates kept);
+    the requests index must hold the same ones."""
+    conn = sqlite3.connect(str(path))
+    try:
+        index = [r[0] for r in conn.execute("SELECT request_id FROM requests")]
+        chained = [
+            r[0]
+            for r in conn.execute(
+                "SELECT request_id FROM audit_entries WHERE kind = 'response' ORDER BY seq"
+            )
+        ]
+    finally:
+        conn.close()
+    assert sorted(index) == sorted(chained)
+    return chained

@@ -22,6 +22,13 @@ Variables (each is optional):
    (``<store file>.journal``); a PostgreSQL store then has no journal, and a Response says
    true only once the record is committed to the database.
 
+.. envvar:: TRACERAG_AUDIT_COMMIT_WAIT
+
+   ``tracerag serve``: the longest an answer waits (seconds, default 1) for its record to be
+   committed to the store. A store that is locked, frozen or slow past it does not hold the
+   answer: the record goes to the audit journal (``audit_persisted`` says whether it is
+   durable there) and is written to the store later.
+
 .. envvar:: TRACERAG_CHAIN_KEY
 
    A secret that seals every new audit entry with HMAC-SHA256 (chain version 3) and the chain
@@ -126,6 +133,7 @@ T = TypeVar("T")
 ENV_VARS: Mapping[str, str] = {
     "store": "TRACERAG_STORE",
     "audit_journal": "TRACERAG_AUDIT_JOURNAL",
+    "audit_commit_wait": "TRACERAG_AUDIT_COMMIT_WAIT",
     "chain_key": "TRACERAG_CHAIN_KEY",
     "calibration": "TRACERAG_CALIBRATION",
     "capture_content": "TRACERAG_CAPTURE_CONTENT",
@@ -154,6 +162,7 @@ class Config:
 
     store: str | None = None
     audit_journal: str | None = None
+    audit_commit_wait: str | None = None
     chain_key: str | None = field(default=None, repr=False)  # a secret
     calibration: str | None = None
     capture_content: str | None = None

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from pipeline_fixtures import REPO
-from store_fixtures import make_record
+from store_fixtures import make_record, stored_request_ids
 
 from tracerag.store import AuditWriter, Journal, StoreMissing, open_store
 from tracerag.store.journal import HEAD_FILE, IDENTITY_FILE, JournalBusy, open_journal, read_frames
@@ -556,3 +556,30 @@ def test_a_backlog_of_full_batches_is_drained_without_the_gathering_wait(tmp_pat
         assert store.verify_chain().ok
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("journaled", [["r1", "r2", "r3"], ["r2"]], ids=["batch", "alone"])
+def test_replaying_records_the_store_already_holds_stores_each_once(tmp_path, journaled) -> None:
+    """A commit that ended after its record was journaled (the server's commit wait): the
+    replay skips what the store holds and chains the rest; nothing is stored twice."""
+    from tracerag.store.writer import encode_record
+
+    path = tmp_path / "a.sqlite"
+    journal = open_journal(tmp_path / "journal")
+    for rid in journaled:
+        item = encode_record(make_record(rid, decision="pass"))
+        journal.append(item.type, item.payload)
+    journal.close()
+    store = SQLiteAuditStore(str(path))
+    store.append_record(make_record("r2", decision="pass"))  # the late commit
+    writer = AuditWriter(store, journal=tmp_path / "journal", **FAST)
+    try:
+        assert writer.recovered == len(journaled)
+        assert writer.flush(10)
+        assert writer.dropped == 0 and writer.quarantined == 0
+    finally:
+        writer.close()
+    assert sorted(stored_request_ids(path)) == sorted({"r2", *journaled})
+    report = store.verify_chain()
+    assert report.ok, report.issues
+    store.close()

@@ -1,25 +1,81 @@
 """Running the pipeline for the server: one request in, its Response out, its record stored.
 
 ``Answerer.run`` answers inside the caller's trace context and writes the request's audit record
-to the app's store before the answer goes out (on a store failure the record goes to a retrying
-background writer and the answer says ``audit_persisted=false``). ``stage_event`` is what the
-stream tells about each completed stage.
+to the app's store before the answer goes out. A store that fails, or does not commit within
+``commit_wait`` seconds (``TRACERAG_AUDIT_COMMIT_WAIT``, default 1), does not hold the answer:
+the record goes to the audit writer's journal and ``audit_persisted`` says whether it is durable
+there. ``stage_event`` is what the stream tells about each completed stage.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from opentelemetry import context as otel_context
 
+from tracerag.config import get_config
 from tracerag.contract import Response as RAGResponse
 from tracerag.runner import StagedRunnable, StageEvent
 from tracerag.store.base import AuditStore, DuplicateRequest, InvalidRecord
 
 logger = logging.getLogger("tracerag.server")
+
+#: seconds an answer waits for its record's store commit before the journal takes it
+DEFAULT_COMMIT_WAIT = 1.0
+#: threads committing records to the store (apart from the pipeline's executor)
+COMMIT_THREADS = 4
+
+
+def commit_wait_from_config() -> float:
+    """``TRACERAG_AUDIT_COMMIT_WAIT`` in seconds (default 1; not a positive number: default)."""
+    raw = get_config().audit_commit_wait
+    if not raw:
+        return DEFAULT_COMMIT_WAIT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        logger.warning(
+            "TRACERAG_AUDIT_COMMIT_WAIT=%r is not a positive number of seconds; using %s",
+            raw,
+            DEFAULT_COMMIT_WAIT,
+        )
+        return DEFAULT_COMMIT_WAIT
+    return value
+
+
+class _Commit:
+    """One record's direct commit: run by a store thread, or given up before it started."""
+
+    __slots__ = ("_lock", "_state", "record")
+
+    def __init__(self, record: Mapping[str, Any]) -> None:
+        self.record = record
+        self._lock = threading.Lock()
+        self._state = "queued"
+
+    def start(self) -> bool:
+        """True when the commit may run (it was not given up)."""
+        with self._lock:
+            if self._state != "queued":
+                return False
+            self._state = "running"
+            return True
+
+    def give_up(self) -> bool:
+        """True when the commit had not started (and now never will)."""
+        with self._lock:
+            if self._state == "queued":
+                self._state = "abandoned"
+                return True
+            return False
 
 
 def demo_pipeline(
@@ -57,21 +113,42 @@ class Answerer:
     """Runs a pipeline for the server and keeps every request's record in the store.
 
     A record is committed to the store before its answer goes out, so the caller and the desk
-    can read it at once. When the store is failing, slow or busy with records still waiting,
-    the record goes to the audit writer's crash-safe journal instead (``journal``: a directory;
-    default beside a SQLite store, ``TRACERAG_AUDIT_JOURNAL``), drained into the store in the
-    background and replayed after a crash. ``audit_persisted`` is true only for a record that
-    is durable either way.
+    can read it at once. When the store is failing, busy with records still waiting, or has not
+    committed within ``commit_wait`` seconds (locked, frozen, slow), the record goes to the audit
+    writer's crash-safe journal instead (``journal``: a directory; default beside a SQLite
+    store, ``TRACERAG_AUDIT_JOURNAL``), drained into the store in the background and replayed
+    after a crash. ``audit_persisted`` is true only for a record that is durable either way. A
+    commit that ends after its record was journaled leaves one stored record: the journal's
+    copy is skipped as already stored. Store commits run on ``commit_threads`` threads of their
+    own, never on the event loop's default executor (the pipeline's).
     """
 
-    def __init__(self, pipeline: Any, store: AuditStore, *, journal: str | None = None) -> None:
+    def __init__(
+        self,
+        pipeline: Any,
+        store: AuditStore,
+        *,
+        journal: str | None = None,
+        commit_wait: float | None = None,
+        commit_threads: int = COMMIT_THREADS,
+    ) -> None:
         from tracerag.store.writer import AuditWriter
 
         self.pipeline = pipeline
         self.store = store
+        self.commit_wait = commit_wait_from_config() if commit_wait is None else commit_wait
+        if not self.commit_wait > 0:
+            raise ValueError("commit_wait must be a positive number of seconds")
+        self._commits = ThreadPoolExecutor(
+            max_workers=max(1, commit_threads), thread_name_prefix="tracerag-store-commit"
+        )
         # created now: records a crash left in the journal are replayed into the store at start
         self.writer = AuditWriter(store, journal=journal if journal else None)
         self.last_store_error: str | None = None
+        #: direct commits not done within ``commit_wait`` (their records went to the journal)
+        self.commit_timeouts = 0
+        self._in_flight = 0
+        self._in_flight_lock = threading.Lock()
 
     @property
     def staged(self) -> bool:
@@ -104,12 +181,59 @@ class Answerer:
             )
             return None
 
+    @property
+    def commits_in_flight(self) -> int:
+        """Direct store commits queued or running (late ones included)."""
+        with self._in_flight_lock:
+            return self._in_flight
+
+    def _run_commit(self, ticket: _Commit) -> bool | None:
+        try:
+            if not ticket.start():
+                return None  # given up: the record went to the journal
+            return self._commit(ticket.record)
+        finally:
+            with self._in_flight_lock:
+                self._in_flight -= 1
+
+    async def _commit_within(self, record: Mapping[str, Any]) -> bool | None:
+        """Commit on a store thread; True when stored within ``commit_wait``, else None."""
+        ticket = _Commit(record)
+        with self._in_flight_lock:
+            self._in_flight += 1
+        future = asyncio.get_running_loop().run_in_executor(self._commits, self._run_commit, ticket)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self.commit_wait)
+        except TimeoutError:
+            running = not ticket.give_up()
+            self.commit_timeouts += 1
+            first = self.last_store_error is None
+            self.last_store_error = f"CommitTimeout: a store commit took over {self.commit_wait}s"
+            (logger.warning if first else logger.info)(
+                "audit store commit for request %s not done after %.1fs (%s); the record "
+                "goes to the journal",
+                record.get("request_id"),
+                self.commit_wait,
+                "still running" if running else "not started",
+            )
+            return None
+
     async def persist_async(self, record: dict[str, Any]) -> bool:
-        """The record sink of every request run here: True only when the record is durable."""
-        if self.writer.pending == 0 and self.writer.ready():
-            committed: bool | None = await asyncio.to_thread(self._commit, record)
-            if committed:
-                return True
+        """The record sink of every request run here: True only when the record is durable.
+
+        Waits at most about ``commit_wait`` for the store, then for the journal's disk sync.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.commit_wait
+        direct = self.writer.pending == 0 and self.writer.ready()
+        if direct and await self._commit_within(record):
+            return True
+        if self.writer.journal is None:
+            # no journal: durable only once the store commits it, waited for within the bound
+            remaining = max(0.0, deadline - loop.time())
+            return bool(
+                await loop.run_in_executor(None, self.writer.submit_durable, record, remaining)
+            )
         return bool(await self.writer.asubmit_durable(record))
 
     def store_state(self) -> dict[str, Any]:
@@ -120,6 +244,8 @@ class Answerer:
         return {**status, "ready": ready, "last_error": last_error}
 
     def close(self) -> None:
+        # a commit still hanging is not waited for: its record is in the journal or the buffer
+        self._commits.shutdown(wait=False, cancel_futures=True)
         self.writer.close()
 
     async def run(

@@ -216,6 +216,7 @@ def create_app(
     trace_ui: str | None = None,
     claim_seconds: float = CLAIM_SECONDS,
     body_timeout: float = 10.0,
+    commit_wait: float | None = None,
 ) -> FastAPI:
     """The server app.
 
@@ -230,7 +231,10 @@ def create_app(
     ``/v1``. ``on_decision``: a callable or webhook URL (or a configured ``Delivery``) told of
     every review decision (default env ``TRACERAG_DECISION_WEBHOOK``). ``trace_ui``
     (``jaeger``, ``tempo`` or ``phoenix``, optionally ``=BASE_URL``; env ``TRACERAG_TRACE_UI``)
-    links items to their trace. Raises ``ConfigurationError`` on an unusable configuration.
+    links items to their trace. ``commit_wait``: the longest an answer waits for its record's
+    store commit before the record goes to the journal (default env
+    ``TRACERAG_AUDIT_COMMIT_WAIT``, else 1 s). Raises ``ConfigurationError`` on an unusable
+    configuration.
     """
     token = (
         reviewer_token if reviewer_token is not None else get_config().reviewer_token or ""
@@ -265,7 +269,10 @@ def create_app(
     path = getattr(audit_store, "path", None)
     journal = journal_dir_for(path) if isinstance(path, str) else get_config().audit_journal
     answerer = Answerer(
-        pipeline if pipeline is not None else demo_pipeline(model), audit_store, journal=journal
+        pipeline if pipeline is not None else demo_pipeline(model),
+        audit_store,
+        journal=journal,
+        commit_wait=commit_wait,
     )
     svc = Services(
         store=audit_store,
