@@ -3,6 +3,8 @@ configuration restored), and the fixture plugins the tests share."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tracerag.config import reset_config
@@ -13,6 +15,25 @@ pytest_plugins = [
     "materials_fixtures",
     "adversarial_fixtures",
 ]
+
+
+#: a module-level ``pytestmark`` naming the integration marker: every test of the module has it
+_INTEGRATION_MODULE = re.compile(r"^pytestmark = pytest\.mark\.integration$", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Under ``-m "not integration"``, a module of integration tests only is not imported.
+
+    Every one of its tests would be deselected; importing (and assert-rewriting) it and the
+    clients it needs costs the fast suite time for nothing.
+    """
+    if " ".join(config.option.markexpr.split()) != "not integration":
+        return None
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    if _INTEGRATION_MODULE.search(collection_path.read_text("utf-8")):
+        return True
+    return None
 
 
 def pytest_collection_finish(session):
