@@ -3,9 +3,18 @@ configuration restored), and the fixture plugins the tests share."""
 
 from __future__ import annotations
 
+import gc
+import re
+
 import pytest
 
 from tracerag.config import reset_config
+
+# Collection imports LangChain, pydantic, FastAPI and every test module: objects that live for
+# the whole run. Rescanning them over and over while they are made (and while assertion rewriting
+# builds each test module's syntax tree, when no bytecode cache holds it) cost about 1.5 s of
+# CPU, so the collector waits until collection is done (``pytest_collection_finish``).
+gc.disable()
 
 pytest_plugins = [
     "pipeline_fixtures",
@@ -15,16 +24,37 @@ pytest_plugins = [
 ]
 
 
+#: a module-level ``pytestmark`` naming the integration marker: every test of the module has it
+_INTEGRATION_MODULE = re.compile(r"^pytestmark = pytest\.mark\.integration$", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Under ``-m "not integration"``, a module of integration tests only is not imported.
+
+    Every one of its tests would be deselected; importing (and assert-rewriting) it and the
+    clients it needs costs the fast suite time for nothing.
+    """
+    if " ".join(config.option.markexpr.split()) != "not integration":
+        return None
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    if _INTEGRATION_MODULE.search(collection_path.read_text("utf-8")):
+        return True
+    return None
+
+
 def pytest_collection_finish(session):
     """What collection imported lives for the whole run: the garbage collector stops rescanning it.
 
     Every full collection would otherwise walk LangChain's, pydantic's and FastAPI's module
-    objects again; objects the tests make are collected as usual.
+    objects again; objects the tests make are collected as usual. The youngest generation is
+    collected every 7,000 allocations instead of 700: the tests allocate in bursts (pipelines,
+    apps, records): ten times fewer passes, about 0.7 s less collector CPU over the run.
     """
-    import gc
-
     gc.collect()
     gc.freeze()
+    gc.set_threshold(7000, 10, 10)
+    gc.enable()
 
 
 @pytest.fixture(scope="session", autouse=True)
