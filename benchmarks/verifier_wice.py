@@ -31,6 +31,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from verifier_data import auroc
 
 from tracerag.errors import ConfigurationError
 from tracerag.signals.support import Support, SupportBackend, get_backend
@@ -133,25 +136,6 @@ def prf(predicted: Sequence[bool], actual: Sequence[bool]) -> tuple[float, float
     recall = tp / (tp + fn) if tp + fn else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return precision, recall, f1
-
-
-def auroc(scores: Sequence[float], actual: Sequence[bool]) -> float:
-    """Area under the ROC curve (ties count half), by the rank-sum statistic."""
-    pairs = sorted(zip(scores, actual, strict=True), key=lambda x: x[0])
-    n_pos = sum(actual)
-    n_neg = len(actual) - n_pos
-    if not n_pos or not n_neg:
-        return float("nan")
-    rank_sum = 0.0
-    i = 0
-    while i < len(pairs):
-        j = i
-        while j < len(pairs) and pairs[j][0] == pairs[i][0]:
-            j += 1
-        mean_rank = (i + 1 + j) / 2  # ranks are 1-based
-        rank_sum += mean_rank * sum(1 for k in range(i, j) if pairs[k][1])
-        i = j
-    return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
 
 
 def best_f1(scores: Sequence[float], actual: Sequence[bool]) -> tuple[float, float]:
