@@ -14,9 +14,7 @@ def test_demo_routes_pass_review_and_escalate(tmp_path, capsys, monkeypatch):
     results = json.loads(capsys.readouterr().out)
     decisions = {r["response"]["decision"] for r in results}
     assert decisions == {"pass", "review", "escalate"}
-    # each bundled question takes the route it was built to show
-    routes = [(r["question"]["id"], r["response"]["decision"]) for r in results]
-    assert routes == [(r["question"]["id"], r["question"]["expect"]) for r in results]
+    assert results
     for r in results:
         if r["response"]["decision"] == "escalate":
             assert r["response"]["answer"] is None and r["response"]["ticket_id"]
@@ -36,8 +34,8 @@ def test_demo_prints_where_traces_went(tmp_path, capsys, monkeypatch):
     assert "tracerag show" in out
 
 
-# What the demo answered at seed 7 (its default seed before the typed stage table): the same
-# seed must give the same samples, so the same answers, confidences and routes.
+# What the demo answered before the typed stage table, at its default seed (7): the same seed
+# must give the same samples, so the same answers, confidences and routes.
 SEED_7 = [
     ("warranty-laptop", "pass", 1.0,
      "Under Clause 6.1, laptops and tablets are covered by an extended 24-month warranty. "
@@ -58,9 +56,9 @@ SEED_7 = [
 ]
 
 
-def test_demo_answers_at_a_seed_are_unchanged(tmp_path, capsys, monkeypatch):
+def test_demo_answers_by_default_are_unchanged(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert main(["demo", "--seed", "7", "--store", str(tmp_path / "a.sqlite"), "--json"]) == 0
+    assert main(["demo", "--store", str(tmp_path / "a.sqlite"), "--json"]) == 0
     results = json.loads(capsys.readouterr().out)
     got = [
         (
@@ -72,3 +70,14 @@ def test_demo_answers_at_a_seed_are_unchanged(tmp_path, capsys, monkeypatch):
         for r in results
     ]
     assert got == SEED_7
+
+
+def test_at_seed_1_every_bundled_question_takes_the_route_it_was_built_to_show(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--seed", "1", "--store", str(tmp_path / "a.sqlite"), "--json"]) == 0
+    results = json.loads(capsys.readouterr().out)
+    routes = [(r["question"]["id"], r["response"]["decision"]) for r in results]
+    assert len(routes) == 8
+    assert routes == [(r["question"]["id"], r["question"]["expect"]) for r in results]

@@ -20,9 +20,10 @@ from tracerag.contract import Response
 from tracerag.prompts import DEFAULT_PROMPT_VERSION
 
 DEFAULT_DIR = Path(".tracerag")
-# The extractive model's seed by default: with it every bundled question takes the route it was
-# built to show (question 5's ambiguity goes to review in about 9 seeds of 10; seed 7 was not one)
-DEFAULT_SEED = 1
+# The extractive model's seed by default. At seed 7 all five samples of question 5 disagree, so
+# its ambiguity escalates rather than going to review (its note gives the odds); at seed 1 every
+# bundled question takes the route it was built to show.
+DEFAULT_SEED = 7
 
 
 def build_model(name: str, seed: int | None) -> Any:
@@ -199,7 +200,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--store",
         default=None,
-        help="audit store URL or path (default: $TRACERAG_STORE, else .tracerag/audit.sqlite)",
+        help="audit store URL or path (default: $TRACERAG_STORE, else ./.tracerag/audit.sqlite)",
     )
     p.add_argument("--json", action="store_true", help="print the Responses as JSON")
     p.add_argument(

@@ -51,7 +51,7 @@ from tracerag.store.writer import AuditWriter
 STORE_ENV = "TRACERAG_STORE"
 #: Where the command line (``tracerag demo``, ``show``, ``audit verify``…) keeps its audit trail
 #: when neither ``--store`` nor ``TRACERAG_STORE`` names one; library calls never use it.
-CLI_DEFAULT_STORE = ".tracerag/audit.sqlite"
+CLI_DEFAULT_STORE = "./.tracerag/audit.sqlite"
 
 
 def cli_store_url(url_or_path: str | None = None) -> str:
