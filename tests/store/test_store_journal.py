@@ -427,6 +427,23 @@ def test_the_head_is_exported_next_to_the_journal(tmp_path) -> None:
         store.close()
 
 
+def test_a_store_its_owner_closed_first_leaves_the_last_head_and_no_warning(
+    tmp_path, caplog
+) -> None:
+    store = SQLiteAuditStore(tmp_path / "a.sqlite")
+    writer = AuditWriter(store, journal=tmp_path / "journal", head_export_interval=0.0, **FAST)
+    writer.submit_durable(make_record("r1", decision="pass"))
+    assert writer.flush(10)
+    exported = json.loads((tmp_path / "journal" / HEAD_FILE).read_text())
+    store.close()
+    assert store.closed
+    with caplog.at_level(logging.WARNING, logger="tracerag"):
+        assert writer.close()
+    assert not [r for r in caplog.records if "chain head" in r.getMessage()]
+    assert json.loads((tmp_path / "journal" / HEAD_FILE).read_text()) == exported
+    assert exported["seq"] > 0
+
+
 def test_a_journal_directory_serves_one_process_and_others_take_a_slot(tmp_path) -> None:
     first = Journal(tmp_path / "j")
     try:

@@ -246,6 +246,11 @@ class PostgresAuditStore(SQLAuditStore):
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             yield cur
 
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` was called."""
+        return self._pool._closed
+
     def close(self) -> None:
         self._pool.close()
 

@@ -223,6 +223,11 @@ class SQLiteAuditStore(SQLAuditStore):
     def location(self) -> str:
         return self.path
 
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` was called."""
+        return self._closed
+
     def close(self) -> None:
         with self._lock:
             if not self._closed:

@@ -565,16 +565,16 @@ class AuditWriter:
             backlog = self._backlog
         for item in leftover:
             self._drop_item(item, DROP_SHUTDOWN, None)
-        if self.journal is not None:
-            if backlog:
-                logger.warning(
-                    "audit writer closed with %d records not yet stored; they are kept in the "
-                    "journal %s and written at the next start",
-                    backlog,
-                    self.journal.directory,
-                )
-            self.journal.close()
+        if self.journal is not None and backlog:
+            logger.warning(
+                "audit writer closed with %d records not yet stored; they are kept in the "
+                "journal %s and written at the next start",
+                backlog,
+                self.journal.directory,
+            )
         self._export_head(force=True)
+        if self.journal is not None:
+            self.journal.close()
         with contextlib.suppress(Exception):
             if self._open is not None and self._store is not None:
                 self._store.close()
@@ -686,8 +686,8 @@ class AuditWriter:
 
     def _export_head(self, force: bool = False) -> None:
         """Write the store's chain head next to the journal (an anchor outside the database)."""
-        if self.journal is None or self._store is None:
-            return
+        if self.journal is None or self._store is None or getattr(self._store, "closed", False):
+            return  # no anchor to write, or its owner closed the store (the last export stands)
         now = time.monotonic()
         if not force and now - self._last_head_export < self.head_export_interval:
             return
