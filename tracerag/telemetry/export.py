@@ -97,6 +97,12 @@ def shutdown_at_exit(provider: Any) -> None:
             _exit_registered = True
 
 
+def forget_at_exit(provider: Any) -> None:
+    """Take back ``shutdown_at_exit`` for a provider that was shut down already."""
+    with _exit_lock:
+        _exit_providers.discard(provider)
+
+
 def shutdown_providers(timeout: float | None = None) -> None:
     """Shut down every provider registered with ``shutdown_at_exit``, in parallel, waiting at
     most ``timeout`` seconds (default ``TRACERAG_EXPORT_SHUTDOWN_TIMEOUT``); never raises."""

@@ -272,8 +272,9 @@ def _build_meter_provider(
 def shutdown_bounded(provider: Any, timeout: float | None = None) -> None:
     """Shut down a MeterProvider, waiting for its last export at most ``timeout`` seconds
     (default ``TRACERAG_EXPORT_SHUTDOWN_TIMEOUT``, 2 s); never raises."""
-    from tracerag.telemetry.export import default_shutdown_timeout
+    from tracerag.telemetry.export import default_shutdown_timeout, forget_at_exit
 
+    forget_at_exit(provider)
     seconds = timeout if timeout is not None else default_shutdown_timeout()
     try:
         provider.shutdown(timeout_millis=seconds * 1000)

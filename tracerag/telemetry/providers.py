@@ -39,6 +39,7 @@ from tracerag.telemetry.export import (
     batch_processor,
     env_exporters,
     env_value,
+    forget_at_exit,
     otlp_span_exporter,
     shutdown_at_exit,
 )
@@ -201,6 +202,7 @@ def reset() -> None:
         providers = [p for p in (_configured, _from_env.reset()) if p is not None]
         _configured = None
     for provider in providers:
+        forget_at_exit(provider)
         if hasattr(provider, "shutdown"):
             provider.shutdown()
     _default_notice_logged = False
