@@ -50,17 +50,14 @@ from tracerag.materials.records import (
     DEFAULT_READ_RETENTION_DAYS,
     FIRST_SIGHT_RULE,
     MATERIALS_LOG,
-    QUARANTINE_RULE,
     ROLLBACK_RULE,
     SYSTEM,
     ConcurrentChange,
     ConflictRecord,
     InvalidTransition,
     MaterialNotFound,
-    ReadHit,
     RollbackResult,
     StoredVersion,
-    Use,
     VerifyReport,
     body_digest,
     body_json,
@@ -1010,22 +1007,4 @@ def _require_operator(operator: Operator) -> OperatorIdentity:
     return who
 
 
-__all__ = [
-    "CHANGE_KEY",
-    "DEFAULT_READ_RETENTION_DAYS",
-    "FIRST_SIGHT_RULE",
-    "MATERIALS_LOG",
-    "QUARANTINE_RULE",
-    "ROLLBACK_RULE",
-    "ConcurrentChange",
-    "ConflictRecord",
-    "InvalidTransition",
-    "MaterialNotFound",
-    "MaterialRegistry",
-    "ReadHit",
-    "RollbackResult",
-    "StoredVersion",
-    "Use",
-    "VerifyReport",
-    "body_digest",
-]
+__all__ = ["MaterialRegistry"]
