@@ -27,7 +27,56 @@ from tracerag.usage import load_prices
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["RAGPipeline", "Step", "build_settings", "steps_for"]
+__all__ = [
+    "PipelineOptions",
+    "RAGPipeline",
+    "Step",
+    "build_settings",
+    "check_options",
+    "steps_for",
+]
+
+
+class PipelineOptions(TypedDict, total=False):
+    """The options both front doors take, ``RAGPipeline(...)`` and ``wrap(...)``.
+
+    ``n_samples`` (5): answers drawn per request at tier high. ``thresholds``: a ``Thresholds``
+    or a ``(pass_at, review_at)`` pair (default ``Thresholds()``). ``rules``: deterministic
+    checks every answer must pass. ``escalation``: where escalated and review-flagged requests
+    go (default: a bounded ``InMemoryEscalationHandler``). ``tier`` ("high"): high, medium or
+    low. ``support_backend`` ("lexical"): a registered name or a ``SupportBackend``.
+    ``equivalence``: when two sampled answers agree. ``combiner``: signals to confidence
+    (default: the one ``TRACERAG_CALIBRATION`` names, else ``heuristic-v1``). ``retry``: a
+    ``RetryPolicy``. ``tracer_provider`` and ``meter_provider`` (None: the ones in force at each
+    request). ``audit`` ("auto"): where audit records go (see ``tracerag.audit``).
+    ``review_clustered_retrieval`` (False), ``relevance_floor`` and ``retrieval_shape``: see
+    ``tracerag.signals.attribution``. ``prices``: a price table per model (a mapping or a JSON
+    file, see ``tracerag.usage``) for the cost of each request.
+    """
+
+    n_samples: int
+    thresholds: Thresholds | tuple[float, float] | None
+    rules: Sequence[Rule]
+    escalation: EscalationHandler | None
+    tier: str
+    support_backend: str | SupportBackend
+    equivalence: Equivalence | None
+    combiner: Combiner | None
+    retry: RetryPolicy | None
+    tracer_provider: TracerProvider | None
+    meter_provider: Any
+    audit: Any
+    review_clustered_retrieval: bool
+    relevance_floor: float | None
+    retrieval_shape: ShapeThresholds | None
+    prices: Mapping[str, Any] | str | None
+
+
+def check_options(caller: str, options: Mapping[str, object]) -> None:
+    """Refuse, as Python does, a keyword that is not one of ``PipelineOptions``."""
+    for name in options:
+        if name not in PipelineOptions.__optional_keys__:
+            raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
 
 
 class SettingsOptions(TypedDict, total=False):
@@ -87,8 +136,7 @@ class RAGPipeline(StagedRunnable):
     question optional). Output: a ``tracerag.Response``. Works with ``invoke``, ``ainvoke``,
     ``batch``, ``abatch`` and inside LCEL; ``arun`` adds per-call hooks (stage events, record
     sink). ``prompt``: the prompt texts to send (a ``tracerag.prompts.PromptVersion``; default
-    ``DEFAULT_PROMPT``). ``prices``: a price table per model (a mapping or a JSON file, see
-    ``tracerag.usage``) for the cost of each request.
+    ``DEFAULT_PROMPT``). The options it shares with ``wrap()`` are ``PipelineOptions``.
     """
 
     def __init__(
@@ -98,27 +146,13 @@ class RAGPipeline(StagedRunnable):
         *,
         prompt_version: str | None,
         model_version: str | None,
-        n_samples: int = 5,
         temperature: float = 0.7,
-        thresholds: Thresholds | tuple[float, float] | None = None,
-        rules: Sequence[Rule] = (),
-        escalation: EscalationHandler | None = None,
         plan: str = "separate",
-        tier: str = "high",
         k: int | None = None,
-        support_backend: str | SupportBackend = "lexical",
-        equivalence: Equivalence | None = None,
-        combiner: Combiner | None = None,
-        retry: RetryPolicy | None = None,
-        tracer_provider: TracerProvider | None = None,
-        meter_provider: Any = None,
-        audit: Any = "auto",
-        review_clustered_retrieval: bool = False,
-        relevance_floor: float | None = None,
-        retrieval_shape: ShapeThresholds | None = None,
         prompt: PromptVersion | None = None,
-        prices: Mapping[str, Any] | str | None = None,
+        **options: Unpack[PipelineOptions],
     ) -> None:
+        check_options("RAGPipeline", options)
         if not isinstance(retriever, BaseRetriever):
             raise ConfigurationError(
                 f"retriever must be a LangChain BaseRetriever, got {type(retriever).__name__}"
@@ -130,28 +164,13 @@ class RAGPipeline(StagedRunnable):
         settings = build_settings(
             retriever=retriever,
             llm=llm,
-            tracer_provider=tracer_provider,
             prompt_version=prompt_version,
             model_version=model_version,
-            n_samples=n_samples,
             temperature=temperature,
             plan_mode=plan,
-            tier=tier,
             k=k,
-            thresholds=thresholds,
-            rules=rules,
-            escalation=escalation,
-            support_backend=support_backend,
-            equivalence=equivalence,
-            combiner=combiner,
-            retry=retry,
-            audit=audit,
-            meter_provider=meter_provider,
-            review_clustered_retrieval=review_clustered_retrieval,
-            relevance_floor=relevance_floor,
-            retrieval_shape=retrieval_shape,
             prompt=prompt,
-            prices=prices,
+            **options,
         )
         super().__init__(settings, ModelSource())
 
