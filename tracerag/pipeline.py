@@ -11,6 +11,7 @@ from opentelemetry.trace import TracerProvider
 
 from tracerag.audit import resolve_sink
 from tracerag.errors import ConfigurationError
+from tracerag.options import check_options
 from tracerag.prompts import PromptVersion
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag.runner import StagedRunnable
@@ -32,7 +33,6 @@ __all__ = [
     "RAGPipeline",
     "Step",
     "build_settings",
-    "check_options",
     "steps_for",
 ]
 
@@ -70,13 +70,6 @@ class PipelineOptions(TypedDict, total=False):
     relevance_floor: float | None
     retrieval_shape: ShapeThresholds | None
     prices: Mapping[str, Any] | str | None
-
-
-def check_options(caller: str, options: Mapping[str, object]) -> None:
-    """Refuse, as Python does, a keyword that is not one of ``PipelineOptions``."""
-    for name in options:
-        if name not in PipelineOptions.__optional_keys__:
-            raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
 
 
 class SettingsOptions(TypedDict, total=False):
@@ -152,7 +145,7 @@ class RAGPipeline(StagedRunnable):
         prompt: PromptVersion | None = None,
         **options: Unpack[PipelineOptions],
     ) -> None:
-        check_options("RAGPipeline", options)
+        check_options("RAGPipeline", options, PipelineOptions.__optional_keys__)
         if not isinstance(retriever, BaseRetriever):
             raise ConfigurationError(
                 f"retriever must be a LangChain BaseRetriever, got {type(retriever).__name__}"

@@ -63,7 +63,8 @@ from tracerag.chain_io import ChainIO, independent_copy
 from tracerag.errors import ConfigurationError, RetrieverTimeoutError
 from tracerag.graph_runs import Sampler, SampleRun
 from tracerag.llm import OnRetry, Tries, clean_text, model_name, retry_call, within
-from tracerag.pipeline import PipelineOptions, build_settings, check_options
+from tracerag.options import check_options
+from tracerag.pipeline import PipelineOptions, build_settings
 from tracerag.prompts import fingerprint
 from tracerag.runner import StagedRunnable
 from tracerag.stages.plan import implied_plan
@@ -472,7 +473,7 @@ def wrap(
     materials. ``chain_input`` turns the question into the app's input instead. The options it
     shares with ``RAGPipeline`` are ``tracerag.pipeline.PipelineOptions``.
     """
-    check_options("wrap", options)
+    check_options("wrap", options, PipelineOptions.__optional_keys__)
     if not isinstance(chain, Runnable):
         raise ConfigurationError(
             f"wrap() needs a LangChain Runnable, got {type(chain).__name__}"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import TYPE_CHECKING, TypedDict
 
+from tracerag.options import check_options
 from tracerag.signals.claims import Claim, split_claims
 from tracerag.signals.support import (
     Support,
@@ -108,9 +109,7 @@ async def averify_citations(
 
 def _backend(caller: str, options: CitationOptions) -> SupportBackend:
     """The support backend the options name; a keyword that is not an option is refused."""
-    for name in options:
-        if name not in CitationOptions.__optional_keys__:
-            raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
+    check_options(caller, options, CitationOptions.__optional_keys__)
     return get_backend(options.get("backend", "lexical"))
 
 
