@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PipelineOptions",
     "RAGPipeline",
+    "RAGPipelineOptions",
     "Step",
     "build_settings",
     "steps_for",
@@ -70,6 +71,17 @@ class PipelineOptions(TypedDict, total=False):
     relevance_floor: float | None
     retrieval_shape: ShapeThresholds | None
     prices: Mapping[str, Any] | str | None
+
+
+class RAGPipelineOptions(PipelineOptions, total=False):
+    """``PipelineOptions`` and what only ``RAGPipeline`` takes (``wrap()`` reads them from the
+    app): ``temperature`` (0.7) of the sampled answers, ``k``: how many retrieved materials
+    to keep (None: all the retriever returns), ``prompt``: the prompt texts to send (a
+    ``tracerag.prompts.PromptVersion``; default ``DEFAULT_PROMPT``)."""
+
+    temperature: float
+    k: int | None
+    prompt: PromptVersion | None
 
 
 class SettingsOptions(TypedDict, total=False):
@@ -128,8 +140,8 @@ class RAGPipeline(StagedRunnable):
     Input: a question string, or ``{"question", "session_id", "user_id", "channel"}`` (all but
     question optional). Output: a ``tracerag.Response``. Works with ``invoke``, ``ainvoke``,
     ``batch``, ``abatch`` and inside LCEL; ``arun`` adds per-call hooks (stage events, record
-    sink). ``prompt``: the prompt texts to send (a ``tracerag.prompts.PromptVersion``; default
-    ``DEFAULT_PROMPT``). The options it shares with ``wrap()`` are ``PipelineOptions``.
+    sink). ``plan``: "separate" (a plan call before sampling) or "inline". Its other options
+    are ``RAGPipelineOptions``.
     """
 
     def __init__(
@@ -139,13 +151,10 @@ class RAGPipeline(StagedRunnable):
         *,
         prompt_version: str | None,
         model_version: str | None,
-        temperature: float = 0.7,
         plan: str = "separate",
-        k: int | None = None,
-        prompt: PromptVersion | None = None,
-        **options: Unpack[PipelineOptions],
+        **options: Unpack[RAGPipelineOptions],
     ) -> None:
-        check_options("RAGPipeline", options, PipelineOptions.__optional_keys__)
+        check_options("RAGPipeline", options, RAGPipelineOptions.__optional_keys__)
         if not isinstance(retriever, BaseRetriever):
             raise ConfigurationError(
                 f"retriever must be a LangChain BaseRetriever, got {type(retriever).__name__}"
@@ -159,10 +168,7 @@ class RAGPipeline(StagedRunnable):
             llm=llm,
             prompt_version=prompt_version,
             model_version=model_version,
-            temperature=temperature,
             plan_mode=plan,
-            k=k,
-            prompt=prompt,
             **options,
         )
         super().__init__(settings, ModelSource())
