@@ -92,3 +92,22 @@ async def test_medium_tier_skips_the_plan_and_gives_one_confidence_through_both(
         assert response.signal_detail.samples_ok == 3
     assert by_wrap.confidence == by_pipeline.confidence
     assert by_wrap.decision == by_pipeline.decision == "pass"
+
+
+def test_both_front_doors_take_the_shared_options_and_refuse_the_others(retriever):
+    llm = ScriptedChatModel(responder=inline, temperature=0.7)
+    shared = {"n_samples": 2, "tier": "medium", "thresholds": (0.8, 0.5), "audit": None}
+    pipeline = RAGPipeline(retriever, llm, prompt_version="p", model_version="m", **shared)
+    wrapped = wrap(chain_of(retriever, llm), **shared)
+    for front in (pipeline, wrapped):
+        assert (front.settings.n_samples, front.settings.tier) == (2, "medium")
+        assert (front.settings.thresholds.pass_at, front.settings.thresholds.review_at) == (
+            0.8,
+            0.5,
+        )
+    with pytest.raises(TypeError, match="unexpected keyword argument 'k'"):
+        wrap(chain_of(retriever, llm), k=3)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'plan_mode'"):
+        RAGPipeline(  # type: ignore[call-arg]
+            retriever, llm, prompt_version="p", model_version="m", plan_mode="inline"
+        )

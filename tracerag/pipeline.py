@@ -11,6 +11,7 @@ from opentelemetry.trace import TracerProvider
 
 from tracerag.audit import resolve_sink
 from tracerag.errors import ConfigurationError
+from tracerag.options import check_options
 from tracerag.prompts import PromptVersion
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag.runner import StagedRunnable
@@ -27,7 +28,60 @@ from tracerag.usage import load_prices
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["RAGPipeline", "Step", "build_settings", "steps_for"]
+__all__ = [
+    "PipelineOptions",
+    "RAGPipeline",
+    "RAGPipelineOptions",
+    "Step",
+    "build_settings",
+    "steps_for",
+]
+
+
+class PipelineOptions(TypedDict, total=False):
+    """The options both front doors take, ``RAGPipeline(...)`` and ``wrap(...)``.
+
+    ``n_samples`` (5): answers drawn per request at tier high. ``thresholds``: a ``Thresholds``
+    or a ``(pass_at, review_at)`` pair (default ``Thresholds()``). ``rules``: deterministic
+    checks every answer must pass. ``escalation``: where escalated and review-flagged requests
+    go (default: a bounded ``InMemoryEscalationHandler``). ``tier`` ("high"): high, medium or
+    low. ``support_backend`` ("lexical"): a registered name or a ``SupportBackend``.
+    ``equivalence``: when two sampled answers agree. ``combiner``: signals to confidence
+    (default: the one ``TRACERAG_CALIBRATION`` names, else ``heuristic-v1``). ``retry``: a
+    ``RetryPolicy``. ``tracer_provider`` and ``meter_provider`` (None: the ones in force at each
+    request). ``audit`` ("auto"): where audit records go (see ``tracerag.audit``).
+    ``review_clustered_retrieval`` (False), ``relevance_floor`` and ``retrieval_shape``: see
+    ``tracerag.signals.attribution``. ``prices``: a price table per model (a mapping or a JSON
+    file, see ``tracerag.usage``) for the cost of each request.
+    """
+
+    n_samples: int
+    thresholds: Thresholds | tuple[float, float] | None
+    rules: Sequence[Rule]
+    escalation: EscalationHandler | None
+    tier: str
+    support_backend: str | SupportBackend
+    equivalence: Equivalence | None
+    combiner: Combiner | None
+    retry: RetryPolicy | None
+    tracer_provider: TracerProvider | None
+    meter_provider: Any
+    audit: Any
+    review_clustered_retrieval: bool
+    relevance_floor: float | None
+    retrieval_shape: ShapeThresholds | None
+    prices: Mapping[str, Any] | str | None
+
+
+class RAGPipelineOptions(PipelineOptions, total=False):
+    """``PipelineOptions`` and what only ``RAGPipeline`` takes (``wrap()`` reads them from the
+    app): ``temperature`` (0.7) of the sampled answers, ``k``: how many retrieved materials
+    to keep (None: all the retriever returns), ``prompt``: the prompt texts to send (a
+    ``tracerag.prompts.PromptVersion``; default ``DEFAULT_PROMPT``)."""
+
+    temperature: float
+    k: int | None
+    prompt: PromptVersion | None
 
 
 class SettingsOptions(TypedDict, total=False):
@@ -86,9 +140,8 @@ class RAGPipeline(StagedRunnable):
     Input: a question string, or ``{"question", "session_id", "user_id", "channel"}`` (all but
     question optional). Output: a ``tracerag.Response``. Works with ``invoke``, ``ainvoke``,
     ``batch``, ``abatch`` and inside LCEL; ``arun`` adds per-call hooks (stage events, record
-    sink). ``prompt``: the prompt texts to send (a ``tracerag.prompts.PromptVersion``; default
-    ``DEFAULT_PROMPT``). ``prices``: a price table per model (a mapping or a JSON file, see
-    ``tracerag.usage``) for the cost of each request.
+    sink). ``plan``: "separate" (a plan call before sampling) or "inline". Its other options
+    are ``RAGPipelineOptions``.
     """
 
     def __init__(
@@ -98,27 +151,10 @@ class RAGPipeline(StagedRunnable):
         *,
         prompt_version: str | None,
         model_version: str | None,
-        n_samples: int = 5,
-        temperature: float = 0.7,
-        thresholds: Thresholds | tuple[float, float] | None = None,
-        rules: Sequence[Rule] = (),
-        escalation: EscalationHandler | None = None,
         plan: str = "separate",
-        tier: str = "high",
-        k: int | None = None,
-        support_backend: str | SupportBackend = "lexical",
-        equivalence: Equivalence | None = None,
-        combiner: Combiner | None = None,
-        retry: RetryPolicy | None = None,
-        tracer_provider: TracerProvider | None = None,
-        meter_provider: Any = None,
-        audit: Any = "auto",
-        review_clustered_retrieval: bool = False,
-        relevance_floor: float | None = None,
-        retrieval_shape: ShapeThresholds | None = None,
-        prompt: PromptVersion | None = None,
-        prices: Mapping[str, Any] | str | None = None,
+        **options: Unpack[RAGPipelineOptions],
     ) -> None:
+        check_options("RAGPipeline", options, RAGPipelineOptions.__optional_keys__)
         if not isinstance(retriever, BaseRetriever):
             raise ConfigurationError(
                 f"retriever must be a LangChain BaseRetriever, got {type(retriever).__name__}"
@@ -130,28 +166,10 @@ class RAGPipeline(StagedRunnable):
         settings = build_settings(
             retriever=retriever,
             llm=llm,
-            tracer_provider=tracer_provider,
             prompt_version=prompt_version,
             model_version=model_version,
-            n_samples=n_samples,
-            temperature=temperature,
             plan_mode=plan,
-            tier=tier,
-            k=k,
-            thresholds=thresholds,
-            rules=rules,
-            escalation=escalation,
-            support_backend=support_backend,
-            equivalence=equivalence,
-            combiner=combiner,
-            retry=retry,
-            audit=audit,
-            meter_provider=meter_provider,
-            review_clustered_retrieval=review_clustered_retrieval,
-            relevance_floor=relevance_floor,
-            retrieval_shape=retrieval_shape,
-            prompt=prompt,
-            prices=prices,
+            **options,
         )
         super().__init__(settings, ModelSource())
 

@@ -35,7 +35,7 @@ import dataclasses
 import functools
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +47,7 @@ from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel,
 from langchain_core.runnables.base import RunnableBindingBase, RunnableEachBase
 from langchain_core.runnables.configurable import DynamicRunnable
 from langchain_core.runnables.passthrough import RunnableAssign
-from opentelemetry.trace import Span, TracerProvider
+from opentelemetry.trace import Span
 
 from tracerag import semconv
 from tracerag import usage as usage_meter
@@ -63,10 +63,10 @@ from tracerag.chain_io import ChainIO, independent_copy
 from tracerag.errors import ConfigurationError, RetrieverTimeoutError
 from tracerag.graph_runs import Sampler, SampleRun
 from tracerag.llm import OnRetry, Tries, clean_text, model_name, retry_call, within
-from tracerag.pipeline import build_settings
+from tracerag.options import check_options
+from tracerag.pipeline import PipelineOptions, build_settings
 from tracerag.prompts import fingerprint
 from tracerag.runner import StagedRunnable
-from tracerag.signals.attribution import ShapeThresholds
 from tracerag.stages.plan import implied_plan
 from tracerag.stages.retrieve import fetch, record_materials, to_materials
 from tracerag.stages.sample import (
@@ -87,13 +87,10 @@ from tracerag.state import (
 )
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
-    from tracerag.routing import EscalationHandler, Thresholds
-    from tracerag.settings import RetryPolicy, Settings
-    from tracerag.signals.confidence import Combiner
-    from tracerag.signals.consistency import Equivalence
-    from tracerag.signals.rules import Rule
-    from tracerag.signals.support import SupportBackend
+    from tracerag.routing import EscalationHandler
+    from tracerag.settings import Settings
     from tracerag.signals.types import Material
 
 logger = logging.getLogger("tracerag.wrap")
@@ -455,28 +452,13 @@ def wrap(
     *,
     prompt_version: str | None = None,
     model_version: str | None = None,
-    n_samples: int = 5,
-    thresholds: Thresholds | tuple[float, float] | None = None,
-    rules: Sequence[Rule] = (),
-    escalation: EscalationHandler | None = None,
-    tier: str = "high",
-    support_backend: str | SupportBackend = "lexical",
-    equivalence: Equivalence | None = None,
-    combiner: Combiner | None = None,
-    retry: RetryPolicy | None = None,
     chain_input: Callable[[str], Any] | None = None,
     input_key: str | None = None,
     output_key: str | None = None,
     documents_key: str | None = None,
     run_once: Sequence[str] = (),
     retriever: BaseRetriever | None = None,
-    tracer_provider: TracerProvider | None = None,
-    meter_provider: Any = None,
-    audit: Any = "auto",
-    review_clustered_retrieval: bool = False,
-    relevance_floor: float | None = None,
-    retrieval_shape: ShapeThresholds | None = None,
-    prices: Mapping[str, Any] | str | None = None,
+    **options: Unpack[PipelineOptions],
 ) -> WrappedChain:
     """Wrap an existing LangChain chain or LangGraph graph so each request runs the six traced,
     verified stages.
@@ -488,9 +470,10 @@ def wrap(
     documents the app used (default: ``context``, ``source_documents``). ``run_once`` names
     graph nodes that must run once per request, not once per sample. ``retriever`` is the
     retriever the app uses inside its nodes, called once in the retrieve stage for scored
-    materials. ``chain_input`` turns the question into the app's input instead.
-    ``prices``: a price table per model (see ``tracerag.usage``) for the cost of each request.
+    materials. ``chain_input`` turns the question into the app's input instead. The options it
+    shares with ``RAGPipeline`` are ``tracerag.pipeline.PipelineOptions``.
     """
+    check_options("wrap", options, PipelineOptions.__optional_keys__)
     if not isinstance(chain, Runnable):
         raise ConfigurationError(
             f"wrap() needs a LangChain Runnable, got {type(chain).__name__}"
@@ -502,28 +485,13 @@ def wrap(
     settings = build_settings(
         retriever=None,
         llm=None,
-        tracer_provider=tracer_provider,
         prompt_version=prompt_version or info.prompt_version,
         model_version=model_version or info.model_version,
-        n_samples=n_samples,
         temperature=temperature if temperature is not None else 0.7,
         plan_mode="inline",
-        tier=tier,
-        thresholds=thresholds,
-        rules=rules,
-        escalation=escalation,
-        support_backend=support_backend,
-        equivalence=equivalence,
-        combiner=combiner,
-        retry=retry,
-        audit=audit,
-        meter_provider=meter_provider,
-        review_clustered_retrieval=review_clustered_retrieval,
-        relevance_floor=relevance_floor,
-        retrieval_shape=retrieval_shape,
-        prices=prices,
+        **options,
     )
-    if temperature == 0.0 and n_samples > 1:
+    if temperature == 0.0 and settings.n_samples > 1:
         logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)
     io = ChainIO(
         input_key=input_key,

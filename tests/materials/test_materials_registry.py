@@ -19,7 +19,7 @@ from tracerag.materials import (
     Provenance,
     Use,
 )
-from tracerag.materials.registry import QUARANTINE_RULE, ROLLBACK_RULE
+from tracerag.materials.records import QUARANTINE_RULE, ROLLBACK_RULE
 
 FEE = "Opened items returned within 7 days of delivery carry a 10% restocking fee."
 FEE_ZH = "已拆封商品在签收后7天内退货，收取10%的翻新费。"

@@ -283,3 +283,16 @@ async def test_an_answer_is_checked_by_a_sync_backend_in_one_worker_thread():
     )
     assert report.valid
     assert len(seen) == 2 and len(set(seen)) == 1 and seen[0] != loop_thread
+
+
+async def test_both_citation_checks_take_the_same_options_and_refuse_others():
+    answer = "Refunds are paid within 7 business days. [1]"
+    materials = [Material(id="returns", text=RETURNS)]
+    options = {"backend": "lexical", "resolve": {"1": "returns"}.get, "today": None}
+    sync = verify_citations(answer, materials, **options)
+    both = (sync, await averify_citations(answer, materials, **options))
+    assert [(r.valid, r.claims[0].material_id) for r in both] == [(True, "returns")] * 2
+    with pytest.raises(TypeError, match="unexpected keyword argument 'resolver'"):
+        verify_citations(answer, materials, resolver=None)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'resolver'"):
+        await averify_citations(answer, materials, resolver=None)  # type: ignore[call-arg]

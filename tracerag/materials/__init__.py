@@ -23,16 +23,16 @@ from tracerag.materials.model import (
     Usage,
     content_hash,
 )
-from tracerag.materials.registry import (
+from tracerag.materials.records import (
     MATERIALS_LOG,
     ConcurrentChange,
     InvalidTransition,
     MaterialNotFound,
-    MaterialRegistry,
     ReadHit,
     StoredVersion,
     Use,
 )
+from tracerag.materials.registry import MaterialRegistry
 
 __all__ = [
     "MATERIALS_LOG",

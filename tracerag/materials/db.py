@@ -12,11 +12,11 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from tracerag.errors import ConfigurationError, TraceragError
-from tracerag.store.sqlite import transaction
+from tracerag.store.migrations import Step, migrate
+from tracerag.store.sqlite import QmarkCursor, transaction
 
 
 class MaterialStoreError(TraceragError):
@@ -33,113 +33,108 @@ class Cursor(Protocol):
     def fetchall(self) -> list[Any]: ...
 
 
-def _tables(big: str, real: str) -> list[str]:
-    return [
-        f"""CREATE TABLE material_versions (
-            material_id TEXT NOT NULL,
-            version INTEGER NOT NULL,
-            status TEXT NOT NULL,
-            written_by TEXT NOT NULL,
-            operator TEXT NOT NULL,
-            batch_id TEXT,
-            change TEXT NOT NULL,
-            content_hash TEXT NOT NULL,
-            created_at TEXT NOT NULL,
-            body TEXT NOT NULL,
-            body_hash TEXT NOT NULL,
-            audit_seq {big},
-            audit_hash TEXT,
-            PRIMARY KEY (material_id, version)
-        )""",
-        "CREATE INDEX material_versions_rule ON material_versions (written_by)",
-        "CREATE INDEX material_versions_batch ON material_versions (batch_id)",
-        "CREATE INDEX material_versions_hash ON material_versions (content_hash)",
-        f"""CREATE TABLE materials (
-            material_id TEXT PRIMARY KEY,
-            current_version INTEGER NOT NULL,
-            status TEXT NOT NULL,
-            content_hash TEXT NOT NULL,
-            ema {real} NOT NULL,
-            outcomes INTEGER NOT NULL DEFAULT 0,
-            denials INTEGER NOT NULL DEFAULT 0,
-            pending_version INTEGER,
-            updated_at TEXT NOT NULL
-        )""",
-        "CREATE INDEX materials_status ON materials (status)",
-        """CREATE TABLE material_usage (
-            material_id TEXT NOT NULL,
-            version INTEGER NOT NULL,
-            retrievals INTEGER NOT NULL DEFAULT 0,
-            citations INTEGER NOT NULL DEFAULT 0,
-            passed INTEGER NOT NULL DEFAULT 0,
-            approvals INTEGER NOT NULL DEFAULT 0,
-            edits INTEGER NOT NULL DEFAULT 0,
-            rejections INTEGER NOT NULL DEFAULT 0,
-            confirmations INTEGER NOT NULL DEFAULT 0,
-            denials INTEGER NOT NULL DEFAULT 0,
-            PRIMARY KEY (material_id, version)
-        )""",
-        """CREATE TABLE material_reads (
-            request_id TEXT NOT NULL,
-            material_id TEXT NOT NULL,
-            version INTEGER NOT NULL,
-            rank_before INTEGER,
-            rank_after INTEGER,
-            cited INTEGER NOT NULL DEFAULT 0,
-            decision TEXT,
-            created_at TEXT NOT NULL,
-            PRIMARY KEY (request_id, material_id)
-        )""",
-        "CREATE INDEX material_reads_material ON material_reads (material_id, version)",
-        "CREATE INDEX material_reads_created ON material_reads (created_at)",
-        """CREATE TABLE material_complaints (
-            request_id TEXT PRIMARY KEY,
-            verdict TEXT NOT NULL,
-            created_at TEXT NOT NULL
-        )""",
-        f"""CREATE TABLE material_feedback (
-            feedback_id TEXT PRIMARY KEY,
-            request_id TEXT NOT NULL,
-            verdict TEXT NOT NULL,
-            comment TEXT,
-            correction TEXT,
-            operator TEXT NOT NULL,
-            created_at TEXT NOT NULL,
-            audit_seq {big}
-        )""",
-        "CREATE INDEX material_feedback_request ON material_feedback (request_id)",
-        """CREATE TABLE material_conflicts (
-            conflict_id TEXT PRIMARY KEY,
-            material_a TEXT NOT NULL,
-            version_a INTEGER NOT NULL,
-            material_b TEXT NOT NULL,
-            version_b INTEGER NOT NULL,
-            slot_key TEXT NOT NULL,
-            value_a TEXT NOT NULL,
-            value_b TEXT NOT NULL,
-            status TEXT NOT NULL CHECK (status IN ('open', 'resolved')),
-            created_at TEXT NOT NULL,
-            resolved_at TEXT,
-            resolution TEXT
-        )""",
-        "CREATE INDEX material_conflicts_status ON material_conflicts (status)",
-        f"""CREATE TABLE material_head (
-            id INTEGER PRIMARY KEY CHECK (id = 1),
-            generation {big} NOT NULL
-        )""",
-        "INSERT INTO material_head (id, generation) VALUES (1, 0)",
-    ]
-
-
-MIGRATIONS: dict[str, list[tuple[int, list[str]]]] = {
-    "sqlite": [(1, _tables("INTEGER", "REAL"))],
-    "postgres": [(1, _tables("BIGINT", "DOUBLE PRECISION"))],
-}
-SCHEMA_VERSION = 1
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+#: the registry's migrations, in the audit store's format (``tracerag.store.migrations``)
+MIGRATIONS: list[tuple[int, list[Step]]] = [
+    (
+        1,
+        [
+            """CREATE TABLE material_versions (
+                material_id TEXT NOT NULL,
+                version INTEGER NOT NULL,
+                status TEXT NOT NULL,
+                written_by TEXT NOT NULL,
+                operator TEXT NOT NULL,
+                batch_id TEXT,
+                change TEXT NOT NULL,
+                content_hash TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                body TEXT NOT NULL,
+                body_hash TEXT NOT NULL,
+                audit_seq {bigint},
+                audit_hash TEXT,
+                PRIMARY KEY (material_id, version)
+            )""",
+            "CREATE INDEX material_versions_rule ON material_versions (written_by)",
+            "CREATE INDEX material_versions_batch ON material_versions (batch_id)",
+            "CREATE INDEX material_versions_hash ON material_versions (content_hash)",
+            """CREATE TABLE materials (
+                material_id TEXT PRIMARY KEY,
+                current_version INTEGER NOT NULL,
+                status TEXT NOT NULL,
+                content_hash TEXT NOT NULL,
+                ema {double} NOT NULL,
+                outcomes INTEGER NOT NULL DEFAULT 0,
+                denials INTEGER NOT NULL DEFAULT 0,
+                pending_version INTEGER,
+                updated_at TEXT NOT NULL
+            )""",
+            "CREATE INDEX materials_status ON materials (status)",
+            """CREATE TABLE material_usage (
+                material_id TEXT NOT NULL,
+                version INTEGER NOT NULL,
+                retrievals INTEGER NOT NULL DEFAULT 0,
+                citations INTEGER NOT NULL DEFAULT 0,
+                passed INTEGER NOT NULL DEFAULT 0,
+                approvals INTEGER NOT NULL DEFAULT 0,
+                edits INTEGER NOT NULL DEFAULT 0,
+                rejections INTEGER NOT NULL DEFAULT 0,
+                confirmations INTEGER NOT NULL DEFAULT 0,
+                denials INTEGER NOT NULL DEFAULT 0,
+                PRIMARY KEY (material_id, version)
+            )""",
+            """CREATE TABLE material_reads (
+                request_id TEXT NOT NULL,
+                material_id TEXT NOT NULL,
+                version INTEGER NOT NULL,
+                rank_before INTEGER,
+                rank_after INTEGER,
+                cited INTEGER NOT NULL DEFAULT 0,
+                decision TEXT,
+                created_at TEXT NOT NULL,
+                PRIMARY KEY (request_id, material_id)
+            )""",
+            "CREATE INDEX material_reads_material ON material_reads (material_id, version)",
+            "CREATE INDEX material_reads_created ON material_reads (created_at)",
+            """CREATE TABLE material_complaints (
+                request_id TEXT PRIMARY KEY,
+                verdict TEXT NOT NULL,
+                created_at TEXT NOT NULL
+            )""",
+            """CREATE TABLE material_feedback (
+                feedback_id TEXT PRIMARY KEY,
+                request_id TEXT NOT NULL,
+                verdict TEXT NOT NULL,
+                comment TEXT,
+                correction TEXT,
+                operator TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                audit_seq {bigint}
+            )""",
+            "CREATE INDEX material_feedback_request ON material_feedback (request_id)",
+            """CREATE TABLE material_conflicts (
+                conflict_id TEXT PRIMARY KEY,
+                material_a TEXT NOT NULL,
+                version_a INTEGER NOT NULL,
+                material_b TEXT NOT NULL,
+                version_b INTEGER NOT NULL,
+                slot_key TEXT NOT NULL,
+                value_a TEXT NOT NULL,
+                value_b TEXT NOT NULL,
+                status TEXT NOT NULL CHECK (status IN ('open', 'resolved')),
+                created_at TEXT NOT NULL,
+                resolved_at TEXT,
+                resolution TEXT
+            )""",
+            "CREATE INDEX material_conflicts_status ON material_conflicts (status)",
+            """CREATE TABLE material_head (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                generation {bigint} NOT NULL
+            )""",
+            "INSERT INTO material_head (id, generation) VALUES (1, 0)",
+        ],
+    ),
+]
+SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
 class RegistryDB:
@@ -176,12 +171,8 @@ class SQLiteRegistryDB(RegistryDB):
         self.schema_version = self._migrate()
 
     def _migrate(self) -> int:
-        with self.write() as cur:
-            cur.execute(
-                "CREATE TABLE IF NOT EXISTS material_schema_version "
-                "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
-            )
-            return _apply(cur, "sqlite")
+        with self._lock, transaction(self._conn, "BEGIN IMMEDIATE") as cur:
+            return _migrate(QmarkCursor(cur), self.dialect)
 
     def write(self) -> AbstractContextManager[Cursor]:
         return self._transaction("BEGIN IMMEDIATE")
@@ -226,12 +217,7 @@ class PostgresRegistryDB(RegistryDB):
         self._conn = connect(dsn, schema)
         with self._conn.transaction(), self._conn.cursor() as raw:
             raw.execute("SELECT pg_advisory_xact_lock(hashtext('tracerag.materials.schema'))")
-            cur = _PgCursor(raw)
-            cur.execute(
-                "CREATE TABLE IF NOT EXISTS material_schema_version "
-                "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
-            )
-            self.schema_version = _apply(cur, "postgres")
+            self.schema_version = _migrate(raw, self.dialect)
 
     @contextmanager
     def write(self) -> Iterator[Cursor]:
@@ -250,23 +236,16 @@ class PostgresRegistryDB(RegistryDB):
             self._conn.close()
 
 
-def _apply(cur: Cursor, dialect: str) -> int:
-    cur.execute("SELECT MAX(version) FROM material_schema_version")
-    current = int(cur.fetchone()[0] or 0)
-    if current > SCHEMA_VERSION:
-        raise MaterialStoreError(
-            f"material registry schema version {current} is newer than this tracerag supports"
-        )
-    for version, statements in MIGRATIONS[dialect]:
-        if current < version:
-            for statement in statements:
-                cur.execute(statement)
-            cur.execute(
-                "INSERT INTO material_schema_version (version, applied_at) VALUES (?, ?)",
-                (version, _now()),
-            )
-            current = version
-    return current
+def _migrate(cur: Any, dialect: str) -> int:
+    """Apply the registry's pending migrations (``cur`` takes ``format``-style parameters)."""
+    return migrate(
+        cur,
+        dialect,
+        MIGRATIONS,
+        version_table="material_schema_version",
+        schema="material registry",
+        refuse=MaterialStoreError,
+    )
 
 
 def connect_like(store: Any) -> RegistryDB:

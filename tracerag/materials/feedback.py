@@ -23,7 +23,8 @@ from langchain_core.documents import Document
 
 from tracerag.materials.db import MaterialStoreError
 from tracerag.materials.model import Provenance, content_hash
-from tracerag.materials.registry import MaterialRegistry, Use
+from tracerag.materials.records import Use
+from tracerag.materials.registry import MaterialRegistry
 from tracerag.record import AuditRecord
 from tracerag.store.base import KIND_EXPLANATION_REQUESTED
 

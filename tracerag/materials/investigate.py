@@ -14,7 +14,8 @@ from typing import Any
 
 from tracerag.materials.feedback import relied_on
 from tracerag.materials.model import content_hash
-from tracerag.materials.registry import MaterialRegistry, ReadHit, StoredVersion
+from tracerag.materials.records import ReadHit, StoredVersion
+from tracerag.materials.registry import MaterialRegistry
 
 
 @dataclass

@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date, datetime, timezone
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 SourceType = Literal["document", "user_input", "inference", "third_party"]
 Status = Literal["active", "pending_review", "quarantined", "deleted"]
@@ -130,6 +130,19 @@ class Provenance:
         )
 
 
+class MaterialFields(TypedDict, total=False):
+    """What a change may set besides a material's text: the ``MaterialVersion`` fields of the
+    same names (``provenance`` defaults to ``Provenance()``, the others to None)."""
+
+    provenance: Provenance
+    title: str | None
+    valid_from: str | None
+    valid_until: str | None
+    last_confirmed: str | None
+    supersedes: str | None
+    superseded_by: str | None
+
+
 @dataclass(frozen=True)
 class MaterialVersion:
     """One immutable version of a material, with why and by whom it was written."""
@@ -137,7 +150,7 @@ class MaterialVersion:
     material_id: str
     version: int
     content: str
-    provenance: Provenance
+    provenance: Provenance = field(default_factory=Provenance)
     status: str = "active"
     title: str | None = None
     valid_from: str | None = None
@@ -316,6 +329,7 @@ __all__ = [
     "STATUSES",
     "USAGE_COUNTERS",
     "WITHHELD",
+    "MaterialFields",
     "MaterialState",
     "MaterialVersion",
     "Provenance",

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from tracerag.identity import SYSTEM_METHOD, OperatorIdentity
 from tracerag.materials.conflicts import find_conflicts
@@ -36,9 +36,9 @@ from tracerag.materials.db import Cursor, MaterialStoreError, RegistryDB, connec
 from tracerag.materials.gate import GateVerdict, WriteGate
 from tracerag.materials.metrics import ensure_instruments, unwatch_registry, watch_registry
 from tracerag.materials.model import (
+    MaterialFields,
     MaterialState,
     MaterialVersion,
-    Provenance,
     content_hash,
     now_iso,
     parse_time,
@@ -50,24 +50,25 @@ from tracerag.materials.records import (
     DEFAULT_READ_RETENTION_DAYS,
     FIRST_SIGHT_RULE,
     MATERIALS_LOG,
-    QUARANTINE_RULE,
     ROLLBACK_RULE,
     SYSTEM,
     ConcurrentChange,
     ConflictRecord,
     InvalidTransition,
     MaterialNotFound,
-    ReadHit,
     RollbackResult,
     StoredVersion,
-    Use,
     VerifyReport,
     body_digest,
     body_json,
     stored_version,
 )
 from tracerag.materials.usage import UsageLog
+from tracerag.options import check_options
 from tracerag.store.base import KIND_MATERIAL_CHANGE
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 #: who makes a change: an identity, or a bare name (recorded as declared, not authenticated)
 Operator = Union[str, OperatorIdentity]  # noqa: UP007
@@ -535,20 +536,16 @@ class MaterialRegistry(UsageLog):
         *,
         operator: Operator,
         written_by: str,
-        provenance: Provenance | None = None,
-        source_snippet: str = "",
         reason: str | None = None,
-        title: str | None = None,
-        valid_from: str | None = None,
-        valid_until: str | None = None,
-        last_confirmed: str | None = None,
-        supersedes: str | None = None,
-        superseded_by: str | None = None,
-        gate: bool = True,
+        source_snippet: str = "",
         batch_id: str | None = None,
+        gate: bool = True,
         hold: bool = False,
+        **fields: Unpack[MaterialFields],
     ) -> MaterialVersion:
-        """Write a new material through the write gate (``hold`` sends it to review anyway)."""
+        """Write a new material through the write gate (``hold`` sends it to review anyway);
+        ``fields``: its provenance, title and validity (``MaterialFields``)."""
+        check_options("register", fields, MaterialFields.__optional_keys__)
         who = _require_operator(operator)
         existing = self.find(material_id)
         if existing is not None:
@@ -559,19 +556,13 @@ class MaterialRegistry(UsageLog):
             material_id=material_id,
             version=1,
             content=content,
-            provenance=provenance or Provenance(),
-            title=title,
-            valid_from=valid_from,
-            valid_until=valid_until,
-            last_confirmed=last_confirmed,
-            supersedes=supersedes,
-            superseded_by=superseded_by,
             written_by=written_by,
             source_snippet=source_snippet,
             operator=who.name,
             change="create",
             reason=reason,
             batch_id=batch_id,
+            **fields,
         )
         status, verdict = self._judge(v) if gate else ("active", None)
         if hold:
@@ -600,14 +591,16 @@ class MaterialRegistry(UsageLog):
         source_snippet: str = "",
         gate: bool = True,
         batch_id: str | None = None,
-        **fields: Any,
+        **fields: Unpack[MaterialFields],
     ) -> MaterialVersion:
-        """Write a new version of a material with changed content or fields.
+        """Write a new version of a material with changed content or fields
+        (``MaterialFields``).
 
         Changed content passes the write gate. A held edit of an active material waits for
         review beside the version in service (``MaterialState.pending``), which stays in
         service until the edit is approved.
         """
+        check_options("edit", fields, MaterialFields.__optional_keys__)
         who = _require_operator(operator)
         if not reason or not reason.strip():
             raise ValueError("an edit needs a reason")
@@ -1010,22 +1003,4 @@ def _require_operator(operator: Operator) -> OperatorIdentity:
     return who
 
 
-__all__ = [
-    "CHANGE_KEY",
-    "DEFAULT_READ_RETENTION_DAYS",
-    "FIRST_SIGHT_RULE",
-    "MATERIALS_LOG",
-    "QUARANTINE_RULE",
-    "ROLLBACK_RULE",
-    "ConcurrentChange",
-    "ConflictRecord",
-    "InvalidTransition",
-    "MaterialNotFound",
-    "MaterialRegistry",
-    "ReadHit",
-    "RollbackResult",
-    "StoredVersion",
-    "Use",
-    "VerifyReport",
-    "body_digest",
-]
+__all__ = ["MaterialRegistry"]

@@ -39,21 +39,14 @@ class UsageLog:
     policy: CredibilityPolicy
     read_retention_days: int
 
-    if TYPE_CHECKING:
+    if TYPE_CHECKING:  # what it uses of the registry it is part of
 
         def get(self, material_id: str) -> MaterialState: ...
 
         def version_for(self, material_id: str, text_hash: str | None = None) -> int | None: ...
 
         def transition(
-            self,
-            material_id: str,
-            action: str,
-            *,
-            operator: str,
-            reason: str,
-            written_by: str = "manual",
-            batch_id: str | None = None,
+            self, material_id: str, action: str, *, operator: str, reason: str, written_by: str
         ) -> MaterialVersion: ...
 
     @staticmethod

@@ -11,7 +11,9 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
+from typing import TYPE_CHECKING, TypedDict
 
+from tracerag.options import check_options
 from tracerag.signals.claims import Claim, split_claims
 from tracerag.signals.support import (
     Support,
@@ -21,6 +23,9 @@ from tracerag.signals.support import (
     get_backend,
 )
 from tracerag.signals.types import Material
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 SUPPORTED = "supported"
 UNSUPPORTED = "unsupported"
@@ -67,43 +72,52 @@ class CitationReport:
 IdResolver = Callable[[str], "str | None"]
 
 
-def verify_citations(
-    answer: str,
-    materials: Sequence[Material],
-    *,
-    backend: str | SupportBackend = "lexical",
-    resolve: IdResolver | None = None,
-    today: date | None = None,
-) -> CitationReport:
-    """Verify every claim of ``answer`` against the retrieved ``materials``.
+class CitationOptions(TypedDict, total=False):
+    """How ``verify_citations`` and ``averify_citations`` check an answer.
 
+    ``backend`` ("lexical"): a support backend, or the name it is registered under.
     ``resolve`` maps a cited marker to a material id (e.g. ``"1"`` → the first retrieved
-    material, for foreign chains); by default markers are material ids.
+    material, for foreign chains); by default markers are material ids. ``today``: the date a
+    material's validity is judged on (default: today).
     """
-    impl = get_backend(backend)
-    plan = _plan(answer, materials, resolve, today)
-    return plan.finish(impl.name, [impl(c, m, corpus=plan.corpus) for c, m in plan.checks])
+
+    backend: str | SupportBackend
+    resolve: IdResolver | None
+    today: date | None
+
+
+def verify_citations(
+    answer: str, materials: Sequence[Material], **options: Unpack[CitationOptions]
+) -> CitationReport:
+    """Verify every claim of ``answer`` against the retrieved ``materials``."""
+    return _verify(_backend("verify_citations", options), answer, materials, options)
 
 
 async def averify_citations(
-    answer: str,
-    materials: Sequence[Material],
-    *,
-    backend: str | SupportBackend = "lexical",
-    resolve: IdResolver | None = None,
-    today: date | None = None,
+    answer: str, materials: Sequence[Material], **options: Unpack[CitationOptions]
 ) -> CitationReport:
     """``verify_citations`` for async callers: the backend is awaited (``acheck``), so a slow
     backend does not hold up the event loop. A backend that computes synchronously checks the
     whole answer in one worker thread."""
-    impl = get_backend(backend)
+    impl = _backend("averify_citations", options)
     if _computes_synchronously(impl):
-        return await asyncio.to_thread(
-            verify_citations, answer, materials, backend=impl, resolve=resolve, today=today
-        )
-    plan = _plan(answer, materials, resolve, today)
+        return await asyncio.to_thread(_verify, impl, answer, materials, options)
+    plan = _plan(answer, materials, options)
     supports = [await acheck_support(impl, c, m, corpus=plan.corpus) for c, m in plan.checks]
     return plan.finish(impl.name, supports)
+
+
+def _backend(caller: str, options: CitationOptions) -> SupportBackend:
+    """The support backend the options name; a keyword that is not an option is refused."""
+    check_options(caller, options, CitationOptions.__optional_keys__)
+    return get_backend(options.get("backend", "lexical"))
+
+
+def _verify(
+    impl: SupportBackend, answer: str, materials: Sequence[Material], options: CitationOptions
+) -> CitationReport:
+    plan = _plan(answer, materials, options)
+    return plan.finish(impl.name, [impl(c, m, corpus=plan.corpus) for c, m in plan.checks])
 
 
 @dataclass
@@ -129,13 +143,9 @@ class _Plan:
         return _report(backend_name, verdicts)
 
 
-def _plan(
-    answer: str,
-    materials: Sequence[Material],
-    resolve: IdResolver | None,
-    today: date | None,
-) -> _Plan:
+def _plan(answer: str, materials: Sequence[Material], options: CitationOptions) -> _Plan:
     by_id = {m.id: m for m in materials}
+    resolve, today = options.get("resolve"), options.get("today")
     claims = [_targets(claim, by_id, resolve, today) for claim in split_claims(answer)]
     return _Plan(corpus=[m.text for m in materials], claims=claims)
 

@@ -194,10 +194,16 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
-CREATE_SCHEMA_VERSION = (
-    "CREATE TABLE IF NOT EXISTS schema_version "
-    "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
-)
+
+
+def create_version_table(name: str) -> str:
+    """The SQL that creates a table of applied schema versions named ``name``."""
+    return (
+        f"CREATE TABLE IF NOT EXISTS {name} (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+    )
+
+
+CREATE_SCHEMA_VERSION = create_version_table("schema_version")
 
 
 def statements(step: Step, dialect: str) -> Sequence[str]:
@@ -210,24 +216,35 @@ def statements(step: Step, dialect: str) -> Sequence[str]:
     return []
 
 
-def apply(cur: Any, dialect: str, target: int | None = None) -> int:
-    """Apply pending migrations up to ``target`` (default: latest) inside the caller's lock.
+def migrate(
+    cur: Any,
+    dialect: str,
+    migrations: Sequence[tuple[int, Sequence[Step]]],
+    *,
+    version_table: str,
+    schema: str,
+    refuse: type[Exception],
+    target: int | None = None,
+) -> int:
+    """Apply the pending ``migrations`` up to ``target`` (default: the last) inside the
+    caller's lock, each with its row in ``version_table``.
 
-    ``cur`` takes ``format``-style parameters. Returns the new version; raises
-    ``SchemaTooNew`` when the database is newer than this code.
+    ``cur`` takes ``format``-style parameters. Returns the new version; raises ``refuse`` when
+    the database holds a newer version of ``schema`` than ``migrations`` reach.
     """
     if dialect not in DIALECTS:
         raise ValueError(f"unknown SQL dialect {dialect!r}")
-    target = SCHEMA_VERSION if target is None else target
-    cur.execute(CREATE_SCHEMA_VERSION)
-    cur.execute("SELECT MAX(version) FROM schema_version")
+    latest = migrations[-1][0]
+    target = latest if target is None else target
+    cur.execute(create_version_table(version_table))
+    cur.execute(f"SELECT MAX(version) FROM {version_table}")
     current = int(cur.fetchone()[0] or 0)
-    if current > SCHEMA_VERSION:
-        raise SchemaTooNew(
-            f"audit database schema version {current} is newer than this tracerag "
-            f"supports ({SCHEMA_VERSION}); upgrade tracerag"
+    if current > latest:
+        raise refuse(
+            f"{schema} schema version {current} is newer than this tracerag "
+            f"supports ({latest}); upgrade tracerag"
         )
-    for version, steps in MIGRATIONS:
+    for version, steps in migrations:
         if current < version <= target:
             for step in steps:
                 if callable(step):
@@ -236,8 +253,26 @@ def apply(cur: Any, dialect: str, target: int | None = None) -> int:
                 for sql in statements(step, dialect):
                     cur.execute(sql)
             cur.execute(
-                "INSERT INTO schema_version (version, applied_at) VALUES (%s, %s)",
+                f"INSERT INTO {version_table} (version, applied_at) VALUES (%s, %s)",
                 (version, now_iso()),
             )
             current = version
     return current
+
+
+def apply(cur: Any, dialect: str, target: int | None = None) -> int:
+    """Apply the audit store's pending migrations up to ``target`` (default: latest) inside
+    the caller's lock.
+
+    ``cur`` takes ``format``-style parameters. Returns the new version; raises
+    ``SchemaTooNew`` when the database is newer than this code.
+    """
+    return migrate(
+        cur,
+        dialect,
+        MIGRATIONS,
+        version_table="schema_version",
+        schema="audit database",
+        refuse=SchemaTooNew,
+        target=target,
+    )
