@@ -552,6 +552,8 @@ class MaterialRegistry(UsageLog):
             raise MaterialStoreError(
                 f"material {material_id!r} exists (version {existing.current.version}); use edit"
             )
+        if fields.get("provenance") is None:  # an explicit None means "not given", as before
+            fields.pop("provenance", None)
         v = MaterialVersion(
             material_id=material_id,
             version=1,
