@@ -1,0 +1,1 @@
+"""The offline demo: the bundled knowledge base, ``tracerag demo`` and its scenarios."""

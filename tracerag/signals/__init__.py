@@ -1,0 +1,1 @@
+"""The signals behind confidence: citations, support, self-consistency, rules, attribution."""

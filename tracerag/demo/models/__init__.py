@@ -1,0 +1,1 @@
+"""Chat models the demo runs offline without an API key: extractive (no weights) and local."""
