@@ -48,8 +48,8 @@ def _clear_caches() -> None:
     from tracerag.signals import lexical
     from tracerag.text import quantities
 
-    lexical._material_view.cache_clear()
-    lexical._doc_tokens.cache_clear()
+    lexical._VIEWS.clear()
+    lexical._DOC_TOKENS.clear()
     quantities._extract_cached.cache_clear()
 
 

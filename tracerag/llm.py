@@ -17,7 +17,7 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -229,7 +229,6 @@ async def retry_call(
     """Await ``fn()``, each attempt bounded by the policy's timeout for ``calls``; retry errors
     ``retry_on`` accepts, with backoff, up to ``policy.attempts``; raise the last error."""
     counter = tries if tries is not None else Tries()
-    counter.count = 0
     seconds: float | None
     timeout_error: Callable[[float], Exception]
     if calls == "retriever":
@@ -243,12 +242,30 @@ async def retry_call(
     except Exception as exc:
         if policy.attempts <= 1 or not retry_on(exc):
             raise
-        first: Exception | None = exc
+        first = exc
+    return await _retry_after(
+        first, fn, policy, on_retry, retry_on, counter, seconds, timeout_error
+    )
+
+
+async def _retry_after(
+    first: Exception,
+    fn: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    on_retry: OnRetry | None,
+    retry_on: Callable[[BaseException], bool],
+    counter: Tries,
+    seconds: float | None,
+    timeout_error: Callable[[float], Exception],
+) -> T:
+    """The attempts after a first one that failed with ``first``, under tenacity (apart from
+    ``retry_call`` so that its first attempt makes no closure)."""
+    failed: Exception | None = first
 
     async def attempt() -> T:
-        nonlocal first
-        if first is not None:  # tenacity takes the first attempt's error as its own attempt 1
-            error, first = first, None
+        nonlocal failed
+        if failed is not None:  # tenacity takes the first attempt's error as its own attempt 1
+            error, failed = failed, None
             raise error
         counter.count += 1
         return await within(fn, seconds, timeout_error)
@@ -352,11 +369,8 @@ async def call_model(
     """Invoke the model under the policy: bounded retries, a timeout per attempt, and output
     capped and cleaned (attempts made are counted in ``tries``)."""
 
-    async def once() -> AIMessage:
-        message = await ainvoke_model(
-            llm, messages, config=config, max_chars=policy.max_output_chars
-        )
-        return cast(AIMessage, message)  # what chat models return, though typed BaseMessage
+    async def once() -> AIMessage:  # ``ainvoke_model``, inline: one coroutine less per call
+        return clean_message(await llm.ainvoke(messages, config=config), policy.max_output_chars)
 
     return await retry_call(once, policy, on_retry=on_retry, tries=tries)
 

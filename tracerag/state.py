@@ -637,12 +637,17 @@ def _jsonable(value: Any) -> Any:
         kind = _KINDS[cls] = _kind_of(cls)
     if kind == _PLAIN:
         return value
+    # most members are strings and numbers: those are kept without a call per member
     if kind == _DATACLASS:
-        return {name: _jsonable(getattr(value, name)) for name in _FIELD_NAMES[cls]}
+        out: dict[str, Any] = {}
+        for name in _FIELD_NAMES[cls]:
+            member = getattr(value, name)
+            out[name] = member if type(member) in _LEAVES else _jsonable(member)
+        return out
     if kind == _SEQUENCE:
-        return [_jsonable(v) for v in value]
+        return [v if type(v) in _LEAVES else _jsonable(v) for v in value]
     if kind == _MAPPING:
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): v if type(v) in _LEAVES else _jsonable(v) for k, v in value.items()}
     if kind == _TIME:
         return value.isoformat()
     if kind == _MODEL:
@@ -651,6 +656,7 @@ def _jsonable(value: Any) -> Any:
 
 
 _PLAIN, _TIME, _DATACLASS, _MODEL, _MAPPING, _SEQUENCE, _OTHER = range(7)
+_LEAVES = frozenset({str, int, float, bool, type(None)})  # kept as they are (``_PLAIN``)
 _KINDS: dict[type, int] = {}
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 

@@ -296,3 +296,47 @@ async def test_both_citation_checks_take_the_same_options_and_refuse_others():
         verify_citations(answer, materials, resolver=None)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="unexpected keyword argument 'resolver'"):
         await averify_citations(answer, materials, resolver=None)  # type: ignore[call-arg]
+
+
+def _record_scoring_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The threads the lexical backend scores claims in, as it scores them."""
+    from tracerag.signals import lexical
+
+    seen: list[int] = []
+    analyse = lexical.analyse
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        seen.append(threading.get_ident())
+        return analyse(*args, **kwargs)
+
+    monkeypatch.setattr(lexical, "analyse", recording)
+    return seen
+
+
+async def test_lexical_checks_of_prepared_short_materials_stay_on_the_loop(monkeypatch):
+    materials = [Material(id="returns", text=RETURNS)]
+    verify_citations(RETURNS_ANSWER, materials)  # prepares the material
+    seen = _record_scoring_threads(monkeypatch)
+    report = await averify_citations(RETURNS_ANSWER, materials)
+    assert report.valid
+    assert seen == [threading.get_ident()]  # quicker in place than a hop to a worker thread
+
+
+async def test_lexical_checks_of_a_new_material_leave_the_loop(monkeypatch):
+    fresh = RETURNS + f" Ticket {threading.get_ident()}-{id(monkeypatch)} is not a policy."
+    seen = _record_scoring_threads(monkeypatch)
+    report = await averify_citations(RETURNS_ANSWER, [Material(id="returns", text=fresh)])
+    assert report.valid
+    assert len(seen) == 1 and seen[0] != threading.get_ident()  # preparing it is costly
+
+
+async def test_lexical_checks_of_long_materials_leave_the_loop(monkeypatch):
+    from tracerag.signals.lexical import CHEAP_CHARS
+
+    long_text = " ".join([RETURNS] * (CHEAP_CHARS // len(RETURNS) + 1))
+    materials = [Material(id="returns", text=long_text)]
+    verify_citations(RETURNS_ANSWER, materials)  # prepared, yet long
+    seen = _record_scoring_threads(monkeypatch)
+    report = await averify_citations(RETURNS_ANSWER, materials)
+    assert report.valid
+    assert len(seen) == 1 and seen[0] != threading.get_ident()

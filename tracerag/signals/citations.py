@@ -98,12 +98,17 @@ async def averify_citations(
 ) -> CitationReport:
     """``verify_citations`` for async callers: the backend is awaited (``acheck``), so a slow
     backend does not hold up the event loop. A backend that computes synchronously checks the
-    whole answer in one worker thread."""
+    whole answer in one worker thread, unless it says the checks are ``cheap`` (quicker than
+    the hop to the thread)."""
     impl = _backend("averify_citations", options)
-    if _computes_synchronously(impl):
-        return await asyncio.to_thread(_verify, impl, answer, materials, options)
     plan = _plan(answer, materials, options)
-    supports = [await acheck_support(impl, c, m, corpus=plan.corpus) for c, m in plan.checks]
+    checks = plan.checks
+    if _computes_synchronously(impl):
+        cheap = getattr(impl, "cheap", None)
+        if cheap is not None and cheap(checks, plan.corpus):
+            return plan.check(impl)
+        return await asyncio.to_thread(plan.check, impl)
+    supports = [await acheck_support(impl, c, m, corpus=plan.corpus) for c, m in checks]
     return plan.finish(impl.name, supports)
 
 
@@ -116,8 +121,7 @@ def _backend(caller: str, options: CitationOptions) -> SupportBackend:
 def _verify(
     impl: SupportBackend, answer: str, materials: Sequence[Material], options: CitationOptions
 ) -> CitationReport:
-    plan = _plan(answer, materials, options)
-    return plan.finish(impl.name, [impl(c, m, corpus=plan.corpus) for c, m in plan.checks])
+    return _plan(answer, materials, options).check(impl)
 
 
 @dataclass
@@ -132,6 +136,11 @@ class _Plan:
     def checks(self) -> list[tuple[str, str]]:
         """The (claim, material text) pairs the support backend scores, in order."""
         return [(verdict.text, m.text) for verdict, targets, _ in self.claims for m in targets]
+
+    def check(self, backend: SupportBackend) -> CitationReport:
+        """The report, each check scored by calling ``backend``."""
+        corpus = self.corpus
+        return self.finish(backend.name, [backend(c, m, corpus=corpus) for c, m in self.checks])
 
     def finish(self, backend_name: str, supports: Sequence[Support]) -> CitationReport:
         """The report from the support of each check, in the order of ``checks``."""

@@ -24,6 +24,7 @@ from functools import lru_cache
 from typing import Any
 
 from tracerag.signals.support import (
+    LruCache,
     Support,
     SyncSupportBackend,
     check_inputs,
@@ -43,10 +44,13 @@ from tracerag.text.structure import (
 )
 from tracerag.text.tokens import is_stopword, tokenize, tokenize_spans
 
-__all__ = ["DEFAULT_THRESHOLD", "LexicalParams", "LexicalSupport"]
+__all__ = ["CHEAP_CHARS", "DEFAULT_THRESHOLD", "LexicalParams", "LexicalSupport"]
 
 #: Score at or above which a claim counts as supported (chosen on the WiCE dev set).
 DEFAULT_THRESHOLD = 0.45
+#: Characters of claims and (prepared) materials up to which checks count as ``cheap``: about
+#: half a millisecond of scoring, less than a worker-thread hop costs the event loop's process.
+CHEAP_CHARS = 6000
 
 _CJK_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 # Chinese characters that are mostly function words: bigrams across them are often not words.
@@ -140,6 +144,19 @@ class LexicalSupport(SyncSupportBackend):
         check_inputs(claim, material_text)
         analysis = analyse(claim, material_text, corpus, self.params)
         return analysis.to_support(self, claim, _material_view(material_text).sentences)
+
+    def cheap(self, checks: Sequence[tuple[str, str]], corpus: Sequence[str]) -> bool:
+        """True when the checks take well under a millisecond: this class's own scoring (a
+        subclass that scores otherwise is not vouched for), every material and corpus text
+        already prepared (split, tokenized, its quantities found: the costly part), and at
+        most ``CHEAP_CHARS`` characters of claims and materials in all."""
+        if type(self).__call__ is not LexicalSupport.__call__:
+            return False
+        if sum(len(claim) + len(text) for claim, text in checks) > CHEAP_CHARS:
+            return False
+        return all(text in _VIEWS and text in _DOC_TOKENS for _, text in checks) and all(
+            text in _DOC_TOKENS for text in corpus if isinstance(text, str)
+        )
 
     def with_threshold(self, threshold: float) -> LexicalSupport:
         """The same backend with another threshold."""
@@ -349,9 +366,13 @@ def _only_function_words(gap: str) -> bool:
     return bool(_GAP_RE.fullmatch(gap)) and all(is_stopword(t) for t in tokenize(gap))
 
 
-@lru_cache(maxsize=256)
+#: The words of each recently seen document, by text.
+_DOC_TOKENS: LruCache[str, frozenset[str]] = LruCache(256)
+
+
 def _doc_tokens(text: str) -> frozenset[str]:
-    return frozenset(tokenize(text))
+    tokens = _DOC_TOKENS.get(text)
+    return tokens if tokens is not None else _DOC_TOKENS.put(text, frozenset(tokenize(text)))
 
 
 @lru_cache(maxsize=256)
@@ -548,8 +569,16 @@ def _content_sequence(sentence: Sentence, quantities: list[Quantity]) -> list[st
     ]
 
 
-@lru_cache(maxsize=256)
+#: Each recently seen material, prepared for scoring, by text.
+_VIEWS: LruCache[str, _MaterialView] = LruCache(256)
+
+
 def _material_view(material_text: str) -> _MaterialView:
+    view = _VIEWS.get(material_text)
+    return view if view is not None else _VIEWS.put(material_text, _prepare(material_text))
+
+
+def _prepare(material_text: str) -> _MaterialView:
     sentences = split_sentences(material_text)
     tokens = [frozenset(tokenize(s.text)) for s in sentences]
     quantities = extract_quantities(material_text)
@@ -579,7 +608,7 @@ def _material_view(material_text: str) -> _MaterialView:
 
 @lru_cache(maxsize=32)
 def _corpus_idf(corpus: tuple[str, ...]) -> tuple[dict[str, float], float]:
-    return _idf_table([frozenset(tokenize(d)) for d in corpus])
+    return _idf_table([_doc_tokens(d) for d in corpus])
 
 
 def analyse(

@@ -98,6 +98,12 @@ class SyncSupportBackend:
     ) -> Support:  # pragma: no cover - subclasses implement it
         raise NotImplementedError
 
+    def cheap(self, checks: Sequence[tuple[str, str]], corpus: Sequence[str]) -> bool:
+        """Whether scoring ``checks`` (claim, material text) against ``corpus`` costs less than
+        handing the work to a worker thread, so async callers may compute it in place. Never,
+        unless a backend knows its work to be quick."""
+        return False
+
     async def acheck(
         self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
     ) -> Support:
@@ -280,6 +286,11 @@ class LruCache(Generic[_K, _V]):
         self._items: OrderedDict[_K, _V] = OrderedDict()
         self._lock = threading.Lock()
 
+    def __contains__(self, key: object) -> bool:
+        """Whether a value is kept for ``key`` (without counting as a use)."""
+        with self._lock:
+            return key in self._items
+
     def get(self, key: _K) -> _V | None:
         """The value kept for ``key`` (now the most recently used), or None."""
         with self._lock:
@@ -287,6 +298,11 @@ class LruCache(Generic[_K, _V]):
             if value is not None:
                 self._items.move_to_end(key)
             return value
+
+    def clear(self) -> None:
+        """Forget every value."""
+        with self._lock:
+            self._items.clear()
 
     def put(self, key: _K, value: _V) -> _V:
         """Keep ``value`` for ``key``, dropping the least recently used beyond ``size``."""

@@ -284,6 +284,9 @@ async def sample(
     if versions is not None and versions.prompt:
         model_attributes[semconv.OI_PROMPT_TEMPLATE_VERSION] = versions.prompt
 
+    # samples often write the same plan word for word: parse each distinct one once
+    plans: dict[str | None, Plan] = {}
+
     async def generate(index: int, on_retry: OnRetry, tries: Tries) -> Draw:
         message = await call_model(
             llm, messages, policy=settings.retry, on_retry=on_retry, config=config, tries=tries
@@ -299,7 +302,9 @@ async def sample(
         spent = usage.span_attributes(usage.note(call))
         if inline:
             plan_text, answer = split_inline(raw)
-            plan = _inline_plan(plan_text, retrieved)
+            plan = plans.get(plan_text)
+            if plan is None:
+                plan = plans[plan_text] = _inline_plan(plan_text, retrieved)
             return Draw(raw, answer, plan, input_tokens, output_tokens, spent)
         return Draw(raw, None, None, input_tokens, output_tokens, spent)
 
