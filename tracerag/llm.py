@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
@@ -219,7 +221,9 @@ if sys.version_info >= (3, 11):  # ``Task.uncancel`` is new in 3.11
                 raise RuntimeError("a time limit applies only inside a task")
             self._task = task
             self._cancelling = task.cancelling()
-            self._handle = loop.call_at(loop.time() + self._seconds, self._expire)
+            self._handle = loop.call_at(
+                loop.time() + self._seconds, self._expire, context=_timer_context()
+            )
 
         def _expire(self) -> None:
             self._expired = True
@@ -233,6 +237,19 @@ if sys.version_info >= (3, 11):  # ``Task.uncancel`` is new in 3.11
                 and exc_type is asyncio.CancelledError
             ):
                 raise self._error(self._seconds) from None
+
+
+_timers = threading.local()
+
+
+def _timer_context() -> contextvars.Context:
+    """An empty context for this thread's time-limit timers: expiring one only cancels its task,
+    so a timer need not copy (and keep alive) the context of the call it bounds."""
+    try:
+        context: contextvars.Context = _timers.context
+    except AttributeError:
+        context = _timers.context = contextvars.Context()
+    return context
 
 
 async def within(
