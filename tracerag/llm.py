@@ -87,16 +87,36 @@ def record_retry(
     **extra: Any,
 ) -> OnRetry:
     """An ``on_retry`` callback keeping each retried error on the context, span and metrics."""
-    from tracerag import metrics, semconv
+    return _RetryRecord(ctx, span, stage, meter_provider, extra)
 
-    def on_retry(attempt: int, error: BaseException) -> None:
-        ctx.record_error(stage, error, attempt=attempt, retried=True, **extra)
-        span.add_event(
+
+class _RetryRecord:
+    """What ``record_retry`` returns: one small object per call (most calls are never retried)."""
+
+    __slots__ = ("ctx", "extra", "meter_provider", "span", "stage")
+
+    def __init__(
+        self,
+        ctx: ErrorRecorder,
+        span: Span,
+        stage: str,
+        meter_provider: MeterProvider | None,
+        extra: dict[str, Any],
+    ) -> None:
+        self.ctx = ctx
+        self.span = span
+        self.stage = stage
+        self.meter_provider = meter_provider
+        self.extra = extra
+
+    def __call__(self, attempt: int, error: BaseException) -> None:
+        from tracerag import metrics, semconv
+
+        self.ctx.record_error(self.stage, error, attempt=attempt, retried=True, **self.extra)
+        self.span.add_event(
             semconv.EVENT_RETRY, {semconv.RETRY_ATTEMPT: attempt, semconv.RETRY_ERROR: repr(error)}
         )
-        metrics.record_retry(stage, error, meter_provider=meter_provider)
-
-    return on_retry
+        metrics.record_retry(self.stage, error, meter_provider=self.meter_provider)
 
 
 # Errors of the caller's or the model's own code: the same call fails the same way again.
