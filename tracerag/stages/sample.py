@@ -16,10 +16,10 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
@@ -192,6 +192,8 @@ class Draw:
 
 #: Produce one sample's answer: ``(index, on_retry, tries) -> Draw``; raise when it fails.
 Generate = Callable[[int, OnRetry, Tries], Awaitable[Draw]]
+#: What ``draw_samples`` makes a Draw of, when ``finish`` is given.
+R = TypeVar("R")
 #: The sample span's own attributes: ``(index, draw or None when it failed) -> attributes``.
 Describe = Callable[[int, "Draw | None"], Mapping[str, Any]]
 
@@ -200,11 +202,15 @@ async def draw_samples(
     state: RequestState,
     settings: Settings,
     n: int,
-    generate: Generate,
+    generate: Callable[[int, OnRetry, Tries], Awaitable[R]],
     describe: Describe,
     errors: ErrorLog,
+    finish: Callable[[R], Draw] | None = None,
 ) -> tuple[Sample, ...]:
-    """Draw ``n`` samples concurrently, each in its own child span; failures are kept."""
+    """Draw ``n`` samples concurrently, each in its own child span; failures are kept.
+
+    ``generate`` gives each sample's Draw (a ``Generate``), or, with ``finish``, what ``finish``
+    makes the Draw of (what either raises fails the sample)."""
     tracer: Tracer = get_tracer(settings.tracer_provider)
     request_id = state.request_id
 
@@ -217,7 +223,8 @@ async def draw_samples(
             error: str | None = None
             kept: str | None = None  # what fits of an over-long output, for the record
             try:
-                draw = await generate(index, on_retry, tries)
+                got = await generate(index, on_retry, tries)
+                draw = finish(got) if finish is not None else cast(Draw, got)
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
                 if isinstance(exc, OutputTooLongError):
@@ -287,10 +294,12 @@ async def sample(
     # samples often write the same plan word for word: parse each distinct one once
     plans: dict[str | None, Plan] = {}
 
-    async def generate(index: int, on_retry: OnRetry, tries: Tries) -> Draw:
-        message = await call_model(
+    def generate(index: int, on_retry: OnRetry, tries: Tries) -> Awaitable[AIMessage]:
+        return call_model(
             llm, messages, policy=settings.retry, on_retry=on_retry, config=config, tries=tries
         )
+
+    def finish(message: AIMessage) -> Draw:  # no coroutine more per sample
         raw = text_of(message)
         input_tokens, output_tokens = token_usage(message)
         call = usage.usage_of(
@@ -314,7 +323,7 @@ async def sample(
 
     errors = ErrorLog()
     samples = await draw_samples(
-        state, settings, samples_wanted(state, settings), generate, describe, errors
+        state, settings, samples_wanted(state, settings), generate, describe, errors, finish
     )
     warnings.extend(record_samples(samples, span, settings.temperature if applied else None))
     return SampleSet(
