@@ -15,7 +15,7 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
@@ -177,7 +177,7 @@ def record_samples(
     return (TEMPERATURE_ZERO_WARNING,)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Draw:
     """What one way of answering produced for a sample: its raw text and what it reported."""
 
@@ -186,8 +186,8 @@ class Draw:
     plan: Plan | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
-    #: span attributes of what the call spent (``tracerag.usage``)
-    attributes: Mapping[str, Any] = field(default_factory=dict)
+    #: what the call spent, as ``tracerag.usage`` counts it (for the sample span)
+    spent: usage.CallUsage | None = None
 
 
 #: Produce one sample's answer: ``(index, on_retry, tries) -> Draw``; raise when it fails.
@@ -248,7 +248,9 @@ async def draw_samples(
                 input_tokens=draw.input_tokens if draw is not None else None,
                 output_tokens=draw.output_tokens if draw is not None else None,
             )
-            finish_sample_span(child, request_id, result, describe(index, draw))
+            # a span that records nothing is not described
+            described = describe(index, draw) if child.is_recording() else None
+            finish_sample_span(child, request_id, result, described)
         return result
 
     return tuple(await asyncio.gather(*(one(i) for i in range(n))))
@@ -308,18 +310,19 @@ async def sample(
             model=model_attributes[semconv.GENAI_REQUEST_MODEL],
             prompt=messages,
         )
-        spent = usage.span_attributes(usage.note(call))
+        usage.note(call)
         if inline:
             plan_text, answer = split_inline(raw)
             plan = plans.get(plan_text)
             if plan is None:
                 plan = plans[plan_text] = _inline_plan(plan_text, retrieved)
-            return Draw(raw, answer, plan, input_tokens, output_tokens, spent)
-        return Draw(raw, None, None, input_tokens, output_tokens, spent)
+            return Draw(raw, answer, plan, input_tokens, output_tokens, call)
+        return Draw(raw, None, None, input_tokens, output_tokens, call)
 
     def describe(index: int, draw: Draw | None) -> Mapping[str, Any]:
-        spent = draw.attributes if draw is not None else {}
-        return {**model_attributes, **spent}
+        if draw is None or draw.spent is None:
+            return dict(model_attributes)
+        return {**model_attributes, **usage.span_attributes(draw.spent)}
 
     errors = ErrorLog()
     samples = await draw_samples(
