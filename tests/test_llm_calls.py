@@ -353,3 +353,78 @@ def test_a_first_attempt_that_times_out_is_retried_under_the_same_bound():
     with pytest.raises(ModelTimeoutError):
         asyncio.run(asyncio.wait_for(retry_call(slow, policy, tries=tries), GUARD_S))
     assert len(calls) == 2 and tries.count == 2
+
+
+def test_a_bounded_call_cancelled_from_elsewhere_is_cancelled_not_timed_out():
+    from tracerag.llm import within
+
+    started = asyncio.Event()
+
+    async def hangs() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    async def main() -> None:
+        task = asyncio.create_task(within(hangs, 30.0, ModelTimeoutError))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+
+    asyncio.run(asyncio.wait_for(main(), GUARD_S))
+
+
+def test_a_timeout_error_of_the_call_itself_is_not_taken_for_the_bound():
+    from tracerag.llm import within
+
+    async def own_timeout() -> None:
+        raise TimeoutError("the client's own timeout")
+
+    with pytest.raises(TimeoutError) as raised:
+        asyncio.run(within(own_timeout, 30.0, ModelTimeoutError))
+    assert not isinstance(raised.value, ModelTimeoutError)
+    assert str(raised.value) == "the client's own timeout"
+
+
+def test_bounds_nest_each_reporting_its_own_expiry():
+    from tracerag.llm import within
+
+    async def hangs() -> None:
+        await asyncio.Event().wait()
+
+    async def outer_first() -> None:
+        with pytest.raises(TimeoutError) as raised:
+            async with asyncio.timeout(0.01):
+                await within(hangs, 30.0, ModelTimeoutError)
+        assert not isinstance(raised.value, ModelTimeoutError)
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
+
+    async def inner_first() -> None:
+        async with asyncio.timeout(30.0):
+            with pytest.raises(ModelTimeoutError):
+                await within(hangs, 0.01, ModelTimeoutError)
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
+        await asyncio.sleep(0)  # no cancellation is left pending on the task
+
+    asyncio.run(asyncio.wait_for(outer_first(), GUARD_S))
+    asyncio.run(asyncio.wait_for(inner_first(), GUARD_S))
+
+
+def test_a_bounded_call_that_finishes_in_time_leaves_no_timer_behind():
+    from tracerag.llm import within
+
+    async def quick() -> str:
+        await asyncio.sleep(0)
+        return "ok"
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        assert await within(quick, 30.0, ModelTimeoutError) == "ok"
+        await asyncio.sleep(0)
+        live = [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
+        assert live == []
+
+    asyncio.run(main())

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
@@ -85,16 +87,36 @@ def record_retry(
     **extra: Any,
 ) -> OnRetry:
     """An ``on_retry`` callback keeping each retried error on the context, span and metrics."""
-    from tracerag import metrics, semconv
+    return _RetryRecord(ctx, span, stage, meter_provider, extra)
 
-    def on_retry(attempt: int, error: BaseException) -> None:
-        ctx.record_error(stage, error, attempt=attempt, retried=True, **extra)
-        span.add_event(
+
+class _RetryRecord:
+    """What ``record_retry`` returns: one small object per call (most calls are never retried)."""
+
+    __slots__ = ("ctx", "extra", "meter_provider", "span", "stage")
+
+    def __init__(
+        self,
+        ctx: ErrorRecorder,
+        span: Span,
+        stage: str,
+        meter_provider: MeterProvider | None,
+        extra: dict[str, Any],
+    ) -> None:
+        self.ctx = ctx
+        self.span = span
+        self.stage = stage
+        self.meter_provider = meter_provider
+        self.extra = extra
+
+    def __call__(self, attempt: int, error: BaseException) -> None:
+        from tracerag import metrics, semconv
+
+        self.ctx.record_error(self.stage, error, attempt=attempt, retried=True, **self.extra)
+        self.span.add_event(
             semconv.EVENT_RETRY, {semconv.RETRY_ATTEMPT: attempt, semconv.RETRY_ERROR: repr(error)}
         )
-        metrics.record_retry(stage, error, meter_provider=meter_provider)
-
-    return on_retry
+        metrics.record_retry(self.stage, error, meter_provider=self.meter_provider)
 
 
 # Errors of the caller's or the model's own code: the same call fails the same way again.
@@ -196,6 +218,60 @@ class Tries:
     count: int = 0
 
 
+if sys.version_info >= (3, 11):  # ``Task.uncancel`` is new in 3.11
+
+    class _Bound:
+        """A time limit on the awaits of the current task inside ``with``: when it passes, the task
+        is cancelled and the block raises ``error(seconds)``. What ``asyncio.timeout`` does, as a
+        plain context manager (no coroutine of its own, one timer and no other object per use);
+        a cancellation from elsewhere, or a ``TimeoutError`` of the awaited code, passes through.
+        Python 3.11+ (it needs ``Task.uncancel``)."""
+
+        __slots__ = ("_cancelling", "_error", "_expired", "_handle", "_seconds", "_task")
+
+        def __init__(self, seconds: float, error: Callable[[float], Exception]) -> None:
+            self._seconds = seconds
+            self._error = error
+            self._expired = False
+
+        def __enter__(self) -> None:
+            loop = asyncio.get_running_loop()
+            task = asyncio.current_task(loop)
+            if task is None:
+                raise RuntimeError("a time limit applies only inside a task")
+            self._task = task
+            self._cancelling = task.cancelling()
+            self._handle = loop.call_at(
+                loop.time() + self._seconds, self._expire, context=_timer_context()
+            )
+
+        def _expire(self) -> None:
+            self._expired = True
+            self._task.cancel()
+
+        def __exit__(self, exc_type: type[BaseException] | None, exc: object, tb: object) -> None:
+            self._handle.cancel()
+            if (
+                self._expired
+                and self._task.uncancel() <= self._cancelling
+                and exc_type is asyncio.CancelledError
+            ):
+                raise self._error(self._seconds) from None
+
+
+_timers = threading.local()
+
+
+def _timer_context() -> contextvars.Context:
+    """An empty context for this thread's time-limit timers: expiring one only cancels its task,
+    so a timer need not copy (and keep alive) the context of the call it bounds."""
+    try:
+        context: contextvars.Context = _timers.context
+    except AttributeError:
+        context = _timers.context = contextvars.Context()
+    return context
+
+
 async def within(
     fn: Callable[[], Awaitable[T]], seconds: float | None, error: Callable[[float], Exception]
 ) -> T:
@@ -203,14 +279,8 @@ async def within(
     if seconds is None:
         return await fn()
     if sys.version_info >= (3, 11):
-        deadline = asyncio.timeout(seconds)
-        try:
-            async with deadline:
-                return await fn()
-        except TimeoutError:
-            if deadline.expired():
-                raise error(seconds) from None
-            raise
+        with _Bound(seconds, error):
+            return await fn()
     try:
         return await asyncio.wait_for(fn(), seconds)
     except asyncio.TimeoutError:
@@ -368,11 +438,52 @@ async def call_model(
 ) -> AIMessage:
     """Invoke the model under the policy: bounded retries, a timeout per attempt, and output
     capped and cleaned (attempts made are counted in ``tries``)."""
+    if sys.version_info >= (3, 11):
+        counter = tries if tries is not None else Tries()
+        counter.count = 1
+        seconds = policy.model_timeout
+        try:  # the first attempt, as ``retry_call`` makes it, with no coroutine or closure more
+            if seconds is None:
+                message = await llm.ainvoke(messages, config=config)
+            else:
+                with _Bound(seconds, ModelTimeoutError):
+                    message = await llm.ainvoke(messages, config=config)
+            return clean_message(message, policy.max_output_chars)
+        except Exception as exc:
+            if policy.attempts <= 1 or not is_transient(exc):
+                raise
+            first = exc
+        return await _retry_after(
+            first,
+            _model_attempt(llm, messages, config, policy.max_output_chars),
+            policy,
+            on_retry,
+            is_transient,
+            counter,
+            seconds,
+            ModelTimeoutError,
+        )
+    return await retry_call(
+        _model_attempt(llm, messages, config, policy.max_output_chars),
+        policy,
+        on_retry=on_retry,
+        tries=tries,
+    )
 
-    async def once() -> AIMessage:  # ``ainvoke_model``, inline: one coroutine less per call
-        return clean_message(await llm.ainvoke(messages, config=config), policy.max_output_chars)
 
-    return await retry_call(once, policy, on_retry=on_retry, tries=tries)
+def _model_attempt(
+    llm: BaseChatModel,
+    messages: list[BaseMessage],
+    config: RunnableConfig | None,
+    max_chars: int | None,
+) -> Callable[[], Awaitable[AIMessage]]:
+    """One attempt of ``call_model``, for ``retry_call``: ``ainvoke_model``, typed as the
+    model's reply."""
+
+    async def once() -> AIMessage:
+        return clean_message(await llm.ainvoke(messages, config=config), max_chars)
+
+    return once
 
 
 def text_of(message: BaseMessage, *, strict: bool = False, sep: str = "") -> str:

@@ -15,11 +15,11 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
@@ -177,7 +177,7 @@ def record_samples(
     return (TEMPERATURE_ZERO_WARNING,)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Draw:
     """What one way of answering produced for a sample: its raw text and what it reported."""
 
@@ -186,12 +186,14 @@ class Draw:
     plan: Plan | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
-    #: span attributes of what the call spent (``tracerag.usage``)
-    attributes: Mapping[str, Any] = field(default_factory=dict)
+    #: what the call spent, as ``tracerag.usage`` counts it (for the sample span)
+    spent: usage.CallUsage | None = None
 
 
 #: Produce one sample's answer: ``(index, on_retry, tries) -> Draw``; raise when it fails.
 Generate = Callable[[int, OnRetry, Tries], Awaitable[Draw]]
+#: What ``draw_samples`` makes a Draw of, when ``finish`` is given.
+R = TypeVar("R")
 #: The sample span's own attributes: ``(index, draw or None when it failed) -> attributes``.
 Describe = Callable[[int, "Draw | None"], Mapping[str, Any]]
 
@@ -200,11 +202,15 @@ async def draw_samples(
     state: RequestState,
     settings: Settings,
     n: int,
-    generate: Generate,
+    generate: Callable[[int, OnRetry, Tries], Awaitable[R]],
     describe: Describe,
     errors: ErrorLog,
+    finish: Callable[[R], Draw] | None = None,
 ) -> tuple[Sample, ...]:
-    """Draw ``n`` samples concurrently, each in its own child span; failures are kept."""
+    """Draw ``n`` samples concurrently, each in its own child span; failures are kept.
+
+    ``generate`` gives each sample's Draw (a ``Generate``), or, with ``finish``, what ``finish``
+    makes the Draw of (what either raises fails the sample)."""
     tracer: Tracer = get_tracer(settings.tracer_provider)
     request_id = state.request_id
 
@@ -217,7 +223,8 @@ async def draw_samples(
             error: str | None = None
             kept: str | None = None  # what fits of an over-long output, for the record
             try:
-                draw = await generate(index, on_retry, tries)
+                got = await generate(index, on_retry, tries)
+                draw = finish(got) if finish is not None else cast(Draw, got)
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
                 if isinstance(exc, OutputTooLongError):
@@ -241,7 +248,9 @@ async def draw_samples(
                 input_tokens=draw.input_tokens if draw is not None else None,
                 output_tokens=draw.output_tokens if draw is not None else None,
             )
-            finish_sample_span(child, request_id, result, describe(index, draw))
+            # a span that records nothing is not described
+            described = describe(index, draw) if child.is_recording() else None
+            finish_sample_span(child, request_id, result, described)
         return result
 
     return tuple(await asyncio.gather(*(one(i) for i in range(n))))
@@ -287,10 +296,12 @@ async def sample(
     # samples often write the same plan word for word: parse each distinct one once
     plans: dict[str | None, Plan] = {}
 
-    async def generate(index: int, on_retry: OnRetry, tries: Tries) -> Draw:
-        message = await call_model(
+    def generate(index: int, on_retry: OnRetry, tries: Tries) -> Awaitable[AIMessage]:
+        return call_model(
             llm, messages, policy=settings.retry, on_retry=on_retry, config=config, tries=tries
         )
+
+    def finish(message: AIMessage) -> Draw:  # no coroutine more per sample
         raw = text_of(message)
         input_tokens, output_tokens = token_usage(message)
         call = usage.usage_of(
@@ -299,22 +310,23 @@ async def sample(
             model=model_attributes[semconv.GENAI_REQUEST_MODEL],
             prompt=messages,
         )
-        spent = usage.span_attributes(usage.note(call))
+        usage.note(call)
         if inline:
             plan_text, answer = split_inline(raw)
             plan = plans.get(plan_text)
             if plan is None:
                 plan = plans[plan_text] = _inline_plan(plan_text, retrieved)
-            return Draw(raw, answer, plan, input_tokens, output_tokens, spent)
-        return Draw(raw, None, None, input_tokens, output_tokens, spent)
+            return Draw(raw, answer, plan, input_tokens, output_tokens, call)
+        return Draw(raw, None, None, input_tokens, output_tokens, call)
 
     def describe(index: int, draw: Draw | None) -> Mapping[str, Any]:
-        spent = draw.attributes if draw is not None else {}
-        return {**model_attributes, **spent}
+        if draw is None or draw.spent is None:
+            return dict(model_attributes)
+        return {**model_attributes, **usage.span_attributes(draw.spent)}
 
     errors = ErrorLog()
     samples = await draw_samples(
-        state, settings, samples_wanted(state, settings), generate, describe, errors
+        state, settings, samples_wanted(state, settings), generate, describe, errors, finish
     )
     warnings.extend(record_samples(samples, span, settings.temperature if applied else None))
     return SampleSet(
