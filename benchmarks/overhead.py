@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import statistics
@@ -137,9 +138,14 @@ def direct_calls(n_calls: int):
 
 
 async def cpu_overhead(runnable, baseline, requests: int) -> tuple[float, float]:
-    """Mean process CPU per request of the pipeline and of its baseline, interleaved."""
+    """Mean process CPU per request of the pipeline and of its baseline, interleaved.
+
+    Each window starts from a fresh garbage-collector state, so a full collection owed to
+    earlier windows' garbage does not land in whichever window happens to come next.
+    """
     await runnable.ainvoke(QUESTION)
     await baseline()
+    gc.collect()
     spent = [0.0, 0.0]
     for _ in range(requests):  # alternate, so machine noise falls on both alike
         t0 = time.process_time()
