@@ -14,7 +14,9 @@ executor call, as a sync retriever does), which machine noise hardly moves.
 
 Wall-time ratios are to one bare call. CPU time tracerag adds per request is measured with a
 zero-latency model: process CPU per pipeline request minus the CPU of doing the same model calls
-and retrieval directly, both through the real OTel SDK (batch processor, spans discarded).
+and retrieval directly with LangChain alone, both through the real OTel SDK (batch processor,
+spans discarded). The chat model is defined here, not taken from tracerag, so two trees
+compared call the same model and only tracerag's own work differs.
 
     python benchmarks/overhead.py [--latency 0.2] [--samples 5] [--rounds 10]
 
@@ -35,6 +37,7 @@ import asyncio
 import gc
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -42,7 +45,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage
 from langchain_core.output_parsers import StrOutputParser
+from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnablePassthrough
 from opentelemetry.sdk.trace import TracerProvider
@@ -51,10 +57,7 @@ from opentelemetry.trace import NoOpTracerProvider
 
 from tracerag import RAGPipeline, wrap
 from tracerag.demo.kb import build_retriever
-from tracerag.prompts import PROMPT, TASK_ANSWER, prompt_values
 from tracerag.runner import run_sync
-from tracerag.stages.retrieve import fetch, to_materials
-from tracerag.testing import ScriptCall, ScriptedChatModel
 
 QUESTION = "How long is the warranty on a laptop?"
 ANSWER = (
@@ -68,16 +71,56 @@ class Discard(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-def respond(call: ScriptCall) -> str:
-    if call.task == "plan":
+TASK = re.compile(r"<task>([a-z_]+)</task>")
+
+
+def respond(task: str | None) -> str:
+    if task == "plan":
         return PLAN
-    if call.task == "plan_and_answer":
+    if task == "plan_and_answer":
         return f"PLAN: {PLAN}\nANSWER: {ANSWER}"
     return ANSWER
 
 
-def model(latency: float) -> ScriptedChatModel:
-    return ScriptedChatModel(responder=respond, latency=latency, model_name="sleepy")
+class SleepyChatModel(BaseChatModel):
+    """The application's chat model: it sleeps ``latency`` seconds and answers by task.
+
+    Defined here rather than taken from either tree, so both trees call the same model and
+    its own cost falls out of the difference. It reports token usage, as provider models do.
+    """
+
+    latency: float = 0.0
+    model_name: str = "sleepy"
+
+    @property
+    def _llm_type(self) -> str:
+        return "sleepy"
+
+    def _result(self, messages) -> ChatResult:
+        prompt = "\n".join(str(m.content) for m in messages)
+        match = TASK.search(prompt)
+        text = respond(match.group(1) if match else None)
+        inp, out = len(prompt) // 4, len(text) // 4
+        message = AIMessage(
+            content=text,
+            response_metadata={"model_name": self.model_name},
+            usage_metadata={"input_tokens": inp, "output_tokens": out, "total_tokens": inp + out},
+        )
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:
+        if self.latency:
+            time.sleep(self.latency)
+        return self._result(messages)
+
+    async def _agenerate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        return self._result(messages)
+
+
+def model(latency: float) -> SleepyChatModel:
+    return SleepyChatModel(latency=latency)
 
 
 def bare_chain(latency: float):
@@ -125,13 +168,18 @@ async def wall(runnable, rounds: int) -> float:
 
 
 def direct_calls(n_calls: int):
-    """The model calls and the one retrieval a request makes, made directly (no tracerag)."""
+    """The model calls and the one retrieval a request makes, made directly with LangChain
+    alone (no tracerag code, so a change to tracerag cannot move the baseline)."""
     retriever = build_retriever(k=4)
     llm = model(0.0)
+    prompt = ChatPromptTemplate.from_template(
+        "<task>answer</task>\nContext:\n{context}\n\nQuestion: {question}"
+    )
 
     async def once() -> None:
-        materials = to_materials(await fetch(retriever, QUESTION))
-        messages = PROMPT.format_messages(**prompt_values(TASK_ANSWER, QUESTION, materials))
+        docs = await retriever.ainvoke(QUESTION)
+        context = "\n\n".join(f"[{d.id}] {d.page_content}" for d in docs)
+        messages = prompt.format_messages(context=context, question=QUESTION)
         await asyncio.gather(*(llm.ainvoke(messages) for _ in range(n_calls)))
 
     return once
@@ -355,14 +403,18 @@ def compare(args) -> None:
         f"rounds of the mean of {args.cpu_requests} requests; request CPU minus the same model "
         f"calls and retrieval made directly)"
     )
-    print(f"  {'':32} {'before':>9} {'after':>9} {'after/before':>13}   request CPU before/after")
+    print(
+        f"  {'':32} {'before':>9} {'after':>9} {'after/before':>13}   request CPU before/after"
+        "   direct before/after"
+    )
     for key in cpu_keys:
         added = [med(t - d for t, d in cpu[i][key]) * 1000 for i in (0, 1)]
         total = [med(t for t, _ in cpu[i][key]) * 1000 for i in (0, 1)]
+        direct = [med(d for _, d in cpu[i][key]) * 1000 for i in (0, 1)]
         label = f"{key[0]} ({'OTel SDK' if key[1] == 'sdk' else 'no-op tracer'})"
         print(
             f"  {label:32} {added[0]:9.2f} {added[1]:9.2f} {added[1] / added[0]:12.2f}x"
-            f"   {total[0]:6.2f} / {total[1]:6.2f}"
+            f"   {total[0]:6.2f} / {total[1]:6.2f}          {direct[0]:6.2f} / {direct[1]:6.2f}"
         )
 
 
