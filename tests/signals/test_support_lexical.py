@@ -1,5 +1,6 @@
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from tracerag.signals.lexical import LexicalSupport
 from tracerag.signals.support import support
@@ -111,7 +112,7 @@ _materials = [
 ]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.integers(min_value=0, max_value=100_000),
     st.integers(min_value=0, max_value=100_000),
@@ -127,7 +128,7 @@ def test_a_claim_whose_number_is_not_in_the_material_is_never_supported(
     assert result.mismatches
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.integers(min_value=0, max_value=100_000), st.sampled_from(_claims))
 def test_the_claim_restated_by_the_material_is_supported(n: int, claim: str) -> None:
     text = claim.format(n=n)
@@ -141,7 +142,7 @@ _text = st.lists(
 ).map("".join)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(_text, _text)
 def test_any_text_gives_a_well_formed_result(claim: str, material: str) -> None:
     assume(claim.strip() and material.strip())

@@ -216,6 +216,7 @@ def test_jcs_json_is_rfc8785_where_rfc8785_can_write_the_value() -> None:
     import rfc8785
     from hypothesis import given, settings
     from hypothesis import strategies as st
+    from hypothesis_budget import examples
 
     from tracerag.store.chain import jcs_json
 
@@ -235,7 +236,7 @@ def test_jcs_json_is_rfc8785_where_rfc8785_can_write_the_value() -> None:
         max_leaves=20,
     )
 
-    @settings(max_examples=150, deadline=None)
+    @settings(max_examples=examples(150), deadline=None)
     @given(values)
     def check(value) -> None:
         assert jcs_json(value) == rfc8785.dumps(value).decode("utf-8")

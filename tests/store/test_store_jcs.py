@@ -8,6 +8,7 @@ import json
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from tracerag.store.chain import canonical_json, jcs_json, jcs_parsed
 
@@ -39,7 +40,7 @@ VALUES = st.recursive(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(VALUES)
 def test_jcs_text_is_what_rfc8785_writes(value) -> None:
     text, parsed = jcs_parsed(value)

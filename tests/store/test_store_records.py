@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 from store_fixtures import make_record
 
 from tracerag.config import reset_config
@@ -133,7 +134,7 @@ _json = st.recursive(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     extra=st.dictionaries(
         st.text(min_size=1).filter(lambda k: k != "request_id"), _json, max_size=4

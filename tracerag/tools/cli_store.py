@@ -72,6 +72,11 @@ def _shown(target: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", target)
 
 
+def audit_group() -> Any:
+    """The ``tracerag audit`` group of the parser built last (None before one is built)."""
+    return _audit_group
+
+
 def add_audit_command(name: str, help: str, configure: Configure) -> None:
     """Register ``tracerag audit NAME``; ``configure(parser)`` adds arguments and sets ``func``."""
     _AUDIT_COMMANDS[name] = (help, configure)
