@@ -21,7 +21,11 @@ import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStoreRetriever
-from langchain_core.vectorstores.utils import _cosine_similarity
+
+try:  # the function InMemoryVectorStore scores with (private: searches fall back without it)
+    from langchain_core.vectorstores.utils import _cosine_similarity
+except ImportError:  # pragma: no cover - another langchain-core
+    _cosine_similarity = None  # type: ignore[assignment]
 
 from tracerag.text import content_terms
 
@@ -150,7 +154,7 @@ class DemoVectorStore(InMemoryVectorStore):
     ) -> list[tuple[Document, float, list[float]]]:
         """The ``k`` stored documents nearest ``embedding`` with their scores and vectors,
         found and scored as ``InMemoryVectorStore`` does."""
-        if filter is not None:
+        if filter is not None or _cosine_similarity is None:
             return super()._similarity_search_with_score_by_vector(embedding, k, filter)
         docs = list(self.store.values())
         if not docs:
