@@ -14,6 +14,8 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "RAGPipeline": "tracerag.pipeline",
+    "PipelineOptions": "tracerag.pipeline",
+    "RAGPipelineOptions": "tracerag.pipeline",
     "wrap": "tracerag.wrap",
     "Response": "tracerag.contract",
     "Evidence": "tracerag.contract",
@@ -81,8 +83,10 @@ __all__ = [
     "MissingVersionError",
     "ModelTimeoutError",
     "OutputTooLongError",
+    "PipelineOptions",
     "PlanError",
     "RAGPipeline",
+    "RAGPipelineOptions",
     "Response",
     "RetrieverTimeoutError",
     "RetryPolicy",
@@ -140,7 +144,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         TraceragError,
     )
     from tracerag.metrics import configure_metrics
-    from tracerag.pipeline import RAGPipeline
+    from tracerag.pipeline import PipelineOptions, RAGPipeline, RAGPipelineOptions
     from tracerag.record import AuditRecord
     from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds, Ticket
     from tracerag.runner import StageEvent
