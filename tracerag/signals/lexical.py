@@ -14,6 +14,7 @@ swapped name or an actor moved out of the subject's place also cap the score.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from bisect import bisect_right
@@ -403,16 +404,13 @@ def _swaps(
     retrieved materials (or other sentences of a short material) use: another product, plan
     or place; or a word swapped where a noun stands ("per tablet"; 的/量词 + noun, or first in
     a Chinese clause)."""
-    import difflib
-
     by_token = {t.token: t for t in terms}
     order = sorted(
         ((a, t.token) for t in terms for a, _ in t.spans), key=lambda x: x[0]
     )
     claim_seq = [tok for _, tok in order]
     out: list[tuple[str, str]] = []
-    matcher = difflib.SequenceMatcher(a=claim_seq, b=sentence_seq, autojunk=False)
-    blocks = matcher.get_opcodes()
+    blocks = _opcodes(tuple(claim_seq), tuple(sentence_seq))
     for n, (tag, i1, i2, j1, j2) in enumerate(blocks):
         said = claim_seq[i1:i2]
         longest = 5 if any(not tok.isascii() for tok in said) else 2
@@ -439,6 +437,14 @@ def _swaps(
             continue
         out.append((claim[a:b], " ".join(sentence_seq[j1:j2])))
     return out
+
+
+@lru_cache(maxsize=4096)
+def _opcodes(
+    a: tuple[str, ...], b: tuple[str, ...]
+) -> tuple[tuple[str, int, int, int, int], ...]:
+    """How to turn word sequence ``a`` into ``b`` (``difflib`` opcodes, no junk heuristic)."""
+    return tuple(difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes())
 
 
 _DETERMINERS = frozenset(
