@@ -764,6 +764,7 @@ def analyse(
     return analysis
 
 
+@lru_cache(maxsize=4096)
 def _clause_of(claim: str, at: int) -> tuple[int, int]:
     """The clause (between , ; : and sentence ends) of ``claim`` around offset ``at``."""
     start = max((claim.rfind(c, 0, at) for c in ",;:，；：、"), default=-1) + 1
@@ -794,15 +795,17 @@ def _quantity_conflicts(
     words around them align to, which states another value of the same kind instead."""
     out: list[tuple[Quantity, str]] = []
     for j, q in enumerate(claim_qs):
-        if not stated[j]:
-            continue
+        if not stated[j] or not any(
+            _same_family(q, m) for found in view.sentence_quantities for m in found
+        ):
+            continue  # no sentence could state another value of its kind
         a, b = _clause_of(claim, q.start)
         anchors = _terms_within(terms, a, b)
         if not anchors:
             continue
 
         weights = [(k, terms[k].weight) for k in anchors]
-        scores = [sum(w * row.get(k, 0.0) for k, w in weights) for row in credit]
+        scores = [sum([w * row[k] for k, w in weights if k in row]) for row in credit]
         top = max(scores, default=0.0)
         if top <= 0.0:
             continue
