@@ -205,6 +205,7 @@ def question_terms(question: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(content_terms(question)))
 
 
+@lru_cache(maxsize=4096)
 def surface_match(question: str, material_text: str) -> SurfaceMatch:
     """Which content terms of the question occur in the material (the verifier's tokeniser)."""
     terms = question_terms(question)
@@ -451,22 +452,22 @@ def attribute(
             cited.setdefault(mid, []).append(i)
         if claim.supported:
             supports.setdefault(claim.material_id, []).append(i)  # type: ignore[arg-type]
-    shares = {m.id: round(len(supports.get(m.id, ())) * weight, 6) for m in materials}
+    shares = {
+        m.id: round(len(supports[m.id]) * weight, 6) if m.id in supports else 0.0
+        for m in materials
+    }
     top_share = max(shares.values(), default=0.0)
 
     out = []
     for rank, m in enumerate(materials, start=1):
+        mid, score = m.id, m.score
         validity = validity_reason(m.metadata or {}, today)
-        reasons = []
-        supported_by = tuple(supports.get(m.id, ()))
-        cited_by = tuple(cited.get(m.id, ()))
-        if supported_by:
-            reasons.append(CITED_SUPPORTED)
+        supported_by = tuple(supports.get(mid, ()))
+        cited_by = tuple(cited.get(mid, ()))
+        below = relevance_floor is not None and score is not None and score < relevance_floor
+        reasons = [CITED_SUPPORTED] if supported_by else []
         if validity is not None:
             reasons.append(validity[0])
-        below = (
-            relevance_floor is not None and m.score is not None and m.score < relevance_floor
-        )
         if below:
             reasons.append(BELOW_FLOOR)
         if cited_by and not supported_by:
@@ -474,8 +475,16 @@ def attribute(
         if not cited_by:
             reasons.append(NOT_CITED)
         used = bool(supported_by)
-        reason = CITED_SUPPORTED if used else next(r for r in _PRECEDENCE if r in reasons)
-        share = shares[m.id]
+        # the first reason in _PRECEDENCE order that applies
+        if used:
+            reason = CITED_SUPPORTED
+        elif validity is not None:
+            reason = validity[0]
+        elif below:
+            reason = BELOW_FLOOR
+        else:
+            reason = CITED_UNSUPPORTED if cited_by else NOT_CITED
+        share = shares[mid]
         if share <= 0.0:
             role = IRRELEVANT
         elif share >= KEY_RATIO * top_share:
@@ -484,21 +493,19 @@ def attribute(
             role = SUPPORTING
         out.append(
             MaterialAttribution(
-                material_id=m.id,
-                rank=rank,
-                score=m.score,
-                prompt_position=positions.get(m.id),
-                surface=surface_match(question, m.text),
-                cited_by=cited_by,
-                supports=supported_by,
-                used=used,
-                reason=reason,
-                reasons=tuple(reasons),
-                detail=_detail(
-                    reason, validity, m.score, relevance_floor, len(cited_by), len(supported_by)
-                ),
-                share=share,
-                role=role,
+                mid,
+                rank,
+                score,
+                positions.get(mid),
+                surface_match(question, m.text),
+                cited_by,
+                supported_by,
+                used,
+                reason,
+                tuple(reasons),
+                _detail(reason, validity, score, relevance_floor, len(cited_by), len(supported_by)),
+                share,
+                role,
             )
         )
     attributed = sum(1 for c in claims if c.supported and c.material_id in shares)

@@ -265,9 +265,13 @@ def attribution_of(
             "trace_id": trace.format_trace_id(span_context.trace_id),
             "span_id": trace.format_span_id(span_context.span_id),
         }
-    span.set_attribute(semconv.ATTRIBUTION_USED, list(result.used_ids))
-    span.set_attribute(semconv.ATTRIBUTION_KEY, list(result.key_ids))
-    span.set_attribute(semconv.ATTRIBUTION_UNATTRIBUTED, result.unattributed)
+    span.set_attributes(
+        {
+            semconv.ATTRIBUTION_USED: list(result.used_ids),
+            semconv.ATTRIBUTION_KEY: list(result.key_ids),
+            semconv.ATTRIBUTION_UNATTRIBUTED: result.unattributed,
+        }
+    )
     return result, MappingProxyType(record)
 
 
