@@ -204,8 +204,8 @@ class _Analysis:
         missing = [k for k in range(len(terms)) if cur.get(k, 0.0) <= 0.0]
         self.uncovered = sum(terms[k].weight for k in missing) / total
         # words the chosen sentences lack but other sentences or other materials have
-        others = _other_materials_tokens(tuple(docs), material_text)
-        elsewhere_tokens = _elsewhere_tokens(tuple(docs), material_text, self.chosen[0])
+        docs = tuple(docs)
+        elsewhere_tokens = _elsewhere_tokens(docs, material_text, self.chosen[0])
         self.foreign = (
             sum(terms[k].weight for k in missing if terms[k].token in elsewhere_tokens) / total
         )
@@ -232,6 +232,8 @@ class _Analysis:
         if len(view.sentences) <= self.params.short_material:
             # in a short, focused material a word moved from another sentence is suspect too
             others = elsewhere_tokens
+        else:
+            others = _other_materials_tokens(docs, material_text)
         self.swapped = _swaps(claim, terms, view.token_seqs[self.chosen[0]], others)
 
     def adjust(self, base: float, threshold: float) -> tuple[float, list[str]]:
@@ -412,9 +414,11 @@ def _swaps(
     out: list[tuple[str, str]] = []
     blocks = _opcodes(tuple(claim_seq), tuple(sentence_seq))
     for n, (tag, i1, i2, j1, j2) in enumerate(blocks):
+        if tag != "replace":
+            continue
         said = claim_seq[i1:i2]
         longest = 5 if any(not tok.isascii() for tok in said) else 2
-        if tag != "replace" or not (1 <= i2 - i1 <= longest and 1 <= j2 - j1 <= longest + 1):
+        if not (1 <= i2 - i1 <= longest and 1 <= j2 - j1 <= longest + 1):
             continue
         before = n > 0 and blocks[n - 1][0] == "equal"
         after = n + 1 < len(blocks) and blocks[n + 1][0] == "equal"

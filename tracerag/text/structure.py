@@ -285,6 +285,7 @@ _NAME_RUN_RE = re.compile(r"^\s*((?:[A-Z][\w'’.-]*\s+){0,3}?[A-Z][\w'’.-]*)\
 _BY_RE = re.compile(r"\bby\b", re.I)
 
 
+@lru_cache(maxsize=4096)
 def actor_moved(claim: str, sentence: str) -> str:
     """The name that is the subject of the claim's verb but, in the sentence, appears only after
     that verb, and not as its passive agent ("X left the party" against "… leaving the party and
