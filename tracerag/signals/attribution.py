@@ -305,17 +305,20 @@ def validity_reason(metadata: Mapping[str, Any], today: date) -> tuple[str, str]
     ``valid_until``, before its ``effective_from`` or ``status: expired`` is
     ``outside_validity_window``. The first two are what the verifier refuses as support.
     """
-    if metadata.get("superseded_by"):
-        return STALE, f"superseded by {metadata['superseded_by']}"
+    superseded_by = metadata.get("superseded_by")
+    if superseded_by:
+        return STALE, f"superseded by {superseded_by}"
     status = metadata.get("status")
     if status in _STALE_STATUSES:
         return STALE, f"marked {status}"
     if status == "expired":
         return OUTSIDE_VALIDITY, "marked expired"
-    until = _as_date(metadata["valid_until"]) if metadata.get("valid_until") else None
+    valid_until = metadata.get("valid_until")
+    until = _as_date(valid_until) if valid_until else None
     if until is not None and until < today:
         return OUTSIDE_VALIDITY, f"valid until {until.isoformat()}, now past"
-    start = _as_date(metadata["effective_from"]) if metadata.get("effective_from") else None
+    effective_from = metadata.get("effective_from")
+    start = _as_date(effective_from) if effective_from else None
     if start is not None and start > today:
         return OUTSIDE_VALIDITY, f"effective from {start.isoformat()}, not yet"
     return None
@@ -369,6 +372,15 @@ class MaterialAttribution:
             "position": self.prompt_position,
             "score": self.score,
         }
+
+
+def _material_attribution(**values: Any) -> MaterialAttribution:
+    """The MaterialAttribution with these field values (every field named)."""
+    # what the frozen __init__ makes, without its object.__setattr__ per field: attribute()
+    # makes one for every retrieved material of every request
+    made = object.__new__(MaterialAttribution)
+    made.__dict__.update(values)
+    return made
 
 
 @dataclass(frozen=True)
@@ -492,20 +504,22 @@ def attribute(
         else:
             role = SUPPORTING
         out.append(
-            MaterialAttribution(
-                mid,
-                rank,
-                score,
-                positions.get(mid),
-                surface_match(question, m.text),
-                cited_by,
-                supported_by,
-                used,
-                reason,
-                tuple(reasons),
-                _detail(reason, validity, score, relevance_floor, len(cited_by), len(supported_by)),
-                share,
-                role,
+            _material_attribution(
+                material_id=mid,
+                rank=rank,
+                score=score,
+                prompt_position=positions.get(mid),
+                surface=surface_match(question, m.text),
+                cited_by=cited_by,
+                supports=supported_by,
+                used=used,
+                reason=reason,
+                reasons=tuple(reasons),
+                detail=_detail(
+                    reason, validity, score, relevance_floor, len(cited_by), len(supported_by)
+                ),
+                share=share,
+                role=role,
             )
         )
     attributed = sum(1 for c in claims if c.supported and c.material_id in shares)
