@@ -813,13 +813,11 @@ def _quantity_conflicts(
         top = max(scores, default=0.0)
         if top <= 0.0:
             continue
-        # the sentences the anchors align to best, best first (ties in sentence order)
-        aligned = sorted(
-            (i for i, v in enumerate(scores) if v >= top - 1e-9), key=lambda i: -scores[i]
-        )
+        # the sentences the anchors align to best
+        aligned = [i for i, v in enumerate(scores) if v >= top - 1e-9]
         if any(q_hit[i][j] for i in aligned):
             continue
-        for i in aligned:
+        for i in sorted(aligned, key=lambda i: -scores[i]):  # best first, ties in sentence order
             rivals = [
                 m for m in view.sentence_quantities[i]
                 if _same_family(q, m) and not quantities_match(m, [q])
