@@ -275,7 +275,8 @@ def claim_links(claims: Iterable[Any], resolve: Any = None) -> tuple[ClaimLink, 
     """
     links = []
     for c in claims:
-        fabricated = set(getattr(c, "fabricated_ids", ()) or ())
+        fabricated_ids = getattr(c, "fabricated_ids", None)
+        fabricated = frozenset(fabricated_ids) if fabricated_ids else frozenset()
         ids = []
         for marker in c.cited_ids:
             if marker in fabricated:
@@ -288,12 +289,22 @@ def claim_links(claims: Iterable[Any], resolve: Any = None) -> tuple[ClaimLink, 
 
 
 def _as_date(value: Any) -> date | None:
+    if type(value) is str:
+        return _date_of_text(value[:10])
     if isinstance(value, datetime):
         return value.date()
     if isinstance(value, date):
         return value
     try:
         return date.fromisoformat(str(value)[:10])
+    except ValueError:
+        return None
+
+
+@lru_cache(maxsize=1024)
+def _date_of_text(text: str) -> date | None:
+    try:
+        return date.fromisoformat(text)
     except ValueError:
         return None
 
@@ -454,7 +465,9 @@ def attribute(
     if retrieval is None:
         retrieval = explain_retrieval([(m.id, m.score) for m in materials], thresholds)
     order = list(prompt_order) if prompt_order is not None else [m.id for m in materials]
-    positions = {mid: i for i, mid in reversed(list(enumerate(order, start=1)))}
+    positions: dict[str, int] = {}
+    for i, mid in enumerate(order, start=1):
+        positions.setdefault(mid, i)  # the first place it holds
     n = len(claims)
     weight = 1.0 / n if n else 0.0
     cited: dict[str, list[int]] = {}
