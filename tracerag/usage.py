@@ -301,11 +301,13 @@ def _counts(
     by_model: dict[str, list[int]] = {}
     for call in calls:
         inp, out, estimated = call.input_tokens, call.output_tokens, int(call.estimated)
-        for counts in (
-            total,
-            by_stage.setdefault(call.stage, [0, 0, 0, 0]),
-            by_model.setdefault(call.model, [0, 0, 0, 0]),
-        ):
+        stage = by_stage.get(call.stage)
+        if stage is None:
+            stage = by_stage[call.stage] = [0, 0, 0, 0]
+        model = by_model.get(call.model)
+        if model is None:
+            model = by_model[call.model] = [0, 0, 0, 0]
+        for counts in (total, stage, model):
             counts[0] += 1
             counts[1] += inp
             counts[2] += out
