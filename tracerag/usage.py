@@ -252,13 +252,20 @@ class StageUsage:
         )
 
     def to_dict(self) -> dict[str, int]:
-        return {
-            "calls": self.calls,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "total_tokens": self.total_tokens,
-            "estimated_calls": self.estimated_calls,
-        }
+        return _counts_dict(self.calls, self.input_tokens, self.output_tokens, self.estimated_calls)
+
+
+def _counts_dict(
+    calls: int, input_tokens: int, output_tokens: int, estimated_calls: int
+) -> dict[str, int]:
+    """The record's form of the counts of a stage, a model or a request."""
+    return {
+        "calls": calls,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "total_tokens": input_tokens + output_tokens,
+        "estimated_calls": estimated_calls,
+    }
 
 
 @dataclass(frozen=True)
@@ -277,24 +284,35 @@ class UsageSummary:
 
 def summarize(calls: Iterable[CallUsage]) -> UsageSummary:
     """Totals of the calls, per stage and per model (stages in first-call order)."""
-    # running counts (calls, input, output, estimated) per key; one StageUsage each at the end
-    total = [0, 0, 0, 0]
-    by_stage: dict[str, list[int]] = {}
-    by_model: dict[str, list[int]] = {}
-    for call in calls:
-        row = (1, call.input_tokens, call.output_tokens, int(call.estimated))
-        for counts in (
-            total,
-            by_stage.setdefault(call.stage, [0, 0, 0, 0]),
-            by_model.setdefault(call.model, [0, 0, 0, 0]),
-        ):
-            for i, n in enumerate(row):
-                counts[i] += n
+    total, by_stage, by_model = _counts(calls)
     return UsageSummary(
         StageUsage(*total),
         {k: StageUsage(*v) for k, v in by_stage.items()},
         {k: StageUsage(*v) for k, v in by_model.items()},
     )
+
+
+def _counts(
+    calls: Iterable[CallUsage],
+) -> tuple[list[int], dict[str, list[int]], dict[str, list[int]]]:
+    """Counts (calls, input, output, estimated calls) in total, per stage and per model."""
+    total = [0, 0, 0, 0]
+    by_stage: dict[str, list[int]] = {}
+    by_model: dict[str, list[int]] = {}
+    for call in calls:
+        inp, out, estimated = call.input_tokens, call.output_tokens, int(call.estimated)
+        stage = by_stage.get(call.stage)
+        if stage is None:
+            stage = by_stage[call.stage] = [0, 0, 0, 0]
+        model = by_model.get(call.model)
+        if model is None:
+            model = by_model[call.model] = [0, 0, 0, 0]
+        for counts in (total, stage, model):
+            counts[0] += 1
+            counts[1] += inp
+            counts[2] += out
+            counts[3] += estimated
+    return total, by_stage, by_model
 
 
 # ---------------------------------------------------------------------------------------------
@@ -396,12 +414,12 @@ def usage_section(
     calls: Sequence[CallUsage], prices: Mapping[str, Price] | None = None
 ) -> dict[str, Any]:
     """The audit record's ``usage`` section: totals, per stage, per model, each call, cost."""
-    summary = summarize(calls)
+    total, by_stage, by_model = _counts(calls)
     section: dict[str, Any] = {
-        **summary.total.to_dict(),
-        "estimated": summary.estimated,
-        "by_stage": {k: v.to_dict() for k, v in summary.by_stage.items()},
-        "by_model": {k: v.to_dict() for k, v in summary.by_model.items()},
+        **_counts_dict(*total),
+        "estimated": total[3] > 0,
+        "by_stage": {k: _counts_dict(*v) for k, v in by_stage.items()},
+        "by_model": {k: _counts_dict(*v) for k, v in by_model.items()},
         "calls_detail": [
             {
                 "stage": c.stage,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError, fields
 from datetime import date
 
 import pytest
@@ -23,6 +24,7 @@ from tracerag.signals.attribution import (
     STALE,
     SUPPORTING,
     ClaimLink,
+    MaterialAttribution,
     ShapeThresholds,
     apply_retrieval_shape,
     attribute,
@@ -172,6 +174,18 @@ def test_every_material_gets_its_reason_in_one_request():
     assert set(by_id["trade-in"].reasons) == {BELOW_FLOOR, NOT_CITED}
     assert result.used_ids == ("warranty",)
     assert result.unattributed == pytest.approx(2 / 3, abs=1e-6)
+
+
+def test_each_material_entry_is_a_whole_frozen_material_attribution():
+    claims = [ClaimLink("supported", ("warranty",), "warranty")]
+    result = attribute("How long is the laptop warranty?", _materials(), claims, today=TODAY)
+    names = {f.name for f in fields(MaterialAttribution)}
+    for m in result.materials:
+        assert set(vars(m)) == names
+        assert m == MaterialAttribution(**{name: getattr(m, name) for name in names})
+        assert hash(m) == hash(MaterialAttribution(**vars(m)))
+        with pytest.raises(FrozenInstanceError):
+            m.role = KEY  # type: ignore[misc]
 
 
 def test_without_a_floor_an_uncited_material_is_retrieved_but_never_cited():

@@ -205,6 +205,7 @@ def question_terms(question: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(content_terms(question)))
 
 
+@lru_cache(maxsize=4096)
 def surface_match(question: str, material_text: str) -> SurfaceMatch:
     """Which content terms of the question occur in the material (the verifier's tokeniser)."""
     terms = question_terms(question)
@@ -274,7 +275,8 @@ def claim_links(claims: Iterable[Any], resolve: Any = None) -> tuple[ClaimLink, 
     """
     links = []
     for c in claims:
-        fabricated = set(getattr(c, "fabricated_ids", ()) or ())
+        fabricated_ids = getattr(c, "fabricated_ids", None)
+        fabricated = frozenset(fabricated_ids) if fabricated_ids else frozenset()
         ids = []
         for marker in c.cited_ids:
             if marker in fabricated:
@@ -287,12 +289,22 @@ def claim_links(claims: Iterable[Any], resolve: Any = None) -> tuple[ClaimLink, 
 
 
 def _as_date(value: Any) -> date | None:
+    if type(value) is str:
+        return _date_of_text(value[:10])
     if isinstance(value, datetime):
         return value.date()
     if isinstance(value, date):
         return value
     try:
         return date.fromisoformat(str(value)[:10])
+    except ValueError:
+        return None
+
+
+@lru_cache(maxsize=1024)
+def _date_of_text(text: str) -> date | None:
+    try:
+        return date.fromisoformat(text)
     except ValueError:
         return None
 
@@ -304,17 +316,20 @@ def validity_reason(metadata: Mapping[str, Any], today: date) -> tuple[str, str]
     ``valid_until``, before its ``effective_from`` or ``status: expired`` is
     ``outside_validity_window``. The first two are what the verifier refuses as support.
     """
-    if metadata.get("superseded_by"):
-        return STALE, f"superseded by {metadata['superseded_by']}"
+    superseded_by = metadata.get("superseded_by")
+    if superseded_by:
+        return STALE, f"superseded by {superseded_by}"
     status = metadata.get("status")
     if status in _STALE_STATUSES:
         return STALE, f"marked {status}"
     if status == "expired":
         return OUTSIDE_VALIDITY, "marked expired"
-    until = _as_date(metadata["valid_until"]) if metadata.get("valid_until") else None
+    valid_until = metadata.get("valid_until")
+    until = _as_date(valid_until) if valid_until else None
     if until is not None and until < today:
         return OUTSIDE_VALIDITY, f"valid until {until.isoformat()}, now past"
-    start = _as_date(metadata["effective_from"]) if metadata.get("effective_from") else None
+    effective_from = metadata.get("effective_from")
+    start = _as_date(effective_from) if effective_from else None
     if start is not None and start > today:
         return OUTSIDE_VALIDITY, f"effective from {start.isoformat()}, not yet"
     return None
@@ -368,6 +383,15 @@ class MaterialAttribution:
             "position": self.prompt_position,
             "score": self.score,
         }
+
+
+def _material_attribution(**values: Any) -> MaterialAttribution:
+    """The MaterialAttribution with these field values (every field named)."""
+    # what the frozen __init__ makes, without its object.__setattr__ per field: attribute()
+    # makes one for every retrieved material of every request
+    made = object.__new__(MaterialAttribution)
+    made.__dict__.update(values)
+    return made
 
 
 @dataclass(frozen=True)
@@ -441,7 +465,9 @@ def attribute(
     if retrieval is None:
         retrieval = explain_retrieval([(m.id, m.score) for m in materials], thresholds)
     order = list(prompt_order) if prompt_order is not None else [m.id for m in materials]
-    positions = {mid: i for i, mid in reversed(list(enumerate(order, start=1)))}
+    positions: dict[str, int] = {}
+    for i, mid in enumerate(order, start=1):
+        positions.setdefault(mid, i)  # the first place it holds
     n = len(claims)
     weight = 1.0 / n if n else 0.0
     cited: dict[str, list[int]] = {}
@@ -451,22 +477,22 @@ def attribute(
             cited.setdefault(mid, []).append(i)
         if claim.supported:
             supports.setdefault(claim.material_id, []).append(i)  # type: ignore[arg-type]
-    shares = {m.id: round(len(supports.get(m.id, ())) * weight, 6) for m in materials}
+    shares = {
+        m.id: round(len(supports[m.id]) * weight, 6) if m.id in supports else 0.0
+        for m in materials
+    }
     top_share = max(shares.values(), default=0.0)
 
     out = []
     for rank, m in enumerate(materials, start=1):
+        mid, score = m.id, m.score
         validity = validity_reason(m.metadata or {}, today)
-        reasons = []
-        supported_by = tuple(supports.get(m.id, ()))
-        cited_by = tuple(cited.get(m.id, ()))
-        if supported_by:
-            reasons.append(CITED_SUPPORTED)
+        supported_by = tuple(supports.get(mid, ()))
+        cited_by = tuple(cited.get(mid, ()))
+        below = relevance_floor is not None and score is not None and score < relevance_floor
+        reasons = [CITED_SUPPORTED] if supported_by else []
         if validity is not None:
             reasons.append(validity[0])
-        below = (
-            relevance_floor is not None and m.score is not None and m.score < relevance_floor
-        )
         if below:
             reasons.append(BELOW_FLOOR)
         if cited_by and not supported_by:
@@ -474,8 +500,16 @@ def attribute(
         if not cited_by:
             reasons.append(NOT_CITED)
         used = bool(supported_by)
-        reason = CITED_SUPPORTED if used else next(r for r in _PRECEDENCE if r in reasons)
-        share = shares[m.id]
+        # the first reason in _PRECEDENCE order that applies
+        if used:
+            reason = CITED_SUPPORTED
+        elif validity is not None:
+            reason = validity[0]
+        elif below:
+            reason = BELOW_FLOOR
+        else:
+            reason = CITED_UNSUPPORTED if cited_by else NOT_CITED
+        share = shares[mid]
         if share <= 0.0:
             role = IRRELEVANT
         elif share >= KEY_RATIO * top_share:
@@ -483,11 +517,11 @@ def attribute(
         else:
             role = SUPPORTING
         out.append(
-            MaterialAttribution(
-                material_id=m.id,
+            _material_attribution(
+                material_id=mid,
                 rank=rank,
-                score=m.score,
-                prompt_position=positions.get(m.id),
+                score=score,
+                prompt_position=positions.get(mid),
                 surface=surface_match(question, m.text),
                 cited_by=cited_by,
                 supports=supported_by,
@@ -495,7 +529,7 @@ def attribute(
                 reason=reason,
                 reasons=tuple(reasons),
                 detail=_detail(
-                    reason, validity, m.score, relevance_floor, len(cited_by), len(supported_by)
+                    reason, validity, score, relevance_floor, len(cited_by), len(supported_by)
                 ),
                 share=share,
                 role=role,

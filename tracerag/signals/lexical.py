@@ -14,6 +14,7 @@ swapped name or an actor moved out of the subject's place also cap the score.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from bisect import bisect_right
@@ -203,8 +204,8 @@ class _Analysis:
         missing = [k for k in range(len(terms)) if cur.get(k, 0.0) <= 0.0]
         self.uncovered = sum(terms[k].weight for k in missing) / total
         # words the chosen sentences lack but other sentences or other materials have
-        others = _other_materials_tokens(tuple(docs), material_text)
-        elsewhere_tokens = _elsewhere_tokens(tuple(docs), material_text, self.chosen[0])
+        docs = tuple(docs)
+        elsewhere_tokens = _elsewhere_tokens(docs, material_text, self.chosen[0])
         self.foreign = (
             sum(terms[k].weight for k in missing if terms[k].token in elsewhere_tokens) / total
         )
@@ -231,6 +232,8 @@ class _Analysis:
         if len(view.sentences) <= self.params.short_material:
             # in a short, focused material a word moved from another sentence is suspect too
             others = elsewhere_tokens
+        else:
+            others = _other_materials_tokens(docs, material_text)
         self.swapped = _swaps(claim, terms, view.token_seqs[self.chosen[0]], others)
 
     def adjust(self, base: float, threshold: float) -> tuple[float, list[str]]:
@@ -403,20 +406,19 @@ def _swaps(
     retrieved materials (or other sentences of a short material) use: another product, plan
     or place; or a word swapped where a noun stands ("per tablet"; 的/量词 + noun, or first in
     a Chinese clause)."""
-    import difflib
-
     by_token = {t.token: t for t in terms}
     order = sorted(
         ((a, t.token) for t in terms for a, _ in t.spans), key=lambda x: x[0]
     )
     claim_seq = [tok for _, tok in order]
     out: list[tuple[str, str]] = []
-    matcher = difflib.SequenceMatcher(a=claim_seq, b=sentence_seq, autojunk=False)
-    blocks = matcher.get_opcodes()
+    blocks = _opcodes(tuple(claim_seq), tuple(sentence_seq))
     for n, (tag, i1, i2, j1, j2) in enumerate(blocks):
+        if tag != "replace":
+            continue
         said = claim_seq[i1:i2]
         longest = 5 if any(not tok.isascii() for tok in said) else 2
-        if tag != "replace" or not (1 <= i2 - i1 <= longest and 1 <= j2 - j1 <= longest + 1):
+        if not (1 <= i2 - i1 <= longest and 1 <= j2 - j1 <= longest + 1):
             continue
         before = n > 0 and blocks[n - 1][0] == "equal"
         after = n + 1 < len(blocks) and blocks[n + 1][0] == "equal"
@@ -439,6 +441,14 @@ def _swaps(
             continue
         out.append((claim[a:b], " ".join(sentence_seq[j1:j2])))
     return out
+
+
+@lru_cache(maxsize=4096)
+def _opcodes(
+    a: tuple[str, ...], b: tuple[str, ...]
+) -> tuple[tuple[str, int, int, int, int], ...]:
+    """How to turn word sequence ``a`` into ``b`` (``difflib`` opcodes, no junk heuristic)."""
+    return tuple(difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes())
 
 
 _DETERMINERS = frozenset(
@@ -758,6 +768,7 @@ def analyse(
     return analysis
 
 
+@lru_cache(maxsize=4096)
 def _clause_of(claim: str, at: int) -> tuple[int, int]:
     """The clause (between , ; : and sentence ends) of ``claim`` around offset ``at``."""
     start = max((claim.rfind(c, 0, at) for c in ",;:，；：、"), default=-1) + 1
@@ -788,25 +799,25 @@ def _quantity_conflicts(
     words around them align to, which states another value of the same kind instead."""
     out: list[tuple[Quantity, str]] = []
     for j, q in enumerate(claim_qs):
-        if not stated[j]:
-            continue
+        if not stated[j] or not any(
+            _same_family(q, m) for found in view.sentence_quantities for m in found
+        ):
+            continue  # no sentence could state another value of its kind
         a, b = _clause_of(claim, q.start)
         anchors = _terms_within(terms, a, b)
         if not anchors:
             continue
 
         weights = [(k, terms[k].weight) for k in anchors]
-        scores = [sum(w * row.get(k, 0.0) for k, w in weights) for row in credit]
+        scores = [sum([w * row[k] for k, w in weights if k in row]) for row in credit]
         top = max(scores, default=0.0)
         if top <= 0.0:
             continue
-        # the sentences the anchors align to best, best first (ties in sentence order)
-        aligned = sorted(
-            (i for i, v in enumerate(scores) if v >= top - 1e-9), key=lambda i: -scores[i]
-        )
+        # the sentences the anchors align to best
+        aligned = [i for i, v in enumerate(scores) if v >= top - 1e-9]
         if any(q_hit[i][j] for i in aligned):
             continue
-        for i in aligned:
+        for i in sorted(aligned, key=lambda i: -scores[i]):  # best first, ties in sentence order
             rivals = [
                 m for m in view.sentence_quantities[i]
                 if _same_family(q, m) and not quantities_match(m, [q])

@@ -237,21 +237,25 @@ def attribution_of(
     samples = state.samples.samples if state.samples is not None else ()
     sample = samples[selection.sample_index] if selection.sample_index is not None else None
     positional = bool(state.samples.positional) if state.samples is not None else False
+    materials = state.materials
     resolver = (
-        resolver_for(state.materials, sample, positional=positional) if sample is not None else None
+        resolver_for(materials, sample, positional=positional) if sample is not None else None
     )
     retrieved = state.retrieval
     explained = retrieved.explanation if retrieved is not None else None
     if (
         explained is None
-        or explained.thresholds != settings.retrieval_shape
+        or (
+            explained.thresholds is not settings.retrieval_shape
+            and explained.thresholds != settings.retrieval_shape
+        )
         or retrieved is None
-        or state.materials is not retrieved.materials  # wrap(): the runs added materials
+        or materials is not retrieved.materials  # wrap(): the runs added materials
     ):
         explained = None  # explained again from the materials the answer may cite
     result = attribute(
         state.question,
-        state.materials,
+        materials,
         claim_links(report.claims, resolver),
         prompt_order=(sample.material_order or None) if sample is not None else None,
         relevance_floor=settings.relevance_floor,
@@ -265,9 +269,13 @@ def attribution_of(
             "trace_id": trace.format_trace_id(span_context.trace_id),
             "span_id": trace.format_span_id(span_context.span_id),
         }
-    span.set_attribute(semconv.ATTRIBUTION_USED, list(result.used_ids))
-    span.set_attribute(semconv.ATTRIBUTION_KEY, list(result.key_ids))
-    span.set_attribute(semconv.ATTRIBUTION_UNATTRIBUTED, result.unattributed)
+    span.set_attributes(
+        {
+            semconv.ATTRIBUTION_USED: list(result.used_ids),
+            semconv.ATTRIBUTION_KEY: list(result.key_ids),
+            semconv.ATTRIBUTION_UNATTRIBUTED: result.unattributed,
+        }
+    )
     return result, MappingProxyType(record)
 
 

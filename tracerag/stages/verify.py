@@ -30,14 +30,18 @@ def resolver_for(
 ) -> Callable[[str], str | None]:
     """Maps a cited marker to a material id: an id as is, or a 1-based position (``[2]``)."""
     ids = {m.id for m in materials}
-    folded: dict[str, list[str]] = {}
-    for material_id in ids:
-        folded.setdefault(material_id.casefold(), []).append(material_id)
+    folded: dict[str, list[str]] | None = None  # casefolded id -> ids, made when first needed
     order = sample.material_order or tuple(m.id for m in materials)
 
     def resolve(marker: str) -> str | None:
+        nonlocal folded
         if marker in ids:
             return marker
+        if folded is None:
+            by_case: dict[str, list[str]] = {}
+            for material_id in ids:
+                by_case.setdefault(material_id.casefold(), []).append(material_id)
+            folded = by_case
         same = folded.get(marker.casefold(), [])
         if len(same) == 1:  # ``[Warranty]`` for ``warranty``: the same id, differently cased
             return same[0]

@@ -5,6 +5,7 @@ coordinated parts of a claim ("A and B ...")."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from tracerag.text.sentences import CITATION_MARKER_RE
@@ -155,9 +156,19 @@ def _terms(text: str, offset: int) -> list[tuple[str, int]]:
     ]
 
 
+_CLAUSE_BREAK_RE = re.compile(r"[,，;；:：]")
+_CLAUSE_OR_SENTENCE_BREAK_RE = re.compile(r"[,，;；:：。.]")
+
+
 def comparisons(text: str) -> list[Comparison]:
     """The comparisons of one sentence, with the content terms on each side of the cue (up to
     the nearest clause break)."""
+    return list(_comparisons(text))
+
+
+@lru_cache(maxsize=4096)
+def _comparisons(text: str) -> tuple[Comparison, ...]:
+    """The comparisons of one text, kept for the claims and sentences checked again."""
     out: list[Comparison] = []
     for m in list(_EN_COMPARATIVE_RE.finditer(text)) + list(_ZH_COMPARATIVE_RE.finditer(text)):
         cue = m.group("cue")
@@ -170,9 +181,9 @@ def comparisons(text: str) -> list[Comparison]:
         else:
             relation = _ZH_RELATION[cue]
             cue_start, cue_end = m.start("cue"), m.end("cue")
-        left_text = re.split(r"[,，;；:：]", text[:cue_start])[-1]
+        left_text = _CLAUSE_BREAK_RE.split(text[:cue_start])[-1]
         right_part = text[cue_end:]
-        right_text = re.split(r"[,，;；:：。.]", right_part)[0]
+        right_text = _CLAUSE_OR_SENTENCE_BREAK_RE.split(right_part)[0]
         if cue.startswith("比"):
             # "A 比 B 高": B sits between 比 and the degree word
             right_text = text[cue_end : m.start("deg")]
@@ -180,7 +191,7 @@ def comparisons(text: str) -> list[Comparison]:
         right = frozenset(t for t, _ in _terms(right_text, 0)[:3])
         if left and right:
             out.append(Comparison(relation, left, right, cue_start, cue_end))
-    return out
+    return tuple(out)
 
 
 def opposite(relation: str) -> str:
@@ -204,6 +215,11 @@ _EN_VERB_AFTER_RE = re.compile(
 )
 
 
+_EN_WORD_RE = re.compile(r"[A-Za-z]+")
+_HAN_CHAR_RE = re.compile(r"[\u4e00-\u9fff]")
+_WORD_OR_HAN_RE = re.compile(r"[A-Za-z]+|[\u4e00-\u9fff]")
+
+
 def conjuncts(claim: str) -> list[tuple[int, int]]:
     """Offsets of the coordinated parts of a claim's first phrase ("A and B are …" → A, B…;
     "A or B" alike).
@@ -211,23 +227,28 @@ def conjuncts(claim: str) -> list[tuple[int, int]]:
     Only a coordination of short parts (noun phrases, up to four words or eight Chinese
     characters each side) is split; the rest of the claim stays with the last part.
     """
+    return list(_conjuncts(claim))
+
+
+@lru_cache(maxsize=4096)
+def _conjuncts(claim: str) -> tuple[tuple[int, int], ...]:
+    """The coordinated parts of one claim, kept for the claims checked again."""
     text = CITATION_MARKER_RE.sub(lambda m: " " * len(m.group()), claim)
     for pattern, short in ((_EN_AND_RE, 4), (_ZH_AND_RE, 8)):
         for m in pattern.finditer(text):
             before = text[: m.start()]
-            head = re.split(r"[,，;；:：]", before)[-1]
+            head = _CLAUSE_BREAK_RE.split(before)[-1]
             head_start = m.start() - len(head)
             size = (
-                len(re.findall(r"[A-Za-z]+", head))
+                len(_EN_WORD_RE.findall(head))
                 if pattern is _EN_AND_RE
-                else len(re.findall(r"[\u4e00-\u9fff]", head))
+                else len(_HAN_CHAR_RE.findall(head))
             )
             # Chinese 和/或/与 join nouns: only the words right before them are the first part
             if not head.strip() or (pattern is _EN_AND_RE and size > short + 2):
                 continue
             after = text[m.end() :]
-            words = re.findall(r"[A-Za-z]+|[\u4e00-\u9fff]", after)
-            if not words:
+            if not _WORD_OR_HAN_RE.search(after):
                 continue
             # the first conjunct: the content words after the last function word before "and"
             # (at most two words or two bigrams)
@@ -253,8 +274,8 @@ def conjuncts(claim: str) -> list[tuple[int, int]]:
             elif pattern is _ZH_AND_RE and len(second_tokens) > 1:
                 # "A和B可享受...": the first two bigrams of B stand for B
                 parts.insert(1, (second_start, m.end() + second_tokens[1].end))
-            return parts
-    return []
+            return tuple(parts)
+    return ()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -264,6 +285,7 @@ _NAME_RUN_RE = re.compile(r"^\s*((?:[A-Z][\w'’.-]*\s+){0,3}?[A-Z][\w'’.-]*)\
 _BY_RE = re.compile(r"\bby\b", re.I)
 
 
+@lru_cache(maxsize=4096)
 def actor_moved(claim: str, sentence: str) -> str:
     """The name that is the subject of the claim's verb but, in the sentence, appears only after
     that verb, and not as its passive agent ("X left the party" against "… leaving the party and
