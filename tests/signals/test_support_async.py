@@ -104,6 +104,20 @@ class GatedJudgeModel(ReplyChatModel):
         return self._result(messages)
 
 
+class ThreadRecordingLexical(LexicalSupport):
+    """The lexical backend with its own scoring, noting the thread each check runs in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[int] = []
+
+    def __call__(
+        self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
+    ) -> Support:
+        self.seen.append(threading.get_ident())
+        return super().__call__(claim, material_text, corpus=corpus)
+
+
 async def _when(events: list[str], event: str, limit: int = 2000) -> None:
     """Wait (yielding to the loop) until ``event`` is recorded."""
     for _ in range(limit):
@@ -123,18 +137,10 @@ def test_judge_is_exported_at_top_level_and_not_registered_by_its_constructor():
 
 async def test_sync_backends_run_off_the_event_loop():
     loop_thread = threading.get_ident()
-    seen: list[int] = []
-
-    class Recording(LexicalSupport):
-        def __call__(
-            self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
-        ) -> Support:
-            seen.append(threading.get_ident())
-            return super().__call__(claim, material_text, corpus=corpus)
-
-    result = await Recording().acheck("Refunds are paid within 7 business days.", RETURNS)
+    backend = ThreadRecordingLexical()
+    result = await backend.acheck("Refunds are paid within 7 business days.", RETURNS)
     assert result.supported
-    assert seen and seen[0] != loop_thread
+    assert backend.seen and backend.seen[0] != loop_thread
 
 
 async def test_a_backend_without_acheck_is_called_in_a_worker_thread():
@@ -265,23 +271,16 @@ def test_usage_scope_counts_sync_judge_calls_and_cache_hits():
 
 async def test_an_answer_is_checked_by_a_sync_backend_in_one_worker_thread():
     loop_thread = threading.get_ident()
-    seen: list[int] = []
-
-    class Recording(LexicalSupport):
-        def __call__(
-            self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
-        ) -> Support:
-            seen.append(threading.get_ident())
-            return super().__call__(claim, material_text, corpus=corpus)
-
+    backend = ThreadRecordingLexical()
     answer = (
         "Customers may return unused items within 30 days of delivery. [returns] "
         "Refunds are paid within 7 business days. [returns]"
     )
     report = await averify_citations(
-        answer, [Material(id="returns", text=RETURNS)], backend=Recording()
+        answer, [Material(id="returns", text=RETURNS)], backend=backend
     )
     assert report.valid
+    seen = backend.seen
     assert len(seen) == 2 and len(set(seen)) == 1 and seen[0] != loop_thread
 
 
