@@ -205,7 +205,6 @@ def question_terms(question: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(content_terms(question)))
 
 
-@lru_cache(maxsize=4096)
 def surface_match(question: str, material_text: str) -> SurfaceMatch:
     """Which content terms of the question occur in the material (the verifier's tokeniser)."""
     terms = question_terms(question)
