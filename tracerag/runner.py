@@ -3,9 +3,10 @@
 The runner owns the span tree and the request's state: it opens the root, opens one span per
 stage in order (stages a tier skips still get a span, marked skipped), stamps the request_id on
 every span, times each stage, and puts each stage's output into a new ``RequestState``. At the
-end it hands the audit record to the record sink, builds and validates the Response once (with
-what the sink said), and records the metrics. A failure of tracing, storage, metrics or a stage
-listener never fails the request. A stage that refuses the request after finishing its work
+end it hands the audit record to the record sink, then the request's ticket (escalate, review)
+to the escalation handler with the record's fate (``Ticket.audit_persisted``), builds and
+validates the Response once (with what the sink said), and records the metrics. A failure of
+tracing, storage, metrics, the escalation handler or a stage listener never fails the request. A stage that refuses the request after finishing its work
 (``StageRefusal``) has its output kept in the state, and so in the audit record.
 """
 
@@ -208,14 +209,16 @@ async def run(
             state = state.with_timing("request", time.perf_counter() - started)
             spent = _usage(root, ledger, settings)
             _set_root(root, state, None)
-            await _deliver(state, settings, sink, spent)
+            persisted = await _deliver(state, settings, sink, spent)
+            _hand_on(state, settings, persisted, root)
             _record_metrics(state, settings, spent)
             raise
         state = state.with_timing("request", time.perf_counter() - started)
         spent = _usage(root, ledger, settings)
         persisted = await _deliver(state, settings, sink, spent)
+        notes = _hand_on(state, settings, persisted, root)
         try:
-            response = _respond(state, persisted)
+            response = _respond(state, persisted, notes)
         except BaseException as exc:
             root.record_exception(exc)
             root.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
@@ -226,12 +229,47 @@ async def run(
     return response
 
 
-def _respond(state: RequestState, persisted: bool | None) -> Response:
-    if state.decision is None:
+def _respond(
+    state: RequestState, persisted: bool | None, notes: tuple[str, ...] = ()
+) -> Response:
+    decision = state.decision
+    if decision is None:
         raise RuntimeError("the stage table has no assemble stage: there is no Response")
-    response = state.decision.response(state.request_id, state.trace_id, persisted)
+    if notes:
+        decision = dataclasses.replace(decision, warnings=decision.warnings + notes)
+    response = decision.response(state.request_id, state.trace_id, persisted)
     validate_response(response)
     return response
+
+
+def _hand_on(
+    state: RequestState, settings: Settings, persisted: bool | None, root: Span
+) -> tuple[str, ...]:
+    """Hand the request's ticket (if any) to the escalation handler, with its record's fate.
+
+    Runs once the record sink has answered, so the ticket says whether the request it names is
+    in the audit trail. A handler that raises never fails the request: the failure is logged,
+    put on the root span, and returned as a warning for the Response.
+    """
+    ticket = state.decision.ticket if state.decision is not None else None
+    if ticket is None:
+        return ()
+    ticket = dataclasses.replace(ticket, audit_persisted=persisted)
+    try:
+        settings.escalation.handle(ticket)
+    except Exception as exc:
+        logger.exception(
+            "tracerag: escalation handler %s failed on ticket %s of request %s",
+            type(settings.escalation).__name__,
+            ticket.ticket_id,
+            ticket.request_id,
+        )
+        root.record_exception(exc)
+        return (
+            f"ticket {ticket.ticket_id} was not taken by the escalation handler "
+            f"({type(exc).__name__})",
+        )
+    return ()
 
 
 async def _tell(listener: StageListener, step: Step, state: RequestState) -> None:
