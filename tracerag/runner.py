@@ -32,7 +32,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
 from tracerag import metrics, semconv, usage
-from tracerag.contract import Response, validate_response
+from tracerag.contract import Response, caller_response, validate_response
 from tracerag.settings import Settings
 from tracerag.stages.assemble import outcome_attributes
 from tracerag.stages.register import new_request_id
@@ -232,12 +232,13 @@ async def run(
 def _respond(
     state: RequestState, persisted: bool | None, notes: tuple[str, ...] = ()
 ) -> Response:
+    """The caller's Response: what the decision says, less a withheld answer's text."""
     decision = state.decision
     if decision is None:
         raise RuntimeError("the stage table has no assemble stage: there is no Response")
     if notes:
         decision = dataclasses.replace(decision, warnings=decision.warnings + notes)
-    response = decision.response(state.request_id, state.trace_id, persisted)
+    response = caller_response(decision.response(state.request_id, state.trace_id, persisted))
     validate_response(response)
     return response
 
