@@ -78,8 +78,10 @@ def test_show_and_replay_still_read_the_whole_candidate(make_pipeline, tmp_path,
         )
         response = pipeline.invoke(QUESTION)
         assert response.claims[0].text == ""
-        assert store.get(response.request_id).audit.claims[0].text.startswith(
-            "Customers may return unused items within 60 days"
+        assert (
+            store.get(response.request_id)
+            .audit.claims[0]
+            .text.startswith("Customers may return unused items within 60 days")
         )
         llm = scripted([WRONG_NUMBER])
         replayed = replay(

@@ -2,10 +2,10 @@
 
 ``RAGPipeline`` and ``wrap()`` of an LCEL chain and of a LangGraph ``StateGraph``, each with a
 model that gets a number wrong (escalated: the answer is withheld) and one that cites correctly
-(passed), through ``invoke``, ``stream``, ``astream``, ``astream_events`` (v2 and v1), ``batch``
-and ``abatch``. Everything the caller receives (the chunks, the events, every call to the
-caller's own callback handler) is serialized and searched for the withheld text, and no
-LangChain callback error may be logged.
+(passed), through ``invoke``, ``stream``, ``astream``, ``astream_events`` (v2 and v1),
+``astream_log``, ``transform``, ``atransform``, ``batch`` and ``abatch``. Everything the caller
+receives (the chunks, the events, every call to the caller's own callback handler) is
+serialized and searched for the withheld text, and no LangChain callback error may be logged.
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ SURFACES = [
     "astream",
     "astream_events_v2",
     "astream_events_v1",
+    "astream_log",
+    "transform",
+    "atransform",
     "batch",
     "abatch",
 ]
@@ -201,6 +204,18 @@ async def through(surface: str, app: Any, request: Any, config: dict[str, Any]) 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # v1 is deprecated by LangChain
             return [e async for e in app.astream_events(request, config, version="v1")]
+    if surface == "astream_log":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # deprecated by LangChain
+            return [patch async for patch in app.astream_log(request, config)]
+    if surface == "transform":
+        return await asyncio.to_thread(lambda: list(app.transform(iter([request]), config)))
+    if surface == "atransform":
+
+        async def one():
+            yield request
+
+        return [chunk async for chunk in app.atransform(one(), config)]
     if surface == "batch":
         return await asyncio.to_thread(app.batch, [request, request], config)
     assert surface == "abatch"
@@ -208,6 +223,10 @@ async def through(surface: str, app: Any, request: Any, config: dict[str, Any]) 
 
 
 def responses_in(surface: str, received: list[Any]) -> list[Response]:
+    if surface == "astream_log":
+        return [
+            op["value"] for patch in received for op in patch.ops if op["path"] == "/final_output"
+        ]
     if surface.startswith("astream_events"):
         ends = [e for e in received if e["event"] == "on_chain_end" and not e["parent_ids"]]
         return [e["data"]["output"] for e in ends]
