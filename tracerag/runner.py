@@ -41,8 +41,11 @@ from typing import Any, TypeVar
 
 from langchain_core.callbacks import AsyncCallbackManager, AsyncCallbackManagerForChainRun
 from langchain_core.runnables import Runnable, RunnableConfig
-from langchain_core.runnables.config import ensure_config, patch_config, set_config_context
-from langchain_core.runnables.utils import coro_with_context
+from langchain_core.runnables.config import (
+    ensure_config,
+    patch_config,
+    var_child_runnable_config,
+)
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
@@ -698,19 +701,21 @@ class StagedRunnable(Runnable[Any, Response]):
         inner = inner_config(config, run_manager, caller)
         events = run_manager.get_child()
         listener = _CallerEvents(events, run_manager.run_id, on_stage)
-        with set_config_context(inner) as context:
-            return await coro_with_context(
-                run(
-                    request,
-                    self._settings,
-                    self._steps,
-                    inner,
-                    mode=self._source.mode,
-                    on_stage=listener,
-                    record_sink=record_sink,
-                ),
-                context,
+        # what a stage calls without a config (a graph node's model call) inherits ``inner``;
+        # this runs in the context LangChain made for the run, so the change stays in it
+        token = var_child_runnable_config.set(inner)
+        try:
+            return await run(
+                request,
+                self._settings,
+                self._steps,
+                inner,
+                mode=self._source.mode,
+                on_stage=listener,
+                record_sink=record_sink,
             )
+        finally:
+            var_child_runnable_config.reset(token)
 
     @property
     def InputType(self) -> Any:
