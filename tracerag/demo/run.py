@@ -18,6 +18,7 @@ from typing import Any
 
 from tracerag.contract import Response
 from tracerag.prompts import DEFAULT_PROMPT_VERSION
+from tracerag.routing import Route
 
 DEFAULT_DIR = Path(".tracerag")
 # The extractive model's seed by default. At seed 7 all five samples of question 5 disagree, so
@@ -156,13 +157,8 @@ def run(args: argparse.Namespace) -> int:
         json.dump(results, sys.stdout, ensure_ascii=False, indent=2)
         print()
         return 0
-    counts = {
-        d: sum(r["response"]["decision"] == d for r in results)
-        for d in ("pass", "review", "escalate")
-    }
-    print(
-        f"routes: {counts['pass']} pass, {counts['review']} review, {counts['escalate']} escalate"
-    )
+    counts = {d: sum(r["response"]["decision"] == d for r in results) for d in Route}
+    print("routes: " + ", ".join(f"{counts[d]} {d}" for d in Route))
     print(f"traces: {traces}")
     if stored:
         example = results[-1]["response"]["request_id"]

@@ -30,6 +30,7 @@ from tracerag.materials.records import (
     ReadHit,
     Use,
 )
+from tracerag.routing import Route
 
 
 class UsageLog:
@@ -125,7 +126,7 @@ class UsageLog:
                     version,
                     retrievals=1,
                     citations=int(use.cited),
-                    passed=int(use.cited and decision == "pass"),
+                    passed=int(use.cited and decision == Route.PASS),
                 )
         return logged
 
