@@ -51,6 +51,7 @@ from opentelemetry.trace import Span
 
 from tracerag import semconv
 from tracerag import usage as usage_meter
+from tracerag._runnable import StagedRunnable
 from tracerag.chain_capture import (
     RunCapture,
     learned_versions,
@@ -66,7 +67,6 @@ from tracerag.llm import OnRetry, Tries, clean_text, model_name, retry_call, wit
 from tracerag.options import check_options
 from tracerag.pipeline import PipelineOptions, build_settings
 from tracerag.prompts import fingerprint
-from tracerag.runner import StagedRunnable
 from tracerag.stages.plan import implied_plan
 from tracerag.stages.retrieve import fetch, record_materials, to_materials
 from tracerag.stages.sample import (
