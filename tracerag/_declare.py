@@ -23,7 +23,8 @@ Rules every projection follows:
 - span, io and root attributes are set only when ``when(value)`` holds (default: the value is
   not None), after ``span_as`` (the attribute's form: ``float``, the capture policy) when
   given; a ``span_as`` that gives None leaves the attribute out;
-- stream, record and meta values are JSON-able (``jsonable``); metric values are as read;
+- stream, record and meta values are JSON-able (``jsonable``; a getter whose value is JSON
+  already says ``is_json=True``); metric values are as read;
 - a signal with ``across=True`` reads the whole ``RequestState`` (the part is present): for
   values that combine outputs, such as the record's retrieval count, which counts the
   materials the samples' runs added. Span and io values read their own part only (a stage
@@ -45,6 +46,7 @@ from tracerag.telemetry.spans import set_span_io
 
 __all__ = [
     "EACH",
+    "LEAVES",
     "OMIT",
     "Declared",
     "Signal",
@@ -106,6 +108,8 @@ class Signal:
     across: bool = False
     #: the record, metric and meta value when the part is missing (``OMIT``: none)
     absent: Any = OMIT
+    #: the value is JSON already: the stream, record and meta keep it as it is
+    is_json: bool = False
 
     @property
     def destinations(self) -> dict[str, str]:
@@ -139,13 +143,16 @@ class _Value(NamedTuple):
     get: Callable[[Any], Any]
     across: bool
     absent: Any
+    is_json: bool
 
 
 class _Path(NamedTuple):
-    path: tuple[str, ...]
+    section: str | None  # the record's section ("retrieval"), None for a top-level key
+    key: str
     get: Callable[[Any], Any]
     across: bool
     absent: Any
+    is_json: bool
 
 
 class Compiled(NamedTuple):
@@ -178,7 +185,7 @@ def compiled(table: tuple[Signal, ...]) -> Compiled:
 
     def values(kind: str) -> tuple[_Value, ...]:
         return tuple(
-            _Value(getattr(s, kind), s.get, s.across, s.absent)
+            _Value(getattr(s, kind), s.get, s.across, s.absent, s.is_json)
             for s in table
             if getattr(s, kind) is not None
         )
@@ -187,17 +194,21 @@ def compiled(table: tuple[Signal, ...]) -> Compiled:
         span=attrs("span"),
         io=attrs("io"),
         stream=values("stream"),
-        record=tuple(
-            _Path(tuple(s.record.split(".")), s.get, s.across, s.absent)
-            for s in table
-            if s.record is not None
-        ),
+        record=tuple(_path(s) for s in table if s.record is not None),
         metric=values("metric"),
         root=attrs("root"),
         meta=values("meta"),
     )
     _COMPILED[id(table)] = (table, result)
     return result
+
+
+def _path(s: Signal) -> _Path:
+    assert s.record is not None
+    section, _, key = s.record.rpartition(".")
+    if "." in section:
+        raise ValueError(f"a record path has at most one section: {s.record!r}")
+    return _Path(section or None, key, s.get, s.across, s.absent, s.is_json)
 
 
 # -- projections of one part ---------------------------------------------------------------------
@@ -228,7 +239,7 @@ def stream_signals(part: Any) -> dict[str, Any]:
     for entry in compiled(type(part).SIGNALS).stream:
         value = entry.get(part)
         if value is not OMIT:
-            out[entry.key] = jsonable(value)
+            out[entry.key] = value if entry.is_json else jsonable(value)
     return out
 
 
@@ -237,7 +248,7 @@ def attributes(entries: tuple[_Attr, ...], part: Any, state: Any) -> dict[str, A
     attrs: dict[str, Any] = {}
     for entry in entries:
         value = entry.get(state if entry.across else part)
-        if value is OMIT or not entry.when(value):
+        if value is OMIT or not (value is not None if entry.when is _given else entry.when(value)):
             continue
         if entry.span_as is not None:
             value = entry.span_as(value)
@@ -290,7 +301,9 @@ def jsonable(value: Any) -> Any:
 
 
 _PLAIN, _TIME, _DATACLASS, _MODEL, _MAPPING, _SEQUENCE, _CHOICE, _OTHER = range(8)
-_LEAVES = frozenset({str, int, float, bool, type(None)})  # kept as they are (``_PLAIN``)
+#: the types kept as they are (``_PLAIN``), tested before a call to ``jsonable``
+LEAVES = frozenset({str, int, float, bool, type(None)})
+_LEAVES = LEAVES
 _KINDS: dict[type, int] = {}
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
@@ -315,12 +328,16 @@ def _kind_of(cls: type) -> int:
     return _OTHER
 
 
-def stamp(span: Any, part: Any) -> None:
-    """Put what a stage output declares for its span on it: attributes and OpenInference
-    output value (the input's on the register span)."""
+def stamp(span: Any, *parts: Any) -> None:
+    """Put what stage outputs declare for their span on it: attributes and OpenInference
+    output value (the register span takes the input's and the registration's)."""
     if not span.is_recording():
         return
-    span.set_attributes(span_attributes(part))
-    output = io_output(part)
-    if output is not None:
-        set_span_io(span, output=output)
+    attrs = span_attributes(parts[0])
+    for part in parts[1:]:
+        attrs.update(span_attributes(part))
+    span.set_attributes(attrs)
+    for part in parts:
+        output = io_output(part)
+        if output is not None:
+            set_span_io(span, output=output)

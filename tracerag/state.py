@@ -25,6 +25,7 @@ from tracerag import semconv
 from tracerag._choices import PlanMode, Route, Stage, Tier
 from tracerag._declare import (
     EACH,
+    LEAVES,
     OMIT,
     Declared,
     Signal,
@@ -91,7 +92,7 @@ class StageError:
     def to_dict(self) -> dict[str, Any]:
         """The error as it appears in the audit record."""
         return {
-            "stage": self.stage,
+            "stage": str(self.stage),
             "type": self.type,
             "message": self.message,
             **jsonable(dict(self.extra)),
@@ -669,7 +670,7 @@ class Verification:
         Signal(lambda v: [{"name": r.name, "passed": r.passed} for r in v.rules], io="rules"),
         Signal(lambda v: v.selection.sample_index, span=semconv.CHOSEN_SAMPLE),
         Signal(lambda v: v.citations, record="signals.citations"),
-        Signal(_by_sample, record="signals.citations_by_sample"),
+        Signal(_by_sample, record="signals.citations_by_sample", is_json=True),
         Signal(lambda v: v.consistency, record="signals.consistency"),
         Signal(lambda v: v.selection, record="signals.selection"),
         Signal(lambda v: v.rules, record="signals.rules"),
@@ -760,7 +761,7 @@ class Decision:
             lambda d: d.attributed.unattributed if d.attributed is not None else None,
             span=semconv.ATTRIBUTION_UNATTRIBUTED,
         ),
-        Signal(_response_record, across=True, record="response"),
+        Signal(_response_record, across=True, record="response", is_json=True),
         Signal(
             lambda d: d.attribution if d.attribution is not None else OMIT,
             record="signals.attribution",
@@ -885,7 +886,7 @@ class RequestState:
         Signal(lambda s: s.versions.model, root=semconv.VERSION_MODEL, when=bool),
         Signal(lambda s: s.versions.tracerag, root=semconv.VERSION_TRACERAG, when=bool),
         Signal(lambda s: s.materials, record="materials"),
-        Signal(lambda s: [e.to_dict() for e in s.errors], record="errors"),
+        Signal(lambda s: [e.to_dict() for e in s.errors], record="errors", is_json=True),
         Signal(lambda s: len(s.errors), root=semconv.ERROR_COUNT),
         Signal(lambda s: s.skipped, record="skipped"),
         Signal(lambda s: s.timings, record="timings", metric="timings"),
@@ -1025,7 +1026,7 @@ class RequestState:
             for entry in compiled(kind.SIGNALS).meta:
                 value = _value(entry, part, self)
                 if value is not OMIT:
-                    meta[entry.key] = jsonable(value)
+                    meta[entry.key] = value if entry.is_json else jsonable(value)
         return meta
 
     def outcome_fields(self) -> dict[str, Any]:
@@ -1048,17 +1049,19 @@ def _value(entry: Any, part: Any, state: RequestState) -> Any:
 
 def _fill_record(record: dict[str, Any], entries: Any, part: Any, state: Any) -> None:
     for entry in entries:
-        value = _value(entry, part, state)
+        # a part's value, or its absent value when the part is missing
+        value = entry.absent if part is None else entry.get(state if entry.across else part)
         if value is OMIT:
             continue
-        path = entry.path
-        if len(path) == 1:
-            record[path[0]] = jsonable(value)
-            continue
-        section = record
-        for key in path[:-1]:
-            section = section.setdefault(key, {})
-        section[path[-1]] = jsonable(value)
+        if not entry.is_json and type(value) not in LEAVES:
+            value = jsonable(value)
+        if entry.section is None:
+            record[entry.key] = value
+        else:
+            section = record.get(entry.section)
+            if section is None:
+                section = record[entry.section] = {}
+            section[entry.key] = value
 
 
 def _record_of(part: Any) -> dict[str, Any]:

@@ -53,8 +53,7 @@ async def register(
         versions_from_runs=missing if learn_from_runs else (),
     )
     # the register span shows the request's input and its registration
-    stamp(span, state.input)
-    stamp(span, registration)
+    stamp(span, state.input, registration)
     if missing and not learn_from_runs:
         raise MissingVersionError(
             f"request {registration.request_id} refused: no {' and no '.join(missing)} version. "
