@@ -24,6 +24,7 @@ from typing import Any, TypedDict
 
 import pytest
 from langchain_core.documents import Document
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.prompts import ChatPromptTemplate
 from langgraph.graph import START, StateGraph
 from opentelemetry.sdk.metrics import MeterProvider
@@ -110,7 +111,7 @@ def _graph(llm: ScriptedChatModel, *, template: bool = True) -> Any:
 def _pipeline(llm: ScriptedChatModel, spans: SpanCapture, meters: MeterProvider, **kw: Any):
     options: dict[str, Any] = {
         "prompt_version": "test-prompt-v1",
-        "model_version": llm.model_name,
+        "model_version": getattr(llm, "model_name", "fake-list-chat-model"),
         "n_samples": 3,
         "retry": FAST_RETRY,
         "tracer_provider": spans.provider,
@@ -172,6 +173,10 @@ SCENARIOS: dict[str, Build] = {
     ),
     "pipeline_dead_model": lambda s, m: (
         _pipeline(ScriptedChatModel(responses=[GOOD], always_fail=True), s, m),
+        QUESTION,
+    ),
+    "pipeline_model_without_temperature": lambda s, m: (
+        _pipeline(FakeListChatModel(responses=[GOOD, GOOD_ALT]), s, m, tier="medium"),
         QUESTION,
     ),
     "pipeline_refused": lambda s, m: (
@@ -405,7 +410,8 @@ async def _capture_stream(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any
     return json.loads(_text(json.dumps(sent, ensure_ascii=False), names))
 
 
-#: set to 1 to write what the requests emit now as the pinned file, instead of comparing
+#: set to 1 to write what the requests emit now into the pinned file (the scenarios run),
+#: instead of comparing
 WRITE = os.environ.get("PINNED_WRITE") == "1"
 
 
@@ -414,7 +420,7 @@ def golden() -> Iterator[dict[str, Any]]:
     if not WRITE:
         yield json.loads(GOLDEN.read_text("utf-8"))
         return
-    fresh: dict[str, Any] = {}
+    fresh: dict[str, Any] = json.loads(GOLDEN.read_text("utf-8")) if GOLDEN.exists() else {}
     yield fresh
     GOLDEN.parent.mkdir(exist_ok=True)
     ordered = {name: fresh[name] for name in [*SCENARIOS, "astream_events"] if name in fresh}
