@@ -35,11 +35,9 @@ class StrChoice(str, Enum):
     were plain strings.
     """
 
-    def __str__(self) -> str:
-        return str.__str__(self)
-
-    def __repr__(self) -> str:
-        return str.__repr__(str.__str__(self))
+    # str's own methods, so a member shows as its value without a call into Python code
+    __str__ = str.__str__
+    __repr__ = str.__repr__
 
     def __format__(self, format_spec: str) -> str:
         return str.__format__(str.__str__(self), format_spec)

@@ -239,7 +239,8 @@ def stream_signals(part: Any) -> dict[str, Any]:
     for entry in compiled(type(part).SIGNALS).stream:
         value = entry.get(part)
         if value is not OMIT:
-            out[entry.key] = value if entry.is_json else jsonable(value)
+            json_ready = entry.is_json or type(value) in LEAVES
+            out[entry.key] = value if json_ready else jsonable(value)
     return out
 
 
@@ -257,14 +258,18 @@ def attributes(entries: tuple[_Attr, ...], part: Any, state: Any) -> dict[str, A
         if entry.key == EACH:
             attrs.update(value)
         else:
-            attrs[entry.key] = plain(value)
+            attrs[entry.key] = value if type(value) in _ATTRIBUTE_TYPES else plain(value)
     return attrs
+
+
+#: the types span attributes take as they are (other values go through ``plain``)
+_ATTRIBUTE_TYPES = frozenset({str, int, float, bool, list, tuple})
 
 
 def plain(value: Any) -> Any:
     """A value as a span attribute takes it: a named choice as its plain string."""
     if isinstance(value, Enum):
-        return value.value
+        return value._value_
     return value
 
 
@@ -292,7 +297,7 @@ def jsonable(value: Any) -> Any:
     if kind == _MAPPING:
         return {str(k): v if type(v) in _LEAVES else jsonable(v) for k, v in value.items()}
     if kind == _CHOICE:
-        return value.value
+        return value._value_
     if kind == _TIME:
         return value.isoformat()
     if kind == _MODEL:

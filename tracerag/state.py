@@ -15,7 +15,7 @@ and ``outcome_fields()`` are derived from those tables, as are a stage span's at
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
@@ -534,9 +534,9 @@ class SampleSet:
     errors: tuple[StageError, ...] = ()
 
     SIGNALS: ClassVar[tuple[Signal, ...]] = (
-        Signal(lambda s: len(s.ok), span=semconv.SAMPLES_OK, stream="samples_ok"),
+        Signal(lambda s: s.n_ok, span=semconv.SAMPLES_OK, stream="samples_ok"),
         Signal(
-            lambda s: len(s.samples) - len(s.ok),
+            lambda s: len(s.samples) - s.n_ok,
             span=semconv.SAMPLES_FAILED,
             stream="samples_failed",
         ),
@@ -556,7 +556,12 @@ class SampleSet:
     @property
     def ok(self) -> tuple[Sample, ...]:
         """The samples that gave an answer."""
-        return tuple(s for s in self.samples if s.ok)
+        return tuple([s for s in self.samples if s.ok])
+
+    @property
+    def n_ok(self) -> int:
+        """How many samples gave an answer."""
+        return len([s for s in self.samples if s.ok])
 
     @property
     def drawn_at_zero(self) -> bool:
@@ -813,17 +818,6 @@ _SLOTS: dict[str, str] = {
     Stage.ASSEMBLE: "decision",
 }
 
-#: The parts of a state with their declarations, in the order their signals are projected.
-_PARTS: tuple[tuple[str, type[Declared]], ...] = (
-    ("input", RequestInput),
-    ("registration", Registration),
-    ("retrieval", Retrieval),
-    ("planning", PlanResult),
-    ("samples", SampleSet),
-    ("verification", Verification),
-    ("decision", Decision),
-)
-
 #: The audit record of ``RECORD_VERSION``: its top-level keys in order, each with its value
 #: when no part sets it (a request that failed before a stage). The values come from the parts'
 #: ``SIGNALS``; a key a part declares that is not listed here follows these.
@@ -988,11 +982,18 @@ class RequestState:
 
     # -- the projections of the parts' declarations -------------------------------------------
 
-    def parts(self) -> Iterator[tuple[type[Declared], Any]]:
+    def parts(self) -> tuple[tuple[type[Declared], Any], ...]:
         """Each part's type and value (None when missing), the state itself last."""
-        for name, kind in _PARTS:
-            yield kind, getattr(self, name)
-        yield RequestState, self
+        return (
+            (RequestInput, self.input),
+            (Registration, self.registration),
+            (Retrieval, self.retrieval),
+            (PlanResult, self.planning),
+            (SampleSet, self.samples),
+            (Verification, self.verification),
+            (Decision, self.decision),
+            (RequestState, self),
+        )
 
     def to_record(self, response: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The JSON-able audit record of this request (layout ``RECORD_LAYOUT``).
@@ -1024,9 +1025,10 @@ class RequestState:
         meta: dict[str, Any] = dict.fromkeys(META_LAYOUT)
         for kind, part in self.parts():
             for entry in compiled(kind.SIGNALS).meta:
-                value = _value(entry, part, self)
+                value = entry.absent if part is None else entry.get(self if entry.across else part)
                 if value is not OMIT:
-                    meta[entry.key] = value if entry.is_json else jsonable(value)
+                    json_ready = entry.is_json or type(value) in LEAVES
+                    meta[entry.key] = value if json_ready else jsonable(value)
         return meta
 
     def outcome_fields(self) -> dict[str, Any]:
@@ -1034,22 +1036,15 @@ class RequestState:
         fields: dict[str, Any] = {}
         for kind, part in self.parts():
             for entry in compiled(kind.SIGNALS).metric:
-                value = _value(entry, part, self)
+                value = entry.absent if part is None else entry.get(self if entry.across else part)
                 if value is not OMIT:
                     fields[entry.key] = value
         return fields
 
 
-def _value(entry: Any, part: Any, state: RequestState) -> Any:
-    """A declared value of a part, its ``absent`` value when the part is missing."""
-    if part is None:
-        return entry.absent
-    return entry.get(state if entry.across else part)
-
-
 def _fill_record(record: dict[str, Any], entries: Any, part: Any, state: Any) -> None:
     for entry in entries:
-        # a part's value, or its absent value when the part is missing
+        # a part's value; its absent value when the part is missing
         value = entry.absent if part is None else entry.get(state if entry.across else part)
         if value is OMIT:
             continue
