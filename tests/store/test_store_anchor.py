@@ -77,6 +77,7 @@ def test_the_head_is_anchored_within_a_second_and_never_moved_back(
 ) -> None:
     journal = tmp_path / "journal"
     anchor = journal / "head.json"
+
     def stored_head() -> int:
         store = backend.open()
         try:
