@@ -412,6 +412,14 @@ class ChainReport:
                 + (", or restoring an older copy of it" if self.keyed else " or rewriting it")
                 + " would not be seen"
             )
+        elif self.unanchored_tail and not self.keyed:
+            out.append(
+                f"the {self.unanchored_tail} newest entries (after the anchored seq "
+                f"{self.anchor_seq}) are covered by neither the anchor nor a chain key: entries "
+                "forged or removed there would not be seen (verify again once the writer has "
+                "exported a newer head — every second while it runs, and when it stops — or "
+                "use the chain key)"
+            )
         return out
 
     @property
@@ -434,16 +442,10 @@ class ChainReport:
         if self.store_id:
             head += f"; store {self.store_id}"
         notes = [f"  NOT CHECKED: {gap}" for gap in self.gaps]
-        if self.anchored and self.unanchored_tail:
+        if self.anchored and self.unanchored_tail and self.keyed:
             notes.append(
                 f"  note: the {self.unanchored_tail} newest entries (after the anchored seq "
-                f"{self.anchor_seq}) were sealed after the anchor was written: "
-                + (
-                    "the chain key covers them"
-                    if self.keyed
-                    else "removing them would not be seen (verify again once the writer has "
-                    "exported a newer head, or use the chain key)"
-                )
+                f"{self.anchor_seq}) are covered by the chain key"
             )
         if self.ok:
             verdict = "intact" if self.complete else "consistent as far as checked"
