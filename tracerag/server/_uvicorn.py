@@ -56,13 +56,14 @@ def json_error_protocol() -> type:
     global _PROTOCOL
     if _PROTOCOL is not None:
         return _PROTOCOL
+    import importlib.util
+
     base: type
-    try:
-        import httptools  # noqa: F401
+    if importlib.util.find_spec("httptools") is not None:  # what uvicorn's "auto" picks
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
         base = HttpToolsProtocol
-    except ImportError:
+    else:
         from uvicorn.protocols.http.h11_impl import H11Protocol
 
         base = H11Protocol

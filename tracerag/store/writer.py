@@ -956,7 +956,8 @@ class AuditWriter:
         self._next_probe = time.monotonic() + self._probe_delay(self._idle_failures)
 
     def _probe_delay(self, failures: int) -> float:
-        return min(self.probe_max, self.backoff_initial * 2 ** min(max(0, failures - 1), 30))
+        exponent = min(max(0, failures - 1), 30)
+        return float(min(self.probe_max, self.backoff_initial * (2.0**exponent)))
 
     def _probe_store(self) -> bool:
         """Open the store if needed and ping it; False (the store marked failing) if it fails."""
