@@ -855,6 +855,13 @@ class TamperDB:
             self.schema = "tamper_" + uuid.uuid4().hex[:10]
             sep = "&" if "?" in dsn else "?"
             self.url = f"{dsn}{sep}options=-csearch_path%3D{self.schema}"
+            self._create_schema()
+
+    def _create_schema(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{self.schema}"')
 
     def execute(self, sql: str, params: tuple = ()) -> list:
         """SQL straight against the database, with the append-only guards off."""
@@ -901,8 +908,9 @@ class TamperDB:
                 Path(self.path + suffix).unlink(missing_ok=True)
             Path(self.dir / "backup.sqlite").replace(self.path)
             return
-        for table in self.TABLES:
+        for table in reversed(self.TABLES):  # those referring to others first
             self.execute(f"DELETE FROM {table}")
+        for table in self.TABLES:
             self.execute(f"INSERT INTO {table} SELECT * FROM backup_{table}")
 
     def replace(self) -> None:
@@ -917,6 +925,7 @@ class TamperDB:
 
             with psycopg.connect(self.dsn, autocommit=True) as conn:
                 conn.execute(f'DROP SCHEMA "{self.schema}" CASCADE')
+            self._create_schema()
         open_store(self.url).close()
 
     def cleanup(self) -> None:
