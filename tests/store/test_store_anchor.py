@@ -211,3 +211,24 @@ def test_an_unreadable_anchor_is_replaced_by_the_next_export(tmp_path, garbage) 
         wait_for(lambda: _read(anchor).get("seq", 0) > 0, 5.0)
     finally:
         writer.close()
+
+
+def test_the_anchor_of_an_empty_store_moves_forward_with_the_first_records(tmp_path) -> None:
+    """A server starts on an empty store and exports seq 0 before any answer: that anchor is
+    extended by the first records, not mistaken for a rewritten chain."""
+    from tracerag.store import open_store
+
+    path = str(tmp_path / "a.sqlite")
+    anchor = tmp_path / "journal" / "head.json"
+    writer = AuditWriter(
+        lambda create=True: open_store(path, create=create), journal=tmp_path / "journal", **FAST
+    )
+    try:
+        wait_for(lambda: anchor.is_file(), 5.0)
+        assert _read(anchor)["seq"] == 0
+        assert writer.submit_durable(make_record("r1", decision="pass"))
+        assert writer.flush(10)
+        wait_for(lambda: _read(anchor)["seq"] > 0, 5.0)
+        assert writer.status()["anchor_conflict"] is None
+    finally:
+        writer.close()

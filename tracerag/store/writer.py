@@ -827,6 +827,8 @@ class AuditWriter:
                 f"the chain head is at seq {head['seq']} but the anchor saw seq {seq}: entries "
                 "were removed or an older copy of the store was restored"
             )
+        if seq == 0:
+            return None  # an empty chain: any chain of the same store extends it
         hash_at = getattr(self._store, "hash_at", None)
         found = (
             head.get("hash")
