@@ -33,7 +33,18 @@ answers that finish together share one ``fdatasync``.
 Health: ``healthy`` is False while the store is failing, the buffer/journal is full, or the
 writer is closed; ``ready()`` adds "the store was opened and is the expected one" and "no
 store operation has been hanging for longer than ``op_timeout``"; ``status()`` gives the
-details (for ``/readyz``). Metrics (``tracerag.metrics``): ``persist_failures`` per failed
+details (for ``/readyz``). The store is pinged while idle (every ``probe_interval``) and, once it
+failed (or ``report_failure`` said so), with a short backoff up to ``probe_max``: readiness turns
+true again, and a batch waiting out a long retry delay is written, about a second after the
+store answers, with or without traffic.
+
+Tamper evidence outside the store: with the chain key (``chain_key``, default
+``TRACERAG_CHAIN_KEY``) the journal's records are authenticated, and a record the key does not
+vouch for is refused (kept aside, logged, counted in ``refused``), never sealed. The chain head is
+exported to the anchor (``anchor``, default ``TRACERAG_AUDIT_ANCHOR``, else the journal
+directory's ``head.json``) at most ``head_export_interval`` after it changes and at close, only
+ever forward (a head behind the anchor, or a rewritten anchored entry, is reported as
+``anchor_conflict`` instead). Metrics (``tracerag.metrics``): ``persist_failures`` per failed
 attempt, ``dropped`` per lost record, ``backlog`` (records accepted and not yet stored).
 
 The store's identity (``store_id`` and chain genesis, see ``SQLAuditStore.identity``) is
@@ -236,7 +247,9 @@ class AuditWriter:
     background, so an unreachable store at start-up does not stop the application; when it
     accepts ``create=``, it is called with ``create=False`` once a store identity is expected).
     ``journal`` is a directory (or a ``Journal``) for the crash-safe journal; None keeps the
-    buffer in memory.
+    buffer in memory. ``chain_key`` authenticates the journal's records (default: the store's
+    key, else ``TRACERAG_CHAIN_KEY``); ``anchor`` is where the chain head is exported (a file or
+    a directory; default ``TRACERAG_AUDIT_ANCHOR``, else the journal directory; False: nowhere).
     """
 
     def __init__(
