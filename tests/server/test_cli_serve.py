@@ -126,3 +126,45 @@ def test_serve_takes_cors_origins_and_named_reviewers(served, tmp_path, monkeypa
             "/review/api/queue", headers={"Authorization": "Bearer alices-own-token-0123456"}
         )
         assert queue.status_code == 200
+
+
+def test_serve_believes_forwarded_headers_only_from_configured_proxies(
+    served, tmp_path, monkeypatch
+):
+    """Issue 22: uvicorn believes X-Forwarded-For from 127.0.0.1 unless told otherwise."""
+    store = str(tmp_path / "a.sqlite")
+    monkeypatch.delenv("TRACERAG_FORWARDED_ALLOW_IPS", raising=False)
+    assert cli.main(["serve", "--store", store, "--no-review-desk"]) == 0
+    assert (
+        cli.main(
+            ["serve", "--store", store, "--no-review-desk", "--forwarded-allow-ips", "10.0.0.5"]
+        )
+        == 0
+    )
+    monkeypatch.setenv("TRACERAG_FORWARDED_ALLOW_IPS", "10.0.0.0/8, 192.168.1.1")
+    assert cli.main(["serve", "--store", store, "--no-review-desk"]) == 0
+    options = [kw for _, kw in served]
+    assert options[0]["proxy_headers"] is False
+    assert (options[1]["proxy_headers"], options[1]["forwarded_allow_ips"]) == (True, "10.0.0.5")
+    assert options[2]["forwarded_allow_ips"] == "10.0.0.0/8,192.168.1.1"
+    assert all(o["http"].__name__ == "JsonErrorProtocol" for o in options)
+
+
+def test_serve_needs_a_journal_for_a_store_that_can_be_down(served, tmp_path, monkeypatch):
+    """The check is the app's: a networked store without a journal is refused, unless told."""
+    from tracerag.errors import ConfigurationError
+    from tracerag.server.app import _journal_for
+    from tracerag.store.sqlite import SQLiteAuditStore
+
+    class Networked(SQLiteAuditStore):
+        networked = True
+
+    monkeypatch.delenv("TRACERAG_AUDIT_JOURNAL", raising=False)
+    store = Networked(":memory:")
+    with pytest.raises(ConfigurationError, match="TRACERAG_AUDIT_JOURNAL"):
+        _journal_for(store, None)
+    assert _journal_for(store, False) is None
+    assert _journal_for(store, tmp_path / "j") == str(tmp_path / "j")
+    monkeypatch.setenv("TRACERAG_AUDIT_JOURNAL", str(tmp_path / "env"))
+    assert _journal_for(store, None) == str(tmp_path / "env")
+    store.close()

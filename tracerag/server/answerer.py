@@ -173,6 +173,7 @@ class Answerer:
             return None  # the writer quarantines it, with the reason
         except Exception as exc:
             self.last_store_error = type(exc).__name__
+            self.writer.report_failure(exc)  # not ready until the writer's probe sees it back
             logger.warning(
                 "audit store failed for request %s (%s: %s); the record goes to the journal",
                 record.get("request_id"),
@@ -209,6 +210,7 @@ class Answerer:
             self.commit_timeouts += 1
             first = self.last_store_error is None
             self.last_store_error = f"CommitTimeout: a store commit took over {self.commit_wait}s"
+            self.writer.report_failure(TimeoutError(self.last_store_error))
             (logger.warning if first else logger.info)(
                 "audit store commit for request %s not done after %.1fs (%s); the record "
                 "goes to the journal",
@@ -237,10 +239,16 @@ class Answerer:
         return bool(await self.writer.asubmit_durable(record))
 
     def store_state(self) -> dict[str, Any]:
-        """Whether records reach the store now, from the audit writer's own state."""
+        """Whether records reach the store now, from the audit writer's own state.
+
+        A failed or hung direct commit makes the writer report not ready; its background probe
+        (short backoff) makes it ready again once the store answers, with or without traffic.
+        """
         status = self.writer.status()
-        ready = bool(status["ready"]) and self.last_store_error is None
-        last_error = self.last_store_error or status["last_error"]
+        ready = bool(status["ready"])
+        if ready:
+            self.last_store_error = None
+        last_error = status["last_error"] or (None if ready else self.last_store_error)
         return {**status, "ready": ready, "last_error": last_error}
 
     def close(self) -> None:

@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Iterable, Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -199,6 +200,33 @@ def _open_materials(svc: Services) -> None:
         logger.info("no material registry beside this store: %s: %s", type(exc).__name__, exc)
 
 
+def _journal_for(
+    store: AuditStore, journal: str | os.PathLike[str] | Literal[False] | None
+) -> str | None:
+    """The audit journal's directory for the server's store (None: no journal)."""
+    from tracerag.store import journal_dir_for
+
+    if journal is False:
+        return None
+    if journal is not None and str(journal).strip():
+        return str(journal)
+    path = getattr(store, "path", None)
+    found = journal_dir_for(path) if isinstance(path, str) else get_config().audit_journal
+    if found is None and getattr(store, "networked", False) is True:
+        where = getattr(store, "location", "")
+        where = where if isinstance(where, str) else ""
+        raise ConfigurationError(
+            f"the audit store{' ' + where if where else ''} can be down while the server runs, "
+            "and then only a local "
+            "journal keeps the records of the answers given meanwhile (and across a crash): set "
+            "TRACERAG_AUDIT_JOURNAL to a directory on a persistent local disk (tracerag serve "
+            "--journal DIR), or run without one on purpose (journal=False, tracerag serve "
+            "--no-journal: answers then say audit_persisted: false while the store is down, and "
+            "their records are lost if the process dies)"
+        )
+    return found
+
+
 def create_app(
     pipeline: Any = None,
     store: AuditStore | str | None = None,
@@ -217,6 +245,7 @@ def create_app(
     claim_seconds: float = CLAIM_SECONDS,
     body_timeout: float = 10.0,
     commit_wait: float | None = None,
+    journal: str | os.PathLike[str] | Literal[False] | None = None,
 ) -> FastAPI:
     """The server app.
 
@@ -233,8 +262,12 @@ def create_app(
     (``jaeger``, ``tempo`` or ``phoenix``, optionally ``=BASE_URL``; env ``TRACERAG_TRACE_UI``)
     links items to their trace. ``commit_wait``: the longest an answer waits for its record's
     store commit before the record goes to the journal (default env
-    ``TRACERAG_AUDIT_COMMIT_WAIT``, else 1 s). Raises ``ConfigurationError`` on an unusable
-    configuration.
+    ``TRACERAG_AUDIT_COMMIT_WAIT``, else 1 s). ``journal``: the audit journal's directory
+    (default env ``TRACERAG_AUDIT_JOURNAL``, else beside a SQLite store); a store that can be
+    down while the server runs (PostgreSQL) needs one — without it the app refuses to build —
+    unless ``journal=False`` says to run without (answers then say ``audit_persisted: false``
+    while the store is down, and those records are lost if the process dies). Raises
+    ``ConfigurationError`` on an unusable configuration.
     """
     token = (
         reviewer_token if reviewer_token is not None else get_config().reviewer_token or ""
@@ -264,14 +297,16 @@ def create_app(
         store = open_store(store)  # type: ignore[arg-type]
     assert store is not None and not isinstance(store, str)
     audit_store: AuditStore = store
-    from tracerag.store import journal_dir_for
-
-    path = getattr(audit_store, "path", None)
-    journal = journal_dir_for(path) if isinstance(path, str) else get_config().audit_journal
+    try:
+        journal_dir = _journal_for(audit_store, journal)
+    except ConfigurationError:
+        if owned_store:
+            audit_store.close()
+        raise
     answerer = Answerer(
         pipeline if pipeline is not None else demo_pipeline(model),
         audit_store,
-        journal=journal,
+        journal=journal_dir,
         commit_wait=commit_wait,
     )
     svc = Services(

@@ -2,7 +2,10 @@
 
 Binds 127.0.0.1 by default. The review desk needs reviewer credentials
 (``TRACERAG_REVIEWER_TOKEN`` or a reviewers file); without them the command refuses to start
-unless told ``--no-review-desk``. ``--hash-token NAME`` prints a reviewers-file line for a
+unless told ``--no-review-desk``. A store that can be down while the server runs (PostgreSQL)
+needs an audit journal (``--journal DIR`` or ``TRACERAG_AUDIT_JOURNAL``), or ``--no-journal``
+to run without one. Forwarded headers are believed only from ``--forwarded-allow-ips`` (see
+``tracerag.server._uvicorn``). ``--hash-token NAME`` prints a reviewers-file line for a
 token read from standard input. Log lines at WARNING and above (store failures, failed
 sign-ins) go to standard error.
 """
@@ -107,16 +110,26 @@ def run(args: argparse.Namespace) -> int:
             reviewers=args.reviewers_file,
             cors_origins=args.cors_origin,
             trace_ui=args.trace_ui,
+            journal=False if args.no_journal else args.journal,
         )
     except ConfigurationError as exc:
         print(f"tracerag serve: {exc}", file=sys.stderr)
         return 2
+    from tracerag.server._uvicorn import uvicorn_options
+
+    options = uvicorn_options(args.forwarded_allow_ips)
     desk = "off" if args.no_review_desk else f"http://{args.host}:{args.port}/review"
     print(
         f"tracerag serve: answers at http://{args.host}:{args.port}/v1/answer, review desk {desk}",
         file=sys.stderr,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    if args.no_journal:
+        print(
+            "tracerag serve: no audit journal (--no-journal): while the store is down, answers "
+            "say audit_persisted: false and their records are lost if this process dies",
+            file=sys.stderr,
+        )
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **options)
     return 0
 
 
@@ -184,6 +197,28 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help="link review items to their trace: jaeger, tempo or phoenix, optionally =BASE_URL "
         "(default $TRACERAG_TRACE_UI)",
+    )
+    journal = p.add_mutually_exclusive_group()
+    journal.add_argument(
+        "--journal",
+        metavar="DIR",
+        default=None,
+        help="the audit journal's directory, on a persistent local disk (default "
+        "$TRACERAG_AUDIT_JOURNAL, else beside a SQLite store; a PostgreSQL store needs one)",
+    )
+    journal.add_argument(
+        "--no-journal",
+        action="store_true",
+        help="run without an audit journal: while the store is down, answers say "
+        "audit_persisted: false and their records live in memory only",
+    )
+    p.add_argument(
+        "--forwarded-allow-ips",
+        metavar="ADDRS",
+        default=None,
+        help="comma-separated addresses (or *) of the reverse proxies whose X-Forwarded-For "
+        "and X-Forwarded-Proto are believed (default $TRACERAG_FORWARDED_ALLOW_IPS, else none: "
+        "the client address is the TCP peer's)",
     )
     p.add_argument(
         "--log-level",

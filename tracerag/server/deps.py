@@ -154,6 +154,10 @@ async def json_body(request: Request, svc: ServicesDep) -> Any:
         return json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise ApiError(400, "bad_request", f"the request body is not valid JSON: {exc}") from None
+    except ValueError:  # an integer longer than Python converts (sys.get_int_max_str_digits())
+        raise ApiError(
+            400, "bad_request", "the request body holds a number with too many digits"
+        ) from None
 
 
 JsonBody = Annotated[Any, Depends(json_body)]

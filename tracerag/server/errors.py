@@ -74,10 +74,28 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+#: the longest text an error echoes (a caller's id, path or field name is cut past it)
+MAX_DETAIL_CHARS = 200
+
+
+def bounded(value: Any, limit: int = MAX_DETAIL_CHARS) -> Any:
+    """``value`` with every text in it cut to ``limit`` characters (a hostile caller's 60 KB id
+    is not echoed back, nor logged)."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return value
+        return f"{value[:limit]}…[{len(value) - limit} more characters]"
+    if isinstance(value, dict):
+        return {bounded(k, limit): bounded(v, limit) for k, v in list(value.items())[:50]}
+    if isinstance(value, (list, tuple)):
+        return [bounded(v, limit) for v in list(value)[:50]]
+    return value
+
+
 def problem(status: int, error: str, detail: Any, headers: dict[str, str] | None = None):
-    """A JSON error response in the server's error shape."""
+    """A JSON error response in the server's error shape (texts in ``detail`` bounded)."""
     return JSONResponse(
-        {"error": error, "detail": detail}, status_code=status, headers=headers or None
+        {"error": error, "detail": bounded(detail)}, status_code=status, headers=headers or None
     )
 
 
@@ -114,9 +132,9 @@ def install_handlers(app: FastAPI) -> None:
         code = CODES.get(exc.status_code, "error")
         detail = exc.detail
         if exc.status_code == 404 and detail == "Not Found":
-            detail = f"no route {request.url.path}"
+            detail = f"no route {bounded(request.url.path)}"
         elif exc.status_code == 405:
-            detail = f"{request.method} is not allowed on {request.url.path}"
+            detail = f"{request.method} is not allowed on {bounded(request.url.path)}"
         return problem(exc.status_code, code, detail, dict(exc.headers or {}))
 
     @app.exception_handler(RequestValidationError)
@@ -129,11 +147,12 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
+        # One line here; the server logs the traceback once when the exception reaches it
+        # (Starlette raises it on after this response is sent).
         logger.error(
             "unhandled %s on %s %s",
             type(exc).__name__,
             request.method,
-            request.url.path,
-            exc_info=exc,
+            bounded(request.url.path),
         )
         return problem(500, "internal_error", type(exc).__name__, SECURITY_HEADERS)
