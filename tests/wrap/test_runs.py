@@ -12,7 +12,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 
 from tracerag.errors import ConfigurationError
-from tracerag.graph_runs import Sampler, graph_nodes, run_once_nodes, with_callback
+from tracerag.wrap._runs import Sampler, graph_nodes, run_once_nodes, with_callback
 
 
 class Counter(BaseCallbackHandler):
@@ -138,7 +138,7 @@ def test_tracerag_does_not_import_langgraph():
     import sys
 
     code = (
-        "import sys, tracerag.wrap, tracerag.graph_runs, tracerag.chain_io, tracerag.chain_capture;"
+        "import sys, tracerag.wrap, tracerag.wrap._runs, tracerag.wrap._io, tracerag.wrap._capture;"
         "assert not [m for m in sys.modules if m.startswith(('langgraph', 'langchain_classic'))]"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

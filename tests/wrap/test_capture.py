@@ -13,7 +13,10 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda
 
 from tracerag import semconv as sc
-from tracerag.chain_capture import (
+from tracerag.prompts import fingerprint
+from tracerag.testing import ScriptedChatModel
+from tracerag.tracing import set_capture_content
+from tracerag.wrap._capture import (
     RunCapture,
     learned_versions,
     missing_version_error,
@@ -21,9 +24,6 @@ from tracerag.chain_capture import (
     prompt_text,
     serialized_prompt_text,
 )
-from tracerag.prompts import fingerprint
-from tracerag.testing import ScriptedChatModel
-from tracerag.tracing import set_capture_content
 
 DOCS = [
     Document(page_content="Returns within 30 days.", id="returns"),
