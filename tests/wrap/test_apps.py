@@ -195,62 +195,108 @@ def test_graph_versions_are_learned_from_the_runs(store, spans):
     assert list(register[sc.VERSION_FROM_RUNS]) == ["prompt", "model"]
 
 
-def test_graph_without_prompt_template_is_refused_naming_the_argument(store, spans):
-    llm = ScriptedChatModel(responder=cite_returns, model_name="scripted-x")
+class Plain(TypedDict):
+    question: str
+    answer: str
 
-    class Plain(TypedDict):
-        question: str
-        answer: str
+
+def formatted_graph(llm, template: str):
+    """A graph whose prompt is built with ``str.format`` inside its node: no LangChain template."""
 
     def generate(state: Plain):
-        return {"answer": llm.invoke(f"Answer: {state['question']}").content}
+        return {"answer": llm.invoke(template.format(question=state["question"])).content}
 
     builder = StateGraph(Plain).add_sequence([generate])
     builder.add_edge(START, "generate")
-    wrapped = wrap(builder.compile(), n_samples=1, tracer_provider=spans.provider)
-    with pytest.raises(MissingVersionError, match=r"pass prompt_version= to wrap\(\)") as info:
-        wrapped.invoke({"question": QUESTION})
-    assert "model" not in str(info.value).split("refused:")[1].split(".")[0]
-    roots = spans.named(sc.SPAN_REQUEST)
-    assert len(roots) == 1
-    assert roots[0].attributes[sc.REQUEST_ID]  # a refused request's root carries its id
-    response = wrap(
-        builder.compile(), prompt_version="p1", n_samples=1, tracer_provider=spans.provider
-    ).invoke({"question": QUESTION})
-    assert response.versions.prompt == "p1"
-    assert response.versions.model == "scripted-x"
+    return builder.compile()
 
 
-def test_a_request_refused_for_versions_keeps_what_its_runs_did(store, spans):
-    """The refusal comes after the runs: the record shows their samples and materials."""
+def test_a_prompt_built_with_format_is_versioned_by_what_reached_the_model(store, spans):
     llm = ScriptedChatModel(responder=cite_returns, model_name="scripted-x")
+    records: list[dict] = []
+    wrapped = wrap(
+        formatted_graph(llm, "Answer briefly: {question}"),
+        n_samples=1,
+        audit=records.append,
+        tracer_provider=spans.provider,
+    )
+    first = wrapped.invoke({"question": QUESTION})
+    second = wrapped.invoke({"question": "How long is the warranty on a laptop?"})
+    # the question is masked out: the same prompt gives the same version for every question
+    assert first.versions.prompt == second.versions.prompt
+    assert first.versions.prompt.startswith("sha256:")
+    assert first.versions.model == "scripted-x"
+    assert records[0]["versions"]["prompt_source"] == "model-input"
+    assert records[0]["versions"]["model_source"] == "run"
+    sample = spans.named(sc.SPAN_SAMPLE, first.request_id)[0].attributes
+    assert sample[sc.VERSION_PROMPT_SOURCE] == "model-input"
+    # a changed prompt is a new version
+    other = wrap(formatted_graph(llm, "Answer in one line: {question}"), n_samples=1, audit=None)
+    assert other.invoke({"question": QUESTION}).versions.prompt != first.versions.prompt
+    # a given version is used as it is, and the record says so
+    given = wrap(
+        formatted_graph(llm, "Answer briefly: {question}"),
+        prompt_version="p1",
+        n_samples=1,
+        audit=records.append,
+    ).invoke({"question": QUESTION})
+    assert given.versions.prompt == "p1"
+    assert records[-1]["versions"]["prompt_source"] == "argument"
 
-    def generate(state: State):  # a prompt built without a LangChain template
-        prompt = f"Question: {state['question']}\n\n{numbered(state['context'])}"
-        return {"answer": llm.invoke(prompt).content}
+
+def rule_graph(store):
+    """A graph that answers without any model: there is no prompt to fingerprint."""
 
     def retrieve(state: State):
         return {"context": store.similarity_search(state["question"], k=K)}
 
+    def generate(state: State):
+        first = state["context"][0].page_content.split(".")[0]
+        return {"answer": f"{first}. [1]"}
+
     builder = StateGraph(State).add_sequence([retrieve, generate])
     builder.add_edge(START, "retrieve")
+    return builder.compile()
+
+
+def test_a_graph_without_any_model_call_is_refused_naming_the_argument(store, spans):
+    wrapped = wrap(rule_graph(store), n_samples=1, tracer_provider=spans.provider)
+    with pytest.raises(MissingVersionError, match=r"pass prompt_version= to wrap\(\)") as info:
+        wrapped.invoke({"question": QUESTION})
+    assert "made no model call" in str(info.value)
+    assert "pass model_version= to wrap()" in str(info.value)
+    roots = spans.named(sc.SPAN_REQUEST)
+    assert len(roots) == 1
+    assert roots[0].attributes[sc.REQUEST_ID]  # a refused request's root carries its id
+    response = wrap(
+        rule_graph(store), prompt_version="p1", model_version="rule-1", n_samples=1
+    ).invoke({"question": QUESTION})
+    assert (response.versions.prompt, response.versions.model) == ("p1", "rule-1")
+
+
+def test_a_request_refused_for_versions_keeps_what_its_runs_did(store, spans):
+    """The refusal comes after the runs: the record shows their samples and materials."""
     records: list[dict] = []
     wrapped = wrap(
-        builder.compile(), n_samples=2, audit=records.append, tracer_provider=spans.provider
+        rule_graph(store),
+        model_version="rule-1",
+        n_samples=2,
+        audit=records.append,
+        tracer_provider=spans.provider,
     )
     with pytest.raises(MissingVersionError, match=r"pass prompt_version= to wrap\(\)"):
         wrapped.invoke({"question": QUESTION})
     (record,) = records
     assert record["errors"][-1]["type"] == "MissingVersionError"
-    assert record["params"]["versions_from_runs"] == ["prompt", "model"]
-    assert record["versions"]["model"] == "scripted-x"  # learned; only the prompt is missing
+    assert record["params"]["versions_from_runs"] == ["prompt"]
+    assert record["versions"]["model"] == "rule-1"
+    assert record["versions"]["model_source"] == "argument"
     assert record["versions"]["prompt"] is None
     assert sorted(m["id"] for m in record["materials"]) == sorted(expected_ids(store))
     assert record["retrieval"]["source"] == "runs"
     assert record["retrieval"]["count"] == K
     answers = [s["answer"] for s in record["samples"]]
-    assert len(answers) == 2
-    assert all(a.startswith("Customers may return unused items within 30 days") for a in answers)
+    assert len(answers) == 2 and all(a.endswith("[1]") for a in answers)
     sample = spans.named(sc.SPAN_SAMPLE)[0]
     assert sample.attributes[sc.RETRIEVAL_COUNT] == K
     assert sample.status.status_code.name == "ERROR"
@@ -498,10 +544,21 @@ def test_samples_of_a_graph_do_not_share_state(store, spans):
     builder.add_edge(START, "retrieve")
     scratch: list = []
     response = wrap(
+        builder.compile(),
+        n_samples=3,
+        sampling="app",
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
+    ).invoke({"question": QUESTION, "scratch": scratch})
+    assert response.decision == "pass"
+    assert seen == [1, 1, 1]  # three whole runs, each on its own copy of the input
+    assert scratch == []
+    seen.clear()
+    response = wrap(
         builder.compile(), n_samples=3, retry=FAST_RETRY, tracer_provider=spans.provider
     ).invoke({"question": QUESTION, "scratch": scratch})
     assert response.decision == "pass"
-    assert seen == [1, 1, 1]
+    assert seen == [1]  # the default: the app runs once and its answering step is forked
     assert scratch == []
 
 

@@ -75,61 +75,136 @@ def test_run_once_nodes_named_and_marked():
     assert run_once_nodes(RunnableLambda(lambda x: x)) == ()
 
 
-def test_plain_chain_runs_are_n_plain_invocations():
-    runs = asyncio.run(Sampler(RunnableLambda(lambda x: x)).prepare({"tags": ["t"]}, "r1", 3))
-    assert [r.index for r in runs] == [0, 1, 2]
-    assert all(r.kwargs == {} and r.forked_thread is None for r in runs)
-    assert [r.config["metadata"]["tracerag_sample"] for r in runs] == [0, 1, 2]
-    assert all(r.config["tags"] == ["t"] for r in runs)
+def answer_of(value):
+    return value.get("answer") if isinstance(value, dict) else None
 
 
-def test_run_once_without_checkpointer_uses_a_stopping_copy():
+async def draw(sampler, value, n=3, config=None):
+    """Run a request's N runs as the sample stage does: run 0, then the others."""
+    runs = await sampler.start(config, "r1", n)
+    handlers = [Counter() for _ in range(n)]
+    try:
+        outputs = [await runs.run(0, value, handlers[0])]
+        runs.app_run_done()
+        await runs.fork_ready()
+        outputs += await asyncio.gather(*(runs.run(i, value, handlers[i]) for i in range(1, n)))
+    finally:
+        threads = list(runs.threads)
+        await runs.cleanup()
+    return runs, outputs, handlers, threads
+
+
+def test_plain_chain_runs_n_times_and_only_the_first_carries_the_callers_callbacks():
+    theirs = Counter()
+    chain = RunnableLambda(lambda x: x + "!")
+    config = {"tags": ["t"], "callbacks": [theirs]}
+    runs, outputs, handlers, threads = asyncio.run(draw(Sampler(chain), "q", config=config))
+    assert outputs == ["q!"] * 3
+    assert runs.kinds == ["app", "private", "private"]
+    assert theirs.starts == 1  # the caller's callbacks see one run of the app
+    assert [h.starts for h in handlers] == [1, 1, 1]
+    assert threads == [] and runs.kept is None
+
+
+def test_sampling_modes_are_checked():
+    with pytest.raises(ConfigurationError, match="sampling must be one of"):
+        Sampler(RunnableLambda(lambda x: x), sampling="whole")
+
+
+def counting_graph(calls: list[str], checkpointer=None, sink=None):
+    def prepare(state: State):
+        calls.append("prepare")
+        return {"log": ["prepared"]}
+
+    def answer(state: State):
+        calls.append("answer")
+        return {"answer": f"A{len(calls)}: " + state["question"]}
+
+    def notify(state: State):
+        if sink is not None:
+            sink.append(state["answer"])
+        return {}
+
+    builder = StateGraph(State)
+    builder.add_node("prepare", prepare)
+    builder.add_node("answer", answer)
+    builder.add_node("notify", notify, metadata={"tracerag_run_once": True})
+    builder.add_edge(START, "prepare")
+    builder.add_edge("prepare", "answer")
+    builder.add_edge("answer", "notify")
+    return builder.compile(checkpointer=checkpointer)
+
+
+def test_a_graph_runs_once_and_forks_its_answering_step():
+    calls: list[str] = []
     sink: list[str] = []
-    app = graph(sink=sink)
-    sampler = Sampler(app)
-
-    async def go():
-        runs = await sampler.prepare(None, "r1", 3)
-        outputs = [await r.ainvoke({"question": "q"}, Counter()) for r in runs]
-        await sampler.cleanup(runs)
-        return runs, outputs
-
-    runs, outputs = asyncio.run(go())
-    assert runs[0].runnable is app
-    assert runs[1].runnable is runs[2].runnable is not app
-    assert runs[1].kwargs == {"interrupt_before": ["notify"]}
-    assert all(o["answer"] == "A: q" for o in outputs)
-    assert sink == ["A: q"]
-    assert app.checkpointer is None
+    app = counting_graph(calls, sink=sink)
+    sampler = Sampler(app, answer_of=answer_of)
+    runs, outputs, _, threads = asyncio.run(draw(sampler, {"question": "q", "log": []}))
+    # every node before the answering step ran once; the answer was drawn three times
+    assert calls.count("prepare") == 1 and calls.count("answer") == 3
+    assert runs.kinds == ["app", "fork", "fork"]
+    assert [o["answer"].split(":")[0] for o in outputs] == ["A2", "A3", "A4"]
+    assert all(o["log"] == ["prepared"] for o in outputs)  # forks start from the same state
+    assert sink == [outputs[0]["answer"]]  # the run-once node ran in the app's own run only
+    assert runs.kept == 0  # and it acted on that run's answer
+    assert app.checkpointer is None  # the app ran on a copy with an in-memory checkpointer
+    saver = sampler.own_graph().checkpointer
+    assert len(threads) == 3 and not list(saver.list(None))  # every thread is deleted
 
 
-def test_checkpointed_graph_forks_the_callers_thread_and_deletes_the_forks():
+def test_app_sampling_runs_the_whole_graph_each_time():
+    calls: list[str] = []
+    sampler = Sampler(counting_graph(calls), sampling="app", answer_of=answer_of)
+    runs, _outputs, _, _ = asyncio.run(draw(sampler, {"question": "q", "log": []}))
+    assert calls.count("prepare") == 3 and calls.count("answer") == 3
+    assert runs.kinds == ["app", "private", "private"]
+
+
+def test_without_a_step_that_wrote_the_answer_the_others_run_whole():
+    calls: list[str] = []
+    sampler = Sampler(counting_graph(calls), answer_of=lambda value: None)
+    runs, _outputs, _, _ = asyncio.run(draw(sampler, {"question": "q", "log": []}))
+    assert runs.kinds == ["app", "private", "private"]
+    assert calls.count("prepare") == 3
+
+
+def test_checkpointed_graph_keeps_the_conversation_and_forks_at_the_answer():
+    saver = InMemorySaver()
+    calls: list[str] = []
+    app = counting_graph(calls, checkpointer=saver)
+    config = {"configurable": {"thread_id": "t1"}}
+    app.invoke({"question": "first", "log": []}, config)
+    calls.clear()
+    sampler = Sampler(app, answer_of=answer_of)
+    runs, outputs, _, threads = asyncio.run(draw(sampler, {"question": "second"}, config=config))
+    assert runs.kinds == ["app", "fork", "fork"]
+    assert calls.count("prepare") == 1
+    assert threads == ["t1/r1/sample-1", "t1/r1/sample-2"]
+    # the caller's thread moved on by this turn, with its own run's answer
+    state = app.get_state(config).values
+    assert state["answer"] == outputs[0]["answer"] and state["question"] == "second"
+    assert runs.kept == 0
+    assert {c.config["configurable"]["thread_id"] for c in saver.list(None)} == {"t1"}
+
+
+def test_app_sampling_of_a_checkpointed_graph_starts_each_run_from_the_conversation():
     saver = InMemorySaver()
     app = graph(checkpointer=saver)
     config = {"configurable": {"thread_id": "t1"}}
     app.invoke({"question": "first", "log": []}, config)
-    sampler = Sampler(app, run_once=())
-
-    async def go():
-        runs = await sampler.prepare(config, "r1", 3)
-        forks = [r.forked_thread for r in runs]
-        states = [
-            (await app.aget_state({"configurable": {"thread_id": f}})).values for f in forks[1:]
-        ]
-        await sampler.cleanup(runs)
-        return runs, forks, states
-
-    runs, forks, states = asyncio.run(go())
-    assert forks[0] is None and runs[0].config["configurable"]["thread_id"] == "t1"
-    assert forks[1] == "t1/r1/sample-1" and forks[2] == "t1/r1/sample-2"
-    assert all(s["question"] == "first" for s in states)  # each fork starts where t1 was
+    sampler = Sampler(app, sampling="app", answer_of=answer_of)
+    _runs, outputs, _, threads = asyncio.run(draw(sampler, {"log": []}, config=config))
+    # the other runs started where t1 was before this request: the earlier question
+    assert all(o["answer"] == "A: first" for o in outputs)
+    assert threads == ["t1/r1/sample-1", "t1/r1/sample-2"]
     assert {c.config["configurable"]["thread_id"] for c in saver.list(None)} == {"t1"}
 
 
 def test_checkpointed_graph_without_a_thread_is_a_clear_error():
     sampler = Sampler(graph(checkpointer=InMemorySaver()))
     with pytest.raises(ConfigurationError, match="thread_id"):
-        asyncio.run(sampler.prepare({}, "r1", 2))
+        asyncio.run(sampler.start({}, "r1", 2))
 
 
 @pytest.mark.integration  # a fresh interpreter in a subprocess: an integration test

@@ -30,6 +30,6 @@ the span and the Response, and self-consistency is reported as uninformative.
 """
 
 from tracerag.wrap._app import WrappedChain, wrap
-from tracerag.wrap._runs import RUN_ONCE_METADATA
+from tracerag.wrap._runs import RUN_ONCE_METADATA, SAMPLING_MODES, Sampling
 
-__all__ = ["RUN_ONCE_METADATA", "WrappedChain", "wrap"]
+__all__ = ["RUN_ONCE_METADATA", "SAMPLING_MODES", "Sampling", "WrappedChain", "wrap"]

@@ -16,9 +16,10 @@ from tracerag.pipeline import PipelineOptions, build_settings
 from tracerag.runner import StagedRunnable
 from tracerag.stages.sample import TEMPERATURE_ZERO_WARNING
 from tracerag.state import RequestInput
-from tracerag.wrap._inspect import ChainInfo, inspect_chain
+from tracerag.wrap._hooks import instrument
+from tracerag.wrap._inspect import ChainInfo, inspect_chain, retrieval_parts
 from tracerag.wrap._io import ChainIO
-from tracerag.wrap._runs import Sampler
+from tracerag.wrap._runs import SAMPLING_MODES, Sampler, Sampling
 from tracerag.wrap._source import ChainSource
 
 if TYPE_CHECKING:
@@ -48,12 +49,14 @@ class WrappedChain(StagedRunnable):
         chain_input: Callable[[str], Any] | None = None,
         io: ChainIO | None = None,
         run_once: Sequence[str] = (),
+        sampling: Sampling = "answer",
     ) -> None:
+        io = io or ChainIO()
         source = ChainSource(
             chain,
             info,
             io=io,
-            sampler=Sampler(chain, run_once),
+            sampler=Sampler(chain, run_once, sampling, answer_of=io.answer_or_none),
             chain_input=chain_input,
         )
         super().__init__(settings, source)
@@ -89,6 +92,7 @@ def wrap(
     documents_key: str | None = None,
     run_once: Sequence[str] = (),
     retriever: BaseRetriever | None = None,
+    sampling: Sampling = "answer",
     **options: Unpack[PipelineOptions],
 ) -> WrappedChain:
     """Wrap an existing LangChain chain or LangGraph graph so each request runs the six traced,
@@ -101,21 +105,36 @@ def wrap(
     documents the app used (default: ``context``, ``source_documents``). ``run_once`` names
     graph nodes that must run once per request, not once per sample. ``retriever`` is the
     retriever the app uses inside its nodes, called once in the retrieve stage for scored
-    materials. ``chain_input`` turns the question into the app's input instead. The options it
-    shares with ``RAGPipeline`` are ``tracerag.pipeline.PipelineOptions``.
+    materials. ``chain_input`` turns the question into the app's input instead.
+
+    ``sampling="answer"`` (the default) retrieves once and draws the N answers from the same
+    materials: a graph (an agent) runs once and its answering step is forked N-1 times from
+    the checkpoint before it; a chain's retrieval is shared by its N runs. ``sampling="app"``
+    runs the whole app N times, for apps whose retrieval itself varies. The options it shares
+    with ``RAGPipeline`` are ``tracerag.pipeline.PipelineOptions``.
     """
     check_options("wrap", options, PipelineOptions.__optional_keys__)
     if not isinstance(chain, Runnable):
         raise ConfigurationError(f"wrap() needs a LangChain Runnable, got {type(chain).__name__}")
+    if sampling not in SAMPLING_MODES:
+        raise ConfigurationError(
+            f"sampling must be one of {list(SAMPLING_MODES)}, got {sampling!r}"
+        )
     info = inspect_chain(chain)
     if retriever is not None and retriever not in info.retrievers:
         info.retrievers.append(retriever)
+    reached, stores = retrieval_parts(chain)
+    info.reached_retrievers = [r for r in reached if r not in info.retrievers]
+    info.stores = stores
+    instrument([*info.retrievers, *info.reached_retrievers], stores)
     temperature = info.temperature
     settings = build_settings(
         retriever=None,
         llm=None,
         prompt_version=prompt_version or info.prompt_version,
         model_version=model_version or info.model_version,
+        prompt_version_source=_source(prompt_version, info.prompt_version, "template"),
+        model_version_source=_source(model_version, info.model_version, "app"),
         temperature=temperature if temperature is not None else 0.7,
         plan_mode="inline",
         **options,
@@ -129,8 +148,20 @@ def wrap(
         app=None if input_key else chain,
     )
     return WrappedChain(
-        chain, settings=settings, info=info, chain_input=chain_input, io=io, run_once=run_once
+        chain,
+        settings=settings,
+        info=info,
+        chain_input=chain_input,
+        io=io,
+        run_once=run_once,
+        sampling=sampling,
     )
+
+
+def _source(given: str | None, found: str | None, how: str) -> str | None:
+    if given:
+        return "argument"
+    return how if found else None
 
 
 __all__ = ["WrappedChain", "wrap"]

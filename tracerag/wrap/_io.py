@@ -170,6 +170,13 @@ class ChainIO:
             )
         return text
 
+    def answer_or_none(self, output: Any) -> str | None:
+        """The answer text of an output or a graph state, or None when it holds none."""
+        try:
+            return self.answer(output)
+        except TypeError:
+            return None
+
     def documents(self, output: Any) -> list[Document]:
         """The documents the app's output carries (e.g. ``state["context"]``), else none."""
         if not isinstance(output, Mapping):
@@ -232,7 +239,9 @@ def question_in_messages(messages: Any, key: str = MESSAGES_KEY) -> str:
     (``{"role": "user", "content": text}``) and bare strings are user messages. InputError
     when the messages cannot be read as LangChain reads them, or hold no user message.
     """
-    items = [messages] if isinstance(messages, (BaseMessage, Mapping)) else list(messages)
+    items: list[Any] = (
+        [messages] if isinstance(messages, (BaseMessage, Mapping)) else list(messages)
+    )
     try:
         parsed = convert_to_messages(items)
     except Exception as exc:  # LangChain refuses the same input with the same error

@@ -6,11 +6,15 @@ import dataclasses
 import functools
 import json
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable
+from langchain_core.vectorstores import VectorStoreRetriever
 from opentelemetry.trace import Span
 
 from tracerag import semconv
@@ -35,16 +39,14 @@ from tracerag.state import (
     SampleSet,
     StageRefusal,
 )
-from tracerag.wrap._capture import (
-    RunCapture,
-    learned_versions,
-    missing_version_error,
-    model_call_attributes,
-)
+from tracerag.wrap._capture import RunCapture, model_call_attributes
+from tracerag.wrap._hooks import Shared, scope
 from tracerag.wrap._inspect import ChainInfo
 from tracerag.wrap._io import ChainIO, independent_copy
+from tracerag.wrap._materials import run_materials, shown_order
 from tracerag.wrap._retryable import is_transient
-from tracerag.wrap._runs import Sampler, SampleRun
+from tracerag.wrap._runs import Sampler
+from tracerag.wrap._versions import learn_model, learn_prompt, missing_version_error
 
 if TYPE_CHECKING:
     from tracerag.settings import Settings
@@ -53,10 +55,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger("tracerag.wrap")
 
 RUNS_NOTE = "no retriever found in the app; materials are what its runs retrieved"
+#: Requests whose retrieval is kept between their retrieve and sample stages, at most.
+MAX_OPEN_REQUESTS = 4096
+# retrievers whose documents the retrieve stage fetches from their store as they would
+_SEARCHES_AS_RETRIEVER = {"similarity", "similarity_score_threshold"}
 
 
 class ChainSource:
-    """wrap()'s source: the app's retrievers, and samples from whole, independent runs of it."""
+    """wrap()'s source: the app's retrievers, and samples from the app's runs (``_runs``)."""
 
     mode = "wrap"
     learns_versions = True
@@ -73,8 +79,26 @@ class ChainSource:
         self.chain = chain
         self.info = info
         self.io = io or ChainIO()
-        self.sampler = sampler or Sampler(chain)
+        self.sampler = sampler or Sampler(chain, answer_of=self.io.answer_or_none)
         self.chain_input = chain_input
+        # each request's shared retrieval, from its retrieve stage to its sample stage
+        self._open: OrderedDict[str, Shared] = OrderedDict()
+        self._open_lock = threading.Lock()
+
+    @property
+    def shares_retrieval(self) -> bool:
+        return self.sampler.sampling == "answer"
+
+    def _shared(self, request_id: str, *, take: bool) -> Shared:
+        with self._open_lock:
+            shared = self._open.pop(request_id, None) if take else self._open.get(request_id)
+            if shared is None:
+                shared = Shared(self.shares_retrieval)
+                if not take:
+                    self._open[request_id] = shared
+                    while len(self._open) > MAX_OPEN_REQUESTS:
+                        self._open.popitem(last=False)
+            return shared
 
     def app_input(self, request: RequestInput) -> Any:
         """The app's input for a request: the caller's own, else one made from the question."""
@@ -87,25 +111,33 @@ class ChainSource:
     async def retrieve(
         self, state: RequestState, settings: Settings, span: Span, config: Any = None
     ) -> Retrieval:
-        """The app's retrievers, each called once; a failing one is kept as an error."""
+        """The app's retrievers, each called once; a failing one is kept as an error.
+
+        With ``sampling="answer"`` what each returned is what the app's runs get from it for
+        the same question (``_hooks.Shared``), so the request retrieves once.
+        """
         if not self.info.retrievers:
-            # the app retrieves inside its own runs (graph nodes, functions): recorded after them
+            # the app retrieves inside its own runs (graph nodes, tools): recorded after them
             span.set_attribute(semconv.RETRIEVAL_SOURCE, "runs")
             return Retrieval.of((), note=RUNS_NOTE, source="runs")
+        shared = self._shared(state.request_id, take=False)
         errors = ErrorLog()
         pairs: list[tuple[Document, float | None]] = []
         for retriever in self.info.retrievers:
             try:
-                pairs.extend(
-                    await within(
+                with scope(shared):
+                    found = await within(
                         functools.partial(fetch, retriever, state.question, config),
                         settings.retry.retriever_timeout,
                         RetrieverTimeoutError,
                     )
-                )
             except Exception as exc:  # the app's own runs will retrieve again
                 errors.record_error("retrieve", exc)
                 span.record_exception(exc)
+                continue
+            pairs.extend(found)
+            if _fetched_as_retrieved(retriever, found):
+                shared.seed(retriever, state.question, [doc for doc, _ in found])
         retrieval = Retrieval.of(
             to_materials(pairs),
             errors=errors.freeze(),
@@ -119,25 +151,34 @@ class ChainSource:
     async def sample(
         self, state: RequestState, settings: Settings, span: Span, config: Any = None
     ) -> SampleSet:
-        """The app run N times; each sample with the documents its run used and its plan."""
+        """N answers from the app's runs; each with the materials its answer was shown."""
         n = samples_wanted(state, settings)
+        shared = self._shared(state.request_id, take=True)
         captures = [RunCapture() for _ in range(n)]
-        used: list[list[Document]] = [[] for _ in range(n)]
+        outputs: list[Any] = [None] * n
         app_input = self.app_input(state.input)
         registered = state.registration.versions if state.registration is not None else None
-        runs: list[SampleRun] = await self.sampler.prepare(config, state.request_id, n)
+        runs = await self.sampler.start(config, state.request_id, n)
+        span.set_attribute(semconv.SAMPLING, self.sampler.sampling)
 
         async def generate(index: int, on_retry: OnRetry, tries: Tries) -> Draw:
             capture_run = captures[index]
+            if index > 0:
+                await runs.fork_ready()  # not timed: the app's own run is not this sample's
 
             async def once() -> Any:
                 capture_run.reset()
-                return await runs[index].ainvoke(independent_copy(app_input), capture_run)
+                with scope(shared, capture_run):
+                    return await runs.run(index, independent_copy(app_input), capture_run)
 
-            output = await retry_call(
-                once, settings.retry, on_retry=on_retry, retry_on=is_transient, tries=tries
-            )
-            used[index] = self.io.documents(output) or list(capture_run.documents)
+            try:
+                output = await retry_call(
+                    once, settings.retry, on_retry=on_retry, retry_on=is_transient, tries=tries
+                )
+            finally:
+                if index == 0:
+                    runs.app_run_done()
+            outputs[index] = output
             usage = capture_run.token_usage
             return Draw(
                 clean_text(self.io.answer(output), settings.retry.max_output_chars),
@@ -159,18 +200,25 @@ class ChainSource:
                 )
             )
             attrs.update(usage_meter.span_attributes(capture_run.calls))
+            attrs[semconv.SAMPLE_RUN] = runs.kinds[index]
             return attrs  # the output message is set from the sample itself
 
         errors = ErrorLog()
         try:
             drawn = await draw_samples(state, settings, n, generate, describe, errors)
         finally:
-            await self.sampler.cleanup(runs)
-        extra, orders = _run_materials(state.materials, captures, used)
+            await runs.cleanup()
+        carried = [self.io.documents(o) if o is not None else [] for o in outputs]
+        extra = run_materials(state.materials, captures, carried)
         materials = state.materials + extra
         samples = tuple(
-            implied_plan(dataclasses.replace(s, material_order=order), materials)
-            for s, order in zip(drawn, orders, strict=True)
+            implied_plan(
+                dataclasses.replace(
+                    s, material_order=shown_order(materials, captures[i], carried[i])
+                ),
+                materials,
+            )
+            for i, s in enumerate(drawn)
         )
         _record_run_materials(state, materials, extra, span)
         temperatures = {c.temperature for c in captures if c.temperature is not None}
@@ -180,8 +228,11 @@ class ChainSource:
         if zero:
             logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)
         warnings = record_samples(samples, span, temperature)
+        kept = runs.kept
+        if kept is not None:
+            span.set_attribute(semconv.SAMPLE_KEPT, kept)
         pending = state.registration.versions_from_runs if state.registration is not None else ()
-        learned = _learn_versions(pending, captures, span)
+        learned = _learn_versions(pending, captures, state.question, materials, span)
         sampled = SampleSet(
             samples=samples,
             temperature=temperature,
@@ -191,6 +242,9 @@ class ChainSource:
             versions=learned,
             warnings=warnings,
             errors=errors.freeze(),
+            kept=kept,
+            sampling=self.sampler.sampling,
+            runs=tuple(runs.kinds),
         )
         missing = [name for name in pending if learned is None or not getattr(learned, name)]
         if missing:  # the record still shows what the runs did and retrieved
@@ -198,45 +252,43 @@ class ChainSource:
         return sampled
 
 
+def _fetched_as_retrieved(retriever: BaseRetriever, found: Sequence[Any]) -> bool:
+    """Whether the retrieve stage's documents are what ``retriever.invoke(question)`` returns:
+    a vector store retriever searched as it searches (through its own invoke, documents are
+    shared by ``_hooks`` already)."""
+    return isinstance(retriever, VectorStoreRetriever) and (
+        retriever.search_type in _SEARCHES_AS_RETRIEVER
+        and all(score is not None for _, score in found)
+    )
+
+
 def _learn_versions(
-    pending: Sequence[str], captures: Sequence[RunCapture], span: Span
+    pending: Sequence[str],
+    captures: Sequence[RunCapture],
+    question: str,
+    materials: Sequence[Material],
+    span: Span,
 ) -> RunVersions | None:
-    """The pending versions as the runs show them (prompt templates, model names)."""
+    """The pending versions as the runs show them, with how each was obtained."""
     if not pending:
         return None
-    prompt, model = learned_versions(captures)
+    prompt, prompt_source = (None, None)
+    if "prompt" in pending:
+        prompt, prompt_source = learn_prompt(captures, question, materials)
+    model = learn_model(captures) if "model" in pending else None
     learned = RunVersions(
-        prompt=prompt if "prompt" in pending else None,
-        model=model if "model" in pending else None,
+        prompt=prompt,
+        model=model,
+        prompt_source=prompt_source,
+        model_source="run" if model else None,
     )
     if learned.prompt:
         span.set_attribute(semconv.VERSION_PROMPT, learned.prompt)
+        span.set_attribute(semconv.VERSION_PROMPT_SOURCE, prompt_source or "")
     if learned.model:
         span.set_attribute(semconv.VERSION_MODEL, learned.model)
+        span.set_attribute(semconv.VERSION_MODEL_SOURCE, "run")
     return learned
-
-
-def _run_materials(
-    known_materials: tuple[Material, ...],
-    captures: Sequence[RunCapture],
-    used: Sequence[Sequence[Document]],
-) -> tuple[tuple[Material, ...], list[tuple[str, ...]]]:
-    """Materials the runs retrieved beyond the known ones, and the documents each run used.
-
-    A run's order is the documents it put in its prompt (its output's documents, else what
-    its retrievers returned): ``[1]`` cites the first of them.
-    """
-    known = {m.id for m in known_materials}
-    extra: list[Material] = []
-    orders: list[tuple[str, ...]] = []
-    for capture_run, documents in zip(captures, used, strict=True):
-        retrieved = to_materials([(d, None) for d in [*capture_run.documents, *documents]])
-        for m in retrieved:
-            if m.id not in known:
-                extra.append(dataclasses.replace(m, rank=len(known_materials) + len(extra) + 1))
-                known.add(m.id)
-        orders.append(tuple(m.id for m in to_materials([(d, None) for d in documents])))
-    return tuple(extra), orders
 
 
 def _record_run_materials(
