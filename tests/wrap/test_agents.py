@@ -1,0 +1,296 @@
+"""wrap() around agents, each written as LangChain's current docs write it and left unchanged.
+
+The apps (``wrap_apps``): ``create_agent`` with a ``content_and_artifact`` retrieval tool that
+calls ``vector_store.similarity_search``; the same agent from ``create_react_agent``; LangGraph's
+agentic RAG graph (``MessagesState``, ``create_retriever_tool``, ``ToolNode``,
+``tools_condition``); ``create_agent`` retrieving in a ``dynamic_prompt`` middleware. Each is
+wrapped with no ``prompt_version=``, ``model_version=`` or ``input_key=``, and called as the
+tutorials call it. A correct citation passes, a fabricated one escalates, a wrong number
+escalates; the app retrieves once and its answering step is what is sampled.
+"""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from pipeline_fixtures import FAST_RETRY
+from wrap_apps import (
+    AGENT_QUESTION,
+    AGENT_SYSTEM_PROMPT,
+    CountingStore,
+    agentic_rag_graph,
+    answering,
+    rag_agent,
+    rag_chain_agent,
+    react_agent,
+)
+
+from tracerag import semconv as sc
+from tracerag import validate_response, wrap
+from tracerag.testing import ToolCallingChatModel
+
+SENTENCE = "Under Clause 6.1, laptops and tablets are covered by an extended 24-month warranty."
+WRONG_NUMBER = SENTENCE.replace("24-month", "36-month")
+N = 3
+RELEVANT = {"binary_score": "yes"}
+
+# (app builder, how its answers cite, the model's extra settings)
+AGENTS = {
+    "create_agent": (rag_agent, "id", {}),
+    "create_react_agent": (react_agent, "id", {}),
+    "agentic_rag": (agentic_rag_graph, "position", {"structured": {"GradeDocuments": RELEVANT}}),
+    "dynamic_prompt": (rag_chain_agent, "position", {}),
+}
+INPUTS = [
+    {"messages": [{"role": "user", "content": AGENT_QUESTION}]},
+    {"messages": [("user", AGENT_QUESTION)]},
+    {"messages": [HumanMessage(AGENT_QUESTION)]},
+    AGENT_QUESTION,
+]
+
+
+def model_for(name: str, responder, **extra) -> ToolCallingChatModel:
+    settings = AGENTS[name][2]
+    return ToolCallingChatModel(
+        responder=responder, model_name="tool-model-1", temperature=0.7, **settings, **extra
+    )
+
+
+@pytest.fixture(autouse=True)
+def count_searches():
+    CountingStore.searches.clear()
+    yield CountingStore.searches
+
+
+@pytest.mark.parametrize("name", list(AGENTS))
+def test_a_correct_citation_passes(name, spans, count_searches):
+    build, cite, _ = AGENTS[name]
+    model = model_for(name, answering("24-month", cite=cite))
+    records: list[dict] = []
+    wrapped = wrap(
+        build(model),
+        n_samples=N,
+        retry=FAST_RETRY,
+        audit=records.append,
+        tracer_provider=spans.provider,
+    )
+    response = wrapped.invoke({"messages": [{"role": "user", "content": AGENT_QUESTION}]})
+    validate_response(response.model_dump(mode="json"))
+    assert response.decision == "pass", (response.signal_detail, response.claims)
+    assert response.answer.startswith(SENTENCE)
+    assert response.evidence[0].material_id == "warranty"
+    assert response.evidence[0].title == "Standard warranty"
+    assert response.signal_detail.samples_ok == N
+    assert response.versions.model == "tool-model-1"
+    assert response.versions.prompt.startswith("sha256:")
+    (record,) = records
+    assert record["versions"]["model_source"] == "run"
+    assert record["versions"]["prompt_source"] in ("model-input", "run-template")
+    # retrieval ran once; the answering step is what was sampled
+    assert count_searches == [AGENT_QUESTION]
+    assert record["params"]["sampling"] == "answer"
+    assert record["params"]["runs"] == ["app", "fork", "fork"]
+    assert record["retrieval"]["source"] == "runs"
+    assert "warranty" in [m["id"] for m in record["materials"]]
+
+
+@pytest.mark.parametrize("name", list(AGENTS))
+def test_a_fabricated_citation_escalates(name, spans):
+    build, cite, _ = AGENTS[name]
+    model = model_for(name, answering("24-month", cite=cite, marker="warranty-2019"))
+    wrapped = wrap(build(model), n_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider)
+    response = wrapped.invoke({"messages": [("user", AGENT_QUESTION)]})
+    assert response.decision == "escalate"
+    assert response.answer is None
+    assert response.signal_detail.fabricated_citations == ["warranty-2019"]
+
+
+@pytest.mark.parametrize("name", list(AGENTS))
+def test_a_wrong_number_escalates(name, spans):
+    build, cite, _ = AGENTS[name]
+    model = model_for(name, answering("24-month", cite=cite, claim=WRONG_NUMBER))
+    wrapped = wrap(build(model), n_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider)
+    response = wrapped.invoke({"messages": [HumanMessage(AGENT_QUESTION)]})
+    assert response.decision == "escalate", response.signal_detail
+    assert response.answer is None
+    assert response.signal_detail.fabricated_citations == []
+    assert [c.verdict for c in response.claims] != ["supported"]
+
+
+@pytest.mark.parametrize("value", INPUTS, ids=["role-dict", "tuple", "message", "string"])
+def test_every_input_form_the_tutorials_use(value, spans):
+    model = model_for("create_agent", answering("24-month"))
+    wrapped = wrap(rag_agent(model), n_samples=2, retry=FAST_RETRY, tracer_provider=spans.provider)
+    response = wrapped.invoke(value)
+    assert response.decision == "pass", response.signal_detail
+    root = spans.root(response.request_id).attributes
+    assert root[sc.OI_INPUT_VALUE] == AGENT_QUESTION
+
+
+def test_the_trace_shows_the_app_run_and_its_forks(spans):
+    model = model_for("create_agent", answering("24-month"))
+    wrapped = wrap(rag_agent(model), n_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider)
+    response = wrapped.invoke(AGENT_QUESTION)
+    rid = response.request_id
+    assert spans.tree_problems(rid) == []
+    sample = spans.named(sc.SPAN_SAMPLE, rid)[0].attributes
+    assert sample[sc.SAMPLING] == "answer"
+    assert sample[sc.RETRIEVAL_SOURCE] == "runs"
+    assert "warranty" in sample[sc.RETRIEVAL_MATERIAL_IDS]
+    assert sample[sc.VERSION_PROMPT_SOURCE] == "model-input"
+    generations = sorted(
+        spans.named(sc.SPAN_SAMPLE_ONE, rid), key=lambda s: s.attributes[sc.SAMPLE_INDEX]
+    )
+    assert [g.attributes[sc.SAMPLE_RUN] for g in generations] == ["app", "fork", "fork"]
+    for g in generations:  # every answering call was shown the tool's output
+        attrs = g.attributes
+        assert attrs[sc.OI_LLM_MODEL_NAME] == "tool-model-1"
+        last = max(int(k.split(".")[2]) for k in attrs if k.startswith("llm.input_messages."))
+        shown = [attrs.get(sc.oi_input_message(i, "content"), "") for i in range(last + 1)]
+        assert any("24-month" in str(text) for text in shown)
+    # one tool call and N answers: the model ran N + 1 times, the search once
+    assert model.call_count == N + 1
+
+
+def test_the_callers_callbacks_see_one_run_of_the_app(spans):
+    class Seen(BaseCallbackHandler):
+        def __init__(self) -> None:
+            self.roots = 0
+            self.model_calls = 0
+            self.tools = 0
+
+        def on_chain_start(self, serialized, inputs, *, parent_run_id=None, **kwargs):
+            self.roots += parent_run_id is None
+
+        def on_chat_model_start(self, serialized, messages, **kwargs):
+            self.model_calls += 1
+
+        def on_tool_start(self, serialized, input_str, **kwargs):
+            self.tools += 1
+
+    seen = Seen()
+    model = model_for("create_agent", answering("24-month"))
+    wrapped = wrap(rag_agent(model), n_samples=4, retry=FAST_RETRY, tracer_provider=spans.provider)
+    response = wrapped.invoke(AGENT_QUESTION, config={"callbacks": [seen]})
+    assert response.decision == "pass"
+    assert (seen.roots, seen.model_calls, seen.tools) == (1, 2, 1)
+    assert model.call_count == 5  # the other three answers were drawn all the same
+
+
+def test_versions_follow_the_system_prompt_and_the_tools_not_the_question(spans):
+    records: list[dict] = []
+
+    def version(agent, question=AGENT_QUESTION) -> str:
+        wrapped = wrap(agent, n_samples=1, audit=records.append, tracer_provider=spans.provider)
+        return wrapped.invoke(question).versions.prompt
+
+    model = model_for("create_agent", answering("24-month"))
+    base = version(rag_agent(model))
+    assert version(rag_agent(model), "How long is a Northwind gift card valid?") == base
+    assert records[-1]["versions"]["prompt_source"] == "model-input"
+    assert version(rag_agent(model, system_prompt=AGENT_SYSTEM_PROMPT + " Be brief.")) != base
+    assert version(react_agent(model)) == base  # the same system prompt and tool
+    assert version(rag_chain_agent(model)) != base
+
+
+def test_a_wrapped_agent_with_a_checkpointer_keeps_the_conversation(spans, count_searches):
+    saver = InMemorySaver()
+    model = model_for("create_agent", answering("24-month"))
+    agent = rag_agent(model, checkpointer=saver)
+    wrapped = wrap(agent, n_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider)
+    config = {"configurable": {"thread_id": "customer-7"}}
+    first = wrapped.invoke({"messages": [("user", AGENT_QUESTION)]}, config)
+    assert first.decision == "pass"
+    messages = agent.get_state(config).values["messages"]
+    # the thread holds this turn once, ending with the answer tracerag checked and returned
+    assert [m.type for m in messages] == ["human", "ai", "tool", "ai"]
+    assert messages[-1].content == first.answer
+    second = wrapped.invoke({"messages": [("user", AGENT_QUESTION)]}, config)
+    assert second.decision == "pass"
+    assert len(agent.get_state(config).values["messages"]) == 8
+    assert len(count_searches) == 2  # once per turn
+    # the forks' threads are gone; the caller's thread is the only one left
+    assert {c.config["configurable"]["thread_id"] for c in saver.list(None)} == {"customer-7"}
+
+
+def test_the_kept_answer_is_the_one_checked_even_when_others_disagree(spans):
+    """A checkpointed app keeps its own run's answer: that one is verified and returned."""
+    answers = iter(
+        [
+            "Laptops are covered for 36 months. [warranty]",  # the app's own run: wrong
+            SENTENCE + " [warranty]",
+            SENTENCE + " [warranty]",
+        ]
+    )
+    model = ToolCallingChatModel(
+        responder=lambda call: next(answers), model_name="tool-model-1", temperature=0.7
+    )
+    agent = rag_agent(model, checkpointer=InMemorySaver())
+    wrapped = wrap(agent, n_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider)
+    config = {"configurable": {"thread_id": "t-1"}}
+    response = wrapped.invoke(AGENT_QUESTION, config)
+    # the better answers of the forks are not passed off as the one the app gave
+    assert response.decision == "escalate"
+    assert response.answer is None
+    assert agent.get_state(config).values["messages"][-1].content.startswith("Laptops are")
+
+
+def test_app_sampling_runs_the_whole_agent_each_time(spans, count_searches):
+    model = model_for("create_agent", answering("24-month"))
+    wrapped = wrap(
+        rag_agent(model),
+        n_samples=N,
+        sampling="app",
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
+    )
+    response = wrapped.invoke(AGENT_QUESTION)
+    assert response.decision == "pass"
+    assert len(count_searches) == N
+    assert model.call_count == 2 * N
+
+
+def test_a_tool_that_returns_only_text_is_read_through_its_store(spans):
+    """The tool hands the model text; the documents come from the store search inside it."""
+    from langchain.agents import create_agent
+    from langchain.tools import tool
+    from wrap_apps import vector_store
+
+    @tool
+    def search_policies(query: str) -> str:
+        """Search the store's policies."""
+        docs = vector_store.similarity_search(query, k=2)
+        return "\n\n".join(f"[{d.metadata['id']}] {d.page_content}" for d in docs)
+
+    model = model_for("create_agent", answering("24-month"))
+    agent = create_agent(model, [search_policies], system_prompt=AGENT_SYSTEM_PROMPT)
+    response = wrap(agent, n_samples=2, tracer_provider=spans.provider).invoke(AGENT_QUESTION)
+    assert response.decision == "pass", response.signal_detail
+    assert response.evidence[0].material_id == "warranty"
+
+
+def test_text_a_tool_showed_the_model_is_a_material(spans):
+    """A tool with no documents anywhere: its output text is what the answer may cite."""
+    from langchain.agents import create_agent
+    from langchain.tools import tool
+
+    @tool
+    def lookup_hours(query: str) -> str:
+        """Look up the support desk's opening hours."""
+        return "The support desk is open from 9:00 to 18:00 on weekdays."
+
+    def respond(call):
+        if "9:00 to 18:00" in call.prompt:
+            return "The support desk is open from 9:00 to 18:00 on weekdays. [1]"
+        return "I don't know."
+
+    model = ToolCallingChatModel(responder=respond, model_name="tool-model-1", temperature=0.7)
+    agent = create_agent(model, [lookup_hours], system_prompt="Answer with the tool.")
+    records: list[dict] = []
+    response = wrap(agent, n_samples=2, audit=records.append).invoke("When is support open?")
+    assert response.decision == "pass", response.signal_detail
+    (material,) = records[0]["materials"]
+    assert material["title"] == "lookup_hours"
+    assert "9:00 to 18:00" in material["text"]
