@@ -294,3 +294,23 @@ def test_text_a_tool_showed_the_model_is_a_material(spans):
     (material,) = records[0]["materials"]
     assert material["title"] == "lookup_hours"
     assert "9:00 to 18:00" in material["text"]
+
+
+def test_the_agent_example_runs(capsys, monkeypatch):
+    import importlib.util
+    import sys
+
+    from pipeline_fixtures import REPO
+
+    path = REPO / "examples" / "wrap_agent.py"
+    spec = importlib.util.spec_from_file_location("wrap_agent_example", path)
+    example = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, example)
+    spec.loader.exec_module(example)
+    assert example.main([AGENT_QUESTION, "你们招聘兼职店员吗？"]) == 0
+    printed = capsys.readouterr().out
+    answers = [line for line in printed.splitlines() if line.startswith("decision:")]
+    assert answers[0].startswith("decision:   pass")
+    assert "24-month warranty. [warranty]" in printed
+    assert answers[1].startswith("decision:   escalate")  # nothing in the knowledge base says
+    assert printed.count("model tracerag-extractive-1") == 2
