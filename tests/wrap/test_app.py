@@ -178,8 +178,11 @@ class CountingRetriever(BaseRetriever):
         return self.inner.invoke(query)
 
 
-@pytest.mark.parametrize(("sampling", "searches"), [("answer", 1), ("app", 4)])
-def test_a_chain_retrieves_once_and_samples_its_answer(retriever, spans, sampling, searches):
+@pytest.mark.parametrize(
+    ("sampling", "searches", "runs"),
+    [("answer", 1, ["app", "fork", "fork"]), ("app", 4, ["app", "private", "private"])],
+)
+def test_a_chain_retrieves_once_and_samples_its_answer(retriever, spans, sampling, searches, runs):
     counting = CountingRetriever(inner=retriever)
     llm = ScriptedChatModel(responder=positional_answer, model_name="scripted-x", temperature=0.7)
     seen = []
@@ -197,11 +200,14 @@ def test_a_chain_retrieves_once_and_samples_its_answer(retriever, spans, samplin
     )
     response = wrapped.invoke(QUESTION, config={"callbacks": [Roots()]})
     assert response.decision == "pass", response.signal_detail
-    # answer: the retrieve stage's search is the one every run gets; app: each run searches too
+    # answer: the retrieve stage's search is the one the app's run gets, and the other samples
+    # run the model step on the input it was given; app: each run searches too
     assert counting.calls == searches
     assert llm.call_count == 3
     # the caller's callbacks see one run of the chain
     assert len(seen) == 1
     generations = spans.named(sc.SPAN_SAMPLE_ONE, response.request_id)
     kinds = sorted(g.attributes[sc.SAMPLE_RUN] for g in generations)
-    assert kinds == ["app", "private", "private"]
+    assert kinds == runs
+    for g in generations:  # every sample's prompt is on its span, forks' included
+        assert "Cite passages as [n]" in g.attributes[sc.OI_PROMPT_TEMPLATE]

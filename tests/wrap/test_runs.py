@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TypedDict
 
 import pytest
@@ -12,6 +13,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 
 from tracerag.errors import ConfigurationError
+from tracerag.wrap._io import ChainIO
 from tracerag.wrap._runs import Sampler, graph_nodes, run_once_nodes, with_callback
 
 
@@ -80,18 +82,23 @@ def answer_of(value):
 
 
 async def draw(sampler, value, n=3, config=None):
-    """Run a request's N runs as the sample stage does: run 0, then the others."""
+    """Run a request's N runs concurrently, as the sample stage does."""
     runs = await sampler.start(config, "r1", n)
     handlers = [Counter() for _ in range(n)]
+
+    async def one(index):
+        try:
+            return await runs.draw(index, value, handlers[index], lambda attempt: attempt())
+        finally:
+            if index == 0:
+                runs.app_run_done()
+
     try:
-        outputs = [await runs.run(0, value, handlers[0])]
-        runs.app_run_done()
-        await runs.fork_ready()
-        outputs += await asyncio.gather(*(runs.run(i, value, handlers[i]) for i in range(1, n)))
+        outputs = await asyncio.gather(*(one(i) for i in range(n)))
     finally:
         threads = list(runs.threads)
         await runs.cleanup()
-    return runs, outputs, handlers, threads
+    return runs, list(outputs), handlers, threads
 
 
 def test_plain_chain_runs_n_times_and_only_the_first_carries_the_callers_callbacks():
@@ -217,3 +224,85 @@ def test_tracerag_does_not_import_langgraph():
         "assert not [m for m in sys.modules if m.startswith(('langgraph', 'langchain_classic'))]"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class Timed(BaseCallbackHandler):
+    """Records when each model call starts and ends (monotonic clock)."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[float, float]] = []
+        self._open: dict = {}
+
+    def on_chat_model_start(self, serialized, messages, *, run_id, **kwargs):
+        self._open[run_id] = time.monotonic()
+
+    def on_llm_end(self, response, *, run_id, **kwargs):
+        self.spans.append((self._open.pop(run_id), time.monotonic()))
+
+
+def model_graph(llm, calls: list[str]):
+    def prepare(state: State):
+        calls.append("prepare")
+        return {"log": ["prepared"]}
+
+    def answer(state: State):
+        return {"answer": llm.invoke(f"Answer: {state['question']}").content}
+
+    builder = StateGraph(State).add_sequence([prepare, answer])
+    builder.add_edge(START, "prepare")
+    return builder.compile()
+
+
+def test_forks_start_when_the_app_run_calls_its_model_for_the_answer():
+    from tracerag.testing import ScriptedChatModel
+
+    llm = ScriptedChatModel(responses=["A1", "A2", "A3"], latency=0.2)
+    calls: list[str] = []
+    timed = Timed()
+    sampler = Sampler(model_graph(llm, calls), answer_of=answer_of)
+
+    async def go():
+        runs = await sampler.start({"callbacks": [timed]}, "r1", 3)
+
+        async def one(index):
+            handler = timed if index else Counter()
+            try:
+                return await runs.draw(index, {"question": "q"}, handler, lambda a: a())
+            finally:
+                if index == 0:
+                    runs.app_run_done()
+
+        outputs = await asyncio.gather(*(one(i) for i in range(3)))
+        await runs.cleanup()
+        return runs, outputs
+
+    started = time.monotonic()
+    runs, outputs = asyncio.run(go())
+    elapsed = time.monotonic() - started
+    assert runs.kinds == ["app", "fork", "fork"]
+    assert calls == ["prepare"] and llm.call_count == 3
+    assert sorted(o["answer"] for o in outputs) == ["A1", "A2", "A3"]
+    # the forks' answering calls ran while the app's own one did
+    (first, *others) = sorted(timed.spans)
+    assert all(start < first[1] for start, _ in others)
+    assert elapsed < 0.55  # one model latency, not two (three would be whole runs one by one)
+
+
+def test_forks_from_a_call_that_asked_for_tools_are_given_up_and_started_again():
+    """An agent that calls its tool twice: the forks begun at its second call are cancelled
+    when that call asks for the tool again, and begin again at its third."""
+    from wrap_apps import AGENT_QUESTION, answering, rag_agent
+
+    from tracerag.testing import ToolCallingChatModel
+
+    model = ToolCallingChatModel(
+        responder=answering("24-month"), tool_rounds=2, latency=0.05, model_name="m"
+    )
+    sampler = Sampler(rag_agent(model), answer_of=ChainIO().answer_or_none)
+    runs, outputs, _, _ = asyncio.run(draw(sampler, {"messages": [("user", AGENT_QUESTION)]}))
+    assert runs.kinds == ["app", "fork", "fork"]
+    answers = [o["messages"][-1].content for o in outputs]
+    assert all(a.endswith("[warranty]") for a in answers)
+    # the forks resumed the app's own run: each holds its two tool rounds once
+    for o in outputs:
+        assert [m.type for m in o["messages"]] == ["human", "ai", "tool", "ai", "tool", "ai"]

@@ -58,6 +58,19 @@ class DocumentSink(Protocol):
     def saw_documents(self, found: Sequence[tuple[Document, float | None]]) -> None: ...
 
 
+def _copied(value: Any) -> Any:
+    """A copy no run can change another's through: documents (and their metadata) copied."""
+    if isinstance(value, Document):
+        return value.model_copy(update={"metadata": copy.deepcopy(value.metadata)})
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_copied(v) for v in value)
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return value
+    return copy.deepcopy(value)
+
+
 class Shared:
     """One request's retrieval results, shared by its runs (``sampling="answer"``)."""
 
@@ -74,21 +87,21 @@ class Shared:
         with self._lock:
             if key in self._results:
                 self.hits += 1
-                return True, copy.deepcopy(self._results[key])
+                return True, _copied(self._results[key])
         return False, None
 
     def remember(self, key: Hashable | None, result: Any) -> None:
         with self._lock:
             self.calls += 1
             if key is not None and self.share:
-                self._results.setdefault(key, copy.deepcopy(result))
+                self._results.setdefault(key, _copied(result))
 
     def seed(self, retriever: BaseRetriever, query: str, documents: Sequence[Document]) -> None:
         """What ``retriever.invoke(query)`` returns in this request (the retrieve stage's)."""
         if self.share:
             key = call_key(retriever, "_get_relevant_documents", (query,), {})
             with self._lock:
-                self._results.setdefault(key, [copy.deepcopy(d) for d in documents])
+                self._results.setdefault(key, [_copied(d) for d in documents])
 
 
 class _Scope:

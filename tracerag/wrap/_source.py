@@ -8,7 +8,7 @@ import json
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.documents import Document
@@ -45,7 +45,7 @@ from tracerag.wrap._inspect import ChainInfo
 from tracerag.wrap._io import ChainIO, independent_copy
 from tracerag.wrap._materials import run_materials, shown_order
 from tracerag.wrap._retryable import is_transient
-from tracerag.wrap._runs import Sampler
+from tracerag.wrap._runs import Attempt, Sampler
 from tracerag.wrap._versions import learn_model, learn_prompt, missing_version_error
 
 if TYPE_CHECKING:
@@ -163,18 +163,19 @@ class ChainSource:
 
         async def generate(index: int, on_retry: OnRetry, tries: Tries) -> Draw:
             capture_run = captures[index]
-            if index > 0:
-                await runs.fork_ready()  # not timed: the app's own run is not this sample's
 
-            async def once() -> Any:
-                capture_run.reset()
-                with scope(shared, capture_run):
-                    return await runs.run(index, independent_copy(app_input), capture_run)
+            def attempts(attempt: Attempt) -> Awaitable[Any]:
+                async def once() -> Any:
+                    capture_run.reset()
+                    with scope(shared, capture_run):
+                        return await attempt()
 
-            try:
-                output = await retry_call(
+                return retry_call(
                     once, settings.retry, on_retry=on_retry, retry_on=is_transient, tries=tries
                 )
+
+            try:
+                output = await runs.draw(index, independent_copy(app_input), capture_run, attempts)
             finally:
                 if index == 0:
                     runs.app_run_done()
@@ -189,15 +190,17 @@ class ChainSource:
         def describe(index: int, draw: Draw | None) -> dict[str, Any]:
             capture_run = captures[index]
             attrs = _model_attrs(capture_run, self.info)
+            # a fork resumed at the model step: its prompt is the one the app's run formatted
+            origin = captures[0] if runs.kinds[index] == "fork" else capture_run
             template_version = (
                 (registered.prompt if registered is not None else None)
                 or capture_run.prompt_version
+                or origin.prompt_version
                 or self.info.prompt_version
             )
+            template_text = capture_run.last_prompt_text or origin.last_prompt_text
             attrs.update(
-                model_call_attributes(
-                    capture_run.last_call, template_version, capture_run.last_prompt_text
-                )
+                model_call_attributes(capture_run.last_call, template_version, template_text)
             )
             attrs.update(usage_meter.span_attributes(capture_run.calls))
             attrs[semconv.SAMPLE_RUN] = runs.kinds[index]
