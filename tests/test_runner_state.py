@@ -140,8 +140,9 @@ def test_stages_and_the_runner_never_read_the_environment() -> None:
     package = REPO / "tracerag"
     sources = [*sorted((package / "stages").glob("*.py"))]
     sources += [package / name for name in ("runner.py", "state.py", "record.py", "pipeline.py")]
-    sources += sorted((package / "wrap").glob("*.py"))
-    assert len(sources) == 20
+    wrap_modules = sorted((package / "wrap").glob("*.py"))
+    assert len(wrap_modules) >= 8  # the package and its private modules
+    sources += wrap_modules
     for path in sources:
         text = path.read_text("utf-8")
         found = re.findall(r"os\.environ|getenv|get_config\(", text)
