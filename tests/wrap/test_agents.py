@@ -314,3 +314,56 @@ def test_the_agent_example_runs(capsys, monkeypatch):
     assert "24-month warranty. [warranty]" in printed
     assert answers[1].startswith("decision:   escalate")  # nothing in the knowledge base says
     assert printed.count("model tracerag-extractive-1") == 2
+
+
+async def test_concurrent_requests_keep_their_own_materials(spans):
+    """Two questions at once on one wrapped agent: each answer is checked against what its
+    own request retrieved (the shared searches and forks are per request)."""
+    import asyncio
+
+    model = ToolCallingChatModel(
+        responder=lambda call: (
+            answering("24-month")(call)
+            if "24-month" in call.prompt
+            else answering("valid for 3 years")(call)
+        ),
+        model_name="tool-model-1",
+        temperature=0.7,
+    )
+    records: list[dict] = []
+    wrapped = wrap(rag_agent(model), n_samples=N, audit=records.append)
+    warranty, gift = await asyncio.gather(
+        wrapped.ainvoke(AGENT_QUESTION),
+        wrapped.ainvoke("How long is a Northwind gift card valid?"),
+    )
+    assert warranty.decision == gift.decision == "pass"
+    assert warranty.evidence[0].material_id == "warranty"
+    assert gift.evidence[0].material_id == "gift-cards"
+    by_request = {r["request_id"]: {m["id"] for m in r["materials"]} for r in records}
+    assert "gift-cards" not in by_request[warranty.request_id]
+    assert "warranty" not in by_request[gift.request_id]
+
+
+def test_forks_that_fail_are_kept_as_failed_samples_and_their_threads_deleted(spans):
+    saver = InMemorySaver()
+    answered: list[str] = []
+
+    def respond(call):
+        if answered:  # every answer after the app's own fails, the same way each time
+            raise LookupError("no such answer")
+        answered.append(call.prompt)
+        return answering("24-month")(call)
+
+    model = ToolCallingChatModel(responder=respond, model_name="tool-model-1", temperature=0.7)
+    agent = rag_agent(model, checkpointer=saver)
+    wrapped = wrap(agent, n_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider)
+    config = {"configurable": {"thread_id": "t-9"}}
+    response = wrapped.invoke(AGENT_QUESTION, config)
+    assert response.signal_detail.samples_ok == 1
+    assert response.signal_detail.samples_failed == N - 1
+    generations = spans.named(sc.SPAN_SAMPLE_ONE, response.request_id)
+    failed = [g for g in generations if not g.attributes[sc.SAMPLE_OK]]
+    assert len(failed) == N - 1
+    assert all("LookupError" in g.attributes[sc.SAMPLE_ERROR] for g in failed)
+    assert all(g.attributes[sc.SAMPLE_ATTEMPTS] == 1 for g in failed)  # not retried
+    assert {c.config["configurable"]["thread_id"] for c in saver.list(None)} == {"t-9"}
