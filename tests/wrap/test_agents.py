@@ -154,29 +154,34 @@ def test_the_trace_shows_the_app_run_and_its_forks(spans):
     assert model.call_count == N + 1
 
 
-def test_the_callers_callbacks_see_one_run_of_the_app(spans):
+def test_the_callers_callbacks_see_one_run_not_the_samples(spans):
+    """The caller's handler hears tracerag's own run of the request (docs/streaming.md):
+    none of the agent's model, tool or retriever runs, none of its forks."""
+
     class Seen(BaseCallbackHandler):
         def __init__(self) -> None:
             self.roots = 0
-            self.model_calls = 0
-            self.tools = 0
+            self.inner = 0
 
         def on_chain_start(self, serialized, inputs, *, parent_run_id=None, **kwargs):
-            self.roots += parent_run_id is None
+            if parent_run_id is None:
+                self.roots += 1
+            else:
+                self.inner += 1
 
         def on_chat_model_start(self, serialized, messages, **kwargs):
-            self.model_calls += 1
+            self.inner += 1
 
         def on_tool_start(self, serialized, input_str, **kwargs):
-            self.tools += 1
+            self.inner += 1
 
     seen = Seen()
     model = model_for("create_agent", answering("24-month"))
     wrapped = wrap(rag_agent(model), n_samples=4, retry=FAST_RETRY, tracer_provider=spans.provider)
     response = wrapped.invoke(AGENT_QUESTION, config={"callbacks": [seen]})
     assert response.decision == "pass"
-    assert (seen.roots, seen.model_calls, seen.tools) == (1, 2, 1)
-    assert model.call_count == 5  # the other three answers were drawn all the same
+    assert (seen.roots, seen.inner) == (1, 0)
+    assert model.call_count == 5  # one tool call and four answers were drawn all the same
 
 
 def test_versions_follow_the_system_prompt_and_the_tools_not_the_question(spans):
@@ -367,3 +372,52 @@ def test_forks_that_fail_are_kept_as_failed_samples_and_their_threads_deleted(sp
     assert all("LookupError" in g.attributes[sc.SAMPLE_ERROR] for g in failed)
     assert all(g.attributes[sc.SAMPLE_ATTEMPTS] == 1 for g in failed)  # not retried
     assert {c.config["configurable"]["thread_id"] for c in saver.list(None)} == {"t-9"}
+
+
+# -- the same cases through the streaming surfaces (what a frontend streams) ---------------------
+
+CASES = {
+    "correct": ({}, "pass"),
+    "fabricated": ({"marker": "warranty-2019"}, "escalate"),
+    "wrong number": ({"claim": WRONG_NUMBER}, "escalate"),
+}
+#: pieces of a withheld answer: the claim's text, the fabricated marker, the wrong number
+WITHHELD = ["laptops and tablets are covered", "[warranty-2019]", "36-month", "24-month"]
+
+
+@pytest.mark.parametrize("surface", ["astream_events_v2", "astream"])
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("name", list(AGENTS))
+def test_streams_carry_no_withheld_text(name, case, surface, caplog):
+    import asyncio
+    import logging
+
+    from test_surfaces import Recorder, callback_errors, responses_in, serialize, through
+
+    from tracerag.runner import ANSWER_EVENT, STAGE_EVENT
+
+    build, cite, _ = AGENTS[name]
+    extra, decision = CASES[case]
+    model = model_for(name, answering("24-month", cite=cite, **extra))
+    app = wrap(build(model), n_samples=N, retry=FAST_RETRY, audit=None)
+    handler = Recorder()
+    caplog.set_level(logging.WARNING)
+    request = {"messages": [("user", AGENT_QUESTION)]}
+    received = asyncio.run(through(surface, app, request, {"callbacks": [handler]}))
+    (response,) = responses_in(surface, received)
+    assert response.decision == decision, response.signal_detail
+    everything = serialize(received) + serialize(handler.calls)
+    if decision == "escalate":
+        assert response.answer is None
+        for piece in WITHHELD:
+            assert piece not in everything, (name, case, surface, piece)
+    else:  # a verified answer is streamed, after it is verified
+        assert response.answer.startswith(SENTENCE)
+        if surface == "astream_events_v2":
+            answers = [e for e in received if e.get("name") == ANSWER_EVENT]
+            assert [a["data"]["text"] for a in answers] == [response.answer]
+            assert received.index(answers[0]) > max(
+                i for i, e in enumerate(received) if e.get("name") == STAGE_EVENT
+            )
+    assert set(handler.names()) <= {"on_chain_start", "on_custom_event", "on_chain_end"}
+    assert callback_errors(caplog) == []

@@ -101,14 +101,14 @@ async def draw(sampler, value, n=3, config=None):
     return runs, list(outputs), handlers, threads
 
 
-def test_plain_chain_runs_n_times_and_only_the_first_carries_the_callers_callbacks():
-    theirs = Counter()
+def test_plain_chain_runs_n_times_each_with_the_requests_config():
+    inner = Counter()  # the request run's own handlers (the runner keeps the caller's out)
     chain = RunnableLambda(lambda x: x + "!")
-    config = {"tags": ["t"], "callbacks": [theirs]}
+    config = {"tags": ["t"], "callbacks": [inner]}
     runs, outputs, handlers, threads = asyncio.run(draw(Sampler(chain), "q", config=config))
     assert outputs == ["q!"] * 3
     assert runs.kinds == ["app", "private", "private"]
-    assert theirs.starts == 1  # the caller's callbacks see one run of the app
+    assert inner.starts == 3  # every run is a child of the request's run
     assert [h.starts for h in handlers] == [1, 1, 1]
     assert threads == [] and runs.kept is None
 
@@ -265,7 +265,7 @@ def test_forks_start_when_the_app_run_calls_its_model_for_the_answer():
         runs = await sampler.start({"callbacks": [timed]}, "r1", 3)
 
         async def one(index):
-            handler = timed if index else Counter()
+            handler = Counter()
             try:
                 return await runs.draw(index, {"question": "q"}, handler, lambda a: a())
             finally:

@@ -1,9 +1,10 @@
 """The sample runs of a wrapped app: its own run, and N-1 more answers.
 
-Run 0 is always the app's own run, with the caller's config and callbacks: on the caller's
-thread for a graph with a checkpointer (so a conversation kept there moves on exactly as it
-would without tracerag). The caller's callbacks see this run only; the other runs carry
-tracerag's own handler alone.
+Run 0 is always the app's own run, with the request's config: on the caller's thread for a
+graph with a checkpointer (so a conversation kept there moves on exactly as it would without
+tracerag). Every run is a child of the request's run, without the caller's own handlers
+(``tracerag.runner``: the caller hears the request, its stages and the released answer, never
+a sample).
 
 ``sampling="answer"`` (the default) samples the answer, not the whole app:
 
@@ -156,13 +157,6 @@ def with_callback(config: RunnableConfig | None, handler: BaseCallbackHandler) -
         manager = callbacks.copy()
         manager.add_handler(handler, inherit=True)
         new["callbacks"] = manager
-    return new
-
-
-def private(config: RunnableConfig) -> RunnableConfig:
-    """The config without the caller's callbacks: a run only tracerag's handler sees."""
-    new: RunnableConfig = dict(config)  # type: ignore[assignment]
-    new.pop("callbacks", None)
     return new
 
 
@@ -340,7 +334,7 @@ class RequestRuns:
             REQUEST_METADATA: self.request_id,
         }
         run_config: RunnableConfig = {**self.config, "metadata": metadata}
-        return run_config if index == 0 else private(run_config)
+        return run_config
 
     def _thread_name(self, index: int) -> str:
         """A thread of its own for each attempt of a run (a retry never resumes a failed one)."""
@@ -601,7 +595,6 @@ __all__ = [
     "answering_steps",
     "checkpointer_of",
     "graph_nodes",
-    "private",
     "run_once_nodes",
     "with_callback",
 ]
