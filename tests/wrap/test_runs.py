@@ -306,3 +306,22 @@ def test_forks_from_a_call_that_asked_for_tools_are_given_up_and_started_again()
     # the forks resumed the app's own run: each holds its two tool rounds once
     for o in outputs:
         assert [m.type for m in o["messages"]] == ["human", "ai", "tool", "ai", "tool", "ai"]
+
+
+@pytest.mark.integration  # fresh interpreters in subprocesses: an integration test
+@pytest.mark.parametrize(
+    "imports",
+    [
+        "from tracerag import WrappedChain, wrap",
+        "import tracerag.wrap; from tracerag import wrap",
+        "from tracerag.wrap import Sampling; import tracerag; wrap = tracerag.wrap",
+        "import tracerag; wrap = tracerag.wrap; import tracerag.wrap._runs",
+    ],
+)
+def test_tracerag_wrap_is_the_function_whatever_was_imported_first(imports):
+    import subprocess
+    import sys
+
+    code = f"{imports}\nimport tracerag, types\nassert isinstance(wrap, types.FunctionType)\n"
+    code += "assert tracerag.wrap is wrap and wrap.__name__ == 'wrap'"
+    subprocess.run([sys.executable, "-c", code], check=True)
