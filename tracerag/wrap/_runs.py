@@ -299,6 +299,7 @@ class RequestRuns:
         self._forking = sampler.forks and n > 1
         self._point: _ForkPoint | None = None  # where the forks start now
         self._done = False  # the app's own run is over
+        self._closing = False  # ... and its fork points are being settled: no new one
         self._changed = asyncio.Event()
         self._app_thread: dict[str, Any] | None = None
         self._not_answering: set[UUID] = set()
@@ -385,6 +386,7 @@ class RequestRuns:
 
     async def _settle(self, output: Any) -> None:
         """The app's own run answered: keep the forks that are sound, place the others."""
+        self._closing = True  # a speculation still finding its checkpoint gives up
         answer_of = self.sampler.answer_of
         final = answer_of(output) if answer_of is not None else None
         current = self._point
@@ -429,7 +431,7 @@ class RequestRuns:
             self._notify()
 
     def likely_answering(self, model_run: UUID, step: int) -> None:
-        if self._point is not None or self._done:
+        if self._point is not None or self._done or self._closing:
             return
         task = asyncio.ensure_future(self._speculate(model_run, step))
         self._pending.add(task)
@@ -443,7 +445,7 @@ class RequestRuns:
 
     async def _speculate(self, model_run: UUID, step: int) -> None:
         config = await self._checkpoint_at(step - 1)
-        if config is None or self._point is not None or self._done:
+        if config is None or self._point is not None or self._done or self._closing:
             return
         if model_run in self._not_answering:
             return  # the call asked for tools while its checkpoint was being found
@@ -458,7 +460,7 @@ class RequestRuns:
         before = self._before.config["configurable"]["checkpoint_id"] if self._before else ""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CHECKPOINT_WAIT_S
-        while loop.time() < deadline and not self._done:
+        while loop.time() < deadline and not (self._done or self._closing):
             latest = await saver.aget_tuple({"configurable": self._app_thread})
             if latest is not None and latest.config["configurable"]["checkpoint_id"] > before:
                 at = (latest.metadata or {}).get("step")
