@@ -5,8 +5,14 @@ Frontends (``X-API-Key`` when ``TRACERAG_API_KEY`` is set; bodies ``application/
 - ``POST /v1/answer`` — ``{"question", "session_id"?, "user_id"?, "channel"?}`` → the caller
   view of the Response (an escalated answer's text appears nowhere in it);
 - ``POST /v1/answer/stream`` — the same as Server-Sent Events: one ``stage`` event per stage,
-  then one ``response`` event (or ``error``), with ``retry:`` and keep-alive comments;
+  then one ``response`` event (or ``error``), with ``retry:`` and keep-alive comments; with
+  ``?until=decision`` also the reviewer's ``decision``;
+- ``POST /v1/requests`` — start a request; its ``events_url`` is the same stream for a
+  browser's ``EventSource`` (``GET /v1/requests/{id}/events``, see ``routes/events.py``);
+- ``Idempotency-Key`` on the POSTs and ``Last-Event-ID`` on reconnect resume the same request
+  instead of asking again (``tracerag.server._runs``);
 - ``GET /v1/requests/{id}`` — the outcome: state, decision and the answer the caller may show;
+- ``GET /v1/client/tracerag-stream.js`` — a small fetch-stream helper that resumes drops;
 - ``GET /v1/openapi.json`` and ``GET /v1/schemas/response.json`` — the API and the Response
   JSON Schema; ``GET /healthz`` and ``GET /readyz`` (the store's state).
 
@@ -437,7 +443,6 @@ def create_app(
     install_handlers(app)
 
     from tracerag.server.routes import api as api_routes
-
     from tracerag.server.routes import events as event_routes
 
     app.include_router(api_routes.router)
@@ -448,6 +453,16 @@ def create_app(
     async def stylesheet() -> Response:
         css = resources.files("tracerag.server").joinpath("static/review.css").read_text("utf-8")
         return Response(css, media_type="text/css", headers={"Cache-Control": "max-age=3600"})
+
+    @app.get("/v1/client/tracerag-stream.js", include_in_schema=False)
+    async def stream_helper() -> Response:
+        # under /v1 for CORS: a page on an allowed origin imports it as a module
+        js = resources.files("tracerag.server").joinpath("static/tracerag-stream.js")
+        return Response(
+            js.read_text("utf-8"),
+            media_type="text/javascript",
+            headers={"Cache-Control": "max-age=3600"},
+        )
 
     @app.get("/", include_in_schema=False)
     async def home() -> Response:
