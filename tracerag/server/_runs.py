@@ -413,12 +413,14 @@ class RunBook:
     ) -> tuple[Run, bool]:
         request_id = new_request_id()
         other: StoredRun | None = None
+        failed = False
         if record and self.table is not None:
             try:
                 other = await self._table(
                     self.table.claim, request_id, kh, fp, time.time(), self.ttl
                 )
             except Exception as exc:
+                failed = True
                 self.table_failures += 1
                 logger.warning(
                     "answer runs: the table failed (%s: %s); request %s is resumable and its "
@@ -434,8 +436,9 @@ class RunBook:
             return run, True
         run = Run(request_id, fp, local=True)
         self._keep(run, kh)
+        in_table = record and self.table is not None and not failed
         self._spawn(
-            self._execute(run, {**data, "request_id": request_id}, runner, record),
+            self._execute(run, {**data, "request_id": request_id}, runner, in_table),
             f"tracerag-run-{request_id}",
         )
         return run, False

@@ -37,11 +37,10 @@ from tracerag.server.routes.events import (
     REPLAYED_HEADER,
     STREAM_200,
     begin,
-    resume_at,
+    resume_after,
     run_headers,
     run_of,
     stream_response,
-    wants_decision,
 )
 from tracerag.store.base import RequestNotFound
 from tracerag.store.record import RequestTrail
@@ -154,12 +153,12 @@ async def answer_stream(
         replayed = True
     else:
         run, replayed = await begin(svc, request, data, key, resumable=True)
-    start = resume_at(run, last) if parsed is not None and parsed[0] == run.request_id else 0
+    after = resume_after(run, last) if parsed is not None and parsed[0] == run.request_id else None
     return stream_response(
         svc,
         run,
-        start,
-        until_decision=until == "decision" and wants_decision(svc, run, last),
+        after,
+        until_decision=until == "decision",
         headers=run_headers(run, replayed),
     )
 

@@ -26,7 +26,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry import propagate
 
-from tracerag.server._runs import FINAL_EVENTS, KeyReused, Run, event_id, parse_event_id
+from tracerag.server._runs import KeyReused, Run, event_id, parse_event_id
 from tracerag.server.answerer import Answerer
 from tracerag.server.deps import (
     AnswerInput,
@@ -129,46 +129,59 @@ def sse(name: str, data: Any, id_: str) -> bytes:
     return f"event: {name}\nid: {id_}\ndata: {text}\n\n".encode()
 
 
-def resume_at(run: Run, last_event_id: str | None) -> int:
-    """Where a stream resumes: after the event ``last_event_id`` names (0 without one)."""
+EVENT_PARTS = (*STAGE_NAMES, "response", "error", "decision")
+
+
+def resume_after(run: Run, last_event_id: str | None) -> str | None:
+    """The event a stream resumes after (a stage or event name), None to start at the first.
+
+    400 when ``last_event_id`` is not an event of this request.
+    """
     if not last_event_id:
-        return 0
+        return None
     parsed = parse_event_id(last_event_id)
-    if parsed is None or parsed[0] != run.request_id:
+    if parsed is None or parsed[0] != run.request_id or parsed[1] not in EVENT_PARTS:
         raise ApiError(
             400,
             "bad_request",
             f"Last-Event-ID is not an event of request {run.request_id!r}",
         )
-    part = parsed[1]
-    if part == "decision":
-        return len(run.events)
-    index = run.index_after(part)
-    if index is not None:
-        return index
-    if part in STAGE_NAMES:  # a replay without its stage events: go on with what followed
-        return next((i for i, (name, _) in enumerate(run.events) if name != "stage"), 0)
-    if part in FINAL_EVENTS:
-        return len(run.events)
-    raise ApiError(400, "bad_request", f"Last-Event-ID names no event of {run.request_id!r}")
+    return parsed[1]
 
 
-def wants_decision(svc: Services, run: Run, last_event_id: str | None) -> bool:
-    parsed = parse_event_id(last_event_id) if last_event_id else None
-    return not (parsed is not None and parsed[1] == "decision")
+def _after(run: Run, after: str | None, i: int) -> tuple[list[tuple[str, Any]], bool]:
+    """The events from position ``i`` a stream resuming after ``after`` sends, and whether
+    it still skips (has not reached ``after``)."""
+    out: list[tuple[str, Any]] = []
+    skipping = after is not None
+    for name, data in run.events[i:]:
+        if skipping:
+            part = event_id(run.request_id, name, data).partition(":")[2]
+            if part == after:
+                skipping = False
+                continue
+            if not (after in STAGE_NAMES and name != "stage"):
+                continue
+            skipping = False  # a replay without stage events: go on with what followed
+        out.append((name, data))
+    return out, skipping
 
 
 async def events_of(
-    svc: Services, run: Run, start: int, until_decision: bool
+    svc: Services, run: Run, after: str | None, until_decision: bool
 ) -> AsyncIterator[bytes]:
-    """The stream: the run's events from ``start``, then (when asked) the decision."""
+    """The stream: the run's events after ``after``, then (when asked) the decision."""
     yield PREAMBLE
-    i = start
+    i = 0
+    skip_to = after
     while True:
-        while i < len(run.events):
-            name, data = run.events[i]
-            i += 1
+        batch, still = _after(run, skip_to, i)
+        i += len(run.events[i:])
+        skip_to = skip_to if still else None
+        for name, data in batch:
             yield sse(name, data, event_id(run.request_id, name, data))
+        if i < len(run.events):
+            continue  # more came while these were sent
         if run.done:
             break
         if not await run.changed(PING_SECONDS):
@@ -193,17 +206,20 @@ async def events_of(
 def stream_response(
     svc: Services,
     run: Run,
-    start: int,
+    after: str | None,
     *,
     until_decision: bool,
     headers: dict[str, str],
 ) -> Response:
-    """The event stream from ``start``; 204 when a resumed stream has nothing left to send."""
-    awaits = until_decision and run.awaits_decision(svc.store)
-    if run.done and start >= len(run.events) and not awaits:
+    """The event stream after ``after``; 204 when nothing is left to send."""
+    if after == "decision":
         return Response(status_code=204, headers=headers)
+    if run.done:
+        left, _ = _after(run, after, 0)
+        if not left and not (until_decision and run.awaits_decision(svc.store)):
+            return Response(status_code=204, headers=headers)
     return StreamingResponse(
-        events_of(svc, run, start, until_decision),
+        events_of(svc, run, after, until_decision),
         media_type="text/event-stream",
         headers={**STREAM_HEADERS, **headers},
     )
@@ -255,7 +271,15 @@ def events_reader(request: Request, request_id: str, svc: ServicesDep) -> None:
 
 async def run_of(svc: Services, request_id: str) -> Run:
     assert svc.runs is not None
-    run = await svc.runs.find(request_id)
+    try:
+        run = await svc.runs.find(request_id)
+    except ApiError:
+        raise
+    except Exception as exc:
+        logger.warning("finding request %s failed: %s: %s", request_id, type(exc).__name__, exc)
+        raise ApiError(
+            503, "store_unavailable", f"the audit store is unavailable ({type(exc).__name__})"
+        ) from None
     if run is None:
         raise ApiError(404, "not_found", f"no request {request_id!r}")
     return run
@@ -327,14 +351,9 @@ async def request_events(
     _: None = Depends(events_reader),
 ) -> Response:
     run = await run_of(svc, request_id)
-    last = request.headers.get("last-event-id")
-    start = resume_at(run, last)
+    after = resume_after(run, request.headers.get("last-event-id"))
     return stream_response(
-        svc,
-        run,
-        start,
-        until_decision=wants_decision(svc, run, last),
-        headers={"X-Request-Id": run.request_id},
+        svc, run, after, until_decision=True, headers={"X-Request-Id": run.request_id}
     )
 
 
