@@ -141,7 +141,7 @@ def test_security_schemes_are_declared_and_applied(store):
     assert schemes["ReviewerBearer"]["scheme"] == "bearer"
     assert schemes["EventsToken"]["in"] == "query"
     ops = {(m, p): op for p, item in keyed["paths"].items() for m, op in item.items()}
-    for (method, path), op in ops.items():
+    for (_, path), op in ops.items():
         if path == "/v1/requests/{request_id}/events":
             assert op["security"] == [{"ApiKey": []}, {"EventsToken": []}]
         elif path.startswith("/v1/"):
