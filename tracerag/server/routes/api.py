@@ -114,7 +114,8 @@ async def answer(
     response_class=StreamingResponse,
     summary="Answer a question, streaming each stage",
     description="Server-Sent Events: a `retry:` hint, then one `stage` event per stage as it "
-    "completes (register, retrieve, plan, sample, verify, assemble), then one `response` "
+    "completes (register, retrieve, plan, sample, verify, assemble; a wrapped app samples "
+    "before it plans), then one `response` "
     "(the caller view of the Response) or one `error`; with `until=decision`, a request "
     "routed to a reviewer then gets its `decision` event once a reviewer decides. `: ping` "
     "comments keep the connection open. Answer text is never streamed before it is "
