@@ -500,3 +500,121 @@ def test_without_the_table_a_key_still_holds_on_this_replica(store, caplog):
     with caplog.at_level(logging.WARNING, logger="tracerag.server"):
         asyncio.run(scenario())
     assert "on this replica only" in caplog.text
+
+
+def test_a_run_whose_replica_stopped_ends_in_request_unfinished(store):
+    """Another replica took the key and stopped before it finished: a follower does not wait
+    for ever, and says what is true."""
+    from tracerag.server._runs import fingerprint
+
+    table = open_run_table(store)
+    assert table is not None
+    book = RunBook(store, table, follow_seconds=0.5)
+    table.claim("lost-run", book.key_hash("k"), fingerprint({"question": "q?"}), time.time(), 60)
+
+    async def scenario() -> tuple[tuple[str, Any], bool, bool]:
+        async def never(data: dict[str, Any], on_stage: Any) -> Any:
+            raise AssertionError("a key already taken must not run again")
+
+        run, replayed = await book.start({"question": "q?"}, never, key="k")
+        return await run.final(), replayed, run.local
+
+    try:
+        (name, data), replayed, local = asyncio.run(scenario())
+    finally:
+        table.close()
+    assert replayed and not local
+    assert name == "error" and data["error"] == "request_unfinished"
+    assert "lost-run" in data["detail"]
+    assert store.list_requests() == []
+
+
+def test_a_run_whose_replica_stopped_after_storing_its_record_is_replayed_from_it(tmp_path):
+    """The other replica stored the record, then stopped before storing its events."""
+    path = str(tmp_path / "audit.sqlite")
+    store_a = SQLiteAuditStore(path)
+    try:
+        with TestClient(make_app(store_a, make_pipeline([GOOD_ANSWER]))) as a:
+            rid = a.post("/v1/answer", json={"question": GOOD_QUESTION}).json()["request_id"]
+        table = open_run_table(store_a)
+        assert table is not None
+        from tracerag.server._runs import fingerprint
+
+        book = RunBook(store_a, table, follow_seconds=5)
+        table.claim(
+            rid, book.key_hash("k2"), fingerprint({"question": GOOD_QUESTION}), time.time(), 60
+        )
+
+        async def scenario() -> tuple[str, Any]:
+            async def never(data: dict[str, Any], on_stage: Any) -> Any:
+                raise AssertionError("asked again")
+
+            run, replayed = await book.start({"question": GOOD_QUESTION}, never, key="k2")
+            assert replayed and run.request_id == rid
+            return await run.final()
+
+        name, data = asyncio.run(scenario())
+        table.close()
+    finally:
+        store_a.close()
+    assert name == "response" and data["request_id"] == rid
+    assert data["audit_persisted"] is True and data["answer"].startswith("Customers may")
+
+
+def test_after_its_events_expired_a_stream_gives_the_response_and_the_decision(store):
+    with TestClient(make_app(store, make_pipeline(), replay_seconds=0.2)) as client:
+        rid = client.post("/v1/answer", json={"question": EVIL_QUESTION}).json()["request_id"]
+        assert decide(client, rid, action="reject").status_code == 200
+        time.sleep(0.3)
+        client.app.state.services.runs.runs.clear()  # as after a restart
+        table = client.app.state.services.runs.table
+        assert table.get(rid, time.time()) is None  # a plain answer is not kept there
+        whole = client.get(f"/v1/requests/{rid}/events")
+        resumed = client.get(f"/v1/requests/{rid}/events", headers={"Last-Event-ID": f"{rid}:plan"})
+    assert [e[0] for e in events(whole.text)] == ["response", "decision"]
+    assert [e[0] for e in events(resumed.text)] == ["response", "decision"]
+    assert events(whole.text)[0][2]["answer"] is None  # still withheld
+    assert events(whole.text)[1][2]["state"] == "rejected"
+
+
+def test_a_decision_wait_outlives_a_failing_store(store, caplog):
+    """The store fails while a caller waits: the wait goes on, and ends with the decision."""
+    from tracerag.server._runs import DecisionWatch
+    from tracerag.server.routes.api import request_status
+
+    with TestClient(make_app(store, make_pipeline())) as client:
+        rid = client.post("/v1/answer", json={"question": EVIL_QUESTION}).json()["request_id"]
+
+    class Flaky:
+        failures = 6
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        def _maybe_fail(self) -> None:
+            if Flaky.failures > 0:
+                Flaky.failures -= 1
+                raise OSError("database is locked")
+
+        def get(self, request_id: str) -> Any:
+            self._maybe_fail()
+            return store.get(request_id)
+
+        def get_decision(self, request_id: str) -> Any:
+            self._maybe_fail()
+            return store.get_decision(request_id)
+
+    async def scenario() -> dict[str, Any]:
+        watch = DecisionWatch(Flaky(), None, request_status, poll_interval=0.05)  # type: ignore[arg-type]
+        waiting = asyncio.create_task(watch.wait(rid))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        await asyncio.to_thread(store.decide, rid, "alice", "reject", None, "off topic")
+        status = await asyncio.wait_for(waiting, 10)
+        await watch.close()
+        return status
+
+    with caplog.at_level(logging.WARNING, logger="tracerag.server"):
+        status = asyncio.run(scenario())
+    assert status["state"] == "rejected" and status["request_id"] == rid
+    assert "database is locked" in caplog.text

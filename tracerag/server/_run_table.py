@@ -166,10 +166,9 @@ class RunTable:
     def purge(self, now: float) -> int:
         """Forget expired runs; how many were removed."""
         with self._write() as cur:
-            cur.execute("DELETE FROM answer_runs WHERE expires_at <= %s", (now,))
-            cur.execute("SELECT COUNT(*) FROM answer_runs")
-            row = cur.fetchone()
-        return int(row[0]) if row else 0
+            done = cur.execute("DELETE FROM answer_runs WHERE expires_at <= %s", (now,))
+            removed = getattr(done, "rowcount", -1)
+        return int(removed) if removed is not None else -1
 
     def count(self) -> int:
         """Rows kept now (expired ones not yet purged included)."""
