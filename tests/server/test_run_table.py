@@ -3,6 +3,7 @@ events stored without the answer, expiry, and the decided requests among those a
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -42,7 +43,8 @@ def test_the_events_are_stored_without_the_answer(table):
     now = time.time()
     table.claim("r1", "k", "fp", now, ttl=60)
     stage = {"stage": "register", "request_id": "r1", "signals": {"tier": "high"}}
-    table.finish("r1", [("stage", stage), ("response", {"answer": "the answer text"})])
+    answer = json.dumps({"answer": "the answer text"})
+    table.finish("r1", [("stage", json.dumps(stage)), ("response", answer)])
     stored = table.get("r1", now)
     assert stored.events == [("stage", stage), ("response", None)]
 

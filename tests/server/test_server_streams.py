@@ -517,7 +517,8 @@ def test_a_run_whose_replica_stopped_ends_in_request_unfinished(store):
             raise AssertionError("a key already taken must not run again")
 
         run, replayed = await book.start({"question": "q?"}, never, key="k")
-        return await run.final(), replayed, run.local
+        final = await run.final()
+        return (final.name, final.data), replayed, run.local
 
     try:
         (name, data), replayed, local = asyncio.run(scenario())
@@ -551,7 +552,8 @@ def test_a_run_whose_replica_stopped_after_storing_its_record_is_replayed_from_i
 
             run, replayed = await book.start({"question": GOOD_QUESTION}, never, key="k2")
             assert replayed and run.request_id == rid
-            return await run.final()
+            final = await run.final()
+            return final.name, final.data
 
         name, data = asyncio.run(scenario())
         table.close()

@@ -145,10 +145,15 @@ class RunTable:
             raise RunTableError("the run was neither recorded nor found")
         return None if found.request_id == request_id else found
 
-    def finish(self, request_id: str, events: list[tuple[str, Any]]) -> None:
-        """Store the events of a run that ended (the response's data left out)."""
-        stored = [[name, None if name == "response" else data] for name, data in events]
-        text = json.dumps(stored, ensure_ascii=False, separators=(",", ":"))
+    def finish(self, request_id: str, events: Sequence[tuple[str, str]]) -> None:
+        """Store the events of a run that ended, each ``(name, data as JSON)``; the
+        response's data is left out."""
+        items = []
+        for name, text in events:
+            if not isinstance(name, str) or not name.isidentifier():
+                raise RunTableError(f"not an event name: {name!r}")
+            items.append(f'["{name}",{"null" if name == "response" else text}]')
+        text = "[" + ",".join(items) + "]"
         with self._write() as cur:
             cur.execute(
                 "UPDATE answer_runs SET events = %s WHERE request_id = %s", (text, request_id)

@@ -29,7 +29,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from tracerag.contract import caller_view
 from tracerag.errors import InputError, TraceragError
@@ -99,6 +99,23 @@ def parse_event_id(value: str) -> tuple[str, str] | None:
     return request_id, part
 
 
+class Event(NamedTuple):
+    """One event of a run, encoded once: its name, its id's part after the request id, and
+    its data as one line of JSON (what a stream sends, what a replay sends again)."""
+
+    name: str
+    part: str
+    text: str
+
+    @property
+    def data(self) -> Any:
+        return json.loads(self.text)
+
+
+def encode(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 class Run:
     """One answer request's events, readable from any position while they arrive."""
 
@@ -107,16 +124,21 @@ class Run:
         self.fingerprint = fingerprint
         #: True when this replica runs the pipeline; False for a replay of a stored run
         self.local = local
-        self.events: list[tuple[str, Any]] = []
+        self.events: list[Event] = []
         self.done = False
         self.ended_at: float | None = None
-        self.audit_ok = True  # False when the response's record was not made durable
+        #: the response's routing, for streams that wait for a reviewer: (decision, persisted)
+        self.routed: tuple[str | None, bool | None] = (None, None)
         self._waiters: set[asyncio.Future[None]] = set()
 
     def add(self, name: str, data: Any) -> None:
         if self.done:
             return
-        self.events.append((name, data))
+        part = event_id(self.request_id, name, data).partition(":")[2]
+        self.events.append(Event(name, part, encode(data)))
+        if name == "response" and isinstance(data, Mapping):
+            persisted = data.get("audit_persisted")
+            self.routed = (data.get("decision"), persisted if isinstance(persisted, bool) else None)
         if name in FINAL_EVENTS:
             self.done = True
             self.ended_at = time.monotonic()
@@ -139,34 +161,26 @@ class Run:
         finally:
             self._waiters.discard(waiter)
 
-    async def final(self) -> tuple[str, Any]:
+    async def final(self) -> Event:
         """The event that ended the run (``response`` or ``error``), once it came."""
         while not self.done:
             await self.changed(3600.0)
         return self.events[-1]
 
-    def index_after(self, part: str) -> int | None:
-        """The position after the event ``part`` names (a stage or an event name), or None."""
-        for i, (name, data) in enumerate(self.events):
-            if event_id(self.request_id, name, data).partition(":")[2] == part:
-                return i + 1
-        return None
-
     def awaits_decision(self, store: AuditStore) -> bool:
         """True when the run ended in a response a reviewer will decide."""
-        if not self.done or self.events[-1][0] != "response":
+        if not self.done or self.events[-1].name != "response":
             return False
-        data = self.events[-1][1]
+        decision, persisted = self.routed
         return (
-            isinstance(data, Mapping)
-            and data.get("decision") in REVIEWED
-            and data.get("audit_persisted") is not False
+            decision in REVIEWED
+            and persisted is not False
             and bool(getattr(store, "auto_enqueue", True))
         )
 
     def size(self) -> int:
-        """Bytes its events take as JSON (what a replay sends)."""
-        return sum(len(json.dumps(d, ensure_ascii=False)) + len(n) for n, d in self.events)
+        """Characters its events take as JSON (what a replay sends)."""
+        return sum(len(e.text) + len(e.name) + len(e.part) for e in self.events)
 
 
 class DecisionWatch:
@@ -451,9 +465,7 @@ class RunBook:
 
         try:
             response = await runner(data, on_stage)
-            view = caller_view(response)
-            run.audit_ok = view.get("audit_persisted") is not False
-            run.add("response", view)
+            run.add("response", caller_view(response))
         except InputError as exc:
             run.add("error", {"error": "invalid_input", "detail": str(exc)})
         except Exception as exc:
@@ -464,7 +476,8 @@ class RunBook:
                 run.add("error", {"error": "request_unfinished", "detail": "the server stopped"})
         if record and self.table is not None:
             try:
-                await self._table(self.table.finish, run.request_id, run.events)
+                events = [(e.name, e.text) for e in run.events]
+                await self._table(self.table.finish, run.request_id, events)
             except Exception as exc:
                 self.table_failures += 1
                 logger.warning(

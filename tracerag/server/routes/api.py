@@ -100,13 +100,16 @@ ERROR_STATUS = {"invalid_input": 422, "pipeline_failed": 500, "request_unfinishe
 )
 async def answer(
     request: Request, data: AnswerInput, key: IdempotencyKey, svc: ServicesDep
-) -> JSONResponse:
+) -> Response:
     run, replayed = await begin(svc, request, data, key, resumable=key is not None)
-    name, payload = await run.final()
-    if name == "error":
-        code = payload.get("error")
-        raise ApiError(ERROR_STATUS.get(code, 500), code, payload.get("detail"))
-    return JSONResponse(payload, headers=run_headers(run, replayed))
+    final = await run.final()
+    if final.name == "error":
+        problem = final.data
+        code = problem.get("error")
+        raise ApiError(ERROR_STATUS.get(code, 500), code, problem.get("detail"))
+    return Response(
+        final.text, media_type="application/json", headers=run_headers(run, replayed)
+    )
 
 
 @router.post(

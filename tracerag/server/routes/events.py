@@ -26,7 +26,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry import propagate
 
-from tracerag.server._runs import KeyReused, Run, event_id, parse_event_id
+from tracerag.server._runs import Event, KeyReused, Run, parse_event_id
 from tracerag.server.answerer import Answerer
 from tracerag.server.deps import (
     AnswerInput,
@@ -149,22 +149,26 @@ def resume_after(run: Run, last_event_id: str | None) -> str | None:
     return parsed[1]
 
 
-def _after(run: Run, after: str | None, i: int) -> tuple[list[tuple[str, Any]], bool]:
+def _after(run: Run, after: str | None, i: int) -> tuple[list[Event], bool]:
     """The events from position ``i`` a stream resuming after ``after`` sends, and whether
     it still skips (has not reached ``after``)."""
-    out: list[tuple[str, Any]] = []
+    out: list[Event] = []
     skipping = after is not None
-    for name, data in run.events[i:]:
+    for event in run.events[i:]:
         if skipping:
-            part = event_id(run.request_id, name, data).partition(":")[2]
-            if part == after:
+            if event.part == after:
                 skipping = False
                 continue
-            if not (after in STAGE_NAMES and name != "stage"):
+            if not (after in STAGE_NAMES and event.name != "stage"):
                 continue
             skipping = False  # a replay without stage events: go on with what followed
-        out.append((name, data))
+        out.append(event)
     return out, skipping
+
+
+def wire(request_id: str, event: Event) -> bytes:
+    """One event on the wire: its name, its id and one line of JSON."""
+    return f"event: {event.name}\nid: {request_id}:{event.part}\ndata: {event.text}\n\n".encode()
 
 
 async def events_of(
@@ -178,8 +182,8 @@ async def events_of(
         batch, still = _after(run, skip_to, i)
         i += len(run.events[i:])
         skip_to = skip_to if still else None
-        for name, data in batch:
-            yield sse(name, data, event_id(run.request_id, name, data))
+        for event in batch:
+            yield wire(run.request_id, event)
         if i < len(run.events):
             continue  # more came while these were sent
         if run.done:
