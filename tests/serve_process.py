@@ -145,6 +145,10 @@ class CuttingProxy:
                         client.sendall(data[:keep])
                         with self._lock:
                             self.cuts += 1
+                        # the events arrived; then the connection drops (FIN, not a reset
+                        # that could discard them before the page read them)
+                        time.sleep(0.5)
+                        client.shutdown(socket.SHUT_WR)
                         break
                 client.sendall(data)
         except OSError:
