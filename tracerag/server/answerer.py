@@ -109,6 +109,11 @@ def demo_pipeline(
 StageHook = Callable[[StageEvent], None]
 
 
+def servable(pipeline: object) -> bool:
+    """True for what the server can run and record: a ``wrap()``-ed app or a ``RAGPipeline``."""
+    return isinstance(pipeline, StagedRunnable)
+
+
 class Answerer:
     """Runs a pipeline for the server and keeps every request's record in the store.
 
@@ -267,7 +272,9 @@ class Answerer:
         token = otel_context.attach(parent) if parent is not None else None
         try:
             if not isinstance(self.pipeline, StagedRunnable):
-                response: RAGResponse = await self.pipeline.ainvoke(data)
+                # not tracerag's stages: it takes the caller's fields only
+                given = {k: v for k, v in data.items() if k != "request_id"}
+                response: RAGResponse = await self.pipeline.ainvoke(given)
                 return response
             # tracerag's own request form: a wrapped app gets the question in its question field
             request = self.pipeline.parse_input(data)
