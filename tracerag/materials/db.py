@@ -133,6 +133,39 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
             "INSERT INTO material_head (id, generation) VALUES (1, 0)",
         ],
     ),
+    (
+        # verdicts per principal (``principal`` is NULL for an unverified note and for verdicts
+        # kept before principals existed, ``method`` 'legacy'); what each verdict did to each
+        # material (the per-material limits count these); the upgrade's baseline of the
+        # columns of materials changed before registry events were chained
+        2,
+        [
+            "ALTER TABLE material_feedback ADD COLUMN principal TEXT",
+            "ALTER TABLE material_feedback ADD COLUMN method TEXT NOT NULL DEFAULT 'legacy'",
+            "ALTER TABLE material_feedback ADD COLUMN counted INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE material_feedback ADD COLUMN declared_user TEXT",
+            "CREATE UNIQUE INDEX material_feedback_principal "
+            "ON material_feedback (request_id, principal)",
+            "CREATE INDEX material_feedback_window ON material_feedback (principal, created_at)",
+            """CREATE TABLE material_feedback_effects (
+                feedback_id TEXT NOT NULL,
+                material_id TEXT NOT NULL,
+                principal TEXT,
+                counted INTEGER NOT NULL,
+                created_at TEXT NOT NULL,
+                PRIMARY KEY (feedback_id, material_id)
+            )""",
+            "CREATE INDEX material_feedback_effects_material "
+            "ON material_feedback_effects (material_id, created_at)",
+            "CREATE INDEX material_feedback_effects_principal "
+            "ON material_feedback_effects (principal, material_id, created_at)",
+            """CREATE TABLE material_baseline (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                done INTEGER NOT NULL
+            )""",
+            "INSERT INTO material_baseline (id, done) VALUES (1, 0)",
+        ],
+    ),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -248,6 +281,52 @@ def _migrate(cur: Any, dialect: str) -> int:
     )
 
 
+class ChainCursor:
+    """The cursor of a store's chained transaction (``SQLAuditStore.chained``), taking the
+    registry's ``?`` parameters."""
+
+    def __init__(self, cur: Any) -> None:
+        self._cur = cur
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._cur.execute(sql.replace("?", "%s"), tuple(params))
+
+    def fetchone(self) -> Any:
+        return self._cur.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        rows: list[Any] = self._cur.fetchall()
+        return rows
+
+
+def registry_present(store: Any) -> bool:
+    """True when the database of an open audit store holds the registry's tables (checked
+    without creating them)."""
+    dsn = getattr(store, "dsn", None)
+    if dsn:
+        from tracerag.store.postgres import connect
+
+        conn = connect(dsn, getattr(store, "schema", None))
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT to_regclass('material_schema_version')")
+                row = cur.fetchone()
+            return bool(row and row[0])
+        finally:
+            conn.close()
+    path = getattr(store, "path", None)
+    if not path or path == ":memory:":
+        return False
+    conn2 = sqlite3.connect(path, timeout=30)
+    try:
+        row = conn2.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'material_schema_version'"
+        ).fetchone()
+        return row is not None
+    finally:
+        conn2.close()
+
+
 def connect_like(store: Any) -> RegistryDB:
     """Registry tables in the same database as an open audit store."""
     dsn = getattr(store, "dsn", None)
@@ -262,9 +341,11 @@ def connect_like(store: Any) -> RegistryDB:
 __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "ChainCursor",
     "MaterialStoreError",
     "PostgresRegistryDB",
     "RegistryDB",
     "SQLiteRegistryDB",
     "connect_like",
+    "registry_present",
 ]

@@ -3,9 +3,12 @@
 ``CredibilityRetriever`` wraps any LangChain retriever. On every call it
 
 1. registers documents it has not seen (``MaterialRegistry.observe``);
-2. drops every candidate whose material is ``pending_review``, ``quarantined`` or ``deleted`` —
-   the registry is read on every call, so a status change applies at once, whatever the
-   wrapped retriever or any cache in front of it returns;
+2. drops every candidate whose material is ``pending_review``, ``quarantined`` or ``deleted``,
+   or expired (its ``valid_until`` has passed, in the registry or, for a document the
+   registry does not know, in its metadata) — the registry is read on every call, so a status
+   change applies at once, whatever the wrapped retriever or any cache in front of it
+   returns; a material whose quarantine is proposed stays, marked ``quarantine_proposed``
+   (answers citing it go to review until a person confirms or dismisses the proposal);
 3. orders the rest by ``similarity^ws × credibility^wc × recency^wr`` (``RerankWeights``;
    a weight of 0 leaves that factor out);
 4. annotates copies of the documents (``metadata``: ``relevance_score`` (the similarity),
@@ -37,8 +40,15 @@ from opentelemetry import trace
 from pydantic import ConfigDict
 
 from tracerag.materials.credibility import CredibilityPolicy, age_days, temporal_confidence
-from tracerag.materials.model import WITHHELD, content_hash, parse_time, utcnow
-from tracerag.signals.types import CONFLICTS_WITH
+from tracerag.materials.model import (
+    WITHHELD,
+    content_hash,
+    expired,
+    parse_time,
+    provenance_from_metadata,
+    utcnow,
+)
+from tracerag.signals.types import CONFLICTS_WITH, QUARANTINE_PROPOSED
 
 SCORE_KEYS = ("relevance_score", "score", "_score", "similarity", "similarity_score")
 SPAN_RANK_BEFORE = "tracerag.rerank.rank_before"
@@ -157,7 +167,12 @@ class CredibilityRetriever(BaseRetriever):
         withheld: list[str] = []
         for i, ((doc, score), mid) in enumerate(zip(pairs, ids, strict=True), 1):
             state = states.get(mid)
-            if state is not None and state.status in WITHHELD:
+            if state is not None and (state.status in WITHHELD or state.current.expired(now)):
+                withheld.append(mid)
+                continue
+            if state is None and expired(
+                provenance_from_metadata(dict(doc.metadata or {}))["valid_until"], now
+            ):
                 withheld.append(mid)
                 continue
             if score is None:
@@ -194,6 +209,8 @@ class CredibilityRetriever(BaseRetriever):
                 meta.setdefault("relevance_score", score)
             if conflicts.get(mid):
                 meta[CONFLICTS_WITH] = sorted(conflicts[mid])
+            if state is not None and state.proposed_quarantine:
+                meta[QUARANTINE_PROPOSED] = state.proposed_quarantine
             if state is not None:
                 meta["material_version"] = state.current.version
                 for key in ("valid_until", "superseded_by"):
