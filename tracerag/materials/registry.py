@@ -1276,7 +1276,8 @@ class MaterialRegistry(UsageLog):
 
     def stats(self, now: datetime | None = None) -> dict[str, Any]:
         """Figures for metrics: materials by status, pending writes, open conflicts,
-        quarantines and the credibility distribution (tenths) of active materials."""
+        quarantines (and proposed ones) and the credibility distribution (tenths) of active
+        materials."""
         with self.db.read() as cur:
             cur.execute("SELECT status, COUNT(*) FROM materials GROUP BY status")
             by_status = {str(s): int(n) for s, n in cur.fetchall()}
@@ -1287,6 +1288,13 @@ class MaterialRegistry(UsageLog):
                 "WHERE status = 'pending_review' OR pending_version IS NOT NULL"
             )
             pending = int(cur.fetchone()[0])
+            cur.execute(
+                "SELECT COUNT(*) FROM materials m JOIN material_versions v "
+                "ON v.material_id = m.material_id AND v.version = m.current_version "
+                "WHERE m.status = 'active' AND v.change = ?",
+                (PROPOSE_QUARANTINE,),
+            )
+            proposed = int(cur.fetchone()[0])
         buckets = [0] * 10
         for state in self.materials("active"):
             c = self.credibility(state, now)
@@ -1295,6 +1303,7 @@ class MaterialRegistry(UsageLog):
             "by_status": by_status,
             "pending_writes": pending,
             "quarantined": by_status.get("quarantined", 0),
+            "quarantine_proposed": proposed,
             "open_conflicts": open_conflicts,
             "credibility_histogram": {
                 f"{i / 10:.1f}-{(i + 1) / 10:.1f}": n for i, n in enumerate(buckets)

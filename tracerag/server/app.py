@@ -33,7 +33,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -42,6 +42,7 @@ from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
 from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
+from tracerag.server._materials import usage_recorder
 from tracerag.server.answerer import Answerer, demo_pipeline
 from tracerag.server.auth import (
     GENERATE_HINT,
@@ -65,6 +66,9 @@ from tracerag.server.models import (
     StreamEvents,
 )
 from tracerag.store.base import AuditStore
+
+if TYPE_CHECKING:
+    from tracerag.materials import FeedbackLimits, UserTokens
 
 logger = logging.getLogger("tracerag.server")
 
@@ -190,6 +194,42 @@ def path_is_readiness(op: dict[str, Any]) -> bool:
     return op.get("operationId", "").startswith("readyz")
 
 
+def _feedback_tokens(key: str | None) -> UserTokens | None:
+    """The signed user tokens of ``POST /v1/feedback`` (None: no key, no end-user verdicts)."""
+    from tracerag.materials import UserTokens
+
+    value = (key if key is not None else get_config().feedback_key or "").strip()
+    if not value:
+        return None
+    try:
+        return UserTokens(value)
+    except ValueError as exc:
+        raise ConfigurationError(f"TRACERAG_FEEDBACK_KEY: {exc}; {GENERATE_HINT}") from exc
+
+
+def _default_limits() -> FeedbackLimits:
+    from tracerag.materials import FeedbackLimits
+
+    return FeedbackLimits()
+
+
+def _registry_for(store: AuditStore) -> Any:
+    """The material registry beside the store, or None when the store cannot hold one (the
+    demo pipeline then retrieves without it, and the desk says so)."""
+    from tracerag.materials import MaterialRegistry
+
+    try:
+        return MaterialRegistry(store)
+    except Exception as exc:
+        logger.warning(
+            "no material registry beside this store (%s: %s): the served retrieval does not "
+            "withhold quarantined materials",
+            type(exc).__name__,
+            exc,
+        )
+        return None
+
+
 def _open_materials(svc: Services) -> None:
     """Open the material registry beside the store, so its figures are reported from the start
     (a store that cannot hold one, e.g. ``:memory:``, serves without it)."""
@@ -217,6 +257,8 @@ def create_app(
     claim_seconds: float = CLAIM_SECONDS,
     body_timeout: float = 10.0,
     commit_wait: float | None = None,
+    feedback_key: str | None = None,
+    feedback_limits: FeedbackLimits | None = None,
 ) -> FastAPI:
     """The server app.
 
@@ -233,8 +275,13 @@ def create_app(
     (``jaeger``, ``tempo`` or ``phoenix``, optionally ``=BASE_URL``; env ``TRACERAG_TRACE_UI``)
     links items to their trace. ``commit_wait``: the longest an answer waits for its record's
     store commit before the record goes to the journal (default env
-    ``TRACERAG_AUDIT_COMMIT_WAIT``, else 1 s). Raises ``ConfigurationError`` on an unusable
-    configuration.
+    ``TRACERAG_AUDIT_COMMIT_WAIT``, else 1 s). ``feedback_key`` (default env
+    ``TRACERAG_FEEDBACK_KEY``, at least 32 characters) checks the signed user tokens with which
+    ``POST /v1/feedback`` verdicts count per end user (``tracerag.materials.UserTokens``);
+    ``feedback_limits``: the ``FeedbackLimits`` of those verdicts. The default pipeline
+    retrieves through the store's material registry (quarantined, deleted, pending and expired
+    materials withheld); a given pipeline does when it retrieves through
+    ``registry.govern(retriever)``. Raises ``ConfigurationError`` on an unusable configuration.
     """
     token = (
         reviewer_token if reviewer_token is not None else get_config().reviewer_token or ""
@@ -268,12 +315,12 @@ def create_app(
 
     path = getattr(audit_store, "path", None)
     journal = journal_dir_for(path) if isinstance(path, str) else get_config().audit_journal
-    answerer = Answerer(
-        pipeline if pipeline is not None else demo_pipeline(model),
-        audit_store,
-        journal=journal,
-        commit_wait=commit_wait,
-    )
+    tokens = _feedback_tokens(feedback_key)
+    registry = None
+    if pipeline is None:  # the demo pipeline retrieves through the store's material registry
+        registry = _registry_for(audit_store)
+        pipeline = demo_pipeline(model, registry=registry)
+    answerer = Answerer(pipeline, audit_store, journal=journal, commit_wait=commit_wait)
     svc = Services(
         store=audit_store,
         answerer=answerer,
@@ -285,7 +332,12 @@ def create_app(
         claims=ClaimBoard(claim_seconds) if review_desk else None,
         trace_ui=trace,
         body_timeout=body_timeout,
+        registry=registry,
+        owns_registry=registry is not None,
+        feedback_tokens=tokens,
+        feedback_limits=feedback_limits or _default_limits(),
     )
+    answerer.after_record = usage_recorder(svc)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -318,8 +370,10 @@ def create_app(
     install_handlers(app)
 
     from tracerag.server.routes import api as api_routes
+    from tracerag.server.routes import feedback as feedback_routes
 
     app.include_router(api_routes.router)
+    app.include_router(feedback_routes.router)
     app.include_router(api_routes.health)
 
     @app.get("/static/review.css", include_in_schema=False)

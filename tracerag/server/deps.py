@@ -50,6 +50,10 @@ class Services:
     background: set[asyncio.Task] = field(default_factory=set)
     registry: Any = None  # the material registry beside the store (tracerag.materials)
     owns_registry: bool = False  # opened here (closed with the app), not given
+    feedback_tokens: Any = None  # tracerag.materials.UserTokens: signed end-user ids
+    feedback_limits: Any = None  # tracerag.materials.FeedbackLimits of POST /v1/feedback
+    #: whether the served retrieval consults the registry (None: not known yet)
+    governed: bool | None = None
 
     def materials(self) -> Any:
         """The material registry kept in the app's store, opened on first use."""

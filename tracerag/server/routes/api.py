@@ -11,7 +11,6 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from opentelemetry import propagate
-from pydantic import ValidationError
 
 from tracerag.contract import Response as RAGResponse
 from tracerag.contract import caller_view, response_schema
@@ -20,16 +19,12 @@ from tracerag.runner import StageEvent
 from tracerag.server.answerer import stage_event
 from tracerag.server.deps import (
     AnswerInput,
-    JsonBody,
     ServicesDep,
     require_api_key,
     store_call,
-    validation_detail,
 )
 from tracerag.server.errors import ApiError, error_responses
 from tracerag.server.models import (
-    FeedbackOutcome,
-    FeedbackRequest,
     Health,
     Readiness,
     RequestStatus,
@@ -154,59 +149,6 @@ async def answer_stream(
             return
         n += 1
         yield ServerSentEvent(event=item[0], data=item[1], id=str(n))
-
-
-FEEDBACK_BODY = {
-    "required": True,
-    "content": {
-        "application/json": {"schema": {"$ref": "#/components/schemas/FeedbackRequest"}}
-    },
-}
-
-
-@router.post(
-    "/feedback",
-    response_model=FeedbackOutcome,
-    summary="A user's verdict on an answer",
-    description="`confirm`, `deny` or `clarify` (with a correction, which enters the material "
-    "write gate as pending). The verdict updates the credibility of the materials the answer "
-    "relied on, weighted by their attribution share; a material denied too often is "
-    "quarantined. Recorded as `user:<user>`; one verdict per user and request (409 after).",
-    responses=error_responses(400, 401, 404, 409, 413, 415, 422, 503)
-    | {"default": error_responses(500)[500]},
-    openapi_extra={"requestBody": FEEDBACK_BODY},
-)
-async def feedback(body: JsonBody, svc: ServicesDep) -> JSONResponse:
-    from tracerag.materials.feedback import DuplicateFeedback, record_feedback
-
-    try:
-        data = FeedbackRequest.model_validate(body)
-    except ValidationError as exc:
-        raise ApiError(422, "invalid_input", validation_detail(exc)) from None
-    registry = svc.materials()
-
-    def give() -> tuple[str, Any]:  # the verdict's refusals, told apart from store failures
-        try:
-            return "ok", record_feedback(
-                data.request_id,
-                data.verdict,
-                data.comment,
-                data.correction,
-                registry=registry,
-                operator=f"user:{data.user}",
-            )
-        except RequestNotFound:
-            return "not_found", f"no request {data.request_id!r}"
-        except DuplicateFeedback as exc:
-            return "duplicate", str(exc)
-        except ValueError as exc:
-            return "invalid_input", str(exc)
-
-    outcome, result = await store_call(svc, give)
-    if outcome != "ok":
-        status = {"not_found": 404, "duplicate": 409, "invalid_input": 422}[outcome]
-        raise ApiError(status, outcome, result)
-    return JSONResponse(result.to_dict())
 
 
 @router.get(
