@@ -398,6 +398,42 @@ def feedback_issues(
     return issues, checked
 
 
+def outcome_issues(
+    events: Iterable[Any], chained: Mapping[int, tuple[str, Mapping[str, Any]]]
+) -> list[str]:
+    """Outcome events against the verdicts that caused them: each outcome of a verdict names
+    a chained verdict of the same kind that counted on that material, and each material a
+    verdict counted on has exactly one outcome."""
+    issues: list[str] = []
+    verdicts = {str(v["feedback_id"]): (rid, v) for _seq, (rid, v) in chained.items()}
+    seen: dict[tuple[str, str], int] = {}
+    for entry in events:
+        outcome = entry.payload.get(OUTCOME_KEY) if entry.kind == "material_change" else None
+        if not isinstance(outcome, Mapping) or not outcome.get("feedback_id"):
+            continue
+        fid, mid = str(outcome["feedback_id"]), str(entry.request_id)
+        seen[(fid, mid)] = seen.get((fid, mid), 0) + 1
+        found = verdicts.get(fid)
+        effect = (found[1].get("materials") or {}).get(mid) if found else None
+        if (
+            found is None
+            or not isinstance(effect, Mapping)
+            or not effect.get("counted")
+            or found[1].get("verdict") != outcome.get("verdict")
+            or found[0] != outcome.get("request_id")
+        ):
+            issues.append(f"{mid}: audit entry {entry.seq} is an outcome no chained verdict caused")
+    for fid, (rid, v) in verdicts.items():
+        for mid, effect in (v.get("materials") or {}).items():
+            if isinstance(effect, Mapping) and effect.get("counted"):
+                n = seen.get((fid, str(mid)), 0)
+                if n != 1:
+                    issues.append(
+                        f"verdict {fid} on {rid} counted on {mid} but {n} outcome entries say so"
+                    )
+    return issues
+
+
 __all__ = [
     "BASELINE_KEY",
     "OUTCOME_KEY",
@@ -408,6 +444,7 @@ __all__ = [
     "derive",
     "feedback_issues",
     "feedback_payload",
+    "outcome_issues",
     "read_row",
     "row_issues",
     "row_of",

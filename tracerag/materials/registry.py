@@ -35,6 +35,7 @@ from tracerag.materials._events import (
     derive,
     feedback_issues,
     feedback_payload,
+    outcome_issues,
     read_row,
     row_issues,
     table_rows,
@@ -1174,6 +1175,7 @@ class MaterialRegistry(UsageLog):
                 given[entry.seq] = (entry.request_id, verdict)
         found, report.verdicts = feedback_issues(given, verdicts, effects)
         report.issues += found
+        report.issues += outcome_issues(events.values(), given)
         report.materials = len(table)
         report.events = derived.events
         return report

@@ -33,14 +33,14 @@ _ACTION_HELP = {
 }
 
 
-def open_registry(url: str | None) -> Any:
+def open_registry(url: str | None, **options: Any) -> Any:
     """The material registry beside the command's audit store, or exit with a message."""
     from tracerag.errors import TraceragError
     from tracerag.materials import MaterialRegistry
 
     store = open_cli_store(url)
     try:
-        return MaterialRegistry(store, owns_store=True)
+        return MaterialRegistry(store, owns_store=True, **options)
     except (TraceragError, OSError) as exc:
         store.close()
         raise SystemExit(f"tracerag: cannot open the material registry: {exc}") from exc
@@ -332,7 +332,7 @@ def run_stats(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     """Check the registry's tables against the hash chain; exit 1 on any difference."""
-    reg = open_registry(args.store)
+    reg = open_registry(args.store, baseline=False)
     try:
         chain = reg.store.verify_chain()
         report = reg.verify()
