@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -90,10 +91,12 @@ from tracerag.materials.records import (
 )
 from tracerag.materials.usage import UsageLog, bump_usage
 from tracerag.options import check_options
-from tracerag.store.base import KIND_MATERIAL_CHANGE
+from tracerag.store.base import KIND_MATERIAL_CHANGE, StoreError
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+logger = logging.getLogger("tracerag.materials")
 
 #: who makes a change: an identity, or a bare name (recorded as declared, not authenticated)
 Operator = Union[str, OperatorIdentity]  # noqa: UP007
@@ -381,6 +384,9 @@ class MaterialRegistry(UsageLog):
         """Store a new version and chain it, in one transaction of the audit store."""
         if self._metrics:
             ensure_instruments()
+        # found before the store's write lock is taken: the scan of the active materials
+        # does not hold up the audit trail's writers
+        candidates = self._conflict_candidates(new) if make_current else []
         stored: MaterialVersion = self.store.chained(
             lambda tx: self._commit_in(
                 tx,
@@ -390,9 +396,28 @@ class MaterialRegistry(UsageLog):
                 pending=pending,
                 reset_denials=reset_denials,
                 identity=identity,
+                candidates=candidates,
             )
         )
         return stored
+
+    def _conflict_candidates(self, new: MaterialVersion) -> list[tuple[Any, int]]:
+        """The conflicts a version going into service would open (with the other material's
+        version), or [] when it opens none (not active, stale, or the same text in service)."""
+        if new.status != "active" or new.stale_reason() is not None:
+            return []
+        state = self.find(new.material_id)
+        if state is not None and (state.status, state.current.content_hash) == (
+            "active",
+            new.content_hash,
+        ):
+            return []
+        active = self._active_texts(new.material_id)
+        versions = {mid: ver for mid, _t, ver in active}
+        found = find_conflicts(
+            new.material_id, new.content, [(m, t) for m, t, _ in active], self.gate.min_overlap
+        )
+        return [(c, versions.get(c.material_b, 0)) for c in found]
 
     def _commit_in(
         self,
@@ -404,6 +429,7 @@ class MaterialRegistry(UsageLog):
         pending: str = "keep",
         reset_denials: bool = False,
         identity: OperatorIdentity | None = None,
+        candidates: list[tuple[Any, int]] | None = None,
     ) -> MaterialVersion:
         """Store a new version inside a chained transaction ``tx``: the version row, its
         ``material_change`` entry (with the material's columns after it and the conflicts it
@@ -493,7 +519,9 @@ class MaterialRegistry(UsageLog):
             new.content_hash,
         )
         if serves and changed and new.status == "active" and new.stale_reason() is None:
-            opened = self._conflicts_of(cur, new)
+            if candidates is None:  # not looked for before the transaction
+                candidates = self._conflict_candidates_in(cur, new)
+            opened = [_conflict_row(new, c, version_b) for c, version_b in candidates]
         body = new.body()
         digest = body_digest(body)
         entry = tx.material_change(
@@ -580,31 +608,14 @@ class MaterialRegistry(UsageLog):
                 out.append((str(mid), v.content, int(version)))
         return out
 
-    def _conflicts_of(self, cur: Cursor, v: MaterialVersion) -> list[dict[str, Any]]:
-        """The conflicts a version going into service opens with the other active materials."""
+    def _conflict_candidates_in(self, cur: Cursor, v: MaterialVersion) -> list[tuple[Any, int]]:
+        """``_conflict_candidates`` read through a transaction's cursor."""
         active = self._active_texts(v.material_id, cur)
+        versions = {mid: ver for mid, _t, ver in active}
         found = find_conflicts(
             v.material_id, v.content, [(m, t) for m, t, _ in active], self.gate.min_overlap
         )
-        versions = {mid: ver for mid, _t, ver in active}
-        out = []
-        for c in found:
-            conflict_id = hashlib.sha256(
-                f"{v.material_id}@{v.version}|{c.material_b}|{c.key}".encode()
-            ).hexdigest()[:16]
-            out.append(
-                {
-                    "conflict_id": conflict_id,
-                    "material_a": v.material_id,
-                    "version_a": v.version,
-                    "material_b": c.material_b,
-                    "version_b": versions.get(c.material_b, 0),
-                    "slot_key": c.key,
-                    "value_a": c.value_a,
-                    "value_b": c.value_b,
-                }
-            )
-        return out
+        return [(c, versions.get(c.material_b, 0)) for c in found]
 
     def register(
         self,
@@ -1251,7 +1262,10 @@ class MaterialRegistry(UsageLog):
                 )
             cur.execute("UPDATE material_baseline SET done = 1 WHERE id = 1")
 
-        self.store.chained(work)
+        try:
+            self.store.chained(work)
+        except StoreError as exc:  # e.g. a keyed chain opened without its key: next time
+            logger.warning("the registry's columns are not chained yet: %s", exc)
 
     # -- retrieval ----------------------------------------------------------------------------
     def govern(self, retriever: Any, **options: Any) -> Any:
@@ -1311,6 +1325,23 @@ class MaterialRegistry(UsageLog):
                 f"{i / 10:.1f}-{(i + 1) / 10:.1f}": n for i, n in enumerate(buckets)
             },
         }
+
+
+def _conflict_row(v: MaterialVersion, c: Any, version_b: int) -> dict[str, Any]:
+    """A conflict a version opens, as stored and chained (its id names the version)."""
+    conflict_id = hashlib.sha256(
+        f"{v.material_id}@{v.version}|{c.material_b}|{c.key}".encode()
+    ).hexdigest()[:16]
+    return {
+        "conflict_id": conflict_id,
+        "material_a": v.material_id,
+        "version_a": v.version,
+        "material_b": c.material_b,
+        "version_b": version_b,
+        "slot_key": c.key,
+        "value_a": c.value_a,
+        "value_b": c.value_b,
+    }
 
 
 def _resolve_conflicts(cur: Cursor, material_id: str, resolution: str) -> None:
