@@ -194,9 +194,9 @@ def test_every_material_the_server_answers_from_is_registered_and_can_be_quarant
             assert materials_cli(backend, *CHANGES["quarantine"]) == 0
             assert registry.get("gift-cards").status == "quarantined"
             page = client.get("/review/materials", headers=bearer).text
-            assert 'id="not-governed"' in page and "not</strong> out of this server" in page
+            assert 'id="not-governed"' in page and "not known</strong> to be out of" in page
             history = client.get("/review/materials/history?id=gift-cards", headers=bearer).text
-            assert "still returned by this server's retrieval" in history
+            assert "not known to be out of this server's retrieval" in history
     finally:
         store.close()
     governed_store = backend.open()

@@ -160,7 +160,7 @@ async def feedback(request: Request, body: JsonBody, svc: ServicesDep) -> JSONRe
         raise ApiError(
             429,
             "too_many_requests",
-            "too many verdicts from this principal; try again later",
+            f"too many verdicts: {result}; try again later",
             retry_after_header(result.retry_after),
         )
     if outcome != "ok":
