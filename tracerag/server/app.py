@@ -259,6 +259,7 @@ def create_app(
     commit_wait: float | None = None,
     feedback_key: str | None = None,
     feedback_limits: FeedbackLimits | None = None,
+    demo_options: Mapping[str, Any] | None = None,
 ) -> FastAPI:
     """The server app.
 
@@ -278,9 +279,10 @@ def create_app(
     ``TRACERAG_AUDIT_COMMIT_WAIT``, else 1 s). ``feedback_key`` (default env
     ``TRACERAG_FEEDBACK_KEY``, at least 32 characters) checks the signed user tokens with which
     ``POST /v1/feedback`` verdicts count per end user (``tracerag.materials.UserTokens``);
-    ``feedback_limits``: the ``FeedbackLimits`` of those verdicts. The default pipeline
-    retrieves through the store's material registry (quarantined, deleted, pending and expired
-    materials withheld); a given pipeline does when it retrieves through
+    ``feedback_limits``: the ``FeedbackLimits`` of those verdicts. The default pipeline (the
+    demo's, with ``demo_options`` for ``demo_pipeline``: ``n_samples``, ``temperature``,
+    ``plan``, ``seed``) retrieves through the store's material registry (quarantined, deleted,
+    pending and expired materials withheld); a given pipeline does when it retrieves through
     ``registry.govern(retriever)``. Raises ``ConfigurationError`` on an unusable configuration.
     """
     token = (
@@ -319,7 +321,7 @@ def create_app(
     registry = None
     if pipeline is None:  # the demo pipeline retrieves through the store's material registry
         registry = _registry_for(audit_store)
-        pipeline = demo_pipeline(model, registry=registry)
+        pipeline = demo_pipeline(model, registry=registry, **dict(demo_options or {}))
     answerer = Answerer(pipeline, audit_store, journal=journal, commit_wait=commit_wait)
     svc = Services(
         store=audit_store,

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from tracerag.server.app import create_app, demo_pipeline
+        from tracerag.server.app import create_app
     except ImportError as exc:
         print(
             "tracerag serve needs the 'server' extra: from the tracerag source tree, "
@@ -92,13 +92,13 @@ def run(args: argparse.Namespace) -> int:
     model = args.model or get_config().model or "extractive"
     try:
         app = create_app(
-            demo_pipeline(
-                model,
-                n_samples=args.samples,
-                temperature=args.temperature,
-                plan=args.plan,
-                seed=args.seed,
-            ),
+            model=model,
+            demo_options={
+                "n_samples": args.samples,
+                "temperature": args.temperature,
+                "plan": args.plan,
+                "seed": args.seed,
+            },
             store=args.store,
             review_desk=not args.no_review_desk,
             on_decision=args.webhook,
