@@ -199,3 +199,34 @@ def test_combined_score_weights() -> None:
     assert combined_score(1.2, -1, 0.5, RerankWeights()) == 0.0
     with pytest.raises(ValueError):
         RerankWeights(credibility=-1)
+
+
+def test_an_unreadable_registry_keeps_what_it_knew_withheld_and_says_so(
+    registry: MaterialRegistry, retriever: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry's database goes away: retrieval goes on with the state last read — the
+    quarantined material stays out — and every document says how old that state is."""
+    import sqlite3
+
+    from tracerag.materials.rerank import REGISTRY_AS_OF, SPAN_UNAVAILABLE
+
+    wrapped = CredibilityRetriever(retriever=retriever, registry=registry)
+    registry.observe(retriever.invoke(QUESTION))
+    registry.quarantine("returns", operator="lead", reason="wrong")
+    first = wrapped.invoke(QUESTION)
+    assert "returns" not in ids(first) and all(REGISTRY_AS_OF not in d.metadata for d in first)
+
+    def down(*_a: Any, **_k: Any) -> Any:
+        raise sqlite3.OperationalError("unable to open database file")
+
+    monkeypatch.setattr(registry, "states", down)
+    monkeypatch.setattr(registry, "observe", down)
+    spans = SpanCapture()
+    with spans.provider.get_tracer("test").start_as_current_span("retrieve"):
+        docs = wrapped.invoke(QUESTION)
+    assert "returns" not in ids(docs) and docs
+    assert all(d.metadata[REGISTRY_AS_OF] for d in docs)
+    assert next(iter_attrs(spans.spans(), SPAN_UNAVAILABLE)) is True
+    # a retriever that never read the registry says so too
+    fresh = CredibilityRetriever(retriever=retriever, registry=registry).invoke(QUESTION)
+    assert {d.metadata[REGISTRY_AS_OF] for d in fresh} == {"never"}

@@ -227,6 +227,17 @@ def test_a_named_reviewer_token_is_a_principal(backend: Backend) -> None:
         store.close()
 
 
+def test_text_a_store_cannot_keep_is_refused_before_it_counts(
+    served: tuple[TestClient, MaterialRegistry],
+) -> None:
+    client, registry = served
+    rid = ask(client)
+    for field in ("comment", "user", "correction"):
+        reply = verdict(client, rid, "clarify", **{"correction": "ok", field: "a\x00b"})
+        assert reply.status_code == 422 and "NUL" in reply.json()["detail"], field
+    untouched(registry)
+
+
 def test_user_token_round_trip_and_limits() -> None:
     tokens = UserTokens(FEEDBACK_KEY, max_age=3600)
     assert tokens.verify(tokens.sign("李雷")) == "李雷"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 from tracerag.errors import ConfigurationError, TraceragError
@@ -202,25 +202,32 @@ class SQLiteRegistryDB(RegistryDB):
         self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         self._conn.execute("PRAGMA synchronous=FULL")
         self.schema_version = self._migrate()
+        # reads have a connection of their own: a write waiting for the database (locked by
+        # another process) does not hold up retrieval, which only reads (WAL: readers go on)
+        self._read_lock = threading.RLock()
+        self._read_conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
+        )
+        self._read_conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
 
     def _migrate(self) -> int:
         with self._lock, transaction(self._conn, "BEGIN IMMEDIATE") as cur:
             return _migrate(QmarkCursor(cur), self.dialect)
 
-    def write(self) -> AbstractContextManager[Cursor]:
-        return self._transaction("BEGIN IMMEDIATE")
-
-    def read(self) -> AbstractContextManager[Cursor]:
-        return self._transaction("BEGIN")
+    @contextmanager
+    def write(self) -> Iterator[Cursor]:
+        with self._lock, transaction(self._conn, "BEGIN IMMEDIATE") as cur:
+            yield cur
 
     @contextmanager
-    def _transaction(self, begin: str) -> Iterator[Cursor]:
-        with self._lock, transaction(self._conn, begin) as cur:
+    def read(self) -> Iterator[Cursor]:
+        with self._read_lock, transaction(self._read_conn, "BEGIN") as cur:
             yield cur
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._read_lock:
             self._conn.close()
+            self._read_conn.close()
 
 
 class _PgCursor:
@@ -246,27 +253,51 @@ class PostgresRegistryDB(RegistryDB):
     def __init__(self, dsn: str, schema: str | None = None) -> None:
         from tracerag.store.postgres import connect
 
+        self._dsn, self._schema = dsn, schema
         self._lock = threading.RLock()
+        self._read_lock = threading.RLock()
+        self._closed = False
         self._conn = connect(dsn, schema)
         with self._conn.transaction(), self._conn.cursor() as raw:
             raw.execute("SELECT pg_advisory_xact_lock(hashtext('tracerag.materials.schema'))")
             self.schema_version = _migrate(raw, self.dialect)
+        # reads have a connection of their own: a write waiting for a lock does not hold them
+        self._read_conn = connect(dsn, schema)
+
+    def _connection(self, read: bool) -> Any:
+        """A connection, made again when the server dropped the last one (an outage)."""
+        from tracerag.store.postgres import connect
+
+        conn = self._read_conn if read else self._conn
+        if not self._closed and (conn.closed or conn.broken):
+            conn = connect(self._dsn, self._schema)
+            if read:
+                self._read_conn = conn
+            else:
+                self._conn = conn
+        return conn
 
     @contextmanager
     def write(self) -> Iterator[Cursor]:
-        with self._lock, self._conn.transaction(), self._conn.cursor() as raw:
-            cur = _PgCursor(raw)
-            cur.execute("SELECT generation FROM material_head WHERE id = 1 FOR UPDATE")
-            yield cur
+        with self._lock:
+            conn = self._connection(read=False)
+            with conn.transaction(), conn.cursor() as raw:
+                cur = _PgCursor(raw)
+                cur.execute("SELECT generation FROM material_head WHERE id = 1 FOR UPDATE")
+                yield cur
 
     @contextmanager
     def read(self) -> Iterator[Cursor]:
-        with self._lock, self._conn.transaction(), self._conn.cursor() as raw:
-            yield _PgCursor(raw)
+        with self._read_lock:
+            conn = self._connection(read=True)
+            with conn.transaction(), conn.cursor() as raw:
+                yield _PgCursor(raw)
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._read_lock:
+            self._closed = True
             self._conn.close()
+            self._read_conn.close()
 
 
 def _migrate(cur: Any, dialect: str) -> int:

@@ -93,7 +93,8 @@ def demo_pipeline(
 
     With a material ``registry``, retrieval goes through it (``registry.govern``): materials
     that are quarantined, deleted, pending review or expired are withheld, the rest reranked by
-    credibility (four of the eight most similar)."""
+    credibility (four of the eight most similar). First sight is left to the server's record
+    hook (``Answerer.after_record``), off the answer's path."""
     from tracerag.demo.kb import build_retriever
     from tracerag.demo.run import build_model
     from tracerag.llm import model_name
@@ -102,7 +103,9 @@ def demo_pipeline(
 
     llm = build_model(model, seed)
     retriever = (
-        build_retriever(k=4) if registry is None else registry.govern(build_retriever(k=8), k=4)
+        build_retriever(k=4)
+        if registry is None
+        else registry.govern(build_retriever(k=8), k=4, register_unseen=False)
     )
     return RAGPipeline(
         retriever,
@@ -164,6 +167,7 @@ class Answerer:
         self.after_record: Callable[[Mapping[str, Any]], None] | None = None
         self._after = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracerag-after-record")
         self._handed_on = 0
+        self._skipping = False
         self.handed_on_dropped = 0
         self.handed_on_failed = 0
 
@@ -267,6 +271,20 @@ class Answerer:
         hook = self.after_record
         if hook is None:
             return
+        if self.last_store_error is not None or not self.writer.ready():
+            # the registry lives in the store: it would only wait for it, holding its lock
+            self.handed_on_dropped += 1
+            if not self._skipping:
+                logger.warning(
+                    "read hits and first sight of answered materials are not logged while the "
+                    "audit store is not taking writes (from request %s on)",
+                    record.get("request_id"),
+                )
+            self._skipping = True
+            return
+        if self._skipping:
+            logger.warning("read hits of answered materials are logged again")
+        self._skipping = False
         with self._in_flight_lock:
             if self._handed_on >= MAX_HANDED_ON:
                 self.handed_on_dropped += 1

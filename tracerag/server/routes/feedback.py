@@ -38,6 +38,7 @@ from tracerag.server.deps import (
     require_api_key,
     retry_after_header,
     store_call,
+    text_problem,
     validation_detail,
 )
 from tracerag.server.errors import ApiError, error_responses
@@ -130,6 +131,10 @@ async def feedback(request: Request, body: JsonBody, svc: ServicesDep) -> JSONRe
         data = FeedbackRequest.model_validate(body)
     except ValidationError as exc:
         raise ApiError(422, "invalid_input", validation_detail(exc)) from None
+    for name, value in data.model_dump(exclude_none=True).items():
+        problem = text_problem(name, value) if isinstance(value, str) else None
+        if problem:
+            raise ApiError(422, "invalid_input", problem)
     who = principal(request, svc, data)
     declared = data.user
     registry = await store_call(svc, svc.materials)
