@@ -144,6 +144,7 @@ def test_a_withheld_material_is_neither_retrieved_nor_cited_on_any_surface(
             assert "gift-cards" in cited(opted_in_pipeline(registry).invoke(GIFT))
             assert "gift-cards" in cited(opted_in_chain(registry).invoke(GIFT))
 
+            app.state.answerer.wait_handed_on()  # the served answers' first sight
             assert materials_cli(backend, *CHANGES[change]) == 0
 
             answer = client.post("/v1/answer", json={"question": GIFT}).json()

@@ -63,6 +63,7 @@ def ask(client: TestClient, question: str = GIFT) -> str:
     reply = client.post("/v1/answer", json={"question": question}, headers=headers(client))
     assert reply.status_code == 200, reply.text
     assert "gift-cards" in [e["material_id"] for e in reply.json()["evidence"]]
+    client.app.state.answerer.wait_handed_on()  # type: ignore[attr-defined]  # first sight
     return str(reply.json()["request_id"])
 
 
