@@ -106,6 +106,13 @@ Variables (each is optional):
    ``tracerag serve``: a file of named reviewer tokens, stored as SHA-256 hashes (``tracerag serve
    --hash-token NAME`` prints a line for it); the name a reviewer signs in with is audited.
 
+.. envvar:: TRACERAG_FEEDBACK_KEY
+
+   ``tracerag serve``: the key (at least 32 characters, kept on servers only) with which the
+   application's backend signs the ids of its signed-in users (``tracerag.materials
+   .UserTokens``); ``POST /v1/feedback`` verdicts carrying such a token count per user. Unset:
+   end-user verdicts count only as the application's own (its API key).
+
 .. envvar:: TRACERAG_OPERATOR_TOKEN
 
    ``tracerag materials`` changes (edit, approve, reject, quarantine, restore, delete,
@@ -164,6 +171,7 @@ ENV_VARS: Mapping[str, str] = {
     "minilm_tokenizer": "TRACERAG_MINILM_TOKENIZER",
     "model": "TRACERAG_MODEL",
     "api_key": "TRACERAG_API_KEY",
+    "feedback_key": "TRACERAG_FEEDBACK_KEY",
     "reviewer_token": "TRACERAG_REVIEWER_TOKEN",
     "reviewers_file": "TRACERAG_REVIEWERS_FILE",
     "operator_token": "TRACERAG_OPERATOR_TOKEN",
@@ -195,6 +203,7 @@ class Config:
     minilm_tokenizer: str | None = None
     model: str | None = None
     api_key: str | None = None
+    feedback_key: str | None = field(default=None, repr=False)  # a secret
     reviewer_token: str | None = None
     reviewers_file: str | None = None
     operator_token: str | None = field(default=None, repr=False)  # a secret

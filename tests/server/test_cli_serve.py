@@ -33,6 +33,10 @@ def test_serve_binds_loopback_with_the_token(served, tmp_path, monkeypatch):
     assert cli.main(["serve", "--store", str(tmp_path / "a.sqlite"), "--port", "8123"]) == 0
     ((app, options),) = served
     assert options["host"] == "127.0.0.1" and options["port"] == 8123
+    from tracerag.server._materials import governs
+
+    # the served demo retrieval goes through the store's material registry
+    assert governs(app.state.answerer.pipeline, app.state.services.registry)
     with TestClient(app) as client:
         assert client.get("/review").status_code == 401
         reply = client.post("/v1/answer", json={"question": "登录密码输错几次会锁定账户？"})

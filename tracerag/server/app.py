@@ -40,7 +40,7 @@ import os
 from collections.abc import Iterable, Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -50,6 +50,7 @@ from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
 from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
+from tracerag.server._materials import usage_recorder
 from tracerag.server._runs import DEFAULT_MAX_RUNS, DEFAULT_TTL, DecisionWatch, RunBook
 from tracerag.server._tokens import DEFAULT_TOKEN_SECONDS, StreamTokens
 from tracerag.server.answerer import Answerer, demo_pipeline
@@ -77,6 +78,9 @@ from tracerag.server.models import (
     StreamEvent,
 )
 from tracerag.store.base import AuditStore
+
+if TYPE_CHECKING:
+    from tracerag.materials import FeedbackLimits, UserTokens
 
 logger = logging.getLogger("tracerag.server")
 
@@ -294,6 +298,42 @@ def path_is_readiness(op: dict[str, Any]) -> bool:
     return op.get("operationId", "").startswith("readyz")
 
 
+def _feedback_tokens(key: str | None) -> UserTokens | None:
+    """The signed user tokens of ``POST /v1/feedback`` (None: no key, no end-user verdicts)."""
+    from tracerag.materials import UserTokens
+
+    value = (key if key is not None else get_config().feedback_key or "").strip()
+    if not value:
+        return None
+    try:
+        return UserTokens(value)
+    except ValueError as exc:
+        raise ConfigurationError(f"TRACERAG_FEEDBACK_KEY: {exc}; {GENERATE_HINT}") from exc
+
+
+def _default_limits() -> FeedbackLimits:
+    from tracerag.materials import FeedbackLimits
+
+    return FeedbackLimits()
+
+
+def _registry_for(store: AuditStore) -> Any:
+    """The material registry beside the store, or None when the store cannot hold one (the
+    demo pipeline then retrieves without it, and the desk says so)."""
+    from tracerag.materials import MaterialRegistry
+
+    try:
+        return MaterialRegistry(store)
+    except Exception as exc:
+        logger.warning(
+            "no material registry beside this store (%s: %s): the served retrieval does not "
+            "withhold quarantined materials",
+            type(exc).__name__,
+            exc,
+        )
+        return None
+
+
 def _open_materials(svc: Services) -> None:
     """Open the material registry beside the store, so its figures are reported from the start
     (a store that cannot hold one, e.g. ``:memory:``, serves without it)."""
@@ -352,6 +392,9 @@ def create_app(
     replay_seconds: float = DEFAULT_TTL,
     max_runs: int = DEFAULT_MAX_RUNS,
     events_token_seconds: float = DEFAULT_TOKEN_SECONDS,
+    feedback_key: str | None = None,
+    feedback_limits: FeedbackLimits | None = None,
+    demo_options: Mapping[str, Any] | None = None,
 ) -> FastAPI:
     """The server app.
 
@@ -377,8 +420,14 @@ def create_app(
     ``Idempotency-Key`` honoured (default 600); at most
     ``max_runs`` finished requests are kept in memory (default 1000), all of them in the
     ``answer_runs`` table beside the store. ``events_token_seconds``: how long an events URL
-    opens its stream (default 3600). Raises ``ConfigurationError`` on an unusable
-    configuration.
+    opens its stream (default 3600).     ``feedback_key`` (default env
+    ``TRACERAG_FEEDBACK_KEY``, at least 32 characters) checks the signed user tokens with which
+    ``POST /v1/feedback`` verdicts count per end user (``tracerag.materials.UserTokens``);
+    ``feedback_limits``: the ``FeedbackLimits`` of those verdicts. The default pipeline (the
+    demo's, with ``demo_options`` for ``demo_pipeline``: ``n_samples``, ``temperature``,
+    ``plan``, ``seed``) retrieves through the store's material registry (quarantined, deleted,
+    pending and expired materials withheld); a given pipeline does when it retrieves through
+    ``registry.govern(retriever)``. Raises ``ConfigurationError`` on an unusable configuration.
     """
     token = (
         reviewer_token if reviewer_token is not None else get_config().reviewer_token or ""
@@ -418,12 +467,12 @@ def create_app(
         if owned_store:
             audit_store.close()
         raise
-    answerer = Answerer(
-        pipeline if pipeline is not None else demo_pipeline(model),
-        audit_store,
-        journal=journal_dir,
-        commit_wait=commit_wait,
-    )
+    tokens = _feedback_tokens(feedback_key)
+    registry = None
+    if pipeline is None:  # the demo pipeline retrieves through the store's material registry
+        registry = _registry_for(audit_store)
+        pipeline = demo_pipeline(model, registry=registry, **dict(demo_options or {}))
+    answerer = Answerer(pipeline, audit_store, journal=journal_dir, commit_wait=commit_wait)
     svc = Services(
         store=audit_store,
         answerer=answerer,
@@ -439,7 +488,12 @@ def create_app(
             audit_store, None, scope=key or "", ttl=replay_seconds, max_runs=max_runs
         ),
         tokens=StreamTokens(key, events_token_seconds) if key else None,
+        registry=registry,
+        owns_registry=registry is not None,
+        feedback_tokens=tokens,
+        feedback_limits=feedback_limits or _default_limits(),
     )
+    answerer.after_record = usage_recorder(svc)
     from tracerag.server.routes.api import request_status
 
     svc.decisions = DecisionWatch(audit_store, None, request_status)
@@ -480,9 +534,11 @@ def create_app(
 
     from tracerag.server.routes import api as api_routes
     from tracerag.server.routes import events as event_routes
+    from tracerag.server.routes import feedback as feedback_routes
 
     app.include_router(api_routes.router)
     app.include_router(event_routes.router)
+    app.include_router(feedback_routes.router)
     app.include_router(api_routes.health)
 
     @app.get("/static/review.css", include_in_schema=False)

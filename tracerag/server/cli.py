@@ -79,8 +79,10 @@ def hash_token_line(name: str, stream: Any = None) -> int:
     return 0
 
 
-def _pipeline(args: argparse.Namespace, demo_pipeline: Any) -> tuple[Any, str]:
-    """The pipeline to serve (``--app`` or the demo) and how to name it."""
+def _pipeline(args: argparse.Namespace) -> tuple[Any, str, str, dict[str, Any]]:
+    """What to serve: the ``--app`` target (or None for the demo), how to name it, and the
+    demo's model and options (``create_app`` builds the demo pipeline over the store's
+    material registry)."""
     given = [name for name, default in DEMO_DEFAULTS.items() if getattr(args, name) is not None]
     if args.app is None:
         if args.factory:
@@ -90,16 +92,13 @@ def _pipeline(args: argparse.Namespace, demo_pipeline: Any) -> tuple[Any, str]:
             if options[name] is None:
                 options[name] = default
         model = options.pop("model") or get_config().model or "extractive"
-        return (
-            demo_pipeline(
-                model,
-                n_samples=options["samples"],
-                temperature=options["temperature"],
-                plan=options["plan"],
-                seed=options["seed"],
-            ),
-            "the demo knowledge base",
-        )
+        demo = {
+            "n_samples": options["samples"],
+            "temperature": options["temperature"],
+            "plan": options["plan"],
+            "seed": options["seed"],
+        }
+        return None, "the demo knowledge base", model, demo
     if given:
         flags = ", ".join(f"--{name}" for name in given)
         raise ConfigurationError(
@@ -107,7 +106,8 @@ def _pipeline(args: argparse.Namespace, demo_pipeline: Any) -> tuple[Any, str]:
         )
     from tracerag.server._target import load_app
 
-    return load_app(args.app, factory=args.factory, app_dir=args.app_dir), args.app
+    app = load_app(args.app, factory=args.factory, app_dir=args.app_dir)
+    return app, args.app, "extractive", {}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from tracerag.server.app import create_app, demo_pipeline
+        from tracerag.server.app import create_app
     except ImportError as exc:
         print(
             "tracerag serve needs the 'server' extra: from the tracerag source tree, "
@@ -128,9 +128,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     try:
-        pipeline, serving = _pipeline(args, demo_pipeline)
+        pipeline, serving, model, demo_options = _pipeline(args)
         app = create_app(
             pipeline,
+            model=model,
+            demo_options=demo_options,
             store=args.store,
             review_desk=not args.no_review_desk,
             on_decision=args.webhook,

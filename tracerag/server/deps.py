@@ -55,6 +55,10 @@ class Services:
     runs: RunBook | None = None  # answer runs: resumable streams, idempotency keys
     decisions: DecisionWatch | None = None  # streams waiting for a reviewer's decision
     tokens: StreamTokens | None = None  # events-URL tokens (when the API has a key)
+    feedback_tokens: Any = None  # tracerag.materials.UserTokens: signed end-user ids
+    feedback_limits: Any = None  # tracerag.materials.FeedbackLimits of POST /v1/feedback
+    #: whether the served retrieval consults the registry (None: not known yet)
+    governed: bool | None = None
 
     def materials(self) -> Any:
         """The material registry kept in the app's store, opened on first use."""

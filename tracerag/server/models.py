@@ -202,7 +202,7 @@ class Decision(BaseModel):
 
 
 class FeedbackRequest(BaseModel):
-    """A user's verdict on an answer (``tracerag.materials.feedback.record_feedback``)."""
+    """A verdict on an answer (``tracerag.materials.feedback.record_feedback``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -212,27 +212,33 @@ class FeedbackRequest(BaseModel):
     correction: str | None = Field(
         default=None, max_length=8000, description="required for clarify: the right statement"
     )
-    user: str = Field(default="anonymous", min_length=1, max_length=64)
-
-
-class MaterialMove(BaseModel):
-    """How one material's credibility moved."""
-
-    material_id: str
-    version: int | None
-    share: float = Field(description="the material's share of the answer (attribution)")
-    ema_before: float
-    ema_after: float
-    status: str
+    user_token: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="the end user's signed id, made by the application's backend with "
+        "TRACERAG_FEEDBACK_KEY (tracerag.materials.UserTokens): the verdict counts as that "
+        "user's",
+    )
+    user: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="a name the user gave: kept beside the verdict as unverified, never "
+        "trusted; on its own it makes the verdict an unverified note that counts for nothing",
+    )
 
 
 class FeedbackOutcome(BaseModel):
-    """What one verdict changed."""
+    """What the one who gave a verdict may know about it."""
 
     request_id: str
     verdict: Literal["confirm", "deny", "clarify"]
     feedback_id: str | None = None
-    updates: list[MaterialMove] = Field(default_factory=list)
-    quarantined: list[str] = Field(default_factory=list)
-    correction_id: str | None = Field(default=None, description="the pending corrected material")
-    audit_seq: int | None = Field(default=None, description="its entry in the audit chain")
+    recorded_as: Literal["verdict", "note"] = Field(
+        description="verdict: an authenticated principal gave it; note: kept, counts for nothing"
+    )
+    counted: bool = Field(description="whether it moved the credibility of what the answer used")
+    note: str | None = Field(default=None, description="why it did not count, when it did not")
+    correction_held: bool = Field(
+        default=False, description="the correction was kept for a person to review"
+    )

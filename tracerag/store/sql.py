@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tracerag.store.base import (
     ACTION_KINDS,
@@ -69,6 +69,7 @@ from tracerag.store.record import (
 from tracerag.store.review_queue import SQLReviewQueue, _action_payload
 
 logger = logging.getLogger("tracerag.audit")
+T = TypeVar("T")
 
 
 class Cursor(Protocol):
@@ -539,6 +540,18 @@ class SQLAuditStore(SQLReviewQueue):
             (sealed,) = self._append(cur, head, [entry])
         return sealed
 
+    def chained(self, work: Callable[[ChainedWrite], T]) -> T:
+        """Run ``work`` in one write transaction that holds the chain head.
+
+        ``work`` gets a ``ChainedWrite``: its ``cursor`` writes the caller's own tables of this
+        database (``%s`` parameters), and its ``material_change`` / ``action`` seal entries onto
+        the chain in the same transaction, so the tables and the chain change together or not
+        at all (the material registry keeps its columns this way). Returns what ``work``
+        returns; an exception from ``work`` rolls everything back.
+        """
+        with self._write() as (cur, head):
+            return work(ChainedWrite(self, cur, head))
+
     def material_changes(self, material_id: str | None = None) -> list[Entry]:
         """The ``material_change`` entries, of one material or of all, in seq order."""
         sql = f"SELECT {_ENTRY_COLUMNS} FROM audit_entries WHERE kind = %s"
@@ -824,6 +837,45 @@ class SQLAuditStore(SQLReviewQueue):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class ChainedWrite:
+    """One write transaction of ``SQLAuditStore.chained``: the cursor, and the chain."""
+
+    def __init__(self, store: SQLAuditStore, cursor: Cursor, head: _Head) -> None:
+        self._store = store
+        self._head = head
+        self.cursor = cursor
+
+    def material_change(
+        self,
+        material_id: str,
+        actor: str,
+        payload: Mapping[str, Any],
+        reason: str | None = None,
+    ) -> Entry:
+        """Seal a ``material_change`` entry under the material's id."""
+        entry = material_change_entry(material_id, actor, payload, reason)
+        (sealed,) = self._store._append(self.cursor, self._head, [entry])
+        return sealed
+
+    def action(
+        self,
+        request_id: str,
+        kind: str,
+        actor: str,
+        payload: Mapping[str, Any] | None = None,
+        reason: str | None = None,
+    ) -> Entry:
+        """Seal an action on a stored request (as ``append_action``; ``RequestNotFound``)."""
+        if kind not in ACTION_KINDS or kind in REVIEW_KINDS:
+            raise InvalidRecord(f"{kind!r} is not an action that can be chained here")
+        if not self._store._exists(self.cursor, request_id):
+            raise RequestNotFound(request_id)
+        body = _action_payload(actor, payload, reason)
+        entry = Entry(request_id=request_id, kind=kind, payload=body, actor=actor)
+        (sealed,) = self._store._append(self.cursor, self._head, [entry])
+        return sealed
 
 
 def _anchor_issues(

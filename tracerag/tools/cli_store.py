@@ -278,17 +278,14 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def _verify_materials(store: Any) -> Any:
-    """The material registry's tables checked against the chain's material changes (None when
-    the chain holds no material change)."""
-    from tracerag.materials import MATERIALS_LOG, MaterialRegistry
-    from tracerag.store import RequestNotFound
+    """The material registry's tables checked against the chain (None when the database holds
+    no registry: a registry row with no chained origin is a finding, not a reason to skip)."""
+    from tracerag.materials import MaterialRegistry
+    from tracerag.materials.db import registry_present
 
-    if not store.material_changes():
-        try:
-            store.get(MATERIALS_LOG)
-        except RequestNotFound:
-            return None
-    registry = MaterialRegistry(store)
+    if not registry_present(store):
+        return None
+    registry = MaterialRegistry(store, metrics=False, baseline=False)
     try:
         return registry.verify()
     finally:

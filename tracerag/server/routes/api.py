@@ -8,7 +8,6 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import ValidationError
 
 from tracerag.contract import Response as RAGResponse
 from tracerag.contract import response_schema
@@ -16,16 +15,12 @@ from tracerag.server._runs import fingerprint, parse_event_id
 from tracerag.server.deps import (
     AnswerInput,
     IdempotencyKey,
-    JsonBody,
     ServicesDep,
     require_api_key,
     store_call,
-    validation_detail,
 )
 from tracerag.server.errors import ApiError, error_responses
 from tracerag.server.models import (
-    FeedbackOutcome,
-    FeedbackRequest,
     Health,
     Readiness,
     RequestStatus,
@@ -165,60 +160,6 @@ async def answer_stream(
         until_decision=until == "decision",
         headers=run_headers(run, replayed),
     )
-
-
-FEEDBACK_BODY = {
-    "required": True,
-    "content": {
-        "application/json": {"schema": {"$ref": "#/components/schemas/FeedbackRequest"}}
-    },
-}
-
-
-@router.post(
-    "/feedback",
-    response_model=FeedbackOutcome,
-    summary="A user's verdict on an answer",
-    description="`confirm`, `deny` or `clarify` (with a correction, which enters the material "
-    "write gate as pending). The verdict updates the credibility of the materials the answer "
-    "relied on, weighted by their attribution share; a material denied too often is "
-    "quarantined. Recorded as `user:<user>`; one verdict per user and request (409 after).",
-    responses=error_responses(400, 401, 404, 409, 413, 415, 422, 503)
-    | {"default": error_responses(500)[500]},
-    openapi_extra={"requestBody": FEEDBACK_BODY},
-)
-async def feedback(body: JsonBody, svc: ServicesDep) -> JSONResponse:
-    from tracerag.materials.feedback import DuplicateFeedback, record_feedback
-
-    try:
-        data = FeedbackRequest.model_validate(body)
-    except ValidationError as exc:
-        raise ApiError(422, "invalid_input", validation_detail(exc)) from None
-    registry = svc.materials()
-
-    def give() -> tuple[Literal["ok", "not_found", "duplicate", "invalid_input"], Any]:
-        # the verdict's refusals, told apart from store failures
-        try:
-            return "ok", record_feedback(
-                data.request_id,
-                data.verdict,
-                data.comment,
-                data.correction,
-                registry=registry,
-                operator=f"user:{data.user}",
-            )
-        except RequestNotFound:
-            return "not_found", f"no request {data.request_id!r}"
-        except DuplicateFeedback as exc:
-            return "duplicate", str(exc)
-        except ValueError as exc:
-            return "invalid_input", str(exc)
-
-    outcome, result = await store_call(svc, give)
-    if outcome != "ok":
-        status = {"not_found": 404, "duplicate": 409, "invalid_input": 422}[outcome]
-        raise ApiError(status, outcome, result)
-    return JSONResponse(result.to_dict())
 
 
 @router.get(
