@@ -337,7 +337,7 @@ def test_a_failed_edit_keeps_the_text_and_a_decision_redirects(desk, page):
     page.fill("#reason", "the answer cited a retired policy")
     page.click("#edit")
     page.wait_for_selector("#final-answer")
-    assert page.url == f"{base}/review/items/esc-0011"  # redirected after the POST
+    assert page.url == f"{base}/review/items/esc-0011?done=1"  # redirected after the POST
     assert page.inner_text("#final-answer") == mine
     page.reload()  # a reload reads the page again, it does not post the form twice
     assert len(store.get("esc-0011").of_kind("review_decision")) == 1

@@ -41,7 +41,8 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
 from tracerag.config import get_config
-from tracerag.errors import ConfigurationError
+from tracerag.errors import ConfigurationError, TraceragError
+from tracerag.server._desk_config import DeskConfig
 from tracerag.server.answerer import Answerer, demo_pipeline
 from tracerag.server.auth import (
     GENERATE_HINT,
@@ -53,7 +54,13 @@ from tracerag.server.auth import (
     read_reviewers_file,
     token_problem,
 )
-from tracerag.server.claims import CLAIM_SECONDS, ClaimBoard
+from tracerag.server.claims import (
+    CLAIM_SECONDS,
+    ClaimBoard,
+    SharedClaimBoard,
+    SharedSkips,
+    Skips,
+)
 from tracerag.server.delivery import DecisionHook, Delivery
 from tracerag.server.deps import Services, SignInRequired
 from tracerag.server.errors import Problem, install_handlers
@@ -64,7 +71,7 @@ from tracerag.server.models import (
     FeedbackRequest,
     StreamEvents,
 )
-from tracerag.store.base import AuditStore
+from tracerag.store.base import AuditStore, StoreError
 
 logger = logging.getLogger("tracerag.server")
 
@@ -150,7 +157,47 @@ def _reviewer_auth(
         problem_ = token_problem(token)
         if problem_:
             raise ConfigurationError(f"the reviewer token is too weak: {problem_}; {GENERATE_HINT}")
-    return ReviewerAuth(token or None, named, session_seconds)
+    secret = get_config().session_secret
+    return ReviewerAuth(token or None, named, session_seconds, secret=secret)
+
+
+def _desk_config(value: DeskConfig | Mapping[str, Any] | str | None) -> DeskConfig:
+    if isinstance(value, DeskConfig):
+        return value
+    if value is None:
+        value = get_config().desk_config
+        if value is None:
+            return DeskConfig()
+    if isinstance(value, str):
+        return DeskConfig.from_file(value)
+    return DeskConfig.from_mapping(value)
+
+
+def _shared_desk_state(svc: Services, store: AuditStore) -> None:
+    """Keep desk sessions, claims, skips and the sign-in lockout in the store's database, so
+    every server process on the store shares them (in this process when it has none)."""
+    from tracerag.server._desk_db import desk_db_like
+    from tracerag.server.auth import SharedSessions, SharedThrottle
+
+    assert svc.auth is not None and svc.claims is not None
+    try:
+        db = desk_db_like(store)
+    except (StoreError, TraceragError) as exc:
+        raise ConfigurationError(
+            f"the review desk cannot keep its state in the store: {exc}"
+        ) from exc
+    if db is None:
+        logger.info(
+            "desk sessions, claims and sign-in lockouts are kept in this process: the store "
+            "has no database another process could share"
+        )
+        return
+    svc.desk_db = db
+    old = svc.auth.throttle
+    svc.auth.throttle = SharedThrottle(db, old.free, old.window, old.base, old.cap)
+    svc.auth.sessions = SharedSessions(db)
+    svc.claims = SharedClaimBoard(db, svc.claims.seconds)
+    svc.skips = SharedSkips(db)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
@@ -217,6 +264,7 @@ def create_app(
     claim_seconds: float = CLAIM_SECONDS,
     body_timeout: float = 10.0,
     commit_wait: float | None = None,
+    desk_config: DeskConfig | Mapping[str, Any] | str | None = None,
 ) -> FastAPI:
     """The server app.
 
@@ -233,8 +281,11 @@ def create_app(
     (``jaeger``, ``tempo`` or ``phoenix``, optionally ``=BASE_URL``; env ``TRACERAG_TRACE_UI``)
     links items to their trace. ``commit_wait``: the longest an answer waits for its record's
     store commit before the record goes to the journal (default env
-    ``TRACERAG_AUDIT_COMMIT_WAIT``, else 1 s). Raises ``ConfigurationError`` on an unusable
-    configuration.
+    ``TRACERAG_AUDIT_COMMIT_WAIT``, else 1 s). ``desk_config``: the desk's queues — their
+    rubric and how many reviewers an item needs (a ``DeskConfig``, its JSON as a mapping, or
+    the path of the JSON file; default env ``TRACERAG_DESK_CONFIG``). Desk sessions, claims and
+    the sign-in lockout live in the store's database, so several server processes on one store
+    are interchangeable. Raises ``ConfigurationError`` on an unusable configuration.
     """
     token = (
         reviewer_token if reviewer_token is not None else get_config().reviewer_token or ""
@@ -256,6 +307,7 @@ def create_app(
         raise ConfigurationError(str(exc)) from exc
     origins = cors_origins_from(cors_origins)
     trace = trace_ui_from(trace_ui)
+    desk = _desk_config(desk_config) if review_desk else None
 
     owned_store = not hasattr(store, "append_record")
     if owned_store:
@@ -283,9 +335,18 @@ def create_app(
         auth=auth,
         templates=_template_env() if review_desk else None,
         claims=ClaimBoard(claim_seconds) if review_desk else None,
+        skips=Skips() if review_desk else None,
+        desk=desk,
         trace_ui=trace,
         body_timeout=body_timeout,
     )
+    if review_desk:
+        try:
+            _shared_desk_state(svc, audit_store)
+        except BaseException:
+            if owned_store:
+                audit_store.close()
+            raise
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -297,6 +358,8 @@ def create_app(
         if svc.registry is not None and svc.owns_registry:
             svc.registry.close()
         if owned_store:
+            if svc.desk_db is not None:
+                svc.desk_db.close()
             audit_store.close()
 
     app = FastAPI(
