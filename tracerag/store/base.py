@@ -381,7 +381,8 @@ class ReviewQueue(Protocol):
         ...
 
     def list_queue(self, status: str | None = None, limit: int = 100) -> list[QueueItem]:
-        """Queue items, most urgent and oldest first, optionally of one status."""
+        """Queue items, most urgent and oldest first, optionally of one status (``open``:
+        pending and claimed)."""
         ...
 
     def decide(

@@ -222,11 +222,13 @@ class SQLReviewQueue:
         return item
 
     def list_queue(self, status: str | None = None, limit: int = 100) -> list[QueueItem]:
-        if status is not None and status not in QUEUE_STATUSES:
-            raise ValueError(f"status must be one of {QUEUE_STATUSES}, not {status!r}")
+        if status is not None and status not in (*QUEUE_STATUSES, "open"):
+            raise ValueError(f"status must be one of {QUEUE_STATUSES} or open, not {status!r}")
         sql = f"SELECT {_QUEUE_COLUMNS} FROM {_QUEUE_FROM}"
         params: list[Any] = []
-        if status is not None:
+        if status == "open":
+            sql += " WHERE q.status <> 'decided'"
+        elif status is not None:
             sql += " WHERE q.status = %s"
             params.append(status)
         sql += f" ORDER BY {_QUEUE_ORDER} LIMIT %s"

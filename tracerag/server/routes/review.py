@@ -505,15 +505,8 @@ def queue_listing(
     assert svc.claims is not None and svc.skips is not None
     store_counts = dict(svc.store.metrics().queue)
     claims = svc.claims.snapshot()
-    open_items: list[QueueItem] = []
-    truncated = False
-    for status in ("pending", "claimed"):
-        batch = svc.store.list_queue(status, SCAN_LIMIT)
-        truncated = truncated or len(batch) >= SCAN_LIMIT
-        open_items.extend(batch)
-    if truncated:
-        # the store's order across both statuses (escalations first, then the oldest)
-        open_items.sort(key=lambda i: (i.route != "escalate", i.enqueued_at))
+    open_items = svc.store.list_queue("open", SCAN_LIMIT)
+    truncated = len(open_items) >= SCAN_LIMIT
     held = {
         i.request_id
         for i in open_items
@@ -753,7 +746,8 @@ async def item_response(
     may_judge = not decided and (not voted or disputed)
     claim = None
     if not decided:
-        if session.via == "cookie" and may_judge and notes.assignee in (None, me):
+        # voters may settle a dispute, but opening it does not hold it against the others
+        if session.via == "cookie" and may_judge and not voted and notes.assignee in (None, me):
             claim = await desk_call(svc, svc.claims.take, request_id, me, session.key)
         else:
             claim = await desk_call(svc, svc.claims.get, request_id)
@@ -980,9 +974,7 @@ async def assign_form(
 def choose_next(svc: Services, me: str, after: str | None) -> str | None:
     """The next item for a reviewer (blocking: run in a thread)."""
     assert svc.claims is not None and svc.skips is not None
-    open_items = [*svc.store.list_queue("pending", SCAN_LIMIT)]
-    open_items += svc.store.list_queue("claimed", SCAN_LIMIT)
-    open_items.sort(key=lambda i: (i.route != "escalate", i.enqueued_at))
+    open_items = svc.store.list_queue("open", SCAN_LIMIT)
     return next_item(
         open_items,
         svc.claims.snapshot(),
