@@ -83,7 +83,7 @@ def test_the_claimed_count_filter_and_rows_agree(store) -> None:
         claimed = bob.get("/review?status=claimed").text
         assert item_ids(claimed) == [ids[1]] and "claimed by" in text(claimed)
         assert "alice" in text(claimed)
-        assert "1 item match" in text(claimed)
+        assert "1 item matches" in text(claimed)
         pending = bob.get("/review?status=pending").text
         assert item_ids(pending) == [ids[0], ids[2]]
         # the store's own queue claims count the same way
