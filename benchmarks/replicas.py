@@ -12,7 +12,10 @@ fresh schema. Two workloads per process count N, in one run so the ratios are si
 - ``append``: N writer processes, each with ``--threads`` threads calling
   ``store.append_record`` in a loop (a realistic record: 4 materials, 3 samples, a plan): the
   hash chain alone, without HTTP or pipelines. Reported: records/s, entries/s, the
-  transactions that carried them (group commits) and records per transaction. Two arms,
+  transactions that carried them (group commits) and records per transaction, how long a
+  transaction holds the chain head, and the share of the time the head was held by some
+  writer (``head busy``: near 1.0, the single chain is what limits; well below, something
+  else is) with the records/s it could carry held back to back (``ceiling``). Two arms,
   interleaved in every round: ``shipped`` (the store as it is: once a group's transaction holds
   the chain head, the records that queued while it waited join it, and a record's entries go
   to the database in one statement) and ``previous`` (the group fixed before waiting for the
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -166,12 +170,27 @@ def child_append(
         if no_late:
             sql_module.SQLAuditStore._join_late = lambda self, batch: None  # type: ignore
 
+    # time each write transaction from the moment it holds the chain head (its first
+    # statement, SELECT ... FOR UPDATE) to the end of its commit: the head is busy meanwhile
+    held = [0.0, 0]
+    locked = PostgresAuditStore._write
+
+    @contextlib.contextmanager
+    def timed(self: Any) -> Any:
+        with locked(self) as (cur, head):
+            began = time.perf_counter()
+            yield cur, head
+        held[0] += time.perf_counter() - began
+        held[1] += 1
+
+    PostgresAuditStore._write = timed  # type: ignore[method-assign]
     store = PostgresAuditStore(url, max_connections=threads + 1)
     template = build_record("template")
     done = [0] * threads
     while time.time() < start_at:
         time.sleep(0.005)
     commits0 = store.group_commits
+    held[0], held[1] = 0.0, 0
     began = time.perf_counter()
     deadline = began + seconds
 
@@ -193,6 +212,8 @@ def child_append(
                 "records": sum(done),
                 "commits": store.group_commits - commits0,
                 "elapsed": elapsed,
+                "held": held[0],
+                "transactions": held[1],
             }
         )
     )
@@ -358,7 +379,17 @@ def measure_append(
     records = sum(o["records"] for o in outputs)
     commits = sum(o["commits"] for o in outputs)
     elapsed = max(o["elapsed"] for o in outputs)
+    held = sum(o["held"] for o in outputs)
+    transactions = sum(o["transactions"] for o in outputs)
+    hold = held / transactions if transactions else None
+    per_commit = records / commits if commits else None
     return {
+        # the share of the time the chain head was held by some writer: near 1.0, the single
+        # chain is the limit; well below, something else is (CPU, the writers themselves)
+        "head_busy": round(held / elapsed, 3),
+        "hold_ms": round(hold * 1000, 2) if hold else None,
+        # what the head could carry if it were held back to back with groups of this size
+        "ceiling_records_per_s": round(per_commit / hold, 1) if hold and per_commit else None,
         "processes": n,
         "arm": "previous" if previous else "shipped",
         "records_per_s": round(records / elapsed, 1),
@@ -443,7 +474,15 @@ def main(argv: list[str] | None = None) -> int:
             "entries_ratio": ratios(rows, "entries_per_s"),
         }
     if args.workload in ("both", "append"):
-        keys = ("records_per_s", "entries_per_s", "commits_per_s", "records_per_commit")
+        keys = (
+            "records_per_s",
+            "entries_per_s",
+            "commits_per_s",
+            "records_per_commit",
+            "head_busy",
+            "hold_ms",
+            "ceiling_records_per_s",
+        )
         arms: dict[tuple[int, bool], list[dict[str, Any]]] = {}
         for r in range(args.rounds):
             for n in counts if r % 2 == 0 else counts[::-1]:
@@ -482,8 +521,9 @@ def main(argv: list[str] | None = None) -> int:
         a = results["append"]
         print(f"\nappend: N writer processes x {args.threads} threads, the chain alone")
         print(
-            f"{'N':>3} {'arm':>11} {'records/s':>10} {'ratio':>6} {'entries/s':>10} "
-            f"{'commits/s':>10} {'rec/commit':>10}"
+            f"{'N':>3} {'arm':>9} {'records/s':>10} {'ratio':>6} {'entries/s':>10} "
+            f"{'commits/s':>10} {'rec/commit':>10} {'head busy':>9} {'hold ms':>8} "
+            f"{'ceiling':>8}"
         )
         for name, rows_, rat in (
             ("shipped", a["shipped"], a["shipped_ratio"]),
@@ -491,9 +531,10 @@ def main(argv: list[str] | None = None) -> int:
         ):
             for row, r in zip(rows_, rat, strict=True):
                 print(
-                    f"{row['processes']:>3} {name:>11} {row['records_per_s']:>10} {r:>6} "
+                    f"{row['processes']:>3} {name:>9} {row['records_per_s']:>10} {r:>6} "
                     f"{row['entries_per_s']:>10} {row['commits_per_s']:>10} "
-                    f"{row['records_per_commit']:>10}"
+                    f"{row['records_per_commit']:>10} {row['head_busy']:>9} "
+                    f"{row['hold_ms']:>8} {row['ceiling_records_per_s']:>8}"
                 )
         print("shipped / previous records/s:", a["shipped_over_previous"])
     return 0

@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
             reviewers=args.reviewers_file,
             cors_origins=args.cors_origin,
             trace_ui=args.trace_ui,
+            desk_config=args.desk_config,
         )
     except ConfigurationError as exc:
         print(f"tracerag serve: {exc}", file=sys.stderr)
@@ -184,6 +185,13 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help="link review items to their trace: jaeger, tempo or phoenix, optionally =BASE_URL "
         "(default $TRACERAG_TRACE_UI)",
+    )
+    p.add_argument(
+        "--desk-config",
+        default=None,
+        metavar="FILE",
+        help="the desk's queues as JSON: per queue, the rubric reviewers score and how many "
+        "reviewers each item needs (default $TRACERAG_DESK_CONFIG)",
     )
     p.add_argument(
         "--log-level",
