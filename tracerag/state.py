@@ -27,6 +27,7 @@ from tracerag.text.unicode import first_lone_surrogate, fix_surrogates, is_invis
 if TYPE_CHECKING:
     from tracerag.contract import ClaimCheck, Evidence, MaterialUse, Response, SignalDetail
     from tracerag.contract import Versions as ResponseVersions
+    from tracerag.routing import Ticket
     from tracerag.signals.citations import CitationReport
     from tracerag.signals.consistency import ConsistencyReport
     from tracerag.signals.rules import RuleResult
@@ -400,6 +401,8 @@ class Decision:
     materials: tuple[MaterialUse, ...] = ()
     #: tiers 1 and 2 of attribution, as the audit record keeps them (``signals.attribution``)
     attribution: Mapping[str, Any] | None = None
+    #: the ticket for people (escalate, review), handed on once the record's fate is known
+    ticket: Ticket | None = None
 
     def _fields(self, request_id: str, trace_id: str | None) -> dict[str, Any]:
         return {
