@@ -657,3 +657,20 @@ def test_two_reviewers_comments_assignment_skip_and_export(team_desk, browser, w
     finally:
         alice.context.close()
         bob.context.close()
+
+
+def test_a_real_answers_item_fits_and_passes_axe_at_both_widths(served, browser, width):
+    """A record from a real pipeline run carries the attribution table (six columns) that once
+    made the item page 568 px wide at 390 px: it now scrolls inside its own region."""
+    base, _ = served
+    rid = escalated(base)
+    page = person(browser, width)
+    try:
+        sign_in_page(page, base, name="alice")
+        page.goto(f"{base}/review/items/{rid}")
+        assert page.locator("table.attribution").count() == 1
+        assert no_horizontal_overflow(page)
+        assert axe_violations(page) == []  # the scrolling region takes the keyboard focus
+        assert page.evaluate("typeof window.__pwned") == "undefined"
+    finally:
+        page.context.close()

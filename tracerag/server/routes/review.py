@@ -759,7 +759,8 @@ async def item_response(
     show_votes = decided or voted or disputed
     skipped = await desk_call(svc, svc.skips.of, me)
     context = item_context(trail, svc.trace_ui)
-    named = sorted(svc.auth.reviewers) if svc.auth.reviewers else []
+    # with a shared token reviewers name themselves: any name may be assigned, so a text field
+    named = sorted(svc.auth.reviewers) if svc.auth.reviewers and not svc.auth.shared_token else []
     return page(
         svc,
         "item.html",
