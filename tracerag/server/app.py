@@ -16,7 +16,10 @@ Browsers on other origins may call ``/v1`` when their origin is on the CORS allo
 Reviewers (see ``tracerag.server.auth``) use ``/review``: the queue (counts, filters, pages),
 one item (question, answers, signals with the ones that routed it marked, each claim beside its
 cited material, the retrieved materials nobody cited, a trace link) and the decision, which is
-stored, audited and delivered (``tracerag.server.delivery``). ``/review/api/...`` is the same
+stored, audited and delivered (``tracerag.server.delivery``); per queue, a rubric and several
+reviewers per item, comments, assignment, skipping and the labelled export. Desk sessions,
+claims and the sign-in lockout live in the store's database, so several server processes on
+one store are interchangeable. ``/review/api/...`` is the same
 for programs, including a request's full trail. Without reviewer credentials the app refuses to
 build the review desk.
 
