@@ -112,6 +112,16 @@ Variables (each is optional):
    application's backend signs the ids of its signed-in users (``tracerag.materials
    .UserTokens``); ``POST /v1/feedback`` verdicts carrying such a token count per user. Unset:
    end-user verdicts count only as the application's own (its API key).
+.. envvar:: TRACERAG_SESSION_SECRET
+
+   ``tracerag serve``: a secret from which the desk's session cookies are signed and its
+   session ids keyed in the store (default: derived from the reviewer credentials). Give every
+   server process on one store the same value.
+
+.. envvar:: TRACERAG_DESK_CONFIG
+
+   ``tracerag serve``: a JSON file naming, per desk queue, the rubric reviewers score and how
+   many reviewers each item needs (the desk's documentation shows the format).
 
 .. envvar:: TRACERAG_OPERATOR_TOKEN
 
@@ -178,6 +188,8 @@ ENV_VARS: Mapping[str, str] = {
     "operators_file": "TRACERAG_OPERATORS_FILE",
     "cors_origins": "TRACERAG_CORS_ORIGINS",
     "decision_webhook": "TRACERAG_DECISION_WEBHOOK",
+    "session_secret": "TRACERAG_SESSION_SECRET",
+    "desk_config": "TRACERAG_DESK_CONFIG",
 }
 
 
@@ -210,6 +222,8 @@ class Config:
     operators_file: str | None = None
     cors_origins: str | None = None
     decision_webhook: str | None = None
+    session_secret: str | None = field(default=None, repr=False)  # a secret
+    desk_config: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:

@@ -22,7 +22,10 @@ Browsers on other origins may call ``/v1`` when their origin is on the CORS allo
 Reviewers (see ``tracerag.server.auth``) use ``/review``: the queue (counts, filters, pages),
 one item (question, answers, signals with the ones that routed it marked, each claim beside its
 cited material, the retrieved materials nobody cited, a trace link) and the decision, which is
-stored, audited and delivered (``tracerag.server.delivery``). ``/review/api/...`` is the same
+stored, audited and delivered (``tracerag.server.delivery``); per queue, a rubric and several
+reviewers per item, comments, assignment, skipping and the labelled export. Desk sessions,
+claims and the sign-in lockout live in the store's database, so several server processes on
+one store are interchangeable. ``/review/api/...`` is the same
 for programs, including a request's full trail. Without reviewer credentials the app refuses to
 build the review desk.
 
@@ -49,7 +52,8 @@ from pydantic import TypeAdapter
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
 from tracerag.config import get_config
-from tracerag.errors import ConfigurationError
+from tracerag.errors import ConfigurationError, TraceragError
+from tracerag.server._desk_config import DeskConfig
 from tracerag.server._materials import usage_recorder
 from tracerag.server._runs import DEFAULT_MAX_RUNS, DEFAULT_TTL, DecisionWatch, RunBook
 from tracerag.server._tokens import DEFAULT_TOKEN_SECONDS, StreamTokens
@@ -65,7 +69,13 @@ from tracerag.server.auth import (
     read_reviewers_file,
     token_problem,
 )
-from tracerag.server.claims import CLAIM_SECONDS, ClaimBoard
+from tracerag.server.claims import (
+    CLAIM_SECONDS,
+    ClaimBoard,
+    SharedClaimBoard,
+    SharedSkips,
+    Skips,
+)
 from tracerag.server.delivery import DecisionHook, Delivery
 from tracerag.server.deps import Services, SignInRequired
 from tracerag.server.errors import Problem, install_handlers
@@ -77,7 +87,7 @@ from tracerag.server.models import (
     FeedbackRequest,
     StreamEvent,
 )
-from tracerag.store.base import AuditStore
+from tracerag.store.base import AuditStore, StoreError
 
 if TYPE_CHECKING:
     from tracerag.materials import FeedbackLimits, UserTokens
@@ -166,7 +176,47 @@ def _reviewer_auth(
         problem_ = token_problem(token)
         if problem_:
             raise ConfigurationError(f"the reviewer token is too weak: {problem_}; {GENERATE_HINT}")
-    return ReviewerAuth(token or None, named, session_seconds)
+    secret = get_config().session_secret
+    return ReviewerAuth(token or None, named, session_seconds, secret=secret)
+
+
+def _desk_config(value: DeskConfig | Mapping[str, Any] | str | None) -> DeskConfig:
+    if isinstance(value, DeskConfig):
+        return value
+    if value is None:
+        value = get_config().desk_config
+        if value is None:
+            return DeskConfig()
+    if isinstance(value, str):
+        return DeskConfig.from_file(value)
+    return DeskConfig.from_mapping(value)
+
+
+def _shared_desk_state(svc: Services, store: AuditStore) -> None:
+    """Keep desk sessions, claims, skips and the sign-in lockout in the store's database, so
+    every server process on the store shares them (in this process when it has none)."""
+    from tracerag.server._desk_db import desk_db_like
+    from tracerag.server.auth import SharedSessions, SharedThrottle
+
+    assert svc.auth is not None and svc.claims is not None
+    try:
+        db = desk_db_like(store)
+    except (StoreError, TraceragError) as exc:
+        raise ConfigurationError(
+            f"the review desk cannot keep its state in the store: {exc}"
+        ) from exc
+    if db is None:
+        logger.info(
+            "desk sessions, claims and sign-in lockouts are kept in this process: the store "
+            "has no database another process could share"
+        )
+        return
+    svc.desk_db = db
+    old = svc.auth.throttle
+    svc.auth.throttle = SharedThrottle(db, old.free, old.window, old.base, old.cap)
+    svc.auth.sessions = SharedSessions(db)
+    svc.claims = SharedClaimBoard(db, svc.claims.seconds)
+    svc.skips = SharedSkips(db)
 
 
 SECURITY_SCHEMES: dict[str, dict[str, Any]] = {
@@ -395,6 +445,7 @@ def create_app(
     feedback_key: str | None = None,
     feedback_limits: FeedbackLimits | None = None,
     demo_options: Mapping[str, Any] | None = None,
+    desk_config: DeskConfig | Mapping[str, Any] | str | None = None,
 ) -> FastAPI:
     """The server app.
 
@@ -420,14 +471,19 @@ def create_app(
     ``Idempotency-Key`` honoured (default 600); at most
     ``max_runs`` finished requests are kept in memory (default 1000), all of them in the
     ``answer_runs`` table beside the store. ``events_token_seconds``: how long an events URL
-    opens its stream (default 3600).     ``feedback_key`` (default env
+    opens its stream (default 3600). ``feedback_key`` (default env
     ``TRACERAG_FEEDBACK_KEY``, at least 32 characters) checks the signed user tokens with which
     ``POST /v1/feedback`` verdicts count per end user (``tracerag.materials.UserTokens``);
     ``feedback_limits``: the ``FeedbackLimits`` of those verdicts. The default pipeline (the
     demo's, with ``demo_options`` for ``demo_pipeline``: ``n_samples``, ``temperature``,
     ``plan``, ``seed``) retrieves through the store's material registry (quarantined, deleted,
     pending and expired materials withheld); a given pipeline does when it retrieves through
-    ``registry.govern(retriever)``. Raises ``ConfigurationError`` on an unusable configuration.
+    ``registry.govern(retriever)``.
+    ``desk_config``: the desk's queues — their
+    rubric and how many reviewers an item needs (a ``DeskConfig``, its JSON as a mapping, or
+    the path of the JSON file; default env ``TRACERAG_DESK_CONFIG``). Desk sessions, claims and
+    the sign-in lockout live in the store's database, so several server processes on one store
+    are interchangeable. Raises ``ConfigurationError`` on an unusable configuration.
     """
     token = (
         reviewer_token if reviewer_token is not None else get_config().reviewer_token or ""
@@ -453,6 +509,7 @@ def create_app(
         raise ConfigurationError(
             "replay_seconds and events_token_seconds are positive, max_runs at least 1"
         )
+    desk = _desk_config(desk_config) if review_desk else None
 
     owned_store = not hasattr(store, "append_record")
     if owned_store:
@@ -482,6 +539,8 @@ def create_app(
         auth=auth,
         templates=_template_env() if review_desk else None,
         claims=ClaimBoard(claim_seconds) if review_desk else None,
+        skips=Skips() if review_desk else None,
+        desk=desk,
         trace_ui=trace,
         body_timeout=body_timeout,
         runs=RunBook(
@@ -497,6 +556,13 @@ def create_app(
     from tracerag.server.routes.api import request_status
 
     svc.decisions = DecisionWatch(audit_store, None, request_status)
+    if review_desk:
+        try:
+            _shared_desk_state(svc, audit_store)
+        except BaseException:
+            if owned_store:
+                audit_store.close()
+            raise
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -512,6 +578,8 @@ def create_app(
         if svc.registry is not None and svc.owns_registry:
             svc.registry.close()
         if owned_store:
+            if svc.desk_db is not None:
+                svc.desk_db.close()
             audit_store.close()
 
     app = FastAPI(

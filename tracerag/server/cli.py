@@ -143,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
             trace_ui=args.trace_ui,
             journal=False if args.no_journal else args.journal,
             replay_seconds=args.replay_seconds,
+            desk_config=args.desk_config,
         )
     except ConfigurationError as exc:
         print(f"tracerag serve: {exc}", file=sys.stderr)
@@ -287,6 +288,13 @@ def add_parser(subparsers: Any) -> None:
         default=600.0,
         help="how long a request's events are kept for reconnects and its Idempotency-Key "
         "honoured (default 600)",
+    )
+    p.add_argument(
+        "--desk-config",
+        default=None,
+        metavar="FILE",
+        help="the desk's queues as JSON: per queue, the rubric reviewers score and how many "
+        "reviewers each item needs (default $TRACERAG_DESK_CONFIG)",
     )
     p.add_argument(
         "--log-level",

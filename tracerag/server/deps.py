@@ -19,7 +19,7 @@ from tracerag.server._runs import DecisionWatch, RunBook, key_problem
 from tracerag.server._tokens import StreamTokens
 from tracerag.server.answerer import Answerer
 from tracerag.server.auth import COOKIE_NAME, NAMED, ReviewerAuth, Session, same_secret
-from tracerag.server.claims import ClaimBoard
+from tracerag.server.claims import ClaimBoard, Skips
 from tracerag.server.delivery import Delivery
 from tracerag.server.errors import ApiError
 from tracerag.server.models import AnswerRequest
@@ -46,6 +46,9 @@ class Services:
     auth: ReviewerAuth | None = None
     templates: Any = None
     claims: ClaimBoard | None = None
+    skips: Skips | None = None
+    desk: Any = None  # the desk's queues and their rubrics (a DeskConfig)
+    desk_db: Any = None  # the desk's shared tables in the store's database, when it has one
     trace_ui: tuple[str, str | None] | None = None  # (backend, base URL) for trace links
     body_timeout: float = 10.0
     store_timeout: float = 15.0
@@ -94,6 +97,39 @@ async def store_call(svc: Services, fn: Callable[..., T], *args: Any, **kwargs: 
         raise ApiError(
             503, "store_unavailable", f"the audit store is unavailable ({type(exc).__name__})"
         ) from None
+
+
+async def desk_call(svc: Services, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a call on the desk's shared state (sessions, claims, lockout) off the loop; an
+    outage or a hang becomes 503."""
+    try:
+        return await asyncio.wait_for(
+            asyncio.to_thread(fn, *args, **kwargs), timeout=svc.store_timeout
+        )
+    except ApiError:
+        raise
+    except asyncio.TimeoutError:
+        logger.warning("the desk's shared state did not answer within %.0f s", svc.store_timeout)
+        raise ApiError(503, "store_unavailable", "the desk's state is not answering") from None
+    except Exception as exc:
+        raise _desk_down(exc) from None
+
+
+def desk_now(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``desk_call`` for code already off the loop (sync dependencies)."""
+    try:
+        return fn(*args, **kwargs)
+    except ApiError:
+        raise
+    except Exception as exc:
+        raise _desk_down(exc) from None
+
+
+def _desk_down(exc: BaseException) -> ApiError:
+    logger.warning("the desk's shared state failed: %s: %s", type(exc).__name__, exc)
+    return ApiError(
+        503, "store_unavailable", f"the desk's state is unavailable ({type(exc).__name__})"
+    )
 
 
 # -- frontends --------------------------------------------------------------------------------
@@ -258,7 +294,7 @@ def retry_after_header(wait: float) -> dict[str, str]:
 def begin_attempt(svc: Services, client: str) -> None:
     """Count a credential check for this client; 429 while it is locked out."""
     assert svc.auth is not None
-    wait = svc.auth.throttle.attempt(client)
+    wait = desk_now(svc.auth.throttle.attempt, client)
     if wait is not None:
         raise ApiError(
             429,
@@ -271,7 +307,10 @@ def begin_attempt(svc: Services, client: str) -> None:
 def credential_failed(svc: Services, client: str, path: str, how: str) -> None:
     """Log a failed credential (already counted by ``begin_attempt``), never the token."""
     assert svc.auth is not None
-    lockout = svc.auth.throttle.retry_after(client)
+    try:
+        lockout = svc.auth.throttle.retry_after(client)
+    except Exception:  # the failure is logged all the same
+        lockout = None
     security_log.warning(
         "failed reviewer %s from %s on %s%s",
         how,
@@ -298,13 +337,14 @@ def optional_reviewer(request: Request, svc: ServicesDep) -> Session | None:
             credential_failed(svc, client, request.url.path, "bearer token")
             return None
         kind, name = found
-        auth.throttle.succeeded(client)
+        desk_now(auth.throttle.succeeded, client)
         if kind == NAMED:
             assert name is not None
             return Session(name, "", "bearer", NAMED)
         # a shared token names nobody: a decision names its reviewer in the JSON body
         return Session(SHARED_BEARER_NAME, "", "bearer", kind)
-    return auth.read_cookie(request.cookies.get(COOKIE_NAME))
+    value = request.cookies.get(COOKIE_NAME)
+    return desk_now(auth.read_cookie, value) if value else None
 
 
 OptionalReviewer = Annotated[Session | None, Depends(optional_reviewer)]

@@ -165,6 +165,11 @@ class DecisionRequest(BaseModel):
         description="Who decides, for the shared reviewer token only (named tokens name "
         "their reviewer). Any script: 李伟 works.",
     )
+    scores: dict[str, int] | None = Field(
+        default=None,
+        description="Rubric scores by dimension name (whole numbers on each dimension's "
+        "scale); the queue's rubric says which dimensions exist and which are required.",
+    )
 
 
 class Health(BaseModel):
@@ -199,6 +204,19 @@ class Decision(BaseModel):
     final_answer: str | None
     reason: str | None
     decided_at: str
+
+
+class Vote(BaseModel):
+    """A judgement recorded on an item that needs several reviewers, not yet settled (202)."""
+
+    request_id: str
+    reviewer: str
+    action: Literal["approve", "edit", "reject"]
+    reviews: int = Field(description="Judgements on the item so far, this one included.")
+    required: int = Field(description="How many reviewers the item's queue asks for.")
+    disputed: bool = Field(
+        description="The judgements disagree: the next one, by any reviewer, settles the item."
+    )
 
 
 class FeedbackRequest(BaseModel):

@@ -77,6 +77,8 @@ class Cursor(Protocol):
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
 
+    def executemany(self, sql: str, params_seq: Sequence[Sequence[Any]]) -> Any: ...
+
     def fetchone(self) -> Any: ...
 
     def fetchall(self) -> list[Any]: ...
@@ -99,6 +101,10 @@ class _Head:
 
 class StoreFailing(StoreError):
     """The store failed moments ago (or is being tried again): not waited for now."""
+
+
+#: the most records one group commit writes in one transaction
+MAX_GROUP = 256
 
 
 class _GroupItem:
@@ -223,6 +229,7 @@ class SQLAuditStore(SQLReviewQueue):
         key = self._key
         version = CHAIN_VERSION_KEYED if key is not None else CHAIN_VERSION
         sealed: list[Entry] = []
+        rows: list[tuple[Any, ...]] = []
         for entry in entries:
             seq = head.seq + 1
             created_at = now_iso()
@@ -235,7 +242,7 @@ class SQLAuditStore(SQLReviewQueue):
                 raise InvalidRecord(
                     f"entry of {entry.request_id!r} cannot be sealed: {exc}"
                 ) from exc
-            cur.execute(_INSERT_ENTRY, (*fields, head.hash, digest, version))
+            rows.append((*fields, head.hash, digest, version))
             sealed.append(
                 dataclasses.replace(
                     entry,
@@ -248,6 +255,10 @@ class SQLAuditStore(SQLReviewQueue):
                 )
             )
             head.seq, head.hash = seq, digest
+        if rows:
+            # one statement for all of them: one round trip to a database server (psycopg
+            # pipelines executemany), where the chain head's lock is held meanwhile
+            cur.executemany(_INSERT_ENTRY, rows)
         head.appended += sealed
         if sealed:
             mac = None
@@ -320,7 +331,9 @@ class SQLAuditStore(SQLReviewQueue):
 
         Calls from several threads at once share one transaction (group commit: one commit,
         one disk sync): the first caller to find no transaction in progress writes everything
-        waiting; each caller still gets its own outcome (``DuplicateRequest``,
+        waiting, and what arrives while its transaction waits for the chain head (held by
+        another process on the same store) joins it once the head is held (at most
+        ``MAX_GROUP`` records); each caller still gets its own outcome (``DuplicateRequest``,
         ``InvalidRecord``, or the store's failure when the shared transaction failed). A
         transaction hanging past ``commit_timeout`` is interrupted (it fails). When the store
         fails a group, the calls that queued behind it fail at once with the same error, and
@@ -388,6 +401,10 @@ class SQLAuditStore(SQLReviewQueue):
         failure: BaseException | None = None
         try:
             with self._write() as (cur, head):
+                # the chain head is ours now (other processes wait for it): the records that
+                # arrived while this transaction waited for it join it, instead of waiting for
+                # the lock again in a transaction of their own
+                self._join_late(batch)
                 self._insert_group(cur, head, batch)
             self.group_commits += 1
         except InvalidRecord:
@@ -407,6 +424,14 @@ class SQLAuditStore(SQLReviewQueue):
         for item in batch:
             item.done = True
         return failure
+
+    def _join_late(self, batch: list[_GroupItem]) -> None:
+        """Move the records queued since ``batch`` was taken into it (up to ``MAX_GROUP``)."""
+        with self._group_cond:
+            room = MAX_GROUP - len(batch)
+            if room > 0 and self._group:
+                batch += self._group[:room]
+                del self._group[:room]
 
     def _insert_group(self, cur: Cursor, head: _Head, batch: list[_GroupItem]) -> None:
         seen: set[str] = set()
