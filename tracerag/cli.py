@@ -26,6 +26,7 @@ COMMANDS = [
     "tracerag.tools.adversarial",
     "tracerag.tools.eval",
     "tracerag.tools.materials",
+    "tracerag.tools.desk",
 ]
 
 

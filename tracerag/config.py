@@ -19,8 +19,17 @@ Variables (each is optional):
 
    The directory of the audit journal (records are fsynced there before a Response says
    ``audit_persisted: true``, then drained into the store). Unset: next to a SQLite store
-   (``<store file>.journal``); a PostgreSQL store then has no journal, and a Response says
-   true only once the record is committed to the database.
+   (``<store file>.journal``); a library pipeline over PostgreSQL then has no journal, and a
+   Response says true only once the record is committed to the database; ``tracerag serve``
+   over PostgreSQL refuses to start without one (or ``--no-journal``).
+
+.. envvar:: TRACERAG_AUDIT_ANCHOR
+
+   Where the audit writer exports the chain head (a file, or a directory for its
+   ``head.json``), only ever forward, and where ``tracerag audit verify`` looks for it. Put it
+   where whoever can change the database cannot (another disk, a mount only this service
+   writes, a synced location). Unset: ``head.json`` in the audit journal's directory; without
+   a journal, no head is exported.
 
 .. envvar:: TRACERAG_AUDIT_COMMIT_WAIT
 
@@ -97,6 +106,23 @@ Variables (each is optional):
    ``tracerag serve``: a file of named reviewer tokens, stored as SHA-256 hashes (``tracerag serve
    --hash-token NAME`` prints a line for it); the name a reviewer signs in with is audited.
 
+.. envvar:: TRACERAG_FEEDBACK_KEY
+
+   ``tracerag serve``: the key (at least 32 characters, kept on servers only) with which the
+   application's backend signs the ids of its signed-in users (``tracerag.materials
+   .UserTokens``); ``POST /v1/feedback`` verdicts carrying such a token count per user. Unset:
+   end-user verdicts count only as the application's own (its API key).
+.. envvar:: TRACERAG_SESSION_SECRET
+
+   ``tracerag serve``: a secret from which the desk's session cookies are signed and its
+   session ids keyed in the store (default: derived from the reviewer credentials). Give every
+   server process on one store the same value.
+
+.. envvar:: TRACERAG_DESK_CONFIG
+
+   ``tracerag serve``: a JSON file naming, per desk queue, the rubric reviewers score and how
+   many reviewers each item needs (the desk's documentation shows the format).
+
 .. envvar:: TRACERAG_OPERATOR_TOKEN
 
    ``tracerag materials`` changes (edit, approve, reject, quarantine, restore, delete,
@@ -115,6 +141,12 @@ Variables (each is optional):
 .. envvar:: TRACERAG_DECISION_WEBHOOK
 
    ``tracerag serve``: a URL that receives every reviewer decision as JSON.
+
+.. envvar:: TRACERAG_FORWARDED_ALLOW_IPS
+
+   ``tracerag serve``: comma-separated addresses (or ``*``) of the reverse proxies whose
+   ``X-Forwarded-For`` / ``X-Forwarded-Proto`` headers are believed. Unset: none are; the
+   client address is the TCP peer's.
 """
 
 from __future__ import annotations
@@ -134,6 +166,8 @@ ENV_VARS: Mapping[str, str] = {
     "store": "TRACERAG_STORE",
     "audit_journal": "TRACERAG_AUDIT_JOURNAL",
     "audit_commit_wait": "TRACERAG_AUDIT_COMMIT_WAIT",
+    "audit_anchor": "TRACERAG_AUDIT_ANCHOR",
+    "forwarded_allow_ips": "TRACERAG_FORWARDED_ALLOW_IPS",
     "chain_key": "TRACERAG_CHAIN_KEY",
     "calibration": "TRACERAG_CALIBRATION",
     "capture_content": "TRACERAG_CAPTURE_CONTENT",
@@ -147,12 +181,15 @@ ENV_VARS: Mapping[str, str] = {
     "minilm_tokenizer": "TRACERAG_MINILM_TOKENIZER",
     "model": "TRACERAG_MODEL",
     "api_key": "TRACERAG_API_KEY",
+    "feedback_key": "TRACERAG_FEEDBACK_KEY",
     "reviewer_token": "TRACERAG_REVIEWER_TOKEN",
     "reviewers_file": "TRACERAG_REVIEWERS_FILE",
     "operator_token": "TRACERAG_OPERATOR_TOKEN",
     "operators_file": "TRACERAG_OPERATORS_FILE",
     "cors_origins": "TRACERAG_CORS_ORIGINS",
     "decision_webhook": "TRACERAG_DECISION_WEBHOOK",
+    "session_secret": "TRACERAG_SESSION_SECRET",
+    "desk_config": "TRACERAG_DESK_CONFIG",
 }
 
 
@@ -163,6 +200,8 @@ class Config:
     store: str | None = None
     audit_journal: str | None = None
     audit_commit_wait: str | None = None
+    audit_anchor: str | None = None
+    forwarded_allow_ips: str | None = None
     chain_key: str | None = field(default=None, repr=False)  # a secret
     calibration: str | None = None
     capture_content: str | None = None
@@ -176,12 +215,15 @@ class Config:
     minilm_tokenizer: str | None = None
     model: str | None = None
     api_key: str | None = None
+    feedback_key: str | None = field(default=None, repr=False)  # a secret
     reviewer_token: str | None = None
     reviewers_file: str | None = None
     operator_token: str | None = field(default=None, repr=False)  # a secret
     operators_file: str | None = None
     cors_origins: str | None = None
     decision_webhook: str | None = None
+    session_secret: str | None = field(default=None, repr=False)  # a secret
+    desk_config: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:

@@ -55,6 +55,18 @@ __all__ = [
     "run_sync",
 ]
 
+#: the Runnable's names, moved to ``tracerag._runnable`` (which imports this module), still
+#: importable from here for code written before the move
+_MOVED = frozenset({"StagedRunnable", "caller_handlers", "inner_config"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        from tracerag import _runnable
+
+        return getattr(_runnable, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 logger = logging.getLogger("tracerag")
 
 #: ``run``'s default ``record_sink``: the one the settings name.

@@ -237,11 +237,18 @@ def parse_input(value: Any, *, max_chars: int = 8000) -> RequestInput:
 
 @dataclass(frozen=True)
 class RunVersions:
-    """Which prompt, model and tracerag produced an answer."""
+    """Which prompt, model and tracerag produced an answer, and how each version was obtained.
+
+    ``prompt_source``: ``argument``, ``template`` (the app's prompt templates), ``run-template``
+    (templates its runs formatted) or ``model-input`` (a fingerprint of what reached the model);
+    ``model_source``: ``argument``, ``app`` or ``run`` (see ``tracerag.wrap``).
+    """
 
     prompt: str | None = None
     model: str | None = None
     tracerag: str = ""
+    prompt_source: str | None = None
+    model_source: str | None = None
 
 
 def _sampling(r: Registration) -> str:
@@ -298,6 +305,15 @@ class Registration:
             when=bool,
             stream="model_version",
             metric="model_version",
+        ),
+        # how each registered version was obtained
+        Signal(
+            lambda r: (r.versions.prompt_source or "argument") if r.versions.prompt else None,
+            span=semconv.VERSION_PROMPT_SOURCE,
+        ),
+        Signal(
+            lambda r: (r.versions.model_source or "argument") if r.versions.model else None,
+            span=semconv.VERSION_MODEL_SOURCE,
         ),
         Signal(lambda r: r.versions.tracerag, span=semconv.VERSION_TRACERAG),
         Signal(
@@ -521,7 +537,12 @@ class SampleSet:
     own runs retrieved that the retrieve stage did not (wrap mode): they may be cited, so they
     join the materials after retrieval's. ``positional`` allows ``[2]``-style citations by
     position in a sample's retrieved order. ``versions`` are the versions the runs showed, for
-    those the registration lacked (``Registration.versions_from_runs``).
+    those the registration lacked (``Registration.versions_from_runs``). ``kept`` is the sample
+    whose answer the app itself keeps (a wrapped graph's own run, whose answer is in the
+    caller's thread): when set, it is the answer verified and returned, the other samples tell
+    how far they agree with it. ``sampling`` and ``runs`` (wrap mode) say how the samples were
+    drawn: ``answer`` or ``app``, and per sample ``app`` (the app's own run), ``fork`` or
+    ``private``.
     """
 
     samples: tuple[Sample, ...] = ()
@@ -532,6 +553,9 @@ class SampleSet:
     versions: RunVersions | None = None
     warnings: tuple[str, ...] = ()
     errors: tuple[StageError, ...] = ()
+    kept: int | None = None
+    sampling: str | None = None
+    runs: tuple[str, ...] = ()
 
     SIGNALS: ClassVar[tuple[Signal, ...]] = (
         Signal(lambda s: s.n_ok, span=semconv.SAMPLES_OK, stream="samples_ok"),
@@ -548,6 +572,9 @@ class SampleSet:
             record="params.temperature",
         ),
         Signal(lambda s: True if s.temperature_zero else OMIT, record="params.temperature_zero"),
+        Signal(lambda s: s.sampling if s.sampling is not None else OMIT, record="params.sampling"),
+        Signal(lambda s: list(s.runs) if s.sampling is not None else OMIT, record="params.runs"),
+        Signal(lambda s: s.kept if s.kept is not None else OMIT, record="params.kept_sample"),
         Signal(lambda s: s.samples, record="samples"),
         Signal(lambda s: s.warnings, record="warnings"),
         Signal(lambda s: len(s.samples), metric="n_samples", absent=0),
@@ -685,6 +712,11 @@ class Verification:
         """The signals as the audit record keeps them."""
         signals: dict[str, Any] = _record_of(self)["signals"]
         return signals
+
+
+def _meta_versions(s: RequestState) -> dict[str, Any]:
+    versions = s.versions
+    return {"prompt": versions.prompt, "model": versions.model, "tracerag": versions.tracerag}
 
 
 def _response_record(s: RequestState) -> dict[str, Any]:
@@ -875,7 +907,8 @@ class RequestState:
         Signal(lambda s: s.request_id, record="request_id", meta="request_id"),
         Signal(lambda s: s.trace_id, record="trace_id"),
         # the registered versions, with those the samples' runs taught where it had none
-        Signal(lambda s: s.versions, record="versions", meta="versions"),
+        Signal(lambda s: s.versions, record="versions"),
+        Signal(_meta_versions, meta="versions"),
         Signal(lambda s: s.versions.prompt, root=semconv.VERSION_PROMPT, when=bool),
         Signal(lambda s: s.versions.model, root=semconv.VERSION_MODEL, when=bool),
         Signal(lambda s: s.versions.tracerag, root=semconv.VERSION_TRACERAG, when=bool),
@@ -952,6 +985,8 @@ class RequestState:
             prompt=registered.prompt or learned.prompt,
             model=registered.model or learned.model,
             tracerag=registered.tracerag,
+            prompt_source=registered.prompt_source if registered.prompt else learned.prompt_source,
+            model_source=registered.model_source if registered.model else learned.model_source,
         )
 
     @property

@@ -30,7 +30,7 @@ from tracerag.signals.attribution import (
 )
 from tracerag.signals.citations import SUPPORTED, CitationReport
 from tracerag.signals.confidence import Signals
-from tracerag.signals.types import CONFLICTS_WITH
+from tracerag.signals.types import CONFLICTS_WITH, QUARANTINE_PROPOSED
 from tracerag.stages.verify import resolver_for
 from tracerag.state import Decision, ErrorLog, RequestState, SampleSet
 
@@ -220,16 +220,25 @@ async def assemble(
 
 def conflicting_citations(state: RequestState, report: CitationReport) -> str | None:
     """Why the answer needs a person when a material it cites conflicts with another active
-    one (``CONFLICTS_WITH`` metadata from a material registry), else None."""
+    one (``CONFLICTS_WITH`` metadata from a material registry) or waits for a person to confirm
+    or dismiss its proposed quarantine (``QUARANTINE_PROPOSED``), else None."""
     cited = {c.material_id for c in report.claims if c.material_id}
     cited |= {i for c in report.claims for i in c.cited_ids}
-    found = []
+    found, proposed = [], []
     for mid in sorted(cited):
         material = state.material(mid)
-        others = material.metadata.get(CONFLICTS_WITH) if material is not None else None
+        meta = material.metadata if material is not None else {}
+        others = meta.get(CONFLICTS_WITH)
         if others:
             found.append(f"{mid} conflicts with {', '.join(map(str, others))}")
-    return "cited material in conflict: " + "; ".join(found) if found else None
+        if meta.get(QUARANTINE_PROPOSED):
+            proposed.append(str(mid))
+    reasons = []
+    if found:
+        reasons.append("cited material in conflict: " + "; ".join(found))
+    if proposed:
+        reasons.append("cited material proposed for quarantine: " + ", ".join(proposed))
+    return "; ".join(reasons) or None
 
 
 def attribution_of(

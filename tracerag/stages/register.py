@@ -39,7 +39,15 @@ async def register(
     instead of refusing the request here.
     """
     versions = RunVersions(
-        prompt=settings.prompt_version, model=settings.model_version, tracerag=__version__
+        prompt=settings.prompt_version,
+        model=settings.model_version,
+        tracerag=__version__,
+        prompt_source=(settings.prompt_version_source or "argument")
+        if settings.prompt_version
+        else None,
+        model_source=(settings.model_version_source or "argument")
+        if settings.model_version
+        else None,
     )
     missing = tuple(name for name in ("prompt", "model") if not getattr(versions, name))
     registration = Registration(

@@ -364,7 +364,7 @@ def _calls_made(record: Mapping[str, Any]) -> int:
     samples = [s for s in record.get("samples") or [] if isinstance(s, Mapping)]
     calls = sum(int(s.get("attempts") or 0) for s in samples)
     plan = record.get("plan")
-    if isinstance(plan, Mapping) and plan.get("mode") == "separate" and "plan" not in (
+    if isinstance(plan, Mapping) and plan.get("mode") == PlanMode.SEPARATE and "plan" not in (
         record.get("skipped") or []
     ):
         calls += int(plan.get("attempts") or 0)
