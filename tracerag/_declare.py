@@ -236,29 +236,29 @@ def io_output(part: Any) -> dict[str, Any] | None:
 def stream_signals(part: Any) -> dict[str, Any]:
     """The key signals of a stage output, JSON-able, as stage events carry them."""
     out: dict[str, Any] = {}
-    for entry in compiled(type(part).SIGNALS).stream:
-        value = entry.get(part)
+    for key, get, _, _, is_json in compiled(type(part).SIGNALS).stream:
+        value = get(part)
         if value is not OMIT:
-            json_ready = entry.is_json or type(value) in LEAVES
-            out[entry.key] = value if json_ready else jsonable(value)
+            out[key] = value if is_json or type(value) in LEAVES else jsonable(value)
     return out
 
 
 def attributes(entries: tuple[_Attr, ...], part: Any, state: Any) -> dict[str, Any]:
     """Span attributes from compiled ``span`` or ``root`` entries of a present part."""
     attrs: dict[str, Any] = {}
-    for entry in entries:
-        value = entry.get(state if entry.across else part)
-        if value is OMIT or not (value is not None if entry.when is _given else entry.when(value)):
+    # the entries' fields unpacked: this runs for every stage span and root span
+    for key, get, when, span_as, across in entries:
+        value = get(state if across else part)
+        if value is OMIT or not (value is not None if when is _given else when(value)):
             continue
-        if entry.span_as is not None:
-            value = entry.span_as(value)
+        if span_as is not None:
+            value = span_as(value)
             if value is None:
                 continue
-        if entry.key == EACH:
+        if key == EACH:
             attrs.update(value)
         else:
-            attrs[entry.key] = value if type(value) in _ATTRIBUTE_TYPES else plain(value)
+            attrs[key] = value if type(value) in _ATTRIBUTE_TYPES else plain(value)
     return attrs
 
 

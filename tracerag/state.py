@@ -811,9 +811,10 @@ class Decision:
             "trace_id": trace_id,
             "answer": self.answer,
             "confidence": self.confidence,
-            "decision": self.decision,
+            # the Response's fields are the plain names
+            "decision": str(self.decision),
             "status": self.status,
-            "tier": self.tier,
+            "tier": str(self.tier),
             "signal_detail": self.signal_detail,
             "evidence": list(self.evidence),
             "claims": list(self.claims),
@@ -880,6 +881,10 @@ RECORD_LAYOUT: Mapping[str, Any] = MappingProxyType(
         "timings": {},
         "warnings": [],
     }
+)
+
+_FRESH = tuple(
+    (key, type(seed)) for key, seed in RECORD_LAYOUT.items() if type(seed) in (dict, list)
 )
 
 #: The root span's OpenInference metadata: its keys in order (None when no part sets one).
@@ -1035,10 +1040,9 @@ class RequestState:
 
         ``response`` is the Response as recorded; by default the one the decision describes.
         """
-        record = {
-            key: type(seed)() if type(seed) in (dict, list) else seed
-            for key, seed in RECORD_LAYOUT.items()
-        }
+        record = dict(RECORD_LAYOUT)
+        for key, empty in _FRESH:  # a section or list of its own in every record
+            record[key] = empty()
         for kind, part in self.parts():
             _fill_record(record, compiled(kind.SIGNALS).record, part, self)
         if response is not None:
@@ -1078,20 +1082,21 @@ class RequestState:
 
 
 def _fill_record(record: dict[str, Any], entries: Any, part: Any, state: Any) -> None:
-    for entry in entries:
+    # the entries' fields unpacked: this runs for every record
+    for section, key, get, across, absent, is_json in entries:
         # a part's value; its absent value when the part is missing
-        value = entry.absent if part is None else entry.get(state if entry.across else part)
+        value = absent if part is None else get(state if across else part)
         if value is OMIT:
             continue
-        if not entry.is_json and type(value) not in LEAVES:
+        if not is_json and type(value) not in LEAVES:
             value = jsonable(value)
-        if entry.section is None:
-            record[entry.key] = value
+        if section is None:
+            record[key] = value
         else:
-            section = record.get(entry.section)
-            if section is None:
-                section = record[entry.section] = {}
-            section[entry.key] = value
+            held = record.get(section)
+            if held is None:
+                held = record[section] = {}
+            held[key] = value
 
 
 def _record_of(part: Any) -> dict[str, Any]:
