@@ -67,6 +67,7 @@ def __getattr__(name: str) -> Any:
         return getattr(_runnable, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 logger = logging.getLogger("tracerag")
 
 #: ``run``'s default ``record_sink``: the one the settings name.
