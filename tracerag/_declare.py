@@ -48,6 +48,7 @@ __all__ = [
     "EACH",
     "LEAVES",
     "OMIT",
+    "Compiled",
     "Declared",
     "Signal",
     "compiled",

@@ -27,6 +27,7 @@ from tracerag._declare import (
     EACH,
     LEAVES,
     OMIT,
+    Compiled,
     Declared,
     Signal,
     attributes,
@@ -1043,8 +1044,8 @@ class RequestState:
         record = dict(RECORD_LAYOUT)
         for key, empty in _FRESH:  # a section or list of its own in every record
             record[key] = empty()
-        for kind, part in self.parts():
-            _fill_record(record, compiled(kind.SIGNALS).record, part, self)
+        for (_, part), table in zip(self.parts(), _compiled_tables(), strict=True):
+            _fill_record(record, table.record, part, self)
         if response is not None:
             record["response"] = dict(response)
         return record
@@ -1053,17 +1054,17 @@ class RequestState:
         """The root span's attributes the parts declare; the route's once ``routed`` (the
         Response is made)."""
         attrs: dict[str, Any] = {}
-        for kind, part in self.parts():
-            if part is None or (kind is Decision and not routed):
+        for (kind, part), table in zip(self.parts(), _compiled_tables(), strict=True):
+            if part is None or not table.root or (kind is Decision and not routed):
                 continue
-            attrs.update(attributes(compiled(kind.SIGNALS).root, part, self))
+            attrs.update(attributes(table.root, part, self))
         return attrs
 
     def root_metadata(self) -> dict[str, Any]:
         """The root span's OpenInference metadata (ids, tier, versions, route; no text)."""
         meta: dict[str, Any] = dict.fromkeys(META_LAYOUT)
-        for kind, part in self.parts():
-            for entry in compiled(kind.SIGNALS).meta:
+        for (_, part), table in zip(self.parts(), _compiled_tables(), strict=True):
+            for entry in table.meta:
                 value = entry.absent if part is None else entry.get(self if entry.across else part)
                 if value is not OMIT:
                     json_ready = entry.is_json or type(value) in LEAVES
@@ -1073,12 +1074,35 @@ class RequestState:
     def outcome_fields(self) -> dict[str, Any]:
         """What the metrics record of this request: ``metrics.RequestOutcome``'s fields."""
         fields: dict[str, Any] = {}
-        for kind, part in self.parts():
-            for entry in compiled(kind.SIGNALS).metric:
+        for (_, part), table in zip(self.parts(), _compiled_tables(), strict=True):
+            for entry in table.metric:
                 value = entry.absent if part is None else entry.get(self if entry.across else part)
                 if value is not OMIT:
                     fields[entry.key] = value
         return fields
+
+
+_PARTS: tuple[type[Declared], ...] = (
+    RequestInput,
+    Registration,
+    Retrieval,
+    PlanResult,
+    SampleSet,
+    Verification,
+    Decision,
+    RequestState,
+)
+_COMPILED_TABLES: list[Any] = [(), ()]  # the tables last compiled, and their compiled forms
+
+
+def _compiled_tables() -> tuple[Compiled, ...]:
+    """Every part's compiled table, in ``RequestState.parts()`` order (compiled anew when a
+    table was replaced)."""
+    tables = tuple(kind.SIGNALS for kind in _PARTS)
+    if tables != _COMPILED_TABLES[0]:
+        _COMPILED_TABLES[:] = [tables, tuple(compiled(table) for table in tables)]
+    result: tuple[Compiled, ...] = _COMPILED_TABLES[1]
+    return result
 
 
 def _fill_record(record: dict[str, Any], entries: Any, part: Any, state: Any) -> None:
