@@ -14,10 +14,10 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tracerag.contract import Response
-from tracerag.prompts import DEFAULT_PROMPT_VERSION
+if TYPE_CHECKING:  # the command's parser is built without the pipeline's imports
+    from tracerag.contract import Response
 
 DEFAULT_DIR = Path(".tracerag")
 # The extractive model's seed by default. At seed 7 all five samples of question 5 disagree, so
@@ -64,6 +64,7 @@ def build_pipeline(args: argparse.Namespace) -> Any:
     """The demo pipeline over the bundled knowledge base."""
     from tracerag.demo.kb import build_retriever
     from tracerag.pipeline import RAGPipeline
+    from tracerag.prompts import DEFAULT_PROMPT_VERSION
     from tracerag.store import cli_store_url
 
     llm = build_model(args.model, args.seed)
