@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from tracerag.cli import main
 
@@ -81,3 +84,95 @@ def test_at_seed_1_every_bundled_question_takes_the_route_it_was_built_to_show(
     routes = [(r["question"]["id"], r["response"]["decision"]) for r in results]
     assert len(routes) == 8
     assert routes == [(r["question"]["id"], r["question"]["expect"]) for r in results]
+
+
+# -- where the demo writes: one clear line and exit 1 when it cannot; no stray directories ----
+
+QUESTION = ["--question", "How long is the warranty on a laptop?"]
+
+
+def refused(argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    message = exit_info.value.code
+    assert isinstance(message, str) and "\n" not in message  # one line, exit status 1
+    assert message.startswith("tracerag demo: cannot write ")
+    return message
+
+
+def files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def test_a_store_path_under_a_file_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("a file")
+    message = refused(["demo", "--store", "notes.txt/audit.sqlite", *QUESTION])
+    assert message.endswith("notes.txt is a file, not a directory")
+    assert files(tmp_path) == {"notes.txt"}
+
+
+def test_a_file_that_is_not_an_audit_store_is_refused_before_anything_is_written(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("not a database, " * 100)
+    message = refused(["demo", "--store", "notes.txt", *QUESTION])
+    assert "notes.txt is not a usable SQLite audit store" in message
+    assert files(tmp_path) == {"notes.txt"}  # no notes.txt.journal/, no .tracerag/
+    assert (tmp_path / "notes.txt").read_text() == "not a database, " * 100
+    assert capsys.readouterr().out == ""  # no question was asked
+
+
+@pytest.mark.parametrize("option", ["--store", "--traces"])
+def test_a_mistyped_directory_is_not_created(tmp_path, monkeypatch, option):
+    monkeypatch.chdir(tmp_path)
+    message = refused(["demo", option, "typo/dir/file", *QUESTION])
+    assert message.endswith("the directory typo/dir does not exist")
+    assert not (tmp_path / "typo").exists()
+
+
+def test_a_mistyped_directory_in_the_environment_is_not_created(tmp_path, monkeypatch):
+    from tracerag.config import reset_config
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TRACERAG_STORE", str(tmp_path / "typo" / "audit.sqlite"))
+    reset_config()
+    refused(["demo", *QUESTION])
+    assert not (tmp_path / "typo").exists()
+
+
+def test_a_directory_is_not_a_store(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "stores").mkdir()
+    assert refused(["demo", "--store", "stores", *QUESTION]).endswith("stores is a directory")
+
+
+def test_the_bad_material_scenario_checks_its_store_too(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    refused(["demo", "--scenario", "bad-material", "--store", "typo/x.sqlite"])
+    assert files(tmp_path) == set()
+
+
+def test_the_default_creates_only_its_own_directory(tmp_path, monkeypatch, capsys):
+    from tracerag.config import reset_config
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TRACERAG_STORE")
+    reset_config()
+    assert main(["demo", *QUESTION]) == 0
+    assert {p.split("/")[0] for p in files(tmp_path)} == {".tracerag"}
+    assert "audit trail: ./.tracerag/audit.sqlite — e.g. tracerag show " in capsys.readouterr().out
+
+
+def test_records_not_stored_by_the_end_are_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
+    from tracerag.store.writer import AuditWriter
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(AuditWriter, "flush", lambda self, timeout=None: False)
+    store = str(tmp_path / "a.sqlite")
+    assert main(["demo", "--store", store, *QUESTION]) == 1
+    captured = capsys.readouterr()
+    assert "audit trail:" not in captured.out
+    assert captured.err.startswith(f"tracerag demo: the audit trail was not written to {store}: ")
+    assert len(captured.err.strip().splitlines()) == 1
