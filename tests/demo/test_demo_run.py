@@ -37,7 +37,7 @@ def test_demo_prints_where_traces_went(tmp_path, capsys, monkeypatch):
     assert "tracerag show" in out
 
 
-# What the demo answered before the typed stage table, at its default seed (7): the same seed
+# What the demo answered before the typed stage table at seed 7 (its default then): the same seed
 # must give the same samples, so the same answers, confidences and routes.
 SEED_7 = [
     ("warranty-laptop", "pass", 1.0,
@@ -59,9 +59,9 @@ SEED_7 = [
 ]
 
 
-def test_demo_answers_by_default_are_unchanged(tmp_path, capsys, monkeypatch):
+def test_demo_answers_at_seed_7_are_unchanged(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert main(["demo", "--store", str(tmp_path / "a.sqlite"), "--json"]) == 0
+    assert main(["demo", "--seed", "7", "--store", str(tmp_path / "a.sqlite"), "--json"]) == 0
     results = json.loads(capsys.readouterr().out)
     got = [
         (
@@ -84,6 +84,36 @@ def test_at_seed_1_every_bundled_question_takes_the_route_it_was_built_to_show(
     routes = [(r["question"]["id"], r["response"]["decision"]) for r in results]
     assert len(routes) == 8
     assert routes == [(r["question"]["id"], r["question"]["expect"]) for r in results]
+
+
+def test_the_default_run_shows_what_it_says(tmp_path, capsys, monkeypatch):
+    """Issue: question 5 printed "built to show: review" under ESCALATE on every default run, and
+    the totals (4/1/3) disagreed with the labels (4/2/2)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    blocks = out.split("\n\n[")[1:]
+    assert len(blocks) == 8
+    labels = {"pass": 0, "review": 0, "escalate": 0}
+    for block in blocks:
+        decision = block.split("decision: ", 1)[1].split()[0].lower()
+        assert f"(built to show: {decision} — " in block, block
+        labels[decision] += 1
+    assert labels == {"pass": 4, "review": 2, "escalate": 2}
+    assert "routes: 4 pass, 2 review, 2 escalate" in out
+    assert "instead" not in out and "not as built" not in out
+
+
+def test_a_run_whose_routes_differ_from_the_labels_says_so(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--seed", "7"]) == 0
+    out = capsys.readouterr().out
+    fifth = out.split("\n\n[5] ", 1)[1].split("\n\n", 1)[0]
+    assert "decision: ESCALATE" in fifth
+    assert "(built to show: review; this run went to escalate instead — " in fifth
+    assert "built to show: review —" not in fifth
+    assert "routes: 4 pass, 1 review, 3 escalate" in out
+    assert "not as built: 1 of 8 questions ([5] review → escalate)" in out
 
 
 # -- where the demo writes: one clear line and exit 1 when it cannot; no stray directories ----

@@ -21,10 +21,11 @@ if TYPE_CHECKING:  # the command's parser is built without the pipeline's import
 
 DEFAULT_DIR = Path(".tracerag")
 DEFAULT_TRACES = str(DEFAULT_DIR / "traces.jsonl")
-# The extractive model's seed by default. At seed 7 all five samples of question 5 disagree, so
-# its ambiguity escalates rather than going to review (its note gives the odds); at seed 1 every
-# bundled question takes the route it was built to show.
-DEFAULT_SEED = 7
+# The extractive model's seed by default: at seed 1 every bundled question takes the route it was
+# built to show (a test pins it). At other seeds a question whose route depends on the samples
+# drawn can take another (at seed 7 all five samples of question 5 disagree, so it escalates
+# rather than going to review; its note gives the odds), and the output says so.
+DEFAULT_SEED = 1
 
 
 def build_model(name: str, seed: int | None) -> Any:
@@ -119,8 +120,14 @@ def render(index: int, question: dict[str, Any], response: Response) -> str:
         lines.append(
             f'    evidence {ev.material_id} ({ev.title}), score {ev.score:.2f}: "{ev.quote}"'
         )
-    if question.get("expect"):
-        lines.append(f"    (built to show: {question['expect']} — {question.get('why', '')})")
+    expect = question.get("expect")
+    if expect == response.decision:
+        lines.append(f"    (built to show: {expect} — {question.get('why', '')})")
+    elif expect:
+        lines.append(
+            f"    (built to show: {expect}; this run went to {response.decision} instead — "
+            f"{question.get('why', '')})"
+        )
     lines.append(f"    request_id: {response.request_id}  trace_id: {response.trace_id}")
     from tracerag.tracing import trace_ui_link
 
@@ -178,6 +185,13 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"routes: {counts['pass']} pass, {counts['review']} review, {counts['escalate']} escalate"
     )
+    other = [
+        f"[{i}] {r['question']['expect']} → {r['response']['decision']}"
+        for i, r in enumerate(results, 1)
+        if r["question"].get("expect") and r["question"]["expect"] != r["response"]["decision"]
+    ]
+    if other:
+        print(f"not as built: {len(other)} of {len(results)} questions ({', '.join(other)})")
     print(f"traces: {traces}")
     if not stored:
         return _not_written(target, writer)
