@@ -76,6 +76,7 @@ cleanup() {
     print_times
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT  # stopped: the lanes and services are stopped too
 
 # -- the lanes -----------------------------------------------------------------------------
 
