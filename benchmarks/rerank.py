@@ -9,8 +9,10 @@ and material registry) in three arms, side by side, over the same stream:
 * ``baseline`` — the plain vector-store retriever (feedback is recorded but changes nothing);
 * ``rerank`` — ``CredibilityRetriever`` ordering by similarity × credibility × recency, with
   quarantine switched off, so only the reranking acts;
-* ``rerank+quarantine`` — the same, quarantining a material after 3 denials while its EMA is
-  below ``--quarantine-below`` (0.4; 0 quarantines on denials alone).
+* ``rerank+quarantine`` — the same, with the denial rule proposing a quarantine after 3
+  denials while the EMA is below ``--quarantine-below`` (0.4; 0: on denials alone) and an
+  operator confirming every proposal as it appears (until confirmed, answers citing the
+  material go to review).
 
 After each answer a user gives feedback with probability ``--feedback-rate``: ``deny`` when the
 answer cited a planted wrong material, else ``confirm`` — each flipped with probability
@@ -168,7 +170,11 @@ def main(argv: list[str] | None = None) -> int:
                     verdict = "deny" if bad else "confirm"
                     if users.random() < args.noise:
                         verdict = "confirm" if verdict == "deny" else "deny"
-                    record_feedback(rid, verdict, registry=arm.registry, operator=f"user-{i}")
+                    given = record_feedback(
+                        rid, verdict, registry=arm.registry, operator=f"user-{i}"
+                    )
+                    for mid in given.proposed:  # an operator who confirms every proposal
+                        arm.registry.quarantine(mid, operator="ops", reason="confirmed")
         elapsed = time.perf_counter() - started
 
         print(

@@ -30,6 +30,7 @@ COMMANDS = [
     "tracerag.tools.adversarial",
     "tracerag.tools.eval",
     "tracerag.tools.materials",
+    "tracerag.tools.desk",
 ]
 
 #: Every command of the modules above: its one-line help and the modules that register it
@@ -73,6 +74,10 @@ COMMAND_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
     "feedback": (
         "record confirm / deny / clarify on an answer",
         ("tracerag.tools.materials",),
+    ),
+    "desk": (
+        "the review desk's decisions as a labelled dataset; reviewer agreement",
+        ("tracerag.tools.desk",),
     ),
 }
 

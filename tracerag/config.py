@@ -27,6 +27,8 @@ ENV_VARS: Mapping[str, str] = {
     "store": "TRACERAG_STORE",
     "audit_journal": "TRACERAG_AUDIT_JOURNAL",
     "audit_commit_wait": "TRACERAG_AUDIT_COMMIT_WAIT",
+    "audit_anchor": "TRACERAG_AUDIT_ANCHOR",
+    "forwarded_allow_ips": "TRACERAG_FORWARDED_ALLOW_IPS",
     "chain_key": "TRACERAG_CHAIN_KEY",
     "calibration": "TRACERAG_CALIBRATION",
     "capture_content": "TRACERAG_CAPTURE_CONTENT",
@@ -40,12 +42,15 @@ ENV_VARS: Mapping[str, str] = {
     "minilm_tokenizer": "TRACERAG_MINILM_TOKENIZER",
     "model": "TRACERAG_MODEL",
     "api_key": "TRACERAG_API_KEY",
+    "feedback_key": "TRACERAG_FEEDBACK_KEY",
     "reviewer_token": "TRACERAG_REVIEWER_TOKEN",
     "reviewers_file": "TRACERAG_REVIEWERS_FILE",
     "operator_token": "TRACERAG_OPERATOR_TOKEN",
     "operators_file": "TRACERAG_OPERATORS_FILE",
     "cors_origins": "TRACERAG_CORS_ORIGINS",
     "decision_webhook": "TRACERAG_DECISION_WEBHOOK",
+    "session_secret": "TRACERAG_SESSION_SECRET",
+    "desk_config": "TRACERAG_DESK_CONFIG",
 }
 
 
@@ -56,6 +61,8 @@ class Config:
     store: str | None = None
     audit_journal: str | None = None
     audit_commit_wait: str | None = None
+    audit_anchor: str | None = None
+    forwarded_allow_ips: str | None = None
     chain_key: str | None = field(default=None, repr=False)  # a secret
     calibration: str | None = None
     capture_content: str | None = None
@@ -69,12 +76,15 @@ class Config:
     minilm_tokenizer: str | None = None
     model: str | None = None
     api_key: str | None = None
+    feedback_key: str | None = field(default=None, repr=False)  # a secret
     reviewer_token: str | None = None
     reviewers_file: str | None = None
     operator_token: str | None = field(default=None, repr=False)  # a secret
     operators_file: str | None = None
     cors_origins: str | None = None
     decision_webhook: str | None = None
+    session_secret: str | None = field(default=None, repr=False)  # a secret
+    desk_config: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:

@@ -34,7 +34,15 @@ DESK_SHARED = "desk-shared-token"
 DECLARED = "declared"
 #: tracerag itself (first sight, rules)
 SYSTEM_METHOD = "system"
-AUTHENTICATING = frozenset({OPERATOR_TOKEN, DESK_NAMED})
+#: an end user whose id the application signed (``tracerag.materials.UserTokens``)
+SIGNED_USER = "signed-user-token"
+#: a frontend application proving the API key (all its users as one principal)
+API_KEY = "api-key"
+#: a name the calling application passed in-process (its word for its own user)
+APP_VOUCHED = "app-vouched"
+#: a decision taken on the review desk, applied as an outcome
+REVIEW_DECISION = "review-decision"
+AUTHENTICATING = frozenset({OPERATOR_TOKEN, DESK_NAMED, SIGNED_USER, API_KEY})
 
 _NAME = re.compile(r"^[\w .@+\-]{1,64}$", re.UNICODE)
 _HASH = re.compile(r"^sha256:([0-9a-f]{64})$")
@@ -148,6 +156,8 @@ def authenticate_operator(
 
 
 __all__ = [
+    "API_KEY",
+    "APP_VOUCHED",
     "AUTHENTICATING",
     "DECLARED",
     "DESK_NAMED",
@@ -155,6 +165,8 @@ __all__ = [
     "OPERATORS_FILE_ENV",
     "OPERATOR_TOKEN",
     "OPERATOR_TOKEN_ENV",
+    "REVIEW_DECISION",
+    "SIGNED_USER",
     "SYSTEM_METHOD",
     "OperatorIdentity",
     "UnknownOperator",

@@ -13,7 +13,7 @@ from store_fixtures import Backend, PostgresBackend, make_record
 
 from tracerag.cli import main
 from tracerag.identity import OperatorIdentity
-from tracerag.materials import MATERIALS_LOG, MaterialRegistry
+from tracerag.materials import MATERIALS_LOG, MaterialRegistry, MaterialVersion
 from tracerag.store import RequestNotFound
 
 FEE = "The cancellation fee is 10% of the order value."
@@ -59,7 +59,9 @@ def test_material_changes_have_their_own_entry_kind(
         store.get(MATERIALS_LOG)  # no synthetic request any more
     assert store.verify_chain().ok and registry.verify().ok
     code, out = audit_verify(backend, capsys)
-    assert code == 0 and "audit chain intact" in out and "materials OK: 2 versions" in out
+    # nothing wrong, but no anchor was exported (the registry wrote directly): not "intact"
+    assert code == 3 and "audit chain consistent as far as checked" in out
+    assert "materials OK: 2 versions" in out
 
 
 def test_tampering_with_a_material_change_entry_is_detected(
@@ -108,62 +110,201 @@ def test_removing_a_material_change_entry_is_detected(
     assert any("b@1" in i and "missing" in i for i in registry.verify().issues)
 
 
-def _legacy_chain(store: Any) -> Any:
-    """What the registry wrote before ``material_change`` entries existed: each change as an
-    ``operator_action`` entry of the synthetic request ``tracerag.materials``."""
+def _registry_v1(backend: Backend) -> None:
+    """The registry's tables as a tracerag before registry events were chained made them."""
+    from tracerag.materials.db import MIGRATIONS
+    from tracerag.materials.db import MaterialStoreError as Refuse
+    from tracerag.store.migrations import migrate
 
-    def append(material_id: str, actor: str, payload: Any, reason: str | None = None) -> Any:
+    if isinstance(backend, PostgresBackend):
+        conn = backend.connect()
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                migrate(cur, "postgres", MIGRATIONS, version_table="material_schema_version",
+                        schema="material registry", refuse=Refuse, target=1)
+        finally:
+            conn.close()
+        return
+    from tracerag.store.sqlite import QmarkCursor
+
+    conn = backend.connect()
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        migrate(QmarkCursor(conn.cursor()), "sqlite", MIGRATIONS,
+                version_table="material_schema_version", schema="material registry",
+                refuse=Refuse, target=1)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def _old_write(
+    store: Any,
+    backend: Backend,
+    version: MaterialVersion,
+    *,
+    kind: str,
+    ema: float = 0.6,
+    denials: int = 0,
+) -> None:
+    """One change as an older tracerag wrote it: the version chained (``kind``: ``legacy`` as
+    an ``operator_action`` of ``tracerag.materials``, ``change`` as a ``material_change``
+    entry) without the material's columns, then the tables written beside the chain."""
+    from tracerag.materials.records import CHANGE_KEY, body_digest, body_json
+
+    body = version.body()
+    digest = body_digest(body)
+    payload = {
+        CHANGE_KEY: {
+            "material_id": version.material_id,
+            "version": version.version,
+            "change": version.change,
+            "written_by": version.written_by,
+            "batch_id": None,
+            "in_service": True,
+            "body_hash": digest,
+            "body": body,
+        },
+        "before": None,
+        "after": {"version": version.version, "status": version.status},
+    }
+    if kind == "legacy":
         try:
             store.get(MATERIALS_LOG)
         except RequestNotFound:
             store.append_record(
                 {"request_id": MATERIALS_LOG, "question": "material registry change log"}
             )
-        old = {k: v for k, v in payload.items() if k != "identity"}
-        return store.append_action(MATERIALS_LOG, "operator_action", actor, old, reason)
-
-    return append
-
-
-def test_a_store_with_changes_chained_the_old_way_still_verifies(
-    registry: MaterialRegistry,
-    backend: Backend,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    store = registry.store
-    with monkeypatch.context() as old:
-        old.setattr(store, "append_material_change", _legacy_chain(store))
-        registry.register("fee", FEE, operator="alice", written_by="kb-import@2")
-        registry.edit(
-            "fee",
-            operator="bob",
-            written_by="manual",
-            reason="2026",
-            content=FEE.replace("10", "15"),
+        entry = store.append_action(
+            MATERIALS_LOG, "operator_action", version.operator, payload, version.reason
         )
-    assert store.material_changes() == []
-    assert len(store.get(MATERIALS_LOG).actions) == 2
-    # the same registry, now writing material_change entries
-    registry.quarantine("fee", operator="carol", reason="customers complain")
-    assert [e.kind for e in store.material_changes("fee")] == ["material_change"]
-    assert [s.version.version for s in registry.history("fee")] == [1, 2, 3]
-    ids = registry.identities("fee")
-    assert [ids[v]["name"] for v in (1, 2, 3)] == ["alice", "bob", "carol"]
-    assert ids[1]["method"] == "declared" and ids[1]["audit_seq"] < ids[3]["audit_seq"]
-    assert store.verify_chain().ok and registry.verify().ok
-    code, out = audit_verify(backend, capsys)
-    assert code == 0 and "materials OK: 3 versions" in out
+    else:
+        entry = store.append_material_change(
+            version.material_id, version.operator, payload, version.reason
+        )
+    backend.execute(
+        "INSERT INTO material_versions (material_id, version, status, written_by, operator, "
+        "batch_id, change, content_hash, created_at, body, body_hash, audit_seq, audit_hash) "
+        "VALUES (?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?)",
+        (version.material_id, version.version, version.status, version.written_by,
+         version.operator, version.change, version.content_hash, version.created_at,
+         body_json(body), digest, entry.seq, entry.hash),
+    )
+    backend.execute("DELETE FROM materials WHERE material_id = ?", (version.material_id,))
+    backend.execute(
+        "INSERT INTO materials (material_id, current_version, status, content_hash, ema, "
+        "outcomes, denials, pending_version, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+        (version.material_id, version.version, version.status, version.content_hash, ema,
+         denials, denials, version.created_at),
+    )
 
-    # tampering with an old-style change is still detected, by both checks
-    seq = store.get(MATERIALS_LOG).actions[0].seq
+
+def _old_store(backend: Backend, kind: str) -> None:
+    """A store with the fee material as an older tracerag left it (two versions, one denial)."""
+    store = backend.open()
+    try:
+        _registry_v1(backend)
+        v1 = MaterialVersion("fee", 1, FEE, operator="alice", written_by="kb-import@2",
+                             created_at="2026-01-05T00:00:00.000000+00:00")
+        _old_write(store, backend, v1, kind=kind)
+        v2 = v1.evolve(content=FEE.replace("10", "15"), operator="bob", written_by="manual",
+                       change="edit", reason="2026", created_at="2026-02-01T00:00:00.000000+00:00")
+        _old_write(store, backend, v2, kind=kind, ema=0.48, denials=1)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("kind", ["legacy", "change"])
+def test_a_store_written_before_registry_events_upgrades_and_verifies(
+    backend: Backend, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """Changes chained the old ways (``operator_action`` entries of ``tracerag.materials``, or
+    ``material_change`` entries without the material's columns) stay where they are; opening
+    the registry chains a baseline of the columns as found, once, and from then on every
+    column is re-derived; tampering with either old entry or with a column is still caught."""
+    _old_store(backend, kind)
+    store = backend.open()
+    check = MaterialRegistry(store, metrics=False, baseline=False)
+    try:  # verification alone does not upgrade: it says the columns are not covered yet
+        assert any("not covered by the chain yet" in i for i in check.verify().issues)
+    finally:
+        check.close()
+    registry = MaterialRegistry(store, owns_store=True, metrics=False)
+    try:
+        baselines = [e for e in store.material_changes("fee") if "baseline" in e.payload]
+        assert len(baselines) == 1 and baselines[0].payload["row"]["ema"] == 0.48
+        MaterialRegistry(store, metrics=False).close()  # a second open chains nothing more
+        assert len([e for e in store.material_changes("fee") if "baseline" in e.payload]) == 1
+        registry.quarantine("fee", operator="carol", reason="customers complain")
+        assert [s.version.version for s in registry.history("fee")] == [1, 2, 3]
+        ids = registry.identities("fee")
+        assert [ids[v]["name"] for v in (1, 2, 3)] == ["alice", "bob", "carol"]
+        assert ids[1]["method"] == "declared" and ids[1]["audit_seq"] < ids[3]["audit_seq"]
+        assert store.verify_chain().ok and registry.verify().ok, registry.verify().issues
+        assert registry.get("fee").denials == 1 and registry.get("fee").ema == 0.48
+    finally:
+        registry.close()
+    code, out = audit_verify(backend, capsys)
+    assert code == 3 and "materials OK: 3 versions" in out  # 3: intact, but no anchor
+
+    backend.execute("UPDATE materials SET ema = 0.9 WHERE material_id = 'fee'")
+    code, out = audit_verify(backend, capsys)
+    assert code == 1 and "materials.ema is 0.9, the chain says 0.48" in out
+    backend.execute("UPDATE materials SET ema = 0.48 WHERE material_id = 'fee'")
+    assert audit_verify(backend, capsys)[0] == 3
+    # tampering with an old change is still detected, by both checks
+    first = min(
+        e.seq for e in (
+            store_changes(backend) if kind == "change" else legacy_actions(backend)
+        )
+    )
     backend.execute(
         "UPDATE audit_entries SET payload = replace(payload, 'alice', 'mallory') WHERE seq = ?",
-        (seq,),
+        (first,),
     )
-    assert [i.seq for i in store.verify_chain().changed] == [seq]
-    assert any("fee@1" in i for i in registry.verify().issues)
-    assert audit_verify(backend, capsys)[0] == 1
+    code, out = audit_verify(backend, capsys)
+    assert code == 1 and "fee@1" in out
+
+
+def test_an_old_store_upgrades_and_keeps_verifying(
+    backend: Backend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A schema-3 store whose material changes are old-style entries: opened by this version it
+    gains migration 4, keeps its old entries where they are, and chains new changes in their
+    own kind; both checks pass."""
+    _old_store(backend, "legacy")
+    # back to schema 3, as a store written before migration 4 was
+    backend.execute("DROP INDEX audit_entries_kind", bypass_guard=False)
+    backend.execute("DELETE FROM schema_version WHERE version = 4", bypass_guard=False)
+
+    store = backend.open()
+    assert store.schema_version == 4
+    registry = MaterialRegistry(store, owns_store=True, metrics=False)
+    try:
+        registry.delete("fee", operator="bob", reason="withdrawn")
+        assert [e.kind for e in store.material_changes("fee")] == ["material_change"] * 2
+        assert [a.kind for a in store.get(MATERIALS_LOG).actions] == ["operator_action"] * 2
+        assert store.verify_chain().ok and registry.verify().ok
+    finally:
+        registry.close()
+    code, out = audit_verify(backend, capsys)
+    assert code == 3 and "materials OK: 3 versions" in out
+
+
+def store_changes(backend: Backend) -> list[Any]:
+    store = backend.open()
+    try:
+        return store.material_changes("fee")
+    finally:
+        store.close()
+
+
+def legacy_actions(backend: Backend) -> list[Any]:
+    store = backend.open()
+    try:
+        return store.get(MATERIALS_LOG).actions
+    finally:
+        store.close()
 
 
 def test_a_material_change_entry_cannot_be_appended_as_an_action(
@@ -176,36 +317,6 @@ def test_a_material_change_entry_cannot_be_appended_as_an_action(
         registry.store.append_action("r1", "material_change", "mallory", {"x": 1})
     with pytest.raises(InvalidRecord):
         registry.store.append_material_change(" ", "mallory", {"x": 1})
-
-
-def test_an_old_store_upgrades_and_keeps_verifying(
-    backend: Backend, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A schema-3 store whose material changes are old-style entries: opened by this version it
-    gains migration 4, keeps its old entries where they are, and chains new changes in their
-    own kind; both checks pass, and tampering with either kind is still caught."""
-    store = backend.open()
-    registry = MaterialRegistry(store, owns_store=True, metrics=False)
-    with monkeypatch.context() as old:
-        old.setattr(store, "append_material_change", _legacy_chain(store))
-        registry.register("fee", FEE, operator="alice", written_by="kb-import@2")
-    registry.close()
-    # back to schema 3, as a store written before migration 4 was
-    backend.execute("DROP INDEX audit_entries_kind", bypass_guard=False)
-    backend.execute("DELETE FROM schema_version WHERE version = 4", bypass_guard=False)
-
-    store = backend.open()
-    assert store.schema_version == 4
-    registry = MaterialRegistry(store, owns_store=True, metrics=False)
-    try:
-        registry.delete("fee", operator="bob", reason="withdrawn")
-        assert [e.kind for e in store.material_changes("fee")] == ["material_change"]
-        assert [a.kind for a in store.get(MATERIALS_LOG).actions] == ["operator_action"]
-        assert store.verify_chain().ok and registry.verify().ok
-    finally:
-        registry.close()
-    code, out = audit_verify(backend, capsys)
-    assert code == 0 and "materials OK: 2 versions" in out
 
 
 def test_a_keyed_chain_catches_a_resealed_material_change(

@@ -103,16 +103,23 @@ def test_denials_quarantine_and_the_material_leaves_retrieval(
         record_feedback(rids[0], "deny", "again", registry=registry, operator="c1")
     record_feedback(rids[1], "deny", None, registry=registry, operator="c2")
     r3 = record_feedback(rids[2], "deny", None, registry=registry, operator="c3")
-    assert r3.quarantined == ["memo-60"]
-    assert registry.get("memo-60").status == "quarantined"
+    # the verdicts propose the quarantine; it stays in retrieval (answers citing it go to
+    # review) until a person confirms it
+    assert r3.proposed == ["memo-60"]
+    state = registry.get("memo-60")
+    assert state.status == "active" and state.proposed_quarantine
     assert registry.usage("memo-60", 1).denials == 3  # counted on the version used
+    proposed = rag.invoke(QUESTION)
+    assert proposed.decision != "pass"
+    assert "memo-60" in [m["id"] for m in registry.store.get(proposed.request_id).materials]
+    registry.quarantine("memo-60", operator="lead", reason="confirmed: the window is 30 days")
     after = rag.invoke(QUESTION)
     materials = registry.store.get(after.request_id).materials
     assert "memo-60" not in [m["id"] for m in materials]
     # the feedback is in the request's own chained trail
     trail = registry.store.get(rids[2])
     feedback = [a for a in trail.actions if a.kind == "operator_action"]
-    assert feedback[-1].payload["feedback"]["quarantined"] == ["memo-60"]
+    assert feedback[-1].payload["feedback"]["proposed_quarantine"] == ["memo-60"]
     assert trail.actions[-1].kind == "explanation_requested"  # a denial queues an explanation
     assert registry.store.verify_chain().ok and registry.verify().ok
     with pytest.raises(RequestNotFound):

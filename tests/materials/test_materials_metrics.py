@@ -56,6 +56,7 @@ def _fill(registry: MaterialRegistry) -> None:
 def _check(got: dict[str, dict[tuple, float]]) -> None:
     assert got["tracerag.materials"][(("status", "quarantined"),)] == 1
     assert got["tracerag.materials.quarantined"][()] == 1
+    assert got["tracerag.materials.quarantine_proposed"][()] == 0
     assert got["tracerag.materials.pending_writes"][()] == 1
     assert got["tracerag.materials.conflicts"][()] == 1
     assert sum(got["tracerag.materials.credibility"].values()) == 2

@@ -162,26 +162,49 @@ def test_rollback_skips_materials_changed_after_the_batch(
     assert registry.get("a").current.content.endswith("50 yuan.")
 
 
-def test_quarantine_after_n_denials_and_restore(registry: MaterialRegistry) -> None:
+def test_n_denials_propose_a_quarantine_a_person_confirms_or_dismisses(
+    registry: MaterialRegistry,
+) -> None:
     registry.register("fee", FEE_ZH, operator="kb", written_by="import@1")
     for expected in (1, 2):
         state = registry.apply_outcome("fee", "deny", weight=0.5, counter="denials")
         assert state.denials == expected and state.status == "active"
+        assert state.proposed_quarantine is None
     state = registry.apply_outcome("fee", "deny", weight=0.5, counter="denials")
-    assert state.status == "quarantined"
+    # the rule proposes; the material stays active (in retrieval) until a person decides
+    assert state.status == "active" and state.proposed_quarantine
+    assert state.current.change == "propose_quarantine"
     assert state.current.written_by == QUARANTINE_RULE and state.current.operator == "tracerag"
+    assert [s.material_id for s in registry.proposals()] == ["fee"]
     assert registry.history("fee")[0].version.version == 1
     usage = registry.usage("fee", 1)
     assert usage.denials == 3
     # EMA: three steps of rate 0.2 × weight 0.5 toward 0 from the prior 0.6
     assert state.ema == pytest.approx(0.6 * 0.9**3, abs=1e-12)
+    # a fourth denial proposes nothing new
+    state = registry.apply_outcome("fee", "deny", weight=0.5)
+    assert state.current.version == 2 and state.denials == 4
     with pytest.raises(InvalidTransition):
         registry.approve("fee", operator="x", reason="y")
+    # dismissed: stays in service, denials start again
+    kept = registry.dismiss("fee", operator="lead", reason="the fee is right")
+    assert kept.status == "active" and registry.get("fee").denials == 0
+    assert registry.get("fee").proposed_quarantine is None and registry.proposals() == []
+    with pytest.raises(InvalidTransition, match="no quarantine is proposed"):
+        registry.dismiss("fee", operator="lead", reason="again")
+    for _ in range(3):
+        state = registry.apply_outcome("fee", "deny")
+    assert state.proposed_quarantine
+    # confirmed: quarantined
+    confirmed = registry.quarantine("fee", operator="lead", reason="customers are right")
+    assert confirmed.status == "quarantined" and registry.proposals() == []
     restored = registry.restore("fee", operator="lead", reason="fee confirmed correct")
     assert restored.status == "active" and registry.get("fee").denials == 0
     # a denial that cannot be pinned on this material moves the EMA but is not counted
+    before = registry.get("fee").ema
     state = registry.apply_outcome("fee", "deny", count_denial=False)
-    assert state.denials == 0 and state.ema == pytest.approx(0.6 * 0.9**3 * 0.8, abs=1e-12)
+    assert state.denials == 0 and state.ema == pytest.approx(before * 0.8, abs=1e-12)
+    assert registry.store.verify_chain().ok and registry.verify().ok, registry.verify().issues
 
 
 def test_conflicting_active_materials_produce_a_conflict_record(

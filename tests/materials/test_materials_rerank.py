@@ -122,18 +122,20 @@ def test_credibility_reorders_and_ranks_are_recorded(
 ) -> None:
     spans = SpanCapture()
     tracer = spans.provider.get_tracer("test")
+    # a question two active materials match (the expired 2019 edition is withheld)
+    question = "return refund days warranty membership"
     plain = CredibilityRetriever(retriever=retriever, registry=registry, rerank=False)
-    before = ids(plain.invoke(QUESTION))
+    before = ids(plain.invoke(question))
     top = before[0]
     for _ in range(2):
         registry.apply_outcome(top, "deny", weight=1.0)
     for other in before[1:]:
         registry.apply_outcome(other, "confirm", weight=1.0)
     wrapped = CredibilityRetriever(
-        retriever=retriever, registry=registry, weights=RerankWeights(recency=0)
+        retriever=retriever, registry=registry, weights=RerankWeights(credibility=3, recency=0)
     )
     with tracer.start_as_current_span("retrieve"):
-        docs = wrapped.invoke(QUESTION)
+        docs = wrapped.invoke(question)
     after = ids(docs)
     assert sorted(after) == sorted(before) and after[0] != top
     assert [d.metadata["rank_after"] for d in docs] == list(range(1, len(docs) + 1))
@@ -145,19 +147,22 @@ def test_credibility_reorders_and_ranks_are_recorded(
             combined_score(m["relevance_score"], m["credibility"], 1.0, wrapped.weights),
             abs=1e-5,
         )
-    assert next(iter_attrs(spans.spans(), SPAN_RANK_BEFORE)) == tuple(before)
+    ranked_before = next(iter_attrs(spans.spans(), SPAN_RANK_BEFORE))
+    withheld = next(iter_attrs(spans.spans(), SPAN_WITHHELD))
+    assert withheld == ("returns-2019",)  # expired: withheld, listed on the span
+    assert tuple(i for i in ranked_before if i not in withheld) == tuple(before)
     assert next(iter_attrs(spans.spans(), SPAN_RANK_AFTER)) == tuple(after)
-    assert next(iter_attrs(spans.spans(), SPAN_WITHHELD)) == ()
     assert next(iter_attrs(spans.spans(), SPAN_CREDIBILITY)) == tuple(
         d.metadata["credibility"] for d in docs
     )
 
 
-def test_expired_material_is_marked_for_the_verifier(
+def test_expired_materials_are_withheld_and_superseded_ones_marked_for_the_verifier(
     registry: MaterialRegistry,
     retriever: Any,
 ) -> None:
-    CredibilityRetriever(retriever=retriever, registry=registry).invoke(QUESTION)
+    first = CredibilityRetriever(retriever=retriever, registry=registry).invoke(QUESTION)
+    assert "returns-2019" not in ids(first)  # its metadata says valid until 2020-12-31
     registry.edit(
         "returns",
         operator="lead",
@@ -166,9 +171,23 @@ def test_expired_material_is_marked_for_the_verifier(
         valid_until="2021-01-01",
     )
     docs = CredibilityRetriever(retriever=retriever, registry=registry).invoke(QUESTION)
+    assert "returns" not in ids(docs)  # expired in the registry: withheld
+    # a document the registry does not know is judged by its own metadata
+    unregistered = CredibilityRetriever(
+        retriever=retriever, registry=registry, register_unseen=False
+    )
+    registry.edit(
+        "returns",
+        operator="lead",
+        written_by="manual",
+        reason="still in force, replaced later",
+        valid_until="2999-01-01",
+        superseded_by="returns-2030",
+    )
+    docs = unregistered.invoke(QUESTION)
+    assert "returns-2019" not in ids(docs)
     returns = next(d for d in docs if d.metadata["id"] == "returns")
-    assert returns.metadata["valid_until"] == "2021-01-01"
-    assert returns.metadata["credibility"] == 0.0
+    assert returns.metadata["superseded_by"] == "returns-2030"
     from tracerag.signals.types import Material
 
     assert Material("returns", "", metadata=returns.metadata).stale_reason() is not None
@@ -180,3 +199,34 @@ def test_combined_score_weights() -> None:
     assert combined_score(1.2, -1, 0.5, RerankWeights()) == 0.0
     with pytest.raises(ValueError):
         RerankWeights(credibility=-1)
+
+
+def test_an_unreadable_registry_keeps_what_it_knew_withheld_and_says_so(
+    registry: MaterialRegistry, retriever: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry's database goes away: retrieval goes on with the state last read — the
+    quarantined material stays out — and every document says how old that state is."""
+    import sqlite3
+
+    from tracerag.materials.rerank import REGISTRY_AS_OF, SPAN_UNAVAILABLE
+
+    wrapped = CredibilityRetriever(retriever=retriever, registry=registry)
+    registry.observe(retriever.invoke(QUESTION))
+    registry.quarantine("returns", operator="lead", reason="wrong")
+    first = wrapped.invoke(QUESTION)
+    assert "returns" not in ids(first) and all(REGISTRY_AS_OF not in d.metadata for d in first)
+
+    def down(*_a: Any, **_k: Any) -> Any:
+        raise sqlite3.OperationalError("unable to open database file")
+
+    monkeypatch.setattr(registry, "states", down)
+    monkeypatch.setattr(registry, "observe", down)
+    spans = SpanCapture()
+    with spans.provider.get_tracer("test").start_as_current_span("retrieve"):
+        docs = wrapped.invoke(QUESTION)
+    assert "returns" not in ids(docs) and docs
+    assert all(d.metadata[REGISTRY_AS_OF] for d in docs)
+    assert next(iter_attrs(spans.spans(), SPAN_UNAVAILABLE)) is True
+    # a retriever that never read the registry says so too
+    fresh = CredibilityRetriever(retriever=retriever, registry=registry).invoke(QUESTION)
+    assert {d.metadata[REGISTRY_AS_OF] for d in fresh} == {"never"}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -337,7 +338,7 @@ def test_a_failed_edit_keeps_the_text_and_a_decision_redirects(desk, page):
     page.fill("#reason", "the answer cited a retired policy")
     page.click("#edit")
     page.wait_for_selector("#final-answer")
-    assert page.url == f"{base}/review/items/esc-0011"  # redirected after the POST
+    assert page.url == f"{base}/review/items/esc-0011?done=1"  # redirected after the POST
     assert page.inner_text("#final-answer") == mine
     page.reload()  # a reload reads the page again, it does not post the form twice
     assert len(store.get("esc-0011").of_kind("review_decision")) == 1
@@ -466,3 +467,210 @@ def test_the_materials_view_fits_a_phone(materials_desk, browser):
         assert axe_violations(phone) == []
     finally:
         context.close()
+
+
+# -- working the desk all day, on a phone and on a laptop (issue 23) -------------------------
+
+WIDTHS = {
+    "phone": {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True},
+    "laptop": {"viewport": {"width": 1366, "height": 900}},
+}
+DESK_CONFIG = {
+    "queues": {
+        "escalate": {
+            "reviews": 2,
+            "rubric": [
+                {
+                    "name": "grounded",
+                    "label": "每个论断都有出处 (every claim is backed)",
+                    "scale": [1, 5],
+                    "low": "no",
+                    "high": "fully",
+                    "required": True,
+                },
+                {"name": "tone", "label": "Polite", "scale": [1, 3]},
+            ],
+        }
+    }
+}
+
+
+@pytest.fixture
+def team_desk(tmp_path) -> Iterator[tuple[str, Any]]:
+    """A served desk of 12 escalated items (two reviewers each, a required rubric score) and 8
+    review items (one reviewer, the default rubric)."""
+    from store_fixtures import make_record
+
+    store = make_store(tmp_path)
+    store.append_records(
+        [
+            make_record(f"esc-{i:02d}", decision="escalate", confidence=0.3, question=f"退货 {i}")
+            for i in range(12)
+        ]
+        + [
+            make_record(f"rev-{i:02d}", decision="review", confidence=0.7, question=f"refund {i}")
+            for i in range(8)
+        ]
+    )
+    try:
+        with running(make_app(store, desk_config=DESK_CONFIG)) as base:
+            yield base, store
+    finally:
+        store.close()
+
+
+@pytest.fixture(params=sorted(WIDTHS))
+def width(request) -> str:
+    return request.param
+
+
+def person(browser: Any, width: str) -> Any:
+    context = browser.new_context(**WIDTHS[width])
+    p = context.new_page()
+    p.set_default_timeout(15_000)
+    return p
+
+
+def top_of(page: Any, selector: str) -> float:
+    return page.evaluate(
+        "(s) => document.querySelector(s).getBoundingClientRect().top + window.scrollY", selector
+    )
+
+
+def test_the_claimed_count_filter_and_sign_out_agree(team_desk, browser, width):
+    base, _ = team_desk
+    alice, bob = person(browser, width), person(browser, width)
+    try:
+        sign_in_page(alice, base, name="alice")
+        alice.goto(f"{base}/review/items/rev-03")
+        assert "You are working on this item" in alice.inner_text("#claim")
+        sign_in_page(bob, base, name="bob")
+        assert bob.inner_text("#counts") == "19 pending · 1 claimed · 0 decided"
+        bob.click("#counts >> text=1 claimed")
+        bob.wait_for_url("**status=claimed**")
+        assert bob.inner_text("#summary") == "1 item matches · page 1 of 1"
+        row = bob.locator("tr", has=bob.locator('a[href="/review/items/rev-03"]'))
+        assert "claimed by alice" in row.inner_text()
+        assert no_horizontal_overflow(bob)
+        assert axe_violations(bob) == []
+        # signing out gives the item back at once
+        alice.click("header button[type=submit]")
+        alice.wait_for_url(f"{base}/review/signin")
+        bob.goto(f"{base}/review")
+        assert bob.inner_text("#counts") == "20 pending · 0 claimed · 0 decided"
+        bob.goto(f"{base}/review/items/rev-03")
+        assert "You are working on this item" in bob.inner_text("#claim")
+    finally:
+        alice.context.close()
+        bob.context.close()
+
+
+def test_decide_near_the_top_then_confirmation_and_next_item(team_desk, browser, width):
+    base, store = team_desk
+    page = person(browser, width)
+    try:
+        sign_in_page(page, base, name="alice")
+        page.click("#take-next")
+        page.wait_for_url(f"{base}/review/items/esc-00")
+        assert no_horizontal_overflow(page)
+        screen = page.evaluate("window.innerHeight")
+        assert top_of(page, "#decide") < screen  # the form starts on the first screen
+        assert axe_violations(page) == []
+        page.click("#reject")  # no reason, no required score
+        assert top_of(page, "#decision-error") < screen
+        error = page.inner_text("#decision-error")
+        assert "每个论断都有出处" in error and "needs a reason" not in error
+        page.check("#score-grounded-2")
+        page.click("#reject")
+        assert "needs a reason" in page.inner_text("#decision-error")
+        assert page.is_checked("#score-grounded-2")  # what was entered is kept
+        page.fill("#reason", "M99 从未检索到")
+        page.click("#reject")
+        page.wait_for_url(f"{base}/review/items/esc-00?done=1")
+        assert top_of(page, "#confirmation") < 200
+        assert "Your review is recorded (1 of 2)" in page.inner_text("#confirmation")
+        assert no_horizontal_overflow(page)
+        assert axe_violations(page) == []
+        page.click("#next-item")
+        page.wait_for_url(f"{base}/review/items/esc-01")  # not esc-00 again: already judged
+        vote = store.get("esc-00").of_kind("review_vote")[0]
+        assert vote.payload["scores"] == {"grounded": 2} and vote.payload["action"] == "reject"
+        # a one-reviewer queue: the decision is final, and says so
+        page.goto(f"{base}/review/items/rev-00")
+        page.check("#score-complete-4")
+        page.click("#approve")
+        page.wait_for_url(f"{base}/review/items/rev-00?done=1")
+        assert "Saved: You approved this answer" in page.inner_text("#confirmation")
+        assert page.inner_text("#decision-scores") == "Scores: It answers the whole question 4"
+        assert store.get_decision("rev-00").action == "approve"
+    finally:
+        page.context.close()
+
+
+def test_two_reviewers_comments_assignment_skip_and_export(team_desk, browser, width):
+    base, store = team_desk
+    alice, bob = person(browser, width), person(browser, width)
+    try:
+        sign_in_page(alice, base, name="alice")
+        sign_in_page(bob, base, name="bob")
+        alice.goto(f"{base}/review/items/esc-05")
+        alice.fill("#comment", "M99 不存在，请核对 <b>bold?</b>")
+        alice.click("#add-comment")
+        alice.wait_for_url(f"{base}/review/items/esc-05#comments")
+        assert "M99 不存在，请核对 <b>bold?</b>" in alice.inner_text("#comments")
+        alice.fill("#assignee", "bob")
+        alice.click("#assign")
+        alice.wait_for_url(f"{base}/review/items/esc-05")
+        assert "Assigned to bob" in alice.inner_text("#assignment")
+        bob.goto(f"{base}/review")
+        assert bob.inner_text("#mine") == "1 assigned to you"
+        bob.click("#take-next")
+        bob.wait_for_url(f"{base}/review/items/esc-05")  # assigned to bob: first in his queue
+        bob.check("#score-grounded-5")
+        bob.click("#approve")
+        bob.wait_for_url("**done=1")
+        alice.goto(f"{base}/review/items/esc-05")
+        assert "1 of 2 reviews in" in alice.inner_text("#reviews-in")
+        assert alice.locator("#judgements").count() == 0  # blind until alice has judged
+        alice.check("#score-grounded-4")
+        alice.click("#approve")
+        alice.wait_for_url("**done=1")
+        assert "All 2 reviewers agreed" in alice.inner_text("#confirmation")
+        assert "bob" in alice.inner_text("#judgements")  # shown once settled
+        assert axe_violations(alice) == []
+        # skip: the next item for alice is another one, and the skipped one comes last
+        alice.goto(f"{base}/review/items/esc-06")
+        alice.click("#skip button")
+        alice.wait_for_url(f"{base}/review/items/esc-00")
+        assert store.get_decision("esc-05").action == "approve"
+        # the export page and its files
+        alice.goto(f"{base}/review/export")
+        assert "1 decided item: 1 approved" in alice.inner_text("#export-counts")
+        assert "100% unanimous" in alice.inner_text("#agreement")
+        assert no_horizontal_overflow(alice)
+        assert axe_violations(alice) == []
+        with alice.expect_download() as download:
+            alice.click("#export-csv")
+        rows = Path(download.value.path()).read_text(encoding="utf-8").splitlines()
+        assert rows[0].startswith("request_id,queue,question,answer") and len(rows) == 2
+        assert rows[1].startswith("esc-05,escalate,退货 5,")
+    finally:
+        alice.context.close()
+        bob.context.close()
+
+
+def test_a_real_answers_item_fits_and_passes_axe_at_both_widths(served, browser, width):
+    """A record from a real pipeline run carries the attribution table (six columns) that once
+    made the item page 568 px wide at 390 px: it now scrolls inside its own region."""
+    base, _ = served
+    rid = escalated(base)
+    page = person(browser, width)
+    try:
+        sign_in_page(page, base, name="alice")
+        page.goto(f"{base}/review/items/{rid}")
+        assert page.locator("table.attribution").count() == 1
+        assert no_horizontal_overflow(page)
+        assert axe_violations(page) == []  # the scrolling region takes the keyboard focus
+        assert page.evaluate("typeof window.__pwned") == "undefined"
+    finally:
+        page.context.close()

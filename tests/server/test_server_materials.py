@@ -262,3 +262,34 @@ def test_long_lists_are_cut_and_say_so(
     assert len(re.findall(r'class="material pending-write"', html)) == 2
     assert "The oldest 2 of 3 are shown" in text(html)
     assert "conflicts-more" not in html and "quarantined-more" not in html
+
+
+def test_a_proposed_quarantine_is_confirmed_or_dismissed_on_the_desk(
+    client: TestClient, scene: MaterialRegistry
+) -> None:
+    """Denials only propose; the desk shows the proposal, says the material is still in
+    retrieval, and a named reviewer confirms (quarantine) or dismisses it."""
+    for _ in range(3):
+        scene.apply_outcome("policy-30", "deny")
+        scene.apply_outcome("feed-15", "deny")
+    assert scene.get("policy-30").status == "active" and scene.get("policy-30").proposed_quarantine
+    sign_in_named(client)
+    html = client.get("/review/materials").text
+    shown = text(html)
+    assert "2 quarantines proposed" in shown
+    proposed = re.findall(r'class="material proposed"[^>]*data-material="([^"]+)"', html)
+    assert sorted(proposed) == ["feed-15", "policy-30"]
+    assert "Nothing is quarantined until a person confirms it" in shown
+    history = text(client.get("/review/materials/history?id=policy-30").text)
+    assert "quarantine proposed" in shown and "still in retrieval" in history
+    assert act(client, "policy-30", "quarantine", "customers are right").status_code == 303
+    assert act(client, "feed-15", "dismiss", "the feed is right").status_code == 303
+    assert scene.get("policy-30").status == "quarantined"
+    kept = scene.get("feed-15")
+    assert kept.status == "active" and kept.proposed_quarantine is None and kept.denials == 0
+    identity = scene.identities("policy-30")[scene.get("policy-30").current.version]
+    assert identity["name"] == "李伟" and identity["method"] == "desk-named-token"
+    # nothing left to dismiss
+    again = act(client, "feed-15", "dismiss", "again")
+    assert again.status_code == 422 and "no quarantine is proposed" in again.text
+    assert scene.verify().ok, scene.verify().issues

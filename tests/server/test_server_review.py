@@ -194,7 +194,8 @@ def test_approve_stores_audits_delivers_and_the_frontend_sees_the_answer(client,
         data={"csrf": csrf_of(page.text), "action": "approve", "final_answer": "ignored"},
         follow_redirects=False,
     )
-    assert reply.status_code == 303 and reply.headers["location"] == f"/review/items/{rid}"
+    assert reply.status_code == 303
+    assert reply.headers["location"] == f"/review/items/{rid}?done=1"  # the confirmation
     decision = store.get_decision(rid)
     assert decision.action == "approve" and decision.reviewer == "alice"
     assert decision.final_answer == CANDIDATE

@@ -3,7 +3,8 @@
 A partner feed writes a returns policy with the wrong window (60 days instead of 7) into the
 Northwind knowledge base. The write gate holds it (it conflicts with the returns policy); an
 operator approves the feed anyway. Customers get answers that cite it, deny them, and after the
-third denial the material is quarantined and leaves retrieval. ``tracerag trace-back`` on a
+third denial the denial rule proposes its quarantine; an operator confirms it on the desk (here,
+in code) and the material leaves retrieval. ``tracerag trace-back`` on a
 complained-about request names the write that caused it in one command.
 """
 
@@ -140,9 +141,13 @@ def run_scenario(args: argparse.Namespace) -> int:
             _say(
                 f"   deny on {rid}: {BAD_ID} EMA {state.ema:.3f}, denials {state.denials}, "
                 f"status {state.status}"
-                + ("  ← QUARANTINED" if BAD_ID in result.quarantined else "")
+                + ("  ← QUARANTINE PROPOSED" if BAD_ID in result.proposed else "")
             )
-            if state.status == "quarantined":
+            if state.proposed_quarantine:
+                registry.quarantine(
+                    BAD_ID, operator="ops-lead", reason="confirmed: the returns window is 7 days"
+                )
+                _say(f"   ops-lead confirms the proposal on the desk → {BAD_ID} QUARANTINED")
                 break
 
         if complained:

@@ -6,6 +6,11 @@ The core of tracerag: this package imports no tools, demo, server or command lin
 
 from __future__ import annotations
 
+from tracerag.materials._principal import (
+    FeedbackLimits,
+    InvalidUserToken,
+    UserTokens,
+)
 from tracerag.materials.conflicts import Conflict, answer_conflicts, find_conflicts
 from tracerag.materials.credibility import (
     OUTCOMES,
@@ -41,9 +46,11 @@ __all__ = [
     "ConcurrentChange",
     "Conflict",
     "CredibilityPolicy",
+    "FeedbackLimits",
     "GateReason",
     "GateVerdict",
     "InvalidTransition",
+    "InvalidUserToken",
     "MaterialNotFound",
     "MaterialRegistry",
     "MaterialState",
@@ -53,6 +60,7 @@ __all__ = [
     "StoredVersion",
     "Usage",
     "Use",
+    "UserTokens",
     "WriteGate",
     "answer_conflicts",
     "content_hash",

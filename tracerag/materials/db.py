@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 from tracerag.errors import ConfigurationError, TraceragError
@@ -133,6 +133,39 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
             "INSERT INTO material_head (id, generation) VALUES (1, 0)",
         ],
     ),
+    (
+        # verdicts per principal (``principal`` is NULL for an unverified note and for verdicts
+        # kept before principals existed, ``method`` 'legacy'); what each verdict did to each
+        # material (the per-material limits count these); the upgrade's baseline of the
+        # columns of materials changed before registry events were chained
+        2,
+        [
+            "ALTER TABLE material_feedback ADD COLUMN principal TEXT",
+            "ALTER TABLE material_feedback ADD COLUMN method TEXT NOT NULL DEFAULT 'legacy'",
+            "ALTER TABLE material_feedback ADD COLUMN counted INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE material_feedback ADD COLUMN declared_user TEXT",
+            "CREATE UNIQUE INDEX material_feedback_principal "
+            "ON material_feedback (request_id, principal)",
+            "CREATE INDEX material_feedback_window ON material_feedback (principal, created_at)",
+            """CREATE TABLE material_feedback_effects (
+                feedback_id TEXT NOT NULL,
+                material_id TEXT NOT NULL,
+                principal TEXT,
+                counted INTEGER NOT NULL,
+                created_at TEXT NOT NULL,
+                PRIMARY KEY (feedback_id, material_id)
+            )""",
+            "CREATE INDEX material_feedback_effects_material "
+            "ON material_feedback_effects (material_id, created_at)",
+            "CREATE INDEX material_feedback_effects_principal "
+            "ON material_feedback_effects (principal, material_id, created_at)",
+            """CREATE TABLE material_baseline (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                done INTEGER NOT NULL
+            )""",
+            "INSERT INTO material_baseline (id, done) VALUES (1, 0)",
+        ],
+    ),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -169,25 +202,32 @@ class SQLiteRegistryDB(RegistryDB):
         self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         self._conn.execute("PRAGMA synchronous=FULL")
         self.schema_version = self._migrate()
+        # reads have a connection of their own: a write waiting for the database (locked by
+        # another process) does not hold up retrieval, which only reads (WAL: readers go on)
+        self._read_lock = threading.RLock()
+        self._read_conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
+        )
+        self._read_conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
 
     def _migrate(self) -> int:
         with self._lock, transaction(self._conn, "BEGIN IMMEDIATE") as cur:
             return _migrate(QmarkCursor(cur), self.dialect)
 
-    def write(self) -> AbstractContextManager[Cursor]:
-        return self._transaction("BEGIN IMMEDIATE")
-
-    def read(self) -> AbstractContextManager[Cursor]:
-        return self._transaction("BEGIN")
+    @contextmanager
+    def write(self) -> Iterator[Cursor]:
+        with self._lock, transaction(self._conn, "BEGIN IMMEDIATE") as cur:
+            yield cur
 
     @contextmanager
-    def _transaction(self, begin: str) -> Iterator[Cursor]:
-        with self._lock, transaction(self._conn, begin) as cur:
+    def read(self) -> Iterator[Cursor]:
+        with self._read_lock, transaction(self._read_conn, "BEGIN") as cur:
             yield cur
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._read_lock:
             self._conn.close()
+            self._read_conn.close()
 
 
 class _PgCursor:
@@ -213,27 +253,51 @@ class PostgresRegistryDB(RegistryDB):
     def __init__(self, dsn: str, schema: str | None = None) -> None:
         from tracerag.store.postgres import connect
 
+        self._dsn, self._schema = dsn, schema
         self._lock = threading.RLock()
+        self._read_lock = threading.RLock()
+        self._closed = False
         self._conn = connect(dsn, schema)
         with self._conn.transaction(), self._conn.cursor() as raw:
             raw.execute("SELECT pg_advisory_xact_lock(hashtext('tracerag.materials.schema'))")
             self.schema_version = _migrate(raw, self.dialect)
+        # reads have a connection of their own: a write waiting for a lock does not hold them
+        self._read_conn = connect(dsn, schema)
+
+    def _connection(self, read: bool) -> Any:
+        """A connection, made again when the server dropped the last one (an outage)."""
+        from tracerag.store.postgres import connect
+
+        conn = self._read_conn if read else self._conn
+        if not self._closed and (conn.closed or conn.broken):
+            conn = connect(self._dsn, self._schema)
+            if read:
+                self._read_conn = conn
+            else:
+                self._conn = conn
+        return conn
 
     @contextmanager
     def write(self) -> Iterator[Cursor]:
-        with self._lock, self._conn.transaction(), self._conn.cursor() as raw:
-            cur = _PgCursor(raw)
-            cur.execute("SELECT generation FROM material_head WHERE id = 1 FOR UPDATE")
-            yield cur
+        with self._lock:
+            conn = self._connection(read=False)
+            with conn.transaction(), conn.cursor() as raw:
+                cur = _PgCursor(raw)
+                cur.execute("SELECT generation FROM material_head WHERE id = 1 FOR UPDATE")
+                yield cur
 
     @contextmanager
     def read(self) -> Iterator[Cursor]:
-        with self._lock, self._conn.transaction(), self._conn.cursor() as raw:
-            yield _PgCursor(raw)
+        with self._read_lock:
+            conn = self._connection(read=True)
+            with conn.transaction(), conn.cursor() as raw:
+                yield _PgCursor(raw)
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._read_lock:
+            self._closed = True
             self._conn.close()
+            self._read_conn.close()
 
 
 def _migrate(cur: Any, dialect: str) -> int:
@@ -246,6 +310,52 @@ def _migrate(cur: Any, dialect: str) -> int:
         schema="material registry",
         refuse=MaterialStoreError,
     )
+
+
+class ChainCursor:
+    """The cursor of a store's chained transaction (``SQLAuditStore.chained``), taking the
+    registry's ``?`` parameters."""
+
+    def __init__(self, cur: Any) -> None:
+        self._cur = cur
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._cur.execute(sql.replace("?", "%s"), tuple(params))
+
+    def fetchone(self) -> Any:
+        return self._cur.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        rows: list[Any] = self._cur.fetchall()
+        return rows
+
+
+def registry_present(store: Any) -> bool:
+    """True when the database of an open audit store holds the registry's tables (checked
+    without creating them)."""
+    dsn = getattr(store, "dsn", None)
+    if dsn:
+        from tracerag.store.postgres import connect
+
+        conn = connect(dsn, getattr(store, "schema", None))
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT to_regclass('material_schema_version')")
+                row = cur.fetchone()
+            return bool(row and row[0])
+        finally:
+            conn.close()
+    path = getattr(store, "path", None)
+    if not path or path == ":memory:":
+        return False
+    conn2 = sqlite3.connect(path, timeout=30)
+    try:
+        row = conn2.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'material_schema_version'"
+        ).fetchone()
+        return row is not None
+    finally:
+        conn2.close()
 
 
 def connect_like(store: Any) -> RegistryDB:
@@ -262,9 +372,11 @@ def connect_like(store: Any) -> RegistryDB:
 __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "ChainCursor",
     "MaterialStoreError",
     "PostgresRegistryDB",
     "RegistryDB",
     "SQLiteRegistryDB",
     "connect_like",
+    "registry_present",
 ]

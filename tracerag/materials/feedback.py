@@ -1,9 +1,22 @@
 """Closing the loop: outcomes of answers move the credibility of the materials they relied on.
 
-* ``record_feedback(request_id, verdict, comment, correction, registry=...)`` — a user's
-  ``confirm`` / ``deny`` / ``clarify`` (with a correction) on an answer;
+* ``record_feedback(request_id, verdict, comment, correction, registry=..., operator=...)`` —
+  a verdict on an answer: ``confirm`` / ``deny`` / ``clarify`` (with a correction);
 * ``record_review_outcome(request_id, registry=...)`` — a reviewer's approve / edit / reject;
 * ``record_usage(record, registry=...)`` — a finished request's read hits and usage counts.
+
+A verdict counts once per principal and request (``DuplicateFeedback`` after) and only when the
+principal is established by more than the caller's word (``tracerag.materials._principal``): a
+verdict under a declared name is kept as an unverified note and moves nothing. Within the
+``FeedbackLimits`` given (the server always gives them), a principal's verdicts beyond its rate
+are refused (``FeedbackLimited``), and a principal moves each material at most once per window.
+A material denied often enough is not quarantined by the verdicts themselves: the rule
+*proposes* its quarantine (a ``propose_quarantine`` version), which a person confirms or
+dismisses on the desk or with ``tracerag materials quarantine|dismiss``.
+
+The verdict, what it did to each material (``outcome`` events with the material's columns
+after them), the proposal it caused and the verdict's rows commit in one transaction with their
+entries in the hash chain, so ``tracerag audit verify`` re-derives all of it.
 
 The materials an answer relied on are, in order of preference: those with a share in the
 record's ``signals.attribution`` (``{material_id: {"share": s}}`` or ``{material_id: s}``),
@@ -15,24 +28,45 @@ trusted side only (when they are trusted alike, of the side whose write made the
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from langchain_core.documents import Document
 
-from tracerag.materials.db import MaterialStoreError
-from tracerag.materials.model import Provenance, content_hash
+from tracerag.identity import REVIEW_DECISION, OperatorIdentity
+from tracerag.materials._events import read_row
+from tracerag.materials._principal import (
+    FeedbackLimits,
+    capped,
+    counts,
+    principal_of,
+)
+from tracerag.materials.db import ChainCursor, MaterialStoreError
+from tracerag.materials.model import Provenance, content_hash, iso, parse_time, utcnow
 from tracerag.materials.records import Use
-from tracerag.materials.registry import MaterialRegistry
+from tracerag.materials.registry import MaterialRegistry, Operator
 from tracerag.record import AuditRecord
 from tracerag.store.base import KIND_EXPLANATION_REQUESTED
 
 VERDICTS = ("confirm", "deny", "clarify")
+#: verdicts (and review actions) that complain about an answer
+COMPLAINTS = ("deny", "clarify", "edit", "reject")
 
 
 class DuplicateFeedback(MaterialStoreError):
-    """This person already gave feedback on this request (one verdict each)."""
+    """This principal already gave a verdict on this request (one verdict each)."""
+
+
+class FeedbackLimited(MaterialStoreError):
+    """A principal gave more verdicts than its limit allows in the window (or a request has
+    as many unverified notes as it may keep); ``retry_after``: seconds until one is allowed."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 CORRECTION_RULE = "feedback-correction@1"
@@ -43,11 +77,12 @@ _COUNTERS = {
     "edit": "edits",
     "reject": "rejections",
 }
+NOTE_REASON = "an unverified note: no authenticated principal gave it"
 
 
 @dataclass(frozen=True)
 class MaterialUpdate:
-    """How one material's credibility moved."""
+    """How one material's credibility moved (``counted`` false: it did not, and ``why``)."""
 
     material_id: str
     version: int | None
@@ -55,30 +90,55 @@ class MaterialUpdate:
     ema_before: float
     ema_after: float
     status: str
+    counted: bool = True
+    why: str | None = None
 
 
 @dataclass
 class FeedbackResult:
-    """What one feedback verdict changed."""
+    """What one verdict changed. ``to_dict`` is the operator's view (credibility figures
+    included); ``caller_view`` is what the one who gave it may be told."""
 
     request_id: str
     verdict: str
     feedback_id: str | None = None
+    principal: str | None = None  # None: an unverified note
+    method: str | None = None
+    counted: bool = False
+    note: str | None = None  # why it moved nothing, when it did not
     updates: list[MaterialUpdate] = field(default_factory=list)
-    quarantined: list[str] = field(default_factory=list)
+    proposed: list[str] = field(default_factory=list)  # quarantines proposed for a person
     correction_id: str | None = None
     audit_seq: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-able form."""
+        """A JSON-able form, for operators."""
         return {
             "request_id": self.request_id,
             "verdict": self.verdict,
             "feedback_id": self.feedback_id,
+            "principal": self.principal,
+            "method": self.method,
+            "counted": self.counted,
+            "note": self.note,
             "updates": [u.__dict__ for u in self.updates],
-            "quarantined": self.quarantined,
+            "proposed_quarantine": self.proposed,
             "correction_id": self.correction_id,
             "audit_seq": self.audit_seq,
+        }
+
+    def caller_view(self) -> dict[str, Any]:
+        """What the verdict's giver may know: that it was kept, whether it counted (and if not,
+        why in general terms), and whether a correction was held for review — no material,
+        credibility figure or quarantine."""
+        return {
+            "request_id": self.request_id,
+            "verdict": self.verdict,
+            "feedback_id": self.feedback_id,
+            "recorded_as": "verdict" if self.principal is not None else "note",
+            "counted": self.counted,
+            "note": self.note,
+            "correction_held": self.correction_id is not None,
         }
 
 
@@ -167,14 +227,8 @@ def record_usage(record: Mapping[str, Any], *, registry: MaterialRegistry) -> in
     return registry.record_use(str(record["request_id"]), uses, decision=record.get("decision"))
 
 
-def _apply(
-    registry: MaterialRegistry, record: Mapping[str, Any], verdict: str, result: FeedbackResult
-) -> dict[str, dict[str, Any]]:
-    _ensure_registered(registry, record)
-    materials = _materials(record)
-    shares = relied_on(record)
-    # both sides of an open conflict relied on: the denial counts toward quarantine only for
-    # the less trusted side; both EMAs move
+def _spared(registry: MaterialRegistry, shares: Mapping[str, float]) -> set[str]:
+    """Materials a denial does not count against (the better side of an open conflict)."""
     states = registry.states(shares)
     spared: set[str] = set()
     for c in registry.conflicts():
@@ -183,27 +237,187 @@ def _apply(
             continue
         # the less trusted side; when trusted alike, the side whose write made the conflict
         spared.add(c.material_a if b.ema < a.ema else c.material_b)
-    applied: dict[str, dict[str, Any]] = {}
-    for mid, share in shares.items():
-        before = registry.find(mid)
-        if before is None:
-            continue
-        version = _version(registry, materials[mid])
-        after = registry.apply_outcome(
-            mid,
-            verdict,
-            weight=share,
-            version=version,
-            counter=_COUNTERS.get(verdict),
-            count_denial=mid not in spared,
+    return spared
+
+
+def _verdict(
+    registry: MaterialRegistry,
+    record: Mapping[str, Any],
+    request_id: str,
+    verdict: str,
+    who: OperatorIdentity,
+    *,
+    limits: FeedbackLimits | None,
+    comment: str | None,
+    correction: str | None,
+    declared_user: str | None = None,
+    key: str = "feedback",
+) -> FeedbackResult:
+    """Apply one verdict in one chained transaction (see the module's docstring)."""
+    count = counts(who)
+    _ensure_registered(registry, record)
+    materials = _materials(record)
+    shares = relied_on(record)
+    spared = _spared(registry, shares)
+    versions = {mid: _version(registry, materials[mid]) for mid in shares}
+    now = utcnow()
+    created = iso(now) or ""
+    feedback_id = "fb-" + uuid.uuid4().hex[:16]
+    principal = who.name if count else None
+    result = FeedbackResult(request_id, verdict, feedback_id, principal, who.method)
+
+    def since(seconds: float) -> str:
+        return iso(now - timedelta(seconds=seconds)) or ""
+
+    def work(tx: Any) -> None:
+        cur = ChainCursor(tx.cursor)
+        if count:
+            cur.execute(
+                "SELECT 1 FROM material_feedback WHERE request_id = ? AND (principal = ? OR "
+                "(method = 'legacy' AND operator = ?))",
+                (request_id, who.name, who.name),
+            )
+            if cur.fetchone() is not None:
+                raise DuplicateFeedback(
+                    f"{who.name} already gave a verdict on request {request_id!r}"
+                )
+            if limits is not None:
+                cur.execute(
+                    "SELECT COUNT(*), MIN(created_at) FROM material_feedback "
+                    "WHERE principal = ? AND created_at >= ?",
+                    (who.name, since(limits.principal_window)),
+                )
+                n, oldest = cur.fetchone()
+                if int(n) >= limits.per_principal:
+                    first = parse_time(oldest) or now
+                    wait = (first - now).total_seconds() + limits.principal_window
+                    raise FeedbackLimited(
+                        f"{who.name} gave {n} verdicts in the last "
+                        f"{limits.principal_window:.0f} s (the limit is {limits.per_principal})",
+                        max(1.0, wait),
+                    )
+        elif limits is not None:
+            cur.execute(
+                "SELECT COUNT(*) FROM material_feedback WHERE request_id = ? "
+                "AND principal IS NULL AND method <> 'legacy'",
+                (request_id,),
+            )
+            if int(cur.fetchone()[0]) >= limits.notes_per_request:
+                raise FeedbackLimited(
+                    f"request {request_id!r} keeps at most {limits.notes_per_request} "
+                    "unverified notes",
+                    limits.principal_window,
+                )
+        effects: dict[str, dict[str, Any]] = {}
+        for mid, share in shares.items():
+            row = read_row(cur, mid)
+            if row is None:
+                continue  # not registered (it could not be): nothing to move
+            why = None if count else NOTE_REASON
+            if why is None and limits is not None:
+                cur.execute(
+                    "SELECT 1 FROM material_feedback_effects WHERE principal = ? AND "
+                    "material_id = ? AND counted = 1 AND created_at >= ?",
+                    (who.name, mid, since(limits.material_window)),
+                )
+                if cur.fetchone() is not None:
+                    why = "this principal's verdicts moved this material within the window"
+                elif capped(who):
+                    cur.execute(
+                        "SELECT COUNT(*) FROM material_feedback_effects WHERE material_id = ? "
+                        "AND counted = 1 AND created_at >= ?",
+                        (mid, since(limits.material_window)),
+                    )
+                    if int(cur.fetchone()[0]) >= limits.per_material:
+                        why = "the material received as many counted verdicts as it may "
+                        why += "in the window"
+            version = versions.get(mid)
+            if why is not None:
+                effects[mid] = {"version": version, "share": share, "counted": False, "why": why}
+                result.updates.append(
+                    MaterialUpdate(
+                        mid, version, share, row["ema"], row["ema"], row["status"], False, why
+                    )
+                )
+                continue
+            before, after, proposed = registry._outcome_in(
+                tx,
+                mid,
+                verdict,
+                weight=share,
+                version=version,
+                counter=_COUNTERS.get(verdict),
+                count_denial=mid not in spared,
+                identity=who,
+                context={"feedback_id": feedback_id, "request_id": request_id},
+            )
+            effects[mid] = {"version": version, "share": share, "counted": True}
+            status = "active" if proposed else after["status"]
+            result.updates.append(
+                MaterialUpdate(mid, version, share, before["ema"], after["ema"], status)
+            )
+            if proposed:
+                result.proposed.append(mid)
+        result.counted = any(e["counted"] for e in effects.values())
+        if not result.counted:
+            reasons = [e["why"] for e in effects.values() if e.get("why")]
+            result.note = reasons[0] if reasons else "the answer relied on no registered material"
+        entry = tx.action(
+            request_id,
+            "operator_action",
+            who.name,
+            {
+                key: {
+                    "feedback_id": feedback_id,
+                    "verdict": verdict,
+                    "comment": comment,
+                    "correction": correction,
+                    "principal": principal,
+                    "method": who.method,
+                    "identity": who.to_dict(),
+                    "counted": result.counted,
+                    "declared_user": declared_user,
+                    "materials": effects,
+                    "proposed_quarantine": result.proposed,
+                }
+            },
+            comment,
         )
-        result.updates.append(
-            MaterialUpdate(mid, version, share, before.ema, after.ema, after.status)
+        result.audit_seq = entry.seq
+        cur.execute(
+            "INSERT INTO material_feedback (feedback_id, request_id, verdict, comment, "
+            "correction, operator, created_at, audit_seq, principal, method, counted, "
+            "declared_user) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                feedback_id,
+                request_id,
+                verdict,
+                comment,
+                correction,
+                who.name,
+                created,
+                entry.seq,
+                principal,
+                who.method,
+                int(result.counted),
+                declared_user,
+            ),
         )
-        if after.status == "quarantined" and before.status != "quarantined":
-            result.quarantined.append(mid)
-        applied[mid] = {"version": version, "share": share}
-    return applied
+        for mid, effect in effects.items():
+            cur.execute(
+                "INSERT INTO material_feedback_effects (feedback_id, material_id, principal, "
+                "counted, created_at) VALUES (?, ?, ?, ?, ?)",
+                (feedback_id, mid, principal, int(effect["counted"]), created),
+            )
+        if result.counted and verdict in COMPLAINTS:
+            cur.execute(
+                "INSERT INTO material_complaints (request_id, verdict, created_at) "
+                "VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                (request_id, verdict, created),
+            )
+
+    registry.store.chained(work)
+    return result
 
 
 def record_feedback(
@@ -213,61 +427,60 @@ def record_feedback(
     correction: str | None = None,
     *,
     registry: MaterialRegistry,
-    operator: str = "user",
+    operator: Operator = "user",
+    declared_user: str | None = None,
+    limits: FeedbackLimits | None = None,
 ) -> FeedbackResult:
-    """Apply a user's verdict on an answer to the materials it relied on.
+    """Apply a verdict on an answer to the materials it relied on.
 
-    ``deny`` and ``clarify`` mark the request as complained about (its read hits are kept);
-    a ``clarify`` correction is written as a new ``user_input`` material, held for review.
-    The verdict is appended to the request's audit trail. Raises ``RequestNotFound``.
+    ``operator``: the principal — an ``OperatorIdentity`` (a ``declared`` one is kept as an
+    unverified note that moves nothing), or a bare name, which is the calling application's
+    word for its user (``app-vouched``). ``declared_user``: a name the giver stated, kept
+    beside the verdict, never trusted. ``limits``: the ``FeedbackLimits`` to enforce (None:
+    none but one verdict per principal and request).
+
+    A counted ``deny`` or ``clarify`` marks the request as complained about (its read hits are
+    kept); a counted ``clarify`` correction is written as a new ``user_input`` material, held
+    for review; a counted ``deny`` queues an explanation. The verdict is chained in the
+    request's trail. Raises ``RequestNotFound``, ``DuplicateFeedback``, ``FeedbackLimited``.
     """
     if verdict not in VERDICTS:
         raise ValueError(f"verdict must be one of {VERDICTS}, not {verdict!r}")
     if verdict == "clarify" and not (correction and correction.strip()):
         raise ValueError("a clarify verdict needs the correction")
-    trail = registry.store.get(request_id)
-    if any(f["operator"] == operator for f in registry.feedback_for(request_id)):
-        raise DuplicateFeedback(f"{operator} already gave feedback on request {request_id!r}")
-    record = trail.record
-    result = FeedbackResult(request_id, verdict)
-    applied = _apply(registry, record, verdict, result)
-    if verdict in ("deny", "clarify"):
-        registry.mark_complaint(request_id, verdict)
-    if verdict == "clarify" and correction:
-        n = sum(1 for s in registry.by_rule(CORRECTION_RULE)) + 1
+    who = principal_of(operator)
+    if not who.name.strip():
+        raise ValueError("a verdict needs a named principal")
+    record = registry.store.get(request_id).record
+    result = _verdict(
+        registry,
+        record,
+        request_id,
+        verdict,
+        who,
+        limits=limits,
+        comment=comment,
+        correction=correction,
+        declared_user=declared_user,
+    )
+    if result.counted and verdict == "clarify" and correction:
+        n = sum(1 for _ in registry.by_rule(CORRECTION_RULE)) + 1
         correction_id = f"correction-{request_id}-{n}"
         registry.register(
             correction_id,
             correction,
-            operator=operator,
+            operator=who,
             written_by=CORRECTION_RULE,
-            provenance=Provenance(source_type="user_input", parents=tuple(applied)),
+            provenance=Provenance(
+                source_type="user_input",
+                parents=tuple(u.material_id for u in result.updates),
+            ),
             reason=f"correction to request {request_id}" + (f": {comment}" if comment else ""),
             hold=True,
         )
         result.correction_id = correction_id
-    entry = registry.store.append_action(
-        request_id,
-        "operator_action",
-        operator,
-        {
-            "feedback": {
-                "verdict": verdict,
-                "comment": comment,
-                "correction": correction,
-                "correction_id": result.correction_id,
-                "materials": applied,
-                "quarantined": result.quarantined,
-            }
-        },
-        comment,
-    )
-    result.audit_seq = entry.seq
-    result.feedback_id = registry.log_feedback(
-        request_id, verdict, comment, correction, operator, entry.seq
-    )
-    if verdict == "deny":
-        request_explanation(registry, request_id, operator, "a user denied the answer")
+    if result.counted and verdict == "deny":
+        request_explanation(registry, request_id, who.name, "a user denied the answer")
     return result
 
 
@@ -288,25 +501,37 @@ def record_review_outcome(request_id: str, *, registry: MaterialRegistry) -> Fee
     decision = registry.store.get_decision(request_id)
     if decision is None:
         return None
-    reviewer = f"review:{decision.reviewer}"
-    if any(f["operator"] == reviewer for f in registry.feedback_for(request_id)):
+    who = OperatorIdentity(f"review:{decision.reviewer}", REVIEW_DECISION)
+    if any(
+        f["principal"] == who.name or (f["method"] == "legacy" and f["operator"] == who.name)
+        for f in registry.feedback_for(request_id)
+    ):
         return None  # applied already
     record = registry.store.get(request_id).record
-    result = FeedbackResult(request_id, decision.action)
-    _apply(registry, record, decision.action, result)
-    if decision.action in ("edit", "reject"):
-        registry.mark_complaint(request_id, decision.action)
+    try:
+        result = _verdict(
+            registry,
+            record,
+            request_id,
+            decision.action,
+            who,
+            limits=None,
+            comment=decision.reason,
+            correction=decision.final_answer,
+            key="review_outcome",
+        )
+    except DuplicateFeedback:
+        return None  # applied meanwhile
     if decision.action == "reject":
-        request_explanation(registry, request_id, reviewer, "a reviewer rejected the answer")
-    result.feedback_id = registry.log_feedback(
-        request_id, decision.action, decision.reason, decision.final_answer, reviewer, None
-    )
+        request_explanation(registry, request_id, who.name, "a reviewer rejected the answer")
     return result
 
 
 __all__ = [
+    "COMPLAINTS",
     "VERDICTS",
     "DuplicateFeedback",
+    "FeedbackLimited",
     "FeedbackResult",
     "MaterialUpdate",
     "record_feedback",

@@ -10,12 +10,15 @@ watched by several registries counts once):
 * ``tracerag.materials.pending_writes`` — new materials and edits waiting for review;
 * ``tracerag.materials.conflicts`` — open conflicts;
 * ``tracerag.materials.quarantined`` — materials out of retrieval until a person restores them;
+* ``tracerag.materials.quarantine_proposed`` — quarantines the denial rule proposed, waiting for
+  a person to confirm or dismiss them (the materials stay in retrieval meanwhile);
 * ``tracerag.materials.credibility`` — active materials by credibility ``bucket`` (tenths,
   ``0.0-0.1`` … ``0.9-1.0``): the credibility distribution.
 
 Prometheus names: ``tracerag_materials``, ``tracerag_materials_pending_writes``,
 ``tracerag_materials_conflicts``, ``tracerag_materials_quarantined``,
-``tracerag_materials_credibility``. ``observe_registry(registry, meter_provider)`` puts the
+``tracerag_materials_quarantine_proposed``, ``tracerag_materials_credibility``.
+``observe_registry(registry, meter_provider)`` puts the
 gauges of one registry on a given provider.
 """
 
@@ -102,12 +105,13 @@ def _figures(registries: list[Any]) -> dict[str, Any] | None:
                 "pending_writes": 0,
                 "open_conflicts": 0,
                 "quarantined": 0,
+                "quarantine_proposed": 0,
                 "credibility_histogram": dict.fromkeys(found["credibility_histogram"], 0),
             }
         for status, n in found["by_status"].items():
             total["by_status"][status] = total["by_status"].get(status, 0) + n
-        for name in ("pending_writes", "open_conflicts", "quarantined"):
-            total[name] += found[name]
+        for name in ("pending_writes", "open_conflicts", "quarantined", "quarantine_proposed"):
+            total[name] += found.get(name, 0)
         for bucket, n in found["credibility_histogram"].items():
             total["credibility_histogram"][bucket] += n
     return total
@@ -164,6 +168,12 @@ def _instruments(registries: Callable[[], list[Any]], meter_provider: Any) -> li
             one("quarantined"),
             "{material}",
             "materials out of retrieval until a person restores them",
+        ),
+        (
+            "tracerag.materials.quarantine_proposed",
+            one("quarantine_proposed"),
+            "{material}",
+            "quarantines proposed by denials, waiting for a person",
         ),
         (
             "tracerag.materials.credibility",

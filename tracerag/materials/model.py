@@ -22,6 +22,9 @@ SOURCE_TYPES: tuple[str, ...] = ("document", "user_input", "inference", "third_p
 STATUSES: tuple[str, ...] = ("active", "pending_review", "quarantined", "deleted")
 #: statuses that keep a material out of retrieval
 WITHHELD: frozenset[str] = frozenset({"pending_review", "quarantined", "deleted"})
+#: the change of a version that proposes a quarantine (status unchanged) for a person to
+#: confirm (``quarantine``) or dismiss (``dismiss``)
+PROPOSE_QUARANTINE = "propose_quarantine"
 
 #: which LangChain ``Document.metadata`` keys fill which provenance field, first match wins
 METADATA_KEYS: dict[str, tuple[str, ...]] = {
@@ -85,6 +88,16 @@ def parse_time(value: str | datetime | date | None) -> datetime | None:
         except ValueError:
             return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def expired(valid_until: str | None, now: datetime | None = None) -> bool:
+    """True when a ``valid_until`` (an ISO date: valid through that day; or a time) has passed."""
+    until = parse_time(valid_until)
+    if until is None:
+        return False
+    if valid_until and len(valid_until) <= 10:
+        return (now or utcnow()).date() > until.date()
+    return (now or utcnow()) > until
 
 
 @dataclass(frozen=True)
@@ -221,12 +234,7 @@ class MaterialVersion:
 
     def expired(self, now: datetime | None = None) -> bool:
         """True when ``valid_until`` has passed (an expired material is stale)."""
-        until = parse_time(self.valid_until)
-        if until is None:
-            return False
-        if self.valid_until and len(self.valid_until) <= 10:  # a date: valid through that day
-            return (now or utcnow()).date() > until.date()
-        return (now or utcnow()) > until
+        return expired(self.valid_until, now)
 
     def stale_reason(self, now: datetime | None = None) -> str | None:
         """Why this version may not serve as support (superseded or expired), or None."""
@@ -286,6 +294,16 @@ class MaterialState:
     def status(self) -> str:
         return self.current.status
 
+    @property
+    def proposed_quarantine(self) -> str | None:
+        """Why a quarantine was proposed (by the denial rule) and waits for a person to confirm
+        or dismiss it, or None. The material stays in retrieval meanwhile; answers citing it go
+        to review."""
+        v = self.current
+        if v.change == PROPOSE_QUARANTINE and v.status == "active":
+            return v.reason or "quarantine proposed"
+        return None
+
 
 def provenance_from_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """Registry fields read from LangChain document metadata through ``METADATA_KEYS``."""
@@ -325,6 +343,7 @@ def provenance_from_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
 
 __all__ = [
     "METADATA_KEYS",
+    "PROPOSE_QUARANTINE",
     "SOURCE_TYPES",
     "STATUSES",
     "USAGE_COUNTERS",
@@ -337,6 +356,7 @@ __all__ = [
     "Status",
     "Usage",
     "content_hash",
+    "expired",
     "iso",
     "now_iso",
     "parse_time",

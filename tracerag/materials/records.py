@@ -128,8 +128,11 @@ class RollbackResult:
 class VerifyReport:
     """Registry tables checked against the hash chain."""
 
-    checked: int = 0
+    checked: int = 0  # versions
     issues: list[str] = field(default_factory=list)
+    materials: int = 0  # rows of ``materials`` re-derived from the chain
+    events: int = 0  # chained registry events replayed
+    verdicts: int = 0  # feedback verdicts checked against their entries
 
     @property
     def ok(self) -> bool:
@@ -138,7 +141,11 @@ class VerifyReport:
     def summary(self) -> str:
         """One line, or one line per issue."""
         if self.ok:
-            return f"materials OK: {self.checked} versions match their chained entries"
+            return (
+                f"materials OK: {self.checked} versions match their chained entries; "
+                f"{self.materials} materials' columns re-derived from {self.events} chained "
+                f"events; {self.verdicts} verdicts match theirs"
+            )
         return "\n".join(
             [f"materials: {len(self.issues)} issue(s) in {self.checked} versions", *self.issues]
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -27,15 +28,39 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Union
 
 from tracerag.identity import SYSTEM_METHOD, OperatorIdentity
+from tracerag.materials._events import (
+    BASELINE_KEY,
+    OUTCOME_KEY,
+    ROW_KEY,
+    conflict_issues,
+    derive,
+    feedback_issues,
+    feedback_payload,
+    outcome_issues,
+    read_row,
+    row_issues,
+    table_rows,
+    write_row,
+)
 from tracerag.materials.conflicts import find_conflicts
 from tracerag.materials.credibility import (
+    OUTCOMES,
     CredibilityPolicy,
     credibility,
+    ema_update,
+    should_quarantine,
 )
-from tracerag.materials.db import Cursor, MaterialStoreError, RegistryDB, connect_like
+from tracerag.materials.db import (
+    ChainCursor,
+    Cursor,
+    MaterialStoreError,
+    RegistryDB,
+    connect_like,
+)
 from tracerag.materials.gate import GateVerdict, WriteGate
 from tracerag.materials.metrics import ensure_instruments, unwatch_registry, watch_registry
 from tracerag.materials.model import (
+    PROPOSE_QUARANTINE,
     MaterialFields,
     MaterialState,
     MaterialVersion,
@@ -50,6 +75,7 @@ from tracerag.materials.records import (
     DEFAULT_READ_RETENTION_DAYS,
     FIRST_SIGHT_RULE,
     MATERIALS_LOG,
+    QUARANTINE_RULE,
     ROLLBACK_RULE,
     SYSTEM,
     ConcurrentChange,
@@ -63,16 +89,38 @@ from tracerag.materials.records import (
     body_json,
     stored_version,
 )
-from tracerag.materials.usage import UsageLog
+from tracerag.materials.usage import UsageLog, bump_usage
 from tracerag.options import check_options
-from tracerag.store.base import KIND_MATERIAL_CHANGE
+from tracerag.store.base import KIND_MATERIAL_CHANGE, StoreError
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+logger = logging.getLogger("tracerag.materials")
+
 #: who makes a change: an identity, or a bare name (recorded as declared, not authenticated)
 Operator = Union[str, OperatorIdentity]  # noqa: UP007
 _VERSION_COLUMNS = "body, body_hash, audit_seq, audit_hash"
+#: columns of ``material_versions`` that repeat a field of the version's body
+_BODY_COLUMNS = (
+    "status",
+    "written_by",
+    "operator",
+    "batch_id",
+    "change",
+    "content_hash",
+    "created_at",
+)
+CONFLICT_FIELDS = (
+    "conflict_id",
+    "material_a",
+    "version_a",
+    "material_b",
+    "version_b",
+    "slot_key",
+    "value_a",
+    "value_b",
+)
 #: an unsealed version younger than this is a write in flight; older, an abandoned one
 IN_FLIGHT_SECONDS = 60.0
 _ALLOWED: dict[str, set[str]] = {
@@ -82,6 +130,7 @@ _ALLOWED: dict[str, set[str]] = {
     "quarantine": {"active", "pending_review"},
     "restore": {"quarantined"},
     "delete": {"active", "pending_review", "quarantined"},
+    "dismiss": {"active"},  # a proposed quarantine (MaterialState.proposed_quarantine)
 }
 _TARGET = {
     "approve": "active",
@@ -89,7 +138,10 @@ _TARGET = {
     "quarantine": "quarantined",
     "restore": "active",
     "delete": "deleted",
+    "dismiss": "active",
 }
+#: transitions that start the denial count again
+_RESETS_DENIALS = ("restore", "dismiss")
 
 
 class MaterialRegistry(UsageLog):
@@ -105,6 +157,7 @@ class MaterialRegistry(UsageLog):
         db: RegistryDB | None = None,
         owns_store: bool = False,
         metrics: bool = True,
+        baseline: bool = True,
     ) -> None:
         self.store = store
         self.policy = policy or CredibilityPolicy()
@@ -114,6 +167,8 @@ class MaterialRegistry(UsageLog):
         self._owns_store = owns_store
         self._local = threading.local()
         self._metrics = metrics
+        if baseline:
+            self._baseline()
         if metrics:  # its figures go to tracerag's meter (tracerag.materials.metrics)
             watch_registry(self)
 
@@ -326,168 +381,225 @@ class MaterialRegistry(UsageLog):
         reset_denials: bool = False,
         identity: OperatorIdentity | None = None,
     ) -> MaterialVersion:
-        """Store a new version, chain it, then apply it (in that order).
+        """Store a new version and chain it, in one transaction of the audit store."""
+        if self._metrics:
+            ensure_instruments()
+        # found before the store's write lock is taken: the scan of the active materials
+        # does not hold up the audit trail's writers
+        candidates = self._conflict_candidates(new) if make_current else []
+        stored: MaterialVersion = self.store.chained(
+            lambda tx: self._commit_in(
+                tx,
+                new,
+                expect_current=expect_current,
+                make_current=make_current,
+                pending=pending,
+                reset_denials=reset_denials,
+                identity=identity,
+                candidates=candidates,
+            )
+        )
+        return stored
+
+    def _conflict_candidates(self, new: MaterialVersion) -> list[tuple[Any, int]]:
+        """The conflicts a version going into service would open (with the other material's
+        version), or [] when it opens none (not active, stale, or the same text in service)."""
+        if new.status != "active" or new.stale_reason() is not None:
+            return []
+        state = self.find(new.material_id)
+        if state is not None and (state.status, state.current.content_hash) == (
+            "active",
+            new.content_hash,
+        ):
+            return []
+        active = self._active_texts(new.material_id)
+        versions = {mid: ver for mid, _t, ver in active}
+        found = find_conflicts(
+            new.material_id, new.content, [(m, t) for m, t, _ in active], self.gate.min_overlap
+        )
+        return [(c, versions.get(c.material_b, 0)) for c in found]
+
+    def _commit_in(
+        self,
+        tx: Any,
+        new: MaterialVersion,
+        *,
+        expect_current: int | None,
+        make_current: bool = True,
+        pending: str = "keep",
+        reset_denials: bool = False,
+        identity: OperatorIdentity | None = None,
+        candidates: list[tuple[Any, int]] | None = None,
+    ) -> MaterialVersion:
+        """Store a new version inside a chained transaction ``tx``: the version row, its
+        ``material_change`` entry (with the material's columns after it and the conflicts it
+        opens) and the columns themselves commit together.
 
         The version number is the next free one. ``make_current`` makes it the version in
         service; ``pending`` (``keep`` / ``set`` / ``clear``) records or clears a proposed
         version waiting for review beside the one in service.
         """
         who = identity or _require_operator(new.operator)
-        if self._metrics:
-            ensure_instruments()
         batch_id = self._batch(new.batch_id)
         created_at = new.created_at or now_iso()
-        with self.db.write() as cur:
-            cur.execute(
-                "SELECT current_version, pending_version FROM materials WHERE material_id = ?",
-                (new.material_id,),
+        cur = ChainCursor(tx.cursor)
+        row = read_row(cur, new.material_id)
+        current = row["current_version"] if row else None
+        if current != expect_current:
+            raise ConcurrentChange(
+                f"material {new.material_id!r} is at version {current}, "
+                f"not {expect_current}; reload and retry"
             )
-            row = cur.fetchone()
-            current = int(row[0]) if row else None
-            if current != expect_current:
+        cur.execute(
+            "SELECT version, created_at FROM material_versions "
+            "WHERE material_id = ? AND audit_seq IS NULL",
+            (new.material_id,),
+        )
+        for version, started in cur.fetchall():
+            began = parse_time(started)
+            if began is not None and (utcnow() - began).total_seconds() < IN_FLIGHT_SECONDS:
                 raise ConcurrentChange(
-                    f"material {new.material_id!r} is at version {current}, "
-                    f"not {expect_current}; reload and retry"
+                    f"version {version} of {new.material_id!r} is being written elsewhere"
                 )
+            # abandoned by a writer (of an older tracerag) that stopped before sealing it
             cur.execute(
-                "SELECT version, created_at FROM material_versions "
-                "WHERE material_id = ? AND audit_seq IS NULL",
-                (new.material_id,),
+                "DELETE FROM material_versions WHERE material_id = ? AND version = ? "
+                "AND audit_seq IS NULL",
+                (new.material_id, version),
             )
-            for version, started in cur.fetchall():
-                began = parse_time(started)
-                if began is not None and (utcnow() - began).total_seconds() < IN_FLIGHT_SECONDS:
-                    raise ConcurrentChange(
-                        f"version {version} of {new.material_id!r} is being written elsewhere"
-                    )
-                # abandoned by a writer that stopped before sealing it
-                cur.execute(
-                    "DELETE FROM material_versions WHERE material_id = ? AND version = ? "
-                    "AND audit_seq IS NULL",
-                    (new.material_id, version),
-                )
-            if pending == "set" and row is not None and row[1] is not None:
-                raise ConcurrentChange(
-                    f"an edit of {new.material_id!r} (version {row[1]}) is waiting for review"
-                )
+        if pending == "set" and row is not None and row["pending_version"] is not None:
+            raise ConcurrentChange(
+                f"an edit of {new.material_id!r} (version {row['pending_version']}) is waiting "
+                "for review"
+            )
+        cur.execute(
+            "SELECT MAX(version) FROM material_versions WHERE material_id = ?",
+            (new.material_id,),
+        )
+        new = replace(
+            new,
+            version=int(cur.fetchone()[0] or 0) + 1,
+            created_at=created_at,
+            batch_id=batch_id,
+        )
+        before = None
+        if new.based_on is not None:
             cur.execute(
-                "SELECT MAX(version) FROM material_versions WHERE material_id = ?",
-                (new.material_id,),
-            )
-            new = replace(
-                new,
-                version=int(cur.fetchone()[0] or 0) + 1,
-                created_at=created_at,
-                batch_id=batch_id,
-            )
-            before = None
-            if new.based_on is not None:
-                cur.execute(
-                    "SELECT status, content_hash FROM material_versions "
-                    "WHERE material_id = ? AND version = ?",
-                    (new.material_id, new.based_on),
-                )
-                b = cur.fetchone()
-                before = {"version": new.based_on, "status": b[0], "content_hash": b[1]}
-            body = new.body()
-            digest = body_digest(body)
-            cur.execute(
-                "INSERT INTO material_versions (material_id, version, status, written_by, "
-                "operator, batch_id, change, content_hash, created_at, body, body_hash) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    new.material_id,
-                    new.version,
-                    new.status,
-                    new.written_by,
-                    new.operator,
-                    new.batch_id,
-                    new.change,
-                    new.content_hash,
-                    new.created_at,
-                    body_json(body),
-                    digest,
-                ),
-            )
-        try:
-            entry = self.store.append_material_change(
-                new.material_id,
-                who.name,
-                {
-                    CHANGE_KEY: {
-                        "material_id": new.material_id,
-                        "version": new.version,
-                        "change": new.change,
-                        "written_by": new.written_by,
-                        "batch_id": new.batch_id,
-                        "in_service": make_current,
-                        "body_hash": digest,
-                        "body": body,
-                    },
-                    "before": before,
-                    "after": {
-                        "version": new.version,
-                        "status": new.status,
-                        "content_hash": new.content_hash,
-                    },
-                    "identity": who.to_dict(),
-                },
-                new.reason,
-            )
-        except BaseException:
-            with self.db.write() as cur:
-                cur.execute(
-                    "DELETE FROM material_versions WHERE material_id = ? AND version = ? "
-                    "AND audit_seq IS NULL",
-                    (new.material_id, new.version),
-                )
-            raise
-        now = now_iso()
-        with self.db.write() as cur:
-            cur.execute(
-                "UPDATE material_versions SET audit_seq = ?, audit_hash = ? "
+                "SELECT status, content_hash FROM material_versions "
                 "WHERE material_id = ? AND version = ?",
-                (entry.seq, entry.hash, new.material_id, new.version),
+                (new.material_id, new.based_on),
             )
-            if current is None:
-                cur.execute(
-                    "INSERT INTO materials (material_id, current_version, status, content_hash, "
-                    "ema, outcomes, denials, updated_at) VALUES (?, ?, ?, ?, ?, 0, 0, ?)",
-                    (
-                        new.material_id,
-                        new.version,
-                        new.status,
-                        new.content_hash,
-                        self.policy.prior,
-                        now,
-                    ),
+            b = cur.fetchone()
+            before = {"version": new.based_on, "status": b[0], "content_hash": b[1]}
+        after_row: dict[str, Any]
+        if row is None:
+            after_row = {
+                "current_version": new.version,
+                "status": new.status,
+                "content_hash": new.content_hash,
+                "ema": self.policy.prior,
+                "outcomes": 0,
+                "denials": 0,
+                "pending_version": None,
+            }
+        else:
+            after_row = dict(row)
+            if make_current:
+                after_row.update(
+                    current_version=new.version, status=new.status, content_hash=new.content_hash
                 )
-            elif make_current:
-                cur.execute(
-                    "UPDATE materials SET current_version = ?, status = ?, content_hash = ?, "
-                    f"updated_at = ?{', denials = 0' if reset_denials else ''} "
-                    "WHERE material_id = ?",
-                    (new.version, new.status, new.content_hash, now, new.material_id),
-                )
+            if reset_denials:
+                after_row["denials"] = 0
             if pending != "keep":
-                cur.execute(
-                    "UPDATE materials SET pending_version = ? WHERE material_id = ?",
-                    (new.version if pending == "set" else None, new.material_id),
-                )
-            if make_current and new.status != "active":
-                _resolve_conflicts(cur, new.material_id, f"{new.material_id} is {new.status}")
-            cur.execute("UPDATE material_head SET generation = generation + 1 WHERE id = 1")
+                after_row["pending_version"] = new.version if pending == "set" else None
+        opened = []
+        serves = row is None or make_current
+        changed = row is None or (row["status"], row["content_hash"]) != (
+            "active",
+            new.content_hash,
+        )
+        if serves and changed and new.status == "active" and new.stale_reason() is None:
+            if candidates is None:  # not looked for before the transaction
+                candidates = self._conflict_candidates_in(cur, new)
+            opened = [_conflict_row(new, c, version_b) for c, version_b in candidates]
+        body = new.body()
+        digest = body_digest(body)
+        entry = tx.material_change(
+            new.material_id,
+            who.name,
+            {
+                CHANGE_KEY: {
+                    "material_id": new.material_id,
+                    "version": new.version,
+                    "change": new.change,
+                    "written_by": new.written_by,
+                    "batch_id": new.batch_id,
+                    "in_service": serves,
+                    "body_hash": digest,
+                    "body": body,
+                },
+                "before": before,
+                "after": {
+                    "version": new.version,
+                    "status": new.status,
+                    "content_hash": new.content_hash,
+                },
+                "identity": who.to_dict(),
+                "pending": pending,
+                "reset_denials": reset_denials,
+                "conflicts": opened,
+                ROW_KEY: after_row,
+            },
+            new.reason,
+        )
+        cur.execute(
+            "INSERT INTO material_versions (material_id, version, status, written_by, "
+            "operator, batch_id, change, content_hash, created_at, body, body_hash, "
+            "audit_seq, audit_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                new.material_id,
+                new.version,
+                new.status,
+                new.written_by,
+                new.operator,
+                new.batch_id,
+                new.change,
+                new.content_hash,
+                new.created_at,
+                body_json(body),
+                digest,
+                entry.seq,
+                entry.hash,
+            ),
+        )
+        write_row(cur, new.material_id, after_row, new=row is None)
+        if serves and new.status != "active":
+            _resolve_conflicts(cur, new.material_id, f"{new.material_id} is {new.status}")
+        for c in opened:
+            cur.execute(
+                "INSERT INTO material_conflicts (conflict_id, material_a, version_a, "
+                "material_b, version_b, slot_key, value_a, value_b, status, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'open', ?) ON CONFLICT DO NOTHING",
+                (*(c[k] for k in CONFLICT_FIELDS), now_iso()),
+            )
+        cur.execute("UPDATE material_head SET generation = generation + 1 WHERE id = 1")
         return new
 
-    def _active_texts(self, exclude: str) -> list[tuple[str, str, int]]:
-        with self.db.read() as cur:
-            cur.execute(
-                "SELECT m.material_id, v.body, m.current_version FROM materials m "
-                "JOIN material_versions v ON v.material_id = m.material_id "
-                "AND v.version = m.current_version WHERE m.status = 'active' "
-                "AND m.material_id <> ?",
-                (exclude,),
-            )
+    def _active_texts(
+        self, exclude: str, cur: Cursor | None = None
+    ) -> list[tuple[str, str, int]]:
+        sql = (
+            "SELECT m.material_id, v.body, m.current_version FROM materials m "
+            "JOIN material_versions v ON v.material_id = m.material_id "
+            "AND v.version = m.current_version WHERE m.status = 'active' "
+            "AND m.material_id <> ?"
+        )
+        if cur is None:
+            with self.db.read() as c:
+                c.execute(sql, (exclude,))
+                rows = c.fetchall()
+        else:
+            cur.execute(sql, (exclude,))
             rows = cur.fetchall()
         out = []
         for mid, body, version in rows:
@@ -496,38 +608,14 @@ class MaterialRegistry(UsageLog):
                 out.append((str(mid), v.content, int(version)))
         return out
 
-    def _check_conflicts(self, v: MaterialVersion) -> None:
-        """Record the conflicts of a version now in service with the other active materials."""
-        if v.status != "active" or v.stale_reason() is not None:
-            return
-        active = self._active_texts(v.material_id)
-        conflicts = find_conflicts(
+    def _conflict_candidates_in(self, cur: Cursor, v: MaterialVersion) -> list[tuple[Any, int]]:
+        """``_conflict_candidates`` read through a transaction's cursor."""
+        active = self._active_texts(v.material_id, cur)
+        versions = {mid: ver for mid, _t, ver in active}
+        found = find_conflicts(
             v.material_id, v.content, [(m, t) for m, t, _ in active], self.gate.min_overlap
         )
-        if not conflicts:
-            return
-        versions = {mid: ver for mid, _t, ver in active}
-        with self.db.write() as cur:
-            for c in conflicts:
-                conflict_id = hashlib.sha256(
-                    f"{v.material_id}@{v.version}|{c.material_b}|{c.key}".encode()
-                ).hexdigest()[:16]
-                cur.execute(
-                    "INSERT INTO material_conflicts (conflict_id, material_a, version_a, "
-                    "material_b, version_b, slot_key, value_a, value_b, status, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'open', ?) ON CONFLICT DO NOTHING",
-                    (
-                        conflict_id,
-                        v.material_id,
-                        v.version,
-                        c.material_b,
-                        versions.get(c.material_b, 0),
-                        c.key,
-                        c.value_a,
-                        c.value_b,
-                        now_iso(),
-                    ),
-                )
+        return [(c, versions.get(c.material_b, 0)) for c in found]
 
     def register(
         self,
@@ -574,7 +662,6 @@ class MaterialRegistry(UsageLog):
             expect_current=None,
             identity=who,
         )
-        self._check_conflicts(stored)
         return stored
 
     def _judge(self, v: MaterialVersion) -> tuple[str, GateVerdict]:
@@ -640,7 +727,6 @@ class MaterialRegistry(UsageLog):
             expect_current=state.current.version,
             identity=who,
         )
-        self._check_conflicts(stored)
         return stored
 
     def observe(self, documents: Iterable[Any], *, operator: Operator = SYSTEM) -> list[str]:
@@ -689,8 +775,7 @@ class MaterialRegistry(UsageLog):
                         provenance=provenance,
                         **fields,
                     )
-                    stored = self._commit(v, expect_current=state.current.version, identity=who)
-                    self._check_conflicts(stored)
+                    self._commit(v, expect_current=state.current.version, identity=who)
             except (ConcurrentChange, MaterialStoreError):
                 continue  # another process registered or changed it first
             written.append(material_id)
@@ -730,10 +815,13 @@ class MaterialRegistry(UsageLog):
         written_by: str = "manual",
         batch_id: str | None = None,
     ) -> MaterialVersion:
-        """approve / reject / quarantine / restore / delete: a new version with the new status.
+        """approve / reject / quarantine / restore / delete / dismiss: a new version with the
+        new status.
 
         ``approve`` and ``reject`` act on a proposed edit when one waits for review, else on a
-        pending new material.
+        pending new material. ``quarantine`` of a material with a proposed quarantine confirms
+        it; ``dismiss`` refuses the proposal (the material stays in service and its denial
+        count starts again).
         """
         who = _require_operator(operator)
         if action not in _ALLOWED:
@@ -759,20 +847,20 @@ class MaterialRegistry(UsageLog):
                 pending="clear",
                 identity=who,
             )
-            self._check_conflicts(stored)
             return stored
         if state.status not in _ALLOWED[action]:
             raise InvalidTransition(f"cannot {action} {material_id!r}: it is {state.status}")
+        if action == "dismiss" and state.proposed_quarantine is None:
+            raise InvalidTransition(f"cannot dismiss {material_id!r}: no quarantine is proposed")
         stored = self._commit(
             state.current.next_change(
                 operator=who.name, written_by=written_by, reason=reason, change=action, **changes
             ),
             expect_current=state.current.version,
             pending="clear" if action == "delete" else "keep",
-            reset_denials=action == "restore",
+            reset_denials=action in _RESETS_DENIALS,
             identity=who,
         )
-        self._check_conflicts(stored)
         return stored
 
     def approve(self, material_id: str, *, operator: Operator, reason: str) -> MaterialVersion:
@@ -794,6 +882,133 @@ class MaterialRegistry(UsageLog):
     def delete(self, material_id: str, *, operator: Operator, reason: str) -> MaterialVersion:
         """Withdraw a material everywhere at once (its history is kept)."""
         return self.transition(material_id, "delete", operator=operator, reason=reason)
+
+    def dismiss(self, material_id: str, *, operator: Operator, reason: str) -> MaterialVersion:
+        """Refuse a proposed quarantine: the material stays in service, its denials restart."""
+        return self.transition(material_id, "dismiss", operator=operator, reason=reason)
+
+    def proposals(self) -> list[MaterialState]:
+        """Materials whose quarantine the denial rule proposed, waiting for a person."""
+        with self.db.read() as cur:
+            cur.execute(
+                "SELECT m.material_id FROM materials m JOIN material_versions v "
+                "ON v.material_id = m.material_id AND v.version = m.current_version "
+                "WHERE m.status = 'active' AND v.change = ? ORDER BY m.updated_at, m.material_id",
+                (PROPOSE_QUARANTINE,),
+            )
+            ids = [str(r[0]) for r in cur.fetchall()]
+        states = self.states(ids)
+        return [states[i] for i in ids if i in states]
+
+    # -- outcomes -----------------------------------------------------------------------------
+    def apply_outcome(
+        self,
+        material_id: str,
+        verdict: str,
+        *,
+        weight: float = 1.0,
+        version: int | None = None,
+        counter: str | None = None,
+        count_denial: bool = True,
+        operator: Operator = SYSTEM,
+    ) -> MaterialState:
+        """Move a material's EMA toward a verdict's outcome, chained; propose its quarantine
+        after N denials (``propose_quarantine``: a person confirms or dismisses it).
+
+        ``count_denial=False`` moves the EMA without counting the denial toward quarantine.
+        ``verdict`` is a key of ``credibility.OUTCOMES``; ``counter`` the usage counter to bump
+        (``confirmations``, ``denials``, ``approvals``, ``edits``, ``rejections``).
+        """
+        who = _require_operator(operator)
+        self.store.chained(
+            lambda tx: self._outcome_in(
+                tx,
+                material_id,
+                verdict,
+                weight=weight,
+                version=version,
+                counter=counter,
+                count_denial=count_denial,
+                identity=who,
+            )
+        )
+        return self.get(material_id)
+
+    def _outcome_in(
+        self,
+        tx: Any,
+        material_id: str,
+        verdict: str,
+        *,
+        weight: float,
+        version: int | None,
+        counter: str | None,
+        count_denial: bool,
+        identity: OperatorIdentity,
+        context: dict[str, Any] | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any], bool]:
+        """One outcome inside a chained transaction: ``(row before, row after, proposed)``."""
+        if verdict not in OUTCOMES:
+            raise ValueError(f"verdict must be one of {sorted(OUTCOMES)}, not {verdict!r}")
+        cur = ChainCursor(tx.cursor)
+        row = read_row(cur, material_id)
+        if row is None:
+            raise MaterialNotFound(material_id)
+        rate = self.policy.rate
+        ema = ema_update(row["ema"], OUTCOMES[verdict], rate, weight)
+        counted = verdict == "deny" and weight > 0 and count_denial
+        after = {
+            **row,
+            "ema": ema,
+            "outcomes": row["outcomes"] + 1,
+            "denials": row["denials"] + (1 if counted else 0),
+        }
+        tx.material_change(
+            material_id,
+            identity.name,
+            {
+                OUTCOME_KEY: {
+                    "verdict": verdict,
+                    "value": OUTCOMES[verdict],
+                    "rate": rate,
+                    "weight": weight,
+                    "denial_counted": counted,
+                    "version": version or row["current_version"],
+                    **(context or {}),
+                },
+                "identity": identity.to_dict(),
+                ROW_KEY: after,
+            },
+            None,
+        )
+        write_row(cur, material_id, after, new=False)
+        if counter:
+            bump_usage(cur, material_id, version or row["current_version"], **{counter: 1})
+        proposed = False
+        if after["status"] == "active" and should_quarantine(
+            after["denials"], after["ema"], self.policy
+        ):
+            cur.execute(
+                "SELECT body FROM material_versions WHERE material_id = ? AND version = ?",
+                (material_id, after["current_version"]),
+            )
+            current = MaterialVersion.from_body(json.loads(cur.fetchone()[0]))
+            if current.change != PROPOSE_QUARANTINE:
+                self._commit_in(
+                    tx,
+                    current.next_change(
+                        operator=SYSTEM,
+                        written_by=QUARANTINE_RULE,
+                        reason=f"quarantine proposed: denied {after['denials']} times "
+                        f"(the rule proposes it after {self.policy.quarantine_after}); "
+                        "a person confirms or dismisses it",
+                        change=PROPOSE_QUARANTINE,
+                    ),
+                    expect_current=after["current_version"],
+                    identity=OperatorIdentity(SYSTEM, SYSTEM_METHOD),
+                )
+                proposed = True
+        return row, after, proposed
 
     def rollback_batch(
         self, batch_id: str, *, operator: Operator, reason: str, force: bool = False
@@ -887,24 +1102,56 @@ class MaterialRegistry(UsageLog):
 
     # -- verification and figures -------------------------------------------------------------
     def verify(self) -> VerifyReport:
-        """Check every stored version against its chained entry, and every chained change."""
+        """Check the registry's tables against the hash chain.
+
+        Every stored version against its chained entry (body, hash and every column that
+        repeats a body field); every chained change against a stored version; the columns of
+        ``materials`` and the open conflicts re-derived by replaying the chained registry
+        events (``tracerag.materials._events``); the verdicts and their effects against their
+        chained entries.
+        """
         report = VerifyReport()
         with self.db.read() as cur:
             cur.execute(
-                "SELECT material_id, version, body, body_hash, audit_seq, audit_hash "
+                "SELECT material_id, version, body, body_hash, audit_seq, audit_hash, "
+                f"{', '.join(_BODY_COLUMNS)} "
                 "FROM material_versions ORDER BY audit_seq, material_id, version"
             )
             rows = cur.fetchall()
+            table = table_rows(cur)
+            cur.execute(
+                f"SELECT {', '.join(CONFLICT_FIELDS)}, status FROM material_conflicts"
+            )
+            conflicts = cur.fetchall()
+            cur.execute(
+                "SELECT feedback_id, request_id, verdict, principal, method, counted, audit_seq "
+                "FROM material_feedback"
+            )
+            verdicts = cur.fetchall()
+            cur.execute(
+                "SELECT feedback_id, material_id, principal, counted FROM material_feedback_effects"
+            )
+            effects = cur.fetchall()
         report.checked = len(rows)
-        chained = self._chained_changes()
+        events = self._chained_events()
+        chained = {
+            seq: e for seq, e in events.items() if isinstance(e.payload.get(CHANGE_KEY), dict)
+        }
         seen: set[int] = set()
-        for mid, version, body, body_hash, seq, ahash in rows:
+        for mid, version, body, body_hash, seq, ahash, *columns in rows:
             name = f"{mid}@{version}"
             if seq is None:
                 report.issues.append(f"{name}: not sealed in the audit chain")
                 continue
-            if body_digest(json.loads(body)) != body_hash:
+            parsed = json.loads(body)
+            if body_digest(parsed) != body_hash:
                 report.issues.append(f"{name}: stored body does not match its hash")
+            for column, value in zip(_BODY_COLUMNS, columns, strict=True):
+                if value != parsed.get(column):
+                    report.issues.append(
+                        f"{name}: material_versions.{column} is {value!r}, its chained body "
+                        f"says {parsed.get(column)!r}"
+                    )
             entry = chained.get(int(seq))
             if entry is None:
                 report.issues.append(f"{name}: audit entry {seq} is missing")
@@ -928,12 +1175,26 @@ class MaterialRegistry(UsageLog):
                     f"audit entry {seq} ({change.get('material_id')}@{change.get('version')}): "
                     "no stored version"
                 )
+        derived = derive(events.values())
+        report.issues += derived.issues
+        report.issues += row_issues(derived, table)
+        report.issues += conflict_issues(derived, conflicts)
+        given = {}
+        for entry in self.store.iter_entries():
+            verdict = feedback_payload(entry)
+            if verdict is not None:
+                given[entry.seq] = (entry.request_id, verdict)
+        found, report.verdicts = feedback_issues(given, verdicts, effects)
+        report.issues += found
+        report.issues += outcome_issues(events.values(), given)
+        report.materials = len(table)
+        report.events = derived.events
         return report
 
-    def _chained_changes(self, material_id: str | None = None) -> dict[int, Any]:
-        """The chain's material changes by seq: ``material_change`` entries, and the
-        ``operator_action`` entries of ``MATERIALS_LOG`` that stores written before that kind
-        existed hold."""
+    def _chained_events(self, material_id: str | None = None) -> dict[int, Any]:
+        """The chain's registry events by seq: ``material_change`` entries (versions,
+        outcomes, baselines), and the ``operator_action`` entries of ``MATERIALS_LOG`` that
+        stores written before that kind existed hold."""
         chained = {e.seq: e for e in self.store.material_changes(material_id)}
         try:
             legacy = self.store.get(MATERIALS_LOG).entries
@@ -944,6 +1205,78 @@ class MaterialRegistry(UsageLog):
             if isinstance(change, dict) and material_id in (None, change.get("material_id")):
                 chained[e.seq] = e
         return dict(sorted(chained.items()))
+
+    def _chained_changes(self, material_id: str | None = None) -> dict[int, Any]:
+        """The chain's material versions by seq (registry events that write a version)."""
+        return {
+            seq: e
+            for seq, e in self._chained_events(material_id).items()
+            if isinstance(e.payload.get(CHANGE_KEY), dict)
+        }
+
+    def _baseline(self) -> None:
+        """Once, after the upgrade to chained registry events: chain the columns of every
+        material whose changes were chained without them, as found (a material with no chained
+        version at all is not taken in: verification reports it)."""
+        with self.db.read() as cur:
+            cur.execute("SELECT done FROM material_baseline WHERE id = 1")
+            row = cur.fetchone()
+        if row is None or int(row[0]):
+            return
+        covered: set[str] = set()
+        versioned: set[str] = set()
+        for e in self._chained_events().values():
+            mid = str(e.request_id) if e.kind == KIND_MATERIAL_CHANGE else None
+            if mid is None:
+                mid = str((e.payload.get(CHANGE_KEY) or {}).get("material_id"))
+            versioned.add(mid)
+            if ROW_KEY in e.payload:
+                covered.add(mid)
+
+        def work(tx: Any) -> None:
+            cur = ChainCursor(tx.cursor)
+            cur.execute("SELECT done FROM material_baseline WHERE id = 1")
+            if int(cur.fetchone()[0]):
+                return  # another process did it meanwhile
+            for mid, row in sorted(table_rows(cur).items()):
+                if mid in covered or mid not in versioned:
+                    continue
+                cur.execute(
+                    f"SELECT {', '.join(CONFLICT_FIELDS)} FROM material_conflicts "
+                    "WHERE status = 'open' AND material_a = ?",
+                    (mid,),
+                )
+                opened = [dict(zip(CONFLICT_FIELDS, r, strict=True)) for r in cur.fetchall()]
+                tx.material_change(
+                    mid,
+                    SYSTEM,
+                    {
+                        BASELINE_KEY: {
+                            "why": "the registry's columns as found when the registry began "
+                            "chaining them (registry schema 2)"
+                        },
+                        "conflicts": opened,
+                        ROW_KEY: row,
+                    },
+                    "registry upgrade",
+                )
+            cur.execute("UPDATE material_baseline SET done = 1 WHERE id = 1")
+
+        try:
+            self.store.chained(work)
+        except StoreError as exc:  # e.g. a keyed chain opened without its key: next time
+            logger.warning("the registry's columns are not chained yet: %s", exc)
+
+    # -- retrieval ----------------------------------------------------------------------------
+    def govern(self, retriever: Any, **options: Any) -> Any:
+        """``retriever`` behind this registry (a ``CredibilityRetriever``): materials that are
+        quarantined, deleted, pending review or expired are withheld on every call, the rest
+        reranked by credibility, materials seen for the first time registered with their
+        provenance. ``options``: ``CredibilityRetriever``'s (``k``, ``weights``, ``rerank``,
+        ``register_unseen``)."""
+        from tracerag.materials.rerank import CredibilityRetriever
+
+        return CredibilityRetriever(retriever=retriever, registry=self, **options)
 
     def identities(self, material_id: str) -> dict[int, dict[str, Any]]:
         """Per version of a material, who made the change and how that was established (from
@@ -959,7 +1292,8 @@ class MaterialRegistry(UsageLog):
 
     def stats(self, now: datetime | None = None) -> dict[str, Any]:
         """Figures for metrics: materials by status, pending writes, open conflicts,
-        quarantines and the credibility distribution (tenths) of active materials."""
+        quarantines (and proposed ones) and the credibility distribution (tenths) of active
+        materials."""
         with self.db.read() as cur:
             cur.execute("SELECT status, COUNT(*) FROM materials GROUP BY status")
             by_status = {str(s): int(n) for s, n in cur.fetchall()}
@@ -970,6 +1304,13 @@ class MaterialRegistry(UsageLog):
                 "WHERE status = 'pending_review' OR pending_version IS NOT NULL"
             )
             pending = int(cur.fetchone()[0])
+            cur.execute(
+                "SELECT COUNT(*) FROM materials m JOIN material_versions v "
+                "ON v.material_id = m.material_id AND v.version = m.current_version "
+                "WHERE m.status = 'active' AND v.change = ?",
+                (PROPOSE_QUARANTINE,),
+            )
+            proposed = int(cur.fetchone()[0])
         buckets = [0] * 10
         for state in self.materials("active"):
             c = self.credibility(state, now)
@@ -978,11 +1319,29 @@ class MaterialRegistry(UsageLog):
             "by_status": by_status,
             "pending_writes": pending,
             "quarantined": by_status.get("quarantined", 0),
+            "quarantine_proposed": proposed,
             "open_conflicts": open_conflicts,
             "credibility_histogram": {
                 f"{i / 10:.1f}-{(i + 1) / 10:.1f}": n for i, n in enumerate(buckets)
             },
         }
+
+
+def _conflict_row(v: MaterialVersion, c: Any, version_b: int) -> dict[str, Any]:
+    """A conflict a version opens, as stored and chained (its id names the version)."""
+    conflict_id = hashlib.sha256(
+        f"{v.material_id}@{v.version}|{c.material_b}|{c.key}".encode()
+    ).hexdigest()[:16]
+    return {
+        "conflict_id": conflict_id,
+        "material_a": v.material_id,
+        "version_a": v.version,
+        "material_b": c.material_b,
+        "version_b": version_b,
+        "slot_key": c.key,
+        "value_a": c.value_a,
+        "value_b": c.value_b,
+    }
 
 
 def _resolve_conflicts(cur: Cursor, material_id: str, resolution: str) -> None:

@@ -52,9 +52,18 @@ def version_lines(sv: Any, indent: str = "  ", mark: str = "") -> list[str]:
     return lines
 
 
+def _verdict_line(f: dict[str, Any]) -> str:
+    """``deny by user:li``; a note says its declared name is unverified and it did not count."""
+    if f.get("method") == "declared":
+        name = str(f.get("declared_user") or f["operator"]).removeprefix("unverified:")
+        return f"{f['verdict']} by {name} (unverified note, not counted)"
+    counted = f.get("counted") or f.get("method") == "legacy"
+    return f"{f['verdict']} by {f['operator']}" + ("" if counted else " (not counted)")
+
+
 def render_trace_back(tb: Any) -> str:
     """A trace-back for people: the most likely cause first."""
-    feedback = ", ".join(f"{f['verdict']} by {f['operator']}" for f in tb.feedback) or "-"
+    feedback = ", ".join(_verdict_line(f) for f in tb.feedback) or "-"
     lines = [
         f"request {tb.request_id}: {short(tb.question)}",
         f"  decision {tb.decision}  confidence {tb.confidence}  review {tb.review_action or '-'}"

@@ -3,9 +3,12 @@
 ``CredibilityRetriever`` wraps any LangChain retriever. On every call it
 
 1. registers documents it has not seen (``MaterialRegistry.observe``);
-2. drops every candidate whose material is ``pending_review``, ``quarantined`` or ``deleted`` —
-   the registry is read on every call, so a status change applies at once, whatever the
-   wrapped retriever or any cache in front of it returns;
+2. drops every candidate whose material is ``pending_review``, ``quarantined`` or ``deleted``,
+   or expired (its ``valid_until`` has passed, in the registry or, for a document the
+   registry does not know, in its metadata) — the registry is read on every call, so a status
+   change applies at once, whatever the wrapped retriever or any cache in front of it
+   returns; a material whose quarantine is proposed stays, marked ``quarantine_proposed``
+   (answers citing it go to review until a person confirms or dismisses the proposal);
 3. orders the rest by ``similarity^ws × credibility^wc × recency^wr`` (``RerankWeights``;
    a weight of 0 leaves that factor out);
 4. annotates copies of the documents (``metadata``: ``relevance_score`` (the similarity),
@@ -19,10 +22,18 @@
 
 Similarity is the vector store's relevance score when the wrapped retriever is a
 ``VectorStoreRetriever``, else a score found in the metadata, else ``1 / rank``.
+
+When the registry cannot be read (its database is down or unreachable), retrieval goes on with
+the registry's state as last read by this retriever — a material it knew to be withheld stays
+withheld — and says so: each document's ``registry_as_of`` metadata gives the time of that
+state, the span gets ``tracerag.rerank.registry_unavailable``, and a warning is logged once per
+outage. A first-sight registration that fails is logged and retried the next time the document
+is seen.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,17 +45,29 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStoreRetriever
 from opentelemetry import trace
-from pydantic import ConfigDict
+from pydantic import ConfigDict, PrivateAttr
 
 from tracerag.materials.credibility import CredibilityPolicy, age_days, temporal_confidence
-from tracerag.materials.model import WITHHELD, content_hash, parse_time, utcnow
-from tracerag.signals.types import CONFLICTS_WITH
+from tracerag.materials.model import (
+    WITHHELD,
+    content_hash,
+    expired,
+    parse_time,
+    provenance_from_metadata,
+    utcnow,
+)
+from tracerag.signals.types import CONFLICTS_WITH, QUARANTINE_PROPOSED
 
 SCORE_KEYS = ("relevance_score", "score", "_score", "similarity", "similarity_score")
 SPAN_RANK_BEFORE = "tracerag.rerank.rank_before"
 SPAN_RANK_AFTER = "tracerag.rerank.rank_after"
 SPAN_WITHHELD = "tracerag.rerank.withheld"
 SPAN_CREDIBILITY = "tracerag.rerank.credibility"
+SPAN_UNAVAILABLE = "tracerag.rerank.registry_unavailable"
+#: document metadata: when the registry state used for it was read (only when it is not now)
+REGISTRY_AS_OF = "registry_as_of"
+
+logger = logging.getLogger("tracerag.materials")
 
 
 @dataclass(frozen=True)
@@ -104,6 +127,45 @@ class CredibilityRetriever(BaseRetriever):
     register_unseen: bool = True
     k: int | None = None
     rerank: bool = True  # False: withhold only, keep the wrapped retriever's order
+    # the registry's state as last read: material id -> state, the open conflicts, and when
+    _known: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _conflicts: list[Any] = PrivateAttr(default_factory=list)
+    _read_at: str | None = PrivateAttr(default=None)
+    _failing: bool = PrivateAttr(default=False)
+
+    def _registry_view(
+        self, docs: list[Document], ids: list[str]
+    ) -> tuple[dict[str, Any], list[Any], str | None]:
+        """``(states, open conflicts, as_of)``: read now (as_of None), else as last read."""
+        if self.register_unseen:
+            try:
+                self.registry.observe(docs)
+            except Exception as exc:  # registered the next time it is seen
+                logger.info("first sight of retrieved materials not registered: %s", exc)
+        try:
+            states = self.registry.states(ids)
+            conflicts = list(self.registry.conflicts())
+        except Exception as exc:
+            if not self._failing:
+                logger.warning(
+                    "the material registry cannot be read (%s: %s); retrieval withholds what it "
+                    "knew to be withheld as of %s",
+                    type(exc).__name__,
+                    exc,
+                    self._read_at or "never",
+                )
+            self._failing = True
+            known = {i: self._known[i] for i in ids if i in self._known}
+            return known, list(self._conflicts), self._read_at or "never"
+        if self._failing:
+            logger.warning("the material registry can be read again")
+        self._failing = False
+        self._known.update(states)
+        for gone in [i for i in ids if i not in states]:
+            self._known.pop(gone, None)
+        self._conflicts = conflicts
+        self._read_at = utcnow().isoformat(timespec="seconds")
+        return states, conflicts, None
 
     def _pairs(self, query: str, run_manager: Any) -> list[tuple[Document, float | None]]:
         inner = self.retriever
@@ -143,12 +205,10 @@ class CredibilityRetriever(BaseRetriever):
 
     def rank(self, pairs: list[tuple[Document, float | None]]) -> list[Document]:
         """Withhold, score and order candidates; annotated copies, best first."""
-        if self.register_unseen:
-            self.registry.observe([d for d, _ in pairs])
         ids = [_material_id(d) for d, _ in pairs]
-        states = self.registry.states(ids)
+        states, open_conflicts, as_of = self._registry_view([d for d, _ in pairs], ids)
         conflicts: dict[str, list[str]] = {}
-        for c in self.registry.conflicts():  # open ones: answers citing either side go to review
+        for c in open_conflicts:  # open ones: answers citing either side go to review
             conflicts.setdefault(c.material_a, []).append(f"{c.material_b} ({c.slot_key})")
             conflicts.setdefault(c.material_b, []).append(f"{c.material_a} ({c.slot_key})")
         now = utcnow()
@@ -157,7 +217,12 @@ class CredibilityRetriever(BaseRetriever):
         withheld: list[str] = []
         for i, ((doc, score), mid) in enumerate(zip(pairs, ids, strict=True), 1):
             state = states.get(mid)
-            if state is not None and state.status in WITHHELD:
+            if state is not None and (state.status in WITHHELD or state.current.expired(now)):
+                withheld.append(mid)
+                continue
+            if state is None and expired(
+                provenance_from_metadata(dict(doc.metadata or {}))["valid_until"], now
+            ):
                 withheld.append(mid)
                 continue
             if score is None:
@@ -194,6 +259,10 @@ class CredibilityRetriever(BaseRetriever):
                 meta.setdefault("relevance_score", score)
             if conflicts.get(mid):
                 meta[CONFLICTS_WITH] = sorted(conflicts[mid])
+            if as_of is not None:
+                meta[REGISTRY_AS_OF] = as_of
+            if state is not None and state.proposed_quarantine:
+                meta[QUARANTINE_PROPOSED] = state.proposed_quarantine
             if state is not None:
                 meta["material_version"] = state.current.version
                 for key in ("valid_until", "superseded_by"):
@@ -226,7 +295,15 @@ class CredibilityRetriever(BaseRetriever):
             span.set_attribute(SPAN_RANK_AFTER, [_material_id(d) for d in out])
             span.set_attribute(SPAN_WITHHELD, withheld)
             span.set_attribute(SPAN_CREDIBILITY, [d.metadata["credibility"] for d in out])
+            if as_of is not None:
+                span.set_attribute(SPAN_UNAVAILABLE, True)
         return out
 
 
-__all__ = ["CredibilityRetriever", "Ranked", "RerankWeights", "combined_score"]
+__all__ = [
+    "REGISTRY_AS_OF",
+    "CredibilityRetriever",
+    "Ranked",
+    "RerankWeights",
+    "combined_score",
+]

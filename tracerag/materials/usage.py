@@ -7,12 +7,11 @@ it works on the registry's tables through ``self.db``.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from tracerag.materials.credibility import CredibilityPolicy, ema_update, should_quarantine
+from tracerag.materials.credibility import CredibilityPolicy
 from tracerag.materials.db import Cursor, RegistryDB
 from tracerag.materials.model import (
     USAGE_COUNTERS,
@@ -24,8 +23,6 @@ from tracerag.materials.model import (
     utcnow,
 )
 from tracerag.materials.records import (
-    QUARANTINE_RULE,
-    SYSTEM,
     MaterialNotFound,
     ReadHit,
     Use,
@@ -44,10 +41,6 @@ class UsageLog:
         def get(self, material_id: str) -> MaterialState: ...
 
         def version_for(self, material_id: str, text_hash: str | None = None) -> int | None: ...
-
-        def transition(
-            self, material_id: str, action: str, *, operator: str, reason: str, written_by: str
-        ) -> MaterialVersion: ...
 
     @staticmethod
     def _usage(cur: Cursor, v: MaterialVersion) -> Usage:
@@ -119,7 +112,7 @@ class UsageLog:
                 if cur.fetchone()[0] != created:
                     continue  # logged before
                 logged += 1
-                _bump(
+                bump_usage(
                     cur,
                     use.material_id,
                     version,
@@ -128,59 +121,6 @@ class UsageLog:
                     passed=int(use.cited and decision == "pass"),
                 )
         return logged
-
-    def apply_outcome(
-        self,
-        material_id: str,
-        verdict: str,
-        *,
-        weight: float = 1.0,
-        version: int | None = None,
-        counter: str | None = None,
-        count_denial: bool = True,
-    ) -> MaterialState:
-        """Move a material's EMA toward a verdict's outcome; quarantine after N denials.
-
-        ``count_denial=False`` moves the EMA without counting the denial toward quarantine.
-
-        ``verdict`` is a key of ``credibility.OUTCOMES``; ``counter`` the usage counter to bump
-        (``confirmations``, ``denials``, ``approvals``, ``edits``, ``rejections``).
-        """
-        from tracerag.materials.credibility import OUTCOMES
-
-        if verdict not in OUTCOMES:
-            raise ValueError(f"verdict must be one of {sorted(OUTCOMES)}, not {verdict!r}")
-        with self.db.write() as cur:
-            cur.execute(
-                "SELECT ema, outcomes, denials, current_version FROM materials "
-                "WHERE material_id = ?",
-                (material_id,),
-            )
-            row = cur.fetchone()
-            if row is None:
-                raise MaterialNotFound(material_id)
-            ema = ema_update(float(row[0]), OUTCOMES[verdict], self.policy.rate, weight)
-            counted = verdict == "deny" and weight > 0 and count_denial
-            denials = int(row[2]) + (1 if counted else 0)
-            cur.execute(
-                "UPDATE materials SET ema = ?, outcomes = outcomes + 1, denials = ?, "
-                "updated_at = ? WHERE material_id = ?",
-                (ema, denials, now_iso(), material_id),
-            )
-            if counter:
-                _bump(cur, material_id, version or int(row[3]), **{counter: 1})
-        state = self.get(material_id)
-        if state.status == "active" and should_quarantine(state.denials, state.ema, self.policy):
-            self.transition(
-                material_id,
-                "quarantine",
-                operator=SYSTEM,
-                reason=f"denied {state.denials} times "
-                f"(quarantine after {self.policy.quarantine_after})",
-                written_by=QUARANTINE_RULE,
-            )
-            state = self.get(material_id)
-        return state
 
     def mark_complaint(self, request_id: str, verdict: str) -> None:
         """Keep a request's read hits past the retention period (it received a complaint)."""
@@ -191,41 +131,13 @@ class UsageLog:
                 (request_id, verdict, now_iso()),
             )
 
-    def log_feedback(
-        self,
-        request_id: str,
-        verdict: str,
-        comment: str | None,
-        correction: str | None,
-        operator: str,
-        audit_seq: int | None,
-    ) -> str:
-        """Keep one feedback verdict; returns its id."""
-        feedback_id = "fb-" + uuid.uuid4().hex[:16]
-        with self.db.write() as cur:
-            cur.execute(
-                "INSERT INTO material_feedback (feedback_id, request_id, verdict, comment, "
-                "correction, operator, created_at, audit_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    feedback_id,
-                    request_id,
-                    verdict,
-                    comment,
-                    correction,
-                    operator,
-                    now_iso(),
-                    audit_seq,
-                ),
-            )
-        return feedback_id
-
     def feedback_for(self, request_id: str) -> list[dict[str, Any]]:
         """The feedback verdicts given on a request, oldest first."""
         with self.db.read() as cur:
             cur.execute(
                 "SELECT feedback_id, verdict, comment, correction, operator, created_at, "
-                "audit_seq FROM material_feedback WHERE request_id = ? "
-                "ORDER BY created_at, feedback_id",
+                "audit_seq, principal, method, counted, declared_user FROM material_feedback "
+                "WHERE request_id = ? ORDER BY created_at, feedback_id",
                 (request_id,),
             )
             names = (
@@ -236,8 +148,15 @@ class UsageLog:
                 "operator",
                 "created_at",
                 "audit_seq",
+                "principal",
+                "method",
+                "counted",
+                "declared_user",
             )
-            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+            out = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+        for f in out:
+            f["counted"] = bool(f["counted"])
+        return out
 
     def reads(
         self, material_id: str, version: int | None = None, limit: int = 1000
@@ -292,7 +211,7 @@ class UsageLog:
         return n
 
 
-def _bump(cur: Cursor, material_id: str, version: int, **counts: int) -> None:
+def bump_usage(cur: Cursor, material_id: str, version: int, **counts: int) -> None:
     for name in counts:
         if name not in USAGE_COUNTERS:
             raise ValueError(f"unknown usage counter {name!r}")
@@ -314,4 +233,4 @@ def _read_hit(r: Any) -> ReadHit:
     )
 
 
-__all__ = ["UsageLog"]
+__all__ = ["UsageLog", "bump_usage"]

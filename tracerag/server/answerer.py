@@ -30,6 +30,8 @@ logger = logging.getLogger("tracerag.server")
 DEFAULT_COMMIT_WAIT = 1.0
 #: threads committing records to the store (apart from the pipeline's executor)
 COMMIT_THREADS = 4
+#: records waiting for ``Answerer.after_record`` at most (more are logged and dropped)
+MAX_HANDED_ON = 1000
 
 
 def commit_wait_from_config() -> float:
@@ -85,8 +87,14 @@ def demo_pipeline(
     temperature: float = 0.7,
     plan: str = "separate",
     seed: int | None = None,
+    registry: Any = None,
 ) -> Any:
-    """The pipeline served by default: the bundled knowledge base and an offline model."""
+    """The pipeline served by default: the bundled knowledge base and an offline model.
+
+    With a material ``registry``, retrieval goes through it (``registry.govern``): materials
+    that are quarantined, deleted, pending review or expired are withheld, the rest reranked by
+    credibility (four of the eight most similar). First sight is left to the server's record
+    hook (``Answerer.after_record``), off the answer's path."""
     from tracerag.demo.kb import build_retriever
     from tracerag.demo.run import build_model
     from tracerag.llm import model_name
@@ -94,8 +102,13 @@ def demo_pipeline(
     from tracerag.prompts import DEFAULT_PROMPT_VERSION
 
     llm = build_model(model, seed)
+    retriever = (
+        build_retriever(k=4)
+        if registry is None
+        else registry.govern(build_retriever(k=8), k=4, register_unseen=False)
+    )
     return RAGPipeline(
-        build_retriever(k=4),
+        retriever,
         llm,
         prompt_version=DEFAULT_PROMPT_VERSION,
         model_version=model_name(llm) or type(llm).__name__,
@@ -107,6 +120,11 @@ def demo_pipeline(
 
 
 StageHook = Callable[[StageEvent], None]
+
+
+def servable(pipeline: object) -> bool:
+    """True for what the server can run and record: a ``wrap()``-ed app or a ``RAGPipeline``."""
+    return isinstance(pipeline, StagedRunnable)
 
 
 class Answerer:
@@ -149,6 +167,14 @@ class Answerer:
         self.commit_timeouts = 0
         self._in_flight = 0
         self._in_flight_lock = threading.Lock()
+        #: told every record this server persists (the material registry's first sight and
+        #: read hits), on a thread of its own; see ``hand_on``
+        self.after_record: Callable[[Mapping[str, Any]], None] | None = None
+        self._after = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracerag-after-record")
+        self._handed_on = 0
+        self._skipping = False
+        self.handed_on_dropped = 0
+        self.handed_on_failed = 0
 
     @property
     def staged(self) -> bool:
@@ -173,6 +199,7 @@ class Answerer:
             return None  # the writer quarantines it, with the reason
         except Exception as exc:
             self.last_store_error = type(exc).__name__
+            self.writer.report_failure(exc)  # not ready until the writer's probe sees it back
             logger.warning(
                 "audit store failed for request %s (%s: %s); the record goes to the journal",
                 record.get("request_id"),
@@ -209,6 +236,7 @@ class Answerer:
             self.commit_timeouts += 1
             first = self.last_store_error is None
             self.last_store_error = f"CommitTimeout: a store commit took over {self.commit_wait}s"
+            self.writer.report_failure(TimeoutError(self.last_store_error))
             (logger.warning if first else logger.info)(
                 "audit store commit for request %s not done after %.1fs (%s); the record "
                 "goes to the journal",
@@ -223,6 +251,7 @@ class Answerer:
 
         Waits at most about ``commit_wait`` for the store, then for the journal's disk sync.
         """
+        self.hand_on(record)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.commit_wait
         direct = self.writer.pending == 0 and self.writer.ready()
@@ -237,15 +266,76 @@ class Answerer:
         return bool(await self.writer.asubmit_durable(record))
 
     def store_state(self) -> dict[str, Any]:
-        """Whether records reach the store now, from the audit writer's own state."""
+        """Whether records reach the store now, from the audit writer's own state.
+
+        A failed or hung direct commit makes the writer report not ready; its background probe
+        (short backoff) makes it ready again once the store answers, with or without traffic.
+        """
         status = self.writer.status()
-        ready = bool(status["ready"]) and self.last_store_error is None
-        last_error = self.last_store_error or status["last_error"]
+        ready = bool(status["ready"])
+        if ready:
+            self.last_store_error = None
+        last_error = status["last_error"] or (None if ready else self.last_store_error)
         return {**status, "ready": ready, "last_error": last_error}
+
+    def hand_on(self, record: Mapping[str, Any]) -> None:
+        """Give a record to ``after_record`` (the material registry's first sight and read
+        hits) on a thread of its own, off the answer's path; at most ``MAX_HANDED_ON`` wait."""
+        hook = self.after_record
+        if hook is None:
+            return
+        if self.last_store_error is not None or not self.writer.ready():
+            # the registry lives in the store: it would only wait for it, holding its lock
+            self.handed_on_dropped += 1
+            if not self._skipping:
+                logger.warning(
+                    "read hits and first sight of answered materials are not logged while the "
+                    "audit store is not taking writes (from request %s on)",
+                    record.get("request_id"),
+                )
+            self._skipping = True
+            return
+        if self._skipping:
+            logger.warning("read hits of answered materials are logged again")
+        self._skipping = False
+        with self._in_flight_lock:
+            if self._handed_on >= MAX_HANDED_ON:
+                self.handed_on_dropped += 1
+                logger.warning(
+                    "read hits of request %s not logged: %d records already wait for the "
+                    "material registry",
+                    record.get("request_id"),
+                    self._handed_on,
+                )
+                return
+            self._handed_on += 1
+
+        def run() -> None:
+            try:
+                hook(record)
+            except Exception as exc:
+                self.handed_on_failed += 1
+                logger.warning(
+                    "the material registry did not take request %s's materials and read hits "
+                    "(%s: %s)",
+                    record.get("request_id"),
+                    type(exc).__name__,
+                    exc,
+                )
+            finally:
+                with self._in_flight_lock:
+                    self._handed_on -= 1
+
+        self._after.submit(run)
+
+    def wait_handed_on(self, timeout: float = 30.0) -> None:
+        """Wait until the records handed on so far have been taken by ``after_record``."""
+        self._after.submit(lambda: None).result(timeout=timeout)
 
     def close(self) -> None:
         # a commit still hanging is not waited for: its record is in the journal or the buffer
         self._commits.shutdown(wait=False, cancel_futures=True)
+        self._after.shutdown(wait=True)
         self.writer.close()
 
     async def run(
@@ -259,7 +349,9 @@ class Answerer:
         token = otel_context.attach(parent) if parent is not None else None
         try:
             if not isinstance(self.pipeline, StagedRunnable):
-                response: RAGResponse = await self.pipeline.ainvoke(data)
+                # not tracerag's stages: it takes the caller's fields only
+                given = {k: v for k, v in data.items() if k != "request_id"}
+                response: RAGResponse = await self.pipeline.ainvoke(given)
                 return response
             # tracerag's own request form: a wrapped app gets the question in its question field
             request = self.pipeline.parse_input(data)

@@ -15,9 +15,11 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Depends, Request
 from pydantic import ValidationError
 
+from tracerag.server._runs import DecisionWatch, RunBook, key_problem
+from tracerag.server._tokens import StreamTokens
 from tracerag.server.answerer import Answerer
 from tracerag.server.auth import COOKIE_NAME, NAMED, ReviewerAuth, Session, same_secret
-from tracerag.server.claims import ClaimBoard
+from tracerag.server.claims import ClaimBoard, Skips
 from tracerag.server.delivery import Delivery
 from tracerag.server.errors import ApiError
 from tracerag.server.models import AnswerRequest
@@ -44,12 +46,22 @@ class Services:
     auth: ReviewerAuth | None = None
     templates: Any = None
     claims: ClaimBoard | None = None
+    skips: Skips | None = None
+    desk: Any = None  # the desk's queues and their rubrics (a DeskConfig)
+    desk_db: Any = None  # the desk's shared tables in the store's database, when it has one
     trace_ui: tuple[str, str | None] | None = None  # (backend, base URL) for trace links
     body_timeout: float = 10.0
     store_timeout: float = 15.0
     background: set[asyncio.Task] = field(default_factory=set)
     registry: Any = None  # the material registry beside the store (tracerag.materials)
     owns_registry: bool = False  # opened here (closed with the app), not given
+    runs: RunBook | None = None  # answer runs: resumable streams, idempotency keys
+    decisions: DecisionWatch | None = None  # streams waiting for a reviewer's decision
+    tokens: StreamTokens | None = None  # events-URL tokens (when the API has a key)
+    feedback_tokens: Any = None  # tracerag.materials.UserTokens: signed end-user ids
+    feedback_limits: Any = None  # tracerag.materials.FeedbackLimits of POST /v1/feedback
+    #: whether the served retrieval consults the registry (None: not known yet)
+    governed: bool | None = None
 
     def materials(self) -> Any:
         """The material registry kept in the app's store, opened on first use."""
@@ -87,14 +99,66 @@ async def store_call(svc: Services, fn: Callable[..., T], *args: Any, **kwargs: 
         ) from None
 
 
+async def desk_call(svc: Services, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a call on the desk's shared state (sessions, claims, lockout) off the loop; an
+    outage or a hang becomes 503."""
+    try:
+        return await asyncio.wait_for(
+            asyncio.to_thread(fn, *args, **kwargs), timeout=svc.store_timeout
+        )
+    except ApiError:
+        raise
+    except asyncio.TimeoutError:
+        logger.warning("the desk's shared state did not answer within %.0f s", svc.store_timeout)
+        raise ApiError(503, "store_unavailable", "the desk's state is not answering") from None
+    except Exception as exc:
+        raise _desk_down(exc) from None
+
+
+def desk_now(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``desk_call`` for code already off the loop (sync dependencies)."""
+    try:
+        return fn(*args, **kwargs)
+    except ApiError:
+        raise
+    except Exception as exc:
+        raise _desk_down(exc) from None
+
+
+def _desk_down(exc: BaseException) -> ApiError:
+    logger.warning("the desk's shared state failed: %s: %s", type(exc).__name__, exc)
+    return ApiError(
+        503, "store_unavailable", f"the desk's state is unavailable ({type(exc).__name__})"
+    )
+
+
 # -- frontends --------------------------------------------------------------------------------
+
+
+def has_api_key(request: Request, svc: Services) -> bool:
+    """True when no API key is configured or the request carries it."""
+    return svc.api_key is None or same_secret(request.headers.get("x-api-key"), svc.api_key)
 
 
 def require_api_key(request: Request, svc: ServicesDep) -> None:
     """The frontend API key, when one is configured."""
-    if svc.api_key is None or same_secret(request.headers.get("x-api-key"), svc.api_key):
+    if has_api_key(request, svc):
         return
     raise ApiError(401, "unauthorized", "a valid X-API-Key header is required")
+
+
+def idempotency_key(request: Request) -> str | None:
+    """The request's ``Idempotency-Key`` (400 when it cannot be one), or None."""
+    key = request.headers.get("idempotency-key")
+    if key is None:
+        return None
+    problem = key_problem(key)
+    if problem:
+        raise ApiError(400, "bad_request", problem)
+    return key
+
+
+IdempotencyKey = Annotated[str | None, Depends(idempotency_key)]
 
 
 async def read_body(request: Request, timeout: float) -> bytes:
@@ -154,6 +218,10 @@ async def json_body(request: Request, svc: ServicesDep) -> Any:
         return json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise ApiError(400, "bad_request", f"the request body is not valid JSON: {exc}") from None
+    except ValueError:  # an integer longer than Python converts (sys.get_int_max_str_digits())
+        raise ApiError(
+            400, "bad_request", "the request body holds a number with too many digits"
+        ) from None
 
 
 JsonBody = Annotated[Any, Depends(json_body)]
@@ -226,7 +294,7 @@ def retry_after_header(wait: float) -> dict[str, str]:
 def begin_attempt(svc: Services, client: str) -> None:
     """Count a credential check for this client; 429 while it is locked out."""
     assert svc.auth is not None
-    wait = svc.auth.throttle.attempt(client)
+    wait = desk_now(svc.auth.throttle.attempt, client)
     if wait is not None:
         raise ApiError(
             429,
@@ -239,7 +307,10 @@ def begin_attempt(svc: Services, client: str) -> None:
 def credential_failed(svc: Services, client: str, path: str, how: str) -> None:
     """Log a failed credential (already counted by ``begin_attempt``), never the token."""
     assert svc.auth is not None
-    lockout = svc.auth.throttle.retry_after(client)
+    try:
+        lockout = svc.auth.throttle.retry_after(client)
+    except Exception:  # the failure is logged all the same
+        lockout = None
     security_log.warning(
         "failed reviewer %s from %s on %s%s",
         how,
@@ -266,13 +337,14 @@ def optional_reviewer(request: Request, svc: ServicesDep) -> Session | None:
             credential_failed(svc, client, request.url.path, "bearer token")
             return None
         kind, name = found
-        auth.throttle.succeeded(client)
+        desk_now(auth.throttle.succeeded, client)
         if kind == NAMED:
             assert name is not None
             return Session(name, "", "bearer", NAMED)
         # a shared token names nobody: a decision names its reviewer in the JSON body
         return Session(SHARED_BEARER_NAME, "", "bearer", kind)
-    return auth.read_cookie(request.cookies.get(COOKIE_NAME))
+    value = request.cookies.get(COOKIE_NAME)
+    return desk_now(auth.read_cookie, value) if value else None
 
 
 OptionalReviewer = Annotated[Session | None, Depends(optional_reviewer)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -80,21 +80,75 @@ class StageEvent(BaseModel):
 class StreamError(BaseModel):
     """The data of an ``error`` event: the request failed after the stream started."""
 
-    error: str
+    error: Literal["invalid_input", "pipeline_failed", "request_unfinished"] = Field(
+        description="invalid_input: the pipeline refused the question; pipeline_failed: it "
+        "failed; request_unfinished: the replica running it stopped before it ended (its "
+        "outcome may appear later at GET /v1/requests/{id})."
+    )
     detail: str
 
 
-class StreamEvents(BaseModel):
-    """The events of ``POST /v1/answer/stream``, in order: six ``stage``, then one of the others.
+EVENT_ID = (
+    "`<request_id>:<stage>` or `<request_id>:<event>`: send it back as `Last-Event-ID` to "
+    "resume after this event."
+)
 
-    Each event's ``data`` is one line of JSON; comments (``: ping``) keep the connection alive.
-    """
 
-    stage: StageEvent
-    response: RAGResponse = Field(
-        description="The caller view of the Response (withheld: no text)."
+class StageMessage(BaseModel):
+    """A ``stage`` event: one stage completed (six in all, skipped ones included)."""
+
+    event: Literal["stage"]
+    id: str = Field(description=EVENT_ID)
+    data: StageEvent
+
+
+class ResponseMessage(BaseModel):
+    """The ``response`` event: the caller view of the Response (withheld: no text)."""
+
+    event: Literal["response"]
+    id: str = Field(description=EVENT_ID)
+    data: RAGResponse
+
+
+class ErrorMessage(BaseModel):
+    """The ``error`` event: the request failed; the stream ends."""
+
+    event: Literal["error"]
+    id: str = Field(description=EVENT_ID)
+    data: StreamError
+
+
+class DecisionMessage(BaseModel):
+    """The ``decision`` event: a reviewer decided the request (streams that wait for it)."""
+
+    event: Literal["decision"]
+    id: str = Field(description=EVENT_ID)
+    data: RequestStatus
+
+
+#: One event of an answer stream, told apart by ``event`` (the SSE ``event:`` field). On the
+#: wire each is ``id:``, ``event:`` and one ``data:`` line of JSON; ``: ping`` comments keep the
+#: connection open.
+StreamEvent = Annotated[
+    Union[StageMessage, ResponseMessage, ErrorMessage, DecisionMessage],  # noqa: UP007
+    Field(discriminator="event"),
+]
+STREAM_EVENT_MODELS = (StageMessage, ResponseMessage, ErrorMessage, DecisionMessage)
+
+
+class EventsTicket(BaseModel):
+    """Where to follow a request: ``POST /v1/requests`` and ``GET .../events-url``."""
+
+    request_id: str
+    events_url: str = Field(
+        description="The request's event stream, for `new EventSource(base + events_url)`: a "
+        "path with a `token` good for this request only (when the API needs a key)."
     )
-    error: StreamError
+    status_url: str = Field(description="The request's outcome (`GET`, with the API key).")
+    expires_at: int | None = Field(
+        description="When the token stops opening the stream (seconds since the epoch); null "
+        "when the API needs no key."
+    )
 
 
 class DecisionRequest(BaseModel):
@@ -110,6 +164,11 @@ class DecisionRequest(BaseModel):
         max_length=64,
         description="Who decides, for the shared reviewer token only (named tokens name "
         "their reviewer). Any script: 李伟 works.",
+    )
+    scores: dict[str, int] | None = Field(
+        default=None,
+        description="Rubric scores by dimension name (whole numbers on each dimension's "
+        "scale); the queue's rubric says which dimensions exist and which are required.",
     )
 
 
@@ -147,8 +206,21 @@ class Decision(BaseModel):
     decided_at: str
 
 
+class Vote(BaseModel):
+    """A judgement recorded on an item that needs several reviewers, not yet settled (202)."""
+
+    request_id: str
+    reviewer: str
+    action: Literal["approve", "edit", "reject"]
+    reviews: int = Field(description="Judgements on the item so far, this one included.")
+    required: int = Field(description="How many reviewers the item's queue asks for.")
+    disputed: bool = Field(
+        description="The judgements disagree: the next one, by any reviewer, settles the item."
+    )
+
+
 class FeedbackRequest(BaseModel):
-    """A user's verdict on an answer (``tracerag.materials.feedback.record_feedback``)."""
+    """A verdict on an answer (``tracerag.materials.feedback.record_feedback``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -158,27 +230,33 @@ class FeedbackRequest(BaseModel):
     correction: str | None = Field(
         default=None, max_length=8000, description="required for clarify: the right statement"
     )
-    user: str = Field(default="anonymous", min_length=1, max_length=64)
-
-
-class MaterialMove(BaseModel):
-    """How one material's credibility moved."""
-
-    material_id: str
-    version: int | None
-    share: float = Field(description="the material's share of the answer (attribution)")
-    ema_before: float
-    ema_after: float
-    status: str
+    user_token: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="the end user's signed id, made by the application's backend with "
+        "TRACERAG_FEEDBACK_KEY (tracerag.materials.UserTokens): the verdict counts as that "
+        "user's",
+    )
+    user: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="a name the user gave: kept beside the verdict as unverified, never "
+        "trusted; on its own it makes the verdict an unverified note that counts for nothing",
+    )
 
 
 class FeedbackOutcome(BaseModel):
-    """What one verdict changed."""
+    """What the one who gave a verdict may know about it."""
 
     request_id: str
     verdict: Literal["confirm", "deny", "clarify"]
     feedback_id: str | None = None
-    updates: list[MaterialMove] = Field(default_factory=list)
-    quarantined: list[str] = Field(default_factory=list)
-    correction_id: str | None = Field(default=None, description="the pending corrected material")
-    audit_seq: int | None = Field(default=None, description="its entry in the audit chain")
+    recorded_as: Literal["verdict", "note"] = Field(
+        description="verdict: an authenticated principal gave it; note: kept, counts for nothing"
+    )
+    counted: bool = Field(description="whether it moved the credibility of what the answer used")
+    note: str | None = Field(default=None, description="why it did not count, when it did not")
+    correction_held: bool = Field(
+        default=False, description="the correction was kept for a person to review"
+    )

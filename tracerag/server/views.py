@@ -422,7 +422,7 @@ def item_context(
 
 # -- materials ------------------------------------------------------------------------------
 
-MATERIAL_ACTIONS = ("approve", "reject", "restore")
+MATERIAL_ACTIONS = ("approve", "reject", "restore", "quarantine", "dismiss")
 READ_HITS_SHOWN = 50
 #: rows each list of the materials page shows (the figures above them count them all)
 LISTED = 200
@@ -457,10 +457,12 @@ def materials_overview(registry: Any) -> dict[str, Any]:
     quarantined = [
         (state, registry.credibility(state)) for state in registry.materials("quarantined")[:LISTED]
     ]
+    proposals = [(state, registry.credibility(state)) for state in registry.proposals()[:LISTED]]
     return {
         "pending": pending,
         "conflicts": conflicts,
         "quarantined": quarantined,
+        "proposals": proposals,
         "stats": registry.stats(),
     }
 
@@ -482,6 +484,8 @@ def material_history(registry: Any, material_id: str) -> dict[str, Any]:
         actions += ["approve", "reject"]
     if state.status == "quarantined":
         actions.append("restore")
+    if state.proposed_quarantine:
+        actions += ["quarantine", "dismiss"]
     return {
         "state": state,
         "material_id": material_id,

@@ -70,3 +70,6 @@ class Plan:
 #: value), set by a material registry (``tracerag.materials``); an answer citing it goes to
 #: review.
 CONFLICTS_WITH = "conflicts_with"
+#: Material metadata saying why its quarantine was proposed (by denials) and waits for a person
+#: to confirm or dismiss it, set by a material registry; an answer citing it goes to review.
+QUARANTINE_PROPOSED = "quarantine_proposed"

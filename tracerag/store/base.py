@@ -11,7 +11,7 @@ share.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -49,6 +49,13 @@ KIND_REVIEW_ENQUEUED = "review_enqueued"
 KIND_REVIEW_CLAIMED = "review_claimed"
 KIND_REVIEW_RELEASED = "review_released"
 KIND_REVIEW_DECISION = "review_decision"
+#: one reviewer's judgement (action, rubric scores) on an item that needs several reviewers,
+#: before they settle it; the judgement that settles it is the decision itself
+KIND_REVIEW_VOTE = "review_vote"
+#: a reviewer's comment on a queued item
+KIND_REVIEW_COMMENT = "review_comment"
+#: an item assigned to a reviewer (``assignee`` null: unassigned)
+KIND_REVIEW_ASSIGNED = "review_assigned"
 KIND_OPERATOR_ACTION = "operator_action"
 KIND_NOTE = "note"
 # an offline attribution report (``tracerag explain``) on a stored request
@@ -62,6 +69,9 @@ ACTION_KINDS = (
     KIND_REVIEW_CLAIMED,
     KIND_REVIEW_RELEASED,
     KIND_REVIEW_DECISION,
+    KIND_REVIEW_VOTE,
+    KIND_REVIEW_COMMENT,
+    KIND_REVIEW_ASSIGNED,
     KIND_OPERATOR_ACTION,
     KIND_NOTE,
     KIND_EXPLANATION,
@@ -73,11 +83,15 @@ ACTION_KINDS = (
 #: review queue and ``get(request_id)`` leave it out. Stores written before this kind existed
 #: hold such changes as ``operator_action`` entries of the request ``tracerag.materials``.
 KIND_MATERIAL_CHANGE = "material_change"
+#: written only by the review queue's own operations (``append_action`` refuses them)
 REVIEW_KINDS = (
     KIND_REVIEW_ENQUEUED,
     KIND_REVIEW_CLAIMED,
     KIND_REVIEW_RELEASED,
     KIND_REVIEW_DECISION,
+    KIND_REVIEW_VOTE,
+    KIND_REVIEW_COMMENT,
+    KIND_REVIEW_ASSIGNED,
 )
 
 SYSTEM_ACTOR = "tracerag"
@@ -148,6 +162,18 @@ class ClaimedByOther(StoreError):
         super().__init__(f"review of request {request_id!r} is claimed by {claimed_by}")
         self.request_id = request_id
         self.claimed_by = claimed_by
+
+
+class AlreadyReviewed(StoreError):
+    """This reviewer has already given their judgement on the item; another reviewer's is due."""
+
+    def __init__(self, request_id: str, reviewer: str) -> None:
+        super().__init__(
+            f"{reviewer} has already reviewed request {request_id!r}; "
+            "the item waits for another reviewer"
+        )
+        self.request_id = request_id
+        self.reviewer = reviewer
 
 
 class SchemaTooNew(StoreError):
@@ -260,6 +286,27 @@ class ReviewDecision:
 
 
 @dataclass(frozen=True)
+class ReviewOutcome:
+    """What one reviewer's judgement did to an item that may need several reviewers.
+
+    ``decision`` is set when it settled the item: it was the last of the ``required``
+    judgements and they all chose the same action, or the item was disputed (the required
+    judgements disagreed) and this one settled it. Otherwise it was recorded as a vote:
+    ``reviews`` of ``required`` so far, ``disputed`` when they disagree.
+    """
+
+    request_id: str
+    reviewer: str
+    action: str
+    reviews: int
+    required: int
+    decision: ReviewDecision | None = None
+    disputed: bool = False
+    #: how the decision came about: "single", "unanimous" or "adjudicated" (None: a vote)
+    agreement: str | None = None
+
+
+@dataclass(frozen=True)
 class RequestSummary:
     """One line of ``list_requests``."""
 
@@ -334,7 +381,8 @@ class ReviewQueue(Protocol):
         ...
 
     def list_queue(self, status: str | None = None, limit: int = 100) -> list[QueueItem]:
-        """Queue items, most urgent and oldest first, optionally of one status."""
+        """Queue items, most urgent and oldest first, optionally of one status (``open``:
+        pending and claimed)."""
         ...
 
     def decide(
@@ -350,6 +398,39 @@ class ReviewQueue(Protocol):
 
     def get_decision(self, request_id: str) -> ReviewDecision | None:
         """The review decision on a request, or None if it has none yet."""
+        ...
+
+    def review(
+        self,
+        request_id: str,
+        reviewer: str,
+        action: str,
+        final_answer: str | None = None,
+        reason: str | None = None,
+        *,
+        scores: Mapping[str, float] | None = None,
+        required: int = 1,
+    ) -> ReviewOutcome:
+        """One reviewer's judgement (with rubric scores) on an item needing ``required``
+        reviewers: a vote, or the decision when it settles the item."""
+        ...
+
+    def comment(self, request_id: str, author: str, text: str) -> Entry:
+        """Chain a reviewer's comment on a queued item."""
+        ...
+
+    def assign(self, request_id: str, assignee: str | None, actor: str) -> Entry | None:
+        """Assign an undecided item to a reviewer (None: unassign)."""
+        ...
+
+    def review_entries(
+        self,
+        kinds: Sequence[str],
+        request_ids: Sequence[str] | None = None,
+        *,
+        open_only: bool = False,
+    ) -> list[Entry]:
+        """Votes, comments, assignments... of some queued items, or of all, in seq order."""
         ...
 
 

@@ -8,20 +8,27 @@ the chain. ``ReviewQueue`` is the protocol the server and tools use.
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from tracerag.store.base import (
+    KIND_REVIEW_ASSIGNED,
     KIND_REVIEW_CLAIMED,
+    KIND_REVIEW_COMMENT,
     KIND_REVIEW_DECISION,
     KIND_REVIEW_ENQUEUED,
     KIND_REVIEW_RELEASED,
+    KIND_REVIEW_VOTE,
     QUEUE_STATUSES,
     REVIEW_ACTIONS,
     REVIEW_ROUTES,
     SYSTEM_ACTOR,
     AlreadyDecided,
+    AlreadyReviewed,
     ClaimedByOther,
     Entry,
     InvalidRecord,
@@ -29,6 +36,7 @@ from tracerag.store.base import (
     QueueItem,
     RequestNotFound,
     ReviewDecision,
+    ReviewOutcome,
     now_iso,
 )
 from tracerag.store.record import _normalise, _str_or_none, _valid_text
@@ -43,6 +51,7 @@ _QUEUE_COLUMNS = (
 )
 _QUEUE_FROM = "review_queue q JOIN requests r ON r.request_id = q.request_id"
 _QUEUE_ORDER = "q.priority, q.enqueued_seq"
+_SCORE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,39}$")
 
 
 class SQLReviewQueue:
@@ -213,11 +222,13 @@ class SQLReviewQueue:
         return item
 
     def list_queue(self, status: str | None = None, limit: int = 100) -> list[QueueItem]:
-        if status is not None and status not in QUEUE_STATUSES:
-            raise ValueError(f"status must be one of {QUEUE_STATUSES}, not {status!r}")
+        if status is not None and status not in (*QUEUE_STATUSES, "open"):
+            raise ValueError(f"status must be one of {QUEUE_STATUSES} or open, not {status!r}")
         sql = f"SELECT {_QUEUE_COLUMNS} FROM {_QUEUE_FROM}"
         params: list[Any] = []
-        if status is not None:
+        if status == "open":
+            sql += " WHERE q.status <> 'decided'"
+        elif status is not None:
             sql += " WHERE q.status = %s"
             params.append(status)
         sql += f" ORDER BY {_QUEUE_ORDER} LIMIT %s"
@@ -235,46 +246,242 @@ class SQLReviewQueue:
         reason: str | None = None,
     ) -> ReviewDecision:
         _require_actor(reviewer)
-        if action not in REVIEW_ACTIONS:
-            raise ValueError(f"action must be one of {REVIEW_ACTIONS}, not {action!r}")
-        if action == "edit" and not (final_answer and final_answer.strip()):
-            raise ValueError("an edit needs the final answer")
-        if action in ("edit", "reject") and not (reason and reason.strip()):
-            raise ValueError(f"a {action} needs a reason")
+        _check_judgement(action, final_answer, reason)
         with self._write() as (cur, head):
-            item = self._locked_item(cur, request_id)
-            if item.status == "decided":
-                raise AlreadyDecided(request_id, item.decided_by, item.action)
-            if item.status == "claimed" and item.claimed_by != reviewer:
-                raise ClaimedByOther(request_id, item.claimed_by)
-            decided_at = now_iso()
-            cur.execute(
-                "UPDATE review_queue SET status = 'decided', decided_by = %s, decided_at = %s, "
-                "action = %s, final_answer = %s, decision_reason = %s "
-                "WHERE request_id = %s AND status <> 'decided'",
-                (reviewer, decided_at, action, final_answer, reason, request_id),
+            item = self._open_item(cur, request_id, reviewer)
+            return self._settle(cur, head, item, reviewer, action, final_answer, reason, {})
+
+    def review(
+        self,
+        request_id: str,
+        reviewer: str,
+        action: str,
+        final_answer: str | None = None,
+        reason: str | None = None,
+        *,
+        scores: Mapping[str, float] | None = None,
+        required: int = 1,
+    ) -> ReviewOutcome:
+        """One reviewer's judgement on an item that needs ``required`` reviewers.
+
+        Until ``required`` reviewers have judged it, each judgement is a ``review_vote`` entry
+        and a reviewer judges an item once (``AlreadyReviewed``). The last one settles the
+        item when every judgement chose the same action; otherwise the item is disputed and
+        the next judgement — by anyone, those who voted included — settles it. Settling is the
+        decision (``review_decision``), with the votes and ``agreement`` in its payload. Votes,
+        the count and the decision are read and written in one transaction.
+        """
+        _require_actor(reviewer)
+        _check_judgement(action, final_answer, reason)
+        if not isinstance(required, int) or required < 1:
+            raise InvalidRecord("an item needs at least one reviewer")
+        marks = _scores(scores)
+        with self._write() as (cur, head):
+            item = self._open_item(cur, request_id, reviewer)
+            votes = self._votes(cur, request_id)
+            disputed = len(votes) >= required
+            if not disputed and any(v.actor == reviewer for v in votes):
+                raise AlreadyReviewed(request_id, reviewer)
+            n = len(votes) + 1
+            agreed = all(v.payload.get("action") == action for v in votes)
+            if n < required or (n == required and not agreed):
+                self._append(
+                    cur,
+                    head,
+                    [
+                        Entry(
+                            request_id=request_id,
+                            kind=KIND_REVIEW_VOTE,
+                            actor=reviewer,
+                            payload=_action_payload(
+                                reviewer,
+                                {
+                                    "action": action,
+                                    "final_answer": final_answer,
+                                    "scores": marks,
+                                    "vote": n,
+                                    "required": required,
+                                },
+                                reason,
+                            ),
+                        )
+                    ],
+                )
+                return ReviewOutcome(
+                    request_id, reviewer, action, n, required, disputed=n == required
+                )
+            how = (
+                "single"
+                if required == 1 and not votes
+                else ("adjudicated" if disputed else "unanimous")
             )
-            self._append(
+            extra: dict[str, Any] = {"scores": marks, "agreement": how, "required": required}
+            if votes:
+                extra["votes"] = [
+                    {
+                        "seq": v.seq,
+                        "reviewer": v.actor,
+                        "action": v.payload.get("action"),
+                        "scores": v.payload.get("scores") or {},
+                    }
+                    for v in votes
+                ]
+            decision = self._settle(cur, head, item, reviewer, action, final_answer, reason, extra)
+            return ReviewOutcome(request_id, reviewer, action, n, required, decision, disputed, how)
+
+    def comment(self, request_id: str, author: str, text: str) -> Entry:
+        """A reviewer's comment on a queued item (decided ones too), chained."""
+        _require_actor(author)
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidRecord("a comment needs text")
+        with self._write() as (cur, head):
+            self._locked_item(cur, request_id)
+            (entry,) = self._append(
                 cur,
                 head,
                 [
                     Entry(
                         request_id=request_id,
-                        kind=KIND_REVIEW_DECISION,
-                        actor=reviewer,
+                        kind=KIND_REVIEW_COMMENT,
+                        actor=author,
+                        payload=_action_payload(author, {"text": text.strip()}, None),
+                    )
+                ],
+            )
+            return entry
+
+    def assign(self, request_id: str, assignee: str | None, actor: str) -> Entry | None:
+        """Assign an undecided item to a reviewer (None: unassign); None when it changes
+        nothing. Raises ``AlreadyDecided`` on a decided item."""
+        _require_actor(actor)
+        if assignee is not None:
+            _require_actor(assignee)
+        with self._write() as (cur, head):
+            item = self._locked_item(cur, request_id)
+            if item.status == "decided":
+                raise AlreadyDecided(request_id, item.decided_by, item.action)
+            cur.execute(
+                "SELECT payload FROM audit_entries WHERE kind = %s AND request_id = %s "
+                "ORDER BY seq DESC LIMIT 1",
+                (KIND_REVIEW_ASSIGNED, request_id),
+            )
+            row = cur.fetchone()
+            before = _payload(row[0]).get("assignee") if row else None
+            if before == assignee:
+                return None
+            (entry,) = self._append(
+                cur,
+                head,
+                [
+                    Entry(
+                        request_id=request_id,
+                        kind=KIND_REVIEW_ASSIGNED,
+                        actor=actor,
                         payload=_action_payload(
-                            reviewer,
-                            {
-                                "action": action,
-                                "final_answer": final_answer,
-                                "before": {"status": item.status, "claimed_by": item.claimed_by},
-                                "after": {"status": "decided", "action": action},
-                            },
-                            reason,
+                            actor, {"assignee": assignee, "before": before}, None
                         ),
                     )
                 ],
             )
+            return entry
+
+    def review_entries(
+        self,
+        kinds: Sequence[str],
+        request_ids: Sequence[str] | None = None,
+        *,
+        open_only: bool = False,
+    ) -> list[Entry]:
+        """The entries of ``kinds`` (votes, comments, assignments...), in seq order: of the
+        given requests, or of every queued item (``open_only``: undecided ones only)."""
+        from tracerag.store.sql import _entry_from_row
+
+        if not kinds:
+            return []
+        columns = ", ".join(f"e.{c}" for c in _ENTRY_FIELDS)
+        marks = ", ".join(["%s"] * len(kinds))
+        sql = (
+            f"SELECT {columns} FROM audit_entries e JOIN review_queue q "
+            f"ON q.request_id = e.request_id WHERE e.kind IN ({marks})"
+        )
+        params: list[Any] = list(kinds)
+        if open_only:
+            sql += " AND q.status <> 'decided'"
+        out = []
+        with self._read() as cur:
+            if request_ids is None:
+                cur.execute(sql + " ORDER BY e.seq", params)
+                out = [_entry_from_row(r) for r in cur.fetchall()]
+            else:
+                ids = list(dict.fromkeys(request_ids))
+                for start in range(0, len(ids), 200):
+                    chunk = ids[start : start + 200]
+                    where = f" AND e.request_id IN ({', '.join(['%s'] * len(chunk))})"
+                    cur.execute(sql + where, params + chunk)
+                    out += [_entry_from_row(r) for r in cur.fetchall()]
+                out.sort(key=lambda e: e.seq)
+        return out
+
+    def _votes(self, cur: Cursor, request_id: str) -> list[Entry]:
+        from tracerag.store.sql import _entry_from_row
+
+        cur.execute(
+            f"SELECT {', '.join(_ENTRY_FIELDS)} FROM audit_entries "
+            "WHERE kind = %s AND request_id = %s ORDER BY seq",
+            (KIND_REVIEW_VOTE, request_id),
+        )
+        return [_entry_from_row(r) for r in cur.fetchall()]
+
+    def _open_item(self, cur: Cursor, request_id: str, reviewer: str) -> QueueItem:
+        """The locked, undecided queue item that ``reviewer`` may judge."""
+        item = self._locked_item(cur, request_id)
+        if item.status == "decided":
+            raise AlreadyDecided(request_id, item.decided_by, item.action)
+        if item.status == "claimed" and item.claimed_by != reviewer:
+            raise ClaimedByOther(request_id, item.claimed_by)
+        return item
+
+    def _settle(
+        self,
+        cur: Cursor,
+        head: _Head,
+        item: QueueItem,
+        reviewer: str,
+        action: str,
+        final_answer: str | None,
+        reason: str | None,
+        extra: Mapping[str, Any],
+    ) -> ReviewDecision:
+        request_id = item.request_id
+        decided_at = now_iso()
+        cur.execute(
+            "UPDATE review_queue SET status = 'decided', decided_by = %s, decided_at = %s, "
+            "action = %s, final_answer = %s, decision_reason = %s "
+            "WHERE request_id = %s AND status <> 'decided'",
+            (reviewer, decided_at, action, final_answer, reason, request_id),
+        )
+        self._append(
+            cur,
+            head,
+            [
+                Entry(
+                    request_id=request_id,
+                    kind=KIND_REVIEW_DECISION,
+                    actor=reviewer,
+                    payload=_action_payload(
+                        reviewer,
+                        {
+                            "action": action,
+                            "final_answer": final_answer,
+                            "before": {"status": item.status, "claimed_by": item.claimed_by},
+                            "after": {"status": "decided", "action": action},
+                            **extra,
+                        },
+                        reason,
+                    ),
+                )
+            ],
+        )
         return ReviewDecision(request_id, reviewer, action, final_answer, reason, decided_at)
 
     def get_decision(self, request_id: str) -> ReviewDecision | None:
@@ -292,6 +499,52 @@ class SQLReviewQueue:
             item.decision_reason,
             item.decided_at or "",
         )
+
+
+_ENTRY_FIELDS = (
+    "seq",
+    "request_id",
+    "kind",
+    "payload",
+    "actor",
+    "created_at",
+    "prev_hash",
+    "hash",
+    "chain_version",
+)
+#: the most a rubric score may be (and the least, negated)
+MAX_SCORE = 1000
+
+
+def _check_judgement(action: str, final_answer: str | None, reason: str | None) -> None:
+    if action not in REVIEW_ACTIONS:
+        raise ValueError(f"action must be one of {REVIEW_ACTIONS}, not {action!r}")
+    if action == "edit" and not (final_answer and final_answer.strip()):
+        raise ValueError("an edit needs the final answer")
+    if action in ("edit", "reject") and not (reason and reason.strip()):
+        raise ValueError(f"a {action} needs a reason")
+
+
+def _scores(scores: Mapping[str, float] | None) -> dict[str, float]:
+    """Rubric scores as ``{dimension: number}``: names are short words, values finite."""
+    out: dict[str, float] = {}
+    for name, value in (scores or {}).items():
+        if not isinstance(name, str) or not _SCORE_NAME.match(name):
+            raise InvalidRecord(f"a rubric dimension is a short name, not {name!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidRecord(f"the score of {name} must be a number, not {value!r}")
+        if not math.isfinite(value) or abs(value) > MAX_SCORE:
+            raise InvalidRecord(f"the score of {name} is out of range: {value!r}")
+        out[name] = int(value) if float(value).is_integer() else float(value)
+    return out
+
+
+def _payload(text: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _priority(route: str) -> int:

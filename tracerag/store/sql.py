@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tracerag.store.base import (
     ACTION_KINDS,
@@ -69,12 +69,15 @@ from tracerag.store.record import (
 from tracerag.store.review_queue import SQLReviewQueue, _action_payload
 
 logger = logging.getLogger("tracerag.audit")
+T = TypeVar("T")
 
 
 class Cursor(Protocol):
     """The part of a DB-API cursor the shared SQL uses (``format`` paramstyle: ``%s``)."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
+
+    def executemany(self, sql: str, params_seq: Sequence[Sequence[Any]]) -> Any: ...
 
     def fetchone(self) -> Any: ...
 
@@ -98,6 +101,10 @@ class _Head:
 
 class StoreFailing(StoreError):
     """The store failed moments ago (or is being tried again): not waited for now."""
+
+
+#: the most records one group commit writes in one transaction
+MAX_GROUP = 256
 
 
 class _GroupItem:
@@ -138,10 +145,18 @@ class SQLAuditStore(SQLReviewQueue):
         self.fail_fast_seconds = 2.0
         self._failed: tuple[float, BaseException] | None = None  # since when, and why
 
+    #: True for a store reached over the network (it can be down while the app runs)
+    networked = False
+
     @property
     def location(self) -> str:
         """Where the store is (a path, or a database URL without credentials)."""
         return "<audit store>"
+
+    @property
+    def chain_key(self) -> bytes | None:
+        """The key this store seals entries with (None: unkeyed), for the journal feeding it."""
+        return self._key
 
     def check(self) -> None:
         """Raise ``StoreVanished`` when the store disappeared under this object (if knowable)."""
@@ -214,6 +229,7 @@ class SQLAuditStore(SQLReviewQueue):
         key = self._key
         version = CHAIN_VERSION_KEYED if key is not None else CHAIN_VERSION
         sealed: list[Entry] = []
+        rows: list[tuple[Any, ...]] = []
         for entry in entries:
             seq = head.seq + 1
             created_at = now_iso()
@@ -226,7 +242,7 @@ class SQLAuditStore(SQLReviewQueue):
                 raise InvalidRecord(
                     f"entry of {entry.request_id!r} cannot be sealed: {exc}"
                 ) from exc
-            cur.execute(_INSERT_ENTRY, (*fields, head.hash, digest, version))
+            rows.append((*fields, head.hash, digest, version))
             sealed.append(
                 dataclasses.replace(
                     entry,
@@ -239,6 +255,10 @@ class SQLAuditStore(SQLReviewQueue):
                 )
             )
             head.seq, head.hash = seq, digest
+        if rows:
+            # one statement for all of them: one round trip to a database server (psycopg
+            # pipelines executemany), where the chain head's lock is held meanwhile
+            cur.executemany(_INSERT_ENTRY, rows)
         head.appended += sealed
         if sealed:
             mac = None
@@ -283,6 +303,13 @@ class SQLAuditStore(SQLReviewQueue):
             "location": self.location,
         }
 
+    def hash_at(self, seq: int) -> str | None:
+        """The stored hash of the entry at ``seq`` (None: no such entry)."""
+        with self._read() as cur:
+            cur.execute("SELECT hash FROM audit_entries WHERE seq = %s", (seq,))
+            row = cur.fetchone()
+        return str(row[0]) if row else None
+
     def ping(self) -> None:
         """Raise unless a write transaction can be started now (it writes nothing).
 
@@ -304,7 +331,9 @@ class SQLAuditStore(SQLReviewQueue):
 
         Calls from several threads at once share one transaction (group commit: one commit,
         one disk sync): the first caller to find no transaction in progress writes everything
-        waiting; each caller still gets its own outcome (``DuplicateRequest``,
+        waiting, and what arrives while its transaction waits for the chain head (held by
+        another process on the same store) joins it once the head is held (at most
+        ``MAX_GROUP`` records); each caller still gets its own outcome (``DuplicateRequest``,
         ``InvalidRecord``, or the store's failure when the shared transaction failed). A
         transaction hanging past ``commit_timeout`` is interrupted (it fails). When the store
         fails a group, the calls that queued behind it fail at once with the same error, and
@@ -372,6 +401,10 @@ class SQLAuditStore(SQLReviewQueue):
         failure: BaseException | None = None
         try:
             with self._write() as (cur, head):
+                # the chain head is ours now (other processes wait for it): the records that
+                # arrived while this transaction waited for it join it, instead of waiting for
+                # the lock again in a transaction of their own
+                self._join_late(batch)
                 self._insert_group(cur, head, batch)
             self.group_commits += 1
         except InvalidRecord:
@@ -391,6 +424,14 @@ class SQLAuditStore(SQLReviewQueue):
         for item in batch:
             item.done = True
         return failure
+
+    def _join_late(self, batch: list[_GroupItem]) -> None:
+        """Move the records queued since ``batch`` was taken into it (up to ``MAX_GROUP``)."""
+        with self._group_cond:
+            room = MAX_GROUP - len(batch)
+            if room > 0 and self._group:
+                batch += self._group[:room]
+                del self._group[:room]
 
     def _insert_group(self, cur: Cursor, head: _Head, batch: list[_GroupItem]) -> None:
         seen: set[str] = set()
@@ -524,6 +565,18 @@ class SQLAuditStore(SQLReviewQueue):
             (sealed,) = self._append(cur, head, [entry])
         return sealed
 
+    def chained(self, work: Callable[[ChainedWrite], T]) -> T:
+        """Run ``work`` in one write transaction that holds the chain head.
+
+        ``work`` gets a ``ChainedWrite``: its ``cursor`` writes the caller's own tables of this
+        database (``%s`` parameters), and its ``material_change`` / ``action`` seal entries onto
+        the chain in the same transaction, so the tables and the chain change together or not
+        at all (the material registry keeps its columns this way). Returns what ``work``
+        returns; an exception from ``work`` rolls everything back.
+        """
+        with self._write() as (cur, head):
+            return work(ChainedWrite(self, cur, head))
+
     def material_changes(self, material_id: str | None = None) -> list[Entry]:
         """The ``material_change`` entries, of one material or of all, in seq order."""
         sql = f"SELECT {_ENTRY_COLUMNS} FROM audit_entries WHERE kind = %s"
@@ -594,16 +647,25 @@ class SQLAuditStore(SQLReviewQueue):
         max_issues: int = 1000,
         *,
         key: str | bytes | None = _UNSET,
-        expect_head: Mapping[str, Any] | None = None,
+        expect_head: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
     ) -> ChainReport:
         """Re-check every entry, the head, the store's identity and the derived tables.
 
         ``key``: the chain key (default: the store's, i.e. ``TRACERAG_CHAIN_KEY``); with it,
         keyed entries and the head's MAC are checked. ``expect_head``: an anchor kept outside
-        the database (``{"seq": …, "hash": …, "store_id": …}``, e.g. an exported ``head.json``);
-        the chain must still contain that entry unchanged, in the same store.
+        the database (``{"seq": …, "hash": …, "store_id": …}``, e.g. an exported ``head.json``),
+        or several; the chain must still contain each anchored entry unchanged, in the same
+        store. ``report.complete`` says whether anything was left unchecked (no anchor, or
+        keyed entries without the key).
         """
         chain_key = self._key if key is _UNSET else key_bytes(key)
+        anchors: list[Mapping[str, Any]] = (
+            []
+            if expect_head is None
+            else [expect_head]
+            if isinstance(expect_head, Mapping)
+            else list(expect_head)
+        )
         with self._snapshot() as cur:
             meta = self._read_meta(cur)
             issues: list[ChainIssue] = []
@@ -660,16 +722,16 @@ class SQLAuditStore(SQLReviewQueue):
                 keyed_since=keyed_since,
             )
             derived = _DerivedState()
-            anchor_row: StoredRow | None = None
-            anchor_seq = int(expect_head["seq"]) if expect_head is not None else None
+            anchor_seqs = {int(a["seq"]) for a in anchors}
+            anchor_rows: dict[int, StoredRow] = {}
             last = 0
             while rows := _entries_after(cur, last, batch):
                 for raw in rows:
                     row = _stored_row(raw)
                     verifier.feed(row)
                     derived.feed(row)
-                    if row.seq == anchor_seq:
-                        anchor_row = row
+                    if row.seq in anchor_seqs:
+                        anchor_rows[row.seq] = row
                 last = rows[-1][0]
             cur.execute("SELECT last_seq, last_hash, mac FROM chain_head WHERE id = 1")
             head_row = cur.fetchone()
@@ -696,6 +758,7 @@ class SQLAuditStore(SQLReviewQueue):
             queue_rows = cur.fetchall()
         report = verifier.finish(head_seq, head_hash, counts)
         report.store_id = store_id
+        report.store_keyed = since is not None
         if chain_key is not None:
             report.keyed = True
             if keyed_since is not None and head_seq >= keyed_since:
@@ -720,9 +783,12 @@ class SQLAuditStore(SQLReviewQueue):
                         f"{head_seq}: entries were removed",
                     )
                 )
-        if expect_head is not None:
+        if anchors:
             report.anchored = True
-            issues += _anchor_issues(expect_head, store_id, head_seq, anchor_row)
+            report.anchor_seq = max(anchor_seqs)
+            for anchor in anchors:
+                seq = int(anchor["seq"])
+                issues += _anchor_issues(anchor, store_id, head_seq, anchor_rows.get(seq))
         issues += derived.compare(request_rows, queue_rows)
         for issue in issues:
             verifier._issue(issue)
@@ -796,6 +862,45 @@ class SQLAuditStore(SQLReviewQueue):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class ChainedWrite:
+    """One write transaction of ``SQLAuditStore.chained``: the cursor, and the chain."""
+
+    def __init__(self, store: SQLAuditStore, cursor: Cursor, head: _Head) -> None:
+        self._store = store
+        self._head = head
+        self.cursor = cursor
+
+    def material_change(
+        self,
+        material_id: str,
+        actor: str,
+        payload: Mapping[str, Any],
+        reason: str | None = None,
+    ) -> Entry:
+        """Seal a ``material_change`` entry under the material's id."""
+        entry = material_change_entry(material_id, actor, payload, reason)
+        (sealed,) = self._store._append(self.cursor, self._head, [entry])
+        return sealed
+
+    def action(
+        self,
+        request_id: str,
+        kind: str,
+        actor: str,
+        payload: Mapping[str, Any] | None = None,
+        reason: str | None = None,
+    ) -> Entry:
+        """Seal an action on a stored request (as ``append_action``; ``RequestNotFound``)."""
+        if kind not in ACTION_KINDS or kind in REVIEW_KINDS:
+            raise InvalidRecord(f"{kind!r} is not an action that can be chained here")
+        if not self._store._exists(self.cursor, request_id):
+            raise RequestNotFound(request_id)
+        body = _action_payload(actor, payload, reason)
+        entry = Entry(request_id=request_id, kind=kind, payload=body, actor=actor)
+        (sealed,) = self._store._append(self.cursor, self._head, [entry])
+        return sealed
 
 
 def _anchor_issues(

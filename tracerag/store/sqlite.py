@@ -53,6 +53,9 @@ class QmarkCursor:
             return self._cur.execute(to_qmark(sql), params)
         return self._cur.execute(sql)
 
+    def executemany(self, sql: str, params_seq: Sequence[Sequence[Any]]) -> Any:
+        return self._cur.executemany(to_qmark(sql), params_seq)
+
     def fetchone(self) -> Any:
         return self._cur.fetchone()
 

@@ -1,6 +1,8 @@
 """Fitted confidence: learn from labelled responses how often answers with given signals are right.
 
-``tracerag calibrate DATA.jsonl`` fits a calibration and writes it to a versioned JSON file;
+``tracerag calibrate DATA.jsonl`` fits a calibration and writes it to a versioned JSON file
+(``--from-desk`` adds, or alone uses, the review desk's decisions in the audit store as labels:
+approve is a correct answer, edit and reject are not — see ``desk_examples``);
 ``CalibratedCombiner.from_file(path)`` turns it into a ``Combiner`` whose ``name`` — the
 calibration id, e.g. ``logistic-3f2a9c1b`` — every Response records in ``calibration``. Set
 ``TRACERAG_CALIBRATION=path`` to have ``default_combiner()`` load it.
@@ -74,6 +76,7 @@ __all__ = [
     "add_parser",
     "compare",
     "demo_calibration_rows",
+    "desk_examples",
     "fit_calibration",
     "fit_isotonic",
     "fit_logistic",
@@ -251,6 +254,48 @@ def read_examples(path: str | Path) -> tuple[list[Example], int]:
         meta = {k: row[k] for k in ("question", "mutation", "seed") if k in row}
         examples.append(Example(signals, label, meta))
     return examples, unlabelled
+
+
+def desk_examples(store: Any, route: str | None = None) -> tuple[list[Example], int]:
+    """The review desk's decided items as labelled examples (``tracerag.tools.desk``): the
+    signals the pipeline recorded for the answer, and the reviewers' verdict on it. Returns the
+    examples and how many decided items had no recorded signals (records from before
+    ``signal_detail``) and were skipped.
+
+    The desk only sees answers routed to people, so these labels cover the confidence range
+    below the pass threshold; labelled passed answers (a DATA.jsonl) cover the rest.
+    """
+    from tracerag.tools.desk import desk_rows
+
+    examples: list[Example] = []
+    skipped = 0
+    for row in desk_rows(store, route=route):
+        label = label_of(row)
+        if label is None:
+            continue
+        if not isinstance(row.get("signal_detail"), Mapping):
+            skipped += 1
+            continue
+        decision = row.get("decision") or {}
+        meta = {
+            "request_id": row.get("request_id"),
+            "question": row.get("question"),
+            "action": decision.get("action"),
+            "reviewer": decision.get("reviewer"),
+            "confidence": row.get("confidence"),
+        }
+        examples.append(Example(signals_from_row(row), label, meta))
+    return examples, skipped
+
+
+def _examples_hash(examples: Sequence[Example]) -> str:
+    digest = hashlib.sha256()
+    for e in examples:
+        line = json.dumps(
+            [e.meta.get("request_id"), e.correct, e.meta.get("action")], ensure_ascii=False
+        )
+        digest.update(line.encode("utf-8") + b"\n")
+    return "sha256:" + digest.hexdigest()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -580,24 +625,70 @@ def _data_hash(path: Path) -> str:
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _gather(args: argparse.Namespace) -> tuple[list[Example], int, dict[str, Any], list[str]]:
+    """The examples of DATA.jsonl and/or the desk; unlabelled rows; provenance; notes."""
+    examples: list[Example] = []
+    unlabelled = 0
+    provenance: dict[str, Any] = {}
+    notes: list[str] = []
+    if args.data:
+        found, unlabelled = read_examples(args.data)
+        examples += found
+        provenance["data"] = Path(args.data).name
+        provenance["data_sha256"] = _data_hash(Path(args.data))
+    if args.from_desk:
+        from tracerag.tools.cli_store import open_cli_store
+
+        store = open_cli_store(args.store)
+        try:
+            desk, skipped = desk_examples(store, args.route)
+            location = getattr(store, "location", "the audit store")
+        finally:
+            store.close()
+        if not desk:
+            raise InputError(
+                f"the review desk of {location} has no decided item with recorded signals"
+                + (f" ({skipped} decided without signals)" if skipped else "")
+            )
+        examples += desk
+        provenance["desk"] = {
+            "store": str(location),
+            "route": args.route,
+            "decisions": len(desk),
+            "skipped_without_signals": skipped,
+            "labels_sha256": _examples_hash(desk),
+        }
+        confidences = [e.meta["confidence"] for e in desk if e.meta.get("confidence") is not None]
+        span = f"{min(confidences):.2f}–{max(confidences):.2f}" if confidences else "unknown"
+        notes.append(
+            f"{len(desk)} desk decision(s) used as labels (approve = correct; edit, reject = "
+            f"incorrect); their recorded confidence spans {span}. The desk only sees answers "
+            "routed to people: add labelled passed answers (DATA.jsonl) to calibrate above the "
+            "review line."
+        )
+        if skipped:
+            notes.append(f"{skipped} decided item(s) had no recorded signals and were skipped")
+    return examples, unlabelled, provenance, notes
+
+
 def _run(args: argparse.Namespace) -> int:
     prog = "tracerag calibrate"
+    source = " and ".join(
+        [*([str(args.data)] if args.data else []), *(["the review desk"] if args.from_desk else [])]
+    )
     try:
+        if not args.data and not args.from_desk:
+            raise InputError("give DATA.jsonl, --from-desk, or both")
         thresholds = Thresholds(pass_at=args.pass_at, review_at=args.review_at)
-        examples, unlabelled = read_examples(args.data)
+        examples, unlabelled, provenance, notes = _gather(args)
         if not examples:
-            raise InputError(f"{args.data}: no labelled rows")
+            raise InputError(f"{source}: no labelled rows")
         if len({e.correct for e in examples}) < 2:
-            raise InputError(f"{args.data}: every row has the same label; need both")
+            raise InputError(f"{source}: every row has the same label; need both")
         fit_set, held = (
             split_holdout(examples, args.holdout, args.seed) if args.holdout else (examples, [])
         )
-        provenance: dict[str, Any] = {
-            "data": Path(args.data).name,
-            "data_sha256": _data_hash(Path(args.data)),
-            "holdout": args.holdout or 0.0,
-            "split_seed": args.seed,
-        }
+        provenance.update({"holdout": args.holdout or 0.0, "split_seed": args.seed})
         calibration = fit_calibration(
             fit_set, args.method, l2=args.l2, cap=thresholds.cap, provenance=provenance
         )
@@ -615,7 +706,12 @@ def _run(args: argparse.Namespace) -> int:
     out = calibration.save(args.out)
     if args.json:
         json.dump(
-            {"calibration": calibration.to_dict(), "file": str(out), "unlabelled": unlabelled},
+            {
+                "calibration": calibration.to_dict(),
+                "file": str(out),
+                "unlabelled": unlabelled,
+                "notes": notes,
+            },
             sys.stdout,
             ensure_ascii=False,
             indent=2,
@@ -624,8 +720,10 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     print(
         f"calibration {calibration.id} ({args.method}) fitted on {len(fit_set)} rows of "
-        f"{args.data}" + (f"; {unlabelled} unlabelled rows skipped" if unlabelled else "")
+        f"{source}" + (f"; {unlabelled} unlabelled rows skipped" if unlabelled else "")
     )
+    for note in notes:
+        print(f"note: {note}")
     print(
         f"thresholds: pass ≥ {thresholds.pass_at}, review ≥ {thresholds.review_at}, else escalate\n"
     )
@@ -649,15 +747,30 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``tracerag calibrate``."""
+    from tracerag.tools.cli_store import add_store_argument
+
     p = subparsers.add_parser(
         "calibrate",
         help="fit a confidence calibration to labelled responses",
-        description="Fit a calibration to labelled responses (JSON lines) and compare it with "
-        "the heuristic: ECE, Brier, AUROC and the routing it gives.",
+        description="Fit a calibration to labelled responses (JSON lines, and/or the review "
+        "desk's decisions with --from-desk) and compare it with the heuristic: ECE, Brier, "
+        "AUROC and the routing it gives.",
     )
     p.add_argument(
-        "data", metavar="DATA.jsonl", help="labelled rows (see tracerag.tools.calibration)"
+        "data",
+        metavar="DATA.jsonl",
+        nargs="?",
+        default=None,
+        help="labelled rows (see tracerag.tools.calibration); optional with --from-desk",
     )
+    p.add_argument(
+        "--from-desk",
+        action="store_true",
+        help="use the review desk's decisions in the audit store as labels (approve: correct; "
+        "edit, reject: incorrect), with or without DATA.jsonl",
+    )
+    add_store_argument(p)
+    p.add_argument("--route", default=None, help="with --from-desk: one queue (escalate, review)")
     p.add_argument("--method", choices=METHODS, default="logistic")
     p.add_argument("--out", default="calibration.json", help="file to write (calibration.json)")
     p.add_argument("--bins", type=int, default=DEFAULT_BINS, help="ECE bins (default 15)")

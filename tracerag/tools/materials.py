@@ -7,8 +7,9 @@ Investigation: ``materials show M`` (value, version history with source snippets
 first, so one command leads from a complaint to the write).
 
 Changes, each audited under the operator's authenticated identity: ``edit``, ``approve``,
-``reject``, ``quarantine``, ``restore``, ``delete``, ``rollback-batch``. The operator proves a
-named token (``TRACERAG_OPERATOR_TOKEN`` or ``--operator-token-file``) listed in
+``reject``, ``quarantine`` (also the confirmation of a quarantine the denial rule proposed),
+``dismiss`` (a proposed quarantine), ``restore``, ``delete``, ``rollback-batch``. The operator
+proves a named token (``TRACERAG_OPERATOR_TOKEN`` or ``--operator-token-file``) listed in
 ``TRACERAG_OPERATORS_FILE`` (else ``TRACERAG_REVIEWERS_FILE``); the change is recorded under
 the token's name, with how it was established. ``--operator``, when given, must be that name.
 Upkeep: ``pending``, ``conflicts``, ``stats``, ``verify`` (also ``tracerag audit materials``),
@@ -24,17 +25,22 @@ from typing import Any
 from tracerag.materials.render import render_trace_back, short, version_lines
 from tracerag.tools.cli_store import add_audit_command, add_store_argument, open_cli_store
 
-ACTIONS = ("approve", "reject", "quarantine", "restore", "delete")
+ACTIONS = ("approve", "reject", "quarantine", "restore", "delete", "dismiss")
+_ACTION_HELP = {
+    "quarantine": "quarantine a material, or confirm its proposed quarantine (a new, audited "
+    "version)",
+    "dismiss": "dismiss a proposed quarantine: the material stays in service (audited)",
+}
 
 
-def open_registry(url: str | None) -> Any:
+def open_registry(url: str | None, **options: Any) -> Any:
     """The material registry beside the command's audit store, or exit with a message."""
     from tracerag.errors import TraceragError
     from tracerag.materials import MaterialRegistry
 
     store = open_cli_store(url)
     try:
-        return MaterialRegistry(store, owns_store=True)
+        return MaterialRegistry(store, owns_store=True, **options)
     except (TraceragError, OSError) as exc:
         store.close()
         raise SystemExit(f"tracerag: cannot open the material registry: {exc}") from exc
@@ -83,6 +89,7 @@ def run_show(args: argparse.Namespace) -> int:
             out = {
                 "material_id": state.material_id,
                 "status": state.status,
+                "proposed_quarantine": state.proposed_quarantine,
                 "current_version": state.current.version,
                 "pending_version": state.pending,
                 "ema": state.ema,
@@ -108,6 +115,12 @@ def run_show(args: argparse.Namespace) -> int:
             f"  status {state.status}, version {v.version}"
             + (f", edit v{state.pending} waiting for review" if state.pending else "")
         )
+        if state.proposed_quarantine:
+            print(
+                f"  quarantine PROPOSED ({state.proposed_quarantine}); still in retrieval, "
+                "answers citing it go to review; confirm with `tracerag materials quarantine`, "
+                "or `tracerag materials dismiss`"
+            )
         stale = v.stale_reason()
         print(
             f"  credibility {cred:.3f} (EMA {state.ema:.3f} over {state.outcomes} outcomes"
@@ -198,6 +211,12 @@ def run_action(args: argparse.Namespace) -> int:
     finally:
         reg.close()
     print(f"{v.material_id} v{v.version}: {v.change} → {v.status} (by {v.operator})")
+    if v.status in ("quarantined", "deleted"):
+        print(
+            "  withheld from now on by every retriever governed by this registry "
+            "(tracerag serve's, registry.govern(...)); a retriever that does not consult the "
+            "registry still returns it"
+        )
     return 0
 
 
@@ -265,13 +284,18 @@ def run_rollback(args: argparse.Namespace) -> int:
 
 
 def run_pending(args: argparse.Namespace) -> int:
-    """Writes waiting for review."""
+    """Writes waiting for review, and quarantines proposed by denials."""
     reg = open_registry(args.store)
     try:
         for state in reg.pending():
             number = state.pending or state.current.version
             sv = reg.version(state.material_id, number)
             print("\n".join(version_lines(sv, indent="", mark=f" of {state.material_id}")))
+        for state in reg.proposals():
+            print(
+                f"quarantine proposed of {state.material_id} (v{state.current.version}, "
+                f"{state.denials} denials): {state.proposed_quarantine}"
+            )
     finally:
         reg.close()
     return 0
@@ -308,7 +332,7 @@ def run_stats(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     """Check the registry's tables against the hash chain; exit 1 on any difference."""
-    reg = open_registry(args.store)
+    reg = open_registry(args.store, baseline=False)
     try:
         chain = reg.store.verify_chain()
         report = reg.verify()
@@ -350,12 +374,36 @@ def run_trace_back(args: argparse.Namespace) -> int:
     return 0
 
 
+def feedback_principal(args: argparse.Namespace) -> Any:
+    """The operator an operator token proves (the verdict counts), else the ``--operator``
+    name as declared (kept as an unverified note that counts for nothing)."""
+    from tracerag.config import get_config
+    from tracerag.materials._principal import declared_note
+
+    if args.operator_token_file or get_config().operator_token:
+        return operator_identity(args)
+    if not args.operator:
+        print(
+            "tracerag feedback: give --operator NAME, or an operator token for the verdict to "
+            "count",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    print(
+        f"tracerag feedback: no operator token: kept as an unverified note of {args.operator!r} "
+        "that counts for nothing",
+        file=sys.stderr,
+    )
+    return declared_note(args.operator)
+
+
 def run_feedback(args: argparse.Namespace) -> int:
     """Record a verdict on an answer (as ``record_feedback`` does)."""
     from tracerag.materials.db import MaterialStoreError
     from tracerag.materials.feedback import record_feedback
     from tracerag.store import RequestNotFound
 
+    who = feedback_principal(args)
     reg = open_registry(args.store)
     try:
         result = record_feedback(
@@ -364,7 +412,8 @@ def run_feedback(args: argparse.Namespace) -> int:
             args.comment,
             args.correction,
             registry=reg,
-            operator=args.operator,
+            operator=who,
+            declared_user=None if who.authenticated else args.operator,
         )
     except (RequestNotFound, MaterialStoreError, ValueError) as exc:
         print(f"tracerag feedback: {exc}", file=sys.stderr)
@@ -421,7 +470,9 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run_by_rule)
 
     for action in ACTIONS:
-        p = sub.add_parser(action, help=f"{action} a material (a new, audited version)")
+        p = sub.add_parser(
+            action, help=_ACTION_HELP.get(action, f"{action} a material (a new, audited version)")
+        )
         p.add_argument("material_id", metavar="MATERIAL_ID")
         _operator(p)
         p.add_argument("--reason", required=True, help="why (recorded)")
@@ -447,7 +498,7 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run_rollback)
 
     for name, func, text in (
-        ("pending", run_pending, "writes waiting for review"),
+        ("pending", run_pending, "writes waiting for review and proposed quarantines"),
         ("stats", run_stats, "materials by status, pending writes, conflicts, credibility"),
         ("verify", run_verify, "check the registry against the hash chain"),
     ):
@@ -482,7 +533,7 @@ def add_parser(subparsers: Any) -> None:
     f.add_argument("verdict", choices=["confirm", "deny", "clarify"])
     f.add_argument("--comment", default=None)
     f.add_argument("--correction", default=None, help="the right answer (clarify)")
-    f.add_argument("--operator", required=True, help="who reports it (recorded as declared)")
+    _operator(f)
     add_store_argument(f)
     f.set_defaults(func=run_feedback)
 

@@ -20,6 +20,7 @@ from tracerag.store.base import (
     KIND_EVALUATION,
     KIND_EXPLANATION,
     KIND_REVIEW_DECISION,
+    KIND_REVIEW_VOTE,
 )
 from tracerag.store.record import RequestTrail
 from tracerag.tools.explain import render_attribution, render_explanations
@@ -294,7 +295,7 @@ def _actions(trail: RequestTrail) -> list[str]:
             out.append(f"{INDENT}{line}")
             out += _block(f"result: {p.get('reason')}", INDENT * 3)
             continue
-        if entry.kind == KIND_REVIEW_DECISION:
+        if entry.kind in (KIND_REVIEW_DECISION, KIND_REVIEW_VOTE):
             line += f": {str(p.get('action', '?')).upper()}"
         elif p.get("route"):
             line += f": route {p.get('route')}"

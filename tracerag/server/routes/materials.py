@@ -1,5 +1,7 @@
 """The desk's materials view: pending writes to approve or reject (with the write gate's
-reasons), open conflicts, quarantined materials to restore, and each material's history.
+reasons), quarantines the denial rule proposed to confirm or dismiss, open conflicts,
+quarantined materials to restore, and each material's history. Whether quarantined materials
+are out of this server's retrieval is said as it is (``tracerag.server._materials``).
 
 Approve, reject and restore go through the registry's audited write path, exactly as
 ``tracerag materials approve|reject|restore`` do, under the signed-in reviewer's identity and
@@ -18,6 +20,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from tracerag.identity import DESK_NAMED, OperatorIdentity, fingerprint
+from tracerag.server._materials import retrieval_governed
 from tracerag.server.auth import NAMED, Session
 from tracerag.server.deps import Reviewer, Services, ServicesDep, form_of, store_call, text_problem
 from tracerag.server.errors import ApiError
@@ -37,8 +40,8 @@ def history_link(material_id: str) -> str:
 
 SHARED_CANNOT_CHANGE = (
     "A material change is recorded under the reviewer's authenticated identity, and the shared "
-    "token does not prove a name: sign in with your own reviewer token to approve, reject or "
-    "restore materials."
+    "token does not prove a name: sign in with your own reviewer token to approve, reject, "
+    "quarantine, dismiss or restore materials."
 )
 
 
@@ -70,6 +73,7 @@ async def materials_page(session: Reviewer, svc: ServicesDep) -> Response:
         session=session,
         history_link=history_link,
         may_change=session.kind == NAMED,
+        governed=retrieval_governed(svc),
         **overview,
     )
 
@@ -100,6 +104,7 @@ async def history_response(
         entered=entered or {},
         history_link=history_link,
         may_change=session.kind == NAMED,
+        governed=retrieval_governed(svc),
         **context,
     )
 
@@ -114,7 +119,8 @@ async def history_page(request: Request, session: Reviewer, svc: ServicesDep) ->
 
 @materials.post("/action")
 async def action_form(request: Request, session: Reviewer, svc: ServicesDep) -> Response:
-    """Approve or reject a pending write, or restore a quarantined material."""
+    """Approve or reject a pending write, confirm (quarantine) or dismiss a proposed
+    quarantine, or restore a quarantined material."""
     from tracerag.materials import (
         ConcurrentChange,
         InvalidTransition,
