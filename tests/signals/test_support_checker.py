@@ -219,3 +219,61 @@ def test_registered_instance_is_found_by_name(tiny):
     checker.register()
     assert get_backend("tiny-checker") is checker
     assert math.isfinite(get_backend("tiny-checker")(SUPPORTED, MATERIAL).score)
+
+
+# -- the transformers runtime (PyTorch), where it is installed ---------------------------------
+# PyPI's torch wheel brings its CUDA libraries (about 5.6 GB, 9 minutes to install here), so CI
+# tests the ONNX runtime above; this runs wherever the checker-torch extra is installed.
+
+
+def _torch_checker(folder: Path, kind: str):
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from tiny_checker_model import SPECIALS, _tokenizer
+
+    torch.manual_seed(0)
+    folder.mkdir(parents=True)
+    tok = _tokenizer(folder, 32, vocab_size=256)
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+        unk_token="<unk>", model_max_length=32,
+    )
+    assert fast.convert_tokens_to_ids(SPECIALS) == [0, 1, 2, 3]
+    if kind == "seq2seq":
+        config = transformers.T5Config(vocab_size=256, d_model=16, d_kv=4, d_ff=32, num_layers=1,
+                                       num_heads=2, decoder_start_token_id=0, pad_token_id=1,
+                                       eos_token_id=2)
+        model = transformers.T5ForConditionalGeneration(config)
+    else:
+        config = transformers.RobertaConfig(vocab_size=256, hidden_size=16, num_hidden_layers=1,
+                                            num_attention_heads=2, intermediate_size=32,
+                                            max_position_embeddings=40, pad_token_id=1,
+                                            num_labels=2)
+        model = transformers.RobertaForSequenceClassification(config)
+    model.eval()
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return model, fast, torch
+
+
+@pytest.mark.parametrize("kind", ["classifier", "seq2seq"])
+def test_transformers_runtime_scores_as_the_model_does(tmp_path: Path, kind: str):
+    model, fast, torch = _torch_checker(tmp_path / kind, kind)
+    checker = CheckerSupport(tmp_path / kind, cache_size=0, batch_size=2)
+    assert checker.profile == ("minicheck-t5" if kind == "seq2seq" else "minicheck")
+    result = checker(SUPPORTED, MATERIAL)
+    chunks = _chunks(checker, SUPPORTED)
+    assert len(chunks) >= 2
+    expected = []
+    with torch.no_grad():
+        for chunk in chunks:
+            if kind == "seq2seq":
+                enc = fast(f"predict: {chunk}</s>{SUPPORTED}", return_tensors="pt")
+                start = torch.zeros((1, 1), dtype=torch.long)
+                logits = model(**enc, decoder_input_ids=start).logits[0, 0, [3, 209]]
+            else:
+                enc = fast(f"{chunk}</s>{SUPPORTED}", return_tensors="pt")
+                logits = model(**enc).logits[0]
+            expected.append(float(torch.softmax(logits, dim=-1)[1]))
+    assert result.score == pytest.approx(max(expected), abs=1e-4)  # padded batches change nothing
+    assert result.sentence in MATERIAL
