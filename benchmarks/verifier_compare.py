@@ -168,23 +168,26 @@ def protocols(
 def learned_protocols(
     backend: SupportBackend, pairs: dict[str, list[Pair]], results: dict[str, list[Support]],
     spec_hard: dict[str, list[bool]],
-) -> dict[str, dict[str, dict]] | None:
+) -> dict[str, dict[str, dict]]:
     """The learned backend's cv and cross figures, refitted out of sample
     (``verifier_fit.evaluate``), with the specificity conflicts as failed hard checks."""
     import numpy as np
-    from verifier_fit import Decider, _analyses, evaluate, feature_matrix, similarity_matrix
+    from verifier_fit import Decider, _analyses, evaluate, feature_matrix
 
-    from tracerag.signals.learned import FEATURES, SIMILARITY_FEATURES
+    from tracerag.signals.learned import FEATURES, SIMILARITY_FEATURES, similarity_features
 
     flat = [p for name in pairs for p in pairs[name]]
     analyses = _analyses(flat)
     x = feature_matrix(flat, analyses)
     names = FEATURES
-    similarity = getattr(backend, "_similarity", None) is not None
-    if similarity:
-        sims = similarity_matrix(flat, analyses, None)
-        if sims is None:
-            return None
+    scorer = getattr(backend, "_similarity", None)
+    similarity = scorer is not None
+    if scorer is not None:  # the backend's own sentence vectors, kept from scoring
+        sims = np.array([
+            similarity_features(scorer.similarities(p.claim, p.material),
+                                a.chosen[0] if a.chosen else None)
+            for p, a in zip(flat, analyses, strict=True)
+        ], dtype=float)
         x = np.hstack([x, sims])
         names = FEATURES + SIMILARITY_FEATURES
     y = np.array([float(p.supported) for p in flat])
@@ -296,10 +299,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         took = time.perf_counter() - began
         for specificity in modes:
             results, hard, spec, withdrawn = with_specificity(backend, data, raw, specificity)
-            report = None
             if name.startswith("learned"):
                 report = learned_protocols(backend, data, results, spec)
-            if report is None:
+            else:
                 report = protocols(data, results, backend.threshold, hard)
             label = f"{name}{'+spec' if specificity else ''}"
             print_table(label, report)

@@ -75,7 +75,8 @@ def question_subject(question: str, claim: str) -> tuple[str, ...]:
     said = {t.text for t in tokenize_spans(claim)}
     return tuple(
         dict.fromkeys(
-            t for t in content_terms(question)
+            t
+            for t in content_terms(question)
             if t not in said and not _asks(t) and not t.replace(".", "").isdigit()
         )
     )
@@ -122,7 +123,8 @@ def find_conflict(question: str, claim: str, material_text: str) -> SpecificityC
         return None  # the claim repeats the question's subject, or the material never names it
     inside = [(q.start, q.end) for q in claim_qs]
     about = frozenset(
-        t.text for t in tokenize_spans(claim)
+        t.text
+        for t in tokenize_spans(claim)
         if t.text in set(content_terms(claim))
         and not any(a <= t.start < b for a, b in inside)
         and not t.text.replace(".", "").isdigit()
