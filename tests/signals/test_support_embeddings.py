@@ -178,3 +178,19 @@ def test_embeddings_with_the_same_files_share_one_loaded_model() -> None:
     assert shorter._load()[1] is not first._load()[1]
     long_text = "word " * 100
     assert shorter._load()[1].encode(long_text).ids != first._load()[1].encode(long_text).ids
+
+
+@minilm
+def test_backends_on_the_same_minilm_files_share_sentence_vectors() -> None:
+    from tracerag.signals.embeddings import MiniLMEmbeddings
+
+    first = EmbeddingSupport(MiniLMEmbeddings())
+    second = EmbeddingSupport(MiniLMEmbeddings(), threshold=0.5)
+    assert first._sentences is second._sentences
+    first.clear_cache()
+    calls = _counting(second)
+    first("Gift cards cannot be refunded.", POLICY)
+    second("Gift cards cannot be refunded.", POLICY)
+    assert calls == []  # the first backend embedded the sentences for both
+    private = EmbeddingSupport(BagOfWords())._sentences
+    assert private is not EmbeddingSupport(BagOfWords())._sentences

@@ -63,6 +63,24 @@ def _unit_rows(vectors: Sequence[Sequence[float]]) -> np.ndarray:
     return unit
 
 
+_SHARED: dict[tuple[Any, ...], LruCache[str, np.ndarray]] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _sentence_cache(embeddings: Embeddings, size: int) -> LruCache[str, np.ndarray]:
+    """The sentence-vector cache for ``embeddings``: one per process for embeddings that say
+    which vectors they compute (``cache_key``), a private one otherwise."""
+    key_of = getattr(embeddings, "cache_key", None)
+    key = key_of() if callable(key_of) else None
+    if key is None or not size:
+        return LruCache(size)
+    with _SHARED_LOCK:
+        cache = _SHARED.get((key, size))
+        if cache is None:
+            cache = _SHARED[(key, size)] = LruCache(size)
+        return cache
+
+
 class EmbeddingSupport(SyncSupportBackend):
     """Support by embedding similarity of the claim and each material sentence.
 
@@ -70,7 +88,9 @@ class EmbeddingSupport(SyncSupportBackend):
     ``weight`` is the share of the similarity in the score, the rest being lexical coverage;
     ``locate_weight`` is its share when ranking sentences to name the supporting one.
     ``sentence_cache_size``: sentence vectors kept by sentence text (0 turns the cache off);
-    ``cache_size``: materials whose assembled vectors are kept.
+    backends whose embeddings compute the same vectors (``MiniLMEmbeddings`` over the same
+    files) share one such cache per process, others keep their own. ``cache_size``: materials
+    whose assembled vectors are kept.
     """
 
     def __init__(
@@ -102,7 +122,7 @@ class EmbeddingSupport(SyncSupportBackend):
         self.similarity_ceiling = float(similarity_ceiling)
         self.lexical = LexicalSupport(self.threshold, lexical_params, name=name)
         self._cache: LruCache[str, np.ndarray] = LruCache(cache_size)
-        self._sentences: LruCache[str, np.ndarray] = LruCache(sentence_cache_size)
+        self._sentences = _sentence_cache(embeddings, sentence_cache_size)
 
     def __repr__(self) -> str:
         return f"EmbeddingSupport({type(self.embeddings).__name__}, threshold={self.threshold})"
@@ -344,6 +364,13 @@ class MiniLMEmbeddings(Embeddings):
             for k, vector in zip(chunk, pooled.astype(float).tolist(), strict=True):
                 out[k] = vector
         return out
+
+    def cache_key(self) -> tuple[Any, ...]:
+        """What the vectors depend on (the files as they are on disk, the input length): equal
+        keys give equal vectors, so backends may share them."""
+        files = [(str(p.resolve()), p.stat().st_mtime_ns, p.stat().st_size)
+                 for p in (self.model_path, self.tokenizer_path)]
+        return ("minilm", *files, self.max_length)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Embeddings of several texts."""
