@@ -277,3 +277,27 @@ def test_transformers_runtime_scores_as_the_model_does(tmp_path: Path, kind: str
             expected.append(float(torch.softmax(logits, dim=-1)[1]))
     assert result.score == pytest.approx(max(expected), abs=1e-4)  # padded batches change nothing
     assert result.sentence in MATERIAL
+
+
+def test_a_sentence_longer_than_a_chunk_is_cut_so_the_claim_is_never_truncated(tiny):
+    checker = CheckerSupport(tiny.folder, cache_size=0)
+    long_sentence = (
+        "The museum and the park and the library and the station and the office and the city "
+        "and the river and the bridge and the harbour and the zebra crossing has stripes."
+    )
+    seen: list[str] = []
+    inner = checker._model.probabilities
+
+    def recording(inputs):
+        seen.extend(inputs)
+        return inner(inputs)
+
+    checker._model.probabilities = recording  # type: ignore[method-assign]
+    result = checker(SUPPORTED, long_sentence)
+    assert len(seen) >= 2  # the one sentence went to the model in pieces
+    for text in seen:
+        assert text.endswith(f"</s>{SUPPORTED}")  # each input ends with the whole claim
+        assert len(checker._model._counter.encode(text).ids) + 2 <= checker._model.max_length
+    pieces = [t.split("</s>")[0] for t in seen]
+    assert " ".join(p.strip() for p in pieces) == long_sentence
+    assert result.supported and result.sentence == long_sentence

@@ -40,6 +40,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -79,6 +80,11 @@ MINICHECK_T5_LABEL_IDS = (3, 209)
 _HHEM_TEMPLATE = (
     "<pad> Determine if the hypothesis is true given the premise?\n\n"
     "Premise: {premise}\n\nHypothesis: {hypothesis}"
+)
+# the units an over-long sentence is cut into: a word with its trailing space, or one character
+# of a script written without spaces
+_UNIT_RE = re.compile(
+    r"[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff]|[^\s\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff]+\s*|\s+"
 )
 _SUPPORT_LABELS = ("entailment", "entail", "supported", "support", "consistent", "yes")
 _CHECKER_HINT = 'pip install ".[checker]" (ONNX Runtime), from the tracerag source tree'
@@ -611,6 +617,39 @@ class CheckerSupport(SyncSupportBackend):
                 out[i] = self._chunk_scores.put(pairs[i], max(0.0, min(1.0, float(p))))
         return [float(v) for v in out if v is not None]
 
+    def _fit(
+        self, sentences: list[Sentence], counts: list[int], budget: int
+    ) -> tuple[list[Sentence], list[int], list[int]]:
+        """The sentences with any longer than ``budget`` tokens cut at word (or, in Chinese,
+        character) boundaries into pieces that fit, their token counts, and the sentence each
+        piece comes from: a model input is never truncated, so the claim always reaches the
+        model whole."""
+        if all(n <= budget for n in counts):
+            return sentences, counts, list(range(len(sentences)))
+        pieces: list[Sentence] = []
+        piece_counts: list[int] = []
+        origin: list[int] = []
+        for i, (sentence, n) in enumerate(zip(sentences, counts, strict=True)):
+            if n <= budget:
+                pieces.append(sentence)
+                piece_counts.append(n)
+                origin.append(i)
+                continue
+            units = [(m.start(), m.end()) for m in _UNIT_RE.finditer(sentence.text)]
+            sizes = self._model.count([sentence.text[a:b] for a, b in units])
+            first, used = 0, 0
+            for k, size in enumerate([*sizes, budget + 1]):
+                if k == len(units) or (k > first and used + size > budget):
+                    a, b = units[first][0], units[k - 1][1]
+                    pieces.append(
+                        Sentence(sentence.text[a:b], sentence.start + a, sentence.start + b)
+                    )
+                    piece_counts.append(min(used, budget))
+                    origin.append(i)
+                    first, used = k, 0
+                used += size
+        return pieces, piece_counts, origin
+
     # -- checking ----------------------------------------------------------------------------
 
     def __call__(
@@ -631,23 +670,27 @@ class CheckerSupport(SyncSupportBackend):
         parts = [s.text.strip() for s in split_sentences(claim)] or [claim.strip()]
         parts = [p for p in parts if p] or [claim.strip()]
         counts = self._model.count([s.text for s in sentences])
-        plans: list[tuple[str, list[_Chunk]]] = []
+        plans: list[tuple[str, list[_Chunk], list[int]]] = []
         pairs: list[tuple[str, str]] = []
         for part in parts:
             budget = max(16, min(self.chunk_tokens, self._model.max_length - self._overhead(part)))
-            chunks = chunk_sentences(sentences, counts, budget)
-            plans.append((part, chunks))
+            pieces, piece_counts, origin = self._fit(sentences, counts, budget)
+            chunks = chunk_sentences(pieces, piece_counts, budget)
+            plans.append((part, chunks, origin))
             pairs += [(material_text[c.start : c.end], part) for c in chunks]
         scores = iter(self._score_pairs(pairs))
         # per claim sentence: its best chunk; the weakest claim sentence decides
         results = []
-        for part, chunks in plans:
+        for part, chunks, origin in plans:
             per_chunk = [next(scores) for _ in chunks]
             best = max(range(len(chunks)), key=lambda k: per_chunk[k])
-            results.append((per_chunk[best], part, chunks[best], len(chunks)))
-        score, part, chunk, n_chunks = min(results, key=lambda r: r[0])
+            results.append((per_chunk[best], part, chunks[best], len(chunks), origin))
+        score, part, chunk, n_chunks, origin = min(results, key=lambda r: r[0])
         analysis = analyse(claim, material_text, corpus, self.params)
-        in_chunk = [i for i in range(chunk.first, chunk.last + 1) if i < len(view.sentences)]
+        in_chunk = sorted(
+            {origin[k] for k in range(chunk.first, chunk.last + 1)}
+            & set(range(len(view.sentences)))
+        )
         ranked = sorted(in_chunk, key=lambda i: -analysis.sentence_scores[i])
         reasons: list[str] = []
         cap = self.params.mismatch_cap * self.threshold
