@@ -27,7 +27,8 @@ CPU cost per request: process time of one check of a claim against a material it
 (``new``) and against one it has (``cached``), median over the pairs measured.
 
 Usage: python benchmarks/verifier_compare.py [--data DIR] [--backend NAME ...] [--limit N]
-                                             [--no-specificity] [--no-adversarial]
+                                             [--checker MODEL ...] [--before-after]
+                                             [--no-specificity] [--no-adversarial] [--no-cost]
 """
 
 from __future__ import annotations
@@ -267,6 +268,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", help="the shared data directory (holding wice/, ...)")
     parser.add_argument("--backend", action="append", help="backend to compare (repeatable)")
     parser.add_argument("--limit", type=int, help="only the first N pairs of each dataset")
+    parser.add_argument("--checker", action="append", default=[], metavar="MODEL",
+                        help="also compare CheckerSupport(MODEL): a model directory or id "
+                        "(repeatable; the checker extra)")
     parser.add_argument("--no-specificity", action="store_true",
                         help="leave the question-specificity check out (the figures before it)")
     parser.add_argument("--before-after", action="store_true",
@@ -282,6 +286,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.limit:
         data = {k: v[: args.limit] for k, v in data.items()}
     names = args.backend or ["lexical", "learned", "embeddings", "learned-embeddings"]
+    for model in args.checker:
+        from tracerag.signals.checker import CheckerSupport
+
+        checker = CheckerSupport(model, name=f"checker:{Path(model).name}")
+        checker.register()
+        names.append(checker.name)
     modes = [False, True] if args.before_after else [not args.no_specificity]
     print("published zero-shot balanced accuracy on the held-out subsets (published, not "
           "measured here): " + ", ".join(f"{k} {v}" for k, v in PUBLISHED.items()))
