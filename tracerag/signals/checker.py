@@ -599,6 +599,8 @@ class CheckerSupport(SyncSupportBackend):
         """Tokens a model input takes besides its chunk: the claim, the prompt, specials."""
         skeleton = self._input("", claim)
         text = skeleton if isinstance(skeleton, str) else " ".join(skeleton)
+        if self.profile == "hhem":  # its predict() wraps the pair in its prompt
+            text = _HHEM_TEMPLATE.format(premise="", hypothesis=claim)
         return self._model.count([text])[0] + 4
 
     def _score_pairs(self, pairs: list[tuple[str, str]]) -> list[float]:
