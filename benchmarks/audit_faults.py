@@ -24,7 +24,15 @@ the older tree, run through ``PYTHONPATH``). Scenarios (``--only``, comma-separa
   (SIGSTOP of every server process) for ``--freeze-seconds``; p99 latency while frozen;
 - ``outage`` (``--postgres``): that server is stopped and restarted after ``--outage-seconds``
   (the issue's figure: 180 s). The journal is in a temporary directory
-  (``TRACERAG_AUDIT_JOURNAL``), and a restart drains it before the store is counted.
+  (``TRACERAG_AUDIT_JOURNAL``), and a restart drains it before the store is counted;
+- ``pgkill`` (``--postgres``): ``tracerag serve`` over PostgreSQL as an operator would start it
+  — with no journal configured (its default: it refuses to start; ``--before`` shows the old
+  default), with ``--no-journal`` and with ``--journal DIR`` — is killed with SIGKILL after
+  ``--pg-kill-outage`` seconds of load with the database stopped; the database and the server
+  are then started again;
+- ``tamper``: each change an intruder with database (or journal file) access but without the
+  chain key can make, and what ``tracerag audit verify`` says of it: plain, with the exported
+  anchor, with the key, with both (SQLite; PostgreSQL too with ``--postgres``).
 
 For each: requests answered, answers saying ``audit_persisted: true``, records durable
 (answered and in the store after the run and the restart), records lost (said true, not in
@@ -169,6 +177,10 @@ def serve_child(args: argparse.Namespace) -> None:
     demo_run.build_model = lambda name, seed=None: model  # type: ignore[assignment]
     argv = ["serve", "--store", args.store, "--port", str(args.port), "--no-review-desk"]
     argv += ["--samples", str(SAMPLES), "--log-level", "warning"]
+    if args.serve_journal == "none":
+        argv.append("--no-journal")
+    elif args.serve_journal:
+        argv += ["--journal", args.serve_journal]
     sys.exit(cli_main(argv))
 
 
@@ -350,11 +362,20 @@ class Server:
         return time.monotonic() - t
 
 
-def start_server(code: str, store: str, tmp: Path, poison: int = 0, env: dict | None = None):
+def start_server(
+    code: str,
+    store: str,
+    tmp: Path,
+    poison: int = 0,
+    env: dict | None = None,
+    journal: str | None = None,
+):
+    """``tracerag serve`` in a child; ``journal``: None (its default), "none" or a directory."""
     port = free_port()
     log = tmp / f"serve-{port}.log"
+    extra = ["--serve-journal", journal] if journal else []
     proc = subprocess.Popen(
-        [*SERVE, "--store", store, "--port", str(port), "--poison-every", str(poison)],
+        [*SERVE, "--store", store, "--port", str(port), "--poison-every", str(poison), *extra],
         stdout=subprocess.DEVNULL,
         stderr=log.open("w"),
         env=child_env(code, env),
@@ -383,13 +404,14 @@ def start_load(
     tmp: Path,
     poison: int = 0,
     env: dict | None = None,
+    journal: str | None = None,
 ) -> Load:
     common = ["--seconds", str(seconds), "--concurrency", str(args.concurrency)]
     if mode == "library":
         opts = [*common, "--poison-every", str(poison)] + (["--store", store] if store else [])
         proc = spawn_child("child", code, *opts, env=env)
         return Load(proc, proc)
-    server = start_server(code, store, tmp, poison, env)
+    server = start_server(code, store, tmp, poison, env, journal)
     opts = [*common, "--port", str(server.port), "--request-timeout", str(args.request_timeout)]
     client = spawn_child("client", code, *opts)
     return Load(client, server.proc, server)
@@ -460,16 +482,17 @@ def replaced(store: str) -> int:
         conn.close()
 
 
-def chain_ok(code: str, store: str) -> str:
-    """``tracerag audit verify`` on the store: its exit code (0: intact)."""
+def chain_ok(code: str, store: str, env: dict | None = None) -> str:
+    """``tracerag audit verify`` on the store: "intact" (exit 0), or what it exited with (3:
+    nothing found, but no anchor or no key to check everything with)."""
     done = subprocess.run(
         [sys.executable, "-m", "tracerag.cli", "audit", "verify", "--store", store],
         capture_output=True,
-        env=child_env(code, None),
+        env=child_env(code, env),
         timeout=600,
         check=False,
     )
-    return "intact" if done.returncode == 0 else f"rc {done.returncode}"
+    return {0: "intact", 3: "no finding (3)"}.get(done.returncode, f"rc {done.returncode}")
 
 
 def p99(values: list[float]) -> float | None:
@@ -496,7 +519,9 @@ def outcome(run: Run, stored: set[str]) -> dict:
     }
 
 
-def restart(mode: str, code: str, store: str, tmp: Path, env: dict | None = None) -> dict:
+def restart(
+    mode: str, code: str, store: str, tmp: Path, env: dict | None = None, journal: str | None = None
+) -> dict:
     """The restart after a fault: the journal drained into the store; how long it took."""
     t = time.monotonic()
     if mode == "library":
@@ -508,7 +533,7 @@ def restart(mode: str, code: str, store: str, tmp: Path, env: dict | None = None
             check=False,
         )
         return {"replay s": round(time.monotonic() - t, 1)}
-    server = start_server(code, store, tmp, 0, env)
+    server = start_server(code, store, tmp, 0, env, journal)
     drained = server.wait_drained()
     server.stop()
     return {"replay s": round(time.monotonic() - t, 1), "replayed": drained}
@@ -683,8 +708,8 @@ def _pg_command(pg_dir: str, *args: str) -> None:
     subprocess.run(cmd, capture_output=True, check=True, timeout=120)
 
 
-def scenario_pg(mode: str, code: str, args, tmp: Path, fault: str) -> dict:
-    """PostgreSQL frozen (SIGSTOP of every server process) or down (stopped, restarted)."""
+def start_postgres() -> tuple[str, str]:
+    """A throwaway PostgreSQL server (``.ci/postgres.sh``): its DSN and directory."""
     started = subprocess.run(
         ["bash", str(ROOT / ".ci/postgres.sh")], capture_output=True, text=True, check=True
     )
@@ -692,7 +717,57 @@ def scenario_pg(mode: str, code: str, args, tmp: Path, fault: str) -> dict:
         line.removeprefix("export ").split("=", 1) for line in started.stdout.splitlines()
     )
     dsn = env_lines["TRACERAG_TEST_POSTGRES_DSN"].strip("'")
-    pg_dir = env_lines["TRACERAG_TEST_POSTGRES_DIR"].strip("'")
+    return dsn, env_lines["TRACERAG_TEST_POSTGRES_DIR"].strip("'")
+
+
+def stop_postgres(pg_dir: str) -> None:
+    subprocess.run(
+        ["bash", str(ROOT / ".ci/postgres.sh"), "stop", pg_dir], capture_output=True, check=False
+    )
+
+
+def scenario_pg_kill(code: str, args, tmp: Path, journal: str | None) -> dict:
+    """``tracerag serve`` over PostgreSQL as configured (``journal``: None for its default,
+    "none" for ``--no-journal``, or a directory), killed with SIGKILL while the database is
+    down; then the database and the server are started again."""
+    dsn, pg_dir = start_postgres()
+    try:
+        run = Run()
+        try:
+            load = start_load(
+                "server", code, dsn, args.pg_kill_outage + 60, args, tmp, journal=journal
+            )
+        except RuntimeError as exc:  # refused to start
+            said = "needs a journal" if "TRACERAG_AUDIT_JOURNAL" in str(exc) else "failed"
+            return {"starts": f"no: {said}"} | outcome(run, set())
+        started = threading.Event()
+        reader = threading.Thread(target=collect, args=(load.lines, run, started.set))
+        reader.start()
+        started.wait(120)
+        while run.answered < 50 and reader.is_alive():
+            time.sleep(0.05)
+        _pg_command(pg_dir, "stop", "-m", "immediate")
+        down_at = run.answered
+        time.sleep(args.pg_kill_outage)
+        os.kill(load.victim.pid, signal.SIGKILL)
+        load.victim.wait()
+        reader.join()
+        _pg_command(pg_dir, "start")
+        res = restart("server", code, dsn, tmp, None, journal)
+        stored = stored_ids(dsn)
+        return (
+            {"starts": "yes"}
+            | outcome(run, stored)
+            | {"answered while down": run.answered - down_at, "outage s": args.pg_kill_outage}
+            | res
+        )
+    finally:
+        stop_postgres(pg_dir)
+
+
+def scenario_pg(mode: str, code: str, args, tmp: Path, fault: str) -> dict:
+    """PostgreSQL frozen (SIGSTOP of every server process) or down (stopped, restarted)."""
+    dsn, pg_dir = start_postgres()
     seconds = args.freeze_seconds if fault == "freeze" else args.outage_seconds
     try:
         run = Run()
@@ -745,23 +820,440 @@ def scenario_pg(mode: str, code: str, args, tmp: Path, fault: str) -> dict:
             | {f"{fault} s": seconds}
             | windowed(run, t_ready[0], window, fault)
             | res
-            | {"chain": chain_ok(code, dsn)}
+            | {"chain": chain_ok(code, dsn, env)}
         )
     finally:
-        subprocess.run(
-            ["bash", str(ROOT / ".ci/postgres.sh"), "stop", pg_dir],
-            capture_output=True,
-            check=False,
+        stop_postgres(pg_dir)
+
+
+# -- tampering: what `tracerag audit verify` says after each change -----------------------------
+
+TAMPER_KEY = "a chain key kept outside the database"
+TAMPER_LEGEND = """
+  DETECTED: exit 1, the change is named.  not checked (3): exit 3, nothing found but verify says
+  what it could not check (no anchor; keyed entries without the key).  PASSES: exit 0, intact.
+  plain: no anchor, no key; anchor: the head the writer exported (--expect-head); key:
+  TRACERAG_CHAIN_KEY (the store was written with it), no anchor; key + anchor: both."""
+
+
+class TamperDB:
+    """One store under attack: a SQLite file or a PostgreSQL schema, changed as an intruder with
+    database access (and, for the journal cases, file access) but without the chain key would."""
+
+    def __init__(self, kind: str, directory: Path, dsn: str | None = None) -> None:
+        import uuid
+
+        self.kind, self.dir = kind, directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.journal = directory / "journal"
+        self.anchor = directory / "anchor.json"
+        if kind == "sqlite":
+            self.path = str(directory / "audit.sqlite")
+            self.url = self.path
+        else:
+            assert dsn is not None
+            self.dsn = dsn
+            self.schema = "tamper_" + uuid.uuid4().hex[:10]
+            sep = "&" if "?" in dsn else "?"
+            self.url = f"{dsn}{sep}options=-csearch_path%3D{self.schema}"
+            self._create_schema()
+
+    def _create_schema(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{self.schema}"')
+
+    def execute(self, sql: str, params: tuple = ()) -> list:
+        """SQL straight against the database, with the append-only guards off."""
+        if self.kind == "sqlite":
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("DROP TRIGGER IF EXISTS audit_entries_no_update")
+                conn.execute("DROP TRIGGER IF EXISTS audit_entries_no_delete")
+                rows = conn.execute(sql.replace("%s", "?"), params).fetchall()
+                conn.execute("COMMIT")
+                return rows
+            finally:
+                conn.close()
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "{self.schema}"')
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute("ALTER TABLE audit_entries DISABLE TRIGGER USER")
+                cur.execute(sql.replace("?", "%s"), params or None)
+                rows = cur.fetchall() if cur.description else []
+                cur.execute("ALTER TABLE audit_entries ENABLE TRIGGER USER")
+                return rows
+
+    TABLES = ("audit_entries", "requests", "review_queue", "chain_head")
+
+    def snapshot(self) -> None:
+        """Keep a copy of the whole database as it is now (an old backup)."""
+        if self.kind == "sqlite":
+            src = sqlite3.connect(self.path)
+            dst = sqlite3.connect(str(self.dir / "backup.sqlite"))
+            src.backup(dst)
+            src.close()
+            dst.close()
+            return
+        for table in self.TABLES:
+            self.execute(f"CREATE TABLE backup_{table} AS SELECT * FROM {table}")
+
+    def restore(self) -> None:
+        """Put the old copy back in place of the database."""
+        if self.kind == "sqlite":
+            for suffix in ("-wal", "-shm"):
+                Path(self.path + suffix).unlink(missing_ok=True)
+            Path(self.dir / "backup.sqlite").replace(self.path)
+            return
+        for table in reversed(self.TABLES):  # those referring to others first
+            self.execute(f"DELETE FROM {table}")
+        for table in self.TABLES:
+            self.execute(f"INSERT INTO {table} SELECT * FROM backup_{table}")
+
+    def replace(self) -> None:
+        """A new, empty store where this one was."""
+        from tracerag.store import open_store
+
+        if self.kind == "sqlite":
+            for suffix in ("", "-wal", "-shm"):
+                Path(self.path + suffix).unlink(missing_ok=True)
+        else:
+            import psycopg
+
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA "{self.schema}" CASCADE')
+            self._create_schema()
+        open_store(self.url).close()
+
+    def cleanup(self) -> None:
+        if self.kind == "postgres":
+            import psycopg
+
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+
+
+def _tamper_record(rid: str, decision: str) -> dict:
+    return {
+        "request_id": rid,
+        "question": "How long is the warranty on a laptop?",
+        "decision": decision,
+        "confidence": 0.9 if decision == "pass" else 0.7,
+        "response": {"answer": ANSWER, "decision": decision, "status": "answered"},
+        "samples": [{"index": i, "answer": ANSWER} for i in range(3)],
+    }
+
+
+def _tamper_build(db: TamperDB, key: str | None) -> None:
+    """Three requests and a review decision, written by the audit writer; an older copy of the
+    database kept after the first; the head exported to ``db.anchor``."""
+    from tracerag.store import AuditWriter, open_store
+
+    def opener(create: bool = True):
+        return open_store(db.url, create=create, chain_key=key)
+
+    writer = AuditWriter(
+        opener, journal=db.journal, anchor=db.anchor, chain_key=key, head_export_interval=0.0
+    )
+    try:
+        assert writer.submit_durable(_tamper_record("r0", "review"))
+        assert writer.flush(30)
+        db.snapshot()
+        assert writer.submit_durable(_tamper_record("r1", "review"))
+        assert writer.flush(30)
+        store = opener()
+        store.decide("r0", "alice", "reject", reason="cites a superseded policy")
+        store.close()
+        assert writer.submit_durable(_tamper_record("r2", "pass"))  # the newest request
+        assert writer.flush(30)
+    finally:
+        assert writer.close()
+
+
+def _drain(db: TamperDB, key: str | None) -> None:
+    """The next start of the writer: it drains whatever the journal holds."""
+    from tracerag.store import AuditWriter, open_store
+
+    writer = AuditWriter(
+        lambda create=True: open_store(db.url, create=create, chain_key=key),
+        journal=db.journal,
+        anchor=db.anchor,  # and moves the anchor forward, as a restarted server does
+        chain_key=key,
+        head_export_interval=0.0,
+    )
+    writer.flush(30)
+    writer.close()
+
+
+def _head(db: TamperDB) -> tuple[int, str]:
+    ((seq, digest),) = db.execute("SELECT last_seq, last_hash FROM chain_head WHERE id = 1")
+    return int(seq), str(digest)
+
+
+def _move_head_to_last(db: TamperDB) -> None:
+    rows = db.execute("SELECT seq, hash FROM audit_entries ORDER BY seq DESC LIMIT 1")
+    seq, digest = rows[0] if rows else (0, _genesis(db))
+    db.execute("UPDATE chain_head SET last_seq = ?, last_hash = ? WHERE id = 1", (seq, digest))
+
+
+def _genesis(db: TamperDB) -> str:
+    return str(db.execute("SELECT value FROM store_meta WHERE key = 'genesis'")[0][0])
+
+
+def _reseal_from(db: TamperDB, seq: int) -> None:
+    """Re-hash every entry from ``seq`` on, as someone without the key can (version 2)."""
+    from tracerag.store.chain import CHAIN_V2, entry_hash
+
+    prev = (
+        db.execute("SELECT hash FROM audit_entries WHERE seq = ?", (seq - 1,))[0][0]
+        if seq > 1
+        else _genesis(db)
+    )
+    rows = db.execute(
+        "SELECT seq, request_id, kind, payload, actor, created_at FROM audit_entries "
+        "WHERE seq >= ? ORDER BY seq",
+        (seq,),
+    )
+    for s, rid, kind, payload, actor, created in rows:
+        new = entry_hash(prev, s, rid, kind, payload, actor, created, CHAIN_V2)
+        db.execute(
+            "UPDATE audit_entries SET prev_hash = ?, hash = ?, chain_version = ? WHERE seq = ?",
+            (prev, new, CHAIN_V2, s),
         )
+        prev = new
+    db.execute(
+        "UPDATE chain_head SET last_seq = ?, last_hash = ?, mac = NULL WHERE id = 1",
+        (rows[-1][0], prev),
+    )
+
+
+def _response_seq(db: TamperDB, rid: str) -> tuple[int, str]:
+    ((seq, payload),) = db.execute(
+        "SELECT seq, payload FROM audit_entries WHERE request_id = ? AND kind = 'response'",
+        (rid,),
+    )
+    return int(seq), str(payload)
+
+
+def _edit_payload(db: TamperDB, key: str | None) -> None:
+    seq, payload = _response_seq(db, "r1")
+    db.execute(
+        "UPDATE audit_entries SET payload = ? WHERE seq = ?",
+        (payload.replace("24-month", "36-month"), seq),
+    )
+
+
+def _delete_middle(db: TamperDB, key: str | None) -> None:
+    seq, _ = _response_seq(db, "r1")
+    db.execute("DELETE FROM audit_entries WHERE seq = ?", (seq,))
+
+
+def _rewrite_and_reseal(db: TamperDB, key: str | None) -> None:
+    _edit_payload(db, key)
+    _reseal_from(db, _response_seq(db, "r1")[0])
+
+
+def _change_decision(db: TamperDB, key: str | None) -> None:
+    db.execute("UPDATE requests SET decision = 'pass' WHERE request_id = 'r1'")
+
+
+def _rewrite_review(db: TamperDB, key: str | None) -> None:
+    db.execute(
+        "UPDATE review_queue SET action = 'approve', decision_reason = 'fine' "
+        "WHERE request_id = 'r0'"
+    )
+
+
+def _truncate_tail(db: TamperDB, key: str | None) -> None:
+    for table in ("review_queue", "audit_entries", "requests"):
+        db.execute(f"DELETE FROM {table} WHERE request_id = 'r2'")
+    last = db.execute("SELECT MAX(seq) FROM audit_entries")[0][0]
+    db.execute("DELETE FROM audit_entries WHERE seq > ?", (last,))
+    _move_head_to_last(db)
+
+
+def _truncate_after_export(db: TamperDB, key: str | None) -> None:
+    """Entries sealed after the newest exported head (by a writer that died before its next
+    export, at most ``head_export_interval`` later) are removed again."""
+    from tracerag.store import open_store
+
+    store = open_store(db.url, chain_key=key)
+    for rid in ("late-1", "late-2"):
+        store.append_record(_tamper_record(rid, "pass"))
+    store.close()
+    for table in ("review_queue", "audit_entries", "requests"):
+        db.execute(f"DELETE FROM {table} WHERE request_id IN ('late-1', 'late-2')")
+    _move_head_to_last(db)
+
+
+def _empty(db: TamperDB, key: str | None) -> None:
+    for table in ("review_queue", "audit_entries", "requests"):
+        db.execute(f"DELETE FROM {table}")
+    db.execute(
+        "UPDATE chain_head SET last_seq = 0, last_hash = ?, mac = NULL WHERE id = 1",
+        (_genesis(db),),
+    )
+
+
+def _append_forged(db: TamperDB, key: str | None) -> None:
+    from tracerag.store.chain import CHAIN_V2, entry_hash
+
+    seq, prev = _head(db)
+    seq += 1
+    payload = '{"action":"approve","final_answer":"all fine","reason":null}'
+    created = "2030-01-01T00:00:00.000000+00:00"
+    new = entry_hash(prev, seq, "r1", "note", payload, "mallory", created, CHAIN_V2)
+    db.execute(
+        "INSERT INTO audit_entries (seq, request_id, kind, payload, actor, created_at, "
+        "prev_hash, hash, chain_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (seq, "r1", "note", payload, "mallory", created, prev, new, CHAIN_V2),
+    )
+    db.execute("UPDATE requests SET n_entries = n_entries + 1 WHERE request_id = 'r1'")
+    db.execute("UPDATE chain_head SET last_seq = ?, last_hash = ? WHERE id = 1", (seq, new))
+
+
+def _restore_old_copy(db: TamperDB, key: str | None) -> None:
+    db.restore()
+
+
+def _replace_store(db: TamperDB, key: str | None) -> None:
+    db.replace()
+
+
+def _frame(payload: bytes) -> bytes:
+    """An untagged journal frame with a correct CRC (the format is public)."""
+    import struct
+    import zlib
+
+    return struct.pack(">2sccII", b"TJ", b"R", b"\x00", len(payload), zlib.crc32(payload)) + (
+        payload
+    )
+
+
+def _forge_journal(db: TamperDB, key: str | None) -> None:
+    forged = _tamper_record("forged", "pass")
+    segment = db.journal / f"{999:020d}.seg"
+    segment.write_bytes(_frame(json.dumps(forged).encode()))
+    _drain(db, key)
+
+
+def _alter_journaled(db: TamperDB, key: str | None) -> None:
+    """A genuine record left in the journal (by a crash) has its answer changed, CRC fixed."""
+    import struct
+    import zlib
+
+    from tracerag.store.journal import Journal
+
+    journal = Journal(db.journal, key=key)
+    journal.append(b"R", json.dumps(_tamper_record("crashed", "pass")).encode())
+    journal.close()
+    (segment,) = [p for p in db.journal.glob("*.seg") if p.stat().st_size]
+    data = segment.read_bytes()
+    header = struct.Struct(">2sccII")
+    magic, ftype, auth, length, _ = header.unpack_from(data)
+    body = data[header.size : header.size + length].replace(b"24-month", b"36-month")
+    tag = data[header.size + length :]
+    crc = zlib.crc32(tag, zlib.crc32(body))
+    segment.write_bytes(header.pack(magic, ftype, auth, len(body), crc) + body + tag)
+    _drain(db, key)
+
+
+TAMPER_CASES = [
+    ("no change (control)", None),
+    ("edit an entry (no re-hash)", _edit_payload),
+    ("delete a middle entry", _delete_middle),
+    ("rewrite + re-hash after it", _rewrite_and_reseal),
+    ("change requests.decision", _change_decision),
+    ("rewrite a decided review", _rewrite_review),
+    ("delete newest, move head", _truncate_tail),
+    ("delete after last export", _truncate_after_export),
+    ("empty, reset head", _empty),
+    ("append forged, move head", _append_forged),
+    ("restore an older copy", _restore_old_copy),
+    ("replace by an empty store", _replace_store),
+    ("forge a journal record", _forge_journal),
+    ("alter a journaled record", _alter_journaled),
+]
+
+
+def _verify_says(db: TamperDB, key: str | None, anchored: bool) -> str:
+    """Run ``tracerag audit verify`` (in this process) and name its verdict."""
+    import contextlib
+    import io
+
+    from tracerag.cli import main as cli_main
+    from tracerag.config import reset_config
+
+    saved = {k: os.environ.get(k) for k in ("TRACERAG_CHAIN_KEY", "TRACERAG_AUDIT_JOURNAL")}
+    saved["TRACERAG_AUDIT_ANCHOR"] = os.environ.pop("TRACERAG_AUDIT_ANCHOR", None)
+    os.environ["TRACERAG_AUDIT_JOURNAL"] = str(db.journal)
+    if key:
+        os.environ["TRACERAG_CHAIN_KEY"] = key
+    else:
+        os.environ.pop("TRACERAG_CHAIN_KEY", None)
+    reset_config()
+    argv = ["audit", "verify", "--store", db.url]
+    if anchored:
+        argv += ["--expect-head", str(db.anchor)]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            try:
+                code = cli_main(argv)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        reset_config()
+    return {0: "PASSES", 1: "DETECTED", 3: "not checked (3)"}.get(code, f"exit {code}")
+
+
+def tamper_table(kind: str, tmp: Path, dsn: str | None = None) -> dict[str, dict]:
+    """Each change, on an unkeyed store (plain, anchor) and a keyed one (key, key + anchor)."""
+    import logging
+
+    logging.getLogger("tracerag").setLevel(logging.CRITICAL)  # the refusals are expected
+    columns: dict[str, dict] = {
+        "plain": {},
+        "anchor": {},
+        "key": {},
+        "key + anchor": {},
+    }
+    for i, (name, attack) in enumerate(TAMPER_CASES):
+        for key in (None, TAMPER_KEY):
+            db = TamperDB(kind, tmp / f"tamper-{kind}-{i}-{'k' if key else 'u'}", dsn)
+            try:
+                _tamper_build(db, key)
+                if attack is not None:
+                    attack(db, key)
+                if key is None:
+                    columns["plain"][name] = _verify_says(db, None, False)
+                    columns["anchor"][name] = _verify_says(db, None, True)
+                else:
+                    columns["key"][name] = _verify_says(db, key, False)
+                    columns["key + anchor"][name] = _verify_says(db, key, True)
+            finally:
+                db.cleanup()
+    return columns
 
 
 def table(title: str, columns: dict[str, dict]) -> None:
     print(f"\n{title}")
     keys = list(dict.fromkeys(k for col in columns.values() for k in col))
-    width = max(14, *(len(c) + 2 for c in columns))
-    print(f"  {'':26}" + "".join(f"{c:>{width}}" for c in columns))
+    cells = [str(v) for col in columns.values() for v in col.values()]
+    width = max(14, *(len(c) + 2 for c in [*columns, *cells]))
+    label = max(26, *(len(k) + 1 for k in keys))
+    print(f"  {'':{label}}" + "".join(f"{c:>{width}}" for c in columns))
     for k in keys:
-        print(f"  {k:26}" + "".join(f"{col.get(k, '-')!s:>{width}}" for col in columns.values()))
+        row = "".join(f"{col.get(k, '-')!s:>{width}}" for col in columns.values())
+        print(f"  {k:{label}}" + row)
     sys.stdout.flush()
 
 
@@ -770,6 +1262,7 @@ def main() -> None:
     for role in ("child", "recover", "serve", "client"):
         ap.add_argument(f"--{role}", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--store", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--serve-journal", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--seconds", type=float, default=6.0, help="load per run")
     ap.add_argument("--concurrency", type=int, default=32)
@@ -782,6 +1275,9 @@ def main() -> None:
     ap.add_argument("--postgres", action="store_true", help="also the PostgreSQL faults")
     ap.add_argument("--freeze-seconds", type=float, default=20.0)
     ap.add_argument("--outage-seconds", type=float, default=180.0)
+    ap.add_argument(
+        "--pg-kill-outage", type=float, default=10.0, help="load while PostgreSQL is down"
+    )
     ap.add_argument("--repeat", type=int, default=3, help="throughput runs per column")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--only", default=None, help="comma-separated scenarios to run")
@@ -878,6 +1374,31 @@ def main() -> None:
                 f"PostgreSQL frozen (SIGSTOP) for {args.freeze_seconds:.0f} s",
                 {m: scenario_pg(m, after, args, tmp, "freeze") for m in modes},
             )
+        if args.postgres and want("pgkill"):
+            cols = {}
+            if before:
+                (tmp / "before").mkdir(exist_ok=True)
+                cols["default, before"] = scenario_pg_kill(before, args, tmp / "before", None)
+            cols["default"] = scenario_pg_kill(after, args, tmp, None)
+            cols["--no-journal"] = scenario_pg_kill(after, args, tmp, "none")
+            cols["--journal DIR"] = scenario_pg_kill(after, args, tmp, str(tmp / "pgkill.journal"))
+            table(
+                f"tracerag serve over PostgreSQL, killed (SIGKILL) after "
+                f"{args.pg_kill_outage:.0f} s of load with the database down",
+                cols,
+            )
+        if want("tamper"):
+            table("tampering, SQLite: what tracerag audit verify says", tamper_table("sqlite", tmp))
+            if args.postgres:
+                dsn, pg_dir = start_postgres()
+                try:
+                    table(
+                        "tampering, PostgreSQL: what tracerag audit verify says",
+                        tamper_table("postgres", tmp, dsn),
+                    )
+                finally:
+                    stop_postgres(pg_dir)
+            print(TAMPER_LEGEND)
         if args.postgres and want("outage"):
             table(
                 f"PostgreSQL down (stopped, then restarted) for {args.outage_seconds:.0f} s",

@@ -5,7 +5,14 @@ model that sleeps a fixed latency (default 200 ms) per call, measured side by si
 
 - bare: the standard LCEL RAG chain, one call;
 - RAGPipeline, N samples, plan="inline" (one model latency) and plan="separate" (two);
-- wrap(bare chain), N samples (the chain runs N times concurrently).
+- wrap(bare chain), N samples (the chain's retrieval shared, its answer drawn N times).
+
+Per app shape — an LCEL chain, a LangGraph StateGraph (LangChain's RAG tutorial graph) and an
+agent (``create_agent`` with a ``content_and_artifact`` retrieval tool) — it reports, for one
+bare run and for ``wrap()`` with ``sampling="answer"`` (the default) and ``sampling="app"``, the
+model calls, tool calls and vector store searches per request, and the wall time as a ratio to
+one bare run of the same shape (``--shape-rounds`` rounds, interleaved). The calls are counted
+where they happen: by the model, inside the tool, and in the store's search.
 
 It also compares the sync entry point with the async one on the same pipeline: ``invoke()`` from
 sync code, ``invoke()`` called inside a running event loop, and ``await ainvoke()``, each with
@@ -45,8 +52,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from langchain_core.documents import Document
 from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.prompts import ChatPromptTemplate
@@ -56,7 +64,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import NoOpTracerProvider
 
 from tracerag import RAGPipeline, wrap
-from tracerag.demo.kb import build_retriever
+from tracerag.demo.kb import DemoVectorStore, build_retriever, build_vectorstore
 from tracerag.runner import run_sync
 
 QUESTION = "How long is the warranty on a laptop?"
@@ -135,6 +143,188 @@ def bare_chain(latency: float):
         | model(latency)
         | StrOutputParser()
     )
+
+
+# -- app shapes: an LCEL chain, a StateGraph, an agent --------------------------------------------
+
+
+class Counts:
+    """Calls made per request, counted where they happen."""
+
+    model = 0
+    tool = 0
+    search = 0
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.model = cls.tool = cls.search = 0
+
+
+class CountingStore(DemoVectorStore):
+    """The demo store, counting its searches (every search scores the stored vectors once)."""
+
+    def _similarity_search_with_score_by_vector(self, *args, **kwargs):
+        Counts.search += 1
+        return super()._similarity_search_with_score_by_vector(*args, **kwargs)
+
+
+def counting_store() -> CountingStore:
+    store = build_vectorstore()
+    counted = CountingStore(embedding=store.embedding)
+    counted.store = store.store
+    return counted
+
+
+class ToolCallingSleepyModel(SleepyChatModel):
+    """The sleepy model for agents: bound to tools, it first calls the first one with the
+    question; given the tool's result, it answers. Every call sleeps ``latency``."""
+
+    def bind_tools(self, tools, *, tool_choice=None, **kwargs):
+        from langchain_core.utils.function_calling import convert_to_openai_tool
+
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    def _result(self, messages, **kwargs) -> ChatResult:
+        Counts.model += 1
+        tools = kwargs.get("tools")
+        last = max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage))
+        if tools and not any(isinstance(m, ToolMessage) for m in messages[last:]):
+            name = tools[0]["function"]["name"]
+            call = {"name": name, "args": {"query": messages[last].content}, "id": "call-1"}
+            message = AIMessage(content="", tool_calls=[call])
+            return ChatResult(generations=[ChatGeneration(message=message)])
+        return super()._result(messages)
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:
+        if self.latency:
+            time.sleep(self.latency)
+        return self._result(messages, **kwargs)
+
+    async def _agenerate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        return self._result(messages, **kwargs)
+
+
+def lcel_shape(latency: float):
+    store = counting_store()
+    retriever = store.as_retriever(search_kwargs={"k": 4})
+    prompt = ChatPromptTemplate.from_template(
+        "Answer from the context, citing [id].\nContext:\n{context}\n\nQuestion: {question}"
+    )
+    return (
+        {
+            "context": retriever
+            | (lambda docs: "\n\n".join(f"[{d.id}] {d.page_content}" for d in docs)),
+            "question": RunnablePassthrough(),
+        }
+        | prompt
+        | ToolCallingSleepyModel(latency=latency)
+        | StrOutputParser()
+    )
+
+
+def graph_shape(latency: float):
+    from typing import TypedDict
+
+    from langgraph.graph import START, StateGraph
+
+    store = counting_store()
+    llm = ToolCallingSleepyModel(latency=latency)
+    prompt = ChatPromptTemplate.from_template(
+        "Answer from the context, citing [id].\nContext:\n{context}\n\nQuestion: {question}"
+    )
+
+    class State(TypedDict):
+        question: str
+        context: list[Document]
+        answer: str
+
+    def retrieve(state: State):
+        return {"context": store.similarity_search(state["question"], k=4)}
+
+    def generate(state: State):
+        docs = "\n\n".join(f"[{d.id}] {d.page_content}" for d in state["context"])
+        messages = prompt.invoke({"question": state["question"], "context": docs})
+        return {"answer": llm.invoke(messages).content}
+
+    builder = StateGraph(State).add_sequence([retrieve, generate])
+    builder.add_edge(START, "retrieve")
+    return builder.compile()
+
+
+def agent_shape(latency: float):
+    from langchain.agents import create_agent
+    from langchain.tools import tool
+
+    store = counting_store()
+
+    @tool(response_format="content_and_artifact")
+    def retrieve_context(query: str):
+        """Retrieve information to help answer a query."""
+        Counts.tool += 1
+        docs = store.similarity_search(query, k=2)
+        serialized = "\n\n".join(f"Source: {d.metadata}\nContent: {d.page_content}" for d in docs)
+        return serialized, docs
+
+    return create_agent(
+        ToolCallingSleepyModel(latency=latency),
+        [retrieve_context],
+        system_prompt="Use the tool to answer, citing each source by its id.",
+    )
+
+
+SHAPES = {"LCEL chain": lcel_shape, "StateGraph": graph_shape, "agent": agent_shape}
+
+
+def shape_input(name: str):
+    """The input the shape's own documentation gives it."""
+    if name == "agent":
+        return {"messages": [("user", QUESTION)]}
+    return {"question": QUESTION} if name == "StateGraph" else QUESTION
+
+
+async def shapes(latency: float, n: int, rounds: int, tp: TracerProvider) -> None:
+    """Per shape: calls per request and wall ratio to one bare run, interleaved rounds."""
+    print(
+        f"\nApp shapes (model latency {latency * 1000:.0f} ms, N={n}, median of {rounds} rounds, "
+        "interleaved; calls per request counted in the model, the tool and the store):"
+    )
+    print(
+        f"  {'shape':11} {'run':20} {'model':>6} {'tool':>5} {'search':>7} {'wall':>9} "
+        f"{'ratio':>7}  decision"
+    )
+    for name, build in SHAPES.items():
+        runs = {
+            "bare": build(latency),
+            "wrap (answer)": wrap(build(latency), n_samples=n, tracer_provider=tp, audit=None),
+            "wrap (app)": wrap(
+                build(latency), n_samples=n, sampling="app", tracer_provider=tp, audit=None
+            ),
+        }
+        value = shape_input(name)
+        calls: dict[str, tuple[int, int, int]] = {}
+        decisions: dict[str, str] = {}
+        for label, runnable in runs.items():  # warm up, and count one request's calls
+            Counts.reset()
+            out = await runnable.ainvoke(value)
+            calls[label] = (Counts.model, Counts.tool, Counts.search)
+            decisions[label] = getattr(out, "decision", "")
+        times: dict[str, list[float]] = {label: [] for label in runs}
+        for _ in range(rounds):
+            for label, runnable in runs.items():
+                t0 = time.perf_counter()
+                await runnable.ainvoke(value)
+                times[label].append(time.perf_counter() - t0)
+        base = statistics.median(times["bare"])
+        for label in runs:
+            med = statistics.median(times[label])
+            model_calls, tool_calls, searches = calls[label]
+            goal = "  (goal <= 1.10x)" if name == "LCEL chain" and label == "wrap (answer)" else ""
+            print(
+                f"  {name:11} {label:20} {model_calls:6d} {tool_calls:5d} {searches:7d} "
+                f"{med * 1000:7.1f}ms {med / base:6.2f}x  {decisions[label]}{goal}"
+            )
 
 
 def provider() -> TracerProvider:
@@ -425,6 +615,8 @@ async def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--cpu-requests", type=int, default=200)
     ap.add_argument("--sync-requests", type=int, default=50)
+    ap.add_argument("--shape-rounds", type=int, default=10)
+    ap.add_argument("--shapes-only", action="store_true", help="only the app shapes section")
     ap.add_argument("--compare", nargs="+", metavar="TREE", help="BEFORE [AFTER] source trees")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -435,6 +627,10 @@ async def main() -> None:
         await asyncio.to_thread(compare, args)
         return
     tp = provider()
+    if args.shapes_only:
+        await shapes(args.latency, args.samples, args.shape_rounds, tp)
+        tp.shutdown()
+        return
 
     print(
         f"model latency {args.latency * 1000:.0f} ms, N={args.samples}, "
@@ -447,12 +643,13 @@ async def main() -> None:
         for name, runnable in runs.items():
             results[name].append(await wall(runnable, 1))
     base = statistics.median(results["bare LCEL chain (1 call)"])
-    goals = {"pipeline inline": 1.1, "pipeline separate": 2.1}
+    goals = {"pipeline inline": 1.1, "pipeline separate": 2.1, "wrap(chain)": 1.1}
     print(f"{'configuration':28} {'median wall':>12} {'ratio to bare':>14}  goal")
     for name, values in results.items():
         med = statistics.median(values)
         goal = f"<= {goals[name]}x" if name in goals else ""
         print(f"{name:28} {med * 1000:10.1f}ms {med / base:13.2f}x  {goal}")
+    await shapes(args.latency, args.samples, args.shape_rounds, tp)
 
     print(
         f"\nCPU time per request outside the model (zero-latency model, "

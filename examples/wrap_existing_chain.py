@@ -3,8 +3,9 @@
 The chain is the usual LangChain shape,
 ``{"context": retriever | format_docs, "question": RunnablePassthrough()} | prompt | llm | parser``,
 built over the bundled demo knowledge base with ``ExtractiveChatModel`` (no API key, no model
-weights). ``tracerag.wrap`` runs it five times per question, checks every citation against the
-retrieved documents and routes the answer: pass, review, or escalate.
+weights). ``tracerag.wrap`` retrieves once per question and draws five answers from the chain's
+model step, checks every citation against the retrieved documents and routes the answer: pass,
+review, or escalate.
 
     python examples/wrap_existing_chain.py
     python examples/wrap_existing_chain.py "How long is a Northwind gift card valid?"

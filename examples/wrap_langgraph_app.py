@@ -3,9 +3,10 @@
 The graph is the tutorial's: a ``retrieve`` node and a ``generate`` node over a
 ``{"question", "context", "answer"}`` state, with the prompt and the model called inside the
 node functions. It runs over the bundled demo knowledge base with ``ExtractiveChatModel`` (no
-API key, no model weights). ``tracerag.wrap`` runs the graph five times per question, learns the
-prompt and model versions from the first runs, checks every citation against the documents the
-runs retrieved and routes the answer: pass, review, or escalate. Needs ``pip install langgraph``.
+API key, no model weights). ``tracerag.wrap`` runs the graph once per question and forks its
+answering step four more times, learns the prompt and model versions from the run, checks every
+citation against the documents it retrieved and routes the answer: pass, review, or escalate.
+Needs ``pip install langgraph``.
 
     python examples/wrap_langgraph_app.py
     python examples/wrap_langgraph_app.py "How long is a Northwind gift card valid?"

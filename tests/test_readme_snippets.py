@@ -84,8 +84,14 @@ def test_a_docs_page_snippets_run_as_written(page, tmp_path, monkeypatch, capsys
         assert printed[-1].startswith("pass ") and "24-month" in printed[-1]
         assert printed[-1].endswith("(notified 1 time)")  # a run-once node ran once for 5 samples
     if page == "streaming.md":
-        assert printed[-1].split()[0] == "pass"
-        assert "['register', 'retrieve', 'plan', 'sample', 'verify', 'assemble']" in printed[-1]
+        assert printed[0].split()[0] == "pass"
+        assert "['register', 'retrieve', 'plan', 'sample', 'verify', 'assemble']" in printed[0]
+        stages = [line.split()[1] for line in printed if line.startswith("stage ")]
+        assert stages == ["register", "retrieve", "plan", "sample", "verify", "assemble"]
+        verified = next(line for line in printed if line.startswith("verified answer: pass"))
+        assert verified.removeprefix("verified answer: ") == printed[-2]  # the Response's
+        heard = ["start", *["tracerag.stage"] * 6, "tracerag.answer", "end"]
+        assert printed[-1] == str(heard)  # what the caller's handler heard: no model token
     assert list(tmp_path.iterdir()) == []  # a library call leaves no files behind
 
 

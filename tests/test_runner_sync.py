@@ -52,19 +52,24 @@ def test_invoke_from_sync_code_continues_the_callers_trace(make_pipeline, spans)
     assert root.parent is not None and root.parent.span_id == parent.get_span_context().span_id
 
 
-class _ModelStarts(BaseCallbackHandler):
+class _Runs(BaseCallbackHandler):
     def __init__(self) -> None:
-        self.starts = 0
+        self.model_starts = 0
+        self.chains: list[tuple[str, Any, Any]] = []
 
     def on_chat_model_start(self, serialized: Any, messages: Any, **kwargs: Any) -> None:
-        self.starts += 1
+        self.model_starts += 1
+
+    def on_chain_start(self, serialized: Any, inputs: Any, **kwargs: Any) -> None:
+        self.chains.append((kwargs.get("name"), kwargs["run_id"], kwargs.get("parent_run_id")))
 
 
-def test_langchain_callbacks_reach_the_model_when_invoke_runs_inside_a_loop(make_pipeline):
-    """A sync invoke() inside an async LCEL step keeps the step's callbacks (a contextvar)."""
+def test_the_callers_callbacks_reach_the_request_when_invoke_runs_inside_a_loop(make_pipeline):
+    """A sync invoke() inside an async LCEL step keeps the step's callbacks (a contextvar):
+    the request's run is the step's child; the model's runs are tracerag's, not the caller's."""
     llm = _model()
     pipeline = make_pipeline(llm, audit=None, n_samples=2)
-    handler = _ModelStarts()
+    handler = _Runs()
 
     async def step(question: str) -> Any:
         return pipeline.invoke(question)  # sync call while the chain's event loop runs
@@ -72,7 +77,9 @@ def test_langchain_callbacks_reach_the_model_when_invoke_runs_inside_a_loop(make
     response = asyncio.run(RunnableLambda(step).ainvoke(QUESTION, {"callbacks": [handler]}))
     assert response.decision == "pass"
     assert llm.call_count == 3  # one plan call, two samples
-    assert handler.starts == llm.call_count
+    (outer, outer_id, _), (name, _, parent) = handler.chains
+    assert (outer, name, parent) == ("step", "RAGPipeline", outer_id)
+    assert handler.model_starts == 0
 
 
 def test_sync_calls_reuse_one_event_loop_per_thread():

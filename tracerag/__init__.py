@@ -7,6 +7,8 @@ Public names load on first use, so ``import tracerag`` stays cheap.
 
 from __future__ import annotations
 
+import sys
+import types
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -127,6 +129,23 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return __all__
+
+
+class _Package(types.ModuleType):
+    """tracerag's module: importing its ``wrap`` package keeps ``tracerag.wrap`` the function.
+
+    Python binds a package's submodule as an attribute of the package once it is imported, so
+    ``from tracerag import WrappedChain, wrap`` (or any earlier ``from tracerag.wrap import …``)
+    would otherwise leave ``tracerag.wrap`` the ``tracerag.wrap`` package, not ``wrap()``.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == value.__name__:
+            value = getattr(value, name)  # the submodule that defines the export: the export
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs

@@ -19,8 +19,17 @@ Variables (each is optional):
 
    The directory of the audit journal (records are fsynced there before a Response says
    ``audit_persisted: true``, then drained into the store). Unset: next to a SQLite store
-   (``<store file>.journal``); a PostgreSQL store then has no journal, and a Response says
-   true only once the record is committed to the database.
+   (``<store file>.journal``); a library pipeline over PostgreSQL then has no journal, and a
+   Response says true only once the record is committed to the database; ``tracerag serve``
+   over PostgreSQL refuses to start without one (or ``--no-journal``).
+
+.. envvar:: TRACERAG_AUDIT_ANCHOR
+
+   Where the audit writer exports the chain head (a file, or a directory for its
+   ``head.json``), only ever forward, and where ``tracerag audit verify`` looks for it. Put it
+   where whoever can change the database cannot (another disk, a mount only this service
+   writes, a synced location). Unset: ``head.json`` in the audit journal's directory; without
+   a journal, no head is exported.
 
 .. envvar:: TRACERAG_AUDIT_COMMIT_WAIT
 
@@ -115,6 +124,12 @@ Variables (each is optional):
 .. envvar:: TRACERAG_DECISION_WEBHOOK
 
    ``tracerag serve``: a URL that receives every reviewer decision as JSON.
+
+.. envvar:: TRACERAG_FORWARDED_ALLOW_IPS
+
+   ``tracerag serve``: comma-separated addresses (or ``*``) of the reverse proxies whose
+   ``X-Forwarded-For`` / ``X-Forwarded-Proto`` headers are believed. Unset: none are; the
+   client address is the TCP peer's.
 """
 
 from __future__ import annotations
@@ -134,6 +149,8 @@ ENV_VARS: Mapping[str, str] = {
     "store": "TRACERAG_STORE",
     "audit_journal": "TRACERAG_AUDIT_JOURNAL",
     "audit_commit_wait": "TRACERAG_AUDIT_COMMIT_WAIT",
+    "audit_anchor": "TRACERAG_AUDIT_ANCHOR",
+    "forwarded_allow_ips": "TRACERAG_FORWARDED_ALLOW_IPS",
     "chain_key": "TRACERAG_CHAIN_KEY",
     "calibration": "TRACERAG_CALIBRATION",
     "capture_content": "TRACERAG_CAPTURE_CONTENT",
@@ -163,6 +180,8 @@ class Config:
     store: str | None = None
     audit_journal: str | None = None
     audit_commit_wait: str | None = None
+    audit_anchor: str | None = None
+    forwarded_allow_ips: str | None = None
     chain_key: str | None = field(default=None, repr=False)  # a secret
     calibration: str | None = None
     capture_content: str | None = None

@@ -63,8 +63,16 @@ class ClaimCheck(BaseModel):
     verdict: Verdict
     score: float = Field(ge=0.0, le=1.0)
     material_id: str | None = None
-    quote: str | None = None
-    reason: str = ""
+    quote: str | None = Field(
+        default=None,
+        description="The material's sentence the claim was checked against. Null in the caller "
+        "view of a withheld answer.",
+    )
+    reason: str = Field(
+        default="",
+        description="Why the verdict. In the caller view of a withheld answer, empty for "
+        "supported and unsupported claims (the support check's reasons quote the claim).",
+    )
 
 
 class MaterialUse(BaseModel):
@@ -150,16 +158,26 @@ class Response(BaseModel):
 
 def withheld(response: Response | Mapping[str, Any]) -> bool:
     """True when the answer is held back for a person (an escalated request)."""
-    data = response.model_dump() if isinstance(response, Response) else response
-    return data.get("answer") is None and data.get("decision") == "escalate"
+    if isinstance(response, Response):
+        return response.answer is None and response.decision == "escalate"
+    return response.get("answer") is None and response.get("decision") == "escalate"
+
+
+#: Verdicts whose reason names only ids and material metadata, never the claim's words.
+_PLAIN_REASONS = frozenset({"stale", "fabricated_citation", "uncited"})
 
 
 def caller_view(response: Response | Mapping[str, Any]) -> dict[str, Any]:
     """The Response as JSON for the person who asked: a withheld answer appears nowhere.
 
-    For an escalated request the claims keep their cited ids, verdicts, scores and reasons but
-    lose their text and quotes, and the evidence list is empty; everything else is unchanged.
-    The full Response stays with the operator (the audit trail, the review desk).
+    For an escalated request the claims keep their cited ids, verdicts, scores and the material
+    each one was checked against, but lose their text and quotes, and the support checker's
+    reasons (those of ``supported`` and ``unsupported`` claims quote the claim's words: "days 60
+    not in the supporting sentence"); the reasons built from ids and material metadata alone
+    (``stale``, ``fabricated_citation``, ``uncited``) stay. The evidence list is empty, and the
+    rules keep their names and outcomes but not their details (computed from the answer).
+    Everything else is unchanged. A Response that ``invoke()`` returned is already this view;
+    the full candidate stays with the operator (the ticket, the audit record, the review desk).
     """
     data = (
         response.model_dump(mode="json")
@@ -168,9 +186,30 @@ def caller_view(response: Response | Mapping[str, Any]) -> dict[str, Any]:
     )
     if not withheld(data):
         return data
-    data["claims"] = [{**claim, "text": "", "quote": None} for claim in data.get("claims") or []]
+    data["claims"] = [
+        {
+            **claim,
+            "text": "",
+            "quote": None,
+            "reason": claim.get("reason", "") if claim.get("verdict") in _PLAIN_REASONS else "",
+        }
+        for claim in data.get("claims") or []
+    ]
     data["evidence"] = []
+    detail = data.get("signal_detail")
+    if isinstance(detail, dict) and detail.get("rules"):
+        detail["rules"] = [{**rule, "detail": ""} for rule in detail["rules"]]
     return data
+
+
+def caller_response(response: Response) -> Response:
+    """The Response the person who asked may see (``caller_view`` as a ``Response``).
+
+    A Response whose answer was not withheld is returned as it is.
+    """
+    if not withheld(response):
+        return response
+    return Response.model_validate(caller_view(response))
 
 
 def build_schema() -> dict[str, Any]:

@@ -91,6 +91,8 @@ class SettingsOptions(TypedDict, total=False):
     llm: BaseChatModel | None
     prompt_version: str | None
     model_version: str | None
+    prompt_version_source: str | None
+    model_version_source: str | None
     n_samples: int
     temperature: float
     plan_mode: str

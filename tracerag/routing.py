@@ -1,9 +1,12 @@
 """From confidence to decision, and where withheld answers go.
 
 ``pass`` (confidence ≥ ``thresholds.pass_at``) returns the answer; ``review`` (≥ ``review_at``)
-returns it flagged for human review; ``escalate`` withholds it and hands a ticket to the
-escalation handler. The handler is a seam: the default keeps the most recent tickets in memory
-and logs each one; the audit store keeps every ticket durably.
+returns it flagged for human review; ``escalate`` withholds it. Both hand a ticket to the
+escalation handler, once the request's audit record has been handed to its sink: the ticket's
+``audit_persisted`` says whether that record is durable (None: the app keeps no records). A
+handler that raises never fails the request: the failure is logged and the Response says the
+ticket was not handed on. The handler is a seam: the default keeps the most recent tickets in
+memory and logs each one; the audit record keeps every request's ticket id, route and candidate.
 """
 
 from __future__ import annotations
@@ -56,7 +59,12 @@ def decide(confidence: float, thresholds: Thresholds, *, tier: str = "high") -> 
 
 @dataclass
 class Ticket:
-    """A request handed to humans: withheld (escalate) or flagged (review)."""
+    """A request handed to humans: withheld (escalate) or flagged (review).
+
+    ``audit_persisted`` is the fate of the request's audit record when the ticket was handed on:
+    True when the sink took it, False when it could not (the ticket may then name a request the
+    audit trail does not hold), None when the app keeps no audit records.
+    """
 
     ticket_id: str
     request_id: str
@@ -68,6 +76,10 @@ class Ticket:
     trace_id: str | None = None
     created_at: datetime = field(default_factory=utcnow)
     detail: dict[str, Any] = field(default_factory=dict)
+    audit_persisted: bool | None = None
+
+
+_FATE = {True: "persisted", False: "NOT persisted", None: "not kept"}
 
 
 def new_ticket_id() -> str:
@@ -106,12 +118,13 @@ class InMemoryEscalationHandler:
         with self._lock:
             self._tickets.append(ticket)
         logger.warning(
-            "tracerag %s: request %s ticket %s confidence %s (%s)",
+            "tracerag %s: request %s ticket %s confidence %s (%s); audit record %s",
             ticket.decision,
             ticket.request_id,
             ticket.ticket_id,
             ticket.confidence,
             "; ".join(ticket.reasons) or "low confidence",
+            _FATE[ticket.audit_persisted],
         )
 
     @property

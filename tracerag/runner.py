@@ -3,10 +3,22 @@
 The runner owns the span tree and the request's state: it opens the root, opens one span per
 stage in order (stages a tier skips still get a span, marked skipped), stamps the request_id on
 every span, times each stage, and puts each stage's output into a new ``RequestState``. At the
-end it hands the audit record to the record sink, builds and validates the Response once (with
-what the sink said), and records the metrics. A failure of tracing, storage, metrics or a stage
-listener never fails the request. A stage that refuses the request after finishing its work
-(``StageRefusal``) has its output kept in the state, and so in the audit record.
+end it hands the audit record to the record sink, then the request's ticket (escalate, review)
+to the escalation handler with the record's fate (``Ticket.audit_persisted``), builds and
+validates the Response once (with what the sink said), and records the metrics. A failure of
+tracing, storage, metrics, the escalation handler or a stage listener never fails the request.
+A stage that refuses the request after finishing its work (``StageRefusal``) has its output
+kept in the state, and so in the audit record.
+
+``StagedRunnable`` is the LangChain Runnable both front doors are. Every surface (``invoke``,
+``ainvoke``, ``stream``, ``astream``, ``astream_events``, ``astream_log``, ``batch``,
+``abatch``, ``transform``, ``atransform``) runs a request as one LangChain run of its own. The
+callback handlers the caller passes (``config["callbacks"]``, or those of the runnable that
+calls it) hear that run only: its start, a ``tracerag.stage`` custom event after each stage, a
+``tracerag.answer`` event with the text of an answer the route releases, and its end with the
+caller's ``Response``. tracerag's own calls (retriever, model, the wrapped app's runs) are
+children of that run without the caller's handlers (``inner_config``), so nothing a sample
+drew reaches the caller before it is verified, and a withheld answer never does.
 """
 
 from __future__ import annotations
@@ -16,22 +28,30 @@ import concurrent.futures
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import inspect
 import logging
 import os
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from langchain_core.callbacks import AsyncCallbackManager, AsyncCallbackManagerForChainRun
 from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import (
+    ensure_config,
+    patch_config,
+    var_child_runnable_config,
+)
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
 from tracerag import metrics, semconv, usage
-from tracerag.contract import Response, validate_response
+from tracerag.contract import Response, caller_response, validate_response
+from tracerag.routing import PASS, REVIEW
 from tracerag.settings import Settings
 from tracerag.stages.assemble import outcome_attributes
 from tracerag.stages.register import new_request_id
@@ -40,12 +60,16 @@ from tracerag.state import INPUT_KEYS, RequestInput, RequestState, StageRefusal
 from tracerag.tracing import capture, get_tracer, set_span_metadata
 
 __all__ = [
+    "ANSWER_EVENT",
     "INPUT_KEYS",
+    "STAGE_EVENT",
     "RecordSink",
     "StageEvent",
     "StageListener",
     "StagedRunnable",
     "Step",
+    "caller_handlers",
+    "inner_config",
     "parse_input",
     "run",
     "run_sync",
@@ -208,14 +232,16 @@ async def run(
             state = state.with_timing("request", time.perf_counter() - started)
             spent = _usage(root, ledger, settings)
             _set_root(root, state, None)
-            await _deliver(state, settings, sink, spent)
+            persisted = await _deliver(state, settings, sink, spent)
+            _hand_on(state, settings, persisted, root)
             _record_metrics(state, settings, spent)
             raise
         state = state.with_timing("request", time.perf_counter() - started)
         spent = _usage(root, ledger, settings)
         persisted = await _deliver(state, settings, sink, spent)
+        notes = _hand_on(state, settings, persisted, root)
         try:
-            response = _respond(state, persisted)
+            response = _respond(state, persisted, notes)
         except BaseException as exc:
             root.record_exception(exc)
             root.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
@@ -226,12 +252,48 @@ async def run(
     return response
 
 
-def _respond(state: RequestState, persisted: bool | None) -> Response:
-    if state.decision is None:
+def _respond(
+    state: RequestState, persisted: bool | None, notes: tuple[str, ...] = ()
+) -> Response:
+    """The caller's Response: what the decision says, less a withheld answer's text."""
+    decision = state.decision
+    if decision is None:
         raise RuntimeError("the stage table has no assemble stage: there is no Response")
-    response = state.decision.response(state.request_id, state.trace_id, persisted)
+    if notes:
+        decision = dataclasses.replace(decision, warnings=decision.warnings + notes)
+    response = caller_response(decision.response(state.request_id, state.trace_id, persisted))
     validate_response(response)
     return response
+
+
+def _hand_on(
+    state: RequestState, settings: Settings, persisted: bool | None, root: Span
+) -> tuple[str, ...]:
+    """Hand the request's ticket (if any) to the escalation handler, with its record's fate.
+
+    Runs once the record sink has answered, so the ticket says whether the request it names is
+    in the audit trail. A handler that raises never fails the request: the failure is logged,
+    put on the root span, and returned as a warning for the Response.
+    """
+    ticket = state.decision.ticket if state.decision is not None else None
+    if ticket is None:
+        return ()
+    ticket = dataclasses.replace(ticket, audit_persisted=persisted)
+    try:
+        settings.escalation.handle(ticket)
+    except Exception as exc:
+        logger.exception(
+            "tracerag: escalation handler %s failed on ticket %s of request %s",
+            type(settings.escalation).__name__,
+            ticket.ticket_id,
+            ticket.request_id,
+        )
+        root.record_exception(exc)
+        return (
+            f"ticket {ticket.ticket_id} was not taken by the escalation handler "
+            f"({type(exc).__name__})",
+        )
+    return ()
 
 
 async def _tell(listener: StageListener, step: Step, state: RequestState) -> None:
@@ -241,12 +303,16 @@ async def _tell(listener: StageListener, step: Step, state: RequestState) -> Non
         duration_s=state.timings.get(step.name),
         state=state,
     )
+    await _tell_listener(listener, event)
+
+
+async def _tell_listener(listener: StageListener, event: StageEvent) -> None:
     try:
         result = listener(event)
         if inspect.isawaitable(result):
             await result
     except Exception:
-        logger.exception("tracerag: on_stage listener failed after %s", step.name)
+        logger.exception("tracerag: on_stage listener failed after %s", event.stage)
 
 
 async def _run_step(
@@ -408,6 +474,119 @@ def _record_metrics(
         logger.exception("tracerag: metrics failed for request %s", state.request_id)
 
 
+#: The custom event (``on_custom_event``, ``astream_events`` v2) sent after each stage; its data
+#: is ``StageEvent.to_dict()``: the stage, the request and trace ids, timing and key signals.
+STAGE_EVENT = "tracerag.stage"
+#: The custom event that carries a released answer's text (routes pass and review), sent once
+#: it is verified and routed: ``{request_id, trace_id, decision, status, confidence, text}``.
+ANSWER_EVENT = "tracerag.answer"
+
+
+def caller_handlers(config: RunnableConfig | None) -> frozenset[int]:
+    """The identities of the callback handlers the caller's config brings (the contextvar's
+    config included when ``config`` is None): the handlers that hear only tracerag's run."""
+    callbacks = ensure_config(config).get("callbacks")
+    if not callbacks:
+        return frozenset()
+    if isinstance(callbacks, list):
+        return frozenset(id(handler) for handler in callbacks)
+    return frozenset(
+        id(handler) for handler in [*callbacks.handlers, *callbacks.inheritable_handlers]
+    )
+
+
+def inner_config(
+    config: RunnableConfig, run_manager: AsyncCallbackManagerForChainRun, caller: frozenset[int]
+) -> RunnableConfig:
+    """The config tracerag's own calls run with (retriever, model, the wrapped app's runs).
+
+    Their runs are children of the request's run, with its tags and metadata, and with every
+    inheritable handler but the caller's: an unverified sample's tokens, messages and outputs
+    reach tracerag's capture and the tracers LangChain itself configures (LangSmith's
+    ``LangChainTracer``, kept even when the caller passed it, and configure hooks), never a
+    handler the caller passed in ``callbacks``, such as ``astream_events``'s stream or a
+    LangGraph ``messages`` stream. Called from inside a LangGraph node, the runs are not
+    subgraphs of the caller's graph either: they do not write to its stream or checkpointer.
+    """
+    child = run_manager.get_child()
+    if caller:
+        from langchain_core.tracers.langchain import LangChainTracer
+
+        child.set_handlers(
+            [
+                handler
+                for handler in child.handlers
+                if id(handler) not in caller or isinstance(handler, LangChainTracer)
+            ]
+        )
+    inner = patch_config(config, callbacks=child)
+    configurable = inner.get("configurable") or {}
+    if any(key.startswith(_GRAPH_RUNTIME) for key in configurable):
+        # called inside a LangGraph node: the keys that would make tracerag's runs subgraph
+        # steps of the caller's graph (its stream writer, its `subgraphs=True` stream, its
+        # checkpointer and checkpoint) are the caller's; the conversation (thread_id) stays
+        inner["configurable"] = {
+            key: value
+            for key, value in configurable.items()
+            if not key.startswith(_GRAPH_RUNTIME) and key not in _GRAPH_CHECKPOINT
+        }
+    return inner
+
+
+#: LangGraph's runtime keys in ``configurable`` (its ``CONFIG_KEY_*`` constants), set for the
+#: runnables a graph node calls, and the parent checkpoint keys set with them
+_GRAPH_RUNTIME = "__pregel_"
+_GRAPH_CHECKPOINT = frozenset({"checkpoint_ns", "checkpoint_id", "checkpoint_map"})
+
+
+def released_answer(state: RequestState) -> str | None:
+    """The answer's text when the route releases it (pass, review), else None."""
+    decision = state.decision
+    if decision is None or decision.decision not in (PASS, REVIEW):
+        return None
+    return decision.answer
+
+
+class _CallerEvents:
+    """The stage listener of a request in a LangChain run: custom events for the caller, then
+    the listener given to ``arun``. Neither can fail the request."""
+
+    def __init__(
+        self, manager: AsyncCallbackManager, run_id: Any, listener: StageListener | None
+    ) -> None:
+        self._manager = manager
+        self._run_id = run_id
+        self._listener = listener
+
+    async def __call__(self, event: StageEvent) -> None:
+        try:
+            await self._dispatch(event)
+        except Exception:  # a handler with raise_error: logged, the request goes on
+            logger.exception("tracerag: a callback handler failed on %s", event.stage)
+        if self._listener is not None:
+            await _tell_listener(self._listener, event)
+
+    async def _dispatch(self, event: StageEvent) -> None:
+        if not self._manager.handlers:
+            return
+        await self._manager.on_custom_event(STAGE_EVENT, event.to_dict(), run_id=self._run_id)
+        if event.stage != "assemble":
+            return
+        text = released_answer(event.state)
+        decision = event.state.decision
+        if text is None or decision is None:
+            return
+        data = {
+            "request_id": event.request_id,
+            "trace_id": event.trace_id,
+            "decision": decision.decision,
+            "status": decision.status,
+            "confidence": decision.confidence,
+            "text": text,
+        }
+        await self._manager.on_custom_event(ANSWER_EVENT, data, run_id=self._run_id)
+
+
 class StagedRunnable(Runnable[Any, Response]):
     """A LangChain Runnable that answers through the stage table; base of both front doors.
 
@@ -459,16 +638,10 @@ class StagedRunnable(Runnable[Any, Response]):
         receives the request's audit record instead of the configured audit sink (None: keep
         no record); its answer (True when it took the record) is ``audit_persisted``.
         """
-        request = self.parse_input(input)
-        return await run(
-            request,
-            self._settings,
-            self._steps,
-            config,
-            mode=self._source.mode,
-            on_stage=on_stage,
-            record_sink=record_sink,
+        answer = functools.partial(
+            self._answer, caller=caller_handlers(config), on_stage=on_stage, record_sink=record_sink
         )
+        return await self._acall_with_config(answer, input, config)
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
@@ -477,6 +650,72 @@ class StagedRunnable(Runnable[Any, Response]):
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Response:
         return run_sync(lambda: self.ainvoke(input, config, **kwargs))
+
+    async def astream(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[Response]:
+        """One chunk: the Response, once the request is verified, routed and recorded.
+
+        Nothing of a sample streams: the caller's callbacks (and ``astream_events``) hear the
+        request's own run, its ``tracerag.stage`` events and, for a released answer, one
+        ``tracerag.answer`` event, never the app's or the model's inner runs.
+        """
+
+        async def once() -> AsyncIterator[Any]:
+            yield input
+
+        answer = functools.partial(self._stream_answer, caller=caller_handlers(config))
+        async for chunk in self._atransform_stream_with_config(once(), answer, config):
+            yield chunk
+
+    async def _stream_answer(
+        self,
+        inputs: AsyncIterator[Any],
+        run_manager: AsyncCallbackManagerForChainRun,
+        config: RunnableConfig,
+        *,
+        caller: frozenset[int],
+    ) -> AsyncIterator[Response]:
+        value: Any = None
+        async for chunk in inputs:  # one input (atransform hands over the whole of it)
+            value = chunk
+        yield await self._answer(value, run_manager, config, caller=caller)
+
+    async def _answer(
+        self,
+        input: Any,
+        run_manager: AsyncCallbackManagerForChainRun,
+        config: RunnableConfig,
+        *,
+        caller: frozenset[int],
+        on_stage: StageListener | None = None,
+        record_sink: RecordSink | None = _SETTINGS_SINK,
+    ) -> Response:
+        """The request inside its LangChain run: stages, record, ticket, caller's Response.
+
+        ``config`` is the run's child config (the caller's callbacks with it). The stages run
+        with ``inner_config``: the same, less the caller's handlers, so the app's and the
+        model's runs reach tracerag's own capture and LangSmith, never the caller.
+        """
+        request = self.parse_input(input)
+        inner = inner_config(config, run_manager, caller)
+        events = run_manager.get_child()
+        listener = _CallerEvents(events, run_manager.run_id, on_stage)
+        # what a stage calls without a config (a graph node's model call) inherits ``inner``;
+        # this runs in the context LangChain made for the run, so the change stays in it
+        token = var_child_runnable_config.set(inner)
+        try:
+            return await run(
+                request,
+                self._settings,
+                self._steps,
+                inner,
+                mode=self._source.mode,
+                on_stage=listener,
+                record_sink=record_sink,
+            )
+        finally:
+            var_child_runnable_config.reset(token)
 
     @property
     def InputType(self) -> Any:

@@ -45,6 +45,10 @@ VERSION_MODEL = "tracerag.version.model"
 VERSION_TRACERAG = "tracerag.version.tracerag"
 # wrap(): the versions (["prompt", "model"]) neither given nor found in the app, learned from runs
 VERSION_FROM_RUNS = "tracerag.version.from_runs"
+# how each version was obtained: prompt "argument" | "template" | "run-template" | "model-input",
+# model "argument" | "app" | "run" (tracerag.wrap._versions)
+VERSION_PROMPT_SOURCE = "tracerag.version.prompt_source"
+VERSION_MODEL_SOURCE = "tracerag.version.model_source"
 CHANNEL = "tracerag.channel"
 N_SAMPLES = "tracerag.n_samples"
 TEMPERATURE = "tracerag.temperature"
@@ -92,6 +96,12 @@ SAMPLE_RAW = "tracerag.sample.raw"
 SAMPLES_OK = "tracerag.samples.ok"
 SAMPLES_FAILED = "tracerag.samples.failed"
 TEMPERATURE_ZERO = "tracerag.sample.temperature_zero"
+# wrap(): how the samples were drawn ("answer" | "app"), and what each sample's run was: "app"
+# (the app's own run), "fork" (its answering step again, from its checkpoint) or "private"
+SAMPLING = "tracerag.sampling"
+SAMPLE_RUN = "tracerag.sample.run"
+# wrap(): the sample whose answer the app keeps (its own run's, in the caller's thread)
+SAMPLE_KEPT = "tracerag.sample.kept"
 
 SIGNAL_CITATION_VALID = "tracerag.signal.citation_valid"
 SIGNAL_CITATION_SCORE = "tracerag.signal.citation_score"

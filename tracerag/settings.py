@@ -65,6 +65,9 @@ class Settings:
     tracer_provider: TracerProvider | None = None  # None: decided per request (tracing)
     prompt_version: str | None = None
     model_version: str | None = None
+    # how the versions were obtained (the record says so); None: given as arguments
+    prompt_version_source: str | None = None
+    model_version_source: str | None = None
     n_samples: int = 5
     temperature: float = 0.7
     plan_mode: str = "separate"

@@ -27,6 +27,7 @@ from tracerag.text.unicode import first_lone_surrogate, fix_surrogates, is_invis
 if TYPE_CHECKING:
     from tracerag.contract import ClaimCheck, Evidence, MaterialUse, Response, SignalDetail
     from tracerag.contract import Versions as ResponseVersions
+    from tracerag.routing import Ticket
     from tracerag.signals.citations import CitationReport
     from tracerag.signals.consistency import ConsistencyReport
     from tracerag.signals.rules import RuleResult
@@ -188,11 +189,18 @@ class RequestInput:
 
 @dataclass(frozen=True)
 class RunVersions:
-    """Which prompt, model and tracerag produced an answer."""
+    """Which prompt, model and tracerag produced an answer, and how each version was obtained.
+
+    ``prompt_source``: ``argument``, ``template`` (the app's prompt templates), ``run-template``
+    (templates its runs formatted) or ``model-input`` (a fingerprint of what reached the model);
+    ``model_source``: ``argument``, ``app`` or ``run`` (see ``tracerag.wrap``).
+    """
 
     prompt: str | None = None
     model: str | None = None
     tracerag: str = ""
+    prompt_source: str | None = None
+    model_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -320,7 +328,11 @@ class SampleSet:
     did not (wrap mode): they may be cited, so they join the materials after retrieval's.
     ``positional`` allows ``[2]``-style citations by position in a sample's retrieved order.
     ``versions`` are the versions the runs showed, for those the registration lacked
-    (``Registration.versions_from_runs``).
+    (``Registration.versions_from_runs``). ``kept`` is the sample whose answer the app itself
+    keeps (a wrapped graph's own run, whose answer is in the caller's thread): when set, it is
+    the answer verified and returned, the other samples tell how far they agree with it.
+    ``sampling`` and ``runs`` (wrap mode) say how the samples were drawn: ``answer`` or ``app``,
+    and per sample ``app`` (the app's own run), ``fork`` or ``private``.
     """
 
     samples: tuple[Sample, ...] = ()
@@ -331,6 +343,9 @@ class SampleSet:
     versions: RunVersions | None = None
     warnings: tuple[str, ...] = ()
     errors: tuple[StageError, ...] = ()
+    kept: int | None = None
+    sampling: str | None = None
+    runs: tuple[str, ...] = ()
 
     @property
     def ok(self) -> tuple[Sample, ...]:
@@ -400,6 +415,8 @@ class Decision:
     materials: tuple[MaterialUse, ...] = ()
     #: tiers 1 and 2 of attribution, as the audit record keeps them (``signals.attribution``)
     attribution: Mapping[str, Any] | None = None
+    #: the ticket for people (escalate, review), handed on once the record's fate is known
+    ticket: Ticket | None = None
 
     def _fields(self, request_id: str, trace_id: str | None) -> dict[str, Any]:
         return {
@@ -528,6 +545,8 @@ class RequestState:
             prompt=registered.prompt or learned.prompt,
             model=registered.model or learned.model,
             tracerag=registered.tracerag,
+            prompt_source=registered.prompt_source if registered.prompt else learned.prompt_source,
+            model_source=registered.model_source if registered.model else learned.model_source,
         )
 
     @property
@@ -571,6 +590,11 @@ class RequestState:
                 params["temperature"] = samples.temperature
             if samples.temperature_zero:
                 params["temperature_zero"] = True
+            if samples.sampling is not None:
+                params["sampling"] = samples.sampling
+                params["runs"] = list(samples.runs)
+            if samples.kept is not None:
+                params["kept_sample"] = samples.kept
         retrieval: dict[str, Any] = {}
         if self.retrieval is not None:
             r = self.retrieval

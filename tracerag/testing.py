@@ -2,6 +2,8 @@
 
 ``ScriptedChatModel`` is a real LangChain chat model whose replies you script (a list cycled per
 call, or a function of the prompt), that can sleep, fail a set number of times, or always fail.
+``ToolCallingChatModel`` is one that agents can use: ``bind_tools`` works, it calls the bound
+tools first and then answers from the script, offline and deterministic per seed.
 ``SpanCapture`` is a real OpenTelemetry SDK TracerProvider with an in-memory exporter, with
 helpers to look at the span tree of one request.
 """
@@ -16,8 +18,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -109,7 +113,8 @@ class ScriptedChatModel(ReplyChatModel):
         with self._lock:
             return len(self._calls)
 
-    def _next(self, messages: list[BaseMessage]) -> tuple[ScriptCall, str]:
+    def _record(self, messages: list[BaseMessage]) -> ScriptCall:
+        """Log one call (failing it when the script says so)."""
         prompt = "\n".join(str(m.content) for m in messages)
         match = TASK_RE.search(prompt)
         task = match.group("task") if match else None
@@ -118,9 +123,13 @@ class ScriptedChatModel(ReplyChatModel):
             self._calls.append(call)
         if self.always_fail or call.index < self.fail_first:
             raise ScriptedModelError(f"{self.failure_message} (call {call.index})")
+        return call
+
+    def _next(self, messages: list[BaseMessage]) -> tuple[ScriptCall, str]:
+        call = self._record(messages)
         if self.responder is not None:
             return call, self.responder(call)
-        if task == "plan" and self.plan_responses:
+        if call.task == "plan" and self.plan_responses:
             seq = self.plan_responses
             return call, seq[next(self._plan_counter) % len(seq)]
         return call, self.responses[next(self._answer_counter) % len(self.responses)]
@@ -162,6 +171,100 @@ class ScriptedChatModel(ReplyChatModel):
         if self.latency:
             await asyncio.sleep(self.latency)
         return self._result(messages, *self._next(messages))
+
+
+class ToolCallingChatModel(ScriptedChatModel):
+    """A scripted chat model that calls tools, for agents (``create_agent``, ``ToolNode``).
+
+    ``bind_tools`` binds the tools' schemas. Bound to tools, the model first calls one: while
+    fewer than ``tool_rounds`` of its tool calls follow the last user message, it replies with a
+    call to ``tool`` (default: the first bound tool) whose first argument is that user message.
+    Then it answers from the script (``responses`` or ``responder``, as ``ScriptedChatModel``),
+    and the responder sees the tool results in ``ScriptCall.prompt``. Told to call a given tool
+    (``tool_choice``, as ``with_structured_output`` does), it calls it with the arguments
+    ``structured`` holds for that tool's name. Tool call ids are ``call_<seed>_<n>``, so a seed
+    and a script give the same conversation every time.
+    """
+
+    seed: int = 0
+    tool_rounds: int = 1
+    tool: str | None = None
+    structured: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted-tool-calling"
+
+    def bind_tools(
+        self,
+        tools: Sequence[Any],
+        *,
+        tool_choice: str | dict[str, Any] | bool | None = None,
+        **kwargs: Any,
+    ) -> Runnable[Any, AIMessage]:
+        """The model with the tools' OpenAI-format schemas bound, as provider models bind them."""
+        schemas = [convert_to_openai_tool(t) for t in tools]
+        if tool_choice is not None and tool_choice is not False:
+            kwargs["tool_choice"] = tool_choice
+        return self.bind(tools=schemas, **kwargs)
+
+    def _tool_call(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult | None:
+        schemas: list[dict[str, Any]] = list(kwargs.get("tools") or [])
+        if not schemas:
+            return None
+        names = [s["function"]["name"] for s in schemas]
+        choice = kwargs.get("tool_choice")
+        forced = _chosen_tool(choice, names)
+        last_human = max(
+            (i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1
+        )
+        if forced is not None:
+            name, args = forced, dict(self.structured.get(forced, {}))
+        else:
+            rounds = sum(
+                1
+                for m in messages[last_human + 1 :]
+                if isinstance(m, AIMessage) and m.tool_calls
+            )
+            if rounds >= self.tool_rounds:
+                return None
+            name = self.tool if self.tool is not None and self.tool in names else names[0]
+            schema = schemas[names.index(name)]["function"].get("parameters") or {}
+            question = str(messages[last_human].content) if last_human >= 0 else ""
+            first = next(iter(schema.get("properties") or {"query": None}))
+            args = {first: question}
+        call = self._record(messages)
+        tool_call = ToolCall(
+            name=name, args=args, id=f"call_{self.seed}_{call.index}", type="tool_call"
+        )
+        message = AIMessage(
+            content="", tool_calls=[tool_call], response_metadata={"model_name": self.model_name}
+        )
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
+        if self.latency:
+            time.sleep(self.latency)
+        called = self._tool_call(messages, **kwargs)
+        return called if called is not None else self._result(messages, *self._next(messages))
+
+    async def _areply(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        called = self._tool_call(messages, **kwargs)
+        return called if called is not None else self._result(messages, *self._next(messages))
+
+
+def _chosen_tool(choice: Any, names: Sequence[str]) -> str | None:
+    """The tool a ``tool_choice`` forces the model to call, if it forces one."""
+    if choice in (None, False, "auto", "none"):
+        return None
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name") or choice.get("name")
+        return str(name) if name in names else names[0]
+    if isinstance(choice, str) and choice in names:
+        return choice
+    return names[0]  # "any", "required", True: some tool must be called
 
 
 class SpanCapture:

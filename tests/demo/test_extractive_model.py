@@ -249,3 +249,33 @@ async def test_async_invoke_and_batch():
     answers = await model.abatch([msgs] * 12)
     assert all(CITATION_RE.search(a.content) for a in answers)
     assert len({a.content for a in answers}) > 1
+
+
+def test_in_an_agent_it_calls_the_tool_then_cites_what_the_tool_returned():
+    from langchain.agents import create_agent
+    from langchain.tools import tool
+
+    @tool(response_format="content_and_artifact")
+    def lookup(query: str):
+        """Look up the policies."""
+        docs = [
+            "Source: {'id': 'gift-cards', 'title': 'Gift cards'}\nContent: A Northwind gift card "
+            "is valid for 3 years from the date of purchase.",
+            "Delivery takes 3 to 5 business days.",
+        ]
+        return "\n\n".join(docs), []
+
+    model = ExtractiveChatModel(temperature=0.0, max_sentences=1)
+    agent = create_agent(model, [lookup], system_prompt="Use the tool.")
+    out = agent.invoke({"messages": [("user", "How long is a Northwind gift card valid?")]})
+    kinds = [m.type for m in out["messages"]]
+    assert kinds == ["human", "ai", "tool", "ai"]
+    assert out["messages"][1].tool_calls[0]["args"] == {
+        "query": "How long is a Northwind gift card valid?"
+    }
+    assert out["messages"][-1].content == (
+        "A Northwind gift card is valid for 3 years from the date of purchase. [gift-cards]"
+    )
+    # a passage without a Source line is cited by its position among the tool's passages
+    out = agent.invoke({"messages": [("user", "How many business days does delivery take?")]})
+    assert out["messages"][-1].content.endswith("[2]")

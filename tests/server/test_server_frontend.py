@@ -139,6 +139,67 @@ def test_generated_types_fail_compilation_on_a_wrong_field(served):
     assert done.returncode != 0 and "questoin" in done.stdout
 
 
+def compile_alone(*paths: str) -> subprocess.CompletedProcess[str]:
+    """``tsc --strict`` on files that import the client."""
+    return subprocess.run(
+        [
+            tool("tsc"),
+            "--noEmit",
+            "--strict",
+            "--module",
+            "ES2022",
+            "--moduleResolution",
+            "bundler",
+            "--target",
+            "ES2022",
+            "--lib",
+            "ES2022,DOM",
+            *paths,
+        ],
+        cwd=FRONTEND,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_the_stream_events_are_a_union_the_compiler_narrows(served):
+    """Each event's data has its own type: a stage's fields on a response do not compile,
+    every error code is known, and a switch over the events is exhaustive."""
+    base, _ = served
+    build_client(base)
+    good = os.path.join(FRONTEND, "generated", "union_ok.ts")
+    with open(good, "w", encoding="utf-8") as fh:
+        fh.write(
+            'import type { ErrorCode, StreamEvent } from "../client.js";\n'
+            "export function label(e: StreamEvent): string {\n"
+            "  switch (e.event) {\n"
+            "    case \"stage\": return e.data.stage;\n"
+            "    case \"response\": return e.data.answer ?? e.data.status;\n"
+            "    case \"error\": return e.data.error;\n"
+            "    case \"decision\": return e.data.state;\n"
+            "  }\n"
+            "}\n"
+            'export const codes: ErrorCode[] = ["duplicate", "idempotency_key_reused"];\n'
+        )
+    wrong = os.path.join(FRONTEND, "generated", "union_wrong.ts")
+    with open(wrong, "w", encoding="utf-8") as fh:
+        fh.write(
+            'import type { ErrorCode, StreamEvent } from "../client.js";\n'
+            "export function f(e: StreamEvent): string {\n"
+            '  if (e.event === "response") return e.data.stage;\n'
+            '  return "";\n'
+            "}\n"
+            'export const code: ErrorCode = "duplicated";\n'
+        )
+    done = compile_alone(good, wrong)
+    assert done.returncode != 0
+    assert "union_ok.ts" not in done.stdout, done.stdout  # the right use compiles
+    assert "Property 'stage' does not exist" in done.stdout, done.stdout
+    assert '"duplicated"' in done.stdout, done.stdout
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     problem = browser_missing()

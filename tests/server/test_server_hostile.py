@@ -235,3 +235,27 @@ def test_readyz_reports_a_failing_store(store):
         assert reply.status_code == 503
         assert reply.json()["ready"] is False
         assert reply.json()["store"]["last_error"]
+
+
+@pytest.mark.parametrize("path", ["/v1/answer", "/v1/answer/stream"])
+def test_a_number_with_thousands_of_digits_is_a_400_not_a_500(client, store, path, caplog):
+    """Issue 22: Python refuses to convert integers past 4,300 digits; that was a 500 and two
+    tracebacks per request."""
+    body = b'{"question": "q?", "channel": ' + b"9" * 5000 + b"}"
+    with caplog.at_level("WARNING"):
+        reply = client.post(path, content=body, headers=JSON)
+    assert_problem(reply, 400, "bad_request")
+    assert "too many digits" in reply.json()["detail"]
+    assert not [r for r in caplog.records if r.exc_info]
+    assert store.list_requests() == []
+
+
+def test_a_huge_id_is_not_echoed_back(client):
+    long_id = "x" * 60_000
+    reply = client.get(f"/v1/requests/{long_id}")
+    assert_problem(reply, 404, "not_found")
+    assert len(reply.content) < 1200 and "more characters" in reply.json()["detail"]
+    reply = client.post(
+        "/v1/answer", json={"question": "q?", "x" * 50_000: 1}
+    )  # an unknown field named by a 50 KB key
+    assert reply.status_code in (400, 422) and len(reply.content) < 2000

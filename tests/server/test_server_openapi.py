@@ -6,12 +6,20 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("fastapi")
-import fastapi.routing
 from fastapi.testclient import TestClient
-from server_fixtures import GOOD_ANSWER, GOOD_QUESTION, make_app, make_pipeline, make_store
+from server_fixtures import (
+    API_KEY,
+    GOOD_ANSWER,
+    GOOD_QUESTION,
+    make_app,
+    make_pipeline,
+    make_store,
+)
 
 from tracerag.contract import response_schema
 from tracerag.errors import ConfigurationError
+from tracerag.server.errors import ERROR_CODES
+from tracerag.server.routes import events as event_routes
 
 ORIGIN = "http://127.0.0.1:5173"
 
@@ -49,7 +57,8 @@ def test_every_json_operation_has_a_request_and_response_schema(doc):
             content = op["requestBody"]["content"]
             assert list(content) == ["application/json"], path
             assert resolve(doc, content["application/json"]["schema"])["properties"], path
-        ok = op["responses"]["200"]["content"]
+        success = next(s for s in ("200", "202") if s in op["responses"])
+        ok = op["responses"][success]["content"]
         schema = next(iter(ok.values()))["schema"]
         assert schema != {}, (method, path)
         assert "default" in op["responses"], (method, path)
@@ -80,13 +89,28 @@ def test_every_error_response_uses_the_one_error_schema(doc):
     assert "HTTPValidationError" not in doc["components"]["schemas"]
 
 
-def test_the_stream_events_are_described(doc):
-    op = doc["paths"]["/v1/answer/stream"]["post"]
-    stream = op["responses"]["200"]["content"]["text/event-stream"]["schema"]
-    events = resolve(doc, stream)
-    assert set(events["properties"]) == {"stage", "response", "error"}
-    stage = resolve(doc, events["properties"]["stage"])
-    assert stage["properties"]["stage"]["enum"] == [
+def test_the_stream_events_are_a_discriminated_union(doc):
+    """Each event type is its own object, told apart by ``event``: not one object with all."""
+    for path, method in (
+        ("/v1/answer/stream", "post"),
+        ("/v1/requests/{request_id}/events", "get"),
+    ):
+        op = doc["paths"][path][method]
+        stream = op["responses"]["200"]["content"]["text/event-stream"]["schema"]
+        assert stream == {"$ref": "#/components/schemas/StreamEvent"}, path
+    union = doc["components"]["schemas"]["StreamEvent"]
+    assert "properties" not in union and "required" not in union
+    assert union["discriminator"]["propertyName"] == "event"
+    mapping = union["discriminator"]["mapping"]
+    assert set(mapping) == {"stage", "response", "error", "decision"}
+    assert sorted(o["$ref"] for o in union["oneOf"]) == sorted(mapping.values())
+    data = {}
+    for name, ref in mapping.items():
+        message = resolve(doc, {"$ref": ref})
+        assert message["properties"]["event"]["const"] == name
+        assert set(message["required"]) == {"event", "id", "data"}
+        data[name] = resolve(doc, message["properties"]["data"])
+    assert data["stage"]["properties"]["stage"]["enum"] == [
         "register",
         "retrieve",
         "plan",
@@ -94,6 +118,45 @@ def test_the_stream_events_are_described(doc):
         "verify",
         "assemble",
     ]
+    assert data["response"]["title"] == "Response"
+    assert set(data["error"]["properties"]["error"]["enum"]) <= set(ERROR_CODES)
+    assert "final_answer" in data["decision"]["properties"]
+
+
+def test_the_error_codes_are_an_enum_with_duplicate(doc):
+    codes = doc["components"]["schemas"]["Problem"]["properties"]["error"]["enum"]
+    assert set(codes) == set(ERROR_CODES)
+    assert {"duplicate", "idempotency_key_reused", "conflict", "no_registry"} <= set(codes)
+    feedback = doc["paths"]["/v1/feedback"]["post"]["responses"]
+    assert "409" in feedback
+
+
+def test_security_schemes_are_declared_and_applied(store):
+    with TestClient(make_app(store, make_pipeline([GOOD_ANSWER]), api_key=API_KEY)) as client:
+        keyed = client.get("/v1/openapi.json", headers={"X-API-Key": API_KEY}).json()
+    schemes = keyed["components"]["securitySchemes"]
+    assert schemes["ApiKey"] == {**schemes["ApiKey"], "type": "apiKey", "in": "header"}
+    assert schemes["ApiKey"]["name"] == "X-API-Key"
+    assert schemes["ReviewerBearer"]["type"] == "http"
+    assert schemes["ReviewerBearer"]["scheme"] == "bearer"
+    assert schemes["EventsToken"]["in"] == "query"
+    ops = {(m, p): op for p, item in keyed["paths"].items() for m, op in item.items()}
+    for (_, path), op in ops.items():
+        if path == "/v1/requests/{request_id}/events":
+            assert op["security"] == [{"ApiKey": []}, {"EventsToken": []}]
+        elif path.startswith("/v1/"):
+            assert op["security"] == [{"ApiKey": []}], path
+        elif path == "/review/api/items/{request_id}/decision":
+            assert op["security"] == [{"ReviewerBearer": []}]
+        elif path.startswith("/review/api/"):
+            assert {"ReviewerBearer": []} in op["security"], path
+        else:
+            assert "security" not in op, path
+    # without a key the /v1 API is open on this server, and the document says so
+    with TestClient(make_app(store, make_pipeline([GOOD_ANSWER]))) as client:
+        open_doc = client.get("/v1/openapi.json").json()
+    assert "security" not in open_doc["paths"]["/v1/answer"]["post"]
+    assert "ApiKey" not in open_doc["components"]["securitySchemes"]
 
 
 def test_the_response_schema_is_served(store):
@@ -163,7 +226,7 @@ def test_cors_origins_from_the_environment(store, monkeypatch):
 
 
 def test_the_stream_sends_a_retry_hint_and_keep_alive_pings(store, monkeypatch):
-    monkeypatch.setattr(fastapi.routing, "_PING_INTERVAL", 0.05)
+    monkeypatch.setattr(event_routes, "PING_SECONDS", 0.05)
     pipeline = make_pipeline([GOOD_ANSWER], latency=0.3)  # each model call outlasts a ping
     with TestClient(make_app(store, pipeline)) as client:
         text = client.post("/v1/answer/stream", json={"question": GOOD_QUESTION}).text

@@ -270,3 +270,29 @@ def test_answers_during_a_lock_by_another_process_come_within_the_commit_wait(tm
     assert len(stored_request_ids(path)) == len(set(stored_request_ids(path)))
     report = store.verify_chain()
     assert report.ok, report.issues
+
+
+def test_readyz_comes_back_with_the_store_without_waiting_for_a_request(tmp_path) -> None:
+    """Issue 22: after a failed commit, /readyz stayed 503 once the store was back, until some
+    request arrived (behind a readiness-gated load balancer, none ever does)."""
+    path = tmp_path / "audit.sqlite"
+    store = SQLiteAuditStore(str(path), busy_timeout_s=0.5)
+    app = make_app(store, make_pipeline([GOOD_ANSWER]), commit_wait=0.2)
+    with TestClient(app) as client:
+        assert client.get("/readyz").status_code == 200
+        locker = lock(path)
+        try:
+            (body,) = ask_all(client, 1)
+            assert body["audit_persisted"] is True  # journaled
+            reply = client.get("/readyz")
+            assert reply.status_code == 503 and reply.json()["store"]["last_error"]
+        finally:
+            locker.execute("ROLLBACK")
+            locker.close()
+        deadline = time.monotonic() + 5.0
+        while (reply := client.get("/readyz")).status_code != 200:  # no answer asked meanwhile
+            assert time.monotonic() < deadline, reply.json()
+            time.sleep(0.1)
+        assert reply.json()["store"]["last_error"] is None
+        assert app.state.answerer.writer.flush(timeout=HANG)
+    assert stored_request_ids(path) == [body["request_id"]]

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from langchain_core.documents import Document
 from pipeline_fixtures import FAST_RETRY, POLICIES
 from server_fixtures import make_app, make_store
-from test_wrap_apps import QUESTION, cite_returns, retrieval_chain, tutorial_graph
+from wrap_apps import QUESTION, cite_returns, retrieval_chain, tutorial_graph
 
 from tracerag import validate_response, wrap
 from tracerag.demo.kb import build_vectorstore

@@ -60,8 +60,25 @@ def test_a_bad_store_url_is_a_clear_error(capsys):
 
 
 def test_audit_verify_passes_on_an_intact_chain(store_path, capsys):
-    assert cli.main(["audit", "verify", "--store", store_path]) == 0
-    assert capsys.readouterr().out.startswith("audit chain intact")
+    store = SQLiteAuditStore(store_path)
+    head = store.head()
+    store.close()
+    anchor = f"{head['seq']}:{head['hash']}"
+    assert cli.main(["audit", "verify", "--store", store_path, "--expect-head", anchor]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("anchored to head") and "audit chain intact" in out
+
+
+def test_audit_verify_without_an_anchor_says_so_and_exits_3(store_path, capsys):
+    """Issue 22: plain verify exited 0 although a truncation or an emptied store would pass."""
+    assert cli.main(["audit", "verify", "--store", store_path]) == 3
+    out = capsys.readouterr().out
+    assert out.startswith("no anchor: looked in")
+    assert "audit chain consistent as far as checked" in out and "intact" not in out
+    assert "NOT CHECKED: no anchor" in out
+    assert cli.main(["audit", "verify", "--store", store_path, "--json"]) == 3
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is True and report["complete"] is False and report["exit_status"] == 3
 
 
 def test_audit_verify_fails_on_a_changed_entry(store_path, capsys):
@@ -101,7 +118,7 @@ def _configure(parser):
 def test_an_audit_subcommand_added_before_the_parser_is_built(registry):
     cli_store.add_audit_command("tamper-drill", "a test drill", _configure)
     assert cli.main(["audit", "tamper-drill", "--rounds", "2"]) == 42
-    assert cli.main(["audit", "verify", "--json", "--store", ":memory:"]) == 0
+    assert cli.main(["audit", "verify", "--json", "--store", ":memory:"]) == 3  # no anchor
 
 
 def test_another_module_adds_an_audit_subcommand_from_its_own_add_parser(registry, monkeypatch):
@@ -180,7 +197,7 @@ def test_verify_with_an_expected_head_catches_a_truncated_tail(store_path, capsy
     backend.execute("DELETE FROM requests WHERE request_id = 'req-0002'")
     (last,) = backend.execute("SELECT seq, hash FROM audit_entries ORDER BY seq DESC LIMIT 1")
     backend.execute("UPDATE chain_head SET last_seq = ?, last_hash = ?", (last[0], last[1]))
-    assert cli.main(["audit", "verify", "--store", store_path]) == 0  # no anchor: invisible
+    assert cli.main(["audit", "verify", "--store", store_path]) == 3  # no anchor: not "intact"
     capsys.readouterr()
     assert cli.main(["audit", "verify", "--store", store_path, "--expect-head", anchor]) == 1
     out = capsys.readouterr().out

@@ -105,7 +105,8 @@ def render(index: int, question: dict[str, Any], response: Response) -> str:
     if s.stale_citations:
         lines.append(f"    outdated materials cited: {', '.join(s.stale_citations)}")
     for claim in response.claims:
-        lines.append(f"    claim [{claim.verdict}] {claim.text}")
+        text = claim.text or "(withheld; `tracerag show` prints the audit record's copy)"
+        lines.append(f"    claim [{claim.verdict}] {text}")
         if claim.reason and claim.verdict != "supported":
             lines.append(f"        why: {claim.reason}")
     for ev in response.evidence:

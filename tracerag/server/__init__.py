@@ -5,13 +5,16 @@ FastAPI app (``tracerag.server.app``); ``tracerag serve`` runs it with uvicorn. 
 lives in ``routes/api.py``, the desk in ``routes/review.py``; what they share (the app's
 services, the API key, JSON bodies, the signed-in reviewer) is in ``deps.py``; ``answerer.py``
 runs the pipeline and stores each record; ``errors.py`` holds the one error shape.
+``uvicorn_options()`` is how ``tracerag serve`` runs uvicorn (forwarded headers believed only from
+configured proxies; requests uvicorn's parser refuses answered in the JSON error shape): pass it
+to ``uvicorn.run(app, **uvicorn_options())`` when serving your own app.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "uvicorn_options"]
 
 
 def __getattr__(name: str) -> Any:
@@ -19,4 +22,8 @@ def __getattr__(name: str) -> Any:
         from tracerag.server.app import create_app
 
         return create_app
+    if name == "uvicorn_options":
+        from tracerag.server._uvicorn import uvicorn_options
+
+        return uvicorn_options
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

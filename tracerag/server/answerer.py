@@ -109,6 +109,11 @@ def demo_pipeline(
 StageHook = Callable[[StageEvent], None]
 
 
+def servable(pipeline: object) -> bool:
+    """True for what the server can run and record: a ``wrap()``-ed app or a ``RAGPipeline``."""
+    return isinstance(pipeline, StagedRunnable)
+
+
 class Answerer:
     """Runs a pipeline for the server and keeps every request's record in the store.
 
@@ -173,6 +178,7 @@ class Answerer:
             return None  # the writer quarantines it, with the reason
         except Exception as exc:
             self.last_store_error = type(exc).__name__
+            self.writer.report_failure(exc)  # not ready until the writer's probe sees it back
             logger.warning(
                 "audit store failed for request %s (%s: %s); the record goes to the journal",
                 record.get("request_id"),
@@ -209,6 +215,7 @@ class Answerer:
             self.commit_timeouts += 1
             first = self.last_store_error is None
             self.last_store_error = f"CommitTimeout: a store commit took over {self.commit_wait}s"
+            self.writer.report_failure(TimeoutError(self.last_store_error))
             (logger.warning if first else logger.info)(
                 "audit store commit for request %s not done after %.1fs (%s); the record "
                 "goes to the journal",
@@ -237,10 +244,16 @@ class Answerer:
         return bool(await self.writer.asubmit_durable(record))
 
     def store_state(self) -> dict[str, Any]:
-        """Whether records reach the store now, from the audit writer's own state."""
+        """Whether records reach the store now, from the audit writer's own state.
+
+        A failed or hung direct commit makes the writer report not ready; its background probe
+        (short backoff) makes it ready again once the store answers, with or without traffic.
+        """
         status = self.writer.status()
-        ready = bool(status["ready"]) and self.last_store_error is None
-        last_error = self.last_store_error or status["last_error"]
+        ready = bool(status["ready"])
+        if ready:
+            self.last_store_error = None
+        last_error = status["last_error"] or (None if ready else self.last_store_error)
         return {**status, "ready": ready, "last_error": last_error}
 
     def close(self) -> None:
@@ -259,7 +272,9 @@ class Answerer:
         token = otel_context.attach(parent) if parent is not None else None
         try:
             if not isinstance(self.pipeline, StagedRunnable):
-                response: RAGResponse = await self.pipeline.ainvoke(data)
+                # not tracerag's stages: it takes the caller's fields only
+                given = {k: v for k, v in data.items() if k != "request_id"}
+                response: RAGResponse = await self.pipeline.ainvoke(given)
                 return response
             # tracerag's own request form: a wrapped app gets the question in its question field
             request = self.pipeline.parse_input(data)

@@ -5,8 +5,14 @@ Frontends (``X-API-Key`` when ``TRACERAG_API_KEY`` is set; bodies ``application/
 - ``POST /v1/answer`` — ``{"question", "session_id"?, "user_id"?, "channel"?}`` → the caller
   view of the Response (an escalated answer's text appears nowhere in it);
 - ``POST /v1/answer/stream`` — the same as Server-Sent Events: one ``stage`` event per stage,
-  then one ``response`` event (or ``error``), with ``retry:`` and keep-alive comments;
+  then one ``response`` event (or ``error``), with ``retry:`` and keep-alive comments; with
+  ``?until=decision`` also the reviewer's ``decision``;
+- ``POST /v1/requests`` — start a request; its ``events_url`` is the same stream for a
+  browser's ``EventSource`` (``GET /v1/requests/{id}/events``, see ``routes/events.py``);
+- ``Idempotency-Key`` on the POSTs and ``Last-Event-ID`` on reconnect resume the same request
+  instead of asking again (``tracerag.server._runs``);
 - ``GET /v1/requests/{id}`` — the outcome: state, decision and the answer the caller may show;
+- ``GET /v1/client/tracerag-stream.js`` — a small fetch-stream helper that resumes drops;
 - ``GET /v1/openapi.json`` and ``GET /v1/schemas/response.json`` — the API and the Response
   JSON Schema; ``GET /healthz`` and ``GET /readyz`` (the store's state).
 
@@ -30,20 +36,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Iterable, Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, RedirectResponse, Response
+from pydantic import TypeAdapter
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
 from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
+from tracerag.server._runs import DEFAULT_MAX_RUNS, DEFAULT_TTL, DecisionWatch, RunBook
+from tracerag.server._tokens import DEFAULT_TOKEN_SECONDS, StreamTokens
 from tracerag.server.answerer import Answerer, demo_pipeline
 from tracerag.server.auth import (
+    COOKIE_NAME,
     GENERATE_HINT,
     MIN_TOKEN_CHARS,
     REVIEWER_TOKEN_ENV,
@@ -61,8 +72,9 @@ from tracerag.server.middleware import ApiCors, DeclaredBodyLimit, SecurityHeade
 from tracerag.server.models import (
     AnswerRequest,
     DecisionRequest,
+    EventsTicket,
     FeedbackRequest,
-    StreamEvents,
+    StreamEvent,
 )
 from tracerag.store.base import AuditStore
 
@@ -153,9 +165,54 @@ def _reviewer_auth(
     return ReviewerAuth(token or None, named, session_seconds)
 
 
+SECURITY_SCHEMES: dict[str, dict[str, Any]] = {
+    "ApiKey": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-API-Key",
+        "description": "The frontend API key (TRACERAG_API_KEY); keep it on your backend.",
+    },
+    "EventsToken": {
+        "type": "apiKey",
+        "in": "query",
+        "name": "token",
+        "description": "The token of an events URL (from POST /v1/requests): reads the "
+        "events of that one request until it expires.",
+    },
+    "ReviewerBearer": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "A reviewer token (TRACERAG_REVIEWER_TOKEN or a named token of the "
+        "reviewers file).",
+    },
+    "ReviewerSession": {
+        "type": "apiKey",
+        "in": "cookie",
+        "name": COOKIE_NAME,
+        "description": "The desk's sign-in session.",
+    },
+}
+
+
+def _security(path: str, method: str, svc: Services) -> list[dict[str, list[str]]] | None:
+    """Who may call an operation on this server, as OpenAPI security requirements."""
+    if path.startswith("/v1/"):
+        if svc.api_key is None:
+            return None  # the API is open on this server
+        if path.endswith("/events") and method == "get":
+            return [{"ApiKey": []}, {"EventsToken": []}]
+        return [{"ApiKey": []}]
+    if path.startswith("/review/api/"):
+        if method == "get":
+            return [{"ReviewerBearer": []}, {"ReviewerSession": []}]
+        return [{"ReviewerBearer": []}]
+    return None
+
+
 def _openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema:
         return app.openapi_schema
+    svc: Services = app.state.services
     schema = get_openapi(
         title=app.title,
         version=app.version,
@@ -164,16 +221,32 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         routes=app.routes,
     )
     components = schema.setdefault("components", {}).setdefault("schemas", {})
-    for model in (AnswerRequest, DecisionRequest, FeedbackRequest, StreamEvents):
-        full = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    ref = "#/components/schemas/{model}"
+    for model, mode in (
+        (AnswerRequest, "validation"),
+        (DecisionRequest, "validation"),
+        (FeedbackRequest, "validation"),
+        (EventsTicket, "serialization"),
+    ):
+        full = model.model_json_schema(ref_template=ref, mode=mode)  # type: ignore[arg-type]
         for name, sub in full.pop("$defs", {}).items():
             components.setdefault(name, sub)
         components[model.__name__] = full
+    union = TypeAdapter(StreamEvent).json_schema(ref_template=ref, mode="serialization")
+    for name, sub in union.pop("$defs", {}).items():
+        components.setdefault(name, sub)
+    components["StreamEvent"] = {
+        "title": "StreamEvent",
+        "description": "One event of an answer stream, told apart by `event` (the SSE "
+        "`event:` field); `data` is the event's line of JSON, `id` its `id:` field.",
+        **union,
+    }
     # every error is JSON in the one error shape, whatever the route's success media type
     problem_ref = {"$ref": "#/components/schemas/Problem"}
-    components.setdefault("Problem", Problem.model_json_schema())
-    for item in schema.get("paths", {}).values():
-        for op in item.values():
+    components["Problem"] = Problem.model_json_schema()
+    schemes: set[str] = set()
+    for path, item in schema.get("paths", {}).items():
+        for method, op in item.items():
             responses = op.setdefault("responses", {})
             responses.setdefault("default", {"description": "an error"})
             for status, response in responses.items():
@@ -181,8 +254,39 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                     if path_is_readiness(op) and status == "503":
                         continue
                     response["content"] = {"application/json": {"schema": problem_ref}}
+            security = _security(path, method, svc)
+            if security:
+                op["security"] = security
+                schemes.update(name for option in security for name in option)
+    if schemes:
+        schema["components"]["securitySchemes"] = {
+            name: SECURITY_SCHEMES[name] for name in sorted(schemes)
+        }
     app.openapi_schema = schema
     return schema
+
+
+def _open_runs(svc: Services) -> None:
+    """Open the answer-run table beside the store, so replicas share streams and keys (a store
+    without a database of its own keeps them in this process, and says so)."""
+    from tracerag.server._run_table import open_run_table
+
+    assert svc.runs is not None and svc.decisions is not None
+    try:
+        table = open_run_table(svc.store)
+    except Exception as exc:
+        logger.warning(
+            "no answer-run table beside this store (%s: %s): streams resume and "
+            "Idempotency-Keys hold on this process only",
+            type(exc).__name__,
+            exc,
+        )
+        return
+    if table is None:
+        logger.info("this store keeps no answer runs: streams resume on this process only")
+        return
+    svc.runs.table = table
+    svc.decisions.table = table
 
 
 def path_is_readiness(op: dict[str, Any]) -> bool:
@@ -197,6 +301,33 @@ def _open_materials(svc: Services) -> None:
         svc.materials()
     except Exception as exc:
         logger.info("no material registry beside this store: %s: %s", type(exc).__name__, exc)
+
+
+def _journal_for(
+    store: AuditStore, journal: str | os.PathLike[str] | Literal[False] | None
+) -> str | None:
+    """The audit journal's directory for the server's store (None: no journal)."""
+    from tracerag.store import journal_dir_for
+
+    if journal is False:
+        return None
+    if journal is not None and str(journal).strip():
+        return str(journal)
+    path = getattr(store, "path", None)
+    found = journal_dir_for(path) if isinstance(path, str) else get_config().audit_journal
+    if found is None and getattr(store, "networked", False) is True:
+        where = getattr(store, "location", "")
+        where = where if isinstance(where, str) else ""
+        raise ConfigurationError(
+            f"the audit store{' ' + where if where else ''} can be down while the server runs, "
+            "and then only a local "
+            "journal keeps the records of the answers given meanwhile (and across a crash): set "
+            "TRACERAG_AUDIT_JOURNAL to a directory on a persistent local disk (tracerag serve "
+            "--journal DIR), or run without one on purpose (journal=False, tracerag serve "
+            "--no-journal: answers then say audit_persisted: false while the store is down, and "
+            "their records are lost if the process dies)"
+        )
+    return found
 
 
 def create_app(
@@ -217,6 +348,10 @@ def create_app(
     claim_seconds: float = CLAIM_SECONDS,
     body_timeout: float = 10.0,
     commit_wait: float | None = None,
+    journal: str | os.PathLike[str] | Literal[False] | None = None,
+    replay_seconds: float = DEFAULT_TTL,
+    max_runs: int = DEFAULT_MAX_RUNS,
+    events_token_seconds: float = DEFAULT_TOKEN_SECONDS,
 ) -> FastAPI:
     """The server app.
 
@@ -233,7 +368,16 @@ def create_app(
     (``jaeger``, ``tempo`` or ``phoenix``, optionally ``=BASE_URL``; env ``TRACERAG_TRACE_UI``)
     links items to their trace. ``commit_wait``: the longest an answer waits for its record's
     store commit before the record goes to the journal (default env
-    ``TRACERAG_AUDIT_COMMIT_WAIT``, else 1 s). Raises ``ConfigurationError`` on an unusable
+    ``TRACERAG_AUDIT_COMMIT_WAIT``, else 1 s). ``journal``: the audit journal's directory
+    (default env ``TRACERAG_AUDIT_JOURNAL``, else beside a SQLite store); a store that can be
+    down while the server runs (PostgreSQL) needs one — without it the app refuses to build —
+    unless ``journal=False`` says to run without (answers then say ``audit_persisted: false``
+    while the store is down, and those records are lost if the process dies).
+    ``replay_seconds``: how long a request's events are kept for reconnects and its
+    ``Idempotency-Key`` honoured (default 600); at most
+    ``max_runs`` finished requests are kept in memory (default 1000), all of them in the
+    ``answer_runs`` table beside the store. ``events_token_seconds``: how long an events URL
+    opens its stream (default 3600). Raises ``ConfigurationError`` on an unusable
     configuration.
     """
     token = (
@@ -256,6 +400,10 @@ def create_app(
         raise ConfigurationError(str(exc)) from exc
     origins = cors_origins_from(cors_origins)
     trace = trace_ui_from(trace_ui)
+    if not (replay_seconds > 0 and max_runs >= 1 and events_token_seconds > 0):
+        raise ConfigurationError(
+            "replay_seconds and events_token_seconds are positive, max_runs at least 1"
+        )
 
     owned_store = not hasattr(store, "append_record")
     if owned_store:
@@ -264,14 +412,16 @@ def create_app(
         store = open_store(store)  # type: ignore[arg-type]
     assert store is not None and not isinstance(store, str)
     audit_store: AuditStore = store
-    from tracerag.store import journal_dir_for
-
-    path = getattr(audit_store, "path", None)
-    journal = journal_dir_for(path) if isinstance(path, str) else get_config().audit_journal
+    try:
+        journal_dir = _journal_for(audit_store, journal)
+    except ConfigurationError:
+        if owned_store:
+            audit_store.close()
+        raise
     answerer = Answerer(
         pipeline if pipeline is not None else demo_pipeline(model),
         audit_store,
-        journal=journal,
+        journal=journal_dir,
         commit_wait=commit_wait,
     )
     svc = Services(
@@ -285,14 +435,25 @@ def create_app(
         claims=ClaimBoard(claim_seconds) if review_desk else None,
         trace_ui=trace,
         body_timeout=body_timeout,
+        runs=RunBook(
+            audit_store, None, scope=key or "", ttl=replay_seconds, max_runs=max_runs
+        ),
+        tokens=StreamTokens(key, events_token_seconds) if key else None,
     )
+    from tracerag.server.routes.api import request_status
+
+    svc.decisions = DecisionWatch(audit_store, None, request_status)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await asyncio.to_thread(_open_materials, svc)
+        await asyncio.to_thread(_open_runs, svc)
         yield
         if svc.background:
             await asyncio.wait(svc.background, timeout=30)
+        assert svc.decisions is not None and svc.runs is not None
+        await svc.decisions.close()
+        await svc.runs.close()
         answerer.close()
         if svc.registry is not None and svc.owns_registry:
             svc.registry.close()
@@ -318,14 +479,26 @@ def create_app(
     install_handlers(app)
 
     from tracerag.server.routes import api as api_routes
+    from tracerag.server.routes import events as event_routes
 
     app.include_router(api_routes.router)
+    app.include_router(event_routes.router)
     app.include_router(api_routes.health)
 
     @app.get("/static/review.css", include_in_schema=False)
     async def stylesheet() -> Response:
         css = resources.files("tracerag.server").joinpath("static/review.css").read_text("utf-8")
         return Response(css, media_type="text/css", headers={"Cache-Control": "max-age=3600"})
+
+    @app.get("/v1/client/tracerag-stream.js", include_in_schema=False)
+    async def stream_helper() -> Response:
+        # under /v1 for CORS: a page on an allowed origin imports it as a module
+        js = resources.files("tracerag.server").joinpath("static/tracerag-stream.js")
+        return Response(
+            js.read_text("utf-8"),
+            media_type="text/javascript",
+            headers={"Cache-Control": "max-age=3600"},
+        )
 
     @app.get("/", include_in_schema=False)
     async def home() -> Response:

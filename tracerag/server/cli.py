@@ -1,8 +1,13 @@
 """``tracerag serve``: the answer API and the review desk over HTTP (uvicorn).
 
-Binds 127.0.0.1 by default. The review desk needs reviewer credentials
+Serves the demo knowledge base, or with ``--app module:attribute`` your own ``wrap()``-ed app
+or ``RAGPipeline`` (``--factory`` when the attribute is a function that builds it). Binds
+127.0.0.1 by default. The review desk needs reviewer credentials
 (``TRACERAG_REVIEWER_TOKEN`` or a reviewers file); without them the command refuses to start
-unless told ``--no-review-desk``. ``--hash-token NAME`` prints a reviewers-file line for a
+unless told ``--no-review-desk``. A store that can be down while the server runs (PostgreSQL)
+needs an audit journal (``--journal DIR`` or ``TRACERAG_AUDIT_JOURNAL``), or ``--no-journal``
+to run without one. Forwarded headers are believed only from ``--forwarded-allow-ips`` (see
+``tracerag.server._uvicorn``). ``--hash-token NAME`` prints a reviewers-file line for a
 token read from standard input. Log lines at WARNING and above (store failures, failed
 sign-ins) go to standard error.
 """
@@ -18,6 +23,8 @@ from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
 
 DEFAULT_PORT = 8000
+#: the demo pipeline's settings: with --app the app's own hold, and these are refused
+DEMO_DEFAULTS = {"model": None, "samples": 5, "temperature": 0.7, "plan": "separate", "seed": None}
 
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -72,6 +79,37 @@ def hash_token_line(name: str, stream: Any = None) -> int:
     return 0
 
 
+def _pipeline(args: argparse.Namespace, demo_pipeline: Any) -> tuple[Any, str]:
+    """The pipeline to serve (``--app`` or the demo) and how to name it."""
+    given = [name for name, default in DEMO_DEFAULTS.items() if getattr(args, name) is not None]
+    if args.app is None:
+        if args.factory:
+            raise ConfigurationError("--factory goes with --app module:function")
+        options = {name: getattr(args, name) for name in DEMO_DEFAULTS}
+        for name, default in DEMO_DEFAULTS.items():
+            if options[name] is None:
+                options[name] = default
+        model = options.pop("model") or get_config().model or "extractive"
+        return (
+            demo_pipeline(
+                model,
+                n_samples=options["samples"],
+                temperature=options["temperature"],
+                plan=options["plan"],
+                seed=options["seed"],
+            ),
+            "the demo knowledge base",
+        )
+    if given:
+        flags = ", ".join(f"--{name}" for name in given)
+        raise ConfigurationError(
+            f"{flags} set the demo pipeline; with --app the app's own settings hold"
+        )
+    from tracerag.server._target import load_app
+
+    return load_app(args.app, factory=args.factory, app_dir=args.app_dir), args.app
+
+
 def run(args: argparse.Namespace) -> int:
     """Build the app and serve it until interrupted."""
     if args.hash_token is not None:
@@ -89,16 +127,10 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
 
-    model = args.model or get_config().model or "extractive"
     try:
+        pipeline, serving = _pipeline(args, demo_pipeline)
         app = create_app(
-            demo_pipeline(
-                model,
-                n_samples=args.samples,
-                temperature=args.temperature,
-                plan=args.plan,
-                seed=args.seed,
-            ),
+            pipeline,
             store=args.store,
             review_desk=not args.no_review_desk,
             on_decision=args.webhook,
@@ -107,16 +139,28 @@ def run(args: argparse.Namespace) -> int:
             reviewers=args.reviewers_file,
             cors_origins=args.cors_origin,
             trace_ui=args.trace_ui,
+            journal=False if args.no_journal else args.journal,
+            replay_seconds=args.replay_seconds,
         )
     except ConfigurationError as exc:
         print(f"tracerag serve: {exc}", file=sys.stderr)
         return 2
+    from tracerag.server._uvicorn import uvicorn_options
+
+    options = uvicorn_options(args.forwarded_allow_ips)
     desk = "off" if args.no_review_desk else f"http://{args.host}:{args.port}/review"
     print(
-        f"tracerag serve: answers at http://{args.host}:{args.port}/v1/answer, review desk {desk}",
+        f"tracerag serve: {serving}: answers at http://{args.host}:{args.port}/v1/answer, "
+        f"review desk {desk}",
         file=sys.stderr,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    if args.no_journal:
+        print(
+            "tracerag serve: no audit journal (--no-journal): while the store is down, answers "
+            "say audit_persisted: false and their records are lost if this process dies",
+            file=sys.stderr,
+        )
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **options)
     return 0
 
 
@@ -127,10 +171,28 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "serve",
         help="serve the answer API and the review desk over HTTP",
-        description="Serve POST /v1/answer (and /v1/answer/stream, GET /v1/requests/ID) over "
-        "the demo knowledge base, and the review desk at /review. Reviewer token: "
+        description="Serve POST /v1/answer (and /v1/answer/stream, POST /v1/requests with its "
+        "EventSource stream, GET /v1/requests/ID) over the demo knowledge base or your own "
+        "app (--app module:attribute), and the review desk at /review. Reviewer token: "
         "TRACERAG_REVIEWER_TOKEN; optional frontend key: TRACERAG_API_KEY (header X-API-Key); "
         "optional decision webhook: TRACERAG_DECISION_WEBHOOK.",
+    )
+    p.add_argument(
+        "--app",
+        metavar="MODULE:ATTRIBUTE",
+        default=None,
+        help="serve your own app: a tracerag.wrap(...) result or a RAGPipeline, e.g. "
+        "myproject.rag:app (default: the demo knowledge base)",
+    )
+    p.add_argument(
+        "--factory",
+        action="store_true",
+        help="--app names a function that takes no arguments and returns the app",
+    )
+    p.add_argument(
+        "--app-dir",
+        default=".",
+        help="directory put first on the import path for --app (default: the current one)",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default 8000)")
@@ -139,12 +201,22 @@ def add_parser(subparsers: Any) -> None:
         "--model",
         choices=["extractive", "local"],
         default=None,
-        help="extractive (offline, default) or local; default from $TRACERAG_MODEL",
+        help="the demo's model: extractive (offline, default) or local; default from "
+        "$TRACERAG_MODEL",
     )
-    p.add_argument("--samples", type=int, default=5, help="samples per question (default 5)")
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--plan", default="separate", choices=["separate", "inline"])
-    p.add_argument("--seed", type=int, default=None, help="seed of the extractive model")
+    p.add_argument(
+        "--samples", type=int, default=None, help="the demo's samples per question (default 5)"
+    )
+    p.add_argument(
+        "--temperature", type=float, default=None, help="the demo's temperature (default 0.7)"
+    )
+    p.add_argument(
+        "--plan",
+        default=None,
+        choices=["separate", "inline"],
+        help="the demo's planning (default separate)",
+    )
+    p.add_argument("--seed", type=int, default=None, help="seed of the demo's extractive model")
     p.add_argument(
         "--no-review-desk",
         action="store_true",
@@ -184,6 +256,35 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help="link review items to their trace: jaeger, tempo or phoenix, optionally =BASE_URL "
         "(default $TRACERAG_TRACE_UI)",
+    )
+    journal = p.add_mutually_exclusive_group()
+    journal.add_argument(
+        "--journal",
+        metavar="DIR",
+        default=None,
+        help="the audit journal's directory, on a persistent local disk (default "
+        "$TRACERAG_AUDIT_JOURNAL, else beside a SQLite store; a PostgreSQL store needs one)",
+    )
+    journal.add_argument(
+        "--no-journal",
+        action="store_true",
+        help="run without an audit journal: while the store is down, answers say "
+        "audit_persisted: false and their records live in memory only",
+    )
+    p.add_argument(
+        "--forwarded-allow-ips",
+        metavar="ADDRS",
+        default=None,
+        help="comma-separated addresses (or *) of the reverse proxies whose X-Forwarded-For "
+        "and X-Forwarded-Proto are believed (default $TRACERAG_FORWARDED_ALLOW_IPS, else none: "
+        "the client address is the TCP peer's)",
+    )
+    p.add_argument(
+        "--replay-seconds",
+        type=float,
+        default=600.0,
+        help="how long a request's events are kept for reconnects and its Idempotency-Key "
+        "honoured (default 600)",
     )
     p.add_argument(
         "--log-level",

@@ -3,7 +3,8 @@
 ``on_decision`` is a callable (called with the decision payload) or an http(s) URL that the
 payload is POSTed to as JSON (env ``TRACERAG_DECISION_WEBHOOK``), retried a few times. Each
 delivery, successful or not, is written to the request's audit trail as a ``note``. Frontends
-can also poll ``GET /v1/requests/{id}``, which returns the final answer once decided.
+can also wait on the request's event stream (``GET /v1/requests/{id}/events``, which ends with
+the decision) or read ``GET /v1/requests/{id}``, which returns the final answer once decided.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Depends, Request
 from pydantic import ValidationError
 
+from tracerag.server._runs import DecisionWatch, RunBook, key_problem
+from tracerag.server._tokens import StreamTokens
 from tracerag.server.answerer import Answerer
 from tracerag.server.auth import COOKIE_NAME, NAMED, ReviewerAuth, Session, same_secret
 from tracerag.server.claims import ClaimBoard
@@ -50,6 +52,9 @@ class Services:
     background: set[asyncio.Task] = field(default_factory=set)
     registry: Any = None  # the material registry beside the store (tracerag.materials)
     owns_registry: bool = False  # opened here (closed with the app), not given
+    runs: RunBook | None = None  # answer runs: resumable streams, idempotency keys
+    decisions: DecisionWatch | None = None  # streams waiting for a reviewer's decision
+    tokens: StreamTokens | None = None  # events-URL tokens (when the API has a key)
 
     def materials(self) -> Any:
         """The material registry kept in the app's store, opened on first use."""
@@ -90,11 +95,30 @@ async def store_call(svc: Services, fn: Callable[..., T], *args: Any, **kwargs: 
 # -- frontends --------------------------------------------------------------------------------
 
 
+def has_api_key(request: Request, svc: Services) -> bool:
+    """True when no API key is configured or the request carries it."""
+    return svc.api_key is None or same_secret(request.headers.get("x-api-key"), svc.api_key)
+
+
 def require_api_key(request: Request, svc: ServicesDep) -> None:
     """The frontend API key, when one is configured."""
-    if svc.api_key is None or same_secret(request.headers.get("x-api-key"), svc.api_key):
+    if has_api_key(request, svc):
         return
     raise ApiError(401, "unauthorized", "a valid X-API-Key header is required")
+
+
+def idempotency_key(request: Request) -> str | None:
+    """The request's ``Idempotency-Key`` (400 when it cannot be one), or None."""
+    key = request.headers.get("idempotency-key")
+    if key is None:
+        return None
+    problem = key_problem(key)
+    if problem:
+        raise ApiError(400, "bad_request", problem)
+    return key
+
+
+IdempotencyKey = Annotated[str | None, Depends(idempotency_key)]
 
 
 async def read_body(request: Request, timeout: float) -> bytes:
@@ -154,6 +178,10 @@ async def json_body(request: Request, svc: ServicesDep) -> Any:
         return json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise ApiError(400, "bad_request", f"the request body is not valid JSON: {exc}") from None
+    except ValueError:  # an integer longer than Python converts (sys.get_int_max_str_digits())
+        raise ApiError(
+            400, "bad_request", "the request body holds a number with too many digits"
+        ) from None
 
 
 JsonBody = Annotated[Any, Depends(json_body)]

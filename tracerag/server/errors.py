@@ -9,7 +9,7 @@ carries them itself).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal, get_args
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,8 +30,33 @@ SECURITY_HEADERS: dict[str, str] = {
     "X-Frame-Options": "DENY",
 }
 
+#: Every code the ``error`` field of an error response can hold (the OpenAPI document's enum).
+ErrorCode = Literal[
+    "bad_request",
+    "unauthorized",
+    "forbidden",
+    "not_found",
+    "method_not_allowed",
+    "request_timeout",
+    "conflict",
+    "duplicate",
+    "idempotency_key_reused",
+    "request_too_large",
+    "unsupported_media_type",
+    "invalid_input",
+    "too_many_requests",
+    "internal_error",
+    "pipeline_failed",
+    "request_unfinished",
+    "store_unavailable",
+    "no_registry",
+    "unavailable",
+    "error",
+]
+ERROR_CODES: tuple[str, ...] = get_args(ErrorCode)
+
 # HTTP status -> the error code sent when nothing more specific is known
-CODES = {
+CODES: dict[int, ErrorCode] = {
     400: "bad_request",
     401: "unauthorized",
     403: "forbidden",
@@ -51,9 +76,18 @@ CODES = {
 class Problem(BaseModel):
     """Every error response of the server."""
 
-    error: str = Field(
-        description="A stable machine-readable code, e.g. invalid_input, not_found, "
-        "unsupported_media_type, request_too_large, unauthorized, conflict, store_unavailable."
+    error: ErrorCode = Field(
+        description="A stable machine-readable code: `invalid_input` (422: the body or a "
+        "field is wrong), `bad_request` (400), `unauthorized` (401), `forbidden` (403), "
+        "`not_found` (404), `method_not_allowed` (405), `request_timeout` (408), `conflict` "
+        "(409: decided already, claimed by another reviewer, or a resume names another "
+        "question), `duplicate` (409: this user already gave feedback on the request), "
+        "`idempotency_key_reused` (422: the Idempotency-Key was used for another question), "
+        "`request_too_large` (413), `unsupported_media_type` (415), `too_many_requests` "
+        "(429), `pipeline_failed` and `internal_error` (500), `store_unavailable` and "
+        "`unavailable` (503), `no_registry` (503: this store holds no material registry), "
+        "`request_unfinished` (a stream's `error` event: the replica "
+        "running the request stopped before it finished); `error` for any other status."
     )
     detail: Any = Field(
         description="What went wrong, for people: a sentence, or for invalid_input a list of "
@@ -65,7 +99,7 @@ class ApiError(Exception):
     """An error answered with ``status`` and the error shape."""
 
     def __init__(
-        self, status: int, error: str, detail: Any, headers: dict[str, str] | None = None
+        self, status: int, error: ErrorCode, detail: Any, headers: dict[str, str] | None = None
     ) -> None:
         super().__init__(f"{status} {error}: {detail}")
         self.status = status
@@ -74,10 +108,30 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
-def problem(status: int, error: str, detail: Any, headers: dict[str, str] | None = None):
-    """A JSON error response in the server's error shape."""
+#: the longest text an error echoes (a caller's id, path or field name is cut past it)
+MAX_DETAIL_CHARS = 200
+
+
+def bounded(value: Any, limit: int = MAX_DETAIL_CHARS) -> Any:
+    """``value`` with every text in it cut to ``limit`` characters (a hostile caller's 60 KB id
+    is not echoed back, nor logged)."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return value
+        return f"{value[:limit]}…[{len(value) - limit} more characters]"
+    if isinstance(value, dict):
+        return {bounded(k, limit): bounded(v, limit) for k, v in list(value.items())[:50]}
+    if isinstance(value, (list, tuple)):
+        return [bounded(v, limit) for v in list(value)[:50]]
+    return value
+
+
+def problem(
+    status: int, error: ErrorCode, detail: Any, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """A JSON error response in the server's error shape (texts in ``detail`` bounded)."""
     return JSONResponse(
-        {"error": error, "detail": detail}, status_code=status, headers=headers or None
+        {"error": error, "detail": bounded(detail)}, status_code=status, headers=headers or None
     )
 
 
@@ -114,9 +168,9 @@ def install_handlers(app: FastAPI) -> None:
         code = CODES.get(exc.status_code, "error")
         detail = exc.detail
         if exc.status_code == 404 and detail == "Not Found":
-            detail = f"no route {request.url.path}"
+            detail = f"no route {bounded(request.url.path)}"
         elif exc.status_code == 405:
-            detail = f"{request.method} is not allowed on {request.url.path}"
+            detail = f"{request.method} is not allowed on {bounded(request.url.path)}"
         return problem(exc.status_code, code, detail, dict(exc.headers or {}))
 
     @app.exception_handler(RequestValidationError)
@@ -129,11 +183,12 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
+        # One line here; the server logs the traceback once when the exception reaches it
+        # (Starlette raises it on after this response is sent).
         logger.error(
             "unhandled %s on %s %s",
             type(exc).__name__,
             request.method,
-            request.url.path,
-            exc_info=exc,
+            bounded(request.url.path),
         )
         return problem(500, "internal_error", type(exc).__name__, SECURITY_HEADERS)

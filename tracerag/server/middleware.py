@@ -8,7 +8,15 @@ from starlette.middleware.cors import CORSMiddleware
 
 from tracerag.server.errors import SECURITY_HEADERS, problem
 
-CORS_HEADERS = ["Content-Type", "X-API-Key", "traceparent", "tracestate", "Last-Event-ID"]
+CORS_HEADERS = [
+    "Content-Type",
+    "X-API-Key",
+    "traceparent",
+    "tracestate",
+    "Last-Event-ID",
+    "Idempotency-Key",
+]
+EXPOSED_HEADERS = ["X-Request-Id", "Idempotency-Replayed", "Location"]
 
 
 class SecurityHeaders:
@@ -84,7 +92,7 @@ class ApiCors:
             allow_origins=origins,
             allow_methods=["GET", "POST"],
             allow_headers=CORS_HEADERS,
-            expose_headers=["X-Request-Id"],
+            expose_headers=EXPOSED_HEADERS,
             allow_credentials=False,
             max_age=600,
         )

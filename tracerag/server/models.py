@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -80,21 +80,75 @@ class StageEvent(BaseModel):
 class StreamError(BaseModel):
     """The data of an ``error`` event: the request failed after the stream started."""
 
-    error: str
+    error: Literal["invalid_input", "pipeline_failed", "request_unfinished"] = Field(
+        description="invalid_input: the pipeline refused the question; pipeline_failed: it "
+        "failed; request_unfinished: the replica running it stopped before it ended (its "
+        "outcome may appear later at GET /v1/requests/{id})."
+    )
     detail: str
 
 
-class StreamEvents(BaseModel):
-    """The events of ``POST /v1/answer/stream``, in order: six ``stage``, then one of the others.
+EVENT_ID = (
+    "`<request_id>:<stage>` or `<request_id>:<event>`: send it back as `Last-Event-ID` to "
+    "resume after this event."
+)
 
-    Each event's ``data`` is one line of JSON; comments (``: ping``) keep the connection alive.
-    """
 
-    stage: StageEvent
-    response: RAGResponse = Field(
-        description="The caller view of the Response (withheld: no text)."
+class StageMessage(BaseModel):
+    """A ``stage`` event: one stage completed (six in all, skipped ones included)."""
+
+    event: Literal["stage"]
+    id: str = Field(description=EVENT_ID)
+    data: StageEvent
+
+
+class ResponseMessage(BaseModel):
+    """The ``response`` event: the caller view of the Response (withheld: no text)."""
+
+    event: Literal["response"]
+    id: str = Field(description=EVENT_ID)
+    data: RAGResponse
+
+
+class ErrorMessage(BaseModel):
+    """The ``error`` event: the request failed; the stream ends."""
+
+    event: Literal["error"]
+    id: str = Field(description=EVENT_ID)
+    data: StreamError
+
+
+class DecisionMessage(BaseModel):
+    """The ``decision`` event: a reviewer decided the request (streams that wait for it)."""
+
+    event: Literal["decision"]
+    id: str = Field(description=EVENT_ID)
+    data: RequestStatus
+
+
+#: One event of an answer stream, told apart by ``event`` (the SSE ``event:`` field). On the
+#: wire each is ``id:``, ``event:`` and one ``data:`` line of JSON; ``: ping`` comments keep the
+#: connection open.
+StreamEvent = Annotated[
+    Union[StageMessage, ResponseMessage, ErrorMessage, DecisionMessage],  # noqa: UP007
+    Field(discriminator="event"),
+]
+STREAM_EVENT_MODELS = (StageMessage, ResponseMessage, ErrorMessage, DecisionMessage)
+
+
+class EventsTicket(BaseModel):
+    """Where to follow a request: ``POST /v1/requests`` and ``GET .../events-url``."""
+
+    request_id: str
+    events_url: str = Field(
+        description="The request's event stream, for `new EventSource(base + events_url)`: a "
+        "path with a `token` good for this request only (when the API needs a key)."
     )
-    error: StreamError
+    status_url: str = Field(description="The request's outcome (`GET`, with the API key).")
+    expires_at: int | None = Field(
+        description="When the token stops opening the stream (seconds since the epoch); null "
+        "when the API needs no key."
+    )
 
 
 class DecisionRequest(BaseModel):

@@ -1,9 +1,10 @@
 """Stage 6, assemble: one confidence, the chosen answer, the route, and the Response's content.
 
 The confidence comes from the settings' combiner (see ``tracerag.signals.confidence``). An
-escalated answer is withheld (``answer=None``) and handed to the escalation handler with a
-ticket. The stage returns a ``Decision``; the runner builds the Response from it once, after the
-audit record has been handed to its sink.
+escalated answer is withheld (``answer=None``); an escalated or review-flagged request gets a
+ticket. The stage returns a ``Decision`` carrying that ticket; the runner hands the audit record
+to its sink, then the ticket (with the record's fate) to the escalation handler, then builds the
+Response once.
 """
 
 from __future__ import annotations
@@ -116,8 +117,9 @@ async def assemble(
     ok = sampled.ok
     errors = ErrorLog()
     if settings.tier == "low":
+        ticket = None
         if not ok:  # nothing to return: hand it to humans rather than lose it
-            _escalate(state, settings, span, errors, PASS, None, None, ["no successful sample"])
+            ticket = _ticket(state, span, PASS, None, None, ["no successful sample"])
         decision = Decision(
             decision=PASS,
             status="unverified",
@@ -132,6 +134,8 @@ async def assemble(
             versions=versions,
             warnings=state.warnings + (() if ok else ("the model gave no answer",)),
             errors=errors.freeze(),
+            ticket_id=ticket.ticket_id if ticket is not None else None,
+            ticket=ticket,
         )
         _finish(decision, span)
         return decision
@@ -182,12 +186,10 @@ async def assemble(
         samples_failed=signals.n_samples - signals.samples_ok,
         confidence_caps=combined.caps,
     )
-    ticket_id = None
+    ticket = None
     if routed in (ESCALATE, REVIEW):
         reasons = [shape_reason] if shape_reason else list(combined.caps) or [_why(signals)]
-        ticket_id = _escalate(
-            state, settings, span, errors, routed, combined.value, candidate, reasons
-        )
+        ticket = _ticket(state, span, routed, combined.value, candidate, reasons)
     decision = Decision(
         decision=routed,
         status=STATUS[routed],
@@ -200,10 +202,11 @@ async def assemble(
         materials=tuple(MaterialUse(**m) for m in attribution.summary()),
         attribution=attribution_record,
         versions=versions,
-        ticket_id=ticket_id,
+        ticket_id=ticket.ticket_id if ticket is not None else None,
         calibration=calibration,
         warnings=state.warnings,
         errors=errors.freeze(),
+        ticket=ticket,
     )
     _finish(decision, span)
     return decision
@@ -286,16 +289,15 @@ def _why(signals: Signals) -> str:
     return "low confidence: " + ", ".join(parts)
 
 
-def _escalate(
+def _ticket(
     state: RequestState,
-    settings: Settings,
     span: Span,
-    errors: ErrorLog,
     decision: str,
     confidence: float | None,
     candidate: str | None,
     reasons: list[str],
-) -> str:
+) -> Ticket:
+    """The request's ticket for people; the runner hands it on after the record's fate."""
     ticket = Ticket(
         ticket_id=new_ticket_id(),
         request_id=state.request_id,
@@ -306,17 +308,12 @@ def _escalate(
         reasons=reasons,
         trace_id=state.trace_id,
     )
-    try:
-        settings.escalation.handle(ticket)
-    except Exception as exc:  # the answer stays withheld; the failure is recorded, not raised
-        errors.record_error("assemble", exc, handler=type(settings.escalation).__name__)
-        span.record_exception(exc)
     if ticket.decision == ESCALATE:  # a review flag is not an escalation
         span.add_event(
             semconv.EVENT_ESCALATED,
             {semconv.TICKET_ID: ticket.ticket_id, semconv.DECISION: ticket.decision},
         )
-    return ticket.ticket_id
+    return ticket
 
 
 def outcome_attributes(outcome: Decision | Response) -> dict[str, Any]:

@@ -45,7 +45,15 @@ async def register(
         request_id=state.input.request_id or new_request_id(),
         tier=settings.tier,
         versions=RunVersions(
-            prompt=settings.prompt_version, model=settings.model_version, tracerag=__version__
+            prompt=settings.prompt_version,
+            model=settings.model_version,
+            tracerag=__version__,
+            prompt_source=(settings.prompt_version_source or "argument")
+            if settings.prompt_version
+            else None,
+            model_source=(settings.model_version_source or "argument")
+            if settings.model_version
+            else None,
         ),
         n_samples=settings.samples_for_tier(),
         temperature=settings.temperature,
@@ -70,8 +78,10 @@ async def register(
         attrs[semconv.OI_INPUT_VALUE] = question
     if versions.prompt:
         attrs[semconv.VERSION_PROMPT] = versions.prompt
+        attrs[semconv.VERSION_PROMPT_SOURCE] = versions.prompt_source or "argument"
     if versions.model:
         attrs[semconv.VERSION_MODEL] = versions.model
+        attrs[semconv.VERSION_MODEL_SOURCE] = versions.model_source or "argument"
     span.set_attributes(attrs)
     missing = [name for name in ("prompt", "model") if not getattr(versions, name)]
     if missing and learn_from_runs:

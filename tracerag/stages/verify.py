@@ -77,10 +77,22 @@ async def _verified(
 
 
 def select(
-    samples: Sequence[Sample], reports: dict[int, CitationReport], consistency: ConsistencyReport
+    samples: Sequence[Sample],
+    reports: dict[int, CitationReport],
+    consistency: ConsistencyReport,
+    kept: int | None = None,
 ) -> Selection:
-    """The largest group with a verified member, and its best-verified member."""
+    """The largest group with a verified member, and its best-verified member.
+
+    ``kept``: the sample whose answer the app itself keeps (wrap mode): that answer is the one
+    checked and returned, with the share of samples that agree with it; none when it failed.
+    """
     n = max(1, len(samples))
+    if kept is not None:
+        for group in consistency.groups:
+            if kept in group:
+                return Selection(kept, group, len(group) / n, "the answer the app kept")
+        return Selection(None, [], 0.0, "the app's own run gave no answer")
 
     def rank(i: int) -> tuple[Any, ...]:
         r = reports[i]
@@ -127,7 +139,7 @@ async def verify(
         informative=not zero,
         note="temperature 0: samples cannot disagree" if zero else "",
     )
-    chosen = select(samples, reports, consistency)
+    chosen = select(samples, reports, consistency, sampled.kept)
     report = reports.get(chosen.sample_index) if chosen.sample_index is not None else None
     answer = samples[chosen.sample_index].answer if chosen.sample_index is not None else None
     rules = run_rules(settings.rules, state.question, answer, materials) if answer else []

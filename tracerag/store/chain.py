@@ -382,10 +382,50 @@ class ChainReport:
     unchecked: int = 0  # keyed entries whose content was not checked (no key given)
     keyed: bool = False  # the chain key was given and checked
     anchored: bool = False  # an outside anchor (expected head) was given and checked
+    anchor_seq: int | None = None  # the newest anchored seq (when anchored)
+    store_keyed: bool = False  # the store's chain is keyed (from some seq on)
 
     @property
     def ok(self) -> bool:
         return not self.issues
+
+    @property
+    def unanchored_tail(self) -> int:
+        """Entries sealed after the newest anchor (all of them without an anchor)."""
+        if not self.anchored or self.anchor_seq is None:
+            return self.head_seq
+        return max(0, self.head_seq - self.anchor_seq)
+
+    @property
+    def gaps(self) -> list[str]:
+        """What this verification could not check (empty: it checked everything it can)."""
+        out = []
+        if self.unchecked or (self.store_keyed and not self.keyed):
+            out.append(
+                f"{self.unchecked} keyed entries and the head's MAC were not checked: the "
+                "chain key was not given (TRACERAG_CHAIN_KEY)"
+            )
+        if not self.anchored:
+            out.append(
+                "no anchor (an exported chain head kept outside the database) was found or "
+                "given: removing the newest entries, emptying the store"
+                + (", or restoring an older copy of it" if self.keyed else " or rewriting it")
+                + " would not be seen"
+            )
+        elif self.unanchored_tail and not self.keyed:
+            out.append(
+                f"the {self.unanchored_tail} newest entries (after the anchored seq "
+                f"{self.anchor_seq}) are covered by neither the anchor nor a chain key: entries "
+                "forged or removed there would not be seen (verify again once the writer has "
+                "exported a newer head — every second while it runs, and when it stops — or "
+                "use the chain key)"
+            )
+        return out
+
+    @property
+    def complete(self) -> bool:
+        """True when nothing was left unchecked (see ``gaps``)."""
+        return not self.gaps
 
     def of_kind(self, kind: str) -> list[ChainIssue]:
         """The issues of one kind."""
@@ -401,19 +441,15 @@ class ChainReport:
         head = f"checked {self.checked} entries; chain head seq {self.head_seq} {self.head_hash}"
         if self.store_id:
             head += f"; store {self.store_id}"
-        notes = []
-        if self.unchecked:
+        notes = [f"  NOT CHECKED: {gap}" for gap in self.gaps]
+        if self.anchored and self.unanchored_tail and self.keyed:
             notes.append(
-                f"  note: {self.unchecked} keyed entries were checked for order only "
-                "(give the chain key to check their content)"
-            )
-        if not self.keyed and not self.anchored:
-            notes.append(
-                "  note: no chain key and no expected head given: a rewrite of the whole "
-                "database would not be detected"
+                f"  note: the {self.unanchored_tail} newest entries (after the anchored seq "
+                f"{self.anchor_seq}) are covered by the chain key"
             )
         if self.ok:
-            return "\n".join([f"audit chain intact: {head}", *notes])
+            verdict = "intact" if self.complete else "consistent as far as checked"
+            return "\n".join([f"audit chain {verdict}: {head}", *notes])
         lines = [f"audit chain BROKEN ({len(self.issues)} issues): {head}"]
         lines += [f"  {issue}" for issue in self.issues]
         if self.truncated:
@@ -430,7 +466,12 @@ class ChainReport:
             "store_id": self.store_id,
             "unchecked": self.unchecked,
             "keyed": self.keyed,
+            "store_keyed": self.store_keyed,
             "anchored": self.anchored,
+            "anchor_seq": self.anchor_seq,
+            "unanchored_tail": self.unanchored_tail,
+            "complete": self.complete,
+            "not_checked": self.gaps,
             "truncated": self.truncated,
             "issues": [
                 {

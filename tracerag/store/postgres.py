@@ -181,6 +181,7 @@ class PostgresAuditStore(SQLAuditStore):
 
     claim_lock_clause = "FOR UPDATE SKIP LOCKED"
     row_lock_clause = "FOR UPDATE"
+    networked = True
 
     def __init__(
         self,

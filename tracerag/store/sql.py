@@ -138,10 +138,18 @@ class SQLAuditStore(SQLReviewQueue):
         self.fail_fast_seconds = 2.0
         self._failed: tuple[float, BaseException] | None = None  # since when, and why
 
+    #: True for a store reached over the network (it can be down while the app runs)
+    networked = False
+
     @property
     def location(self) -> str:
         """Where the store is (a path, or a database URL without credentials)."""
         return "<audit store>"
+
+    @property
+    def chain_key(self) -> bytes | None:
+        """The key this store seals entries with (None: unkeyed), for the journal feeding it."""
+        return self._key
 
     def check(self) -> None:
         """Raise ``StoreVanished`` when the store disappeared under this object (if knowable)."""
@@ -282,6 +290,13 @@ class SQLAuditStore(SQLReviewQueue):
             "at": now_iso(),
             "location": self.location,
         }
+
+    def hash_at(self, seq: int) -> str | None:
+        """The stored hash of the entry at ``seq`` (None: no such entry)."""
+        with self._read() as cur:
+            cur.execute("SELECT hash FROM audit_entries WHERE seq = %s", (seq,))
+            row = cur.fetchone()
+        return str(row[0]) if row else None
 
     def ping(self) -> None:
         """Raise unless a write transaction can be started now (it writes nothing).
@@ -594,16 +609,25 @@ class SQLAuditStore(SQLReviewQueue):
         max_issues: int = 1000,
         *,
         key: str | bytes | None = _UNSET,
-        expect_head: Mapping[str, Any] | None = None,
+        expect_head: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
     ) -> ChainReport:
         """Re-check every entry, the head, the store's identity and the derived tables.
 
         ``key``: the chain key (default: the store's, i.e. ``TRACERAG_CHAIN_KEY``); with it,
         keyed entries and the head's MAC are checked. ``expect_head``: an anchor kept outside
-        the database (``{"seq": …, "hash": …, "store_id": …}``, e.g. an exported ``head.json``);
-        the chain must still contain that entry unchanged, in the same store.
+        the database (``{"seq": …, "hash": …, "store_id": …}``, e.g. an exported ``head.json``),
+        or several; the chain must still contain each anchored entry unchanged, in the same
+        store. ``report.complete`` says whether anything was left unchecked (no anchor, or
+        keyed entries without the key).
         """
         chain_key = self._key if key is _UNSET else key_bytes(key)
+        anchors: list[Mapping[str, Any]] = (
+            []
+            if expect_head is None
+            else [expect_head]
+            if isinstance(expect_head, Mapping)
+            else list(expect_head)
+        )
         with self._snapshot() as cur:
             meta = self._read_meta(cur)
             issues: list[ChainIssue] = []
@@ -660,16 +684,16 @@ class SQLAuditStore(SQLReviewQueue):
                 keyed_since=keyed_since,
             )
             derived = _DerivedState()
-            anchor_row: StoredRow | None = None
-            anchor_seq = int(expect_head["seq"]) if expect_head is not None else None
+            anchor_seqs = {int(a["seq"]) for a in anchors}
+            anchor_rows: dict[int, StoredRow] = {}
             last = 0
             while rows := _entries_after(cur, last, batch):
                 for raw in rows:
                     row = _stored_row(raw)
                     verifier.feed(row)
                     derived.feed(row)
-                    if row.seq == anchor_seq:
-                        anchor_row = row
+                    if row.seq in anchor_seqs:
+                        anchor_rows[row.seq] = row
                 last = rows[-1][0]
             cur.execute("SELECT last_seq, last_hash, mac FROM chain_head WHERE id = 1")
             head_row = cur.fetchone()
@@ -696,6 +720,7 @@ class SQLAuditStore(SQLReviewQueue):
             queue_rows = cur.fetchall()
         report = verifier.finish(head_seq, head_hash, counts)
         report.store_id = store_id
+        report.store_keyed = since is not None
         if chain_key is not None:
             report.keyed = True
             if keyed_since is not None and head_seq >= keyed_since:
@@ -720,9 +745,12 @@ class SQLAuditStore(SQLReviewQueue):
                         f"{head_seq}: entries were removed",
                     )
                 )
-        if expect_head is not None:
+        if anchors:
             report.anchored = True
-            issues += _anchor_issues(expect_head, store_id, head_seq, anchor_row)
+            report.anchor_seq = max(anchor_seqs)
+            for anchor in anchors:
+                seq = int(anchor["seq"])
+                issues += _anchor_issues(anchor, store_id, head_seq, anchor_rows.get(seq))
         issues += derived.compare(request_rows, queue_rows)
         for issue in issues:
             verifier._issue(issue)

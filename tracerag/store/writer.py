@@ -33,7 +33,18 @@ answers that finish together share one ``fdatasync``.
 Health: ``healthy`` is False while the store is failing, the buffer/journal is full, or the
 writer is closed; ``ready()`` adds "the store was opened and is the expected one" and "no
 store operation has been hanging for longer than ``op_timeout``"; ``status()`` gives the
-details (for ``/readyz``). Metrics (``tracerag.metrics``): ``persist_failures`` per failed
+details (for ``/readyz``). The store is pinged while idle (every ``probe_interval``) and, once it
+failed (or ``report_failure`` said so), with a short backoff up to ``probe_max``: readiness turns
+true again, and a batch waiting out a long retry delay is written, about a second after the
+store answers, with or without traffic.
+
+Tamper evidence outside the store: with the chain key (``chain_key``, default
+``TRACERAG_CHAIN_KEY``) the journal's records are authenticated, and a record the key does not
+vouch for is refused (kept aside, logged, counted in ``refused``), never sealed. The chain head is
+exported to the anchor (``anchor``, default ``TRACERAG_AUDIT_ANCHOR``, else the journal
+directory's ``head.json``) at most ``head_export_interval`` after it changes and at close, only
+ever forward (a head behind the anchor, or a rewritten anchored entry, is reported as
+``anchor_conflict`` instead). Metrics (``tracerag.metrics``): ``persist_failures`` per failed
 attempt, ``dropped`` per lost record, ``backlog`` (records accepted and not yet stored).
 
 The store's identity (``store_id`` and chain genesis, see ``SQLAuditStore.identity``) is
@@ -61,6 +72,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tracerag.config import get_config
 from tracerag.store.base import (
     AuditStore,
     DuplicateRequest,
@@ -74,9 +86,11 @@ from tracerag.store.journal import (
     FRAME_RECORD,
     HEAD_FILE,
     IDENTITY_FILE,
+    Frame,
     Journal,
     JournalError,
     open_journal,
+    write_json_atomic,
 )
 from tracerag.store.sql import StoreFailing
 
@@ -91,6 +105,11 @@ DROP_CLOSED = "writer_closed"
 DROP_JOURNAL = "journal_failed"
 
 QUARANTINED = "quarantined"
+#: the outcome of a journal frame the chain key does not vouch for: kept aside, never sealed
+REFUSED = "refused"
+#: the type of an item read from a journal frame that is not authentic
+FRAME_REFUSED = b"X"
+_UNSET: Any = object()
 #: the longest escaped copy of a poisoned record kept in its quarantined entry
 MAX_QUARANTINE_RAW = 256 * 1024
 #: failed attempts on one batch before the writer asks the store whether it is the record
@@ -115,6 +134,7 @@ class _Item:
     position: tuple[int, int] | None = None
     record: Any = None  # the payload decoded, once read back from the journal
     accepted_at: float = 0.0  # monotonic time it was accepted (in memory)
+    frame: Frame | None = None  # the journal frame, kept for a refused one
 
     @property
     def size(self) -> int:
@@ -152,6 +172,50 @@ def quarantine_item(record: Any, request_id: str | None, reason: str) -> _Item:
     return _Item(rid, FRAME_QUARANTINE, json.dumps(body, ensure_ascii=True).encode("ascii"))
 
 
+def anchor_path(anchor: str | Path | bool | None, journal: Journal | None) -> Path | None:
+    """Where a writer exports the chain head: ``anchor``, else ``TRACERAG_AUDIT_ANCHOR``, else
+    ``head.json`` in the journal directory; None without any (``anchor=False``: never).
+
+    A directory (existing, or named with a trailing ``/``) means its ``head.json``.
+    """
+    if anchor is False:
+        return None
+    if anchor is None or anchor is True:
+        anchor = get_config().audit_anchor
+    if anchor:
+        text = str(anchor)
+        path = Path(text).expanduser()
+        if path.is_dir() or text.endswith(("/", "\\")):
+            path = path / HEAD_FILE
+        return path
+    return journal.directory / HEAD_FILE if journal is not None else None
+
+
+def _read_anchor(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}  # unreadable: replaced by the next export
+    return value if isinstance(value, dict) else {}
+
+
+@contextlib.contextmanager
+def _dir_locked(directory: Path) -> Any:
+    """Hold an exclusive lock on a directory (the anchor's), for writers sharing one anchor."""
+    import fcntl
+    import os
+
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def is_transient(exc: BaseException) -> bool:
     """True for failures of the store (retry later), False for problems of the record itself."""
     if isinstance(exc, InvalidRecord):
@@ -183,7 +247,9 @@ class AuditWriter:
     background, so an unreachable store at start-up does not stop the application; when it
     accepts ``create=``, it is called with ``create=False`` once a store identity is expected).
     ``journal`` is a directory (or a ``Journal``) for the crash-safe journal; None keeps the
-    buffer in memory.
+    buffer in memory. ``chain_key`` authenticates the journal's records (default: the store's
+    key, else ``TRACERAG_CHAIN_KEY``); ``anchor`` is where the chain head is exported (a file or
+    a directory; default ``TRACERAG_AUDIT_ANCHOR``, else the journal directory; False: nowhere).
     """
 
     def __init__(
@@ -203,8 +269,12 @@ class AuditWriter:
         batch_delay: float = 0.2,
         remember: int = 10_000,
         close_timeout: float = 5.0,
-        head_export_interval: float = 10.0,
-        probe_idle: bool | None = None,
+        head_export_interval: float = 1.0,
+        probe_idle: bool = True,
+        probe_interval: float = 5.0,
+        probe_max: float = 1.0,
+        chain_key: str | bytes | None = _UNSET,
+        anchor: str | Path | bool | None = None,
         name: str = "tracerag-audit-writer",
     ) -> None:
         if max_buffer < 1:
@@ -237,13 +307,27 @@ class AuditWriter:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.head_export_interval = head_export_interval
-        #: open the store at start and check it while idle, so ``ready()`` is true to it
-        #: without traffic (default: when journaled)
-        self.probe_idle = journal is not None if probe_idle is None else probe_idle
+        #: open the store at start and ping it while idle (every ``probe_interval`` seconds;
+        #: while it fails, with a backoff from ``backoff_initial`` up to ``probe_max``), so
+        #: ``ready()`` follows the store without traffic and a recovered store is written to
+        #: at once
+        self.probe_idle = probe_idle
+        self.probe_interval = probe_interval
+        self.probe_max = probe_max
         self._remember = max(remember, 2 * max_buffer)
+        if chain_key is _UNSET:
+            chain_key = getattr(self._store, "chain_key", None) or get_config().chain_key
         if journal is not None and not isinstance(journal, Journal):
-            journal = open_journal(journal)
+            journal = open_journal(journal, key=chain_key)
         self.journal: Journal | None = journal
+        self.anchor: Path | None = anchor_path(anchor, journal)
+        self._anchor_head: dict[str, Any] | None = None  # the head last exported (or found)
+        self.anchor_conflict: str | None = None
+        if self.anchor is None and anchor is not False:
+            logger.info(
+                "the audit chain head is not exported (no journal and no TRACERAG_AUDIT_ANCHOR): "
+                "without an anchor, tracerag audit verify cannot see the newest entries removed"
+            )
         self._buffer: deque[_Item] = deque()
         self._buffer_bytes = 0
         self._cursor: tuple[int, int] | None = journal.first_position() if journal else None
@@ -265,6 +349,7 @@ class AuditWriter:
         self.written = 0
         self.dropped = 0
         self.quarantined = 0
+        self.refused = 0  # journal frames refused as not authentic (kept aside)
         self.failures = 0  # failed write attempts (each retry counts)
         self.durable_timeouts = 0  # submit_durable waits that ended without a commit
         self.recovered = journal.recovered if journal is not None else 0
@@ -506,9 +591,13 @@ class AuditWriter:
                 "buffered_bytes": self._buffer_bytes,
                 "journal": str(self.journal.directory) if self.journal else None,
                 "journal_bytes": self.journal.size if self.journal else None,
+                "journal_keyed": self.journal.keyed if self.journal else None,
+                "anchor": str(self.anchor) if self.anchor else None,
+                "anchor_conflict": self.anchor_conflict,
                 "written": self.written,
                 "dropped": self.dropped,
                 "quarantined": self.quarantined,
+                "refused": self.refused,
                 "failures": self.failures,
                 "closed": self._closed,
             }
@@ -574,7 +663,7 @@ class AuditWriter:
             )
         self._export_head(force=True)
         if self.journal is not None:
-            self.journal.close()
+            self.journal.close(drained=backlog == 0 and not self._has_work())
         with contextlib.suppress(Exception):
             if self._open is not None and self._store is not None:
                 self._store.close()
@@ -685,8 +774,15 @@ class AuditWriter:
                 store.close()
 
     def _export_head(self, force: bool = False) -> None:
-        """Write the store's chain head next to the journal (an anchor outside the database)."""
-        if self.journal is None or self._store is None or getattr(self._store, "closed", False):
+        """Write the store's chain head to the anchor file, only ever forward.
+
+        The new head must extend the one the file holds (same store, seq not lower, the
+        anchored entry unchanged); otherwise the file is left as it is and the conflict is
+        logged at ERROR and reported in ``status()["anchor_conflict"]``: the store was
+        truncated, rewritten, restored from an older copy or replaced since the anchor was
+        written, and ``tracerag audit verify`` will say so.
+        """
+        if self.anchor is None or self._store is None or getattr(self._store, "closed", False):
             return  # no anchor to write, or its owner closed the store (the last export stands)
         now = time.monotonic()
         if not force and now - self._last_head_export < self.head_export_interval:
@@ -696,8 +792,28 @@ class AuditWriter:
         if head_of is None:
             return
         try:
-            head = head_of()
-            self.journal.write_json(HEAD_FILE, head)
+            with _dir_locked(self.anchor.parent):
+                previous = _read_anchor(self.anchor)
+                head = self._timed(head_of)
+                if previous is not None:
+                    if previous.get("seq") == head.get("seq") and previous.get("hash") == head.get(
+                        "hash"
+                    ):
+                        self._anchor_head = previous
+                        return  # nothing new to anchor
+                    conflict = self._anchor_problem(previous, head)
+                    if conflict is not None:
+                        if conflict != self.anchor_conflict:
+                            logger.error(
+                                "audit chain head NOT exported to %s: %s (the anchor is kept; "
+                                "run tracerag audit verify)",
+                                self.anchor,
+                                conflict,
+                            )
+                        self.anchor_conflict = conflict
+                        return
+                write_json_atomic(self.anchor, head, sync=True)
+                self._anchor_head = head
             logger.info(
                 "audit chain head: store_id=%s seq=%s hash=%s",
                 head.get("store_id"),
@@ -705,7 +821,36 @@ class AuditWriter:
                 head.get("hash"),
             )
         except Exception as exc:
-            logger.warning("could not export the audit chain head: %s", exc)
+            logger.warning("could not export the audit chain head to %s: %s", self.anchor, exc)
+
+    def _anchor_problem(self, previous: dict[str, Any], head: dict[str, Any]) -> str | None:
+        """Why ``head`` does not extend the anchored ``previous`` head (None: it does)."""
+        try:
+            seq, digest = int(previous["seq"]), str(previous["hash"])
+        except (KeyError, TypeError, ValueError):
+            return None  # not a head file: replaced by a real one
+        if previous.get("store_id") and previous.get("store_id") != head.get("store_id"):
+            return (
+                f"the anchor belongs to store {previous.get('store_id')}, this store is "
+                f"{head.get('store_id')} (move the anchor away if the store was replaced on "
+                "purpose)"
+            )
+        if int(head["seq"]) < seq:
+            return (
+                f"the chain head is at seq {head['seq']} but the anchor saw seq {seq}: entries "
+                "were removed or an older copy of the store was restored"
+            )
+        if seq == 0:
+            return None  # an empty chain: any chain of the same store extends it
+        hash_at = getattr(self._store, "hash_at", None)
+        found = (
+            head.get("hash")
+            if int(head["seq"]) == seq
+            else (self._timed(hash_at, seq) if hash_at is not None else digest)
+        )
+        if found != digest:
+            return f"the entry at the anchored seq {seq} was rewritten (its hash changed)"
+        return None
 
     # -- background thread --------------------------------------------------------------------
     def _peek(self) -> list[_Item]:
@@ -729,6 +874,10 @@ class AuditWriter:
             with contextlib.suppress(ValueError):
                 decoded = json.loads(f.payload)
             rid = decoded.get("request_id") if isinstance(decoded, dict) else None
+            if not f.authentic:
+                items.append(_Item(str(rid or ""), FRAME_REFUSED, f.payload, (f.segment, f.end)))
+                items[-1].frame = f
+                continue
             record = decoded if f.type == FRAME_RECORD else None
             items.append(_Item(str(rid or ""), f.type, f.payload, (f.segment, f.end), record))
         return items
@@ -761,7 +910,11 @@ class AuditWriter:
                     return
                 work = self._has_work()
                 if not work:
-                    self._cond.wait(0.5 if self._closing else 1.0)
+                    idle = 0.5 if self._closing else 1.0
+                    if self._failing and self.probe_idle:
+                        # degraded: wake for the next probe, not a whole idle second later
+                        idle = min(idle, max(0.01, self._next_probe - time.monotonic()))
+                    self._cond.wait(idle)
                     if self._abort:
                         return
                     work = self._has_work()
@@ -799,27 +952,90 @@ class AuditWriter:
                 self._cond.notify_all()
 
     def _probe_idle(self) -> None:
-        """While idle, keep readiness true to the store: open it, notice it vanish."""
-        if time.monotonic() < self._next_probe:
+        """While idle, keep readiness true to the store: open it, ping it, notice it vanish.
+
+        Healthy, the store is pinged every ``probe_interval`` seconds; failing, with a short
+        backoff (``backoff_initial`` doubling up to ``probe_max``), so a store that comes back
+        is known to be back within about ``probe_max`` seconds, with or without traffic.
+        """
+        now = time.monotonic()
+        if now < self._next_probe:
             return
+        if self._probe_store():
+            self._next_probe = time.monotonic() + self.probe_interval
+            if self._idle_failures or self._failing:
+                self._idle_failures = 0
+                self._recovered()
+            return
+        self._idle_failures += 1
+        self._next_probe = time.monotonic() + self._probe_delay(self._idle_failures)
+
+    def _probe_delay(self, failures: int) -> float:
+        exponent = min(max(0, failures - 1), 30)
+        return float(min(self.probe_max, self.backoff_initial * (2.0**exponent)))
+
+    def _probe_store(self) -> bool:
+        """Open the store if needed and ping it; False (the store marked failing) if it fails."""
         try:
-            if self._store is None:
-                self._timed(self._ensure_store)
-            else:
-                check = getattr(self._store, "check", None)
-                if check is not None:
-                    check()
+            store = self._timed(self._ensure_store)
+            ping = getattr(store, "ping", None)
+            if ping is not None:
+                self._timed(ping)
+            return True
         except Exception as exc:
-            self._idle_failures += 1
-            delay = min(self.backoff_max, self.backoff_initial * 2 ** min(self._idle_failures, 30))
-            self._failed(exc, [], self._idle_failures, delay)
+            with self._cond:
+                first = not self._failing
+                if first:
+                    self._failing_since = time.monotonic()
+                self._failing = True
+                changed = type(exc) is not type(self.last_error)
+                self.last_error = exc
+                self._cond.notify_all()
             if isinstance(exc, (StoreReplaced, StoreVanished)):
                 self._discard_store()
-            self._next_probe = time.monotonic() + delay
-            return
-        if self._idle_failures:
-            self._idle_failures = 0
-            self._recovered()
+            (logger.warning if first or changed else logger.debug)(
+                "audit store not answering (%d pending%s): %s: %s",
+                self._backlog,
+                ", kept in the journal" if self.journal is not None else "",
+                type(exc).__name__,
+                exc,
+            )
+            return False
+
+    def report_failure(self, exc: BaseException) -> None:
+        """A store failure seen outside the writer (a direct commit that failed or hung).
+
+        The writer then reports not ready and probes the store (see ``probe_max``) until it
+        answers again.
+        """
+        with self._cond:
+            if not self._failing:
+                self._failing_since = time.monotonic()
+            self._failing = True
+            self.last_error = exc
+            self._next_probe = time.monotonic() + self.backoff_initial
+            self._cond.notify_all()
+
+    def _wait_to_retry(self, delay: float) -> None:
+        """Wait ``delay`` before retrying a batch, cut short once a store that was down
+        answers again (probed with a short backoff meanwhile)."""
+        deadline = time.monotonic() + delay
+        probes = 0
+        was_down = False
+        while not self._abort:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            probes += 1
+            self._wake.wait(min(remaining, self._probe_delay(probes)))
+            if self._abort or time.monotonic() >= deadline:
+                return
+            if self._probe_store():
+                if was_down:
+                    self._recovered()
+                    return  # back: retry now, not at the end of a long backoff
+            else:
+                was_down = True
 
     def _settle(self, items: list[_Item], outcomes: list[str | None]) -> None:
         drops: list[tuple[_Item, str]] = []
@@ -831,6 +1047,8 @@ class AuditWriter:
                 elif outcome == QUARANTINED:
                     self.quarantined += 1
                     self._set_status(item.request_id, False)
+                elif outcome == REFUSED:
+                    self.refused += 1  # not a record of this writer's: no status to settle
                 else:
                     drops.append((item, outcome))
             self._cond.notify_all()
@@ -866,7 +1084,7 @@ class AuditWriter:
                     return [self._quarantine(items[0], f"{type(exc).__name__}: {exc}")]
                 if suspect and len(items) > 1 and self._store_answers():
                     return self._write_each(items)
-                self._wake.wait(delay)
+                self._wait_to_retry(delay)
                 continue
             self._recovered()
             return outcomes
@@ -955,6 +1173,10 @@ class AuditWriter:
 
         # in submission order: a quarantined record takes its place in the chain
         for i, item in enumerate(items):
+            if item.type == FRAME_REFUSED:
+                write_run()
+                outcomes[i] = self._refuse(item)
+                continue
             if item.type == FRAME_RECORD:
                 try:
                     record = item.record if item.record is not None else json.loads(item.payload)
@@ -968,6 +1190,20 @@ class AuditWriter:
                 outcomes[i] = self._quarantine(item, None)
         write_run()
         return outcomes
+
+    def _refuse(self, item: _Item) -> str:
+        """Keep a journal frame the chain key does not vouch for aside; it is never sealed."""
+        assert self.journal is not None and item.frame is not None
+        self.journal.set_aside(item.frame)
+        logger.error(
+            "audit journal %s: a record (request_id=%s, %d bytes) is NOT authentic (no valid "
+            "tag under the chain key): REFUSED, kept aside in %s and not written to the store",
+            self.journal.directory,
+            (item.request_id or "?")[:200],
+            len(item.payload),
+            self.journal.directory / "refused.frames",
+        )
+        return REFUSED
 
     def _quarantine(self, item: _Item, reason: str | None) -> str:
         """Store a poisoned record as a quarantined entry; the outcome for that record."""

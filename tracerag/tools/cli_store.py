@@ -1,12 +1,16 @@
 """``tracerag show`` and ``tracerag audit``: read one request's trail, check the whole log.
 
 ``tracerag show REQUEST_ID`` prints the request as a timeline (``--json`` for the trail as
-JSON). ``tracerag audit verify`` re-checks the hash chain, the store's identity and the tables
-derived from the chain (the material registry's tables against its chained changes too), and
-exits 1 when anything was changed, removed, reordered, inserted or replaced. ``--expect-head``
-anchors it outside the database (a ``head.json`` exported by the writer, or ``SEQ:HASH``); a
-SQLite store's own exported head (``<file>.journal/head.json``) is used when present. The chain
-key comes from ``TRACERAG_CHAIN_KEY``.
+JSON). ``tracerag audit verify`` re-checks the hash chain, the store's identity, the tables
+derived from the chain (the material registry's tables against its chained changes too) and the
+store's journal (records refused as not authentic, or waiting and not authentic). It exits 1
+when anything was changed, removed, reordered, inserted, replaced or forged; 3 when nothing was
+found but not everything could be checked — no anchor was found or given, or keyed entries were
+met without the chain key — and says which; 0 only when intact and fully checked.
+``--expect-head`` anchors it outside the database (a ``head.json`` exported by the writer, a
+directory holding one, or ``SEQ:HASH``); otherwise the heads exported to
+``TRACERAG_AUDIT_ANCHOR`` and into the store's journal directory are used. The chain key comes
+from ``TRACERAG_CHAIN_KEY``.
 
 Reading commands never create a store: a missing store, a directory, a file that is not a
 database or an unreachable database is one line on stderr and exit status 1.
@@ -24,6 +28,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tracerag.errors import TraceragError
@@ -116,62 +121,160 @@ def run_show(args: argparse.Namespace) -> int:
 # -- audit verify ----------------------------------------------------------------------------
 
 
-def _expected_head(value: str | None, store_url: str) -> dict[str, Any] | None:
-    """The anchor for ``--expect-head``: a JSON file, ``SEQ:HASH``; else the store's export."""
-    from pathlib import Path
+#: exit status of ``tracerag audit verify`` when nothing was found wrong but not everything could
+#: be checked (no anchor, or keyed entries without the chain key)
+EXIT_INCOMPLETE = 3
 
-    from tracerag.store import journal_dir_for
+
+def _read_head_file(path: Path, source: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text("utf-8"))
+        return {
+            "seq": int(data["seq"]),
+            "hash": str(data["hash"]),
+            "store_id": data.get("store_id"),
+            "source": source,
+        }
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"tracerag: cannot read the expected head {source}: {exc}") from None
+
+
+def _heads_in(directory: Path) -> list[Path]:
+    """``head.json`` of a journal (or anchor) directory and of its numbered slots."""
     from tracerag.store.journal import HEAD_FILE
 
-    if value is None:
-        journal = journal_dir_for(store_url)
-        exported = Path(journal) / HEAD_FILE if journal else None
-        if exported is not None and exported.is_file():
-            value = str(exported)
-        else:
-            return None
-    if Path(value).is_file():
-        try:
-            data = json.loads(Path(value).read_text("utf-8"))
-            return {
-                "seq": int(data["seq"]),
-                "hash": str(data["hash"]),
-                "store_id": data.get("store_id"),
-                "source": value,
-            }
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise SystemExit(f"tracerag: cannot read the expected head {value}: {exc}") from None
-    seq, sep, digest = value.partition(":")
-    if not sep or not seq.isdigit():
-        raise SystemExit(
-            f"tracerag: --expect-head takes a head.json file or SEQ:HASH, not {value!r}"
-        )
-    return {"seq": int(seq), "hash": digest.strip(), "source": "--expect-head"}
+    dirs = [
+        directory,
+        *sorted(
+            (p for p in directory.glob("*") if p.is_dir() and p.name.isdigit()),
+            key=lambda p: int(p.name),
+        ),
+    ]
+    return [d / HEAD_FILE for d in dirs if (d / HEAD_FILE).is_file()]
+
+
+def _anchor_files(value: str) -> list[Path]:
+    path = Path(value).expanduser()
+    if path.is_dir():
+        return _heads_in(path)
+    return [path] if path.is_file() else []
+
+
+def _expected_heads(value: str | None, store_url: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The anchors to check against, and where they were looked for.
+
+    ``--expect-head`` (a head file, a directory holding ``head.json``, or ``SEQ:HASH``) alone
+    when given; else every head exported to ``TRACERAG_AUDIT_ANCHOR`` and into the store's
+    journal directory (and its numbered slots).
+    """
+    from tracerag.config import get_config
+    from tracerag.store import journal_dir_for
+
+    if value is not None:
+        files = _anchor_files(value)
+        if files:
+            return [_read_head_file(f, str(f)) for f in files], [value]
+        if Path(value).expanduser().exists():
+            raise SystemExit(f"tracerag: no head.json in {value}")
+        seq, sep, digest = value.partition(":")
+        if not sep or not seq.isdigit():
+            raise SystemExit(
+                "tracerag: --expect-head takes a head.json file, a directory holding one, or "
+                f"SEQ:HASH, not {value!r}"
+            )
+        return [{"seq": int(seq), "hash": digest.strip(), "source": "--expect-head"}], [value]
+    looked: list[str] = []
+    files = []
+    configured = get_config().audit_anchor
+    if configured:
+        looked.append(configured)
+        files += _anchor_files(configured)
+    journal = journal_dir_for(store_url)
+    if journal:
+        looked.append(journal)
+        files += [f for f in _heads_in(Path(journal).expanduser()) if f not in files]
+    return [_read_head_file(f, str(f)) for f in files], looked
+
+
+def _journal_findings(store_url: str, key: str | None) -> tuple[list[str], list[str]]:
+    """Refused and not-authentic frames in the store's journal: (findings, notes)."""
+    from tracerag.store import journal_dir_for
+    from tracerag.store.journal import REFUSED_FILE, inspect_journal
+
+    journal = journal_dir_for(store_url)
+    if not journal or not Path(journal).expanduser().is_dir():
+        return [], []
+    findings, notes = [], []
+    for state in inspect_journal(journal, key):
+        if state.refused:
+            findings.append(
+                f"journal: {state.refused} records were refused as not authentic (written by "
+                f"someone without the chain key) and kept aside in "
+                f"{state.directory / REFUSED_FILE}"
+            )
+        if state.not_authentic:
+            findings.append(
+                f"journal: {state.not_authentic} of the {state.pending} records still in "
+                f"{state.directory} are not authentic (they will be refused)"
+            )
+        elif state.pending:
+            notes.append(
+                f"  note: {state.pending} records are still in the journal {state.directory} "
+                "(written to the store at the next start, if not already: not checked here)"
+            )
+    return findings, notes
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    """Verify chain, identity and derived tables; 0 when intact, 1 on any finding."""
+    """Verify chain, identity, derived tables and the journal.
+
+    Exit 0 when intact and everything could be checked, 1 on any finding, 3 when nothing was
+    found but something could not be checked (no anchor, or keyed entries without the key).
+    """
+    from tracerag.config import get_config
     from tracerag.store import cli_store_url
 
-    expect = _expected_head(args.expect_head, cli_store_url(args.store))
+    url = cli_store_url(args.store)
+    anchors, looked = _expected_heads(args.expect_head, url)
     store = open_cli_store(args.store)
     try:
-        report = store.verify_chain(expect_head=expect)
+        report = store.verify_chain(expect_head=anchors or None)
         materials = _verify_materials(store)
     finally:
         store.close()
-    if expect is not None and not args.json:
-        print(f"anchored to head seq {expect['seq']} from {expect['source']}")
+    findings, journal_notes = _journal_findings(url, get_config().chain_key)
+    ok = report.ok and (materials is None or materials.ok) and not findings
+    status = 0 if ok and report.complete else (1 if not ok else EXIT_INCOMPLETE)
     if args.json:
         out = report.to_dict()
         if materials is not None:
             out["materials"] = {"ok": materials.ok, **materials.__dict__}
+        out["journal"] = findings
+        out["anchors"] = [a["source"] for a in anchors]
+        out["exit_status"] = status
         print(json.dumps(out, ensure_ascii=False, indent=2))
-    else:
-        print(report.summary())
-        if materials is not None:
-            print(materials.summary())
-    return 0 if report.ok and (materials is None or materials.ok) else 1
+        return status
+    for anchor in anchors:
+        print(f"anchored to head seq {anchor['seq']} from {anchor['source']}")
+    if not anchors:
+        where = ", ".join(looked) if looked else "nowhere: no journal or TRACERAG_AUDIT_ANCHOR"
+        print(
+            f"no anchor: looked in {where} (give --expect-head FILE|DIR|SEQ:HASH, or set "
+            "TRACERAG_AUDIT_ANCHOR)"
+        )
+    print(report.summary())
+    if materials is not None:
+        print(materials.summary())
+    for finding in findings:
+        print(f"  {finding}")
+    for note in journal_notes:
+        print(note)
+    if status == EXIT_INCOMPLETE:
+        print(
+            f"exit status {EXIT_INCOMPLETE}: nothing was found wrong, but not everything could be "
+            "checked (see NOT CHECKED above)"
+        )
+    return status
 
 
 def _verify_materials(store: Any) -> Any:
@@ -197,19 +300,21 @@ def _configure_verify(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--expect-head",
-        metavar="FILE|SEQ:HASH",
+        metavar="FILE|DIR|SEQ:HASH",
         default=None,
-        help="a chain head kept outside the database (head.json exported by the writer, or "
-        "SEQ:HASH); the chain must still contain it. Default: the store's exported head, if any",
+        help="a chain head kept outside the database (a head.json exported by the writer, a "
+        "directory holding one, or SEQ:HASH); the chain must still contain it. Default: the "
+        "heads exported to $TRACERAG_AUDIT_ANCHOR and into the store's journal directory",
     )
     parser.set_defaults(func=run_verify)
 
 
 add_audit_command(
     "verify",
-    "re-check every audit entry's hash and link, the store's identity and the tables derived "
-    "from the chain (the material registry's too); exit 1 if anything was changed, removed or "
-    "replaced",
+    "re-check every audit entry's hash and link, the store's identity, the tables derived "
+    "from the chain (the material registry's too) and the journal; exit 1 if anything was "
+    "changed, removed, replaced or forged, 3 if nothing was but something could not be checked "
+    "(no anchor, or keyed entries without TRACERAG_CHAIN_KEY), 0 when intact",
     _configure_verify,
 )
 

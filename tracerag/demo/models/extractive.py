@@ -10,6 +10,7 @@ weights and no network.
 
 from __future__ import annotations
 
+import ast
 import html
 import json
 import math
@@ -21,8 +22,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
 from tracerag.demo.models.counter import CallCounter
@@ -213,6 +216,37 @@ def _parse_foreign(human: str, earlier: Sequence[str]) -> tuple[str, list[Prompt
     return question, [m for m in materials if m.sentences]
 
 
+_SOURCE_RE = re.compile(r"\A\s*Source:\s*(?P<meta>\{.*?\})\s*\n\s*Content:\s*(?P<text>.*)\Z", re.S)
+
+
+def _tool_passage(position: int, passage: str) -> PromptMaterial:
+    """A passage of a tool result: ``Source: {metadata}`` / ``Content: …``, or plain text."""
+    match = _SOURCE_RE.match(passage)
+    if match is None:
+        return PromptMaterial(id=str(position), title="", sentences=_sentences(passage))
+    try:
+        meta = ast.literal_eval(match.group("meta"))
+    except (ValueError, SyntaxError):
+        meta = {}
+    meta = meta if isinstance(meta, dict) else {}
+    return PromptMaterial(
+        id=str(meta.get("id") or position),
+        title=str(meta.get("title") or ""),
+        sentences=_sentences(match.group("text")),
+    )
+
+
+def _parse_tool_results(question: str, results: Sequence[str]) -> ParsedPrompt:
+    passages = [p for text in results for p in _paragraphs(text)]
+    materials = [_tool_passage(i, p) for i, p in enumerate(passages, start=1)]
+    return ParsedPrompt(
+        task=TASK_ANSWER,
+        question=question.strip(),
+        materials=[m for m in materials if m.sentences],
+        foreign=True,
+    )
+
+
 def parse_prompt(messages: Sequence[BaseMessage]) -> ParsedPrompt:
     """The task, question and materials of a prompt (tracerag's format, or a foreign one)."""
     last_human = max(
@@ -220,6 +254,9 @@ def parse_prompt(messages: Sequence[BaseMessage]) -> ParsedPrompt:
         default=len(messages) - 1,
     )
     human_text = _message_text(messages[last_human]) if messages else ""
+    results = [_message_text(m) for m in messages[last_human + 1 :] if isinstance(m, ToolMessage)]
+    if results:  # an agent's conversation: the question, then what its tools returned
+        return _parse_tool_results(human_text, results)
     blocks = list(MATERIAL_BLOCK_RE.finditer(human_text))
     if not blocks:
         earlier = [_message_text(m) for m in messages[:last_human]]
@@ -384,6 +421,13 @@ class ExtractiveChatModel(ReplyChatModel):
     blank-line-separated paragraphs of the context are materials cited by position, ``[1]``,
     ``[2]``, ….
 
+    In an agent (``create_agent``, a LangGraph ``ToolNode``), ``bind_tools`` works: bound to
+    tools and not yet given a tool result for the user's last message, it calls the first tool
+    with that message as its first argument; given tool results, it answers from them. Each
+    blank-line-separated passage of a tool result is a material, cited by the ``id`` of a
+    ``Source: {metadata}`` line when the passage has one (the format of LangChain's RAG agent
+    tutorial), else by its position.
+
     Calls draw from ``random.Random`` seeded with (``seed``, call number): with a seed, a run
     of calls is reproducible; without one, every call differs.
 
@@ -466,7 +510,42 @@ class ExtractiveChatModel(ReplyChatModel):
             llm_output={"model_name": self.model_name, "token_usage": usage},
         )
 
+    def bind_tools(
+        self,
+        tools: Sequence[Any],
+        *,
+        tool_choice: str | dict[str, Any] | bool | None = None,
+        **kwargs: Any,
+    ) -> Runnable[Any, AIMessage]:
+        """The model with the tools' schemas bound, so an agent can give it tools."""
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    def _tool_call(self, messages: list[BaseMessage], tools: Sequence[Any]) -> ChatResult | None:
+        """A call to the first tool with the user's last message, if no tool has answered it."""
+        last_human = max(
+            (i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=None
+        )
+        if not tools or last_human is None:
+            return None
+        if any(isinstance(m, ToolMessage) for m in messages[last_human + 1 :]):
+            return None
+        function = tools[0].get("function", {})
+        first = next(iter((function.get("parameters") or {}).get("properties") or {"query": 0}))
+        call = ToolCall(
+            name=function.get("name", ""),
+            args={first: _message_text(messages[last_human])},
+            id=f"call_{self._counter.next()}",
+            type="tool_call",
+        )
+        message = AIMessage(
+            content="", tool_calls=[call], response_metadata={"model_name": self.model_name}
+        )
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
     def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
+        called = self._tool_call(messages, kwargs.get("tools") or ())
+        if called is not None:
+            return called
         temperature = float(kwargs.get("temperature", self.temperature))
         return self._result(messages, self.respond(messages, temperature), temperature)
 

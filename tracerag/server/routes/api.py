@@ -4,22 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
-from fastapi.sse import EventSourceResponse, ServerSentEvent
-from opentelemetry import propagate
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from tracerag.contract import Response as RAGResponse
-from tracerag.contract import caller_view, response_schema
-from tracerag.errors import InputError
-from tracerag.runner import StageEvent
-from tracerag.server.answerer import stage_event
+from tracerag.contract import response_schema
+from tracerag.server._runs import fingerprint, parse_event_id
 from tracerag.server.deps import (
     AnswerInput,
+    IdempotencyKey,
     JsonBody,
     ServicesDep,
     require_api_key,
@@ -34,19 +30,24 @@ from tracerag.server.models import (
     Readiness,
     RequestStatus,
 )
+from tracerag.server.routes.events import (
+    ANSWER_BODY,
+    IDEMPOTENCY_HEADER,
+    LAST_EVENT_ID_HEADER,
+    REPLAYED_HEADER,
+    STREAM_200,
+    begin,
+    resume_after,
+    run_headers,
+    run_of,
+    stream_response,
+)
 from tracerag.store.base import RequestNotFound
 from tracerag.store.record import RequestTrail
 
 logger = logging.getLogger("tracerag.server")
 
 STATES = {"approve": "approved", "edit": "edited", "reject": "rejected"}
-RETRY_MS = 3000  # how long a browser's EventSource waits before reconnecting
-
-ANSWER_BODY = {
-    "required": True,
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/AnswerRequest"}}},
-}
-
 router = APIRouter(prefix="/v1", tags=["answers"], dependencies=[Depends(require_api_key)])
 
 
@@ -79,81 +80,91 @@ def request_status(trail: RequestTrail) -> dict[str, Any]:
     ).model_dump(mode="json")
 
 
+ERROR_STATUS = {"invalid_input": 422, "pipeline_failed": 500, "request_unfinished": 503}
+
+
 @router.post(
     "/answer",
     response_model=RAGResponse,
     summary="Answer a question",
     description="Runs the six stages and returns the Response. An escalated answer is "
-    "withheld: `answer` is null and no claim or evidence carries its text.",
-    responses=error_responses(400, 401, 408, 413, 415, 422, 503)
-    | {"default": error_responses(500)[500]},
-    openapi_extra={"requestBody": ANSWER_BODY},
+    "withheld: `answer` is null and no claim or evidence carries its text. With an "
+    "`Idempotency-Key` already used, the request it started is joined or replayed "
+    "(`Idempotency-Replayed: true`), not asked again.",
+    responses={
+        200: {"description": "the Response", "headers": REPLAYED_HEADER},
+        **error_responses(400, 401, 408, 413, 415, 422, 503),
+        "default": error_responses(500)[500],
+    },
+    openapi_extra={"requestBody": ANSWER_BODY, "parameters": [IDEMPOTENCY_HEADER]},
 )
-async def answer(request: Request, data: AnswerInput, svc: ServicesDep) -> JSONResponse:
-    parent = propagate.extract(request.headers)
-    try:
-        result = await svc.answerer.run(data, parent=parent)
-    except InputError as exc:
-        raise ApiError(422, "invalid_input", str(exc)) from None
-    except Exception as exc:
-        logger.exception("request failed")
-        raise ApiError(500, "pipeline_failed", type(exc).__name__) from None
-    return JSONResponse(caller_view(result), headers={"X-Request-Id": result.request_id})
+async def answer(
+    request: Request, data: AnswerInput, key: IdempotencyKey, svc: ServicesDep
+) -> Response:
+    run, replayed = await begin(svc, request, data, key, resumable=key is not None)
+    final = await run.final()
+    if final.name == "error":
+        problem = final.data
+        code = problem.get("error")
+        raise ApiError(ERROR_STATUS.get(code, 500), code, problem.get("detail"))
+    return Response(
+        final.text, media_type="application/json", headers=run_headers(run, replayed)
+    )
 
 
 @router.post(
     "/answer/stream",
-    response_class=EventSourceResponse,
+    response_class=StreamingResponse,
     summary="Answer a question, streaming each stage",
     description="Server-Sent Events: a `retry:` hint, then one `stage` event per stage as it "
-    "completes (register, retrieve, plan, sample, verify, assemble), then one `response` "
-    "(the caller view of the Response) or one `error`. `: ping` comments keep the connection "
-    "open. Answer text is never streamed before it is verified. The event payloads are the "
-    "`StreamEvents` schema.",
+    "completes (register, retrieve, plan, sample, verify, assemble; a wrapped app samples "
+    "before it plans), then one `response` "
+    "(the caller view of the Response) or one `error`; with `until=decision`, a request "
+    "routed to a reviewer then gets its `decision` event once a reviewer decides. `: ping` "
+    "comments keep the connection open. Answer text is never streamed before it is "
+    "verified. A reconnect sends `Last-Event-ID` (and the same `Idempotency-Key`): the "
+    "stream resumes the same request after that event instead of asking again. For "
+    "`EventSource`, which can only GET, use `POST /v1/requests` and its events URL.",
     responses={
-        200: {
-            "description": "the event stream",
-            "content": {
-                "text/event-stream": {"schema": {"$ref": "#/components/schemas/StreamEvents"}}
-            },
-        },
-        **error_responses(400, 401, 408, 413, 415, 422, 503),
+        200: {**STREAM_200, "headers": REPLAYED_HEADER},
+        204: {"description": "a resumed stream with nothing left to send"},
+        **error_responses(400, 401, 404, 408, 409, 413, 415, 422, 503),
         "default": error_responses(500)[500],
     },
-    openapi_extra={"requestBody": ANSWER_BODY},
+    openapi_extra={
+        "requestBody": ANSWER_BODY,
+        "parameters": [IDEMPOTENCY_HEADER, LAST_EVENT_ID_HEADER],
+    },
 )
 async def answer_stream(
-    request: Request, data: AnswerInput, svc: ServicesDep
-) -> AsyncIterator[ServerSentEvent]:
-    parent = propagate.extract(request.headers)
-    queue: asyncio.Queue[tuple[str, Any] | None] = asyncio.Queue()
-
-    def on_stage(event: StageEvent) -> None:
-        queue.put_nowait(("stage", stage_event(event)))
-
-    async def job() -> None:
-        try:
-            result = await svc.answerer.run(data, on_stage=on_stage, parent=parent)
-            queue.put_nowait(("response", caller_view(result)))
-        except Exception as exc:
-            logger.exception("streamed request failed")
-            queue.put_nowait(("error", {"error": "pipeline_failed", "detail": type(exc).__name__}))
-        finally:
-            queue.put_nowait(None)
-
-    # the run completes (and is stored) even if the caller goes away mid-stream
-    task = asyncio.create_task(job())
-    svc.background.add(task)
-    task.add_done_callback(svc.background.discard)
-
-    yield ServerSentEvent(comment="tracerag answer stream", retry=RETRY_MS)
-    n = 0
-    while True:
-        item = await queue.get()
-        if item is None:
-            return
-        n += 1
-        yield ServerSentEvent(event=item[0], data=item[1], id=str(n))
+    request: Request,
+    data: AnswerInput,
+    key: IdempotencyKey,
+    svc: ServicesDep,
+    until: Literal["response", "decision"] = "response",
+) -> Response:
+    last = request.headers.get("last-event-id")
+    parsed = parse_event_id(last) if last else None
+    if last and parsed is None:
+        raise ApiError(400, "bad_request", "Last-Event-ID is not an event id of this server")
+    if parsed is not None and key is None:
+        # a reconnect: resume the request the last event belongs to, never ask again
+        run = await run_of(svc, parsed[0])
+        if run.fingerprint and run.fingerprint != fingerprint(data):
+            raise ApiError(
+                409, "conflict", f"Last-Event-ID names request {parsed[0]!r}, another question"
+            )
+        replayed = True
+    else:
+        run, replayed = await begin(svc, request, data, key, resumable=True)
+    after = resume_after(run, last) if parsed is not None and parsed[0] == run.request_id else None
+    return stream_response(
+        svc,
+        run,
+        after,
+        until_decision=until == "decision",
+        headers=run_headers(run, replayed),
+    )
 
 
 FEEDBACK_BODY = {
@@ -185,7 +196,8 @@ async def feedback(body: JsonBody, svc: ServicesDep) -> JSONResponse:
         raise ApiError(422, "invalid_input", validation_detail(exc)) from None
     registry = svc.materials()
 
-    def give() -> tuple[str, Any]:  # the verdict's refusals, told apart from store failures
+    def give() -> tuple[Literal["ok", "not_found", "duplicate", "invalid_input"], Any]:
+        # the verdict's refusals, told apart from store failures
         try:
             return "ok", record_feedback(
                 data.request_id,

@@ -213,6 +213,8 @@ async def decide(
     except (ValueError, InvalidRecord) as exc:
         raise ApiError(422, "invalid_input", str(exc)) from None
     svc.claims.release(request_id)
+    if svc.decisions is not None:  # streams waiting for this decision hear it now
+        svc.decisions.notify(request_id)
     tasks = BackgroundTasks()
     if svc.delivery.enabled:
         tasks.add_task(svc.delivery.deliver, svc.store, decision_payload(decision, record))

@@ -13,17 +13,15 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda
 
 from tracerag import semconv as sc
-from tracerag.chain_capture import (
+from tracerag.prompts import fingerprint
+from tracerag.testing import ScriptedChatModel
+from tracerag.tracing import set_capture_content
+from tracerag.wrap._capture import (
     RunCapture,
-    learned_versions,
-    missing_version_error,
     model_call_attributes,
     prompt_text,
     serialized_prompt_text,
 )
-from tracerag.prompts import fingerprint
-from tracerag.testing import ScriptedChatModel
-from tracerag.tracing import set_capture_content
 
 DOCS = [
     Document(page_content="Returns within 30 days.", id="returns"),
@@ -129,23 +127,6 @@ def test_reset_forgets_a_failed_attempt():
     assert capture.documents == []
     assert capture.model_calls == []
     assert capture.prompt_texts == []
-
-
-def test_learned_versions_from_several_runs():
-    prompt = ChatPromptTemplate.from_template("Q: {q}")
-    llm = ScriptedChatModel(responses=["a"], model_name="m1")
-    first, _ = run(prompt | llm, {"q": "x"})
-    second, _ = run(prompt | llm, {"q": "y"})
-    assert learned_versions([first, second]) == (fingerprint(prompt_text(prompt)), "m1")
-    nothing, _ = run(RunnableLambda(lambda q: q), "q")
-    assert learned_versions([nothing]) == (None, None)
-
-
-def test_missing_version_error_names_the_argument():
-    error = missing_version_error("r1", ["prompt", "model"])
-    assert "request r1 refused" in str(error)
-    assert "pass prompt_version= to wrap()" in str(error)
-    assert "pass model_version= to wrap()" in str(error)
 
 
 @pytest.fixture

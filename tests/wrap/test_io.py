@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from tracerag.chain_io import ChainIO, independent_copy, input_fields, question_field
 from tracerag.errors import InputError
+from tracerag.wrap._io import ChainIO, independent_copy, input_fields, question_field
 
 DOCS = [Document(page_content="a", id="1"), Document(page_content="b", id="2")]
 
@@ -25,6 +27,56 @@ DOCS = [Document(page_content="a", id="1"), Document(page_content="b", id="2")]
 )
 def test_question_is_found_by_default_keys(value, question):
     assert ChainIO().request(value).question == question
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [("user", "How long?")],
+        [("human", "How long?")],
+        [{"role": "user", "content": "How long?"}],
+        [{"role": "user", "content": [{"type": "text", "text": "How long?"}]}],
+        [HumanMessage("How long?")],
+        ["How long?"],
+        "How long?",
+        {"role": "user", "content": "How long?"},
+        [("system", "be brief"), ("user", "earlier"), ("ai", "ok"), ("user", "How long?")],
+    ],
+)
+def test_every_message_form_langchain_accepts_gives_the_question(messages):
+    value = {"messages": messages}
+    request = ChainIO().request(value)
+    assert request.question == "How long?"
+    assert request.chain_input is value  # passed to the app as the caller gave it
+    # naming the field works for the same forms (the advice the error gives)
+    assert ChainIO(input_key="messages").request(value).question == "How long?"
+
+
+def test_a_bare_question_for_a_chat_app_becomes_one_user_message():
+    for io in (ChainIO(string_key="messages"), ChainIO(input_key="messages")):
+        chain_input = io.request("How long?").chain_input
+        assert [(m.type, m.content) for m in chain_input["messages"]] == [("human", "How long?")]
+
+
+@pytest.mark.parametrize(
+    ("messages", "says"),
+    [
+        ([("system", "be brief")], "holds no user message"),
+        ([("assistant", "hello")], "roles: ['ai']"),
+        ([("user", "   ")], "holds no user message"),
+        ([("wizard", "How long?")], "not a list of chat messages LangChain can read"),
+        ([42], "not a list of chat messages LangChain can read"),
+    ],
+)
+def test_messages_without_a_question_are_refused_with_the_reason(messages, says):
+    for io in (ChainIO(), ChainIO(input_key="messages")):
+        with pytest.raises(InputError, match=re.escape(says)):
+            io.request({"messages": messages})
+
+
+def test_input_key_naming_a_field_that_is_not_text_says_what_it_holds():
+    with pytest.raises(InputError, match=r"holds int, not the question"):
+        ChainIO(input_key="q").request({"q": 42})
 
 
 def test_dict_input_is_passed_through_unchanged_history_and_all():

@@ -1,18 +1,21 @@
-"""What one run of a wrapped app did, as LangChain callbacks report it.
+"""What one run of a wrapped app did, as LangChain callbacks (and ``_hooks``) report it.
 
-``RunCapture`` is attached to one run (a chain, or a LangGraph graph with its nodes and nested
-chains) and records the documents its retrievers returned, each chat model call (name,
-invocation parameters, input messages, output text, token usage) and the prompt templates it
-formatted. From these, ``learned_versions`` gives the prompt version (the same ``sha256:``
-fingerprint ``wrap()`` takes from a chain's own prompt templates) and the model version of runs
-whose prompt and model live inside node functions, where inspecting the app finds nothing.
+``RunCapture`` is attached to one run (a chain, or a LangGraph graph with its nodes, tools and
+nested chains) and records the documents it retrieved — from retrievers, from tools (documents a
+``content_and_artifact`` tool returns as its ``ToolMessage.artifact``, or returns outright), and
+from vector store searches called inside tools and nodes (``_hooks``) — the text of tool outputs
+that carried no documents, each chat model call (name, invocation parameters, input messages,
+output text, token usage) and the prompt templates it formatted. ``_versions`` learns the
+prompt and model versions from these; ``_materials`` the materials and the order in which the
+answering call was shown them.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -25,7 +28,6 @@ from langchain_core.prompts import BasePromptTemplate
 
 from tracerag import semconv
 from tracerag import usage as usage_meter
-from tracerag.errors import MissingVersionError
 from tracerag.llm import text_of
 from tracerag.prompts import fingerprint
 from tracerag.tracing import capture
@@ -108,14 +110,21 @@ def _model_call(run_id: UUID, kwargs: dict[str, Any]) -> ModelCall:
 
 
 class RunCapture(AsyncCallbackHandler):
-    """Records, for one run, retrieved documents, model calls and prompt templates."""
+    """Records, for one run, retrieved documents, tool outputs, model calls and prompts."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self.reset()
 
     def reset(self) -> None:
         """Forget everything (before a retried attempt)."""
         self.documents: list[Document] = []
+        #: relevance scores the searches gave, by ``id()`` of the document in ``documents``
+        self.scores: dict[int, float] = {}
+        #: (tool name, output text) of tool calls whose output carried no documents
+        self.tool_texts: list[tuple[str, str]] = []
+        self.tool_calls = 0
+        self._tool_names: dict[UUID, str] = {}
         self.model_calls: list[ModelCall] = []
         self.calls: list[usage_meter.CallUsage] = []  # what each call spent (tracerag.usage)
         self.prompt_texts: list[str] = []
@@ -144,6 +153,32 @@ class RunCapture(AsyncCallbackHandler):
         if run_id in self._nested_retriever_runs:
             return  # a retriever inside a retriever: the outer one reports what it returns
         self.documents.extend(d for d in documents if isinstance(d, Document))
+
+    # -- vector store searches (reported by ``_hooks``, from any thread) ----------------------
+    def saw_documents(self, found: Sequence[tuple[Document, float | None]]) -> None:
+        """Documents a vector store search inside this run returned."""
+        with self._lock:
+            for doc, score in found:
+                self.documents.append(doc)
+                if score is not None:
+                    self.scores[id(doc)] = score
+
+    # -- tools -------------------------------------------------------------------------------
+    async def on_tool_start(
+        self, serialized: dict[str, Any] | None, input_str: str, *, run_id: UUID, **kwargs: Any
+    ) -> None:
+        self.tool_calls += 1
+        self._tool_names[run_id] = str((serialized or {}).get("name") or kwargs.get("name") or "")
+
+    async def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        name = self._tool_names.pop(run_id, "") or getattr(output, "name", None) or "tool"
+        documents = tool_documents(output)
+        if documents:
+            self.documents.extend(documents)
+            return
+        text = tool_text(output)
+        if text and text.strip():
+            self.tool_texts.append((name, text))
 
     # -- prompts -----------------------------------------------------------------------------
     async def on_chain_start(
@@ -251,32 +286,25 @@ class RunCapture(AsyncCallbackHandler):
         return usage
 
 
-def learned_versions(captures: Iterable[RunCapture]) -> tuple[str | None, str | None]:
-    """The prompt and model versions the runs show: templates fingerprinted, models named."""
-    texts: list[str] = []
-    names: list[str] = []
-    for c in captures:
-        texts.extend(t for t in c.prompt_texts if t not in texts)
-        names.extend(n for n in c.model_names if n not in names)
-    prompt = fingerprint(*texts) if texts else None
-    model = "+".join(names) or None
-    return prompt, model
+def tool_documents(output: Any) -> list[Document]:
+    """The documents a tool returned: its ``ToolMessage.artifact``, or its output itself."""
+    for value in (getattr(output, "artifact", None), output):
+        if isinstance(value, Document):
+            return [value]
+        if isinstance(value, (list, tuple)):
+            docs = [d for d in value if isinstance(d, Document)]
+            if docs:
+                return docs
+    return []
 
 
-def missing_version_error(request_id: str, missing: Sequence[str]) -> MissingVersionError:
-    """The refusal for versions that neither the arguments nor the runs could give."""
-    reasons = {
-        "prompt": (
-            "the app formatted no LangChain prompt template that tracerag could read, "
-            "so pass prompt_version= to wrap()"
-        ),
-        "model": ("no chat model call reported a model name, so pass model_version= to wrap()"),
-    }
-    detail = "; ".join(f"no {name} version: {reasons[name]}" for name in missing)
-    return MissingVersionError(
-        f"request {request_id} refused: {detail}. Every answer must be traceable to the prompt "
-        "and model that made it."
-    )
+def tool_text(output: Any) -> str | None:
+    """The text a tool's output showed the model (a ``ToolMessage``'s content, or a string)."""
+    if isinstance(output, BaseMessage):
+        return text_of(output, sep="\n")
+    if isinstance(output, str):
+        return output
+    return None
 
 
 def model_call_attributes(
@@ -318,9 +346,9 @@ def model_call_attributes(
 __all__ = [
     "ModelCall",
     "RunCapture",
-    "learned_versions",
-    "missing_version_error",
     "model_call_attributes",
     "prompt_text",
     "serialized_prompt_text",
+    "tool_documents",
+    "tool_text",
 ]

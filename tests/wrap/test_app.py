@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.retrievers import BaseRetriever
@@ -41,7 +42,7 @@ def test_wrap_standard_chain_learns_versions_and_verifies(retriever, spans):
     plan = spans.named(sc.SPAN_PLAN, response.request_id)[0].attributes
     assert list(plan[sc.PLAN_MATERIAL_IDS]) == ["returns"]
     assert plan[sc.PLAN_SOURCE] == "wrap"
-    # the chain itself ran three times: one retrieval per run plus the retrieve stage's own
+    # three answers; the chain's retriever was searched once, by the retrieve stage
     assert llm.call_count == 3
 
 
@@ -164,3 +165,49 @@ async def test_wrap_a_failing_retrieval_is_kept_and_the_runs_materials_are_cited
     assert response.decision == "pass" and response.evidence[0].material_id == "returns"
     sample_stage = spans.named(sc.SPAN_SAMPLE, response.request_id)[0]
     assert "returns" in sample_stage.attributes[sc.RETRIEVAL_MATERIAL_IDS]
+
+
+class CountingRetriever(BaseRetriever):
+    """A retriever that counts its searches (it has no vector store of its own to score by)."""
+
+    inner: BaseRetriever
+    calls: int = 0
+
+    def _get_relevant_documents(self, query, *, run_manager):
+        self.calls += 1
+        return self.inner.invoke(query)
+
+
+@pytest.mark.parametrize(
+    ("sampling", "searches", "runs"),
+    [("answer", 1, ["app", "fork", "fork"]), ("app", 4, ["app", "private", "private"])],
+)
+def test_a_chain_retrieves_once_and_samples_its_answer(retriever, spans, sampling, searches, runs):
+    counting = CountingRetriever(inner=retriever)
+    llm = ScriptedChatModel(responder=positional_answer, model_name="scripted-x", temperature=0.7)
+    seen = []
+
+    class Roots(BaseCallbackHandler):
+        def on_chain_start(self, serialized, inputs, *, parent_run_id=None, **kwargs):
+            if parent_run_id is None:
+                seen.append(inputs)
+
+    wrapped = wrap(
+        standard_chain(counting, llm),
+        n_samples=3,
+        sampling=sampling,
+        tracer_provider=spans.provider,
+    )
+    response = wrapped.invoke(QUESTION, config={"callbacks": [Roots()]})
+    assert response.decision == "pass", response.signal_detail
+    # answer: the retrieve stage's search is the one the app's run gets, and the other samples
+    # run the model step on the input it was given; app: each run searches too
+    assert counting.calls == searches
+    assert llm.call_count == 3
+    # the caller's callbacks see one run of the chain
+    assert len(seen) == 1
+    generations = spans.named(sc.SPAN_SAMPLE_ONE, response.request_id)
+    kinds = sorted(g.attributes[sc.SAMPLE_RUN] for g in generations)
+    assert kinds == runs
+    for g in generations:  # every sample's prompt is on its span, forks' included
+        assert "Cite passages as [n]" in g.attributes[sc.OI_PROMPT_TEMPLATE]

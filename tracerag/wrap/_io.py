@@ -2,10 +2,14 @@
 
 Apps take and return many shapes: a question string, ``{"question": …}`` (LangChain's RAG
 tutorial graph), ``{"input", "chat_history"}`` (conversational chains), ``{"messages": […]}``
-(chat graphs); they return a string, an ``AIMessage``, ``{"answer", "context"}``
+(agents and chat graphs); they return a string, an ``AIMessage``, ``{"answer", "context"}``
 (``create_retrieval_chain``) or a whole graph state. ``ChainIO`` finds the question, the answer
 and the documents in these shapes, by the key the caller names or by common defaults, and leaves
 the caller's input itself unchanged.
+
+A ``messages`` list may hold every form LangChain accepts for a message: ``HumanMessage``
+objects, ``("user", text)`` tuples, ``{"role": "user", "content": text}`` dicts and bare
+strings (a human message); the question is its last user message.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from functools import cached_property
 from typing import Any
 
 from langchain_core.documents import Document
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, convert_to_messages
 from pydantic import BaseModel, RootModel
 
 from tracerag.errors import InputError
@@ -99,7 +103,7 @@ class ChainIO:
         key = self.input_key or self._string_key
         if key is None:
             return question
-        if key == MESSAGES_KEY and not self.input_key:
+        if key == MESSAGES_KEY:
             return {MESSAGES_KEY: [HumanMessage(question)]}
         return {key: question}
 
@@ -111,22 +115,30 @@ class ChainIO:
                     f"the input has no {self.input_key!r} field (input_key={self.input_key!r}); "
                     f"it has {sorted(map(str, value))}"
                 )
-            text = _text(value[self.input_key])
-            if text is None:
-                raise InputError(f"input field {self.input_key!r} is not text")
-            return text
+            field_value = value[self.input_key]
+            text = _text(field_value)
+            if text is not None:
+                return text
+            if _is_message_list(field_value) or isinstance(field_value, Mapping):
+                return question_in_messages(field_value, self.input_key)
+            raise InputError(
+                f"input field {self.input_key!r} (input_key={self.input_key!r}) holds "
+                f"{type(field_value).__name__}, not the question: it must be text, a message "
+                "or a list of messages"
+            )
         text = _first_text(value, DEFAULT_INPUT_KEYS)
         if text is not None:
             return text
-        messages = value.get(MESSAGES_KEY)
-        if isinstance(messages, Sequence) and not isinstance(messages, str):
-            for message in reversed(messages):
-                if isinstance(message, HumanMessage):
-                    return text_of(message)
+        if MESSAGES_KEY in value:
+            messages = value[MESSAGES_KEY]
+            if isinstance(messages, str):
+                return messages  # LangChain reads a bare string as one human message
+            if isinstance(messages, (BaseMessage, Mapping)) or _is_message_list(messages):
+                return question_in_messages(messages, MESSAGES_KEY)
         raise InputError(
             f"cannot find the question in an input with fields {sorted(map(str, value))}; "
-            f"tried {list(DEFAULT_INPUT_KEYS)} and {MESSAGES_KEY!r}: "
-            "pass input_key= to wrap() to name the field"
+            f"tried {list(DEFAULT_INPUT_KEYS)} and the last user message of {MESSAGES_KEY!r}: "
+            "pass input_key= to wrap() to name the field that holds it"
         )
 
     def answer(self, output: Any) -> str:
@@ -157,6 +169,13 @@ class ChainIO:
                 f"cannot read an answer from app output of type {type(output).__name__}"
             )
         return text
+
+    def answer_or_none(self, output: Any) -> str | None:
+        """The answer text of an output or a graph state, or None when it holds none."""
+        try:
+            return self.answer(output)
+        except TypeError:
+            return None
 
     def documents(self, output: Any) -> list[Document]:
         """The documents the app's output carries (e.g. ``state["context"]``), else none."""
@@ -209,6 +228,40 @@ def question_field(chain: Any) -> str | None:
     return None
 
 
+def _is_message_list(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+
+
+def question_in_messages(messages: Any, key: str = MESSAGES_KEY) -> str:
+    """The last user message of a chat input, in any form LangChain accepts for a message.
+
+    ``HumanMessage`` objects, ``("user", text)`` / ``("human", text)`` tuples, role dicts
+    (``{"role": "user", "content": text}``) and bare strings are user messages. InputError
+    when the messages cannot be read as LangChain reads them, or hold no user message.
+    """
+    items: list[Any] = (
+        [messages] if isinstance(messages, (BaseMessage, Mapping)) else list(messages)
+    )
+    try:
+        parsed = convert_to_messages(items)
+    except Exception as exc:  # LangChain refuses the same input with the same error
+        raise InputError(
+            f"input field {key!r} is not a list of chat messages LangChain can read: {exc}. "
+            "Give messages as HumanMessage objects, (role, text) tuples, "
+            '{"role": ..., "content": ...} dicts or strings'
+        ) from exc
+    for message in reversed(parsed):
+        if isinstance(message, HumanMessage):
+            text = text_of(message)
+            if text.strip():
+                return text
+    roles = [m.type for m in parsed]
+    raise InputError(
+        f"input field {key!r} holds no user message with text (roles: {roles or 'none'}); "
+        "the question is the last user message"
+    )
+
+
 def _text(value: Any) -> str | None:
     if isinstance(value, str):
         return value
@@ -246,4 +299,5 @@ __all__ = [
     "independent_copy",
     "input_fields",
     "question_field",
+    "question_in_messages",
 ]

@@ -1,12 +1,4 @@
-"""wrap() around the RAG apps people have, each left unchanged.
-
-- LangChain's RAG tutorial graph: a LangGraph ``StateGraph`` with a ``retrieve`` and a
-  ``generate`` node over ``{"question", "context", "answer"}``; prompt and model are called
-  inside the node functions;
-- ``create_retrieval_chain`` + ``create_stuff_documents_chain``: ``{"input"}`` in,
-  ``{"answer", "context"}`` out;
-- a conversational chain (``create_history_aware_retriever``): ``{"input", "chat_history"}``;
-- the plain LCEL chain.
+"""wrap() around the RAG apps people have, each left unchanged (the apps: ``wrap_apps``).
 
 Each passes a well-cited answer, escalates a fabricated citation, and gives the same six-stage
 trace with the materials its runs retrieved.
@@ -19,12 +11,9 @@ import sys
 from typing import Annotated, TypedDict
 
 import pytest
-from langchain_classic.chains import create_history_aware_retriever, create_retrieval_chain
-from langchain_classic.chains.combine_documents import create_stuff_documents_chain
 from langchain_core.documents import Document
-from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.output_parsers import StrOutputParser
-from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
+from langchain_core.prompts import ChatPromptTemplate, PromptTemplate
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import (
     ConfigurableField,
@@ -36,148 +25,36 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import InvalidUpdateError
 from langgraph.graph import START, StateGraph
 from pipeline_fixtures import FAST_RETRY, POLICIES, REPO
+from wrap_apps import (
+    APPS,
+    FOLLOW_UP,
+    HISTORY,
+    QUESTION,
+    RAG_PROMPT,
+    STANDALONE,
+    K,
+    State,
+    cite_returns,
+    conversational_chain,
+    expected_ids,
+    fabricate,
+    lcel_chain,
+    numbered,
+    retrieval_chain,
+    tutorial_graph,
+)
 
 from tracerag import MissingVersionError, validate_response, wrap
 from tracerag import semconv as sc
 from tracerag.demo.kb import DemoVectorStore, HashingEmbeddings, build_vectorstore
-from tracerag.testing import ScriptCall, ScriptedChatModel
-from tracerag.wrap import graph_nodes
-
-K = 4
-QUESTION = "How many days do I have to return an item?"
-FOLLOW_UP = "And how many days do I have to return it?"
-ANSWER_SYSTEM = "Answer from the context; cite each passage you use by its [id].\n\n{context}"
-STANDALONE = "Rewrite the latest user question as a standalone question."
-
-# LangChain's RAG tutorial prompt (rlm/rag-prompt), with the passages numbered so they can be cited
-RAG_PROMPT = ChatPromptTemplate.from_messages(
-    [
-        (
-            "human",
-            "You are an assistant for question-answering tasks. Use the following pieces of "
-            "retrieved context to answer the question. If you don't know the answer, just say "
-            "that you don't know. Cite passages by their number, like [1]. Use three sentences "
-            "maximum and keep the answer concise.\nQuestion: {question} \nContext: {context} "
-            "\nAnswer:",
-        )
-    ]
-)
-
-
-def numbered(docs: list[Document]) -> str:
-    return "\n\n".join(f"[{i}] {d.page_content}" for i, d in enumerate(docs, 1))
-
-
-def cite_returns(call: ScriptCall) -> str:
-    """A model that answers from the passage on returns, citing it by its number or its id."""
-    if STANDALONE in call.prompt:
-        return QUESTION
-    for line in call.prompt.splitlines():
-        if line.startswith("[") and "30 days" in line:
-            marker = line[1 : line.index("]")]
-            return f"Customers may return unused items within 30 days of delivery. [{marker}]"
-    return "I don't know. [9]"
-
-
-def fabricate(call: ScriptCall) -> str:
-    if STANDALONE in call.prompt:
-        return QUESTION
-    return "Customers may return unused items within 30 days of delivery. [policy-99]"
+from tracerag.testing import ScriptedChatModel
+from tracerag.wrap._inspect import graph_nodes
 
 
 @pytest.fixture
 def store():
     docs = [Document(page_content=d.page_content, metadata=dict(d.metadata)) for d in POLICIES]
     return build_vectorstore(docs)
-
-
-# -- the four apps, written as their own documentation writes them ------------------------------
-
-
-class State(TypedDict):
-    question: str
-    context: list[Document]
-    answer: str
-
-
-def tutorial_graph(store, llm, *, checkpointer=None, extra_nodes=()):
-    """LangChain's RAG tutorial: retrieve → generate over a typed state."""
-
-    def retrieve(state: State):
-        retrieved_docs = store.similarity_search(state["question"], k=K)
-        return {"context": retrieved_docs}
-
-    def generate(state: State):
-        docs_content = numbered(state["context"])
-        messages = RAG_PROMPT.invoke({"question": state["question"], "context": docs_content})
-        response = llm.invoke(messages)
-        return {"answer": response.content}
-
-    builder = StateGraph(State).add_sequence([retrieve, generate, *extra_nodes])
-    builder.add_edge(START, "retrieve")
-    return builder.compile(checkpointer=checkpointer)
-
-
-def retrieval_chain(store, llm):
-    """``create_retrieval_chain`` over ``create_stuff_documents_chain``: {"answer", "context"}."""
-    prompt = ChatPromptTemplate.from_messages(
-        [
-            ("system", ANSWER_SYSTEM),
-            ("human", "{input}"),
-        ]
-    )
-    document_prompt = PromptTemplate.from_template("[{id}] {page_content}")
-    combine = create_stuff_documents_chain(llm, prompt, document_prompt=document_prompt)
-    return create_retrieval_chain(store.as_retriever(search_kwargs={"k": K}), combine)
-
-
-def conversational_chain(store, llm):
-    """A history-aware retrieval chain: {"input", "chat_history"} in."""
-    contextualize = ChatPromptTemplate.from_messages(
-        [("system", STANDALONE), MessagesPlaceholder("chat_history"), ("human", "{input}")]
-    )
-    history_aware = create_history_aware_retriever(
-        llm, store.as_retriever(search_kwargs={"k": K}), contextualize
-    )
-    qa_prompt = ChatPromptTemplate.from_messages(
-        [
-            ("system", ANSWER_SYSTEM),
-            MessagesPlaceholder("chat_history"),
-            ("human", "{input}"),
-        ]
-    )
-    combine = create_stuff_documents_chain(
-        llm, qa_prompt, document_prompt=PromptTemplate.from_template("[{id}] {page_content}")
-    )
-    return create_retrieval_chain(history_aware, combine)
-
-
-def lcel_chain(store, llm):
-    retriever = store.as_retriever(search_kwargs={"k": K})
-    return (
-        {"context": retriever | numbered, "question": RunnablePassthrough()}
-        | RAG_PROMPT
-        | llm
-        | StrOutputParser()
-    )
-
-
-HISTORY = [
-    HumanMessage("I bought headphones last week."),
-    AIMessage("Thanks, how can I help with them?"),
-]
-
-APPS = {
-    "tutorial_graph": (tutorial_graph, {"question": QUESTION}),
-    "retrieval_chain": (retrieval_chain, {"input": QUESTION}),
-    "conversational": (conversational_chain, {"input": FOLLOW_UP, "chat_history": HISTORY}),
-    "lcel": (lcel_chain, QUESTION),
-}
-
-
-def expected_ids(store) -> list[str]:
-    """The ids of the K documents the app's runs retrieve."""
-    return [d.metadata["id"] for d in store.similarity_search(QUESTION, k=K)]
 
 
 @pytest.mark.parametrize("name", list(APPS))
@@ -318,62 +195,108 @@ def test_graph_versions_are_learned_from_the_runs(store, spans):
     assert list(register[sc.VERSION_FROM_RUNS]) == ["prompt", "model"]
 
 
-def test_graph_without_prompt_template_is_refused_naming_the_argument(store, spans):
-    llm = ScriptedChatModel(responder=cite_returns, model_name="scripted-x")
+class Plain(TypedDict):
+    question: str
+    answer: str
 
-    class Plain(TypedDict):
-        question: str
-        answer: str
+
+def formatted_graph(llm, template: str):
+    """A graph whose prompt is built with ``str.format`` inside its node: no LangChain template."""
 
     def generate(state: Plain):
-        return {"answer": llm.invoke(f"Answer: {state['question']}").content}
+        return {"answer": llm.invoke(template.format(question=state["question"])).content}
 
     builder = StateGraph(Plain).add_sequence([generate])
     builder.add_edge(START, "generate")
-    wrapped = wrap(builder.compile(), n_samples=1, tracer_provider=spans.provider)
-    with pytest.raises(MissingVersionError, match=r"pass prompt_version= to wrap\(\)") as info:
-        wrapped.invoke({"question": QUESTION})
-    assert "model" not in str(info.value).split("refused:")[1].split(".")[0]
-    roots = spans.named(sc.SPAN_REQUEST)
-    assert len(roots) == 1
-    assert roots[0].attributes[sc.REQUEST_ID]  # a refused request's root carries its id
-    response = wrap(
-        builder.compile(), prompt_version="p1", n_samples=1, tracer_provider=spans.provider
-    ).invoke({"question": QUESTION})
-    assert response.versions.prompt == "p1"
-    assert response.versions.model == "scripted-x"
+    return builder.compile()
 
 
-def test_a_request_refused_for_versions_keeps_what_its_runs_did(store, spans):
-    """The refusal comes after the runs: the record shows their samples and materials."""
+def test_a_prompt_built_with_format_is_versioned_by_what_reached_the_model(store, spans):
     llm = ScriptedChatModel(responder=cite_returns, model_name="scripted-x")
+    records: list[dict] = []
+    wrapped = wrap(
+        formatted_graph(llm, "Answer briefly: {question}"),
+        n_samples=1,
+        audit=records.append,
+        tracer_provider=spans.provider,
+    )
+    first = wrapped.invoke({"question": QUESTION})
+    second = wrapped.invoke({"question": "How long is the warranty on a laptop?"})
+    # the question is masked out: the same prompt gives the same version for every question
+    assert first.versions.prompt == second.versions.prompt
+    assert first.versions.prompt.startswith("sha256:")
+    assert first.versions.model == "scripted-x"
+    assert records[0]["versions"]["prompt_source"] == "model-input"
+    assert records[0]["versions"]["model_source"] == "run"
+    sample = spans.named(sc.SPAN_SAMPLE, first.request_id)[0].attributes
+    assert sample[sc.VERSION_PROMPT_SOURCE] == "model-input"
+    # a changed prompt is a new version
+    other = wrap(formatted_graph(llm, "Answer in one line: {question}"), n_samples=1, audit=None)
+    assert other.invoke({"question": QUESTION}).versions.prompt != first.versions.prompt
+    # a given version is used as it is, and the record says so
+    given = wrap(
+        formatted_graph(llm, "Answer briefly: {question}"),
+        prompt_version="p1",
+        n_samples=1,
+        audit=records.append,
+    ).invoke({"question": QUESTION})
+    assert given.versions.prompt == "p1"
+    assert records[-1]["versions"]["prompt_source"] == "argument"
 
-    def generate(state: State):  # a prompt built without a LangChain template
-        prompt = f"Question: {state['question']}\n\n{numbered(state['context'])}"
-        return {"answer": llm.invoke(prompt).content}
+
+def rule_graph(store):
+    """A graph that answers without any model: there is no prompt to fingerprint."""
 
     def retrieve(state: State):
         return {"context": store.similarity_search(state["question"], k=K)}
 
+    def generate(state: State):
+        first = state["context"][0].page_content.split(".")[0]
+        return {"answer": f"{first}. [1]"}
+
     builder = StateGraph(State).add_sequence([retrieve, generate])
     builder.add_edge(START, "retrieve")
+    return builder.compile()
+
+
+def test_a_graph_without_any_model_call_is_refused_naming_the_argument(store, spans):
+    wrapped = wrap(rule_graph(store), n_samples=1, tracer_provider=spans.provider)
+    with pytest.raises(MissingVersionError, match=r"pass prompt_version= to wrap\(\)") as info:
+        wrapped.invoke({"question": QUESTION})
+    assert "made no model call" in str(info.value)
+    assert "pass model_version= to wrap()" in str(info.value)
+    roots = spans.named(sc.SPAN_REQUEST)
+    assert len(roots) == 1
+    assert roots[0].attributes[sc.REQUEST_ID]  # a refused request's root carries its id
+    response = wrap(
+        rule_graph(store), prompt_version="p1", model_version="rule-1", n_samples=1
+    ).invoke({"question": QUESTION})
+    assert (response.versions.prompt, response.versions.model) == ("p1", "rule-1")
+
+
+def test_a_request_refused_for_versions_keeps_what_its_runs_did(store, spans):
+    """The refusal comes after the runs: the record shows their samples and materials."""
     records: list[dict] = []
     wrapped = wrap(
-        builder.compile(), n_samples=2, audit=records.append, tracer_provider=spans.provider
+        rule_graph(store),
+        model_version="rule-1",
+        n_samples=2,
+        audit=records.append,
+        tracer_provider=spans.provider,
     )
     with pytest.raises(MissingVersionError, match=r"pass prompt_version= to wrap\(\)"):
         wrapped.invoke({"question": QUESTION})
     (record,) = records
     assert record["errors"][-1]["type"] == "MissingVersionError"
-    assert record["params"]["versions_from_runs"] == ["prompt", "model"]
-    assert record["versions"]["model"] == "scripted-x"  # learned; only the prompt is missing
+    assert record["params"]["versions_from_runs"] == ["prompt"]
+    assert record["versions"]["model"] == "rule-1"
+    assert record["versions"]["model_source"] == "argument"
     assert record["versions"]["prompt"] is None
     assert sorted(m["id"] for m in record["materials"]) == sorted(expected_ids(store))
     assert record["retrieval"]["source"] == "runs"
     assert record["retrieval"]["count"] == K
     answers = [s["answer"] for s in record["samples"]]
-    assert len(answers) == 2
-    assert all(a.startswith("Customers may return unused items within 30 days") for a in answers)
+    assert len(answers) == 2 and all(a.endswith("[1]") for a in answers)
     sample = spans.named(sc.SPAN_SAMPLE)[0]
     assert sample.attributes[sc.RETRIEVAL_COUNT] == K
     assert sample.status.status_code.name == "ERROR"
@@ -621,10 +544,21 @@ def test_samples_of_a_graph_do_not_share_state(store, spans):
     builder.add_edge(START, "retrieve")
     scratch: list = []
     response = wrap(
+        builder.compile(),
+        n_samples=3,
+        sampling="app",
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
+    ).invoke({"question": QUESTION, "scratch": scratch})
+    assert response.decision == "pass"
+    assert seen == [1, 1, 1]  # three whole runs, each on its own copy of the input
+    assert scratch == []
+    seen.clear()
+    response = wrap(
         builder.compile(), n_samples=3, retry=FAST_RETRY, tracer_provider=spans.provider
     ).invoke({"question": QUESTION, "scratch": scratch})
     assert response.decision == "pass"
-    assert seen == [1, 1, 1]
+    assert seen == [1]  # the default: the app runs once and its answering step is forked
     assert scratch == []
 
 

@@ -10,11 +10,11 @@ import pytest
 from langgraph.errors import GraphRecursionError, InvalidUpdateError
 from langgraph.graph import START, StateGraph
 
-from tracerag.chain_errors import is_deterministic, is_transient
 from tracerag.errors import ConfigurationError
 from tracerag.llm import Tries, retry_call
 from tracerag.settings import RetryPolicy
 from tracerag.testing import ScriptedModelError
+from tracerag.wrap._retryable import is_deterministic, is_transient
 
 FAST = RetryPolicy(attempts=3, initial_wait=0.001, max_wait=0.01, jitter=0.0)
 

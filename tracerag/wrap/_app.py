@@ -1,0 +1,167 @@
+"""wrap(app) and the Runnable it returns."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import Runnable
+
+from tracerag.errors import ConfigurationError
+from tracerag.options import check_options
+from tracerag.pipeline import PipelineOptions, build_settings
+from tracerag.runner import StagedRunnable
+from tracerag.stages.sample import TEMPERATURE_ZERO_WARNING
+from tracerag.state import RequestInput
+from tracerag.wrap._hooks import instrument
+from tracerag.wrap._inspect import ChainInfo, inspect_chain, retrieval_parts
+from tracerag.wrap._io import ChainIO
+from tracerag.wrap._runs import SAMPLING_MODES, Sampler, Sampling
+from tracerag.wrap._source import ChainSource
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from tracerag.routing import EscalationHandler
+    from tracerag.settings import Settings
+
+logger = logging.getLogger("tracerag.wrap")
+
+
+class WrappedChain(StagedRunnable):
+    """An existing chain or graph run through the six traced stages; returns a ``Response``.
+
+    Input: what the app takes (a question string, or a dict such as ``{"question": …}`` or
+    ``{"input": …, "chat_history": […]}``), passed to it unchanged; ``session_id``,
+    ``user_id``, ``channel`` and ``request_id`` in a dict are recorded too. A
+    ``RequestInput`` is tracerag's own request: the app gets its question as a bare question.
+    """
+
+    def __init__(
+        self,
+        chain: Runnable[Any, Any],
+        *,
+        settings: Settings,
+        info: ChainInfo,
+        chain_input: Callable[[str], Any] | None = None,
+        io: ChainIO | None = None,
+        run_once: Sequence[str] = (),
+        sampling: Sampling = "answer",
+    ) -> None:
+        io = io or ChainIO()
+        source = ChainSource(
+            chain,
+            info,
+            io=io,
+            sampler=Sampler(chain, run_once, sampling, answer_of=io.answer_or_none),
+            chain_input=chain_input,
+        )
+        super().__init__(settings, source)
+        self.chain = chain
+        self.info = info
+        self.chain_input = chain_input
+        self.io = source.io
+        self.sampler = source.sampler
+
+    @property
+    def escalation(self) -> EscalationHandler:
+        return self.settings.escalation
+
+    def parse_input(self, input: Any) -> RequestInput:
+        """The checked request, with the caller's input kept for the app."""
+        if isinstance(input, RequestInput):
+            return super().parse_input(input)
+        request = self.io.request(input)
+        parsed = super().parse_input({"question": request.question, **request.fields})
+        if self.chain_input is not None:  # the app's input is made from the question
+            return parsed
+        return dataclasses.replace(parsed, app_input=request.chain_input)
+
+
+def wrap(
+    chain: Runnable[Any, Any],
+    *,
+    prompt_version: str | None = None,
+    model_version: str | None = None,
+    chain_input: Callable[[str], Any] | None = None,
+    input_key: str | None = None,
+    output_key: str | None = None,
+    documents_key: str | None = None,
+    run_once: Sequence[str] = (),
+    retriever: BaseRetriever | None = None,
+    sampling: Sampling = "answer",
+    **options: Unpack[PipelineOptions],
+) -> WrappedChain:
+    """Wrap an existing LangChain chain or LangGraph graph so each request runs the six traced,
+    verified stages.
+
+    The caller's input is passed to the app unchanged. ``input_key`` names the field holding
+    the question (default: ``question``, ``input``, ``query``, or a string input);
+    ``output_key`` the field holding the answer (default: ``answer``, ``output``, ``result``, or
+    a string or ``AIMessage`` output); ``documents_key`` the field of the output holding the
+    documents the app used (default: ``context``, ``source_documents``). ``run_once`` names
+    graph nodes that must run once per request, not once per sample. ``retriever`` is the
+    retriever the app uses inside its nodes, called once in the retrieve stage for scored
+    materials. ``chain_input`` turns the question into the app's input instead.
+
+    ``sampling="answer"`` (the default) retrieves once and draws the N answers from the same
+    materials: a graph (an agent) runs once and its answering step is forked N-1 times from
+    the checkpoint before it; a chain's retrieval is shared by its N runs. ``sampling="app"``
+    runs the whole app N times, for apps whose retrieval itself varies. The options it shares
+    with ``RAGPipeline`` are ``tracerag.pipeline.PipelineOptions``.
+    """
+    check_options("wrap", options, PipelineOptions.__optional_keys__)
+    if not isinstance(chain, Runnable):
+        raise ConfigurationError(f"wrap() needs a LangChain Runnable, got {type(chain).__name__}")
+    if sampling not in SAMPLING_MODES:
+        raise ConfigurationError(
+            f"sampling must be one of {list(SAMPLING_MODES)}, got {sampling!r}"
+        )
+    info = inspect_chain(chain)
+    if retriever is not None and retriever not in info.retrievers:
+        info.retrievers.append(retriever)
+    reached, stores = retrieval_parts(chain)
+    info.reached_retrievers = [r for r in reached if r not in info.retrievers]
+    info.stores = stores
+    instrument([*info.retrievers, *info.reached_retrievers], stores)
+    temperature = info.temperature
+    settings = build_settings(
+        retriever=None,
+        llm=None,
+        prompt_version=prompt_version or info.prompt_version,
+        model_version=model_version or info.model_version,
+        prompt_version_source=_source(prompt_version, info.prompt_version, "template"),
+        model_version_source=_source(model_version, info.model_version, "app"),
+        temperature=temperature if temperature is not None else 0.7,
+        plan_mode="inline",
+        **options,
+    )
+    if temperature == 0.0 and settings.n_samples > 1:
+        logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)
+    io = ChainIO(
+        input_key=input_key,
+        output_key=output_key,
+        documents_key=documents_key,
+        app=None if input_key else chain,
+    )
+    return WrappedChain(
+        chain,
+        settings=settings,
+        info=info,
+        chain_input=chain_input,
+        io=io,
+        run_once=run_once,
+        sampling=sampling,
+    )
+
+
+def _source(given: str | None, found: str | None, how: str) -> str | None:
+    if given:
+        return "argument"
+    return how if found else None
+
+
+__all__ = ["WrappedChain", "wrap"]

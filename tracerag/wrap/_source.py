@@ -1,0 +1,339 @@
+"""wrap()'s source: how a wrapped app's materials are retrieved and its samples drawn."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import Runnable
+from langchain_core.vectorstores import VectorStoreRetriever
+from opentelemetry.trace import Span
+
+from tracerag import semconv
+from tracerag import usage as usage_meter
+from tracerag.errors import RetrieverTimeoutError
+from tracerag.llm import OnRetry, Tries, clean_text, retry_call, within
+from tracerag.stages.plan import implied_plan
+from tracerag.stages.retrieve import fetch, record_materials, to_materials
+from tracerag.stages.sample import (
+    TEMPERATURE_ZERO_WARNING,
+    Draw,
+    draw_samples,
+    record_samples,
+    samples_wanted,
+)
+from tracerag.state import (
+    ErrorLog,
+    RequestInput,
+    RequestState,
+    Retrieval,
+    RunVersions,
+    SampleSet,
+    StageRefusal,
+)
+from tracerag.wrap._capture import RunCapture, model_call_attributes
+from tracerag.wrap._hooks import Shared, scope
+from tracerag.wrap._inspect import ChainInfo
+from tracerag.wrap._io import ChainIO, independent_copy
+from tracerag.wrap._materials import run_materials, shown_order
+from tracerag.wrap._retryable import is_transient
+from tracerag.wrap._runs import Attempt, Sampler
+from tracerag.wrap._versions import learn_model, learn_prompt, missing_version_error
+
+if TYPE_CHECKING:
+    from tracerag.settings import Settings
+    from tracerag.signals.types import Material
+
+logger = logging.getLogger("tracerag.wrap")
+
+RUNS_NOTE = "no retriever found in the app; materials are what its runs retrieved"
+#: Requests whose retrieval is kept between their retrieve and sample stages, at most.
+MAX_OPEN_REQUESTS = 4096
+# retrievers whose documents the retrieve stage fetches from their store as they would
+_SEARCHES_AS_RETRIEVER = {"similarity", "similarity_score_threshold"}
+
+
+class ChainSource:
+    """wrap()'s source: the app's retrievers, and samples from the app's runs (``_runs``)."""
+
+    mode = "wrap"
+    learns_versions = True
+
+    def __init__(
+        self,
+        chain: Runnable[Any, Any],
+        info: ChainInfo,
+        *,
+        io: ChainIO | None = None,
+        sampler: Sampler | None = None,
+        chain_input: Callable[[str], Any] | None = None,
+    ) -> None:
+        self.chain = chain
+        self.info = info
+        self.io = io or ChainIO()
+        self.sampler = sampler or Sampler(chain, answer_of=self.io.answer_or_none)
+        self.chain_input = chain_input
+        # each request's shared retrieval, from its retrieve stage to its sample stage
+        self._open: OrderedDict[str, Shared] = OrderedDict()
+        self._open_lock = threading.Lock()
+
+    @property
+    def shares_retrieval(self) -> bool:
+        return self.sampler.sampling == "answer"
+
+    def _shared(self, request_id: str, *, take: bool) -> Shared:
+        with self._open_lock:
+            shared = self._open.pop(request_id, None) if take else self._open.get(request_id)
+            if shared is None:
+                shared = Shared(self.shares_retrieval)
+                if not take:
+                    self._open[request_id] = shared
+                    while len(self._open) > MAX_OPEN_REQUESTS:
+                        self._open.popitem(last=False)
+            return shared
+
+    def app_input(self, request: RequestInput) -> Any:
+        """The app's input for a request: the caller's own, else one made from the question."""
+        if request.app_input is not None:
+            return request.app_input
+        if self.chain_input is not None:
+            return self.chain_input(request.question)
+        return self.io.string_input(request.question)
+
+    async def retrieve(
+        self, state: RequestState, settings: Settings, span: Span, config: Any = None
+    ) -> Retrieval:
+        """The app's retrievers, each called once; a failing one is kept as an error.
+
+        With ``sampling="answer"`` what each returned is what the app's runs get from it for
+        the same question (``_hooks.Shared``), so the request retrieves once.
+        """
+        if not self.info.retrievers:
+            # the app retrieves inside its own runs (graph nodes, tools): recorded after them
+            span.set_attribute(semconv.RETRIEVAL_SOURCE, "runs")
+            return Retrieval.of((), note=RUNS_NOTE, source="runs")
+        shared = self._shared(state.request_id, take=False)
+        errors = ErrorLog()
+        pairs: list[tuple[Document, float | None]] = []
+        for retriever in self.info.retrievers:
+            try:
+                with scope(shared):
+                    found = await within(
+                        functools.partial(fetch, retriever, state.question, config),
+                        settings.retry.retriever_timeout,
+                        RetrieverTimeoutError,
+                    )
+            except Exception as exc:  # the app's own runs will retrieve again
+                errors.record_error("retrieve", exc)
+                span.record_exception(exc)
+                continue
+            pairs.extend(found)
+            if _fetched_as_retrieved(retriever, found):
+                shared.seed(retriever, state.question, [doc for doc, _ in found])
+        retrieval = Retrieval.of(
+            to_materials(pairs),
+            errors=errors.freeze(),
+            source="retriever",
+            shape=settings.retrieval_shape,
+        )
+        record_materials(retrieval, span)
+        span.set_attribute(semconv.RETRIEVAL_SOURCE, "retriever")
+        return retrieval
+
+    async def sample(
+        self, state: RequestState, settings: Settings, span: Span, config: Any = None
+    ) -> SampleSet:
+        """N answers from the app's runs; each with the materials its answer was shown."""
+        n = samples_wanted(state, settings)
+        shared = self._shared(state.request_id, take=True)
+        captures = [RunCapture() for _ in range(n)]
+        outputs: list[Any] = [None] * n
+        app_input = self.app_input(state.input)
+        registered = state.registration.versions if state.registration is not None else None
+        runs = await self.sampler.start(config, state.request_id, n)
+        span.set_attribute(semconv.SAMPLING, self.sampler.sampling)
+
+        async def generate(index: int, on_retry: OnRetry, tries: Tries) -> Draw:
+            capture_run = captures[index]
+
+            def attempts(attempt: Attempt) -> Awaitable[Any]:
+                async def once() -> Any:
+                    capture_run.reset()
+                    with scope(shared, capture_run):
+                        return await attempt()
+
+                return retry_call(
+                    once, settings.retry, on_retry=on_retry, retry_on=is_transient, tries=tries
+                )
+
+            try:
+                output = await runs.draw(index, independent_copy(app_input), capture_run, attempts)
+            finally:
+                if index == 0:
+                    runs.app_run_done()
+            outputs[index] = output
+            usage = capture_run.token_usage
+            return Draw(
+                clean_text(self.io.answer(output), settings.retry.max_output_chars),
+                input_tokens=usage.get("input_tokens"),
+                output_tokens=usage.get("output_tokens"),
+            )
+
+        def describe(index: int, draw: Draw | None) -> dict[str, Any]:
+            capture_run = captures[index]
+            attrs = _model_attrs(capture_run, self.info)
+            # a fork resumed at the model step: its prompt is the one the app's run formatted
+            origin = captures[0] if runs.kinds[index] == "fork" else capture_run
+            template_version = (
+                (registered.prompt if registered is not None else None)
+                or capture_run.prompt_version
+                or origin.prompt_version
+                or self.info.prompt_version
+            )
+            template_text = capture_run.last_prompt_text or origin.last_prompt_text
+            attrs.update(
+                model_call_attributes(capture_run.last_call, template_version, template_text)
+            )
+            attrs.update(usage_meter.span_attributes(capture_run.calls))
+            attrs[semconv.SAMPLE_RUN] = runs.kinds[index]
+            return attrs  # the output message is set from the sample itself
+
+        errors = ErrorLog()
+        try:
+            drawn = await draw_samples(state, settings, n, generate, describe, errors)
+        finally:
+            await runs.cleanup()
+        carried = [self.io.documents(o) if o is not None else [] for o in outputs]
+        extra = run_materials(state.materials, captures, carried)
+        materials = state.materials + extra
+        samples = tuple(
+            implied_plan(
+                dataclasses.replace(
+                    s, material_order=shown_order(materials, captures[i], carried[i])
+                ),
+                materials,
+            )
+            for i, s in enumerate(drawn)
+        )
+        _record_run_materials(state, materials, extra, span)
+        temperatures = {c.temperature for c in captures if c.temperature is not None}
+        # the runs' own temperature, else the chain's; None: the model has none tracerag knows
+        temperature = temperatures.pop() if len(temperatures) == 1 else self.info.temperature
+        zero = temperature == 0.0 and n > 1
+        if zero:
+            logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)
+        warnings = record_samples(samples, span, temperature)
+        kept = runs.kept
+        if kept is not None:
+            span.set_attribute(semconv.SAMPLE_KEPT, kept)
+        pending = state.registration.versions_from_runs if state.registration is not None else ()
+        learned = _learn_versions(pending, captures, state.question, materials, span)
+        sampled = SampleSet(
+            samples=samples,
+            temperature=temperature,
+            temperature_zero=settings.temperature == 0.0 or zero,
+            positional=True,
+            extra_materials=extra,
+            versions=learned,
+            warnings=warnings,
+            errors=errors.freeze(),
+            kept=kept,
+            sampling=self.sampler.sampling,
+            runs=tuple(runs.kinds),
+        )
+        missing = [name for name in pending if learned is None or not getattr(learned, name)]
+        if missing:  # the record still shows what the runs did and retrieved
+            raise StageRefusal(missing_version_error(state.request_id, missing), sampled)
+        return sampled
+
+
+def _fetched_as_retrieved(retriever: BaseRetriever, found: Sequence[Any]) -> bool:
+    """Whether the retrieve stage's documents are what ``retriever.invoke(question)`` returns:
+    a vector store retriever searched as it searches (through its own invoke, documents are
+    shared by ``_hooks`` already)."""
+    return isinstance(retriever, VectorStoreRetriever) and (
+        retriever.search_type in _SEARCHES_AS_RETRIEVER
+        and all(score is not None for _, score in found)
+    )
+
+
+def _learn_versions(
+    pending: Sequence[str],
+    captures: Sequence[RunCapture],
+    question: str,
+    materials: Sequence[Material],
+    span: Span,
+) -> RunVersions | None:
+    """The pending versions as the runs show them, with how each was obtained."""
+    if not pending:
+        return None
+    prompt, prompt_source = (None, None)
+    if "prompt" in pending:
+        prompt, prompt_source = learn_prompt(captures, question, materials)
+    model = learn_model(captures) if "model" in pending else None
+    learned = RunVersions(
+        prompt=prompt,
+        model=model,
+        prompt_source=prompt_source,
+        model_source="run" if model else None,
+    )
+    if learned.prompt:
+        span.set_attribute(semconv.VERSION_PROMPT, learned.prompt)
+        span.set_attribute(semconv.VERSION_PROMPT_SOURCE, prompt_source or "")
+    if learned.model:
+        span.set_attribute(semconv.VERSION_MODEL, learned.model)
+        span.set_attribute(semconv.VERSION_MODEL_SOURCE, "run")
+    return learned
+
+
+def _record_run_materials(
+    state: RequestState,
+    materials: tuple[Material, ...],
+    extra: tuple[Material, ...],
+    span: Span,
+) -> None:
+    """Put every material the answer may cite on the sample span, and where they come from."""
+    source = state.retrieval.source if state.retrieval is not None else None
+    if source == "runs":  # the documents appear in the trace here, once
+        record_materials(Retrieval.of(materials, note=RUNS_NOTE), span)
+    else:
+        span.set_attributes(
+            {
+                semconv.RETRIEVAL_COUNT: len(materials),
+                semconv.RETRIEVAL_MATERIAL_IDS: [m.id for m in materials],
+            }
+        )
+        source = "retriever+runs" if extra else "retriever"
+    span.set_attribute(semconv.RETRIEVAL_SOURCE, source)
+
+
+def _model_attrs(capture_run: RunCapture, info: ChainInfo) -> dict[str, Any]:
+    """The model attributes of a sample span, from what its run's callbacks saw."""
+    name = capture_run.model_name or info.model_version
+    attrs: dict[str, Any] = {
+        semconv.OI_SPAN_KIND: semconv.OI_KIND_LLM,
+        semconv.GENAI_OPERATION_NAME: semconv.GENAI_OPERATION_CHAT,
+    }
+    if name:
+        attrs[semconv.OI_LLM_MODEL_NAME] = name
+        attrs[semconv.GENAI_REQUEST_MODEL] = name
+    params = capture_run.invocation_params
+    provider = params.get("ls_provider") or params.get("_type")
+    if provider:
+        attrs[semconv.GENAI_PROVIDER_NAME] = str(provider)
+    if capture_run.temperature is not None:
+        attrs[semconv.GENAI_REQUEST_TEMPERATURE] = capture_run.temperature
+    if params:
+        attrs[semconv.OI_LLM_INVOCATION_PARAMETERS] = json.dumps(params, default=str)
+    return attrs
+
+
+__all__ = ["RUNS_NOTE", "ChainSource"]
