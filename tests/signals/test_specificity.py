@@ -6,7 +6,7 @@ import pytest
 from langchain_core.documents import Document
 from pipeline_fixtures import FAST_RETRY, scripted
 
-from tracerag import RAGPipeline
+from tracerag import RAGPipeline, Thresholds
 from tracerag.signals._specificity import check_specificity, find_conflict, question_subject
 from tracerag.signals.citations import averify_citations, verify_citations
 from tracerag.signals.support import get_backend
@@ -147,9 +147,20 @@ def test_the_pipeline_routes_the_general_answer_to_the_specific_question(spans, 
         n_samples=3, retry=FAST_RETRY, tracer_provider=spans.provider,
     )
     response = pipeline.invoke(LAPTOP_Q)
-    claim = response.claims[0]
-    assert claim.verdict == "unsupported"
-    assert "24-month" in claim.reason
-    assert response.decision != "pass"
+    assert response.claims[0].verdict == "unsupported"
+    assert response.decision == "escalate" and response.answer is None
+    # withheld from the caller, handed to a person with the candidate answer
+    (ticket,) = pipeline.escalation.tickets
+    assert ticket.candidate_answer == GENERAL
+    # flagged rather than withheld (every confidence reviews), the caller sees it too
+    flagged = RAGPipeline(
+        retriever, llm, prompt_version="test-prompt-v1", model_version=llm.model_name,
+        n_samples=3, retry=FAST_RETRY, tracer_provider=spans.provider,
+        thresholds=Thresholds(pass_at=1.0, review_at=0.0),
+    ).invoke(LAPTOP_Q)
+    assert flagged.decision == "review"
+    claim = flagged.claims[0]
+    assert claim.verdict == "unsupported" and "24-month, not 12-month" in claim.reason
     general = pipeline.invoke("How long is the warranty on a new device?")
     assert general.claims[0].verdict == "supported"
+    assert general.decision == "pass"
