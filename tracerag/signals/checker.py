@@ -231,7 +231,10 @@ class _OnnxModel:
         if self.profile == "minicheck-t5":
             for name in ("encoder_model.onnx", "decoder_model.onnx"):
                 if not (folder / name).is_file():
-                    raise ConfigurationError(f"seq2seq checker {folder} has no {name}")
+                    raise ConfigurationError(
+                        f"seq2seq checker {folder} has no {name} (export it with optimum-cli "
+                        "export onnx --no-post-process, which keeps the decoder unmerged)"
+                    )
             self._encoder, self._decoder = (
                 session("encoder_model.onnx"),
                 session("decoder_model.onnx"),
