@@ -27,6 +27,7 @@ _EXPORTS = {
     "support": "tracerag.signals.support",
     "Support": "tracerag.signals.support",
     "JudgeSupport": "tracerag.signals.judge",
+    "CheckerSupport": "tracerag.signals.checker",
     "RuleResult": "tracerag.signals.rules",
     "rule": "tracerag.signals.rules",
     "Thresholds": "tracerag.routing",
@@ -71,6 +72,7 @@ __all__ = [
     "CalibratedCombiner",
     "CallError",
     "CallTimeoutError",
+    "CheckerSupport",
     "Combiner",
     "ConfigurationError",
     "ContractError",
@@ -169,6 +171,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag.runner import StageEvent
     from tracerag.settings import RetryPolicy
     from tracerag.signals.calibrated import CalibratedCombiner
+    from tracerag.signals.checker import CheckerSupport
     from tracerag.signals.confidence import Combiner, HeuristicCombiner, Signals
     from tracerag.signals.consistency import Equivalence
     from tracerag.signals.judge import JudgeSupport
