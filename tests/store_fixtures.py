@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tracerag.config import reset_config
 from tracerag.store.sql import SQLAuditStore
 
 PG_ENV = "TRACERAG_TEST_POSTGRES_DSN"
@@ -138,9 +139,17 @@ def backend(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Backend]:
         b: Backend = SQLiteBackend(str(tmp_path / "audit.sqlite"))
     else:
         b = PostgresBackend(postgres_dsn())
+    # a server on a store that can be down needs an audit journal, as in production: apps the
+    # test builds on PostgreSQL keep theirs in the test's directory
+    monkeypatch = pytest.MonkeyPatch()
+    if request.param == "postgres":
+        monkeypatch.setenv("TRACERAG_AUDIT_JOURNAL", str(tmp_path / "journal"))
+        reset_config()
     try:
         yield b
     finally:
+        monkeypatch.undo()
+        reset_config()
         b.cleanup()
 
 

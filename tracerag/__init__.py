@@ -27,6 +27,7 @@ _EXPORTS = {
     "support": "tracerag.signals.support",
     "Support": "tracerag.signals.support",
     "JudgeSupport": "tracerag.signals.judge",
+    "CheckerSupport": "tracerag.signals.checker",
     "RuleResult": "tracerag.signals.rules",
     "rule": "tracerag.signals.rules",
     "Thresholds": "tracerag.routing",
@@ -75,6 +76,7 @@ __all__ = [
     "CalibratedCombiner",
     "CallError",
     "CallTimeoutError",
+    "CheckerSupport",
     "Combiner",
     "ConfigurationError",
     "ContractError",
@@ -178,6 +180,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds, Ticket
     from tracerag.settings import RetryPolicy
     from tracerag.signals.calibrated import CalibratedCombiner
+    from tracerag.signals.checker import CheckerSupport
     from tracerag.signals.confidence import Combiner, HeuristicCombiner, Signals
     from tracerag.signals.consistency import Equivalence
     from tracerag.signals.judge import JudgeSupport

@@ -2,6 +2,11 @@
 
 A module listed in ``COMMANDS`` exposes ``add_parser(subparsers)``, which registers its
 subcommand and sets ``func`` (called with the parsed arguments, returning an exit code).
+
+Only the chosen command's module is imported: ``tracerag``, ``tracerag --help`` and
+``tracerag --version`` import none of them (the subcommands import LangChain, pydantic, numpy),
+and list the commands from ``COMMAND_TABLE``. A module in ``COMMANDS`` that the table does not
+name (a plugin) is imported every time, since only its ``add_parser`` knows what it registers.
 """
 
 from __future__ import annotations
@@ -11,7 +16,6 @@ import logging
 import sys
 from collections.abc import Sequence
 from importlib import import_module
-from typing import Any
 
 from tracerag import __version__
 
@@ -29,43 +33,145 @@ COMMANDS = [
     "tracerag.tools.desk",
 ]
 
+#: Every command of the modules above: its one-line help and the modules that register it
+#: (``audit``'s subcommands come from several). A test checks it against the modules.
+COMMAND_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
+    "demo": ("answer the bundled demo questions offline", ("tracerag.demo.run",)),
+    "show": ("show one request's audit trail as a timeline", ("tracerag.tools.cli_store",)),
+    "audit": (
+        "check the audit log (verify, ...)",
+        ("tracerag.tools.cli_store", "tracerag.tools.adversarial", "tracerag.tools.materials"),
+    ),
+    "replay": (
+        "re-run a stored request with its materials and parameters; show what changed",
+        ("tracerag.tools.replay",),
+    ),
+    "explain": (
+        "why this answer: occlusion and counterfactual experiments on a stored request",
+        ("tracerag.tools.explain",),
+    ),
+    "metrics": (
+        "citation coverage and accuracy, interception, review and escalation rates",
+        ("tracerag.tools.indicators",),
+    ),
+    "serve": ("serve the answer API and the review desk over HTTP", ("tracerag.server.cli",)),
+    "calibrate": (
+        "fit a confidence calibration to labelled responses",
+        ("tracerag.tools.calibration",),
+    ),
+    "eval": (
+        "compare two prompt/model versions on a question set; a release gate",
+        ("tracerag.tools.eval",),
+    ),
+    "materials": (
+        "the material registry: history, impact, review, quarantine, rollback",
+        ("tracerag.tools.materials",),
+    ),
+    "trace-back": (
+        "from a request to the writes behind its materials",
+        ("tracerag.tools.materials",),
+    ),
+    "feedback": (
+        "record confirm / deny / clarify on an answer",
+        ("tracerag.tools.materials",),
+    ),
+    "desk": (
+        "the review desk's decisions as a labelled dataset; reviewer agreement",
+        ("tracerag.tools.desk",),
+    ),
+}
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every available subcommand."""
+#: ``tracerag audit NAME``: the module that adds NAME to the audit group (with the group's own).
+AUDIT_TABLE: dict[str, str] = {
+    "verify": "tracerag.tools.cli_store",
+    "adversarial": "tracerag.tools.adversarial",
+    "materials": "tracerag.tools.materials",
+}
+
+_GLOBAL_FLAGS = {"-h", "--help", "--version", "-v", "--verbose"}
+
+
+def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
     parser = argparse.ArgumentParser(
         prog="tracerag",
         description="Traced, verified retrieval-augmented generation.",
+        epilog="tracerag COMMAND --help shows the options of one command.",
     )
     parser.add_argument("--version", action="version", version=f"tracerag {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    return parser, subparsers
+
+
+def _known_modules() -> set[str]:
+    return {m for _help, modules in COMMAND_TABLE.values() for m in modules}
+
+
+def modules_for(argv: Sequence[str]) -> list[str]:
+    """The command modules to import for ``argv``, in ``COMMANDS`` order.
+
+    None for no command (``tracerag``, ``--help``, ``--version``) or an unknown one, beside the
+    modules ``COMMAND_TABLE`` does not name; for ``audit NAME`` the group's module and NAME's.
+    """
+    command, rest = None, []
+    for i, token in enumerate(argv):
+        if token not in _GLOBAL_FLAGS:
+            command, rest = token, list(argv[i + 1 :])
+            break
+    wanted: set[str] = set()
+    if command in COMMAND_TABLE:
+        wanted.update(COMMAND_TABLE[command][1])
+        sub = next((t for t in rest if not t.startswith("-")), None)
+        if command == "audit" and sub in AUDIT_TABLE:
+            wanted = {"tracerag.tools.cli_store", AUDIT_TABLE[sub]}
+    known = _known_modules()
+    return [m for m in COMMANDS if m in wanted or m not in known]
+
+
+def _build(modules: Sequence[str]) -> argparse.ArgumentParser:
+    parser, subparsers = _top_parser()
+    for name in modules:
         import_module(name).add_parser(subparsers)
+    for command, (help_text, _modules) in COMMAND_TABLE.items():
+        if command not in subparsers.choices:  # listed in the help, loaded when chosen
+            subparsers.add_parser(command, help=help_text, add_help=False)
     return parser
 
 
-# The parser main() built last, with the command modules and the audit group it was built
-# with: a process that runs several commands (a script, the tests) builds it once, not once
-# per command (about 5 ms each: argparse makes a help formatter per argument). Audit
-# subcommands registered later join its audit group; a new group or module list rebuilds it.
-_built: tuple[tuple[str, ...], Any, argparse.ArgumentParser] | None = None
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every available subcommand (imports every command module)."""
+    return _build(COMMANDS)
 
 
-def _parser() -> argparse.ArgumentParser:
+# The parser main() built last, with the modules and the audit group it was built with: a
+# process that runs the same command several times (a script, the tests) builds it once (about
+# 5 ms: argparse makes a help formatter per argument). Audit subcommands registered later join
+# its audit group; other modules, or a new audit group, rebuild it.
+_built: tuple[tuple[str, ...], object, argparse.ArgumentParser] | None = None
+
+
+def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     global _built
+    modules = tuple(modules_for(argv))
+    group = _audit_group() if "tracerag.tools.cli_store" in modules else None
+    if _built is not None and _built[0] == modules and _built[1] is group:
+        return _built[2]
+    parser = _build(modules)
+    group = _audit_group() if "tracerag.tools.cli_store" in modules else None
+    _built = (modules, group, parser)
+    return parser
+
+
+def _audit_group() -> object:
     from tracerag.tools.cli_store import audit_group
 
-    commands = tuple(COMMANDS)
-    if _built is not None and _built[0] == commands and _built[1] is audit_group():
-        return _built[2]
-    parser = build_parser()
-    _built = (commands, audit_group(), parser)
-    return parser
+    return audit_group()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``tracerag`` command; returns the exit code."""
-    parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser(argv)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.ERROR,

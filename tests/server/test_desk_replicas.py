@@ -41,6 +41,8 @@ QUESTIONS = [
 
 def start(store: str, port: int, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "TRACERAG_REVIEWER_TOKEN": TOKEN}
+    # both replicas export the chain head to one anchor the operator keeps (verify reads it)
+    env["TRACERAG_AUDIT_ANCHOR"] = str(log.parent / "anchor")
     for name in ("TRACERAG_STORE", "TRACERAG_REVIEWERS_FILE", "TRACERAG_SESSION_SECRET"):
         env.pop(name, None)
     return subprocess.Popen(
@@ -57,6 +59,9 @@ def start(store: str, port: int, log: Path) -> subprocess.Popen[bytes]:
             "2",
             "--log-level",
             "warning",
+            # each process keeps its own audit journal on its own disk (PostgreSQL needs one)
+            "--journal",
+            str(log.with_suffix(".journal")),
         ],
         env=env,
         stdout=subprocess.DEVNULL,
@@ -174,7 +179,7 @@ def open_items(base: str) -> list[str]:
     return [item["request_id"] for item in reply.json()["items"]]
 
 
-def test_two_server_processes_share_the_desk(replicas) -> None:
+def test_two_server_processes_share_the_desk(replicas, tmp_path) -> None:
     bases, store_url = replicas
     answered = ask_everything(bases)
     assert len(set(answered)) == len(answered)
@@ -272,8 +277,19 @@ def test_two_server_processes_share_the_desk(replicas) -> None:
         store.close()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("TRACERAG_CHAIN_KEY", None)
+    anchor = str(tmp_path / "anchor")
     verify = subprocess.run(
-        [sys.executable, "-m", "tracerag.cli", "audit", "verify", "--store", store_url],
+        [
+            sys.executable,
+            "-m",
+            "tracerag.cli",
+            "audit",
+            "verify",
+            "--store",
+            store_url,
+            "--expect-head",
+            anchor,
+        ],
         env=env,
         capture_output=True,
         text=True,

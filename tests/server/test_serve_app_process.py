@@ -101,9 +101,12 @@ def shared_store(request, tmp_path) -> Iterator[str]:
 
 def test_two_processes_share_keys_streams_and_decisions(tmp_path, shared_store):
     args = ("--app", EXAMPLE_APP, "--store", shared_store)
+    # each process keeps its own audit journal on its own disk (PostgreSQL needs one)
+    journal_a = ("--journal", str(tmp_path / "journal-a"))
+    journal_b = ("--journal", str(tmp_path / "journal-b"))
     with (
-        serve_process(*args, log=tmp_path / "a.log", env=ENV) as a,
-        serve_process(*args, log=tmp_path / "b.log", env=ENV) as b,
+        serve_process(*args, *journal_a, log=tmp_path / "a.log", env=ENV) as a,
+        serve_process(*args, *journal_b, log=tmp_path / "b.log", env=ENV) as b,
         httpx.Client(timeout=120) as http,
     ):
         # a retry reaches the other replica while the first is under way: one request

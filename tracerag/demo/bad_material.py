@@ -59,6 +59,9 @@ def run_scenario(args: argparse.Namespace) -> int:
             with contextlib.suppress(FileNotFoundError):
                 Path(str(DEFAULT_STORE) + suffix).unlink()
         url = str(DEFAULT_STORE)
+    from tracerag.demo._store import writable_store
+
+    writable_store(url, default=not args.store)  # one line and exit 1 if it cannot be written
     registry = MaterialRegistry(open_store(url), owns_store=True)
     try:
         _say(f"tracerag demo — scenario bad-material (audit store {url})\n")

@@ -53,6 +53,7 @@ def resolver_for(
 
 
 async def _verified(
+    question: str,
     materials: Sequence[Material],
     sample: Sample,
     positional: bool,
@@ -67,6 +68,7 @@ async def _verified(
             materials,
             backend=settings.support_backend,
             resolve=resolver_for(materials, sample, positional=positional),
+            question=question,
         )
     except Exception as exc:  # an answer that cannot be verified must not pass: route it
         errors.record_error("verify", exc, sample=sample.index)
@@ -125,7 +127,7 @@ async def verify(
                 key = (s.answer or "", tuple(s.material_order))
                 if key not in seen:
                     seen[key] = await _verified(
-                        materials, s, sampled.positional, settings, span, errors
+                        state.question, materials, s, sampled.positional, settings, span, errors
                     )
                 reports[s.index] = seen[key]
     if usage.calls or usage.cached:
