@@ -12,7 +12,7 @@ import types
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from tracerag._version import __version__
 
 _EXPORTS = {
     "RAGPipeline": "tracerag.pipeline",

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from importlib import import_module
 
-from tracerag import __version__
+from tracerag._version import __version__
 
 COMMANDS = [
     "tracerag.demo.run",

@@ -13,8 +13,8 @@ import uuid
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
-from tracerag import __version__
 from tracerag._declare import stamp
+from tracerag._version import __version__
 from tracerag.errors import MissingVersionError
 from tracerag.settings import Settings
 from tracerag.state import Registration, RequestState, RunVersions

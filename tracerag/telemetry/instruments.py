@@ -12,8 +12,9 @@ from typing import Any
 
 from opentelemetry.metrics import Meter, MeterProvider
 
-from tracerag import __version__, semconv
+from tracerag import semconv
 from tracerag._choices import Route, RouteName, Tier, TierName
+from tracerag._version import __version__
 from tracerag.telemetry.meters import INSTRUMENTATION_NAME, get_meter_provider
 
 logger = logging.getLogger("tracerag.metrics")

@@ -21,7 +21,7 @@ try:
 except ImportError:  # pragma: no cover - an API without the placeholder class
     _ApiProxy = None  # type: ignore[assignment,misc]
 
-from tracerag import __version__
+from tracerag._version import __version__
 
 logger = logging.getLogger("tracerag.metrics")
 

@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Tracer, TracerProvider
 
-from tracerag import __version__
+from tracerag._version import __version__
 from tracerag.config import Once
 from tracerag.telemetry.export import (
     JsonLinesSpanExporter,
