@@ -69,7 +69,7 @@ def main() -> None:
     import uvicorn
 
     from tracerag.server.app import create_app
-    from tracerag.store.sqlite import SQLiteAuditStore
+    from tracerag.store._sqlite import SQLiteAuditStore
     from tracerag.testing import ScriptedChatModel
 
     logging.getLogger("tracerag").setLevel(logging.ERROR)

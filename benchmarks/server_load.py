@@ -176,7 +176,7 @@ async def load(
 
 
 def count_stored(path: str, request_ids: list[str]) -> int:
-    from tracerag.store.sqlite import SQLiteAuditStore
+    from tracerag.store._sqlite import SQLiteAuditStore
 
     store = SQLiteAuditStore(path)
     try:

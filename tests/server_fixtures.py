@@ -18,7 +18,7 @@ from langchain_core.documents import Document
 from pipeline_fixtures import FAST_RETRY, POLICIES
 
 from tracerag.pipeline import RAGPipeline
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.store._sqlite import SQLiteAuditStore
 from tracerag.testing import ScriptedChatModel
 
 TOKEN = "reviewer-token-for-tests-0123456789"

@@ -3,7 +3,7 @@ shared by the tamper tests of the store and of the material registry."""
 
 from __future__ import annotations
 
-from tracerag.store.chain import CHAIN_V2, entry_hash
+from tracerag.store._chain import CHAIN_V2, entry_hash
 
 KEY = "a secret kept outside the database"
 
@@ -142,7 +142,7 @@ def forge_outcome_appended(backend) -> None:
     """Raise gift-cards' EMA by a confirming outcome of no real verdict, appended to the chain
     (as registry code would write it) with the column updated to match."""
     from tracerag.materials.credibility import ema_update
-    from tracerag.store.record import material_change_entry
+    from tracerag.store._codec import material_change_entry
 
     row = _row(backend, "gift-cards")
     after = {**row, "ema": ema_update(row["ema"], 1.0, 0.2, 1.0), "outcomes": row["outcomes"] + 1}
@@ -161,7 +161,7 @@ def rewrite_verdict_resealed(backend) -> None:
     import json
 
     from tracerag.materials.credibility import ema_update
-    from tracerag.store.chain import jcs_json
+    from tracerag.store._chain import jcs_json
 
     (seq_f, payload_f) = _one(
         backend,

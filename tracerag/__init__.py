@@ -60,7 +60,7 @@ _EXPORTS = {
     "Tier": "tracerag._choices",
     "PlanMode": "tracerag._choices",
     "Route": "tracerag._choices",
-    "AuditRecord": "tracerag.record",
+    "AuditRecord": "tracerag.store._audit_record",
     "AuditStore": "tracerag.store",
     "AuditWriter": "tracerag.store",
     "open_store": "tracerag.store",
@@ -176,7 +176,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag.events import StageEvent
     from tracerag.metrics import configure_metrics
     from tracerag.pipeline import PipelineOptions, RAGPipeline, RAGPipelineOptions
-    from tracerag.record import AuditRecord
     from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds, Ticket
     from tracerag.settings import RetryPolicy
     from tracerag.signals.calibrated import CalibratedCombiner
@@ -187,5 +186,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag.signals.rules import Rule, RuleResult, rule
     from tracerag.signals.support import Support, SupportBackend, register_backend, support
     from tracerag.store import AuditStore, AuditWriter, open_store
+    from tracerag.store._audit_record import AuditRecord
     from tracerag.tracing import configure, trace_link
     from tracerag.wrap import WrappedChain, wrap

@@ -12,7 +12,6 @@ from opentelemetry.trace import TracerProvider
 
 from tracerag._choices import PlanMode, PlanModeName, Tier, TierName
 from tracerag._runnable import StagedRunnable
-from tracerag.audit import resolve_sink
 from tracerag.errors import ConfigurationError
 from tracerag.options import check_options
 from tracerag.prompts import PromptVersion
@@ -25,6 +24,7 @@ from tracerag.signals.consistency import Equivalence
 from tracerag.signals.rules import Rule
 from tracerag.signals.support import SupportBackend
 from tracerag.stages.table import ModelSource, Step, steps_for
+from tracerag.store._sink import resolve_sink
 from tracerag.usage import Price, load_prices
 
 if TYPE_CHECKING:

@@ -114,7 +114,7 @@ def _registry_v1(backend: Backend) -> None:
     """The registry's tables as a tracerag before registry events were chained made them."""
     from tracerag.materials.db import MIGRATIONS
     from tracerag.materials.db import MaterialStoreError as Refuse
-    from tracerag.store.migrations import migrate
+    from tracerag.store._migrations import migrate
 
     if isinstance(backend, PostgresBackend):
         conn = backend.connect()
@@ -125,7 +125,7 @@ def _registry_v1(backend: Backend) -> None:
         finally:
             conn.close()
         return
-    from tracerag.store.sqlite import QmarkCursor
+    from tracerag.store._sqlite import QmarkCursor
 
     conn = backend.connect()
     try:

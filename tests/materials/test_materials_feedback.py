@@ -21,8 +21,8 @@ from tracerag.materials.feedback import (
 )
 from tracerag.materials.investigate import impact, trace_back
 from tracerag.materials.rerank import CredibilityRetriever
-from tracerag.record import AuditRecord
 from tracerag.store import RequestNotFound
+from tracerag.store._audit_record import AuditRecord
 from tracerag.testing import ScriptedChatModel
 
 QUESTION = "How many days do I have to return an item?"

@@ -89,7 +89,7 @@ def test_the_server_reports_its_registry_from_startup(tmp_path) -> None:
 
     from tracerag import metrics
     from tracerag.server.app import create_app
-    from tracerag.store.sqlite import SQLiteAuditStore
+    from tracerag.store._sqlite import SQLiteAuditStore
 
     path = str(tmp_path / "audit.sqlite")
     metrics.reset_for_tests()

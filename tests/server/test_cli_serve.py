@@ -158,7 +158,7 @@ def test_serve_needs_a_journal_for_a_store_that_can_be_down(served, tmp_path, mo
     """The check is the app's: a networked store without a journal is refused, unless told."""
     from tracerag.errors import ConfigurationError
     from tracerag.server.app import _journal_for
-    from tracerag.store.sqlite import SQLiteAuditStore
+    from tracerag.store._sqlite import SQLiteAuditStore
 
     class Networked(SQLiteAuditStore):
         networked = True

@@ -22,7 +22,7 @@ from store_fixtures import make_record
 
 from tracerag.server.auth import COOKIE_NAME, MemorySessions, SharedSessions, SharedThrottle
 from tracerag.server.claims import ClaimBoard, SharedClaimBoard
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.store._sqlite import SQLiteAuditStore
 
 
 @pytest.fixture

@@ -456,7 +456,7 @@ def test_queue_page_separates_open_and_recently_decided_items(client, store):
 def test_a_reviewer_reject_lowers_the_credibility_of_what_the_answer_used(client, store):
     """A decision on the desk is an outcome: the materials the answer relied on learn from it."""
     from tracerag.materials import MaterialRegistry
-    from tracerag.record import AuditRecord
+    from tracerag.store._audit_record import AuditRecord
 
     rid = escalate(client)
     used = AuditRecord.parse(store.get(rid).record).retrieved_ids
@@ -480,7 +480,7 @@ def test_a_reviewer_reject_lowers_the_credibility_of_what_the_answer_used(client
 
 def test_the_item_page_shows_what_made_the_answer(client, store):
     """Attribution tiers 1 and 2 on the desk: each material's role, share and reason."""
-    from tracerag.record import AuditRecord
+    from tracerag.store._audit_record import AuditRecord
 
     rid = escalate(client)
     attribution = AuditRecord.parse(store.get(rid).record).signals.attribution
@@ -497,7 +497,7 @@ def test_the_item_page_shows_what_made_the_answer(client, store):
 
 def test_the_item_page_shows_stored_explanations(client, store):
     """A report of ``tracerag explain`` kept in the trail is shown on the item page."""
-    from tracerag.store.base import KIND_EXPLANATION
+    from tracerag.store._base import KIND_EXPLANATION
 
     rid = escalate(client)
     store.append_action(

@@ -25,7 +25,7 @@ from store_fixtures import make_record, stored_request_ids
 
 from tracerag import cli
 from tracerag.server.answerer import Answerer
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.store._sqlite import SQLiteAuditStore
 
 #: a hang, not a slow answer: far above any commit wait used here
 HANG = 60.0

@@ -33,7 +33,7 @@ from server_fixtures import (
 from tracerag.server._run_table import open_run_table
 from tracerag.server._runs import RunBook
 from tracerag.server._tokens import StreamTokens
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.store._sqlite import SQLiteAuditStore
 
 KEY = {"X-API-Key": API_KEY}
 STAGES = ["register", "retrieve", "plan", "sample", "verify", "assemble"]

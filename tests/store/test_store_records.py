@@ -35,7 +35,7 @@ from tracerag.store import (
     open_store,
     record_from_entries,
 )
-from tracerag.store.sqlite import SCHEMA_VERSION, SQLiteAuditStore
+from tracerag.store._sqlite import SCHEMA_VERSION, SQLiteAuditStore
 
 EXPECTED_KINDS = [
     "register",

@@ -7,7 +7,7 @@ import json
 from store_fixtures import make_record
 
 from tracerag.store import RequestTrail, entries_from_record
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.store._sqlite import SQLiteAuditStore
 from tracerag.tools.show import render_json, render_timeline
 
 SECTIONS = [

@@ -15,8 +15,8 @@ from tracerag import semconv as sc
 from tracerag.demo.kb import build_retriever, load_documents
 from tracerag.pipeline import RAGPipeline
 from tracerag.prompts import MATERIAL_BLOCK_RE
-from tracerag.store.base import KIND_EXPLANATION
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.store._base import KIND_EXPLANATION
+from tracerag.store._sqlite import SQLiteAuditStore
 from tracerag.testing import ScriptCall, ScriptedChatModel, SpanCapture
 from tracerag.text import extract_quantities
 from tracerag.tools.explain import (

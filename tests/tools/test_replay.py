@@ -13,7 +13,7 @@ from tracerag import cli
 from tracerag.pipeline import RAGPipeline
 from tracerag.stages.retrieve import fetch
 from tracerag.store import RequestNotFound
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.store._sqlite import SQLiteAuditStore
 from tracerag.testing import ScriptedChatModel
 from tracerag.tools.replay import (
     ReplayRefused,

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from tracerag.errors import ConfigurationError, TraceragError
-from tracerag.store.migrations import Step, migrate
-from tracerag.store.sqlite import QmarkCursor, transaction
+from tracerag.store._migrations import Step, migrate
+from tracerag.store._sqlite import QmarkCursor, transaction
 
 
 class MaterialStoreError(TraceragError):
@@ -251,7 +251,7 @@ class PostgresRegistryDB(RegistryDB):
     dialect = "postgres"
 
     def __init__(self, dsn: str, schema: str | None = None) -> None:
-        from tracerag.store.postgres import connect
+        from tracerag.store._postgres import connect
 
         self._dsn, self._schema = dsn, schema
         self._lock = threading.RLock()
@@ -266,7 +266,7 @@ class PostgresRegistryDB(RegistryDB):
 
     def _connection(self, read: bool) -> Any:
         """A connection, made again when the server dropped the last one (an outage)."""
-        from tracerag.store.postgres import connect
+        from tracerag.store._postgres import connect
 
         conn = self._read_conn if read else self._conn
         if not self._closed and (conn.closed or conn.broken):
@@ -335,7 +335,7 @@ def registry_present(store: Any) -> bool:
     without creating them)."""
     dsn = getattr(store, "dsn", None)
     if dsn:
-        from tracerag.store.postgres import connect
+        from tracerag.store._postgres import connect
 
         conn = connect(dsn, getattr(store, "schema", None))
         try:

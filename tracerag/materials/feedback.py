@@ -48,8 +48,8 @@ from tracerag.materials.db import ChainCursor, MaterialStoreError
 from tracerag.materials.model import Provenance, content_hash, iso, parse_time, utcnow
 from tracerag.materials.records import Use
 from tracerag.materials.registry import MaterialRegistry, Operator
-from tracerag.record import AuditRecord
-from tracerag.store.base import KIND_EXPLANATION_REQUESTED
+from tracerag.store._audit_record import AuditRecord
+from tracerag.store._base import KIND_EXPLANATION_REQUESTED
 
 VERDICTS = ("confirm", "deny", "clarify")
 #: verdicts (and review actions) that complain about an answer

@@ -91,7 +91,7 @@ from tracerag.materials.records import (
 )
 from tracerag.materials.usage import UsageLog, bump_usage
 from tracerag.options import check_options
-from tracerag.store.base import KIND_MATERIAL_CHANGE, StoreError
+from tracerag.store._base import KIND_MATERIAL_CHANGE, StoreError
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracerag.server.claims import Claim
-from tracerag.store.base import (
+from tracerag.store._base import (
     KIND_REVIEW_ASSIGNED,
     KIND_REVIEW_COMMENT,
     KIND_REVIEW_VOTE,

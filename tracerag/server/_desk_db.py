@@ -23,9 +23,9 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from tracerag.errors import TraceragError
-from tracerag.store.base import StoreError
-from tracerag.store.migrations import Step, migrate
-from tracerag.store.sqlite import QmarkCursor, transaction
+from tracerag.store._base import StoreError
+from tracerag.store._migrations import Step, migrate
+from tracerag.store._sqlite import QmarkCursor, transaction
 
 #: the desk's migrations, in the audit store's format (``tracerag.store.migrations``)
 MIGRATIONS: list[tuple[int, list[Step]]] = [
@@ -161,7 +161,7 @@ class PostgresDeskDB(DeskDB):
     dialect = "postgres"
 
     def __init__(self, dsn: str, schema: str | None = None, max_connections: int = 4) -> None:
-        from tracerag.store.postgres import _Pool, connect
+        from tracerag.store._postgres import _Pool, connect
 
         self._pool = _Pool(lambda: connect(dsn, schema), max_connections)
         try:

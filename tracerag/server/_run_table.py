@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tracerag.errors import TraceragError
-from tracerag.store.migrations import Step, migrate
-from tracerag.store.sqlite import QmarkCursor, transaction
+from tracerag.store._migrations import Step, migrate
+from tracerag.store._sqlite import QmarkCursor, transaction
 
 logger = logging.getLogger("tracerag.server")
 
@@ -251,7 +251,7 @@ class PostgresRunTable(RunTable):
 
     @contextmanager
     def _connection(self) -> Iterator[Any]:
-        from tracerag.store.postgres import connect
+        from tracerag.store._postgres import connect
 
         with self._lock:
             if self._conn is None or self._conn.closed:

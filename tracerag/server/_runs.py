@@ -36,8 +36,8 @@ from tracerag.errors import InputError, TraceragError
 from tracerag.events import StageEvent
 from tracerag.server._run_table import RunTable, StoredRun
 from tracerag.stages.register import new_request_id
-from tracerag.store.base import AuditStore, RequestNotFound
-from tracerag.store.record import RequestTrail
+from tracerag.store._base import AuditStore, RequestNotFound
+from tracerag.store._codec import RequestTrail
 
 logger = logging.getLogger("tracerag.server")
 

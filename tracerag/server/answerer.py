@@ -23,7 +23,7 @@ from tracerag._runnable import StagedRunnable
 from tracerag.config import get_config
 from tracerag.contract import Response as RAGResponse
 from tracerag.events import StageEvent
-from tracerag.store.base import AuditStore, DuplicateRequest, InvalidRecord
+from tracerag.store._base import AuditStore, DuplicateRequest, InvalidRecord
 
 logger = logging.getLogger("tracerag.server")
 
@@ -152,7 +152,7 @@ class Answerer:
         commit_wait: float | None = None,
         commit_threads: int = COMMIT_THREADS,
     ) -> None:
-        from tracerag.store.writer import AuditWriter
+        from tracerag.store._writer import AuditWriter
 
         self.pipeline = pipeline
         self.store = store

@@ -87,7 +87,7 @@ from tracerag.server.models import (
     FeedbackRequest,
     StreamEvent,
 )
-from tracerag.store.base import AuditStore, StoreError
+from tracerag.store._base import AuditStore, StoreError
 
 if TYPE_CHECKING:
     from tracerag.materials import FeedbackLimits, UserTokens

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tracerag.store.base import KIND_NOTE, AuditStore, ReviewDecision
+from tracerag.store._base import KIND_NOTE, AuditStore, ReviewDecision
 
 logger = logging.getLogger("tracerag.server")
 

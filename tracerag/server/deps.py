@@ -23,7 +23,7 @@ from tracerag.server.claims import ClaimBoard, Skips
 from tracerag.server.delivery import Delivery
 from tracerag.server.errors import ApiError
 from tracerag.server.models import AnswerRequest
-from tracerag.store.base import AuditStore, StoreError
+from tracerag.store._base import AuditStore, StoreError
 
 logger = logging.getLogger("tracerag.server")
 security_log = logging.getLogger("tracerag.server.security")

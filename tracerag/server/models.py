@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from tracerag.contract import Response as RAGResponse
-from tracerag.store.base import QueueItem
+from tracerag.store._base import QueueItem
 
 
 class AnswerRequest(BaseModel):

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from tracerag.record import RecordMaterial
-from tracerag.store.record import RequestTrail
+from tracerag.store._audit_record import RecordMaterial
+from tracerag.store._codec import RequestTrail
 
 
 @dataclass(frozen=True)
@@ -315,7 +315,7 @@ def attribution_rows(trail: RequestTrail) -> tuple[str | None, list[MaterialPart
 def explanation_views(trail: RequestTrail) -> list[tuple[str, str, str]]:
     """The offline explanations stored for a request (``tracerag explain``), newest last:
     (when, by whom, the report as text)."""
-    from tracerag.store.base import KIND_EXPLANATION
+    from tracerag.store._base import KIND_EXPLANATION
     from tracerag.tools.explain import render_report
 
     out = []

@@ -18,7 +18,7 @@ from typing import Any
 
 from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
-from tracerag.store.base import (
+from tracerag.store._base import (
     ACTION_KINDS,
     KIND_QUARANTINED,
     RECORD_KINDS,
@@ -43,10 +43,10 @@ from tracerag.store.base import (
     StoreReplaced,
     StoreVanished,
 )
-from tracerag.store.chain import ChainIssue, ChainReport
-from tracerag.store.journal import Journal
-from tracerag.store.record import RequestTrail, entries_from_record, record_from_entries
-from tracerag.store.writer import AuditWriter
+from tracerag.store._chain import ChainIssue, ChainReport
+from tracerag.store._codec import RequestTrail, entries_from_record, record_from_entries
+from tracerag.store._journal import Journal
+from tracerag.store._writer import AuditWriter
 
 STORE_ENV = "TRACERAG_STORE"
 #: Where the command line (``tracerag demo``, ``show``, ``audit verify``…) keeps its audit trail
@@ -92,10 +92,10 @@ def open_store(
     target = resolve_store_url(url_or_path)
     lowered = target.lower()
     if lowered.startswith(("postgresql://", "postgres://")):
-        from tracerag.store.postgres import PostgresAuditStore
+        from tracerag.store._postgres import PostgresAuditStore
 
         return PostgresAuditStore(target, **options)
-    from tracerag.store.sqlite import SQLiteAuditStore
+    from tracerag.store._sqlite import SQLiteAuditStore
 
     if lowered.startswith("sqlite:"):
         path = target[len("sqlite:") :]

@@ -46,11 +46,11 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr
 
 from tracerag.llm import ReplyChatModel
-from tracerag.record import AuditRecord
 from tracerag.signals.citations import SUPPORTED, verify_citations
 from tracerag.signals.claims import CITATION_RE, Claim, citation_ids, split_claims
 from tracerag.signals.support import SupportBackend, get_backend
 from tracerag.signals.types import Material
+from tracerag.store._audit_record import AuditRecord
 from tracerag.text import extract_quantities, is_negated
 from tracerag.text.quantities import Quantity
 

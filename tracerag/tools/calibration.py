@@ -56,7 +56,6 @@ from typing import Any
 import numpy as np
 
 from tracerag.errors import ConfigurationError, InputError
-from tracerag.record import AuditRecord
 from tracerag.routing import Thresholds
 from tracerag.signals.calibrated import (
     CALIBRATION_ENV,
@@ -69,6 +68,7 @@ from tracerag.signals.calibrated import (
 )
 from tracerag.signals.confidence import Combined, HeuristicCombiner, Signals
 from tracerag.signals.rules import RuleResult
+from tracerag.store._audit_record import AuditRecord
 from tracerag.tools.evaluation import DEFAULT_BINS, summarize
 
 __all__ = [

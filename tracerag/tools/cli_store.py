@@ -141,7 +141,7 @@ def _read_head_file(path: Path, source: str) -> dict[str, Any]:
 
 def _heads_in(directory: Path) -> list[Path]:
     """``head.json`` of a journal (or anchor) directory and of its numbered slots."""
-    from tracerag.store.journal import HEAD_FILE
+    from tracerag.store._journal import HEAD_FILE
 
     dirs = [
         directory,
@@ -199,7 +199,7 @@ def _expected_heads(value: str | None, store_url: str) -> tuple[list[dict[str, A
 def _journal_findings(store_url: str, key: str | None) -> tuple[list[str], list[str]]:
     """Refused and not-authentic frames in the store's journal: (findings, notes)."""
     from tracerag.store import journal_dir_for
-    from tracerag.store.journal import REFUSED_FILE, inspect_journal
+    from tracerag.store._journal import REFUSED_FILE, inspect_journal
 
     journal = journal_dir_for(store_url)
     if not journal or not Path(journal).expanduser().is_dir():

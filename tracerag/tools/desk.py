@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from tracerag.errors import InputError, TraceragError
-from tracerag.store.base import (
+from tracerag.store._base import (
     KIND_REVIEW_COMMENT,
     KIND_REVIEW_DECISION,
     KIND_REVIEW_VOTE,

@@ -322,7 +322,7 @@ def summarize_arm(
     adversarial: Mapping[str, Any],
 ) -> ArmResult:
     """One configuration's summary from its audit records, outcomes and adversarial result."""
-    from tracerag.store.record import RequestTrail, entries_from_record
+    from tracerag.store._codec import RequestTrail, entries_from_record
     from tracerag.tools.indicators import from_trails
 
     quality = from_trails(
@@ -757,7 +757,7 @@ def store_report(
     actor: str,
 ) -> None:
     """Keep the run in the audit store: its requests, its own record, and its results."""
-    from tracerag.store.base import KIND_EVALUATION, now_iso
+    from tracerag.store._base import KIND_EVALUATION, now_iso
 
     for role in ("baseline", "candidate"):
         for record in records.get(role, ()):

@@ -41,17 +41,17 @@ from opentelemetry.trace import Link, SpanContext, TraceFlags, TracerProvider
 
 from tracerag import semconv
 from tracerag.errors import TraceragError
-from tracerag.record import AuditRecord
 from tracerag.settings import PlanMode, Tier
 from tracerag.signals.attribution import ClaimLink, attribute
 from tracerag.signals.consistency import ConclusionEquivalence
-from tracerag.store.base import (
+from tracerag.store._audit_record import AuditRecord
+from tracerag.store._base import (
     KIND_EXPLANATION,
     KIND_EXPLANATION_REQUESTED,
     AuditStore,
     Entry,
 )
-from tracerag.store.record import RequestTrail
+from tracerag.store._codec import RequestTrail
 from tracerag.text.quantities import Quantity, extract_quantities, quantities_match
 from tracerag.tools.replay import (
     ReplayRefused,

@@ -35,8 +35,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from tracerag.routing import Route
-from tracerag.store.base import AuditStore
-from tracerag.store.record import RequestTrail
+from tracerag.store._base import AuditStore
+from tracerag.store._codec import RequestTrail
 
 INTERCEPTED_VERDICTS = ("fabricated_citation", "unsupported", "stale")
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
@@ -291,7 +291,7 @@ def _accumulate(out: Indicators, trails: Iterable[tuple[RequestTrail, Any]]) -> 
 
 
 def _iso(value: datetime | str | None) -> str | None:
-    from tracerag.store.base import to_iso
+    from tracerag.store._base import to_iso
 
     return to_iso(value)
 

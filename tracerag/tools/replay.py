@@ -33,9 +33,9 @@ from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
 
 from tracerag.config import get_config
 from tracerag.errors import TraceragError
-from tracerag.record import AuditRecord, RecordMaterial
-from tracerag.store.base import KIND_OPERATOR_ACTION, AuditStore
-from tracerag.store.record import RequestTrail
+from tracerag.store._audit_record import AuditRecord, RecordMaterial
+from tracerag.store._base import KIND_OPERATOR_ACTION, AuditStore
+from tracerag.store._codec import RequestTrail
 
 MODEL_ENV = "TRACERAG_MODEL"
 MODELS = ("extractive", "local")

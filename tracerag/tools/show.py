@@ -15,15 +15,15 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
-from tracerag.record import AuditRecord
 from tracerag.routing import Route
-from tracerag.store.base import (
+from tracerag.store._audit_record import AuditRecord
+from tracerag.store._base import (
     KIND_EVALUATION,
     KIND_EXPLANATION,
     KIND_REVIEW_DECISION,
     KIND_REVIEW_VOTE,
 )
-from tracerag.store.record import RequestTrail
+from tracerag.store._codec import RequestTrail
 from tracerag.tools.explain import render_attribution, render_explanations
 
 INDENT = "  "

@@ -38,8 +38,8 @@ from tracerag.server.routes.events import (
     run_of,
     stream_response,
 )
-from tracerag.store.base import RequestNotFound
-from tracerag.store.record import RequestTrail
+from tracerag.store._base import RequestNotFound
+from tracerag.store._codec import RequestTrail
 
 logger = logging.getLogger("tracerag.server")
 

@@ -43,7 +43,7 @@ from tracerag.server.deps import (
 )
 from tracerag.server.errors import ApiError, ErrorCode, error_responses
 from tracerag.server.models import FeedbackOutcome, FeedbackRequest
-from tracerag.store.base import RequestNotFound
+from tracerag.store._base import RequestNotFound
 
 security_log = logging.getLogger("tracerag.server.security")
 

@@ -51,7 +51,7 @@ from tracerag.server.deps import (
 from tracerag.server.errors import ApiError, error_responses, problem
 from tracerag.server.models import Decision, DecisionRequest, QueuePage, Vote
 from tracerag.server.views import item_context, lang_of, when, why
-from tracerag.store.base import (
+from tracerag.store._base import (
     KIND_NOTE,
     KIND_REVIEW_COMMENT,
     KIND_REVIEW_DECISION,

@@ -49,7 +49,7 @@ def _on_drop(record: Mapping[str, Any], reason: str) -> None:
 def writer_for(target: str | None) -> Any:
     """The shared AuditWriter for a store URL or path (None: TRACERAG_STORE), journaled."""
     from tracerag.store import journal_dir_for, open_store, resolve_store_url
-    from tracerag.store.writer import AuditWriter
+    from tracerag.store._writer import AuditWriter
 
     url = resolve_store_url(target)
     with _lock:
@@ -98,7 +98,7 @@ def resolve_sink(audit: Any) -> Sink | None:
     if hasattr(audit, "submit") and hasattr(audit, "healthy"):
         return writer_sink(audit)
     if hasattr(audit, "append_record"):
-        from tracerag.store.writer import AuditWriter
+        from tracerag.store._writer import AuditWriter
 
         return writer_sink(AuditWriter(audit, on_drop=_on_drop))
     if callable(audit):

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from tracerag.errors import TraceragError
 
 if TYPE_CHECKING:
-    from tracerag.store.chain import ChainReport
-    from tracerag.store.record import RequestTrail
+    from tracerag.store._chain import ChainReport
+    from tracerag.store._codec import RequestTrail
 
 # ---------------------------------------------------------------------------------------------
 # Entry kinds
@@ -502,32 +502,3 @@ class AuditStore(ReviewQueue, Protocol):
         """Release connections; the store is unusable afterwards."""
         ...
 
-
-# Names that moved to the modules split out of this one, still importable from here.
-_MOVED = {
-    "tracerag.store.record": (
-        "RECORD_ORDER",
-        "REGISTER_KEYS",
-        "RESPONSE_KEYS",
-        "RETRIEVE_KEYS",
-        "PLAN_KEYS",
-        "VERIFY_KEYS",
-        "RequestTrail",
-        "_str_or_none",
-        "_summary_fields",
-        "entries_from_record",
-        "record_from_entries",
-        "review_reason",
-    ),
-    "tracerag.store.sql": ("Cursor", "SQLAuditStore", "_Head"),
-    "tracerag.store.chain": ("GENESIS_HASH", "ChainReport"),
-}
-
-
-def __getattr__(name: str) -> Any:
-    import importlib
-
-    for module, names in _MOVED.items():
-        if name in names:
-            return getattr(importlib.import_module(module), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

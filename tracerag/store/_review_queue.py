@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from tracerag.store.base import (
+from tracerag.store._base import (
     KIND_REVIEW_ASSIGNED,
     KIND_REVIEW_CLAIMED,
     KIND_REVIEW_COMMENT,
@@ -39,10 +39,10 @@ from tracerag.store.base import (
     ReviewOutcome,
     now_iso,
 )
-from tracerag.store.record import _normalise, _str_or_none, _valid_text
+from tracerag.store._codec import _normalise, _str_or_none, _valid_text
 
 if TYPE_CHECKING:
-    from tracerag.store.sql import Cursor, _Head
+    from tracerag.store._sql import Cursor, _Head
 
 _QUEUE_COLUMNS = (
     "q.request_id, q.route, q.reason, q.status, q.enqueued_at, q.claimed_by, q.claimed_at, "
@@ -394,7 +394,7 @@ class SQLReviewQueue:
     ) -> list[Entry]:
         """The entries of ``kinds`` (votes, comments, assignments...), in seq order: of the
         given requests, or of every queued item (``open_only``: undecided ones only)."""
-        from tracerag.store.sql import _entry_from_row
+        from tracerag.store._sql import _entry_from_row
 
         if not kinds:
             return []
@@ -423,7 +423,7 @@ class SQLReviewQueue:
         return out
 
     def _votes(self, cur: Cursor, request_id: str) -> list[Entry]:
-        from tracerag.store.sql import _entry_from_row
+        from tracerag.store._sql import _entry_from_row
 
         cur.execute(
             f"SELECT {', '.join(_ENTRY_FIELDS)} FROM audit_entries "

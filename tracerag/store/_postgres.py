@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from tracerag.store import migrations
-from tracerag.store.base import InvalidRecord, StoreError, StoreMissing
-from tracerag.store.migrations import SCHEMA_VERSION
-from tracerag.store.sql import Cursor, SQLAuditStore, _Head, opening
+from tracerag.store import _migrations as migrations
+from tracerag.store._base import InvalidRecord, StoreError, StoreMissing
+from tracerag.store._migrations import SCHEMA_VERSION
+from tracerag.store._sql import Cursor, SQLAuditStore, _Head, opening
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "PostgresAuditStore", "connect", "migrate"]
 

@@ -24,8 +24,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Union
 
-from tracerag.store.base import SchemaTooNew, now_iso
-from tracerag.store.chain import GENESIS_HASH
+from tracerag.store._base import SchemaTooNew, now_iso
+from tracerag.store._chain import GENESIS_HASH
 
 Step = Union[str, Mapping[str, str], Callable[[Any, str], None]]  # noqa: UP007
 

@@ -25,10 +25,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tracerag.store import migrations
-from tracerag.store.base import StoreError, StoreMissing, StoreVanished
-from tracerag.store.migrations import SCHEMA_VERSION
-from tracerag.store.sql import Cursor, SQLAuditStore, _Head, opening
+from tracerag.store import _migrations as migrations
+from tracerag.store._base import StoreError, StoreMissing, StoreVanished
+from tracerag.store._migrations import SCHEMA_VERSION
+from tracerag.store._sql import Cursor, SQLAuditStore, _Head, opening
 
 MIGRATIONS = migrations.MIGRATIONS
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteAuditStore", "migrate", "schema_version"]

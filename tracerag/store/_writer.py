@@ -73,7 +73,7 @@ from pathlib import Path
 from typing import Any
 
 from tracerag.config import get_config
-from tracerag.store.base import (
+from tracerag.store._base import (
     AuditStore,
     DuplicateRequest,
     InvalidRecord,
@@ -81,7 +81,7 @@ from tracerag.store.base import (
     StoreReplaced,
     StoreVanished,
 )
-from tracerag.store.journal import (
+from tracerag.store._journal import (
     FRAME_QUARANTINE,
     FRAME_RECORD,
     HEAD_FILE,
@@ -92,7 +92,7 @@ from tracerag.store.journal import (
     open_journal,
     write_json_atomic,
 )
-from tracerag.store.sql import StoreFailing
+from tracerag.store._sql import StoreFailing
 
 logger = logging.getLogger("tracerag.audit")
 

@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from tracerag.store.base import (
+from tracerag.store._base import (
     ACTION_KINDS,
     KIND_MATERIAL_CHANGE,
     KIND_QUARANTINED,
@@ -44,7 +44,7 @@ from tracerag.store.base import (
     now_iso,
     to_iso,
 )
-from tracerag.store.chain import (
+from tracerag.store._chain import (
     CHAIN_VERSION,
     CHAIN_VERSION_KEYED,
     GENESIS_HASH,
@@ -58,7 +58,7 @@ from tracerag.store.chain import (
     key_bytes,
     keyed_since_mac,
 )
-from tracerag.store.record import (
+from tracerag.store._codec import (
     RequestTrail,
     _str_or_none,
     _summary_fields,
@@ -66,7 +66,7 @@ from tracerag.store.record import (
     material_change_entry,
     review_reason,
 )
-from tracerag.store.review_queue import SQLReviewQueue, _action_payload
+from tracerag.store._review_queue import SQLReviewQueue, _action_payload
 
 logger = logging.getLogger("tracerag.audit")
 T = TypeVar("T")
