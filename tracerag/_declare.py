@@ -42,7 +42,7 @@ from datetime import date, datetime
 from enum import Enum
 from typing import Any, ClassVar, Final, NamedTuple, Protocol
 
-from tracerag.telemetry.spans import set_span_io
+from tracerag.telemetry._spans import set_span_io
 
 __all__ = [
     "EACH",

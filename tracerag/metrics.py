@@ -49,8 +49,8 @@ uses them without extra Views. Recording never raises into a request.
 
 from __future__ import annotations
 
-from tracerag.telemetry import meters as _meters
-from tracerag.telemetry.instruments import (
+from tracerag.telemetry import _meters
+from tracerag.telemetry._instruments import (
     RATIO_BUCKETS,
     REQUEST_SECONDS_BUCKETS,
     SAMPLES_BUCKETS,
@@ -65,7 +65,7 @@ from tracerag.telemetry.instruments import (
     record_spans_dropped,
     record_usage,
 )
-from tracerag.telemetry.meters import (
+from tracerag.telemetry._meters import (
     INSTRUMENTATION_NAME,
     PROMETHEUS_ADDR_ENV,
     PROMETHEUS_PORT_ENV,

@@ -41,7 +41,7 @@ from tracerag.signals.attribution import (
     explain_retrieval,
 )
 from tracerag.signals.types import Material, Plan, utcnow
-from tracerag.telemetry.capture import capture
+from tracerag.telemetry._content_capture import capture
 from tracerag.text.unicode import first_lone_surrogate, fix_surrogates, is_invisible
 
 if TYPE_CHECKING:

@@ -32,9 +32,9 @@ The policy is read once, not per attribute.
 
 from __future__ import annotations
 
-from tracerag.telemetry import capture as _capture
-from tracerag.telemetry import providers as _providers
-from tracerag.telemetry.capture import (
+from tracerag.telemetry import _content_capture as _capture
+from tracerag.telemetry import _providers
+from tracerag.telemetry._content_capture import (
     CAPTURE_ENV,
     DEFAULT_MAX_CHARS,
     MAX_CHARS_ENV,
@@ -49,7 +49,7 @@ from tracerag.telemetry.capture import (
     set_capture_max_chars,
     set_redactor,
 )
-from tracerag.telemetry.export import (
+from tracerag.telemetry._export import (
     MAX_BATCH_BYTES_ENV,
     SHUTDOWN_TIMEOUT_ENV,
     JsonLinesSpanExporter,
@@ -60,7 +60,7 @@ from tracerag.telemetry.export import (
     dropped_spans,
     otlp_span_exporter,
 )
-from tracerag.telemetry.links import (
+from tracerag.telemetry._links import (
     DEFAULT_BASE_URLS,
     TRACE_UI_ENV,
     Backend,
@@ -68,8 +68,8 @@ from tracerag.telemetry.links import (
     trace_link,
     trace_ui_link,
 )
-from tracerag.telemetry.phoenix import PhoenixEvaluationExporter, phoenix_evaluations
-from tracerag.telemetry.providers import (
+from tracerag.telemetry._phoenix import PhoenixEvaluationExporter, phoenix_evaluations
+from tracerag.telemetry._providers import (
     DEFAULT_SERVICE_NAME,
     INSTRUMENTATION_NAME,
     configure,
@@ -80,7 +80,7 @@ from tracerag.telemetry.providers import (
     get_tracer,
     make_resource,
 )
-from tracerag.telemetry.spans import (
+from tracerag.telemetry._spans import (
     MODEL_SPAN_KIND,
     set_prompt_template,
     set_span_io,
@@ -92,7 +92,7 @@ def reset_for_tests() -> None:
     """Shut down and forget tracerag's own TracerProviders and capture settings."""
     _providers.reset()
     _capture.reset()
-    from tracerag.telemetry.export import forget_metrics_notices
+    from tracerag.telemetry._export import forget_metrics_notices
 
     forget_metrics_notices()
 

@@ -15,7 +15,7 @@ from opentelemetry.trace import SpanKind
 from pipeline_fixtures import FAST_RETRY, GOOD, OFF_TOPIC, QUESTION, scripted
 
 from tracerag import RAGPipeline, semconv, tracing
-from tracerag.telemetry.export import TraceragSpanExporter, span_bytes
+from tracerag.telemetry._export import TraceragSpanExporter, span_bytes
 from tracerag.testing import SpanCapture
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from opentelemetry.trace import SpanKind
 
 from tracerag import semconv
-from tracerag.telemetry.capture import capture
+from tracerag.telemetry._content_capture import capture
 
 # model calls are outgoing calls to a provider: CLIENT spans, per the GenAI conventions
 MODEL_SPAN_KIND = SpanKind.CLIENT

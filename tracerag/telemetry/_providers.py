@@ -33,7 +33,7 @@ from opentelemetry.trace import Tracer, TracerProvider
 
 from tracerag._version import __version__
 from tracerag.config import Once
-from tracerag.telemetry.export import (
+from tracerag.telemetry._export import (
     JsonLinesSpanExporter,
     Protocol,
     batch_processor,
@@ -98,7 +98,7 @@ def default_provider() -> TracerProvider | None:
 def force_flush(timeout_millis: int | None = None) -> bool:
     """Export what tracerag's own providers still hold, waiting at most ``timeout_millis``
     (default ``TRACERAG_EXPORT_SHUTDOWN_TIMEOUT``, 2 s); True when nothing failed or timed out."""
-    from tracerag.telemetry.export import default_shutdown_timeout
+    from tracerag.telemetry._export import default_shutdown_timeout
 
     millis = int(default_shutdown_timeout() * 1000) if timeout_millis is None else timeout_millis
     ok = True

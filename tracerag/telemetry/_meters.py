@@ -136,7 +136,7 @@ class _OtlpMetrics:
 def _otlp_metric_reader(options: _OtlpMetrics) -> Any:
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-    from tracerag.telemetry.export import (
+    from tracerag.telemetry._export import (
         MetricsEndpointCheck,
         metrics_endpoint,
         otlp_exporter_options,
@@ -230,7 +230,7 @@ def _build_meter_provider(
 ) -> tuple[MeterProvider, PrometheusServer | None]:
     from opentelemetry.sdk.metrics import MeterProvider as SDKMeterProvider
 
-    from tracerag.telemetry.providers import make_resource
+    from tracerag.telemetry._providers import make_resource
 
     all_readers: list[Any] = list(readers)
     server_parts = None
@@ -251,7 +251,7 @@ def _build_meter_provider(
         resource=make_resource(service_name, resource_attributes),
         shutdown_on_exit=False,  # shut down at exit with a bounded wait instead
     )
-    from tracerag.telemetry.export import shutdown_at_exit
+    from tracerag.telemetry._export import shutdown_at_exit
 
     shutdown_at_exit(provider)
     server = None
@@ -272,7 +272,7 @@ def _build_meter_provider(
 def shutdown_bounded(provider: Any, timeout: float | None = None) -> None:
     """Shut down a MeterProvider, waiting for its last export at most ``timeout`` seconds
     (default ``TRACERAG_EXPORT_SHUTDOWN_TIMEOUT``, 2 s); never raises."""
-    from tracerag.telemetry.export import default_shutdown_timeout, forget_at_exit
+    from tracerag.telemetry._export import default_shutdown_timeout, forget_at_exit
 
     forget_at_exit(provider)
     seconds = timeout if timeout is not None else default_shutdown_timeout()
@@ -289,7 +289,7 @@ def start_prometheus_server(port: int, addr: str = "127.0.0.1") -> PrometheusSer
     MeterProvider passed to ``record_*`` or ``RAGPipeline`` bypasses it: add a
     ``PrometheusMetricReader`` to that provider instead.
     """
-    from tracerag.telemetry.export import env_exporters
+    from tracerag.telemetry._export import env_exporters
 
     global _configured
     env_otlp = env_exporters("METRICS") or []
@@ -312,7 +312,7 @@ def prometheus_servers() -> list[PrometheusServer]:
 def configure_metrics_from_env() -> MeterProvider | None:
     """A MeterProvider from ``TRACERAG_PROMETHEUS_PORT`` and the ``OTEL_*`` variables, or None
     when they ask for no metrics export."""
-    from tracerag.telemetry.export import env_exporters
+    from tracerag.telemetry._export import env_exporters
 
     wanted = env_exporters("METRICS") or []
     port_text = (get_config().prometheus_port or "").strip()

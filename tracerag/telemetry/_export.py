@@ -150,7 +150,7 @@ def count_dropped(count: int, reason: str) -> None:
     with _dropped_lock:
         _dropped += count
     try:
-        from tracerag.telemetry.instruments import record_spans_dropped
+        from tracerag.telemetry._instruments import record_spans_dropped
 
         record_spans_dropped(count, reason)
     except Exception:  # metrics must never break export

@@ -15,7 +15,7 @@ from opentelemetry.metrics import Meter, MeterProvider
 from tracerag import semconv
 from tracerag._choices import Route, RouteName, Tier, TierName
 from tracerag._version import __version__
-from tracerag.telemetry.meters import INSTRUMENTATION_NAME, get_meter_provider
+from tracerag.telemetry._meters import INSTRUMENTATION_NAME, get_meter_provider
 
 logger = logging.getLogger("tracerag.metrics")
 
