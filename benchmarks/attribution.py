@@ -31,7 +31,7 @@ from tracerag import RAGPipeline
 from tracerag.contract import MaterialUse, validate_response
 from tracerag.demo.kb import build_retriever, load_questions
 from tracerag.demo.models.extractive import ExtractiveChatModel
-from tracerag.signals import attribution as attr
+from tracerag.signals import _attribution as attr
 from tracerag.stages import assemble, retrieve
 
 BUDGET_MS = 0.3

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from tracerag.signals.types import Material, Plan
+from tracerag.signals._types import Material, Plan
 from tracerag.state import (
     ErrorLog,
     PlanResult,

@@ -25,9 +25,9 @@ from pipeline_fixtures import FAST_RETRY, GOOD, GOOD_ALT, QUESTION, WRONG_NUMBER
 
 from tracerag import events, metrics, runner, semconv, state, wrap
 from tracerag._declare import EACH, OMIT, Signal, jsonable, plain
-from tracerag.signals.citations import CitationReport
-from tracerag.signals.consistency import ConsistencyReport
-from tracerag.signals.types import Plan
+from tracerag.signals._citations import CitationReport
+from tracerag.signals._consistency import ConsistencyReport
+from tracerag.signals._types import Plan
 from tracerag.state import (
     Decision,
     PlanResult,

@@ -13,7 +13,7 @@ from pipeline_fixtures import GOOD, PLAN, QUESTION
 
 from tracerag import semconv as sc
 from tracerag import usage
-from tracerag.signals.judge import JudgeSupport
+from tracerag.signals._judge import JudgeSupport
 from tracerag.testing import ScriptCall, ScriptedChatModel
 
 PLAN_USAGE = {"input_tokens": 100, "output_tokens": 20}

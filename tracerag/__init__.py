@@ -24,12 +24,12 @@ _EXPORTS = {
     "response_schema": "tracerag.contract",
     "validate_response": "tracerag.contract",
     "ExtractiveChatModel": "tracerag.demo.models.extractive",
-    "support": "tracerag.signals.support",
-    "Support": "tracerag.signals.support",
-    "JudgeSupport": "tracerag.signals.judge",
-    "CheckerSupport": "tracerag.signals.checker",
-    "RuleResult": "tracerag.signals.rules",
-    "rule": "tracerag.signals.rules",
+    "support": "tracerag.signals._support",
+    "Support": "tracerag.signals._support",
+    "JudgeSupport": "tracerag.signals._judge",
+    "CheckerSupport": "tracerag.signals._checker",
+    "RuleResult": "tracerag.signals._rules",
+    "rule": "tracerag.signals._rules",
     "Thresholds": "tracerag.routing",
     "Ticket": "tracerag.routing",
     "EscalationHandler": "tracerag.routing",
@@ -46,14 +46,14 @@ _EXPORTS = {
     "ModelTimeoutError": "tracerag.errors",
     "RetrieverTimeoutError": "tracerag.errors",
     "OutputTooLongError": "tracerag.errors",
-    "Combiner": "tracerag.signals.confidence",
-    "HeuristicCombiner": "tracerag.signals.confidence",
-    "Signals": "tracerag.signals.confidence",
+    "Combiner": "tracerag.signals._confidence",
+    "HeuristicCombiner": "tracerag.signals._confidence",
+    "Signals": "tracerag.signals._confidence",
     "CalibratedCombiner": "tracerag.signals.calibrated",
-    "SupportBackend": "tracerag.signals.support",
-    "register_backend": "tracerag.signals.support",
-    "Rule": "tracerag.signals.rules",
-    "Equivalence": "tracerag.signals.consistency",
+    "SupportBackend": "tracerag.signals._support",
+    "register_backend": "tracerag.signals._support",
+    "Rule": "tracerag.signals._rules",
+    "Equivalence": "tracerag.signals._consistency",
     "WrappedChain": "tracerag.wrap",
     "StageEvent": "tracerag.events",
     "Stage": "tracerag._choices",
@@ -178,13 +178,13 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag.pipeline import PipelineOptions, RAGPipeline, RAGPipelineOptions
     from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds, Ticket
     from tracerag.settings import RetryPolicy
+    from tracerag.signals._checker import CheckerSupport
+    from tracerag.signals._confidence import Combiner, HeuristicCombiner, Signals
+    from tracerag.signals._consistency import Equivalence
+    from tracerag.signals._judge import JudgeSupport
+    from tracerag.signals._rules import Rule, RuleResult, rule
+    from tracerag.signals._support import Support, SupportBackend, register_backend, support
     from tracerag.signals.calibrated import CalibratedCombiner
-    from tracerag.signals.checker import CheckerSupport
-    from tracerag.signals.confidence import Combiner, HeuristicCombiner, Signals
-    from tracerag.signals.consistency import Equivalence
-    from tracerag.signals.judge import JudgeSupport
-    from tracerag.signals.rules import Rule, RuleResult, rule
-    from tracerag.signals.support import Support, SupportBackend, register_backend, support
     from tracerag.store import AuditStore, AuditWriter, open_store
     from tracerag.store._audit_record import AuditRecord
     from tracerag.tracing import configure, trace_link

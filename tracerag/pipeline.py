@@ -17,12 +17,12 @@ from tracerag.options import check_options
 from tracerag.prompts import PromptVersion
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag.settings import RecordSink, RetryPolicy, Settings
-from tracerag.signals.attribution import ShapeThresholds
+from tracerag.signals._attribution import ShapeThresholds
+from tracerag.signals._confidence import Combiner
+from tracerag.signals._consistency import Equivalence
+from tracerag.signals._rules import Rule
+from tracerag.signals._support import SupportBackend
 from tracerag.signals.calibrated import default_combiner
-from tracerag.signals.confidence import Combiner
-from tracerag.signals.consistency import Equivalence
-from tracerag.signals.rules import Rule
-from tracerag.signals.support import SupportBackend
 from tracerag.stages.table import ModelSource, Step, steps_for
 from tracerag.store._sink import resolve_sink
 from tracerag.usage import Price, load_prices

@@ -21,7 +21,7 @@ from functools import lru_cache
 from langchain_core.messages import BaseMessage
 from langchain_core.prompts import ChatPromptTemplate
 
-from tracerag.signals.types import Material, Plan
+from tracerag.signals._types import Material, Plan
 
 TASK_PLAN = "plan"
 TASK_ANSWER = "answer"

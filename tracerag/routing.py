@@ -21,7 +21,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 from tracerag._choices import Route, RouteName, Tier
 from tracerag.errors import ConfigurationError
-from tracerag.signals.types import utcnow
+from tracerag.signals._types import utcnow
 
 __all__ = [
     "ESCALATE",

@@ -15,11 +15,11 @@ from tracerag._choices import PlanMode, PlanModeName, Tier, TierName
 from tracerag.errors import ConfigurationError
 from tracerag.prompts import PromptVersion
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
-from tracerag.signals.attribution import ShapeThresholds
-from tracerag.signals.confidence import Combiner, HeuristicCombiner
-from tracerag.signals.consistency import Equivalence
-from tracerag.signals.rules import Rule
-from tracerag.signals.support import SupportBackend
+from tracerag.signals._attribution import ShapeThresholds
+from tracerag.signals._confidence import Combiner, HeuristicCombiner
+from tracerag.signals._consistency import Equivalence
+from tracerag.signals._rules import Rule
+from tracerag.signals._support import SupportBackend
 from tracerag.usage import Price
 
 __all__ = [

@@ -35,12 +35,12 @@ from tracerag._declare import (
     jsonable,
 )
 from tracerag.errors import InputError
-from tracerag.signals.attribution import (
+from tracerag.signals._attribution import (
     RetrievalExplanation,
     ShapeThresholds,
     explain_retrieval,
 )
-from tracerag.signals.types import Material, Plan, utcnow
+from tracerag.signals._types import Material, Plan, utcnow
 from tracerag.telemetry._content_capture import capture
 from tracerag.text.unicode import first_lone_surrogate, fix_surrogates, is_invisible
 
@@ -48,10 +48,10 @@ if TYPE_CHECKING:
     from tracerag.contract import ClaimCheck, Evidence, MaterialUse, Response, SignalDetail
     from tracerag.contract import Versions as ResponseVersions
     from tracerag.routing import Ticket
-    from tracerag.signals.attribution import Attribution
-    from tracerag.signals.citations import CitationReport
-    from tracerag.signals.consistency import ConsistencyReport
-    from tracerag.signals.rules import RuleResult
+    from tracerag.signals._attribution import Attribution
+    from tracerag.signals._citations import CitationReport
+    from tracerag.signals._consistency import ConsistencyReport
+    from tracerag.signals._rules import RuleResult
 
 __all__ = [
     "INPUT_KEYS",

@@ -28,7 +28,7 @@ from tracerag.prompts import (
     TASK_PLAN_AND_ANSWER,
     prompt_values,
 )
-from tracerag.signals.types import Material, Plan
+from tracerag.signals._types import Material, Plan
 from tracerag.usage import estimate_tokens
 
 CITATION_RE = re.compile(r"\[([^\]]+)\]")

@@ -188,7 +188,7 @@ def test_expired_materials_are_withheld_and_superseded_ones_marked_for_the_verif
     assert "returns-2019" not in ids(docs)
     returns = next(d for d in docs if d.metadata["id"] == "returns")
     assert returns.metadata["superseded_by"] == "returns-2030"
-    from tracerag.signals.types import Material
+    from tracerag.signals._types import Material
 
     assert Material("returns", "", metadata=returns.metadata).stale_reason() is not None
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tracerag.routing import ESCALATE, PASS, REVIEW
-from tracerag.signals.attribution import (
+from tracerag.signals._attribution import (
     BELOW_FLOOR,
     CITED_SUPPORTED,
     CITED_UNSUPPORTED,
@@ -33,8 +33,8 @@ from tracerag.signals.attribution import (
     surface_match,
     validity_reason,
 )
-from tracerag.signals.citations import verify_citations
-from tracerag.signals.types import Material
+from tracerag.signals._citations import verify_citations
+from tracerag.signals._types import Material
 from tracerag.text.tokens import token_set, tokenize
 
 TODAY = date(2026, 6, 1)

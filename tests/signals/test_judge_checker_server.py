@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from test_judge_checker import CLAIM, MATERIAL
 
-from tracerag.signals.judge import JudgeSupport
-from tracerag.signals.support import usage_scope
+from tracerag.signals._judge import JudgeSupport
+from tracerag.signals._support import usage_scope
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from store_fixtures import make_record
 
 from tracerag.config import reset_config
 from tracerag.errors import ConfigurationError
-from tracerag.signals.types import Material, Plan
+from tracerag.signals._types import Material, Plan
 from tracerag.state import (
     ErrorLog,
     PlanResult,

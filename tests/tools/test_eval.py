@@ -20,7 +20,7 @@ from tracerag.prompts import (
     prompt_values,
     register_prompt,
 )
-from tracerag.signals.types import Material
+from tracerag.signals._types import Material
 from tracerag.store import open_store
 from tracerag.tools import eval as ev
 from tracerag.tools.indicators import compute

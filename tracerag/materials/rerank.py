@@ -56,7 +56,7 @@ from tracerag.materials.model import (
     provenance_from_metadata,
     utcnow,
 )
-from tracerag.signals.types import CONFLICTS_WITH, QUARANTINE_PROPOSED
+from tracerag.signals._types import CONFLICTS_WITH, QUARANTINE_PROPOSED
 
 SCORE_KEYS = ("relevance_score", "score", "_score", "similarity", "similarity_score")
 SPAN_RANK_BEFORE = "tracerag.rerank.rank_before"

@@ -25,7 +25,7 @@ from typing import Any
 
 from tracerag.errors import ConfigurationError
 from tracerag.routing import Thresholds
-from tracerag.signals.confidence import Combined, Combiner, HeuristicCombiner, Signals, finish
+from tracerag.signals._confidence import Combined, Combiner, HeuristicCombiner, Signals, finish
 
 __all__ = [
     "CALIBRATION_ENV",

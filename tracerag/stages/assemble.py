@@ -22,15 +22,15 @@ from tracerag._declare import stamp
 from tracerag.contract import ClaimCheck, Evidence, MaterialUse, SignalDetail, Versions
 from tracerag.routing import ESCALATE, PASS, REVIEW, Ticket, decide, new_ticket_id
 from tracerag.settings import Settings
-from tracerag.signals.attribution import (
+from tracerag.signals._attribution import (
     Attribution,
     apply_retrieval_shape,
     attribute,
     claim_links,
 )
-from tracerag.signals.citations import SUPPORTED, CitationReport
-from tracerag.signals.confidence import Signals
-from tracerag.signals.types import CONFLICTS_WITH, QUARANTINE_PROPOSED
+from tracerag.signals._citations import SUPPORTED, CitationReport
+from tracerag.signals._confidence import Signals
+from tracerag.signals._types import CONFLICTS_WITH, QUARANTINE_PROPOSED
 from tracerag.stages.verify import resolver_for
 from tracerag.state import Decision, ErrorLog, RequestState, SampleSet
 

@@ -21,7 +21,7 @@ from tracerag._declare import stamp
 from tracerag.errors import ConfigurationError
 from tracerag.llm import record_retry, retry_call
 from tracerag.settings import Settings
-from tracerag.signals.types import Material
+from tracerag.signals._types import Material
 from tracerag.state import ErrorLog, RequestState, Retrieval
 from tracerag.text.unicode import fix_surrogates
 from tracerag.tracing import set_span_io

@@ -17,11 +17,11 @@ from opentelemetry.trace import Span
 from tracerag import semconv
 from tracerag._declare import stamp
 from tracerag.settings import Settings
-from tracerag.signals.citations import CitationReport, averify_citations
-from tracerag.signals.consistency import ConsistencyReport, score_consistency
-from tracerag.signals.rules import run_rules
-from tracerag.signals.support import usage_scope
-from tracerag.signals.types import Material
+from tracerag.signals._citations import CitationReport, averify_citations
+from tracerag.signals._consistency import ConsistencyReport, score_consistency
+from tracerag.signals._rules import run_rules
+from tracerag.signals._support import usage_scope
+from tracerag.signals._types import Material
 from tracerag.state import ErrorLog, RequestState, Sample, SampleSet, Selection, Verification
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tracerag.signals.types import Material
+from tracerag.signals._types import Material
 
 __all__ = [
     "AuditRecord",

@@ -46,10 +46,10 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr
 
 from tracerag.llm import ReplyChatModel
-from tracerag.signals.citations import SUPPORTED, verify_citations
-from tracerag.signals.claims import CITATION_RE, Claim, citation_ids, split_claims
-from tracerag.signals.support import SupportBackend, get_backend
-from tracerag.signals.types import Material
+from tracerag.signals._citations import SUPPORTED, verify_citations
+from tracerag.signals._claims import CITATION_RE, Claim, citation_ids, split_claims
+from tracerag.signals._support import SupportBackend, get_backend
+from tracerag.signals._types import Material
 from tracerag.store._audit_record import AuditRecord
 from tracerag.text import extract_quantities, is_negated
 from tracerag.text.quantities import Quantity
@@ -1221,7 +1221,7 @@ def parse_floors(texts: Sequence[str] | None) -> dict[str, float]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import tracerag.signals.judge  # noqa: F401  (so "--backend judge" says how to configure it)
+    import tracerag.signals._judge  # noqa: F401  (so "--backend judge" says how to configure it)
     from tracerag.errors import ConfigurationError
 
     try:

@@ -57,6 +57,8 @@ import numpy as np
 
 from tracerag.errors import ConfigurationError, InputError
 from tracerag.routing import Thresholds
+from tracerag.signals._confidence import Combined, HeuristicCombiner, Signals
+from tracerag.signals._rules import RuleResult
 from tracerag.signals.calibrated import (
     CALIBRATION_ENV,
     FEATURES,
@@ -66,8 +68,6 @@ from tracerag.signals.calibrated import (
     feature_values,
     heuristic_confidence,
 )
-from tracerag.signals.confidence import Combined, HeuristicCombiner, Signals
-from tracerag.signals.rules import RuleResult
 from tracerag.store._audit_record import AuditRecord
 from tracerag.tools.evaluation import DEFAULT_BINS, summarize
 
@@ -503,7 +503,7 @@ def render_comparison(title: str, results: Mapping[str, Mapping[str, Any]], bins
 
 
 def _label(record: AuditRecord, mutated: Mapping[str, Any], relevant: Sequence[str]) -> bool:
-    from tracerag.signals.claims import split_claims
+    from tracerag.signals._claims import split_claims
 
     chosen = record.chosen_sample
     answer = chosen.answer if chosen is not None else None
@@ -544,7 +544,7 @@ def demo_calibration_rows(
     """
     from tracerag.demo.kb import load_documents
     from tracerag.demo.models.extractive import ExtractiveChatModel
-    from tracerag.signals.types import Material
+    from tracerag.signals._types import Material
     from tracerag.tools.adversarial import (
         MUTATION_KINDS,
         MutatingChatModel,

@@ -213,8 +213,8 @@ def answer_matches(expected: str, answer: str | None) -> bool:
     """Whether the answer states the expected answer (lexical support, citations removed)."""
     if not answer or not answer.strip():
         return False
-    from tracerag.signals.claims import strip_citations
-    from tracerag.signals.support import support
+    from tracerag.signals._claims import strip_citations
+    from tracerag.signals._support import support
 
     return bool(support(expected, strip_citations(answer), backend="lexical").supported)
 

@@ -42,8 +42,8 @@ from opentelemetry.trace import Link, SpanContext, TraceFlags, TracerProvider
 from tracerag import semconv
 from tracerag.errors import TraceragError
 from tracerag.settings import PlanMode, Tier
-from tracerag.signals.attribution import ClaimLink, attribute
-from tracerag.signals.consistency import ConclusionEquivalence
+from tracerag.signals._attribution import ClaimLink, attribute
+from tracerag.signals._consistency import ConclusionEquivalence
 from tracerag.store._audit_record import AuditRecord
 from tracerag.store._base import (
     KIND_EXPLANATION,

@@ -21,7 +21,7 @@ from langchain_core.documents import Document
 from langchain_core.messages import BaseMessage
 
 from tracerag.llm import text_of
-from tracerag.signals.types import Material
+from tracerag.signals._types import Material
 from tracerag.stages.retrieve import to_materials
 from tracerag.wrap._capture import ModelCall, RunCapture
 

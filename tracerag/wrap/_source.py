@@ -50,7 +50,7 @@ from tracerag.wrap._versions import learn_model, learn_prompt, missing_version_e
 
 if TYPE_CHECKING:
     from tracerag.settings import Settings
-    from tracerag.signals.types import Material
+    from tracerag.signals._types import Material
 
 logger = logging.getLogger("tracerag.wrap")
 

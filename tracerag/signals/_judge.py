@@ -60,8 +60,8 @@ from tenacity import (
 
 from tracerag import usage
 from tracerag.errors import ConfigurationError
-from tracerag.signals.lexical import LexicalParams, analyse
-from tracerag.signals.support import (
+from tracerag.signals._lexical import LexicalParams, analyse
+from tracerag.signals._support import (
     LruCache,
     Support,
     check_inputs,

@@ -184,12 +184,12 @@ _INSTANCES: dict[str, SupportBackend] = {}
 _LOCK = threading.Lock()
 # Built-in backends and the module that registers each one on import.
 _BUILTIN_MODULES = {
-    "lexical": "tracerag.signals.lexical",
-    "embeddings": "tracerag.signals.embeddings",
-    "judge": "tracerag.signals.judge",
-    "checker": "tracerag.signals.checker",
-    "learned": "tracerag.signals.learned",
-    "learned-embeddings": "tracerag.signals.learned",
+    "lexical": "tracerag.signals._lexical",
+    "embeddings": "tracerag.signals._embeddings",
+    "judge": "tracerag.signals._judge",
+    "checker": "tracerag.signals._checker",
+    "learned": "tracerag.signals._learned",
+    "learned-embeddings": "tracerag.signals._learned",
 }
 _EXTRA_HINTS = {
     "embeddings": "install the optional extra: from the tracerag source tree, "

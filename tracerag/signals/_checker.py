@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from tracerag.errors import ConfigurationError
-from tracerag.signals.lexical import LexicalParams, _material_view, analyse
-from tracerag.signals.support import (
+from tracerag.signals._lexical import LexicalParams, _material_view, analyse
+from tracerag.signals._support import (
     LruCache,
     Support,
     SyncSupportBackend,

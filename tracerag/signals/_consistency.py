@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from tracerag.signals.claims import strip_citations
+from tracerag.signals._claims import strip_citations
 from tracerag.text.negation import is_negated
 from tracerag.text.quantities import extract_quantities
 from tracerag.text.tokens import content_terms

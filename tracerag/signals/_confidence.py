@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tracerag.signals.rules import RuleResult
+from tracerag.signals._rules import RuleResult
 
 
 @dataclass(frozen=True)

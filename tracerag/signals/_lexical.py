@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from tracerag.signals.support import (
+from tracerag.signals._support import (
     LruCache,
     Support,
     SyncSupportBackend,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tracerag.signals.types import Material
+from tracerag.signals._types import Material
 
 
 @dataclass(frozen=True)

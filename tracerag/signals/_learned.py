@@ -33,15 +33,15 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 
 from tracerag.errors import ConfigurationError
-from tracerag.signals.embeddings import EmbeddingSupport, minilm_available
-from tracerag.signals.lexical import (
+from tracerag.signals._embeddings import EmbeddingSupport, minilm_available
+from tracerag.signals._lexical import (
     LexicalParams,
     LexicalSupport,
     _Analysis,
     _material_view,
     analyse,
 )
-from tracerag.signals.support import Support, SyncSupportBackend, check_inputs, register_backend
+from tracerag.signals._support import Support, SyncSupportBackend, check_inputs, register_backend
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -354,7 +354,7 @@ class LearnedSupport(SyncSupportBackend):
 
 
 def _with_minilm() -> LearnedSupport:
-    from tracerag.signals.embeddings import MiniLMEmbeddings
+    from tracerag.signals._embeddings import MiniLMEmbeddings
 
     return LearnedSupport(embeddings=MiniLMEmbeddings(), name="learned-embeddings")
 

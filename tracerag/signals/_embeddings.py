@@ -29,8 +29,8 @@ from langchain_core.embeddings import Embeddings
 
 from tracerag.config import get_config
 from tracerag.errors import CallError
-from tracerag.signals.lexical import LexicalParams, LexicalSupport, _material_view, analyse
-from tracerag.signals.support import (
+from tracerag.signals._lexical import LexicalParams, LexicalSupport, _material_view, analyse
+from tracerag.signals._support import (
     LruCache,
     Support,
     SyncSupportBackend,

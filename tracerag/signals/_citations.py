@@ -16,16 +16,16 @@ from datetime import date
 from typing import TYPE_CHECKING, TypedDict
 
 from tracerag.options import check_options
+from tracerag.signals._claims import Claim, split_claims
 from tracerag.signals._specificity import check_specificity
-from tracerag.signals.claims import Claim, split_claims
-from tracerag.signals.support import (
+from tracerag.signals._support import (
     Support,
     SupportBackend,
     SyncSupportBackend,
     acheck_support,
     get_backend,
 )
-from tracerag.signals.types import Material
+from tracerag.signals._types import Material
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
