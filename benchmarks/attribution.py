@@ -32,7 +32,8 @@ from tracerag.contract import MaterialUse, validate_response
 from tracerag.demo.kb import build_retriever, load_questions
 from tracerag.demo.models.extractive import ExtractiveChatModel
 from tracerag.signals import _attribution as attr
-from tracerag.stages import assemble, retrieve
+from tracerag.stages import _assemble as assemble
+from tracerag.stages import _retrieve as retrieve
 
 BUDGET_MS = 0.3
 

@@ -347,7 +347,8 @@ def _field_names() -> set[str]:
 
 
 def test_the_projections_read_no_output_field_by_hand() -> None:
-    from tracerag.stages import retrieve, sample
+    from tracerag.stages import _retrieve as retrieve
+    from tracerag.stages import _sample as sample
 
     fields = _field_names()
     stamping = [retrieve.record_materials, sample.record_samples]

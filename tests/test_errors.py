@@ -20,7 +20,7 @@ from tracerag.errors import (
 )
 from tracerag.pipeline import build_settings, steps_for
 from tracerag.runner import parse_input, run
-from tracerag.stages.table import ModelSource
+from tracerag.stages._table import ModelSource
 from tracerag.testing import ScriptedChatModel
 
 

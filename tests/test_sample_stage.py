@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 
 from tracerag import semconv
-from tracerag.stages.sample import _DESCRIBED, llm_span_attributes, model_attributes_of
+from tracerag.stages._sample import _DESCRIBED, llm_span_attributes, model_attributes_of
 from tracerag.testing import ScriptedChatModel
 
 

@@ -34,7 +34,7 @@ from tracerag.options import check_options
 from tracerag.routing import EscalationHandler
 from tracerag.runner import SETTINGS_SINK, run
 from tracerag.settings import RecordSink, Settings
-from tracerag.stages.table import Source, Step, steps_for
+from tracerag.stages._table import Source, Step, steps_for
 from tracerag.state import RequestInput
 
 __all__ = ["CALL_OPTIONS", "StagedRunnable", "caller_handlers", "inner_config"]

@@ -23,7 +23,7 @@ from tracerag.signals._consistency import Equivalence
 from tracerag.signals._rules import Rule
 from tracerag.signals._support import SupportBackend
 from tracerag.signals.calibrated import default_combiner
-from tracerag.stages.table import ModelSource, Step, steps_for
+from tracerag.stages._table import ModelSource, Step, steps_for
 from tracerag.store._sink import resolve_sink
 from tracerag.usage import Price, load_prices
 

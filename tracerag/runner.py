@@ -35,8 +35,8 @@ from tracerag.contract import Response, caller_response, validate_response
 from tracerag.errors import ConfigurationError
 from tracerag.events import ANSWER_EVENT, STAGE_EVENT, StageEvent, StageListener, tell
 from tracerag.settings import RecordSink, Settings
-from tracerag.stages.register import new_request_id
-from tracerag.stages.table import Step
+from tracerag.stages._register import new_request_id
+from tracerag.stages._table import Step
 from tracerag.state import INPUT_KEYS, RequestInput, RequestState, StageRefusal, parse_input
 from tracerag.tracing import capture, get_tracer, set_span_metadata
 

@@ -11,7 +11,7 @@ from pipeline_fixtures import FAST_RETRY, GOOD, PLAN, QUESTION, WRONG_NUMBER
 
 from tracerag import cli
 from tracerag.pipeline import RAGPipeline
-from tracerag.stages.retrieve import fetch
+from tracerag.stages._retrieve import fetch
 from tracerag.store import RequestNotFound
 from tracerag.store._sqlite import SQLiteAuditStore
 from tracerag.testing import ScriptedChatModel

@@ -35,7 +35,7 @@ from tracerag.contract import caller_view
 from tracerag.errors import InputError, TraceragError
 from tracerag.events import StageEvent
 from tracerag.server._run_table import RunTable, StoredRun
-from tracerag.stages.register import new_request_id
+from tracerag.stages._register import new_request_id
 from tracerag.store._base import AuditStore, RequestNotFound
 from tracerag.store._codec import RequestTrail
 

@@ -745,7 +745,7 @@ def explain(
 def _top(retriever: Any, question: str) -> str | None:
     """The id of the top material a live retrieval returns (no model call)."""
     from tracerag.runner import run_sync
-    from tracerag.stages.retrieve import fetch, to_materials
+    from tracerag.stages._retrieve import fetch, to_materials
 
     materials = to_materials(run_sync(lambda: fetch(retriever, question)))
     return materials[0].id if materials else None

@@ -53,7 +53,7 @@ def material_documents(
     materials: Sequence[RecordMaterial | Mapping[str, Any]],
 ) -> list[tuple[Document, Any]]:
     """The stored materials as (Document, score) pairs, in retrieved order."""
-    from tracerag.stages.retrieve import content_id
+    from tracerag.stages._retrieve import content_id
 
     typed = [RecordMaterial.model_validate(m) for m in materials]
     pairs: list[tuple[Document, Any]] = []

@@ -14,7 +14,7 @@ from tracerag._runnable import StagedRunnable
 from tracerag.errors import ConfigurationError
 from tracerag.options import check_options
 from tracerag.pipeline import PipelineOptions, build_settings
-from tracerag.stages.sample import TEMPERATURE_ZERO_WARNING
+from tracerag.stages._sample import TEMPERATURE_ZERO_WARNING
 from tracerag.state import RequestInput
 from tracerag.wrap._hooks import instrument
 from tracerag.wrap._inspect import ChainInfo, inspect_chain, retrieval_parts

@@ -21,9 +21,9 @@ from tracerag import semconv
 from tracerag import usage as usage_meter
 from tracerag.errors import RetrieverTimeoutError
 from tracerag.llm import OnRetry, Tries, clean_text, retry_call, within
-from tracerag.stages.plan import implied_plan
-from tracerag.stages.retrieve import fetch, record_materials, to_materials
-from tracerag.stages.sample import (
+from tracerag.stages._plan import implied_plan
+from tracerag.stages._retrieve import fetch, record_materials, to_materials
+from tracerag.stages._sample import (
     TEMPERATURE_ZERO_WARNING,
     Draw,
     draw_samples,

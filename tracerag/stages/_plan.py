@@ -38,7 +38,7 @@ from tracerag.prompts import TASK_PLAN, prompt_messages
 from tracerag.settings import Settings
 from tracerag.signals._claims import citation_ids, strip_citations
 from tracerag.signals._types import Material, Plan
-from tracerag.stages.verify import resolver_for
+from tracerag.stages._verify import resolver_for
 from tracerag.state import ErrorLog, PlanResult, RequestState, Sample
 from tracerag.text.quantities import extract_quantities
 

@@ -17,12 +17,12 @@ from opentelemetry.trace import Span
 
 from tracerag._choices import PlanMode, Stage, Tier
 from tracerag.settings import Settings
-from tracerag.stages.assemble import assemble
-from tracerag.stages.plan import plan, plan_from_samples
-from tracerag.stages.register import register
-from tracerag.stages.retrieve import retrieve
-from tracerag.stages.sample import sample
-from tracerag.stages.verify import verify
+from tracerag.stages._assemble import assemble
+from tracerag.stages._plan import plan, plan_from_samples
+from tracerag.stages._register import register
+from tracerag.stages._retrieve import retrieve
+from tracerag.stages._sample import sample
+from tracerag.stages._verify import verify
 from tracerag.state import RequestState, Retrieval, SampleSet
 
 __all__ = ["ModelSource", "Source", "StageFn", "Step", "steps_for"]

@@ -31,7 +31,7 @@ from tracerag.signals._attribution import (
 from tracerag.signals._citations import SUPPORTED, CitationReport
 from tracerag.signals._confidence import Signals
 from tracerag.signals._types import CONFLICTS_WITH, QUARANTINE_PROPOSED
-from tracerag.stages.verify import resolver_for
+from tracerag.stages._verify import resolver_for
 from tracerag.state import Decision, ErrorLog, RequestState, SampleSet
 
 STATUS: dict[Route, str] = {

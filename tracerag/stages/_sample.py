@@ -42,7 +42,7 @@ from tracerag.llm import (
 from tracerag.prompts import TASK_ANSWER, TASK_PLAN_AND_ANSWER, prompt_messages
 from tracerag.settings import Settings
 from tracerag.signals._types import Plan
-from tracerag.stages.plan import parse_plan, split_inline
+from tracerag.stages._plan import parse_plan, split_inline
 from tracerag.state import ErrorLog, RequestState, Sample, SampleSet
 from tracerag.tracing import MODEL_SPAN_KIND, capture, get_tracer
 
