@@ -141,7 +141,7 @@ def _set_row(backend, material_id: str, row: dict) -> None:
 def forge_outcome_appended(backend) -> None:
     """Raise gift-cards' EMA by a confirming outcome of no real verdict, appended to the chain
     (as registry code would write it) with the column updated to match."""
-    from tracerag.materials.credibility import ema_update
+    from tracerag.materials._credibility import ema_update
     from tracerag.store._codec import material_change_entry
 
     row = _row(backend, "gift-cards")
@@ -160,7 +160,7 @@ def rewrite_verdict_resealed(backend) -> None:
     first rewritten entry (a careful intruder without the key)."""
     import json
 
-    from tracerag.materials.credibility import ema_update
+    from tracerag.materials._credibility import ema_update
     from tracerag.store._chain import jcs_json
 
     (seq_f, payload_f) = _one(
@@ -231,7 +231,7 @@ def _forged_material(backend, with_version: bool) -> None:
     )
     if with_version:
         from tracerag.materials import MaterialVersion
-        from tracerag.materials.records import body_digest, body_json
+        from tracerag.materials._records import body_digest, body_json
 
         v = MaterialVersion("gift-cards-forever", 1, "Gift cards never expire.", operator="lead")
         seq, digest = _one(backend, "SELECT seq, hash FROM audit_entries ORDER BY seq LIMIT 1")

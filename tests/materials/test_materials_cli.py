@@ -15,8 +15,8 @@ from store_fixtures import Backend, PostgresBackend
 from tracerag import RAGPipeline
 from tracerag.cli import main
 from tracerag.materials import MaterialRegistry
+from tracerag.materials._rerank import CredibilityRetriever
 from tracerag.materials.feedback import record_usage
-from tracerag.materials.rerank import CredibilityRetriever
 from tracerag.testing import ScriptedChatModel
 
 BAD = "Customers may return unused items within 60 days of delivery."

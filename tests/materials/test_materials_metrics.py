@@ -10,7 +10,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from tracerag.materials import MaterialRegistry
-from tracerag.materials.metrics import STATS_SECONDS, observe_registry
+from tracerag.materials._gauges import STATS_SECONDS, observe_registry
 
 
 def collect(reader: InMemoryMetricReader) -> dict[str, dict[tuple, float]]:

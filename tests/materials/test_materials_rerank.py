@@ -12,7 +12,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 
 from tracerag.materials import MaterialRegistry
-from tracerag.materials.rerank import (
+from tracerag.materials._rerank import (
     SPAN_CREDIBILITY,
     SPAN_RANK_AFTER,
     SPAN_RANK_BEFORE,
@@ -208,7 +208,7 @@ def test_an_unreadable_registry_keeps_what_it_knew_withheld_and_says_so(
     quarantined material stays out — and every document says how old that state is."""
     import sqlite3
 
-    from tracerag.materials.rerank import REGISTRY_AS_OF, SPAN_UNAVAILABLE
+    from tracerag.materials._rerank import REGISTRY_AS_OF, SPAN_UNAVAILABLE
 
     wrapped = CredibilityRetriever(retriever=retriever, registry=registry)
     registry.observe(retriever.invoke(QUESTION))

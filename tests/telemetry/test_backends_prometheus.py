@@ -224,8 +224,8 @@ def materials_ran(directory: Path, retriever: Any) -> Any:
     from langchain_core.documents import Document
 
     from tracerag.materials import MaterialRegistry
+    from tracerag.materials._rerank import CredibilityRetriever
     from tracerag.materials.feedback import record_feedback
-    from tracerag.materials.rerank import CredibilityRetriever
 
     registry = MaterialRegistry.open(str(directory / "audit.sqlite"))
     ranked = CredibilityRetriever(retriever=retriever, registry=registry)

@@ -41,7 +41,7 @@ def exposed_names(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     from prometheus_client import CollectorRegistry
 
     from tracerag.materials import MaterialRegistry
-    from tracerag.materials.metrics import observe_registry
+    from tracerag.materials._gauges import observe_registry
 
     registry = CollectorRegistry()
     provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])

@@ -44,10 +44,10 @@ def run_scenario(args: argparse.Namespace) -> int:
     from tracerag.demo.kb import build_vectorstore, load_documents
     from tracerag.demo.models.extractive import ExtractiveChatModel
     from tracerag.materials import MaterialRegistry, Provenance, answer_conflicts
+    from tracerag.materials._investigate import trace_back
+    from tracerag.materials._render import render_trace_back
+    from tracerag.materials._rerank import CredibilityRetriever
     from tracerag.materials.feedback import record_feedback, record_usage
-    from tracerag.materials.investigate import trace_back
-    from tracerag.materials.render import render_trace_back
-    from tracerag.materials.rerank import CredibilityRetriever
     from tracerag.store import open_store
 
     logger = logging.getLogger("tracerag")

@@ -6,21 +6,16 @@ The core of tracerag: this package imports no tools, demo, server or command lin
 
 from __future__ import annotations
 
-from tracerag.materials._principal import (
-    FeedbackLimits,
-    InvalidUserToken,
-    UserTokens,
-)
-from tracerag.materials.conflicts import Conflict, answer_conflicts, find_conflicts
-from tracerag.materials.credibility import (
+from tracerag.materials._conflicts import Conflict, answer_conflicts, find_conflicts
+from tracerag.materials._credibility import (
     OUTCOMES,
     CredibilityPolicy,
     credibility,
     ema_update,
     temporal_confidence,
 )
-from tracerag.materials.gate import GateReason, GateVerdict, WriteGate
-from tracerag.materials.model import (
+from tracerag.materials._gate import GateReason, GateVerdict, WriteGate
+from tracerag.materials._model import (
     METADATA_KEYS,
     MaterialState,
     MaterialVersion,
@@ -28,7 +23,12 @@ from tracerag.materials.model import (
     Usage,
     content_hash,
 )
-from tracerag.materials.records import (
+from tracerag.materials._principal import (
+    FeedbackLimits,
+    InvalidUserToken,
+    UserTokens,
+)
+from tracerag.materials._records import (
     MATERIALS_LOG,
     ConcurrentChange,
     InvalidTransition,
@@ -37,7 +37,7 @@ from tracerag.materials.records import (
     StoredVersion,
     Use,
 )
-from tracerag.materials.registry import MaterialRegistry
+from tracerag.materials._registry import MaterialRegistry
 
 __all__ = [
     "MATERIALS_LOG",

@@ -37,17 +37,17 @@ from typing import Any
 from langchain_core.documents import Document
 
 from tracerag.identity import REVIEW_DECISION, OperatorIdentity
+from tracerag.materials._db import ChainCursor, MaterialStoreError
 from tracerag.materials._events import read_row
+from tracerag.materials._model import Provenance, content_hash, iso, parse_time, utcnow
 from tracerag.materials._principal import (
     FeedbackLimits,
     capped,
     counts,
     principal_of,
 )
-from tracerag.materials.db import ChainCursor, MaterialStoreError
-from tracerag.materials.model import Provenance, content_hash, iso, parse_time, utcnow
-from tracerag.materials.records import Use
-from tracerag.materials.registry import MaterialRegistry, Operator
+from tracerag.materials._records import Use
+from tracerag.materials._registry import MaterialRegistry, Operator
 from tracerag.store._audit_record import AuditRecord
 from tracerag.store._base import KIND_EXPLANATION_REQUESTED
 

@@ -42,7 +42,7 @@ def _store_id(store: Any) -> str | None:
 def governs(pipeline: Any, registry: Any) -> bool:
     """True when the pipeline's retrieval goes through a ``CredibilityRetriever`` whose
     registry lives in the same audit store as ``registry``."""
-    from tracerag.materials.rerank import CredibilityRetriever
+    from tracerag.materials._rerank import CredibilityRetriever
 
     if registry is None:
         return False

@@ -281,7 +281,7 @@ def _verify_materials(store: Any) -> Any:
     """The material registry's tables checked against the chain (None when the database holds
     no registry: a registry row with no chained origin is a finding, not a reason to skip)."""
     from tracerag.materials import MaterialRegistry
-    from tracerag.materials.db import registry_present
+    from tracerag.materials._db import registry_present
 
     if not registry_present(store):
         return None

@@ -22,7 +22,7 @@ import json
 import sys
 from typing import Any
 
-from tracerag.materials.render import render_trace_back, short, version_lines
+from tracerag.materials._render import render_trace_back, short, version_lines
 from tracerag.tools.cli_store import add_audit_command, add_store_argument, open_cli_store
 
 ACTIONS = ("approve", "reject", "quarantine", "restore", "delete", "dismiss")
@@ -150,7 +150,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_impact(args: argparse.Namespace) -> int:
     """Every request that used a material (version), with its decisions."""
-    from tracerag.materials.investigate import impact
+    from tracerag.materials._investigate import impact
 
     reg = open_registry(args.store)
     try:
@@ -260,7 +260,7 @@ def run_edit(args: argparse.Namespace) -> int:
 
 def run_rollback(args: argparse.Namespace) -> int:
     """Roll a batch back."""
-    from tracerag.materials.db import MaterialStoreError
+    from tracerag.materials._db import MaterialStoreError
 
     who = operator_identity(args)
     reg = open_registry(args.store)
@@ -356,7 +356,7 @@ def run_purge(args: argparse.Namespace) -> int:
 
 def run_trace_back(args: argparse.Namespace) -> int:
     """From a request to the materials it used and the writes that produced them."""
-    from tracerag.materials.investigate import trace_back
+    from tracerag.materials._investigate import trace_back
     from tracerag.store import RequestNotFound
 
     reg = open_registry(args.store)
@@ -399,7 +399,7 @@ def feedback_principal(args: argparse.Namespace) -> Any:
 
 def run_feedback(args: argparse.Namespace) -> int:
     """Record a verdict on an answer (as ``record_feedback`` does)."""
-    from tracerag.materials.db import MaterialStoreError
+    from tracerag.materials._db import MaterialStoreError
     from tracerag.materials.feedback import record_feedback
     from tracerag.store import RequestNotFound
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracerag.materials.conflicts import DEFAULT_MIN_OVERLAP, Conflict, find_conflicts
+from tracerag.materials._conflicts import DEFAULT_MIN_OVERLAP, Conflict, find_conflicts
 
 GATE_RULES_VERSION = "gate-rules@1"
 

@@ -33,10 +33,10 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from tracerag.materials.model import STATUSES
+from tracerag.materials._model import STATUSES
 from tracerag.metrics import get_meter, get_meter_provider
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("tracerag.materials")
 
 #: figures read once serve every gauge of one collection
 STATS_SECONDS = 1.0

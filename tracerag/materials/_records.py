@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracerag.materials.db import MaterialStoreError
-from tracerag.materials.model import MaterialVersion
+from tracerag.materials._db import MaterialStoreError
+from tracerag.materials._model import MaterialVersion
 
 #: the audit-store request id that material changes are chained under
 MATERIALS_LOG = "tracerag.materials"

@@ -47,8 +47,8 @@ from langchain_core.vectorstores import VectorStoreRetriever
 from opentelemetry import trace
 from pydantic import ConfigDict, PrivateAttr
 
-from tracerag.materials.credibility import CredibilityPolicy, age_days, temporal_confidence
-from tracerag.materials.model import (
+from tracerag.materials._credibility import CredibilityPolicy, age_days, temporal_confidence
+from tracerag.materials._model import (
     WITHHELD,
     content_hash,
     expired,

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracerag.materials._model import content_hash
+from tracerag.materials._records import ReadHit, StoredVersion
+from tracerag.materials._registry import MaterialRegistry
 from tracerag.materials.feedback import relied_on
-from tracerag.materials.model import content_hash
-from tracerag.materials.records import ReadHit, StoredVersion
-from tracerag.materials.registry import MaterialRegistry
 
 
 @dataclass

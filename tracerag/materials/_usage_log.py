@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from tracerag.materials.credibility import CredibilityPolicy
-from tracerag.materials.db import Cursor, RegistryDB
-from tracerag.materials.model import (
+from tracerag.materials._credibility import CredibilityPolicy
+from tracerag.materials._db import Cursor, RegistryDB
+from tracerag.materials._model import (
     USAGE_COUNTERS,
     MaterialState,
     MaterialVersion,
@@ -22,7 +22,7 @@ from tracerag.materials.model import (
     now_iso,
     utcnow,
 )
-from tracerag.materials.records import (
+from tracerag.materials._records import (
     MaterialNotFound,
     ReadHit,
     Use,

@@ -28,6 +28,21 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Union
 
 from tracerag.identity import SYSTEM_METHOD, OperatorIdentity
+from tracerag.materials._conflicts import find_conflicts
+from tracerag.materials._credibility import (
+    OUTCOMES,
+    CredibilityPolicy,
+    credibility,
+    ema_update,
+    should_quarantine,
+)
+from tracerag.materials._db import (
+    ChainCursor,
+    Cursor,
+    MaterialStoreError,
+    RegistryDB,
+    connect_like,
+)
 from tracerag.materials._events import (
     BASELINE_KEY,
     OUTCOME_KEY,
@@ -42,24 +57,9 @@ from tracerag.materials._events import (
     table_rows,
     write_row,
 )
-from tracerag.materials.conflicts import find_conflicts
-from tracerag.materials.credibility import (
-    OUTCOMES,
-    CredibilityPolicy,
-    credibility,
-    ema_update,
-    should_quarantine,
-)
-from tracerag.materials.db import (
-    ChainCursor,
-    Cursor,
-    MaterialStoreError,
-    RegistryDB,
-    connect_like,
-)
-from tracerag.materials.gate import GateVerdict, WriteGate
-from tracerag.materials.metrics import ensure_instruments, unwatch_registry, watch_registry
-from tracerag.materials.model import (
+from tracerag.materials._gate import GateVerdict, WriteGate
+from tracerag.materials._gauges import ensure_instruments, unwatch_registry, watch_registry
+from tracerag.materials._model import (
     PROPOSE_QUARANTINE,
     MaterialFields,
     MaterialState,
@@ -70,7 +70,7 @@ from tracerag.materials.model import (
     provenance_from_metadata,
     utcnow,
 )
-from tracerag.materials.records import (
+from tracerag.materials._records import (
     CHANGE_KEY,
     DEFAULT_READ_RETENTION_DAYS,
     FIRST_SIGHT_RULE,
@@ -89,7 +89,7 @@ from tracerag.materials.records import (
     body_json,
     stored_version,
 )
-from tracerag.materials.usage import UsageLog, bump_usage
+from tracerag.materials._usage_log import UsageLog, bump_usage
 from tracerag.options import check_options
 from tracerag.store._base import KIND_MATERIAL_CHANGE, StoreError
 
@@ -1274,7 +1274,7 @@ class MaterialRegistry(UsageLog):
         reranked by credibility, materials seen for the first time registered with their
         provenance. ``options``: ``CredibilityRetriever``'s (``k``, ``weights``, ``rerank``,
         ``register_unseen``)."""
-        from tracerag.materials.rerank import CredibilityRetriever
+        from tracerag.materials._rerank import CredibilityRetriever
 
         return CredibilityRetriever(retriever=retriever, registry=self, **options)
 
