@@ -68,7 +68,7 @@ def main() -> None:
 
     import uvicorn
 
-    from tracerag.server.app import create_app
+    from tracerag.server._asgi import create_app
     from tracerag.store._sqlite import SQLiteAuditStore
     from tracerag.testing import ScriptedChatModel
 

@@ -121,7 +121,7 @@ def child_serve(port: int, url: str, samples: int) -> None:
 
     import uvicorn
 
-    from tracerag.server.app import create_app, demo_pipeline
+    from tracerag.server._asgi import create_app, demo_pipeline
 
     logging.getLogger("tracerag").setLevel(logging.ERROR)
     app = create_app(demo_pipeline("extractive", n_samples=samples), url, reviewer_token=TOKEN)

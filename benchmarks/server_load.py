@@ -62,7 +62,7 @@ def serve(port: int, store: str, samples: int) -> None:
 
     import uvicorn
 
-    from tracerag.server.app import create_app, demo_pipeline
+    from tracerag.server._asgi import create_app, demo_pipeline
 
     logging.getLogger("tracerag.escalation").setLevel(logging.ERROR)
     target: Any = DiscardStore() if store == "discard" else store

@@ -96,7 +96,7 @@ def make_store(tmp_path: Any) -> SQLiteAuditStore:
 
 def make_app(store: Any, pipeline: Any = None, **options: Any) -> Any:
     """The app over a store, with the test reviewer token unless told otherwise."""
-    from tracerag.server.app import create_app
+    from tracerag.server._asgi import create_app
 
     options.setdefault("reviewer_token", TOKEN)
     return create_app(pipeline if pipeline is not None else make_pipeline(), store, **options)

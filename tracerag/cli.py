@@ -25,7 +25,7 @@ COMMANDS = [
     "tracerag.tools.replay",
     "tracerag.tools.explain",
     "tracerag.tools.indicators",
-    "tracerag.server.cli",
+    "tracerag.server._serve",
     "tracerag.tools.calibration",
     "tracerag.tools.adversarial",
     "tracerag.tools.eval",
@@ -54,7 +54,7 @@ COMMAND_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
         "citation coverage and accuracy, interception, review and escalation rates",
         ("tracerag.tools.indicators",),
     ),
-    "serve": ("serve the answer API and the review desk over HTTP", ("tracerag.server.cli",)),
+    "serve": ("serve the answer API and the review desk over HTTP", ("tracerag.server._serve",)),
     "calibrate": (
         "fit a confidence calibration to labelled responses",
         ("tracerag.tools.calibration",),

@@ -88,7 +88,7 @@ def test_the_server_reports_its_registry_from_startup(tmp_path) -> None:
     from fastapi.testclient import TestClient
 
     from tracerag import metrics
-    from tracerag.server.app import create_app
+    from tracerag.server._asgi import create_app
     from tracerag.store._sqlite import SQLiteAuditStore
 
     path = str(tmp_path / "audit.sqlite")

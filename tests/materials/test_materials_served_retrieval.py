@@ -23,7 +23,7 @@ from tracerag.cli import main
 from tracerag.demo.kb import build_retriever
 from tracerag.identity import hash_token
 from tracerag.materials import MaterialRegistry
-from tracerag.server.app import create_app
+from tracerag.server._asgi import create_app
 from tracerag.testing import ScriptCall, ScriptedChatModel
 
 GIFT = "How long is a Northwind gift card valid?"

@@ -254,7 +254,7 @@ def test_the_item_page_shows_credibility_and_links_to_the_history(
 def test_long_lists_are_cut_and_say_so(
     client: TestClient, scene: MaterialRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tracerag.server import views
+    from tracerag.server import _views as views
 
     monkeypatch.setattr(views, "LISTED", 2)
     sign_in(client)

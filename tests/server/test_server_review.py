@@ -29,9 +29,9 @@ from server_fixtures import (
     sign_in,
 )
 
-from tracerag.server.auth import COOKIE_NAME, ReviewerAuth
-from tracerag.server.delivery import Delivery
-from tracerag.server.views import highlight
+from tracerag.server._auth import COOKIE_NAME, ReviewerAuth
+from tracerag.server._delivery import Delivery
+from tracerag.server._views import highlight
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 JSON = {"Content-Type": "application/json"}

@@ -24,7 +24,7 @@ from server_fixtures import GOOD_ANSWER, GOOD_QUESTION, make_app, make_pipeline,
 from store_fixtures import make_record, stored_request_ids
 
 from tracerag import cli
-from tracerag.server.answerer import Answerer
+from tracerag.server._answerer import Answerer
 from tracerag.store._sqlite import SQLiteAuditStore
 
 #: a hang, not a slow answer: far above any commit wait used here

@@ -161,7 +161,7 @@ def test_diff_of_a_record_with_itself_is_empty(store, retriever):
 @pytest.fixture
 def demo_store(tmp_path):
     """A store with a request answered by the demo pipeline with the configured model."""
-    from tracerag.server.app import demo_pipeline
+    from tracerag.server._asgi import demo_pipeline
 
     path = str(tmp_path / "demo.sqlite")
     s = SQLiteAuditStore(path)

@@ -19,7 +19,7 @@ __all__ = ["create_app", "uvicorn_options"]
 
 def __getattr__(name: str) -> Any:
     if name == "create_app":
-        from tracerag.server.app import create_app
+        from tracerag.server._asgi import create_app
 
         return create_app
     if name == "uvicorn_options":

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracerag.server.claims import Claim
+from tracerag.server._review_claims import Claim
 from tracerag.store._base import (
     KIND_REVIEW_ASSIGNED,
     KIND_REVIEW_COMMENT,

@@ -53,12 +53,8 @@ from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
 from tracerag.config import get_config
 from tracerag.errors import ConfigurationError, TraceragError
-from tracerag.server._desk_config import DeskConfig
-from tracerag.server._materials import usage_recorder
-from tracerag.server._runs import DEFAULT_MAX_RUNS, DEFAULT_TTL, DecisionWatch, RunBook
-from tracerag.server._tokens import DEFAULT_TOKEN_SECONDS, StreamTokens
-from tracerag.server.answerer import Answerer, demo_pipeline
-from tracerag.server.auth import (
+from tracerag.server._answerer import Answerer, demo_pipeline
+from tracerag.server._auth import (
     COOKIE_NAME,
     GENERATE_HINT,
     MIN_TOKEN_CHARS,
@@ -69,24 +65,28 @@ from tracerag.server.auth import (
     read_reviewers_file,
     token_problem,
 )
-from tracerag.server.claims import (
-    CLAIM_SECONDS,
-    ClaimBoard,
-    SharedClaimBoard,
-    SharedSkips,
-    Skips,
-)
-from tracerag.server.delivery import DecisionHook, Delivery
-from tracerag.server.deps import Services, SignInRequired
-from tracerag.server.errors import Problem, install_handlers
-from tracerag.server.middleware import ApiCors, DeclaredBodyLimit, SecurityHeaders
-from tracerag.server.models import (
+from tracerag.server._bodies import (
     AnswerRequest,
     DecisionRequest,
     EventsTicket,
     FeedbackRequest,
     StreamEvent,
 )
+from tracerag.server._delivery import DecisionHook, Delivery
+from tracerag.server._deps import Services, SignInRequired
+from tracerag.server._desk_config import DeskConfig
+from tracerag.server._error_shape import Problem, install_handlers
+from tracerag.server._materials import usage_recorder
+from tracerag.server._middleware import ApiCors, DeclaredBodyLimit, SecurityHeaders
+from tracerag.server._review_claims import (
+    CLAIM_SECONDS,
+    ClaimBoard,
+    SharedClaimBoard,
+    SharedSkips,
+    Skips,
+)
+from tracerag.server._runs import DEFAULT_MAX_RUNS, DEFAULT_TTL, DecisionWatch, RunBook
+from tracerag.server._tokens import DEFAULT_TOKEN_SECONDS, StreamTokens
 from tracerag.store._base import AuditStore, StoreError
 
 if TYPE_CHECKING:
@@ -195,8 +195,8 @@ def _desk_config(value: DeskConfig | Mapping[str, Any] | str | None) -> DeskConf
 def _shared_desk_state(svc: Services, store: AuditStore) -> None:
     """Keep desk sessions, claims, skips and the sign-in lockout in the store's database, so
     every server process on the store shares them (in this process when it has none)."""
+    from tracerag.server._auth import SharedSessions, SharedThrottle
     from tracerag.server._desk_db import desk_db_like
-    from tracerag.server.auth import SharedSessions, SharedThrottle
 
     assert svc.auth is not None and svc.claims is not None
     try:
@@ -553,7 +553,7 @@ def create_app(
         feedback_limits=feedback_limits or _default_limits(),
     )
     answerer.after_record = usage_recorder(svc)
-    from tracerag.server.routes.api import request_status
+    from tracerag.server._routes.api import request_status
 
     svc.decisions = DecisionWatch(audit_store, None, request_status)
     if review_desk:
@@ -600,9 +600,9 @@ def create_app(
     app.state.secure_cookies = secure_cookies
     install_handlers(app)
 
-    from tracerag.server.routes import api as api_routes
-    from tracerag.server.routes import events as event_routes
-    from tracerag.server.routes import feedback as feedback_routes
+    from tracerag.server._routes import api as api_routes
+    from tracerag.server._routes import events as event_routes
+    from tracerag.server._routes import feedback as feedback_routes
 
     app.include_router(api_routes.router)
     app.include_router(event_routes.router)
@@ -631,12 +631,12 @@ def create_app(
         return JSONResponse({"service": "tracerag", "answer": "/v1/answer"})
 
     if review_desk:
-        from tracerag.server.routes import review as review_routes
+        from tracerag.server._routes import review as review_routes
 
         app.state.why_cache = review_routes.WhyCache()
         app.include_router(review_routes.desk)
         app.include_router(review_routes.api)
-        from tracerag.server.routes import materials as material_routes
+        from tracerag.server._routes import materials as material_routes
 
         app.include_router(material_routes.materials)
 

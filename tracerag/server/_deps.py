@@ -15,14 +15,14 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Depends, Request
 from pydantic import ValidationError
 
+from tracerag.server._answerer import Answerer
+from tracerag.server._auth import COOKIE_NAME, NAMED, ReviewerAuth, Session, same_secret
+from tracerag.server._bodies import AnswerRequest
+from tracerag.server._delivery import Delivery
+from tracerag.server._error_shape import ApiError
+from tracerag.server._review_claims import ClaimBoard, Skips
 from tracerag.server._runs import DecisionWatch, RunBook, key_problem
 from tracerag.server._tokens import StreamTokens
-from tracerag.server.answerer import Answerer
-from tracerag.server.auth import COOKIE_NAME, NAMED, ReviewerAuth, Session, same_secret
-from tracerag.server.claims import ClaimBoard, Skips
-from tracerag.server.delivery import Delivery
-from tracerag.server.errors import ApiError
-from tracerag.server.models import AnswerRequest
 from tracerag.store._base import AuditStore, StoreError
 
 logger = logging.getLogger("tracerag.server")

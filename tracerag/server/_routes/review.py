@@ -28,12 +28,10 @@ from pydantic import ValidationError
 from starlette.background import BackgroundTasks
 
 from tracerag.routing import Route
-from tracerag.server._desk import ItemNotes, next_item, notes_for, row_view
-from tracerag.server._desk_config import QueueRules
-from tracerag.server.auth import COOKIE_NAME, NAMED, Session, valid_reviewer_name
-from tracerag.server.claims import Claim
-from tracerag.server.delivery import decision_payload
-from tracerag.server.deps import (
+from tracerag.server._auth import COOKIE_NAME, NAMED, Session, valid_reviewer_name
+from tracerag.server._bodies import Decision, DecisionRequest, QueuePage, Vote
+from tracerag.server._delivery import decision_payload
+from tracerag.server._deps import (
     Reviewer,
     Services,
     ServicesDep,
@@ -48,9 +46,11 @@ from tracerag.server.deps import (
     text_problem,
     validation_detail,
 )
-from tracerag.server.errors import ApiError, error_responses, problem
-from tracerag.server.models import Decision, DecisionRequest, QueuePage, Vote
-from tracerag.server.views import item_context, lang_of, when, why
+from tracerag.server._desk import ItemNotes, next_item, notes_for, row_view
+from tracerag.server._desk_config import QueueRules
+from tracerag.server._error_shape import ApiError, error_responses, problem
+from tracerag.server._review_claims import Claim
+from tracerag.server._views import item_context, lang_of, when, why
 from tracerag.store._base import (
     KIND_NOTE,
     KIND_REVIEW_COMMENT,

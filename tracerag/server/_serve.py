@@ -57,7 +57,7 @@ def configure_logging(level: str) -> None:
 
 def hash_token_line(name: str, stream: Any = None) -> int:
     """Print ``name:sha256:<hex>`` for a token read from standard input."""
-    from tracerag.server.auth import GENERATE_HINT, hash_token, token_problem, valid_reviewer_name
+    from tracerag.server._auth import GENERATE_HINT, hash_token, token_problem, valid_reviewer_name
 
     if not valid_reviewer_name(name):
         print(
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from tracerag.server.app import create_app
+        from tracerag.server._asgi import create_app
     except ImportError as exc:
         print(
             "tracerag serve needs the 'server' extra: from the tracerag source tree, "

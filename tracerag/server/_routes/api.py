@@ -12,21 +12,20 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from tracerag.contract import Response as RAGResponse
 from tracerag.contract import response_schema
 from tracerag.routing import Route
-from tracerag.server._runs import fingerprint, parse_event_id
-from tracerag.server.deps import (
+from tracerag.server._bodies import (
+    Health,
+    Readiness,
+    RequestStatus,
+)
+from tracerag.server._deps import (
     AnswerInput,
     IdempotencyKey,
     ServicesDep,
     require_api_key,
     store_call,
 )
-from tracerag.server.errors import ApiError, error_responses
-from tracerag.server.models import (
-    Health,
-    Readiness,
-    RequestStatus,
-)
-from tracerag.server.routes.events import (
+from tracerag.server._error_shape import ApiError, error_responses
+from tracerag.server._routes.events import (
     ANSWER_BODY,
     IDEMPOTENCY_HEADER,
     LAST_EVENT_ID_HEADER,
@@ -38,6 +37,7 @@ from tracerag.server.routes.events import (
     run_of,
     stream_response,
 )
+from tracerag.server._runs import fingerprint, parse_event_id
 from tracerag.store._base import RequestNotFound
 from tracerag.store._codec import RequestTrail
 

@@ -27,8 +27,9 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from tracerag.identity import DESK_NAMED, OperatorIdentity, fingerprint
-from tracerag.server.auth import NAMED
-from tracerag.server.deps import (
+from tracerag.server._auth import NAMED
+from tracerag.server._bodies import FeedbackOutcome, FeedbackRequest
+from tracerag.server._deps import (
     JsonBody,
     Services,
     ServicesDep,
@@ -41,8 +42,7 @@ from tracerag.server.deps import (
     text_problem,
     validation_detail,
 )
-from tracerag.server.errors import ApiError, ErrorCode, error_responses
-from tracerag.server.models import FeedbackOutcome, FeedbackRequest
+from tracerag.server._error_shape import ApiError, ErrorCode, error_responses
 from tracerag.store._base import RequestNotFound
 
 security_log = logging.getLogger("tracerag.server.security")

@@ -20,12 +20,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from tracerag.identity import DESK_NAMED, OperatorIdentity, fingerprint
+from tracerag.server._auth import NAMED, Session
+from tracerag.server._deps import Reviewer, Services, ServicesDep, form_of, store_call, text_problem
+from tracerag.server._error_shape import ApiError
 from tracerag.server._materials import retrieval_governed
-from tracerag.server.auth import NAMED, Session
-from tracerag.server.deps import Reviewer, Services, ServicesDep, form_of, store_call, text_problem
-from tracerag.server.errors import ApiError
-from tracerag.server.routes.review import error_page, page
-from tracerag.server.views import MATERIAL_ACTIONS, material_history, materials_overview
+from tracerag.server._routes.review import error_page, page
+from tracerag.server._views import MATERIAL_ACTIONS, material_history, materials_overview
 
 logger = logging.getLogger("tracerag.server")
 security_log = logging.getLogger("tracerag.server.security")

@@ -26,9 +26,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry import propagate
 
-from tracerag.server._runs import Event, KeyReused, Run, parse_event_id
-from tracerag.server.answerer import Answerer
-from tracerag.server.deps import (
+from tracerag.server._answerer import Answerer
+from tracerag.server._deps import (
     AnswerInput,
     IdempotencyKey,
     Services,
@@ -36,7 +35,8 @@ from tracerag.server.deps import (
     has_api_key,
     require_api_key,
 )
-from tracerag.server.errors import ApiError, error_responses
+from tracerag.server._error_shape import ApiError, error_responses
+from tracerag.server._runs import Event, KeyReused, Run, parse_event_id
 
 logger = logging.getLogger("tracerag.server")
 security_log = logging.getLogger("tracerag.server.security")

@@ -6,7 +6,7 @@ from typing import Any
 
 from starlette.middleware.cors import CORSMiddleware
 
-from tracerag.server.errors import SECURITY_HEADERS, problem
+from tracerag.server._error_shape import SECURITY_HEADERS, problem
 
 CORS_HEADERS = [
     "Content-Type",
