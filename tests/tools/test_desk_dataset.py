@@ -12,8 +12,8 @@ from store_fixtures import make_record
 
 from tracerag.cli import main
 from tracerag.store._sqlite import SQLiteAuditStore
+from tracerag.tools._desk_dataset import agreement, desk_rows, fleiss_kappa, write_csv
 from tracerag.tools.calibration import desk_examples
-from tracerag.tools.desk import agreement, desk_rows, fleiss_kappa, write_csv
 
 
 def detail(score: float, consistency: float, coverage: float) -> dict:

@@ -19,6 +19,8 @@ from tracerag.store._base import KIND_EXPLANATION
 from tracerag.store._sqlite import SQLiteAuditStore
 from tracerag.testing import ScriptCall, ScriptedChatModel, SpanCapture
 from tracerag.text import extract_quantities
+from tracerag.tools._replay import ReplayRefused
+from tracerag.tools._show import render_timeline
 from tracerag.tools.explain import (
     PLACEHOLDER,
     CostTooHigh,
@@ -29,8 +31,6 @@ from tracerag.tools.explain import (
     plan_experiments,
     sampled,
 )
-from tracerag.tools.replay import ReplayRefused
-from tracerag.tools.show import render_timeline
 
 QUESTION = "How long is the warranty on a laptop?"
 WARRANTY = "Under Clause 6.1, laptops and tablets are covered by an extended 24-month warranty."

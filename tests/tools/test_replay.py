@@ -15,7 +15,7 @@ from tracerag.stages._retrieve import fetch
 from tracerag.store import RequestNotFound
 from tracerag.store._sqlite import SQLiteAuditStore
 from tracerag.testing import ScriptedChatModel
-from tracerag.tools.replay import (
+from tracerag.tools._replay import (
     ReplayRefused,
     ReplayRetriever,
     diff_records,

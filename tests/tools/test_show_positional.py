@@ -7,7 +7,7 @@ from pipeline_fixtures import FAST_RETRY, QUESTION, positional_answer, standard_
 from tracerag import wrap
 from tracerag.store import RequestTrail, entries_from_record
 from tracerag.testing import ScriptedChatModel
-from tracerag.tools.show import render_timeline
+from tracerag.tools._show import render_timeline
 
 
 def wrapped_trail(retriever, responder, passes: bool = True) -> RequestTrail:

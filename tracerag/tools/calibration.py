@@ -69,7 +69,7 @@ from tracerag.signals.calibrated import (
     heuristic_confidence,
 )
 from tracerag.store._audit_record import AuditRecord
-from tracerag.tools.evaluation import DEFAULT_BINS, summarize
+from tracerag.tools._scoring import DEFAULT_BINS, summarize
 
 __all__ = [
     "Example",
@@ -257,7 +257,7 @@ def read_examples(path: str | Path) -> tuple[list[Example], int]:
 
 
 def desk_examples(store: Any, route: str | None = None) -> tuple[list[Example], int]:
-    """The review desk's decided items as labelled examples (``tracerag.tools.desk``): the
+    """The review desk's decided items as labelled examples (``tracerag desk export``): the
     signals the pipeline recorded for the answer, and the reviewers' verdict on it. Returns the
     examples and how many decided items had no recorded signals (records from before
     ``signal_detail``) and were skipped.
@@ -265,7 +265,7 @@ def desk_examples(store: Any, route: str | None = None) -> tuple[list[Example], 
     The desk only sees answers routed to people, so these labels cover the confidence range
     below the pass threshold; labelled passed answers (a DATA.jsonl) cover the rest.
     """
-    from tracerag.tools.desk import desk_rows
+    from tracerag.tools._desk_dataset import desk_rows
 
     examples: list[Example] = []
     skipped = 0
@@ -637,7 +637,7 @@ def _gather(args: argparse.Namespace) -> tuple[list[Example], int, dict[str, Any
         provenance["data"] = Path(args.data).name
         provenance["data_sha256"] = _data_hash(Path(args.data))
     if args.from_desk:
-        from tracerag.tools.cli_store import open_cli_store
+        from tracerag.tools._verify import open_cli_store
 
         store = open_cli_store(args.store)
         try:
@@ -747,7 +747,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``tracerag calibrate``."""
-    from tracerag.tools.cli_store import add_store_argument
+    from tracerag.tools._verify import add_store_argument
 
     p = subparsers.add_parser(
         "calibrate",

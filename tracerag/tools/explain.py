@@ -53,7 +53,7 @@ from tracerag.store._base import (
 )
 from tracerag.store._codec import RequestTrail
 from tracerag.text.quantities import Quantity, extract_quantities, quantities_match
-from tracerag.tools.replay import (
+from tracerag.tools._replay import (
     ReplayRefused,
     candidate_answer,
     check_versions,
@@ -991,8 +991,8 @@ def _announce(plan: ExperimentPlan, cap: int) -> None:
 def run(args: argparse.Namespace) -> int:
     """Explain one stored request, or a sample of a window of them."""
     from tracerag.store import RequestNotFound
-    from tracerag.tools.cli_store import open_cli_store
-    from tracerag.tools.replay import configured_model
+    from tracerag.tools._replay import configured_model
+    from tracerag.tools._verify import open_cli_store
     from tracerag.tracing import force_flush
 
     chosen = [args.request_id is not None, args.sample is not None, bool(args.queued)]
@@ -1101,8 +1101,8 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``tracerag explain``."""
-    from tracerag.tools.cli_store import add_store_argument
-    from tracerag.tools.replay import add_rerun_arguments
+    from tracerag.tools._replay import add_rerun_arguments
+    from tracerag.tools._verify import add_store_argument
 
     p = subparsers.add_parser(
         "explain",

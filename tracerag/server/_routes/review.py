@@ -1008,7 +1008,7 @@ EXPORT_FORMATS = {"jsonl": "application/x-ndjson", "csv": "text/csv"}
 
 def export_summary(svc: Services) -> dict[str, Any]:
     """Counts and reviewer agreement over the decided items (blocking)."""
-    from tracerag.tools.desk import LABELS, agreement, counted_judgements
+    from tracerag.tools._desk_dataset import LABELS, agreement, counted_judgements
 
     counts = dict(svc.store.metrics().queue)
     entries = svc.store.review_entries((KIND_REVIEW_VOTE, KIND_REVIEW_DECISION))
@@ -1050,7 +1050,7 @@ async def export_stream(svc: Services, fmt: str, route: str | None) -> AsyncIter
     """The decided items as JSON lines or CSV, read from the store in batches."""
     import json
 
-    from tracerag.tools.desk import BATCH, csv_text, desk_row
+    from tracerag.tools._desk_dataset import BATCH, csv_text, desk_row
 
     assert svc.desk is not None
     dims = [d.name for d in svc.desk.dimensions]
@@ -1213,7 +1213,7 @@ async def decide_api(
                 "application/x-ndjson": {
                     "schema": {
                         "type": "string",
-                        "description": "one JSON object per line (see tracerag.tools.desk)",
+                        "description": "one JSON object per line, as `tracerag desk export` writes",
                     }
                 },
                 "text/csv": {"schema": {"type": "string", "description": "a header, then rows"}},

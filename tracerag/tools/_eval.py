@@ -323,7 +323,7 @@ def summarize_arm(
 ) -> ArmResult:
     """One configuration's summary from its audit records, outcomes and adversarial result."""
     from tracerag.store._codec import RequestTrail, entries_from_record
-    from tracerag.tools.indicators import from_trails
+    from tracerag.tools._indicators import from_trails
 
     quality = from_trails(
         RequestTrail(str(r["request_id"]), entries_from_record(r)) for r in records
@@ -854,7 +854,7 @@ def _run(args: argparse.Namespace) -> int:
     stored = None
     if not args.no_store:
         from tracerag.store import cli_store_url
-        from tracerag.tools.cli_store import open_cli_store
+        from tracerag.tools._verify import open_cli_store
 
         store = open_cli_store(args.store, create=True, auto_enqueue=False)
         try:
@@ -877,7 +877,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``tracerag eval``."""
-    from tracerag.tools.cli_store import add_store_argument
+    from tracerag.tools._verify import add_store_argument
 
     p = subparsers.add_parser(
         "eval",

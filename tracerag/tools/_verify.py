@@ -104,7 +104,7 @@ def _add_to_group(name: str) -> None:
 def run_show(args: argparse.Namespace) -> int:
     """Print one request's trail as a timeline or JSON."""
     from tracerag.store import RequestNotFound
-    from tracerag.tools.show import render_json, render_timeline
+    from tracerag.tools._show import render_json, render_timeline
 
     store = open_cli_store(args.store)
     try:

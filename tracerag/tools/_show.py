@@ -255,7 +255,7 @@ def _usage(rec: AuditRecord) -> list[str]:
 
 def _evaluation(trail: RequestTrail) -> list[str]:
     """The report of an evaluation run (``tracerag eval``) kept under this id, if any."""
-    from tracerag.tools.eval import render_report
+    from tracerag.tools._eval import render_report
 
     out: list[str] = []
     for entry in trail.of_kind(KIND_EVALUATION):
