@@ -170,7 +170,7 @@ def recover(args: argparse.Namespace) -> None:
 
 def serve_child(args: argparse.Namespace) -> None:
     """``tracerag serve`` with the scripted model in place of the demo's offline model."""
-    import tracerag.demo.run as demo_run
+    import tracerag.demo._run as demo_run
     from tracerag.cli import main as cli_main
 
     model = scripted_model(args.poison_every)

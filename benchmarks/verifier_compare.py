@@ -76,7 +76,7 @@ FOLDS = 5
 
 def _clear_caches() -> None:
     from tracerag.signals import _lexical as lexical
-    from tracerag.text import quantities
+    from tracerag.text import _quantities as quantities
 
     lexical._VIEWS.clear()
     lexical._DOC_TOKENS.clear()

@@ -30,7 +30,7 @@ from verifier_data import data_root
 
 from tracerag.signals import _lexical as lexical
 from tracerag.text import split_sentences
-from tracerag.text.quantities import _extract_cached
+from tracerag.text._quantities import _extract_cached
 
 
 def _demo_sentences() -> list[str]:

@@ -50,7 +50,7 @@ def test_bare_tracerag_prints_the_commands_and_imports_none(imported, capsys):
 def test_a_chosen_command_imports_its_own_module_only(imported, capsys):
     with pytest.raises(SystemExit):
         cli.main(["demo", "--help"])
-    assert imported == ["tracerag.demo.run"]
+    assert imported == ["tracerag.demo._run"]
     assert "--seed" in capsys.readouterr().out
     imported.clear()
     with pytest.raises(SystemExit):

@@ -20,7 +20,7 @@ from importlib import import_module
 from tracerag._version import __version__
 
 COMMANDS = [
-    "tracerag.demo.run",
+    "tracerag.demo._run",
     "tracerag.tools._verify",
     "tracerag.tools._replay",
     "tracerag.tools.explain",
@@ -36,7 +36,7 @@ COMMANDS = [
 #: Every command of the modules above: its one-line help and the modules that register it
 #: (``audit``'s subcommands come from several). A test checks it against the modules.
 COMMAND_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
-    "demo": ("answer the bundled demo questions offline", ("tracerag.demo.run",)),
+    "demo": ("answer the bundled demo questions offline", ("tracerag.demo._run",)),
     "show": ("show one request's audit trail as a timeline", ("tracerag.tools._verify",)),
     "audit": (
         "check the audit log (verify, ...)",

@@ -42,7 +42,7 @@ from tracerag.errors import (
     TraceragError,
 )
 from tracerag.settings import RetryPolicy
-from tracerag.text.unicode import fix_surrogates
+from tracerag.text._unicode import fix_surrogates
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider

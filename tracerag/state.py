@@ -42,7 +42,7 @@ from tracerag.signals._attribution import (
 )
 from tracerag.signals._types import Material, Plan, utcnow
 from tracerag.telemetry._content_capture import capture
-from tracerag.text.unicode import first_lone_surrogate, fix_surrogates, is_invisible
+from tracerag.text._unicode import first_lone_surrogate, fix_surrogates, is_invisible
 
 if TYPE_CHECKING:
     from tracerag.contract import ClaimCheck, Evidence, MaterialUse, Response, SignalDetail

@@ -5,7 +5,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from tracerag.text import Quantity, extract_quantities, quantities_match
-from tracerag.text.quantities import parse_chinese_number
+from tracerag.text._quantities import parse_chinese_number
 
 
 def keys(text: str) -> list[tuple]:

@@ -9,8 +9,8 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pipeline_fixtures import REPO
 
 from tracerag.cli import main
+from tracerag.demo._prompt_versions import V2_NOCITE
 from tracerag.demo.models.extractive import ExtractiveChatModel, asks_for_citations
-from tracerag.demo.prompts import V2_NOCITE
 from tracerag.prompts import (
     DEFAULT_PROMPT,
     DEFAULT_PROMPT_VERSION,

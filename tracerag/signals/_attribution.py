@@ -31,7 +31,7 @@ from datetime import date, datetime, timezone
 from functools import lru_cache
 from typing import Any, Protocol
 
-from tracerag.text.tokens import content_terms, token_set
+from tracerag.text._tokens import content_terms, token_set
 
 # the router's decisions (tracerag.routing), named here so signals import nothing above them
 PASS = "pass"

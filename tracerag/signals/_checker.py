@@ -57,7 +57,7 @@ from tracerag.signals._support import (
     record_usage,
     register_backend,
 )
-from tracerag.text.sentences import Sentence, split_sentences
+from tracerag.text._sentences import Sentence, split_sentences
 
 __all__ = [
     "DEFAULT_THRESHOLD",

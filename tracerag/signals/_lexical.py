@@ -31,10 +31,10 @@ from tracerag.signals._support import (
     check_inputs,
     register_backend,
 )
-from tracerag.text.negation import is_negated
-from tracerag.text.quantities import Quantity, extract_quantities, quantities_match
-from tracerag.text.sentences import Sentence, split_sentences
-from tracerag.text.structure import (
+from tracerag.text._negation import is_negated
+from tracerag.text._quantities import Quantity, extract_quantities, quantities_match
+from tracerag.text._sentences import Sentence, split_sentences
+from tracerag.text._structure import (
     Comparison,
     actor_moved,
     attribution_preamble,
@@ -43,7 +43,7 @@ from tracerag.text.structure import (
     is_declarative,
     opposite,
 )
-from tracerag.text.tokens import is_stopword, tokenize, tokenize_spans
+from tracerag.text._tokens import is_stopword, tokenize, tokenize_spans
 
 __all__ = ["CHEAP_CHARS", "DEFAULT_THRESHOLD", "LexicalParams", "LexicalSupport"]
 

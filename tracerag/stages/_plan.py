@@ -40,7 +40,7 @@ from tracerag.signals._claims import citation_ids, strip_citations
 from tracerag.signals._types import Material, Plan
 from tracerag.stages._verify import resolver_for
 from tracerag.state import ErrorLog, PlanResult, RequestState, Sample
-from tracerag.text.quantities import extract_quantities
+from tracerag.text._quantities import extract_quantities
 
 _JSON_OBJECT = re.compile(r"\{.*\}", re.S)
 

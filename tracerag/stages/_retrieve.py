@@ -23,7 +23,7 @@ from tracerag.llm import record_retry, retry_call
 from tracerag.settings import Settings
 from tracerag.signals._types import Material
 from tracerag.state import ErrorLog, RequestState, Retrieval
-from tracerag.text.unicode import fix_surrogates
+from tracerag.text._unicode import fix_surrogates
 from tracerag.tracing import set_span_io
 
 SCORE_KEYS = ("relevance_score", "score", "_score", "similarity", "similarity_score")

@@ -619,9 +619,9 @@ def run_arm(
     Returns the prompt version and model version recorded, the audit records (tagged with the
     run) and the outcomes.
     """
-    import tracerag.demo.prompts  # noqa: F401  (registers the demo's prompt versions)
+    import tracerag.demo._prompt_versions  # noqa: F401  (registers the demo's prompt versions)
+    from tracerag.demo._run import build_model
     from tracerag.demo.kb import build_retriever
-    from tracerag.demo.run import build_model
     from tracerag.llm import model_name
     from tracerag.pipeline import RAGPipeline
     from tracerag.prompts import get_prompt
@@ -820,7 +820,7 @@ def _run(args: argparse.Namespace) -> int:
         gated = [g.strip() for g in args.gate.split(",") if g.strip()]
         margins = _margins(args.margin_of)
         prices = load_prices(args.prices) if args.prices else None
-        import tracerag.demo.prompts  # noqa: F401  (registers the demo's prompt versions)
+        import tracerag.demo._prompt_versions  # noqa: F401  (registers the demo's prompt versions)
         from tracerag.prompts import get_prompt
 
         for arm in (baseline, candidate):

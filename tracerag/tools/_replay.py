@@ -393,7 +393,7 @@ def replay(
 
 def configured_model(name: str | None, seed: int | None = None) -> tuple[Any, str, str]:
     """The configured chat model with its prompt and model versions (``--model``/TRACERAG_MODEL)."""
-    from tracerag.demo.run import build_model
+    from tracerag.demo._run import build_model
     from tracerag.llm import model_name
     from tracerag.prompts import DEFAULT_PROMPT_VERSION
 

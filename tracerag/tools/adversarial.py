@@ -52,7 +52,7 @@ from tracerag.signals._support import SupportBackend, get_backend
 from tracerag.signals._types import Material
 from tracerag.store._audit_record import AuditRecord
 from tracerag.text import extract_quantities, is_negated
-from tracerag.text.quantities import Quantity
+from tracerag.text._quantities import Quantity
 
 __all__ = [
     "DEFAULT_ENTITY_GROUPS",

@@ -52,7 +52,7 @@ from tracerag.store._base import (
     Entry,
 )
 from tracerag.store._codec import RequestTrail
-from tracerag.text.quantities import Quantity, extract_quantities, quantities_match
+from tracerag.text._quantities import Quantity, extract_quantities, quantities_match
 from tracerag.tools._replay import (
     ReplayRefused,
     candidate_answer,
@@ -1011,7 +1011,7 @@ def run(args: argparse.Namespace) -> int:
     if args.traces:
         from pathlib import Path
 
-        from tracerag.demo.run import configure_traces
+        from tracerag.demo._run import configure_traces
 
         configure_traces(Path(args.traces))
     llm, prompt_version, model_version = configured_model(args.model, args.seed)

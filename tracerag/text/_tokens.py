@@ -6,7 +6,7 @@ import re
 from functools import lru_cache
 from typing import NamedTuple
 
-from tracerag.text.sentences import CITATION_MARKER_RE
+from tracerag.text._sentences import CITATION_MARKER_RE
 
 __all__ = [
     "CHINESE_STOPWORDS",
