@@ -28,8 +28,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from tracerag.signals._types import Material, Plan
-from tracerag.state import (
+from tracerag._state import (
     ErrorLog,
     PlanResult,
     Registration,
@@ -40,6 +39,7 @@ from tracerag.state import (
     Sample,
     SampleSet,
 )
+from tracerag.signals._types import Material, Plan
 from tracerag.store import AuditWriter
 from tracerag.store._sql import SQLAuditStore
 

@@ -75,8 +75,8 @@ def main() -> None:
     logging.getLogger("tracerag").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory() as tmp:
         store = SQLiteAuditStore(str(Path(tmp) / "audit.sqlite"))
+        from tracerag._pipeline import RAGPipeline
         from tracerag.demo.kb import build_retriever
-        from tracerag.pipeline import RAGPipeline
 
         pipeline = RAGPipeline(
             build_retriever(k=4),

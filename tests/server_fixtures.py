@@ -17,7 +17,7 @@ from typing import Any
 from langchain_core.documents import Document
 from pipeline_fixtures import FAST_RETRY, POLICIES
 
-from tracerag.pipeline import RAGPipeline
+from tracerag._pipeline import RAGPipeline
 from tracerag.store._sqlite import SQLiteAuditStore
 from tracerag.testing import ScriptedChatModel
 

@@ -54,7 +54,7 @@ def registry_scene(registry) -> None:
     """gift-cards denied by three signed users (quarantine proposed) and confirmed by a fourth;
     returns / returns-60 in open conflict; fee-b with an edit held for review; old-promo
     quarantined by an operator."""
-    from tracerag.identity import OPERATOR_TOKEN, OperatorIdentity
+    from tracerag._identity import OPERATOR_TOKEN, OperatorIdentity
     from tracerag.materials._principal import signed_user
     from tracerag.materials.feedback import record_feedback
 

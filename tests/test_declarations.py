@@ -23,12 +23,12 @@ from langchain_core.prompts import ChatPromptTemplate
 from langgraph.graph import START, StateGraph
 from pipeline_fixtures import FAST_RETRY, GOOD, GOOD_ALT, QUESTION, WRONG_NUMBER, scripted
 
-from tracerag import events, metrics, runner, semconv, state, wrap
+from tracerag import _runner as runner
+from tracerag import _semconv as semconv
+from tracerag import _state as state
+from tracerag import events, metrics, wrap
 from tracerag._declare import EACH, OMIT, Signal, jsonable, plain
-from tracerag.signals._citations import CitationReport
-from tracerag.signals._consistency import ConsistencyReport
-from tracerag.signals._types import Plan
-from tracerag.state import (
+from tracerag._state import (
     Decision,
     PlanResult,
     Registration,
@@ -41,6 +41,9 @@ from tracerag.state import (
     Selection,
     Verification,
 )
+from tracerag.signals._citations import CitationReport
+from tracerag.signals._consistency import ConsistencyReport
+from tracerag.signals._types import Plan
 from tracerag.testing import ScriptCall, ScriptedChatModel, SpanCapture
 
 #: each part, and the stage whose span carries its ``span`` and ``io`` signals

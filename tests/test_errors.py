@@ -10,6 +10,8 @@ from langchain_core.runnables import RunnableLambda
 from pipeline_fixtures import GOOD, PLAN, QUESTION
 
 from tracerag import RAGPipeline, errors, wrap
+from tracerag._pipeline import build_settings, steps_for
+from tracerag._runner import parse_input, run
 from tracerag.contract import validate_response
 from tracerag.errors import (
     ConfigurationError,
@@ -18,8 +20,6 @@ from tracerag.errors import (
     MissingVersionError,
     TraceragError,
 )
-from tracerag.pipeline import build_settings, steps_for
-from tracerag.runner import parse_input, run
 from tracerag.stages._table import ModelSource
 from tracerag.testing import ScriptedChatModel
 

@@ -7,7 +7,7 @@ import asyncio
 from pipeline_fixtures import FABRICATED, GOOD, QUESTION, scripted
 from store_fixtures import make_record
 
-from tracerag.state import RECORD_VERSION
+from tracerag._state import RECORD_VERSION
 from tracerag.store import RequestTrail, entries_from_record
 from tracerag.store._audit_record import AuditRecord
 

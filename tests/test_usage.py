@@ -11,8 +11,8 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnablePassthrough
 from pipeline_fixtures import GOOD, PLAN, QUESTION
 
-from tracerag import semconv as sc
-from tracerag import usage
+from tracerag import _semconv as sc
+from tracerag import _usage as usage
 from tracerag.signals._judge import JudgeSupport
 from tracerag.testing import ScriptCall, ScriptedChatModel
 

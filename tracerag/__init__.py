@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from tracerag._version import __version__
 
 _EXPORTS = {
-    "RAGPipeline": "tracerag.pipeline",
-    "PipelineOptions": "tracerag.pipeline",
-    "RAGPipelineOptions": "tracerag.pipeline",
+    "RAGPipeline": "tracerag._pipeline",
+    "PipelineOptions": "tracerag._pipeline",
+    "RAGPipelineOptions": "tracerag._pipeline",
     "wrap": "tracerag.wrap",
     "Response": "tracerag.contract",
     "Evidence": "tracerag.contract",
@@ -30,11 +30,11 @@ _EXPORTS = {
     "CheckerSupport": "tracerag.signals._checker",
     "RuleResult": "tracerag.signals._rules",
     "rule": "tracerag.signals._rules",
-    "Thresholds": "tracerag.routing",
-    "Ticket": "tracerag.routing",
-    "EscalationHandler": "tracerag.routing",
-    "InMemoryEscalationHandler": "tracerag.routing",
-    "RetryPolicy": "tracerag.settings",
+    "Thresholds": "tracerag._routing",
+    "Ticket": "tracerag._routing",
+    "EscalationHandler": "tracerag._routing",
+    "InMemoryEscalationHandler": "tracerag._routing",
+    "RetryPolicy": "tracerag._settings",
     "TraceragError": "tracerag.errors",
     "InputError": "tracerag.errors",
     "MissingVersionError": "tracerag.errors",
@@ -158,6 +158,9 @@ sys.modules[__name__].__class__ = _Package
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag._choices import PlanMode, Route, Stage, Tier
+    from tracerag._pipeline import PipelineOptions, RAGPipeline, RAGPipelineOptions
+    from tracerag._routing import EscalationHandler, InMemoryEscalationHandler, Thresholds, Ticket
+    from tracerag._settings import RetryPolicy
     from tracerag.contract import Evidence, Response, response_schema, validate_response
     from tracerag.demo.models.extractive import ExtractiveChatModel
     from tracerag.errors import (
@@ -175,9 +178,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     )
     from tracerag.events import StageEvent
     from tracerag.metrics import configure_metrics
-    from tracerag.pipeline import PipelineOptions, RAGPipeline, RAGPipelineOptions
-    from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds, Ticket
-    from tracerag.settings import RetryPolicy
     from tracerag.signals._checker import CheckerSupport
     from tracerag.signals._confidence import Combiner, HeuristicCombiner, Signals
     from tracerag.signals._consistency import Equivalence

@@ -18,7 +18,7 @@ from typing import Any
 
 from tracerag._choices import Route, Stage
 from tracerag._declare import stream_signals
-from tracerag.state import RequestState
+from tracerag._state import RequestState
 
 __all__ = [
     "ANSWER_EVENT",

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from store_fixtures import Backend, PostgresBackend, make_record
 
+from tracerag._identity import OperatorIdentity
 from tracerag.cli import main
-from tracerag.identity import OperatorIdentity
 from tracerag.materials import MATERIALS_LOG, MaterialRegistry, MaterialVersion
 from tracerag.store import RequestNotFound
 

@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from store_fixtures import Backend
 
-from tracerag.identity import hash_token
+from tracerag._identity import hash_token
 from tracerag.materials import FeedbackLimits, MaterialRegistry, UserTokens
 from tracerag.server._asgi import create_app
 

@@ -408,7 +408,8 @@ def test_a_wrapped_chain_is_streamed_and_stored_like_a_pipeline(store):
     from langchain_core.runnables import RunnablePassthrough
     from server_fixtures import documents
 
-    from tracerag import semconv, wrap
+    from tracerag import _semconv as semconv
+    from tracerag import wrap
     from tracerag.demo.kb import build_vectorstore
     from tracerag.testing import ScriptedChatModel
 

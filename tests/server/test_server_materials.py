@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from langchain_core.documents import Document
 from server_fixtures import TOKEN, csrf_of, make_app, sign_in
 
-from tracerag.identity import hash_token
+from tracerag._identity import hash_token
 from tracerag.materials import MaterialRegistry, Use
 
 LI_TOKEN = "li-weis-personal-token-7x3q0"

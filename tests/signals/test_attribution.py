@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracerag.routing import ESCALATE, PASS, REVIEW
+from tracerag._routing import ESCALATE, PASS, REVIEW
 from tracerag.signals._attribution import (
     BELOW_FLOOR,
     CITED_SUPPORTED,

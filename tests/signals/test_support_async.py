@@ -23,7 +23,7 @@ from pydantic import PrivateAttr
 from server_fixtures import make_app, make_store
 
 import tracerag
-from tracerag.llm import ReplyChatModel
+from tracerag._llm import ReplyChatModel
 from tracerag.signals._citations import SUPPORTED, averify_citations, verify_citations
 from tracerag.signals._lexical import LexicalSupport
 from tracerag.signals._support import (

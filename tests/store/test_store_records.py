@@ -12,10 +12,7 @@ from hypothesis import strategies as st
 from hypothesis_budget import examples
 from store_fixtures import make_record
 
-from tracerag.config import reset_config
-from tracerag.errors import ConfigurationError
-from tracerag.signals._types import Material, Plan
-from tracerag.state import (
+from tracerag._state import (
     ErrorLog,
     PlanResult,
     Registration,
@@ -26,6 +23,9 @@ from tracerag.state import (
     Sample,
     SampleSet,
 )
+from tracerag.config import reset_config
+from tracerag.errors import ConfigurationError
+from tracerag.signals._types import Material, Plan
 from tracerag.store import (
     AuditStore,
     DuplicateRequest,

@@ -26,7 +26,8 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnablePassthrough
 from pipeline_fixtures import REPO
 
-from tracerag import RAGPipeline, metrics, semconv, tracing
+from tracerag import RAGPipeline, metrics, tracing
+from tracerag import _semconv as semconv
 from tracerag.testing import ScriptedChatModel
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,8 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
 from otlp_receiver import OtlpGrpcReceiver, OtlpHttpReceiver, SpanTree, WireSpan
 
-from tracerag import ExtractiveChatModel, RAGPipeline, semconv, tracing
+from tracerag import ExtractiveChatModel, RAGPipeline, tracing
+from tracerag import _semconv as semconv
 from tracerag.demo.kb import build_retriever, load_questions
 
 pytestmark = pytest.mark.integration

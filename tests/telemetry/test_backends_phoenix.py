@@ -25,7 +25,8 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
 from otlp_receiver import backend_missing
 
-from tracerag import ExtractiveChatModel, RAGPipeline, semconv, tracing
+from tracerag import ExtractiveChatModel, RAGPipeline, tracing
+from tracerag import _semconv as semconv
 from tracerag.demo.kb import build_retriever, load_questions
 
 pytestmark = pytest.mark.integration

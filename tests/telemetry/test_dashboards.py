@@ -21,7 +21,8 @@ from dashboard_queries import (
     queries,
 )
 
-from tracerag import metrics, semconv
+from tracerag import _semconv as semconv
+from tracerag import metrics
 
 
 def test_promql_parser_helper() -> None:

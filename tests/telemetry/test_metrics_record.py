@@ -14,7 +14,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from otlp_receiver import OtlpHttpReceiver, counter_total, metric_points
 
-from tracerag import metrics, semconv
+from tracerag import _semconv as semconv
+from tracerag import metrics
 
 
 @pytest.fixture(autouse=True)

@@ -150,7 +150,7 @@ def _span() -> tuple[object, object]:
 
 
 def test_openinference_helpers_follow_the_capture_policy() -> None:
-    from tracerag import semconv
+    from tracerag import _semconv as semconv
 
     span, exporter = _span()
     tracing.set_span_io(span, input="mail bob@example.com", output={"decision": "pass"})  # type: ignore[arg-type]
@@ -188,7 +188,7 @@ def test_phoenix_annotations_from_spans() -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from tracerag import semconv
+    from tracerag import _semconv as semconv
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

@@ -19,7 +19,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otlp_receiver import OtlpGrpcReceiver, OtlpHttpReceiver, counter_total
 from pipeline_fixtures import REPO
 
-from tracerag import metrics, semconv, tracing
+from tracerag import _semconv as semconv
+from tracerag import metrics, tracing
 
 OTEL_VARS = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",

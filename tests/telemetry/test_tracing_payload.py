@@ -14,7 +14,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from opentelemetry.trace import SpanKind
 from pipeline_fixtures import FAST_RETRY, GOOD, OFF_TOPIC, QUESTION, scripted
 
-from tracerag import RAGPipeline, semconv, tracing
+from tracerag import RAGPipeline, tracing
+from tracerag import _semconv as semconv
 from tracerag.telemetry._export import TraceragSpanExporter, span_bytes
 from tracerag.testing import SpanCapture
 

@@ -18,7 +18,8 @@ from opentelemetry.util._once import Once
 from otlp_receiver import metric_points
 from pipeline_fixtures import FAST_RETRY, GOOD, PLAN, QUESTION
 
-from tracerag import RAGPipeline, metrics, semconv, tracing
+from tracerag import RAGPipeline, metrics, tracing
+from tracerag import _semconv as semconv
 from tracerag.testing import ScriptedChatModel
 
 OTEL_VARS = (

@@ -282,8 +282,8 @@ def test_store_cases_and_command(records, tmp_path, capsys):
 
 
 def test_mutating_model_makes_answers_wrong():
+    from tracerag._pipeline import RAGPipeline
     from tracerag.demo.kb import build_retriever
-    from tracerag.pipeline import RAGPipeline
 
     base = ExtractiveChatModel(seed=3)
     model = MutatingChatModel(base=base, kind="number", rate=1.0, seed=3)

@@ -10,10 +10,10 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pipeline_fixtures import FAST_RETRY
 
+from tracerag import _semconv as sc
 from tracerag import cli
-from tracerag import semconv as sc
+from tracerag._pipeline import RAGPipeline
 from tracerag.demo.kb import build_retriever, load_documents
-from tracerag.pipeline import RAGPipeline
 from tracerag.prompts import MATERIAL_BLOCK_RE
 from tracerag.store._base import KIND_EXPLANATION
 from tracerag.store._sqlite import SQLiteAuditStore

@@ -10,7 +10,7 @@ from langchain_core.vectorstores import VectorStoreRetriever
 from pipeline_fixtures import FAST_RETRY, GOOD, PLAN, QUESTION, WRONG_NUMBER
 
 from tracerag import cli
-from tracerag.pipeline import RAGPipeline
+from tracerag._pipeline import RAGPipeline
 from tracerag.stages._retrieve import fetch
 from tracerag.store import RequestNotFound
 from tracerag.store._sqlite import SQLiteAuditStore

@@ -70,12 +70,12 @@ def store_target(args: argparse.Namespace) -> str:
 
 def build_pipeline(args: argparse.Namespace) -> Any:
     """The demo pipeline over the bundled knowledge base."""
+    from tracerag._pipeline import RAGPipeline
     from tracerag.demo.kb import build_retriever
-    from tracerag.pipeline import RAGPipeline
     from tracerag.prompts import DEFAULT_PROMPT_VERSION
 
     llm = build_model(args.model, args.seed)
-    from tracerag.llm import model_name
+    from tracerag._llm import model_name
 
     return RAGPipeline(
         build_retriever(k=4),

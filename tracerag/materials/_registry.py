@@ -27,7 +27,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Union
 
-from tracerag.identity import SYSTEM_METHOD, OperatorIdentity
+from tracerag._identity import SYSTEM_METHOD, OperatorIdentity
 from tracerag.materials._conflicts import find_conflicts
 from tracerag.materials._credibility import (
     OUTCOMES,

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from tracerag._routing import Route
 from tracerag.materials._credibility import CredibilityPolicy
 from tracerag.materials._db import Cursor, RegistryDB
 from tracerag.materials._model import (
@@ -27,7 +28,6 @@ from tracerag.materials._records import (
     ReadHit,
     Use,
 )
-from tracerag.routing import Route
 
 
 class UsageLog:

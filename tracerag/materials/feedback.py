@@ -36,7 +36,7 @@ from typing import Any
 
 from langchain_core.documents import Document
 
-from tracerag.identity import REVIEW_DECISION, OperatorIdentity
+from tracerag._identity import REVIEW_DECISION, OperatorIdentity
 from tracerag.materials._db import ChainCursor, MaterialStoreError
 from tracerag.materials._events import read_row
 from tracerag.materials._model import Provenance, content_hash, iso, parse_time, utcnow

@@ -96,12 +96,12 @@ def demo_pipeline(
     that are quarantined, deleted, pending review or expired are withheld, the rest reranked by
     credibility (four of the eight most similar). First sight is left to the server's record
     hook (``Answerer.after_record``), off the answer's path."""
+    from tracerag._llm import model_name
+    from tracerag._pipeline import RAGPipeline
+    from tracerag._settings import PlanMode
     from tracerag.demo._run import build_model
     from tracerag.demo.kb import build_retriever
-    from tracerag.llm import model_name
-    from tracerag.pipeline import RAGPipeline
     from tracerag.prompts import DEFAULT_PROMPT_VERSION
-    from tracerag.settings import PlanMode
 
     llm = build_model(model, seed)
     retriever = (

@@ -40,9 +40,9 @@ from typing import Any, Protocol
 
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
+from tracerag._identity import hash_token as _hash_token
+from tracerag._identity import read_token_file, token_owner, valid_name
 from tracerag.errors import ConfigurationError
-from tracerag.identity import hash_token as _hash_token
-from tracerag.identity import read_token_file, token_owner, valid_name
 
 REVIEWER_TOKEN_ENV = "TRACERAG_REVIEWER_TOKEN"
 REVIEWERS_FILE_ENV = "TRACERAG_REVIEWERS_FILE"

@@ -58,7 +58,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from tracerag import usage
+from tracerag import _usage as usage
 from tracerag.errors import ConfigurationError
 from tracerag.signals._lexical import LexicalParams, analyse
 from tracerag.signals._support import (

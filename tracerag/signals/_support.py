@@ -22,8 +22,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar, runtime_checkable
 
+from tracerag._usage import bound
 from tracerag.errors import ConfigurationError, InputError
-from tracerag.usage import bound
 
 __all__ = [
     "USAGE_ATTRIBUTES",

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracerag._routing import Thresholds
 from tracerag.errors import ConfigurationError
-from tracerag.routing import Thresholds
 from tracerag.signals._confidence import Combined, Combiner, HeuristicCombiner, Signals, finish
 
 __all__ = [

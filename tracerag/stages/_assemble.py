@@ -16,12 +16,13 @@ from langchain_core.runnables import RunnableConfig
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
-from tracerag import semconv
+from tracerag import _semconv as semconv
 from tracerag._choices import Route, Tier
 from tracerag._declare import stamp
+from tracerag._routing import ESCALATE, PASS, REVIEW, Ticket, decide, new_ticket_id
+from tracerag._settings import Settings
+from tracerag._state import Decision, ErrorLog, RequestState, SampleSet
 from tracerag.contract import ClaimCheck, Evidence, MaterialUse, SignalDetail, Versions
-from tracerag.routing import ESCALATE, PASS, REVIEW, Ticket, decide, new_ticket_id
-from tracerag.settings import Settings
 from tracerag.signals._attribution import (
     Attribution,
     apply_retrieval_shape,
@@ -32,7 +33,6 @@ from tracerag.signals._citations import SUPPORTED, CitationReport
 from tracerag.signals._confidence import Signals
 from tracerag.signals._types import CONFLICTS_WITH, QUARANTINE_PROPOSED
 from tracerag.stages._verify import resolver_for
-from tracerag.state import Decision, ErrorLog, RequestState, SampleSet
 
 STATUS: dict[Route, str] = {
     PASS: "answered",

@@ -20,11 +20,10 @@ import jsonschema
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
-from tracerag import metrics, usage
+from tracerag import _usage as usage
+from tracerag import metrics
 from tracerag._declare import stamp
-from tracerag.contract import validate_with
-from tracerag.errors import ConfigurationError, PlanError
-from tracerag.llm import (
+from tracerag._llm import (
     Tries,
     ainvoke_model,
     is_transient,
@@ -34,12 +33,14 @@ from tracerag.llm import (
     text_of,
     with_temperature,
 )
+from tracerag._settings import Settings
+from tracerag._state import ErrorLog, PlanResult, RequestState, Sample
+from tracerag.contract import validate_with
+from tracerag.errors import ConfigurationError, PlanError
 from tracerag.prompts import TASK_PLAN, prompt_messages
-from tracerag.settings import Settings
 from tracerag.signals._claims import citation_ids, strip_citations
 from tracerag.signals._types import Material, Plan
 from tracerag.stages._verify import resolver_for
-from tracerag.state import ErrorLog, PlanResult, RequestState, Sample
 from tracerag.text._quantities import extract_quantities
 
 _JSON_OBJECT = re.compile(r"\{.*\}", re.S)

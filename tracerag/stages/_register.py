@@ -14,10 +14,10 @@ from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
 from tracerag._declare import stamp
+from tracerag._settings import Settings
+from tracerag._state import Registration, RequestState, RunVersions
 from tracerag._version import __version__
 from tracerag.errors import MissingVersionError
-from tracerag.settings import Settings
-from tracerag.state import Registration, RequestState, RunVersions
 
 
 def new_request_id() -> str:

@@ -18,11 +18,11 @@ from langchain_core.vectorstores import VectorStoreRetriever
 from opentelemetry.trace import Span
 
 from tracerag._declare import stamp
+from tracerag._llm import record_retry, retry_call
+from tracerag._settings import Settings
+from tracerag._state import ErrorLog, RequestState, Retrieval
 from tracerag.errors import ConfigurationError
-from tracerag.llm import record_retry, retry_call
-from tracerag.settings import Settings
 from tracerag.signals._types import Material
-from tracerag.state import ErrorLog, RequestState, Retrieval
 from tracerag.text._unicode import fix_surrogates
 from tracerag.tracing import set_span_io
 

@@ -23,11 +23,12 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
-from tracerag import metrics, semconv, usage
+from tracerag import _semconv as semconv
+from tracerag import _usage as usage
+from tracerag import metrics
 from tracerag._choices import PlanMode, Tier
 from tracerag._declare import stamp
-from tracerag.errors import ConfigurationError, OutputTooLongError, PlanError
-from tracerag.llm import (
+from tracerag._llm import (
     OnRetry,
     Tries,
     call_model,
@@ -39,11 +40,12 @@ from tracerag.llm import (
     token_usage,
     with_temperature,
 )
+from tracerag._settings import Settings
+from tracerag._state import ErrorLog, RequestState, Sample, SampleSet
+from tracerag.errors import ConfigurationError, OutputTooLongError, PlanError
 from tracerag.prompts import TASK_ANSWER, TASK_PLAN_AND_ANSWER, prompt_messages
-from tracerag.settings import Settings
 from tracerag.signals._types import Plan
 from tracerag.stages._plan import parse_plan, split_inline
-from tracerag.state import ErrorLog, RequestState, Sample, SampleSet
 from tracerag.tracing import MODEL_SPAN_KIND, capture, get_tracer
 
 TEMPERATURE_ZERO_WARNING = (

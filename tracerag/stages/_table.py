@@ -16,14 +16,14 @@ from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
 from tracerag._choices import PlanMode, Stage, Tier
-from tracerag.settings import Settings
+from tracerag._settings import Settings
+from tracerag._state import RequestState, Retrieval, SampleSet
 from tracerag.stages._assemble import assemble
 from tracerag.stages._plan import plan, plan_from_samples
 from tracerag.stages._register import register
 from tracerag.stages._retrieve import retrieve
 from tracerag.stages._sample import sample
 from tracerag.stages._verify import verify
-from tracerag.state import RequestState, Retrieval, SampleSet
 
 __all__ = ["ModelSource", "Source", "StageFn", "Step", "steps_for"]
 

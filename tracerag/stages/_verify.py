@@ -14,15 +14,15 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
-from tracerag import semconv
+from tracerag import _semconv as semconv
 from tracerag._declare import stamp
-from tracerag.settings import Settings
+from tracerag._settings import Settings
+from tracerag._state import ErrorLog, RequestState, Sample, SampleSet, Selection, Verification
 from tracerag.signals._citations import CitationReport, averify_citations
 from tracerag.signals._consistency import ConsistencyReport, score_consistency
 from tracerag.signals._rules import run_rules
 from tracerag.signals._support import usage_scope
 from tracerag.signals._types import Material
-from tracerag.state import ErrorLog, RequestState, Sample, SampleSet, Selection, Verification
 
 
 def resolver_for(

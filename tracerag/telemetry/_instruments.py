@@ -12,7 +12,7 @@ from typing import Any
 
 from opentelemetry.metrics import Meter, MeterProvider
 
-from tracerag import semconv
+from tracerag import _semconv as semconv
 from tracerag._choices import Route, RouteName, Tier, TierName
 from tracerag._version import __version__
 from tracerag.telemetry._meters import INSTRUMENTATION_NAME, get_meter_provider

@@ -10,7 +10,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from tracerag import semconv
+from tracerag import _semconv as semconv
 
 logger = logging.getLogger("tracerag.tracing")
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind
 
-from tracerag import semconv
+from tracerag import _semconv as semconv
 from tracerag.telemetry._content_capture import capture
 
 # model calls are outgoing calls to a provider: CLIENT spans, per the GenAI conventions

@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracerag.routing import ESCALATE, PASS, REVIEW
-from tracerag.settings import TIERS, Tier
+from tracerag._routing import ESCALATE, PASS, REVIEW
+from tracerag._settings import TIERS, Tier
 
 __all__ = [
     "DEFAULT_GATE",
@@ -620,10 +620,10 @@ def run_arm(
     run) and the outcomes.
     """
     import tracerag.demo._prompt_versions  # noqa: F401  (registers the demo's prompt versions)
+    from tracerag._llm import model_name
+    from tracerag._pipeline import RAGPipeline
     from tracerag.demo._run import build_model
     from tracerag.demo.kb import build_retriever
-    from tracerag.llm import model_name
-    from tracerag.pipeline import RAGPipeline
     from tracerag.prompts import get_prompt
 
     prompt = get_prompt(arm.prompt)
@@ -812,7 +812,7 @@ def _actor() -> str:
 def _run(args: argparse.Namespace) -> int:
     from opentelemetry.sdk.trace import TracerProvider
 
-    from tracerag.usage import load_prices
+    from tracerag._usage import load_prices
 
     try:
         questions = load_questions(args.questions)

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from tracerag.routing import Route
+from tracerag._routing import Route
 from tracerag.store._base import AuditStore
 from tracerag.store._codec import RequestTrail
 

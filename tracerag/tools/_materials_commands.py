@@ -50,8 +50,8 @@ def operator_identity(args: argparse.Namespace) -> Any:
     """The operator the command's token proves; exit 2 with the reason when it proves none."""
     from pathlib import Path
 
+    from tracerag._identity import UnknownOperator, authenticate_operator, read_token_file
     from tracerag.config import get_config
-    from tracerag.identity import UnknownOperator, authenticate_operator, read_token_file
 
     config = get_config()
     token = config.operator_token

@@ -333,7 +333,7 @@ def replay(
     or model version differs from ``prompt_version``/``model_version`` and ``force`` is False.
     ``pipeline_options`` go to ``RAGPipeline`` (thresholds, rules, support_backend, ...).
     """
-    from tracerag.pipeline import RAGPipeline
+    from tracerag._pipeline import RAGPipeline
 
     trail: RequestTrail = store.get(request_id)
     record = trail.audit
@@ -393,8 +393,8 @@ def replay(
 
 def configured_model(name: str | None, seed: int | None = None) -> tuple[Any, str, str]:
     """The configured chat model with its prompt and model versions (``--model``/TRACERAG_MODEL)."""
+    from tracerag._llm import model_name
     from tracerag.demo._run import build_model
-    from tracerag.llm import model_name
     from tracerag.prompts import DEFAULT_PROMPT_VERSION
 
     name = name or get_config().model or "extractive"

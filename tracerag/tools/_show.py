@@ -15,7 +15,7 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
-from tracerag.routing import Route
+from tracerag._routing import Route
 from tracerag.store._audit_record import AuditRecord
 from tracerag.store._base import (
     KIND_EVALUATION,

@@ -45,7 +45,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr
 
-from tracerag.llm import ReplyChatModel
+from tracerag._llm import ReplyChatModel
 from tracerag.signals._citations import SUPPORTED, verify_citations
 from tracerag.signals._claims import CITATION_RE, Claim, citation_ids, split_claims
 from tracerag.signals._support import SupportBackend, get_backend
@@ -260,9 +260,9 @@ def demo_records(
 
     ``llm_factory(seed)`` builds the chat model (default: ``ExtractiveChatModel(seed=seed)``).
     """
+    from tracerag._pipeline import RAGPipeline
     from tracerag.demo.kb import build_retriever
     from tracerag.demo.models.extractive import ExtractiveChatModel
-    from tracerag.pipeline import RAGPipeline
     from tracerag.prompts import DEFAULT_PROMPT_VERSION
 
     questions = list(questions) if questions is not None else demo_questions()

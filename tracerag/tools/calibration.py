@@ -55,8 +55,8 @@ from typing import Any
 
 import numpy as np
 
+from tracerag._routing import Thresholds
 from tracerag.errors import ConfigurationError, InputError
-from tracerag.routing import Thresholds
 from tracerag.signals._confidence import Combined, HeuristicCombiner, Signals
 from tracerag.signals._rules import RuleResult
 from tracerag.signals.calibrated import (

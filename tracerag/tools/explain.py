@@ -39,9 +39,9 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext, TraceFlags, TracerProvider
 
-from tracerag import semconv
+from tracerag import _semconv as semconv
+from tracerag._settings import PlanMode, Tier
 from tracerag.errors import TraceragError
-from tracerag.settings import PlanMode, Tier
 from tracerag.signals._attribution import ClaimLink, attribute
 from tracerag.signals._consistency import ConclusionEquivalence
 from tracerag.store._audit_record import AuditRecord
@@ -541,7 +541,7 @@ class _Runner:
         question: str | None = None,
         retriever: Any = None,
     ) -> tuple[RunSummary, dict[str, Any]]:
-        from tracerag.pipeline import RAGPipeline
+        from tracerag._pipeline import RAGPipeline
 
         captured: list[dict[str, Any]] = []
 
@@ -744,7 +744,7 @@ def explain(
 
 def _top(retriever: Any, question: str) -> str | None:
     """The id of the top material a live retrieval returns (no model call)."""
-    from tracerag.runner import run_sync
+    from tracerag._runner import run_sync
     from tracerag.stages._retrieve import fetch, to_materials
 
     materials = to_materials(run_sync(lambda: fetch(retriever, question)))

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from langchain_core.documents import Document
 from langchain_core.messages import BaseMessage
 
-from tracerag.llm import text_of
+from tracerag._llm import text_of
 from tracerag.signals._types import Material
 from tracerag.stages._retrieve import to_materials
 from tracerag.wrap._capture import ModelCall, RunCapture

@@ -26,8 +26,8 @@ from typing import Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 
+from tracerag._llm import text_of
 from tracerag.errors import MissingVersionError
-from tracerag.llm import text_of
 from tracerag.prompts import fingerprint
 from tracerag.signals._types import Material
 from tracerag.wrap._capture import ModelCall, RunCapture

@@ -38,9 +38,9 @@ from langchain_core.messages import (
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr, model_validator
 
+from tracerag._llm import ReplyChatModel, text_of
 from tracerag.demo.models._counter import CallCounter
 from tracerag.errors import CallError, TraceragError
-from tracerag.llm import ReplyChatModel, text_of
 
 __all__ = [
     "DEFAULT_MODEL_NAME",

@@ -28,8 +28,9 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
+from tracerag._llm import ReplyChatModel, text_of
+from tracerag._usage import estimate_tokens
 from tracerag.demo.models._counter import CallCounter
-from tracerag.llm import ReplyChatModel, text_of
 from tracerag.prompts import (
     MATERIAL_BLOCK_RE,
     QUESTION_RE,
@@ -39,7 +40,6 @@ from tracerag.prompts import (
     TASK_RE,
 )
 from tracerag.text import content_terms, extract_quantities, split_sentences
-from tracerag.usage import estimate_tokens
 
 __all__ = [
     "CANNOT_ANSWER_EN",

@@ -9,9 +9,9 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from tracerag._routing import Route
 from tracerag.contract import Response as RAGResponse
 from tracerag.contract import response_schema
-from tracerag.routing import Route
 from tracerag.server._bodies import (
     Health,
     Readiness,

@@ -26,7 +26,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from tracerag.identity import DESK_NAMED, OperatorIdentity, fingerprint
+from tracerag._identity import DESK_NAMED, OperatorIdentity, fingerprint
 from tracerag.server._auth import NAMED
 from tracerag.server._bodies import FeedbackOutcome, FeedbackRequest
 from tracerag.server._deps import (
@@ -101,7 +101,7 @@ def principal(request: Request, svc: Services, data: FeedbackRequest) -> Operato
                 f"reviewer:{name}", DESK_NAMED, fingerprint(digest) if digest else None
             )
     if svc.api_key is not None:
-        from tracerag.identity import hash_token
+        from tracerag._identity import hash_token
 
         return api_key_principal(fingerprint(hash_token(svc.api_key)))
     return declared_note(data.user)

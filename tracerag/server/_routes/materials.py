@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from tracerag.identity import DESK_NAMED, OperatorIdentity, fingerprint
+from tracerag._identity import DESK_NAMED, OperatorIdentity, fingerprint
 from tracerag.server._auth import NAMED, Session
 from tracerag.server._deps import Reviewer, Services, ServicesDep, form_of, store_call, text_problem
 from tracerag.server._error_shape import ApiError

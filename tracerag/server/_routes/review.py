@@ -27,7 +27,7 @@ from fastapi.responses import (
 from pydantic import ValidationError
 from starlette.background import BackgroundTasks
 
-from tracerag.routing import Route
+from tracerag._routing import Route
 from tracerag.server._auth import COOKIE_NAME, NAMED, Session, valid_reviewer_name
 from tracerag.server._bodies import Decision, DecisionRequest, QueuePage, Vote
 from tracerag.server._delivery import decision_payload

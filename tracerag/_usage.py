@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from langchain_core.messages import BaseMessage
 
-from tracerag import semconv
+from tracerag import _semconv as semconv
 
 T = TypeVar("T")
 

@@ -34,6 +34,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from tracerag._settings import RetryPolicy
 from tracerag.errors import (
     CallTimeoutError,
     ModelTimeoutError,
@@ -41,7 +42,6 @@ from tracerag.errors import (
     RetrieverTimeoutError,
     TraceragError,
 )
-from tracerag.settings import RetryPolicy
 from tracerag.text._unicode import fix_surrogates
 
 if TYPE_CHECKING:
@@ -110,7 +110,8 @@ class _RetryRecord:
         self.extra = extra
 
     def __call__(self, attempt: int, error: BaseException) -> None:
-        from tracerag import metrics, semconv
+        from tracerag import _semconv as semconv
+        from tracerag import metrics
 
         self.ctx.record_error(self.stage, error, attempt=attempt, retried=True, **self.extra)
         self.span.add_event(

@@ -12,15 +12,15 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
 from tracerag._choices import PlanMode, PlanModeName, Tier, TierName
+from tracerag._routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
+from tracerag._usage import Price
 from tracerag.errors import ConfigurationError
 from tracerag.prompts import PromptVersion
-from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag.signals._attribution import ShapeThresholds
 from tracerag.signals._confidence import Combiner, HeuristicCombiner
 from tracerag.signals._consistency import Equivalence
 from tracerag.signals._rules import Rule
 from tracerag.signals._support import SupportBackend
-from tracerag.usage import Price
 
 __all__ = [
     "PLAN_MODES",

@@ -11,12 +11,13 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
 from tracerag._choices import PlanMode, PlanModeName, Tier, TierName
+from tracerag._routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag._runnable import StagedRunnable
+from tracerag._settings import RecordSink, RetryPolicy, Settings
+from tracerag._usage import Price, load_prices
 from tracerag.errors import ConfigurationError
 from tracerag.options import check_options
 from tracerag.prompts import PromptVersion
-from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
-from tracerag.settings import RecordSink, RetryPolicy, Settings
 from tracerag.signals._attribution import ShapeThresholds
 from tracerag.signals._confidence import Combiner
 from tracerag.signals._consistency import Equivalence
@@ -25,7 +26,6 @@ from tracerag.signals._support import SupportBackend
 from tracerag.signals.calibrated import default_combiner
 from tracerag.stages._table import ModelSource, Step, steps_for
 from tracerag.store._sink import resolve_sink
-from tracerag.usage import Price, load_prices
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -28,16 +28,18 @@ from langchain_core.runnables import RunnableConfig
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from tracerag import metrics, semconv, usage
+from tracerag import _semconv as semconv
+from tracerag import _usage as usage
+from tracerag import metrics
 from tracerag._choices import Stage
+from tracerag._settings import RecordSink, Settings
+from tracerag._state import INPUT_KEYS, RequestInput, RequestState, StageRefusal, parse_input
 from tracerag._sync import run_sync
 from tracerag.contract import Response, caller_response, validate_response
 from tracerag.errors import ConfigurationError
 from tracerag.events import ANSWER_EVENT, STAGE_EVENT, StageEvent, StageListener, tell
-from tracerag.settings import RecordSink, Settings
 from tracerag.stages._register import new_request_id
 from tracerag.stages._table import Step
-from tracerag.state import INPUT_KEYS, RequestInput, RequestState, StageRefusal, parse_input
 from tracerag.tracing import capture, get_tracer, set_span_metadata
 
 # besides the loop, the names its callers and listeners have imported from here

@@ -21,7 +21,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from tracerag import semconv
+from tracerag import _semconv as semconv
 from tracerag._choices import PlanMode, Route, Stage, Tier
 from tracerag._declare import (
     EACH,
@@ -45,9 +45,9 @@ from tracerag.telemetry._content_capture import capture
 from tracerag.text._unicode import first_lone_surrogate, fix_surrogates, is_invisible
 
 if TYPE_CHECKING:
+    from tracerag._routing import Ticket
     from tracerag.contract import ClaimCheck, Evidence, MaterialUse, Response, SignalDetail
     from tracerag.contract import Versions as ResponseVersions
-    from tracerag.routing import Ticket
     from tracerag.signals._attribution import Attribution
     from tracerag.signals._citations import CitationReport
     from tracerag.signals._consistency import ConsistencyReport
