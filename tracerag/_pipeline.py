@@ -10,13 +10,12 @@ from langchain_core.retrievers import BaseRetriever
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
-from tracerag._choices import PlanMode, PlanModeName, Tier, TierName
+from tracerag._choices import PlanMode, PlanModeName, Tier, TierName, check_options
 from tracerag._routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag._runnable import StagedRunnable
 from tracerag._settings import RecordSink, RetryPolicy, Settings
 from tracerag._usage import Price, load_prices
 from tracerag.errors import ConfigurationError
-from tracerag.options import check_options
 from tracerag.prompts import PromptVersion
 from tracerag.signals._attribution import ShapeThresholds
 from tracerag.signals._confidence import Combiner

@@ -27,6 +27,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Union
 
+from tracerag._choices import check_options
 from tracerag._identity import SYSTEM_METHOD, OperatorIdentity
 from tracerag.materials._conflicts import find_conflicts
 from tracerag.materials._credibility import (
@@ -90,7 +91,6 @@ from tracerag.materials._records import (
     stored_version,
 )
 from tracerag.materials._usage_log import UsageLog, bump_usage
-from tracerag.options import check_options
 from tracerag.store._base import KIND_MATERIAL_CHANGE, StoreError
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import TYPE_CHECKING, TypedDict
 
-from tracerag.options import check_options
+from tracerag._choices import check_options
 from tracerag.signals._claims import Claim, split_claims
 from tracerag.signals._specificity import check_specificity
 from tracerag.signals._support import (

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable
 
+from tracerag._choices import check_options
 from tracerag._pipeline import PipelineOptions, build_settings
 from tracerag._runnable import StagedRunnable
 from tracerag._state import RequestInput
 from tracerag.errors import ConfigurationError
-from tracerag.options import check_options
 from tracerag.stages._sample import TEMPERATURE_ZERO_WARNING
 from tracerag.wrap._hooks import instrument
 from tracerag.wrap._inspect import ChainInfo, inspect_chain, retrieval_parts
