@@ -55,7 +55,7 @@ def test_a_chosen_command_imports_its_own_module_only(imported, capsys):
     imported.clear()
     with pytest.raises(SystemExit):
         cli.main(["audit", "verify", "--help"])
-    assert imported == ["tracerag.tools._verify"]
+    assert imported == ["tracerag.tools._audit"]
     assert "--expect-head" in capsys.readouterr().out
 
 
@@ -80,7 +80,7 @@ def test_the_command_table_says_what_the_modules_register():
         alone = cli._build([m for m in cli.COMMANDS if m in modules])
         sub = next(a for a in alone._actions if isinstance(a, argparse._SubParsersAction))
         assert sub.choices[name].add_help, f"{name} is not registered by {modules}"
-    from tracerag.tools._verify import audit_group
+    from tracerag.tools._audit import audit_group
 
     assert set(audit_group().choices) == set(cli.AUDIT_TABLE)
 

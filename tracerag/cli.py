@@ -21,7 +21,7 @@ from tracerag._version import __version__
 
 COMMANDS = [
     "tracerag.demo._run",
-    "tracerag.tools._verify",
+    "tracerag.tools._audit",
     "tracerag.tools._replay",
     "tracerag.tools.explain",
     "tracerag.tools._indicators",
@@ -37,11 +37,11 @@ COMMANDS = [
 #: (``audit``'s subcommands come from several). A test checks it against the modules.
 COMMAND_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
     "demo": ("answer the bundled demo questions offline", ("tracerag.demo._run",)),
-    "show": ("show one request's audit trail as a timeline", ("tracerag.tools._verify",)),
+    "show": ("show one request's audit trail as a timeline", ("tracerag.tools._audit",)),
     "audit": (
         "check the audit log (verify, ...)",
         (
-            "tracerag.tools._verify",
+            "tracerag.tools._audit",
             "tracerag.tools.adversarial",
             "tracerag.tools._materials_commands",
         ),
@@ -87,7 +87,7 @@ COMMAND_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
 
 #: ``tracerag audit NAME``: the module that adds NAME to the audit group (with the group's own).
 AUDIT_TABLE: dict[str, str] = {
-    "verify": "tracerag.tools._verify",
+    "verify": "tracerag.tools._audit",
     "adversarial": "tracerag.tools.adversarial",
     "materials": "tracerag.tools._materials_commands",
 }
@@ -127,7 +127,7 @@ def modules_for(argv: Sequence[str]) -> list[str]:
         wanted.update(COMMAND_TABLE[command][1])
         sub = next((t for t in rest if not t.startswith("-")), None)
         if command == "audit" and sub in AUDIT_TABLE:
-            wanted = {"tracerag.tools._verify", AUDIT_TABLE[sub]}
+            wanted = {"tracerag.tools._audit", AUDIT_TABLE[sub]}
     known = _known_modules()
     return [m for m in COMMANDS if m in wanted or m not in known]
 
@@ -157,17 +157,17 @@ _built: tuple[tuple[str, ...], object, argparse.ArgumentParser] | None = None
 def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     global _built
     modules = tuple(modules_for(argv))
-    group = _audit_group() if "tracerag.tools._verify" in modules else None
+    group = _audit_group() if "tracerag.tools._audit" in modules else None
     if _built is not None and _built[0] == modules and _built[1] is group:
         return _built[2]
     parser = _build(modules)
-    group = _audit_group() if "tracerag.tools._verify" in modules else None
+    group = _audit_group() if "tracerag.tools._audit" in modules else None
     _built = (modules, group, parser)
     return parser
 
 
 def _audit_group() -> object:
-    from tracerag.tools._verify import audit_group
+    from tracerag.tools._audit import audit_group
 
     return audit_group()
 

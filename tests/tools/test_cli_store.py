@@ -10,7 +10,7 @@ from store_fixtures import SQLiteBackend, make_record
 
 from tracerag import cli
 from tracerag.store._sqlite import SQLiteAuditStore
-from tracerag.tools import _verify as cli_store
+from tracerag.tools import _audit as cli_store
 
 
 @pytest.fixture

@@ -1286,6 +1286,6 @@ _HELP = "mutate real answers and check that the citation verifier catches them"
 
 def add_parser(subparsers: Any) -> None:
     """Register ``tracerag audit adversarial`` in the ``tracerag audit`` group."""
-    from tracerag.tools._verify import add_audit_command
+    from tracerag.tools._audit import add_audit_command
 
     add_audit_command("adversarial", _HELP, _configure)
