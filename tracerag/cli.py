@@ -21,6 +21,7 @@ from tracerag._version import __version__
 
 COMMANDS = [
     "tracerag.demo._run",
+    "tracerag.tools._show",
     "tracerag.tools._audit",
     "tracerag.tools._replay",
     "tracerag.tools.explain",
@@ -37,7 +38,7 @@ COMMANDS = [
 #: (``audit``'s subcommands come from several). A test checks it against the modules.
 COMMAND_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
     "demo": ("answer the bundled demo questions offline", ("tracerag.demo._run",)),
-    "show": ("show one request's audit trail as a timeline", ("tracerag.tools._audit",)),
+    "show": ("show one request's audit trail as a timeline", ("tracerag.tools._show",)),
     "audit": (
         "check the audit log (verify, ...)",
         (

@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``tracerag serve``."""
-    from tracerag.tools._audit import add_store_argument
+    from tracerag.tools._store_args import add_store_argument
 
     p = subparsers.add_parser(
         "serve",

@@ -1,37 +1,19 @@
-"""``tracerag show`` and ``tracerag audit``: read one request's trail, check the whole log.
+"""``tracerag audit``: checks over the whole audit log, a group other modules add to.
 
-``tracerag show REQUEST_ID`` prints the request as a timeline (``--json`` for the trail as
-JSON). ``tracerag audit verify`` re-checks the hash chain, the store's identity, the tables
-derived from the chain (the material registry's tables against its chained changes too) and the
-store's journal (records refused as not authentic, or waiting and not authentic). It exits 1
-when anything was changed, removed, reordered, inserted, replaced or forged; 3 when nothing was
-found but not everything could be checked — no anchor was found or given, or keyed entries were
-met without the chain key — and says which; 0 only when intact and fully checked.
-``--expect-head`` anchors it outside the database (a ``head.json`` exported by the writer, a
-directory holding one, or ``SEQ:HASH``); otherwise the heads exported to
-``TRACERAG_AUDIT_ANCHOR`` and into the store's journal directory are used. The chain key comes
-from ``TRACERAG_CHAIN_KEY``.
-
-Reading commands never create a store: a missing store, a directory, a file that is not a
-database or an unreachable database is one line on stderr and exit status 1.
-
-``tracerag audit`` is a group: another module adds a sub-subcommand with
-``add_audit_command(name, help, configure)``, where ``configure(parser)`` adds the arguments
-and sets ``func`` (called with the parsed arguments, returning an exit code). Call it from
-that module's own ``add_parser(subparsers)``, so it is listed in ``tracerag.cli.COMMANDS``
-like any command; the order of the modules in ``COMMANDS`` does not matter.
+``tracerag audit verify`` re-checks the hash chain, the store's identity, the tables derived
+from the chain (the material registry's too) and the journal; its exit codes and the anchors
+it reads are on the command-line page of the documentation. Another module adds
+``tracerag audit NAME`` with ``add_audit_command(name, help, configure)``.
 """
-
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tracerag.errors import TraceragError
+from tracerag.tools._store_args import add_store_argument, open_cli_store
 
 Configure = Callable[[argparse.ArgumentParser], None]
 
@@ -40,41 +22,6 @@ _AUDIT_COMMANDS: dict[str, tuple[str, Configure]] = {}
 # the audit group of the parser being built, and the names already added to it
 _audit_group: Any = None
 _audit_added: set[str] = set()
-
-
-def add_store_argument(parser: argparse.ArgumentParser) -> None:
-    """The shared ``--store URL`` option (default: env TRACERAG_STORE, else the SQLite file)."""
-    parser.add_argument(
-        "--store",
-        metavar="URL",
-        default=None,
-        help="audit store URL or path (default: $TRACERAG_STORE, else ./.tracerag/audit.sqlite)",
-    )
-
-
-def open_cli_store(url: str | None, *, create: bool = False, **options: Any) -> Any:
-    """Open an existing audit store for a command, or exit 1 with one clear line."""
-    from tracerag.store import cli_store_url, open_store
-
-    target = cli_store_url(url)
-    try:
-        return open_store(target, create=create, **options)
-    except (TraceragError, OSError) as exc:
-        message = _one_line(exc)
-    except Exception as exc:  # a driver error the backend did not wrap
-        message = f"{type(exc).__name__}: {_one_line(exc)}"
-    raise SystemExit(f"tracerag: cannot open the audit store {_shown(target)}: {message}")
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
-def _shown(target: str) -> str:
-    """The store location without a password."""
-    import re
-
-    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", target)
 
 
 def audit_group() -> Any:
@@ -96,26 +43,6 @@ def _add_to_group(name: str) -> None:
     parser = _audit_group.add_parser(name, help=help_text, description=help_text)
     configure(parser)
     _audit_added.add(name)
-
-
-# -- show -------------------------------------------------------------------------------------
-
-
-def run_show(args: argparse.Namespace) -> int:
-    """Print one request's trail as a timeline or JSON."""
-    from tracerag.store import RequestNotFound
-    from tracerag.tools._show import render_json, render_timeline
-
-    store = open_cli_store(args.store)
-    try:
-        trail = store.get(args.request_id)
-    except RequestNotFound as exc:
-        print(f"tracerag show: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        store.close()
-    sys.stdout.write(render_json(trail) + "\n" if args.json else render_timeline(trail))
-    return 0
 
 
 # -- audit verify ----------------------------------------------------------------------------
@@ -317,20 +244,8 @@ add_audit_command(
 
 
 def add_parser(subparsers: Any) -> None:
-    """Register ``tracerag show`` and the ``tracerag audit`` group."""
+    """Register the ``tracerag audit`` group."""
     global _audit_group
-
-    p = subparsers.add_parser(
-        "show",
-        help="show one request's audit trail as a timeline",
-        description="Show everything stored for one request, in the order an investigator "
-        "reads it: versions, question, retrieved materials, plan, samples, verdicts, outcome, "
-        "errors and review actions.",
-    )
-    p.add_argument("request_id", metavar="REQUEST_ID")
-    add_store_argument(p)
-    p.add_argument("--json", action="store_true", help="print the trail as JSON")
-    p.set_defaults(func=run_show)
 
     audit = subparsers.add_parser(
         "audit",

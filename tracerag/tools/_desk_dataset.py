@@ -421,7 +421,7 @@ def _counted_reviews(row: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from tracerag.tools._audit import open_cli_store
+    from tracerag.tools._store_args import open_cli_store
 
     store = open_cli_store(args.store)
     try:
@@ -444,7 +444,7 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 def _run_agreement(args: argparse.Namespace) -> int:
-    from tracerag.tools._audit import open_cli_store
+    from tracerag.tools._store_args import open_cli_store
 
     store = open_cli_store(args.store)
     try:
@@ -473,7 +473,7 @@ def _run_agreement(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``tracerag desk``."""
-    from tracerag.tools._audit import add_store_argument
+    from tracerag.tools._store_args import add_store_argument
 
     p = subparsers.add_parser(
         "desk",

@@ -854,7 +854,7 @@ def _run(args: argparse.Namespace) -> int:
     stored = None
     if not args.no_store:
         from tracerag.store import cli_store_url
-        from tracerag.tools._audit import open_cli_store
+        from tracerag.tools._store_args import open_cli_store
 
         store = open_cli_store(args.store, create=True, auto_enqueue=False)
         try:
@@ -877,7 +877,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``tracerag eval``."""
-    from tracerag.tools._audit import add_store_argument
+    from tracerag.tools._store_args import add_store_argument
 
     p = subparsers.add_parser(
         "eval",

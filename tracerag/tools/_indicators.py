@@ -301,7 +301,7 @@ def _iso(value: datetime | str | None) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the indicators over the window."""
-    from tracerag.tools._audit import open_cli_store
+    from tracerag.tools._store_args import open_cli_store
 
     try:
         since = parse_since(args.since)
@@ -323,7 +323,7 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``tracerag metrics``."""
-    from tracerag.tools._audit import add_store_argument
+    from tracerag.tools._store_args import add_store_argument
 
     p = subparsers.add_parser(
         "metrics",

@@ -23,7 +23,8 @@ import sys
 from typing import Any
 
 from tracerag.materials._render import render_trace_back, short, version_lines
-from tracerag.tools._audit import add_audit_command, add_store_argument, open_cli_store
+from tracerag.tools._audit import add_audit_command
+from tracerag.tools._store_args import add_store_argument, open_cli_store
 
 ACTIONS = ("approve", "reject", "quarantine", "restore", "delete", "dismiss")
 _ACTION_HELP = {

@@ -407,7 +407,7 @@ def configured_model(name: str | None, seed: int | None = None) -> tuple[Any, st
 def run(args: argparse.Namespace) -> int:
     """Replay one stored request and print what changed."""
     from tracerag.store import RequestNotFound
-    from tracerag.tools._audit import open_cli_store
+    from tracerag.tools._store_args import open_cli_store
 
     llm, prompt_version, model_version = configured_model(args.model, args.seed)
     store = open_cli_store(args.store, auto_enqueue=False)
@@ -462,7 +462,7 @@ def add_rerun_arguments(p: argparse.ArgumentParser, verb: str) -> None:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``tracerag replay``."""
-    from tracerag.tools._audit import add_store_argument
+    from tracerag.tools._store_args import add_store_argument
 
     p = subparsers.add_parser(
         "replay",

@@ -1,4 +1,4 @@
-"""One request's audit trail as an investigator reads it, in plain text or JSON.
+"""``tracerag show``: one request's audit trail as an investigator reads it, in text or JSON.
 
 Order: versions and tier → question → retrieved materials and which of them the answer cited
 (flagging cited ids that were not retrieved) → plan → raw samples → signals and per-claim
@@ -10,7 +10,9 @@ are shown as they are.
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import textwrap
 from collections.abc import Mapping
 from typing import Any
@@ -24,6 +26,7 @@ from tracerag.store._base import (
     KIND_REVIEW_VOTE,
 )
 from tracerag.store._codec import RequestTrail
+from tracerag.tools._store_args import add_store_argument, open_cli_store
 from tracerag.tools.explain import render_attribution, render_explanations
 
 INDENT = "  "
@@ -365,3 +368,34 @@ def render_timeline(trail: RequestTrail) -> str:
 def render_json(trail: RequestTrail) -> str:
     """The trail as JSON: reassembled record, every entry (with hashes) and review state."""
     return json.dumps(trail.to_dict(), ensure_ascii=False, indent=2)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """Print one request's trail as a timeline or JSON."""
+    from tracerag.store import RequestNotFound
+
+    store = open_cli_store(args.store)
+    try:
+        trail = store.get(args.request_id)
+    except RequestNotFound as exc:
+        print(f"tracerag show: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    sys.stdout.write(render_json(trail) + "\n" if args.json else render_timeline(trail))
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``tracerag show``."""
+    p = subparsers.add_parser(
+        "show",
+        help="show one request's audit trail as a timeline",
+        description="Show everything stored for one request, in the order an investigator "
+        "reads it: versions, question, retrieved materials, plan, samples, verdicts, outcome, "
+        "errors and review actions.",
+    )
+    p.add_argument("request_id", metavar="REQUEST_ID")
+    add_store_argument(p)
+    p.add_argument("--json", action="store_true", help="print the trail as JSON")
+    p.set_defaults(func=run_show)

@@ -637,7 +637,7 @@ def _gather(args: argparse.Namespace) -> tuple[list[Example], int, dict[str, Any
         provenance["data"] = Path(args.data).name
         provenance["data_sha256"] = _data_hash(Path(args.data))
     if args.from_desk:
-        from tracerag.tools._audit import open_cli_store
+        from tracerag.tools._store_args import open_cli_store
 
         store = open_cli_store(args.store)
         try:
@@ -747,7 +747,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``tracerag calibrate``."""
-    from tracerag.tools._audit import add_store_argument
+    from tracerag.tools._store_args import add_store_argument
 
     p = subparsers.add_parser(
         "calibrate",

@@ -991,8 +991,8 @@ def _announce(plan: ExperimentPlan, cap: int) -> None:
 def run(args: argparse.Namespace) -> int:
     """Explain one stored request, or a sample of a window of them."""
     from tracerag.store import RequestNotFound
-    from tracerag.tools._audit import open_cli_store
     from tracerag.tools._replay import configured_model
+    from tracerag.tools._store_args import open_cli_store
     from tracerag.tracing import force_flush
 
     chosen = [args.request_id is not None, args.sample is not None, bool(args.queued)]
@@ -1101,8 +1101,8 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``tracerag explain``."""
-    from tracerag.tools._audit import add_store_argument
     from tracerag.tools._replay import add_rerun_arguments
+    from tracerag.tools._store_args import add_store_argument
 
     p = subparsers.add_parser(
         "explain",
