@@ -64,7 +64,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import NoOpTracerProvider
 
 from tracerag import RAGPipeline, wrap
-from tracerag._runner import run_sync
+from tracerag._sync import run_sync
 from tracerag.demo.kb import DemoVectorStore, build_retriever, build_vectorstore
 
 QUESTION = "How long is the warranty on a laptop?"

@@ -11,7 +11,8 @@ from pipeline_fixtures import GOOD, PLAN, QUESTION
 
 from tracerag import RAGPipeline, errors, wrap
 from tracerag._pipeline import build_settings, steps_for
-from tracerag._runner import parse_input, run
+from tracerag._runner import run
+from tracerag._state import parse_input
 from tracerag.contract import validate_response
 from tracerag.errors import (
     ConfigurationError,

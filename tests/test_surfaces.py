@@ -30,8 +30,8 @@ from langgraph.graph import START, StateGraph
 from pipeline_fixtures import FAST_RETRY, GOOD, POLICIES, QUESTION, WRONG_NUMBER, scripted
 
 from tracerag import Response, validate_response, wrap
-from tracerag._runner import ANSWER_EVENT, STAGE_EVENT
 from tracerag.demo.kb import build_vectorstore
+from tracerag.events import ANSWER_EVENT, STAGE_EVENT
 from tracerag.testing import ScriptCall, ScriptedChatModel
 
 STAGES = ["register", "retrieve", "plan", "sample", "verify", "assemble"]

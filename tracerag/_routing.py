@@ -16,12 +16,11 @@ import threading
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Final, Protocol, runtime_checkable
 
 from tracerag._choices import Route, RouteName, Tier
 from tracerag.errors import ConfigurationError
-from tracerag.signals._types import utcnow
 
 __all__ = [
     "ESCALATE",
@@ -89,7 +88,7 @@ class Ticket:
     confidence: float | None
     reasons: list[str] = field(default_factory=list)
     trace_id: str | None = None
-    created_at: datetime = field(default_factory=utcnow)
+    created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     detail: dict[str, Any] = field(default_factory=dict)
     audit_persisted: bool | None = None
 

@@ -33,41 +33,15 @@ from tracerag import _usage as usage
 from tracerag import metrics
 from tracerag._choices import Stage
 from tracerag._settings import RecordSink, Settings
-from tracerag._state import INPUT_KEYS, RequestInput, RequestState, StageRefusal, parse_input
-from tracerag._sync import run_sync
+from tracerag._state import RequestInput, RequestState, StageRefusal
 from tracerag.contract import Response, caller_response, validate_response
 from tracerag.errors import ConfigurationError
-from tracerag.events import ANSWER_EVENT, STAGE_EVENT, StageEvent, StageListener, tell
+from tracerag.events import StageEvent, StageListener, tell
 from tracerag.stages._register import new_request_id
 from tracerag.stages._table import Step
 from tracerag.tracing import capture, get_tracer, set_span_metadata
 
-# besides the loop, the names its callers and listeners have imported from here
-__all__ = [
-    "ANSWER_EVENT",
-    "INPUT_KEYS",
-    "STAGE_EVENT",
-    "RecordSink",
-    "StageEvent",
-    "StageListener",
-    "Step",
-    "outcome_of",
-    "parse_input",
-    "run",
-    "run_sync",
-]
-
-#: the Runnable's names, moved to ``tracerag._runnable`` (which imports this module), still
-#: importable from here for code written before the move
-_MOVED = frozenset({"StagedRunnable", "caller_handlers", "inner_config"})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        from tracerag import _runnable
-
-        return getattr(_runnable, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["SETTINGS_SINK", "outcome_of", "run"]
 
 
 logger = logging.getLogger("tracerag")

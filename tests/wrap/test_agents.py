@@ -394,7 +394,7 @@ def test_streams_carry_no_withheld_text(name, case, surface, caplog):
 
     from test_surfaces import Recorder, callback_errors, responses_in, serialize, through
 
-    from tracerag._runner import ANSWER_EVENT, STAGE_EVENT
+    from tracerag.events import ANSWER_EVENT, STAGE_EVENT
 
     build, cite, _ = AGENTS[name]
     extra, decision = CASES[case]

@@ -744,7 +744,7 @@ def explain(
 
 def _top(retriever: Any, question: str) -> str | None:
     """The id of the top material a live retrieval returns (no model call)."""
-    from tracerag._runner import run_sync
+    from tracerag._sync import run_sync
     from tracerag.stages._retrieve import fetch, to_materials
 
     materials = to_materials(run_sync(lambda: fetch(retriever, question)))
