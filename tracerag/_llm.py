@@ -111,7 +111,7 @@ class _RetryRecord:
 
     def __call__(self, attempt: int, error: BaseException) -> None:
         from tracerag import _semconv as semconv
-        from tracerag import metrics
+        from tracerag.telemetry import _instruments as metrics
 
         self.ctx.record_error(self.stage, error, attempt=attempt, retried=True, **self.extra)
         self.span.add_event(

@@ -30,7 +30,6 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from tracerag import _semconv as semconv
 from tracerag import _usage as usage
-from tracerag import metrics
 from tracerag._choices import Stage
 from tracerag._settings import RecordSink, Settings
 from tracerag._state import RequestInput, RequestState, StageRefusal
@@ -39,7 +38,10 @@ from tracerag.errors import ConfigurationError
 from tracerag.events import StageEvent, StageListener, tell
 from tracerag.stages._register import new_request_id
 from tracerag.stages._table import Step
-from tracerag.tracing import capture, get_tracer, set_span_metadata
+from tracerag.telemetry import _instruments as metrics
+from tracerag.telemetry._content_capture import capture
+from tracerag.telemetry._providers import get_tracer
+from tracerag.telemetry._spans import set_span_metadata
 
 __all__ = ["SETTINGS_SINK", "outcome_of", "run"]
 

@@ -345,10 +345,10 @@ def test_a_window_is_sampled_stably_and_capped_as_a_whole(store):
 
 @pytest.fixture
 def _own_tracing():
-    from tracerag import tracing
+    from tracerag.telemetry import _providers
 
     yield
-    tracing.reset_for_tests()
+    _providers.reset_for_tests()
 
 
 def test_the_command_explains_a_demo_request_end_to_end(tmp_path, capsys, _own_tracing):

@@ -14,8 +14,8 @@ from langchain_core.runnables import RunnableLambda
 
 from tracerag import _semconv as sc
 from tracerag.prompts import fingerprint
+from tracerag.telemetry._content_capture import set_capture_content
 from tracerag.testing import ScriptedChatModel
-from tracerag.tracing import set_capture_content
 from tracerag.wrap._capture import (
     RunCapture,
     model_call_attributes,

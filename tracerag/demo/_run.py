@@ -49,7 +49,7 @@ def build_model(name: str, seed: int | None) -> Any:
 
 def configure_traces(path: Path) -> str:
     """Send traces to OTLP when OTEL_* says so, and always to a JSON-lines file; say where."""
-    from tracerag.tracing import configure
+    from tracerag.telemetry._providers import configure
 
     endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
         "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -130,7 +130,7 @@ def render(index: int, question: dict[str, Any], response: Response) -> str:
             f"{question.get('why', '')})"
         )
     lines.append(f"    request_id: {response.request_id}  trace_id: {response.trace_id}")
-    from tracerag.tracing import trace_ui_link
+    from tracerag.telemetry._links import trace_ui_link
 
     link = trace_ui_link(response.trace_id)  # only when TRACERAG_TRACE_UI names a trace UI
     if link:
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     from tracerag.config import get_config
     from tracerag.demo._store import checked_file, made_parent, writable_store
     from tracerag.demo.kb import load_questions
-    from tracerag.tracing import force_flush
+    from tracerag.telemetry._providers import force_flush
 
     # where the run writes, checked before the first question: one line and exit 1 otherwise
     traces_file = checked_file(

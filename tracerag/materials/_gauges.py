@@ -34,7 +34,7 @@ from typing import Any
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from tracerag.materials._model import STATUSES
-from tracerag.metrics import get_meter, get_meter_provider
+from tracerag.telemetry._meters import get_meter, get_meter_provider
 
 log = logging.getLogger("tracerag.materials")
 

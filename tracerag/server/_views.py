@@ -387,7 +387,7 @@ def item_context(
     trace_id = rec.trace_id
     trace_url = None
     if trace_ui is not None and trace_id:
-        from tracerag.tracing import trace_link
+        from tracerag.telemetry._links import trace_link
 
         try:
             trace_url = trace_link(str(trace_id), trace_ui[0], trace_ui[1])

@@ -21,7 +21,6 @@ from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
 from tracerag import _usage as usage
-from tracerag import metrics
 from tracerag._declare import stamp
 from tracerag._llm import (
     Tries,
@@ -41,6 +40,7 @@ from tracerag.prompts import TASK_PLAN, prompt_messages
 from tracerag.signals._claims import citation_ids, strip_citations
 from tracerag.signals._types import Material, Plan
 from tracerag.stages._verify import resolver_for
+from tracerag.telemetry import _instruments as metrics
 from tracerag.text._quantities import extract_quantities
 
 _JSON_OBJECT = re.compile(r"\{.*\}", re.S)

@@ -23,8 +23,8 @@ from tracerag._settings import Settings
 from tracerag._state import ErrorLog, RequestState, Retrieval
 from tracerag.errors import ConfigurationError
 from tracerag.signals._types import Material
+from tracerag.telemetry._spans import set_span_io
 from tracerag.text._unicode import fix_surrogates
-from tracerag.tracing import set_span_io
 
 SCORE_KEYS = ("relevance_score", "score", "_score", "similarity", "similarity_score")
 

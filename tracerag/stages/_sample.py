@@ -25,7 +25,6 @@ from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from tracerag import _semconv as semconv
 from tracerag import _usage as usage
-from tracerag import metrics
 from tracerag._choices import PlanMode, Tier
 from tracerag._declare import stamp
 from tracerag._llm import (
@@ -46,7 +45,10 @@ from tracerag.errors import ConfigurationError, OutputTooLongError, PlanError
 from tracerag.prompts import TASK_ANSWER, TASK_PLAN_AND_ANSWER, prompt_messages
 from tracerag.signals._types import Plan
 from tracerag.stages._plan import parse_plan, split_inline
-from tracerag.tracing import MODEL_SPAN_KIND, capture, get_tracer
+from tracerag.telemetry import _instruments as metrics
+from tracerag.telemetry._content_capture import capture
+from tracerag.telemetry._providers import get_tracer
+from tracerag.telemetry._spans import MODEL_SPAN_KIND
 
 TEMPERATURE_ZERO_WARNING = (
     "the model samples at temperature 0, so samples cannot disagree: "

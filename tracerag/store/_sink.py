@@ -32,8 +32,8 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from tracerag import metrics
 from tracerag.errors import ConfigurationError
+from tracerag.telemetry import _instruments as metrics
 
 #: ``(record) -> accepted``; the runner awaits a sink that returns an awaitable.
 Sink = Callable[[dict[str, Any]], "bool | Awaitable[bool]"]

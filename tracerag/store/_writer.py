@@ -235,7 +235,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def _metrics() -> Any:
-    from tracerag import metrics
+    from tracerag.telemetry import _instruments as metrics
 
     return metrics
 

@@ -208,6 +208,16 @@ def reset() -> None:
     _default_notice_logged = False
 
 
+def reset_for_tests() -> None:
+    """Shut down and forget tracerag's own TracerProviders and capture settings."""
+    from tracerag.telemetry import _content_capture
+    from tracerag.telemetry._export import forget_metrics_notices
+
+    reset()
+    _content_capture.reset()
+    forget_metrics_notices()
+
+
 def make_resource(
     service_name: str | None = None, attributes: Mapping[str, Any] | None = None
 ) -> Any:

@@ -52,6 +52,7 @@ from tracerag.store._base import (
     Entry,
 )
 from tracerag.store._codec import RequestTrail
+from tracerag.telemetry._providers import get_tracer
 from tracerag.text._quantities import Quantity, extract_quantities, quantities_match
 from tracerag.tools._replay import (
     ReplayRefused,
@@ -60,7 +61,6 @@ from tracerag.tools._replay import (
     recorded_options,
     replay_retriever,
 )
-from tracerag.tracing import get_tracer
 
 __all__ = [
     "DEFAULT_MAX_CALLS",
@@ -991,9 +991,9 @@ def _announce(plan: ExperimentPlan, cap: int) -> None:
 def run(args: argparse.Namespace) -> int:
     """Explain one stored request, or a sample of a window of them."""
     from tracerag.store import RequestNotFound
+    from tracerag.telemetry._providers import force_flush
     from tracerag.tools._replay import configured_model
     from tracerag.tools._store_args import open_cli_store
-    from tracerag.tracing import force_flush
 
     chosen = [args.request_id is not None, args.sample is not None, bool(args.queued)]
     if sum(chosen) != 1:

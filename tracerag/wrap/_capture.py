@@ -30,7 +30,7 @@ from tracerag import _semconv as semconv
 from tracerag import _usage as usage_meter
 from tracerag._llm import text_of
 from tracerag.prompts import fingerprint
-from tracerag.tracing import capture
+from tracerag.telemetry._content_capture import capture
 
 
 def prompt_text(prompt: BasePromptTemplate[Any]) -> str:
