@@ -23,7 +23,6 @@ _EXPORTS = {
     "Evidence": "tracerag.contract",
     "response_schema": "tracerag.contract",
     "validate_response": "tracerag.contract",
-    "ExtractiveChatModel": "tracerag.demo.models.extractive",
     "support": "tracerag.signals._support",
     "Support": "tracerag.signals._support",
     "JudgeSupport": "tracerag.signals._judge",
@@ -63,6 +62,7 @@ _EXPORTS = {
     "AuditRecord": "tracerag.store._audit_record",
     "AuditStore": "tracerag.store",
     "AuditWriter": "tracerag.store",
+    "StoreError": "tracerag.store",
     "open_store": "tracerag.store",
     "configure": "tracerag.tracing",
     "configure_metrics": "tracerag.metrics",
@@ -83,7 +83,6 @@ __all__ = [
     "Equivalence",
     "EscalationHandler",
     "Evidence",
-    "ExtractiveChatModel",
     "HeuristicCombiner",
     "InMemoryEscalationHandler",
     "InputError",
@@ -105,6 +104,7 @@ __all__ = [
     "Signals",
     "Stage",
     "StageEvent",
+    "StoreError",
     "Support",
     "SupportBackend",
     "Thresholds",
@@ -162,7 +162,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag._routing import EscalationHandler, InMemoryEscalationHandler, Thresholds, Ticket
     from tracerag._settings import RetryPolicy
     from tracerag.contract import Evidence, Response, response_schema, validate_response
-    from tracerag.demo.models.extractive import ExtractiveChatModel
     from tracerag.errors import (
         CallError,
         CallTimeoutError,
@@ -185,7 +184,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag.signals._rules import Rule, RuleResult, rule
     from tracerag.signals._support import Support, SupportBackend, register_backend, support
     from tracerag.signals.calibrated import CalibratedCombiner
-    from tracerag.store import AuditStore, AuditWriter, open_store
+    from tracerag.store import AuditStore, AuditWriter, StoreError, open_store
     from tracerag.store._audit_record import AuditRecord
     from tracerag.tracing import configure, trace_link
     from tracerag.wrap import WrappedChain, wrap

@@ -20,8 +20,9 @@ from jaeger_backend import Jaeger, check_request_trace, free_port, get, start_ja
 from otlp_receiver import backend_missing
 from pipeline_fixtures import REPO
 
-from tracerag import ExtractiveChatModel, RAGPipeline
+from tracerag import RAGPipeline
 from tracerag.demo.kb import build_retriever, load_questions
+from tracerag.demo.models.extractive import ExtractiveChatModel
 from tracerag.telemetry import _meters, _providers
 
 pytestmark = pytest.mark.integration

@@ -129,8 +129,8 @@ def format_docs(docs: list[Document]) -> str:
 
 def tutorial_chain():
     """The LCEL chain of LangChain's RAG tutorial, over the demo knowledge base."""
-    from tracerag import ExtractiveChatModel
     from tracerag.demo.kb import build_retriever
+    from tracerag.demo.models.extractive import ExtractiveChatModel
 
     retriever = build_retriever(k=4)  # an InMemoryVectorStore's as_retriever()
     llm = ExtractiveChatModel(temperature=0.7)

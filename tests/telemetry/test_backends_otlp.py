@@ -9,9 +9,10 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
 from otlp_receiver import OtlpGrpcReceiver, OtlpHttpReceiver, SpanTree, WireSpan
 
-from tracerag import ExtractiveChatModel, RAGPipeline
+from tracerag import RAGPipeline
 from tracerag import _semconv as semconv
 from tracerag.demo.kb import build_retriever, load_questions
+from tracerag.demo.models.extractive import ExtractiveChatModel
 from tracerag.telemetry import _content_capture, _export, _providers
 
 pytestmark = pytest.mark.integration

@@ -27,8 +27,9 @@ from dashboard_queries import label_values_metric, promql_metric_names, queries
 from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
 from otlp_receiver import backend_missing
 
-from tracerag import ExtractiveChatModel, RAGPipeline
+from tracerag import RAGPipeline
 from tracerag.demo.kb import build_retriever, load_questions
+from tracerag.demo.models.extractive import ExtractiveChatModel
 from tracerag.telemetry import _export, _instruments, _meters, _providers
 from tracerag.testing import ScriptedChatModel
 
