@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from store_fixtures import make_record
 
-from tracerag.store import SchemaTooNew, entries_from_record
+from tracerag.store import SchemaTooNew
 from tracerag.store._chain import GENESIS_HASH, canonical_json, entry_hash
+from tracerag.store._codec import entries_from_record
 
 
 def _migrate_to(backend, version: int) -> None:

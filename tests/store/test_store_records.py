@@ -26,15 +26,8 @@ from tracerag._state import (
 from tracerag.config import reset_config
 from tracerag.errors import ConfigurationError
 from tracerag.signals._types import Material, Plan
-from tracerag.store import (
-    AuditStore,
-    DuplicateRequest,
-    InvalidRecord,
-    RequestNotFound,
-    entries_from_record,
-    open_store,
-    record_from_entries,
-)
+from tracerag.store import AuditStore, DuplicateRequest, InvalidRecord, RequestNotFound, open_store
+from tracerag.store._codec import entries_from_record, record_from_entries
 from tracerag.store._sqlite import SCHEMA_VERSION, SQLiteAuditStore
 
 EXPECTED_KINDS = [

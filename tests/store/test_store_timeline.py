@@ -6,7 +6,8 @@ import json
 
 from store_fixtures import make_record
 
-from tracerag.store import RequestTrail, entries_from_record
+from tracerag.store import RequestTrail
+from tracerag.store._codec import entries_from_record
 from tracerag.store._sqlite import SQLiteAuditStore
 from tracerag.tools._show import render_json, render_timeline
 

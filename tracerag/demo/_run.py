@@ -63,7 +63,7 @@ def configure_traces(path: Path) -> str:
 
 def store_target(args: argparse.Namespace) -> str:
     """The audit store the demo writes to (``--store``, ``TRACERAG_STORE``, the CLI default)."""
-    from tracerag.store import cli_store_url
+    from tracerag.store._open import cli_store_url
 
     return cli_store_url(args.store)
 

@@ -397,7 +397,7 @@ def _journal_for(
     store: AuditStore, journal: str | os.PathLike[str] | Literal[False] | None
 ) -> str | None:
     """The audit journal's directory for the server's store (None: no journal)."""
-    from tracerag.store import journal_dir_for
+    from tracerag.store._open import journal_dir_for
 
     if journal is False:
         return None

@@ -9,9 +9,9 @@
 - any callable ``(record) -> bool`` (True when the record was accepted);
 - ``None`` or ``False``: no audit trail.
 
-Stores are written through an ``AuditWriter`` (``tracerag.store.writer``), off the request
+Stores are written through an ``AuditWriter``, off the request
 path. A store URL or path gets a crash-safe journal (``TRACERAG_AUDIT_JOURNAL``, else beside a
-SQLite file; see ``tracerag.store.journal_dir_for``).
+SQLite file; see ``journal_dir_for``).
 
 ``audit_persisted`` in a Response:
 
@@ -48,7 +48,8 @@ def _on_drop(record: Mapping[str, Any], reason: str) -> None:
 
 def writer_for(target: str | None) -> Any:
     """The shared AuditWriter for a store URL or path (None: TRACERAG_STORE), journaled."""
-    from tracerag.store import journal_dir_for, open_store, resolve_store_url
+    from tracerag.store import open_store
+    from tracerag.store._open import journal_dir_for, resolve_store_url
     from tracerag.store._writer import AuditWriter
 
     url = resolve_store_url(target)

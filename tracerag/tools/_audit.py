@@ -95,7 +95,7 @@ def _expected_heads(value: str | None, store_url: str) -> tuple[list[dict[str, A
     journal directory (and its numbered slots).
     """
     from tracerag.config import get_config
-    from tracerag.store import journal_dir_for
+    from tracerag.store._open import journal_dir_for
 
     if value is not None:
         files = _anchor_files(value)
@@ -125,8 +125,8 @@ def _expected_heads(value: str | None, store_url: str) -> tuple[list[dict[str, A
 
 def _journal_findings(store_url: str, key: str | None) -> tuple[list[str], list[str]]:
     """Refused and not-authentic frames in the store's journal: (findings, notes)."""
-    from tracerag.store import journal_dir_for
     from tracerag.store._journal import REFUSED_FILE, inspect_journal
+    from tracerag.store._open import journal_dir_for
 
     journal = journal_dir_for(store_url)
     if not journal or not Path(journal).expanduser().is_dir():
@@ -159,7 +159,7 @@ def run_verify(args: argparse.Namespace) -> int:
     found but something could not be checked (no anchor, or keyed entries without the key).
     """
     from tracerag.config import get_config
-    from tracerag.store import cli_store_url
+    from tracerag.store._open import cli_store_url
 
     url = cli_store_url(args.store)
     anchors, looked = _expected_heads(args.expect_head, url)

@@ -853,7 +853,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     stored = None
     if not args.no_store:
-        from tracerag.store import cli_store_url
+        from tracerag.store._open import cli_store_url
         from tracerag.tools._store_args import open_cli_store
 
         store = open_cli_store(args.store, create=True, auto_enqueue=False)

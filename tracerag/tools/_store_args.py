@@ -20,7 +20,8 @@ def add_store_argument(parser: argparse.ArgumentParser) -> None:
 
 def open_cli_store(url: str | None, *, create: bool = False, **options: Any) -> Any:
     """Open an existing audit store for a command, or exit 1 with one clear line."""
-    from tracerag.store import cli_store_url, open_store
+    from tracerag.store import open_store
+    from tracerag.store._open import cli_store_url
 
     target = cli_store_url(url)
     try:

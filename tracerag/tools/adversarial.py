@@ -297,7 +297,8 @@ def demo_cases(
 
 def store_cases(url: str | None = None, limit: int = 500) -> list[Case]:
     """Real answers from the newest ``limit`` requests of the audit store at ``url``."""
-    from tracerag.store import open_store, resolve_store_url
+    from tracerag.store import open_store
+    from tracerag.store._open import resolve_store_url
 
     store = open_store(url)
     try:
