@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from verifier_data import data_root
 
 from tracerag.signals import _lexical as lexical
-from tracerag.text import split_sentences
 from tracerag.text._quantities import _extract_cached
+from tracerag.text._sentences import split_sentences
 
 
 def _demo_sentences() -> list[str]:

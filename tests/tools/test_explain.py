@@ -18,7 +18,7 @@ from tracerag.prompts import MATERIAL_BLOCK_RE
 from tracerag.store._base import KIND_EXPLANATION
 from tracerag.store._sqlite import SQLiteAuditStore
 from tracerag.testing import ScriptCall, ScriptedChatModel, SpanCapture
-from tracerag.text import extract_quantities
+from tracerag.text._quantities import extract_quantities
 from tracerag.tools._replay import ReplayRefused
 from tracerag.tools._show import render_timeline
 from tracerag.tools.explain import (

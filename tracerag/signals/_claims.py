@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tracerag.text import content_terms, split_sentences
+from tracerag.text._sentences import split_sentences
+from tracerag.text._tokens import content_terms
 
 _ID = r"[A-Za-z0-9\u4e00-\u9fff][\w.\-:/#\u4e00-\u9fff]{0,127}"
 CITATION_RE = re.compile(rf"\[(?P<ids>{_ID}(?:\s*[,，;；、]\s*{_ID})*)\](?!\()")

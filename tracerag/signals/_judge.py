@@ -68,7 +68,8 @@ from tracerag.signals._support import (
     record_usage,
     register_backend,
 )
-from tracerag.text import content_terms, split_sentences
+from tracerag.text._sentences import split_sentences
+from tracerag.text._tokens import content_terms
 
 __all__ = [
     "DEFAULT_CHECKER_CHUNK_CHARS",

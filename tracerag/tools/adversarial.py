@@ -51,8 +51,8 @@ from tracerag.signals._claims import CITATION_RE, Claim, citation_ids, split_cla
 from tracerag.signals._support import SupportBackend, get_backend
 from tracerag.signals._types import Material
 from tracerag.store._audit_record import AuditRecord
-from tracerag.text import extract_quantities, is_negated
-from tracerag.text._quantities import Quantity
+from tracerag.text._negation import is_negated
+from tracerag.text._quantities import Quantity, extract_quantities
 
 __all__ = [
     "DEFAULT_ENTITY_GROUPS",

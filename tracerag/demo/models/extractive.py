@@ -39,7 +39,9 @@ from tracerag.prompts import (
     TASK_PLAN_AND_ANSWER,
     TASK_RE,
 )
-from tracerag.text import content_terms, extract_quantities, split_sentences
+from tracerag.text._quantities import extract_quantities
+from tracerag.text._sentences import split_sentences
+from tracerag.text._tokens import content_terms
 
 __all__ = [
     "CANNOT_ANSWER_EN",
