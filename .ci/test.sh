@@ -2,13 +2,13 @@
 # Install everything the test suite needs on a fresh Debian machine with Python 3.11, start the
 # services the integration tests talk to (all on 127.0.0.1), and run the whole suite.
 #
-# What can overlap does: the Go builds (Jaeger, the OpenTelemetry Collector; cached in
-# ~/.cache/tracerag after the first run) start first and run in the background at low priority
-# for the whole run; after the Python packages, the system packages (Debian, npm, Phoenix,
-# PostgreSQL) install beside the local model and the linters; the tests that need neither Jaeger
-# nor the Collector run while the Go builds finish, then Jaeger starts for the rest. Each part
-# writes to its own log, printed when it ends; the step times are printed at the end (and when a
-# step fails).
+# What can overlap does: the Go builds (Jaeger, then the OpenTelemetry Collector from the
+# Collector packages Jaeger's build compiled; both cached in ~/.cache/tracerag after the first
+# run) start first and run in the background at low priority for the whole run; after the
+# Python packages, the system packages (Debian, npm, Phoenix, PostgreSQL) install beside the
+# local model and the linters; the tests that need neither Jaeger nor the Collector run while
+# the Go builds finish, then Jaeger starts for the rest. Each part writes to its own log,
+# printed when it ends; the step times are printed at the end (and when a step fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,10 +85,10 @@ trap 'exit 143' TERM INT  # stopped: the lanes and services are stopped too
 
 # -- the lanes -----------------------------------------------------------------------------
 
-go_builds() {  # one after the other: the Collector reuses the modules Jaeger fetched
+go_builds() {  # one after the other: the Collector is built from packages Jaeger's build compiled
     timed "Go: Jaeger v2 (built the first time)" \
         nice -n 19 bash .ci/jaeger.sh build >"$logs/jaeger.path"
-    timed "Go: OpenTelemetry Collector (built the first time)" \
+    timed "Go: OpenTelemetry Collector (from Jaeger's packages)" \
         nice -n 19 bash .ci/otelcol.sh build >"$logs/otelcol.path"
 }
 
