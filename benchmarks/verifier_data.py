@@ -34,6 +34,7 @@ class Pair:
     claim: str
     material: str
     supported: bool
+    question: str = ""  # the question the claim answers, where the dataset has one
 
 
 def data_root(arg: str | None = None) -> Path:
@@ -81,8 +82,9 @@ def _attributionbench(path: Path) -> list[Pair]:
             claim = _MARKER_RE.sub("", str(row["claim"])).strip()
             material = "\n\n".join(str(r) for r in row.get("references") or [])
             if claim and material.strip():
-                out.append(Pair("attributionbench-dev", str(row.get("question", ""))[:200], claim,
-                                material, row["attribution_label"] == "attributable"))
+                question = str(row.get("question", ""))
+                out.append(Pair("attributionbench-dev", question[:200], claim, material,
+                                row["attribution_label"] == "attributable", question))
     return out
 
 
@@ -144,6 +146,13 @@ def f1(predicted: Sequence[bool], actual: Sequence[bool]) -> float:
     fp = sum(p and not a for p, a in zip(predicted, actual, strict=True))
     fn = sum(a and not p for p, a in zip(predicted, actual, strict=True))
     return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+
+
+def wrong_among_accepted(predicted: Sequence[bool], actual: Sequence[bool]) -> float:
+    """The share of accepted (predicted supported) pairs that are labelled unsupported: the
+    error a user pays for. NaN when nothing is accepted."""
+    accepted = [a for p, a in zip(predicted, actual, strict=True) if p]
+    return sum(not a for a in accepted) / len(accepted) if accepted else float("nan")
 
 
 def best_balanced_threshold(scores: Sequence[float], actual: Sequence[bool]) -> float:

@@ -53,6 +53,7 @@ from verifier_data import (
     data_root,
     f1,
     load,
+    wrong_among_accepted,
 )
 from verifier_synthetic import synthetic_pairs
 
@@ -217,12 +218,13 @@ def best_threshold(scores: np.ndarray, y: np.ndarray, datasets: np.ndarray) -> f
 
 def measure(scores: Sequence[float], predicted: Sequence[bool], actual: Sequence[bool],
             threshold: float) -> dict:
-    """Balanced accuracy, AUROC and F1."""
+    """Balanced accuracy, AUROC, F1 and wrong-among-accepted."""
     return {
         "n": len(actual),
         "balanced_accuracy": balanced_accuracy(predicted, actual),
         "auroc": auroc(scores, actual),
         "f1": f1(predicted, actual),
+        "wrong_among_accepted": wrong_among_accepted(predicted, actual),
         "threshold": threshold,
     }
 

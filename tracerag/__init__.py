@@ -27,6 +27,7 @@ _EXPORTS = {
     "support": "tracerag.signals.support",
     "Support": "tracerag.signals.support",
     "JudgeSupport": "tracerag.signals.judge",
+    "CheckerSupport": "tracerag.signals.checker",
     "RuleResult": "tracerag.signals.rules",
     "rule": "tracerag.signals.rules",
     "Thresholds": "tracerag.routing",
@@ -54,7 +55,11 @@ _EXPORTS = {
     "Rule": "tracerag.signals.rules",
     "Equivalence": "tracerag.signals.consistency",
     "WrappedChain": "tracerag.wrap",
-    "StageEvent": "tracerag.runner",
+    "StageEvent": "tracerag.events",
+    "Stage": "tracerag._choices",
+    "Tier": "tracerag._choices",
+    "PlanMode": "tracerag._choices",
+    "Route": "tracerag._choices",
     "AuditRecord": "tracerag.record",
     "AuditStore": "tracerag.store",
     "AuditWriter": "tracerag.store",
@@ -71,6 +76,7 @@ __all__ = [
     "CalibratedCombiner",
     "CallError",
     "CallTimeoutError",
+    "CheckerSupport",
     "Combiner",
     "ConfigurationError",
     "ContractError",
@@ -87,19 +93,23 @@ __all__ = [
     "OutputTooLongError",
     "PipelineOptions",
     "PlanError",
+    "PlanMode",
     "RAGPipeline",
     "RAGPipelineOptions",
     "Response",
     "RetrieverTimeoutError",
     "RetryPolicy",
+    "Route",
     "Rule",
     "RuleResult",
     "Signals",
+    "Stage",
     "StageEvent",
     "Support",
     "SupportBackend",
     "Thresholds",
     "Ticket",
+    "Tier",
     "TraceragError",
     "WrappedChain",
     "__version__",
@@ -147,6 +157,7 @@ sys.modules[__name__].__class__ = _Package
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from tracerag._choices import PlanMode, Route, Stage, Tier
     from tracerag.contract import Evidence, Response, response_schema, validate_response
     from tracerag.demo.models.extractive import ExtractiveChatModel
     from tracerag.errors import (
@@ -162,13 +173,14 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         RetrieverTimeoutError,
         TraceragError,
     )
+    from tracerag.events import StageEvent
     from tracerag.metrics import configure_metrics
     from tracerag.pipeline import PipelineOptions, RAGPipeline, RAGPipelineOptions
     from tracerag.record import AuditRecord
     from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds, Ticket
-    from tracerag.runner import StageEvent
     from tracerag.settings import RetryPolicy
     from tracerag.signals.calibrated import CalibratedCombiner
+    from tracerag.signals.checker import CheckerSupport
     from tracerag.signals.confidence import Combiner, HeuristicCombiner, Signals
     from tracerag.signals.consistency import Equivalence
     from tracerag.signals.judge import JudgeSupport

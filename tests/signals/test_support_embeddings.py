@@ -1,11 +1,13 @@
 import hashlib
 
+import numpy as np
 import pytest
 from langchain_core.embeddings import Embeddings
 
+from tracerag.errors import CallError
 from tracerag.signals.embeddings import EmbeddingSupport, minilm_available
 from tracerag.signals.support import get_backend
-from tracerag.text import content_terms
+from tracerag.text import content_terms, split_sentences
 
 POLICY = (
     "Returns are accepted within 30 days of delivery. "
@@ -76,6 +78,58 @@ def test_sentence_vectors_are_cached(backend: EmbeddingSupport) -> None:
     assert len(calls) == 1
 
 
+def _counting(backend: EmbeddingSupport) -> list[list[str]]:
+    calls: list[list[str]] = []
+    inner = backend.embeddings.embed_documents
+
+    def counting(texts: list[str]) -> list[list[float]]:
+        calls.append(list(texts))
+        return inner(texts)
+
+    backend.embeddings.embed_documents = counting  # type: ignore[method-assign]
+    return calls
+
+
+def test_a_material_sharing_sentences_embeds_only_its_new_ones() -> None:
+    backend = EmbeddingSupport(BagOfWords(), cache_size=0)  # no per-material cache at all
+    calls = _counting(backend)
+    first = backend("Gift cards cannot be refunded.", POLICY)
+    longer = POLICY + " Store credit never expires."
+    second = backend("Store credit never expires.", longer)
+    third = backend("Gift cards cannot be refunded.", POLICY)
+    assert calls == [[s.text for s in split_sentences(POLICY)], ["Store credit never expires."]]
+    assert second.supported and second.sentence == "Store credit never expires."
+    assert third == first
+
+
+def test_sentence_cache_is_bounded_and_recomputes_what_it_dropped() -> None:
+    backend = EmbeddingSupport(BagOfWords(), cache_size=0, sentence_cache_size=2)
+    calls = _counting(backend)
+    verdict = backend("Gift cards cannot be refunded.", POLICY)
+    assert len(backend._sentences._items) == 2  # only the two most recent of four are kept
+    again = backend("Gift cards cannot be refunded.", POLICY)
+    assert again == verdict
+    assert len(calls) == 2 and len(calls[1]) == 2  # the two dropped ones, embedded again
+
+
+def test_cleared_cache_embeds_again(backend: EmbeddingSupport) -> None:
+    calls = _counting(backend)
+    backend("Gift cards cannot be refunded.", POLICY)
+    backend.clear_cache()
+    backend("Gift cards cannot be refunded.", POLICY)
+    assert len(calls) == 2
+
+
+class ShortEmbeddings(BagOfWords):
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self._vec(t) for t in texts[:-1]]
+
+
+def test_an_embeddings_model_that_drops_vectors_is_a_call_error() -> None:
+    with pytest.raises(CallError, match="returned 3 vectors for 4 sentences"):
+        EmbeddingSupport(ShortEmbeddings())("Gift cards cannot be refunded.", POLICY)
+
+
 def test_bad_settings_are_rejected() -> None:
     with pytest.raises(ValueError):
         EmbeddingSupport(BagOfWords(), threshold=0.0)
@@ -92,14 +146,14 @@ minilm = pytest.mark.skipif(
 
 @minilm
 def test_minilm_embeddings_rank_paraphrases_first() -> None:
-    from tracerag.signals.embeddings import MiniLMEmbeddings, _cosine
+    from tracerag.signals.embeddings import MiniLMEmbeddings
 
     emb = MiniLMEmbeddings()
     food, bread, horse = emb.embed_documents(
         ["A man is eating food.", "A man is eating a piece of bread.", "A man is riding a horse."]
     )
     assert len(food) == 384
-    assert _cosine(food, bread) > _cosine(food, horse)
+    assert float(np.dot(food, bread)) > float(np.dot(food, horse))  # unit vectors
     assert abs(sum(x * x for x in food) - 1.0) < 1e-3
     assert emb.embed_query("A man is eating food.") == pytest.approx(food, abs=1e-5)
 
@@ -124,3 +178,19 @@ def test_embeddings_with_the_same_files_share_one_loaded_model() -> None:
     assert shorter._load()[1] is not first._load()[1]
     long_text = "word " * 100
     assert shorter._load()[1].encode(long_text).ids != first._load()[1].encode(long_text).ids
+
+
+@minilm
+def test_backends_on_the_same_minilm_files_share_sentence_vectors() -> None:
+    from tracerag.signals.embeddings import MiniLMEmbeddings
+
+    first = EmbeddingSupport(MiniLMEmbeddings())
+    second = EmbeddingSupport(MiniLMEmbeddings(), threshold=0.5)
+    assert first._sentences is second._sentences
+    first.clear_cache()
+    calls = _counting(second)
+    first("Gift cards cannot be refunded.", POLICY)
+    second("Gift cards cannot be refunded.", POLICY)
+    assert calls == []  # the first backend embedded the sentences for both
+    private = EmbeddingSupport(BagOfWords())._sentences
+    assert private is not EmbeddingSupport(BagOfWords())._sentences

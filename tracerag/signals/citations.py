@@ -2,7 +2,9 @@
 
 For each claim of an answer: an id that was not retrieved is a fabricated citation; a stale or
 superseded material is not support; otherwise the support backend scores the claim against each
-cited material and the best one gives the verdict and the supporting sentence.
+cited material and the best one gives the verdict and the supporting sentence. Given the
+question, a claim that a material backs only by a general sentence while the same material
+states the question's own case with another value is not supported (see ``_specificity``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from datetime import date
 from typing import TYPE_CHECKING, TypedDict
 
 from tracerag.options import check_options
+from tracerag.signals._specificity import check_specificity
 from tracerag.signals.claims import Claim, split_claims
 from tracerag.signals.support import (
     Support,
@@ -78,12 +81,15 @@ class CitationOptions(TypedDict, total=False):
     ``backend`` ("lexical"): a support backend, or the name it is registered under.
     ``resolve`` maps a cited marker to a material id (e.g. ``"1"`` → the first retrieved
     material, for foreign chains); by default markers are material ids. ``today``: the date a
-    material's validity is judged on (default: today).
+    material's validity is judged on (default: today). ``question``: the question the answer
+    answers; with it, a claim backed only by a general sentence of a material that states the
+    question's own case with another value is not supported.
     """
 
     backend: str | SupportBackend
     resolve: IdResolver | None
     today: date | None
+    question: str | None
 
 
 def verify_citations(
@@ -109,7 +115,7 @@ async def averify_citations(
             return plan.check(impl)
         return await asyncio.to_thread(plan.check, impl)
     supports = [await acheck_support(impl, c, m, corpus=plan.corpus) for c, m in checks]
-    return plan.finish(impl.name, supports)
+    return plan.finish(impl, supports)
 
 
 def _backend(caller: str, options: CitationOptions) -> SupportBackend:
@@ -131,6 +137,7 @@ class _Plan:
 
     corpus: list[str]
     claims: list[tuple[ClaimVerdict, list[Material], list[str]]]
+    question: str | None = None
 
     @property
     def checks(self) -> list[tuple[str, str]]:
@@ -140,23 +147,36 @@ class _Plan:
     def check(self, backend: SupportBackend) -> CitationReport:
         """The report, each check scored by calling ``backend``."""
         corpus = self.corpus
-        return self.finish(backend.name, [backend(c, m, corpus=corpus) for c, m in self.checks])
+        return self.finish(backend, [backend(c, m, corpus=corpus) for c, m in self.checks])
 
-    def finish(self, backend_name: str, supports: Sequence[Support]) -> CitationReport:
-        """The report from the support of each check, in the order of ``checks``."""
+    def finish(self, backend: SupportBackend, supports: Sequence[Support]) -> CitationReport:
+        """The report from the support of each check, in the order of ``checks``; with the
+        question, a supported check whose material states the question's own case with another
+        value is withdrawn."""
         results = iter(supports)
+        question, threshold = self.question, backend.threshold
         verdicts = [
-            _conclude(verdict, [(next(results), m) for m in targets], stale)
+            _conclude(
+                verdict,
+                [
+                    (check_specificity(question, verdict.text, m.text, next(results),
+                                       threshold=threshold), m)
+                    for m in targets
+                ],
+                stale,
+            )
             for verdict, targets, stale in self.claims
         ]
-        return _report(backend_name, verdicts)
+        return _report(backend.name, verdicts)
 
 
 def _plan(answer: str, materials: Sequence[Material], options: CitationOptions) -> _Plan:
     by_id = {m.id: m for m in materials}
     resolve, today = options.get("resolve"), options.get("today")
     claims = [_targets(claim, by_id, resolve, today) for claim in split_claims(answer)]
-    return _Plan(corpus=[m.text for m in materials], claims=claims)
+    return _Plan(
+        corpus=[m.text for m in materials], claims=claims, question=options.get("question")
+    )
 
 
 def _computes_synchronously(backend: SupportBackend) -> bool:

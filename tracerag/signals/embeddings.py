@@ -3,7 +3,9 @@
 ``EmbeddingSupport`` works with any LangChain ``Embeddings``: it scores a claim by its cosine
 similarity with each material sentence, blended with the lexical coverage score, and keeps the
 lexical hard checks (a claim quantity the material does not state caps the score below the
-threshold; a negation flip lowers it).
+threshold; a negation flip lowers it). Sentence vectors are kept by sentence text (a bounded
+cache), so a material is embedded once per process and materials sharing sentences share the
+work; only the claim is embedded on a later check.
 
 ``MiniLMEmbeddings`` is an offline ``Embeddings``: all-MiniLM-L6-v2 as an int8 ONNX model run
 with onnxruntime. It needs the optional extra (``onnxruntime``, ``tokenizers``, ``numpy``,
@@ -16,16 +18,17 @@ with onnxruntime. It needs the optional extra (``onnxruntime``, ``tokenizers``, 
 from __future__ import annotations
 
 import importlib.util
-import math
 import threading
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from tracerag.config import get_config
+from tracerag.errors import CallError
 from tracerag.signals.lexical import LexicalParams, LexicalSupport, _material_view, analyse
 from tracerag.signals.support import (
     LruCache,
@@ -46,11 +49,36 @@ __all__ = [
 DEFAULT_THRESHOLD = 0.45
 
 
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    na = math.sqrt(sum(x * x for x in a))
-    nb = math.sqrt(sum(y * y for y in b))
-    return dot / (na * nb) if na and nb else 0.0
+#: Sentence vectors an ``EmbeddingSupport`` keeps by default (about 30 MB at 384 dimensions).
+DEFAULT_SENTENCE_CACHE = 20_000
+
+
+def _unit_rows(vectors: Sequence[Sequence[float]]) -> np.ndarray:
+    """The vectors as rows of a float32 matrix, each scaled to unit length (zero rows stay 0)."""
+    matrix = np.asarray(vectors, dtype=np.float32)
+    if matrix.ndim != 2:
+        matrix = matrix.reshape(len(vectors), -1)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    unit: np.ndarray = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+    return unit
+
+
+_SHARED: dict[tuple[Any, ...], LruCache[str, np.ndarray]] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _sentence_cache(embeddings: Embeddings, size: int) -> LruCache[str, np.ndarray]:
+    """The sentence-vector cache for ``embeddings``: one per process for embeddings that say
+    which vectors they compute (``cache_key``), a private one otherwise."""
+    key_of = getattr(embeddings, "cache_key", None)
+    key = key_of() if callable(key_of) else None
+    if key is None or not size:
+        return LruCache(size)
+    with _SHARED_LOCK:
+        cache = _SHARED.get((key, size))
+        if cache is None:
+            cache = _SHARED[(key, size)] = LruCache(size)
+        return cache
 
 
 class EmbeddingSupport(SyncSupportBackend):
@@ -59,6 +87,10 @@ class EmbeddingSupport(SyncSupportBackend):
     ``similarity_floor`` and ``similarity_ceiling`` map cosine similarity onto [0, 1];
     ``weight`` is the share of the similarity in the score, the rest being lexical coverage;
     ``locate_weight`` is its share when ranking sentences to name the supporting one.
+    ``sentence_cache_size``: sentence vectors kept by sentence text (0 turns the cache off);
+    backends whose embeddings compute the same vectors (``MiniLMEmbeddings`` over the same
+    files) share one such cache per process, others keep their own. ``cache_size``: materials
+    whose assembled vectors are kept.
     """
 
     def __init__(
@@ -73,6 +105,7 @@ class EmbeddingSupport(SyncSupportBackend):
         lexical_params: LexicalParams | None = None,
         name: str = "embeddings",
         cache_size: int = 64,
+        sentence_cache_size: int = DEFAULT_SENTENCE_CACHE,
     ) -> None:
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
@@ -88,24 +121,60 @@ class EmbeddingSupport(SyncSupportBackend):
         self.similarity_floor = float(similarity_floor)
         self.similarity_ceiling = float(similarity_ceiling)
         self.lexical = LexicalSupport(self.threshold, lexical_params, name=name)
-        self._cache: LruCache[str, list[list[float]]] = LruCache(cache_size)
+        self._cache: LruCache[str, np.ndarray] = LruCache(cache_size)
+        self._sentences = _sentence_cache(embeddings, sentence_cache_size)
 
     def __repr__(self) -> str:
         return f"EmbeddingSupport({type(self.embeddings).__name__}, threshold={self.threshold})"
 
-    def _sentence_vectors(self, material_text: str, sentences: list[str]) -> list[list[float]]:
+    def clear_cache(self) -> None:
+        """Forget every kept sentence vector."""
+        self._cache.clear()
+        self._sentences.clear()
+
+    def _sentence_vectors(self, material_text: str, sentences: list[str]) -> np.ndarray:
+        """Unit-length vectors of the material's sentences, one row each; only sentences not
+        kept from earlier materials are embedded."""
         cached = self._cache.get(material_text)
         if cached is not None:
             return cached
-        vectors = self.embeddings.embed_documents(sentences) if sentences else []
-        return self._cache.put(material_text, vectors)
+        rows: dict[str, np.ndarray] = {}
+        missing: list[str] = []
+        for text in dict.fromkeys(sentences):
+            row = self._sentences.get(text)
+            if row is None:
+                missing.append(text)
+            else:
+                rows[text] = row
+        if missing:
+            fresh = _unit_rows(self.embeddings.embed_documents(missing))
+            if len(fresh) != len(missing):
+                raise CallError(
+                    f"{type(self.embeddings).__name__}.embed_documents returned {len(fresh)} "
+                    f"vectors for {len(missing)} sentences"
+                )
+            for text, row in zip(missing, fresh, strict=True):
+                rows[text] = self._sentences.put(text, row)
+        matrix = (
+            np.stack([rows[text] for text in sentences])
+            if sentences
+            else np.zeros((0, 0), dtype=np.float32)
+        )
+        return self._cache.put(material_text, matrix)
 
     def similarities(self, claim: str, material_text: str) -> list[float]:
         """Cosine similarity of the claim with each sentence of the material."""
         sentences = [s.text for s in _material_view(material_text).sentences]
-        vectors = self._sentence_vectors(material_text, sentences)
-        query = self.embeddings.embed_query(claim)
-        return [_cosine(query, v) for v in vectors]
+        if not sentences:
+            return []
+        matrix = self._sentence_vectors(material_text, sentences)
+        query = _unit_rows([self.embeddings.embed_query(claim)])[0]
+        if query.shape[0] != matrix.shape[1]:
+            raise CallError(
+                f"{type(self.embeddings).__name__} gave the claim {query.shape[0]} dimensions "
+                f"and the sentences {matrix.shape[1]}"
+            )
+        return [float(v) for v in matrix @ query]
 
     def _scale(self, cosine: float) -> float:
         lo, hi = self.similarity_floor, self.similarity_ceiling
@@ -295,6 +364,13 @@ class MiniLMEmbeddings(Embeddings):
             for k, vector in zip(chunk, pooled.astype(float).tolist(), strict=True):
                 out[k] = vector
         return out
+
+    def cache_key(self) -> tuple[Any, ...]:
+        """What the vectors depend on (the files as they are on disk, the input length): equal
+        keys give equal vectors, so backends may share them."""
+        files = [(str(p.resolve()), p.stat().st_mtime_ns, p.stat().st_size)
+                 for p in (self.model_path, self.tokenizer_path)]
+        return ("minilm", *files, self.max_length)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Embeddings of several texts."""

@@ -26,16 +26,26 @@ From async code (the pipeline's verify stage) the model is called with ``ainvoke
 wait with ``asyncio.sleep``, so a slow judge does not hold up other requests. Every model call
 and its tokens are reported to the enclosing ``usage_scope`` (the verify span records them).
 Use a model at temperature 0; verdicts are cached per (claim, material).
+
+Checker LLMs (``style="minicheck"``): Bespoke-MiniCheck-7B and models trained like it take
+their own prompt — MiniCheck's system prompt, then ``Document: …`` and ``Claim: …`` — and
+answer "Yes" or "No". Served by Ollama or any OpenAI-compatible server (``ChatOpenAI`` with
+the server's ``base_url``), the score is the probability of "Yes" against "No" in the first
+token's log-probabilities where the server returns them (``logprobs``: asked for by default
+when the chat model has a ``logprobs`` setting, as ``ChatOpenAI`` has), else 1 for Yes and 0
+for No. Such a model quotes nothing: the supporting sentence is the sentence of the chunk that
+answered Yes which shares most of the claim's weighted words (the lexical alignment).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 from langchain_core.language_models import BaseChatModel
@@ -61,10 +71,13 @@ from tracerag.signals.support import (
 from tracerag.text import content_terms, split_sentences
 
 __all__ = [
+    "DEFAULT_CHECKER_CHUNK_CHARS",
     "DEFAULT_CHUNK_CHARS",
     "DEFAULT_THRESHOLD",
+    "MINICHECK_SYSTEM_PROMPT",
     "VERDICT_SCHEMA",
     "JudgeSupport",
+    "Style",
     "chunk_material",
     "find_quote",
     "unconfigured_judge",
@@ -101,6 +114,19 @@ Reply with one JSON object and nothing else:
 copied exactly, character for character; empty if unsupported", "score": a number from 0 to 1 \
 (how sure you are that the document supports the claim), "reason": "optional, one short \
 sentence in the claim's language"}"""
+
+#: Bespoke-MiniCheck's instruction, as its authors publish it (the model was trained with it).
+MINICHECK_SYSTEM_PROMPT = (
+    "Determine whether the provided claim is consistent with the corresponding document. "
+    "Consistency in this context implies that all information presented in the claim is "
+    "substantiated by the document. If not, it should be considered inconsistent. Please assess "
+    'the claim\'s consistency with the document by responding with either "Yes" or "No".'
+)
+#: Longest material chunk (characters) a checker LLM is sent with one claim: Bespoke-MiniCheck
+#: reads 32k tokens; smaller servers' windows are the usual limit.
+DEFAULT_CHECKER_CHUNK_CHARS = 6000
+Style = Literal["json", "minicheck"]
+_YES_NO_RE = re.compile(r"^\W*(yes|no)\b", re.I)
 
 _FENCE_RE = re.compile(r"^\s*```(?:json|JSON)?\s*\n?(?P<body>.*?)\n?\s*```\s*$", re.S)
 
@@ -221,12 +247,59 @@ def _message_text(message: Any) -> str:
     return str(content)
 
 
+def _first_token_yes(message: Any) -> float | None:
+    """P(Yes) / (P(Yes) + P(No)) from the first generated token's top log-probabilities (the
+    OpenAI shape: ``response_metadata["logprobs"]["content"][0]["top_logprobs"]``), or None when
+    the reply carries none or neither answer is among them."""
+    meta = getattr(message, "response_metadata", None) or {}
+    logprobs = meta.get("logprobs") if isinstance(meta, dict) else None
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not content or not isinstance(content, list) or not isinstance(content[0], dict):
+        return None
+    first = content[0]
+    options = first.get("top_logprobs") or [first]
+    yes = no = 0.0
+    for option in options:
+        if not isinstance(option, dict):
+            continue
+        token = str(option.get("token", "")).strip().lower()
+        try:
+            p = math.exp(float(option.get("logprob", -math.inf)))
+        except (TypeError, ValueError, OverflowError):
+            continue
+        if token == "yes":
+            yes += p
+        elif token == "no":
+            no += p
+    return yes / (yes + no) if yes + no > 0 else None
+
+
+def _parse_yes_no(message: Any) -> dict[str, Any]:
+    """A checker LLM's verdict. With first-token log-probabilities that rank "Yes" or "No",
+    the score is P(Yes) / (P(Yes) + P(No)) whatever token was drawn (as MiniCheck reads its
+    checker); otherwise the reply must start with Yes or No, which scores 1 or 0."""
+    probability = _first_token_yes(message)
+    if probability is not None:
+        return {"supported": probability >= 0.5, "quote": "", "score": probability,
+                "logprobs": True}
+    text = _message_text(message).strip()
+    found = _YES_NO_RE.match(text)
+    if not found:
+        raise _Malformed(f"the reply {text[:60]!r} is neither Yes nor No")
+    said_yes = found.group(1).lower() == "yes"
+    return {"supported": said_yes, "quote": "", "score": 1.0 if said_yes else 0.0,
+            "logprobs": False}
+
+
 class JudgeSupport:
     """Support judged by a chat model, with the quote checked against the material.
 
     ``threshold``: the score at or above which a supported verdict counts. ``max_attempts``:
     how many times the model is asked when its reply is malformed or the call fails.
-    ``chunk_chars``: the longest material chunk sent with one claim. ``cache_size``: verdicts
+    ``chunk_chars``: the longest material chunk sent with one claim (default 2400 characters,
+    6000 for ``style="minicheck"``). ``style``: ``"json"`` (the JSON verdict with a quote) or
+    ``"minicheck"`` (a checker LLM's Yes/No). ``logprobs``: ask for the first token's
+    log-probabilities (None: when the chat model has that setting). ``cache_size``: verdicts
     kept per (claim, material); 0 turns the cache off. The instance is not registered under a
     name unless ``register()`` is called.
     """
@@ -239,10 +312,15 @@ class JudgeSupport:
         max_attempts: int = 3,
         retry_wait: float = 0.2,
         name: str = "judge",
-        chunk_chars: int = DEFAULT_CHUNK_CHARS,
+        chunk_chars: int | None = None,
         cache_size: int = 2048,
         params: LexicalParams | None = None,
+        style: Style = "json",
+        logprobs: bool | None = None,
+        top_logprobs: int = 5,
     ) -> None:
+        if style not in ("json", "minicheck"):
+            raise ConfigurationError(f"judge style must be 'json' or 'minicheck', got {style!r}")
         if not isinstance(llm, BaseChatModel):
             raise ConfigurationError(
                 f"JudgeSupport needs a LangChain chat model, got {type(llm).__name__}"
@@ -251,9 +329,19 @@ class JudgeSupport:
             raise ConfigurationError(f"threshold must be in (0, 1], got {threshold!r}")
         if max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts!r}")
+        if chunk_chars is None:
+            minicheck = style == "minicheck"
+            chunk_chars = DEFAULT_CHECKER_CHUNK_CHARS if minicheck else DEFAULT_CHUNK_CHARS
         if chunk_chars < 200:
             raise ConfigurationError(f"chunk_chars must be at least 200, got {chunk_chars!r}")
         self.llm = llm
+        self.style: Style = style
+        if logprobs is None:  # ask only models that have the setting (ChatOpenAI and its kin)
+            logprobs = style == "minicheck" and "logprobs" in getattr(type(llm), "model_fields", {})
+        self.logprobs = bool(logprobs)
+        self._caller: Any = (
+            llm.bind(logprobs=True, top_logprobs=int(top_logprobs)) if self.logprobs else llm
+        )
         self.threshold = float(threshold)
         self.name = name
         self.max_attempts = int(max_attempts)
@@ -284,6 +372,11 @@ class JudgeSupport:
 
     def messages(self, claim: str, chunk: str) -> list[BaseMessage]:
         """The prompt the judge is sent for one claim and one chunk of a material."""
+        if self.style == "minicheck":
+            return [
+                SystemMessage(content=MINICHECK_SYSTEM_PROMPT),
+                HumanMessage(content=f"Document: {chunk}\nClaim: {claim}"),
+            ]
         return [
             SystemMessage(content=SYSTEM_PROMPT),
             HumanMessage(content=f"<document>\n{chunk}\n</document>\n<claim>\n{claim}\n</claim>"),
@@ -310,7 +403,7 @@ class JudgeSupport:
             verdicts.append((span, self._ask_chunk(claim, material_text, span)))
             if self._settles(verdicts[-1][1], material_text, span):
                 break
-        return self._cache.put(key, self._conclude(material_text, verdicts, mismatches))
+        return self._cache.put(key, self._conclude(material_text, verdicts, mismatches, claim))
 
     async def acheck(
         self, claim: str, material_text: str, *, corpus: Sequence[str] | None = None
@@ -325,7 +418,7 @@ class JudgeSupport:
             verdicts.append((span, await self._aask_chunk(claim, material_text, span)))
             if self._settles(verdicts[-1][1], material_text, span):
                 break
-        return self._cache.put(key, self._conclude(material_text, verdicts, mismatches))
+        return self._cache.put(key, self._conclude(material_text, verdicts, mismatches, claim))
 
     def _lookup(self, claim: str, material_text: str) -> tuple[tuple[str, str], Support | None]:
         """The cache key of a checked (claim, material) and the verdict kept for it, if any."""
@@ -365,8 +458,12 @@ class JudgeSupport:
             "reraise": True,
         }
 
-    @staticmethod
-    def _correction(messages: list[BaseMessage], reply: str, exc: _Malformed) -> list[BaseMessage]:
+    def _correction(
+        self, messages: list[BaseMessage], reply: str, exc: _Malformed
+    ) -> list[BaseMessage]:
+        if self.style == "minicheck":
+            return [*messages, AIMessage(content=reply),
+                    HumanMessage(content='Answer with "Yes" or "No" only.')]
         return [
             *messages,
             AIMessage(content=reply),
@@ -383,7 +480,7 @@ class JudgeSupport:
             with attempt:
                 attempts += 1
                 record_usage(calls=1)
-                return _Asked(self._read(self.llm.invoke(messages), messages), attempts)
+                return _Asked(self._read(self._caller.invoke(messages), messages), attempts)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _aask(self, claim: str, chunk: str) -> _Asked:
@@ -393,7 +490,8 @@ class JudgeSupport:
             with attempt:
                 attempts += 1
                 record_usage(calls=1)
-                return _Asked(self._read(await self.llm.ainvoke(messages), messages), attempts)
+                reply = await self._caller.ainvoke(messages)
+                return _Asked(self._read(reply, messages), attempts)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _read(self, message: BaseMessage, messages: list[BaseMessage]) -> dict[str, Any]:
@@ -406,6 +504,8 @@ class JudgeSupport:
         )
         reply = _message_text(message)
         try:
+            if self.style == "minicheck":
+                return _parse_yes_no(message)
             return _parse_verdict(reply)
         except _Malformed as exc:
             messages[:] = self._correction(messages, reply, exc)
@@ -422,9 +522,12 @@ class JudgeSupport:
     def _settles(
         self, asked: _Asked | Exception, material_text: str, span: tuple[int, int]
     ) -> bool:
-        """Whether a chunk's verdict ends the search: a supported verdict with a real quote."""
+        """Whether a chunk's verdict ends the search: a supported verdict with a real quote (a
+        checker LLM's: a score at the threshold)."""
         if not isinstance(asked, _Asked) or not asked.verdict["supported"]:
             return False
+        if self.style == "minicheck":
+            return self._score_of(asked) >= self.threshold
         found = self._quote_span(asked, material_text, span)
         return found is not None and bool(content_terms(material_text[found[0] : found[1]]))
 
@@ -433,6 +536,7 @@ class JudgeSupport:
         material_text: str,
         verdicts: list[tuple[tuple[int, int], _Asked | Exception]],
         mismatches: tuple[str, ...],
+        claim: str = "",
     ) -> Support:
         span, asked = verdicts[-1]
         if isinstance(asked, Exception):
@@ -452,6 +556,8 @@ class JudgeSupport:
                     f"{type(asked).__name__}: {asked}"
                 )
         assert isinstance(asked, _Asked)
+        if self.style == "minicheck":
+            return self._conclude_checker(material_text, verdicts, mismatches, claim)
         verdict = asked.verdict
         said_supported = bool(verdict["supported"])
         score = self._score_of(asked)
@@ -495,6 +601,51 @@ class JudgeSupport:
             reason="; ".join(reasons),
             mismatches=mismatches,
             candidates=((start, end, round(score, 4)),) if found is not None else (),
+        )
+
+    def _conclude_checker(
+        self,
+        material_text: str,
+        verdicts: list[tuple[tuple[int, int], _Asked | Exception]],
+        mismatches: tuple[str, ...],
+        claim: str,
+    ) -> Support:
+        """A checker LLM's verdict: the best-scoring chunk wins; its sentence that shares most
+        of the claim is the supporting sentence."""
+        answered = [(span, a) for span, a in verdicts if isinstance(a, _Asked)]
+        span, asked = max(answered, key=lambda sa: self._score_of(sa[1]))
+        score = self._score_of(asked)
+        said_yes = bool(asked.verdict["supported"])
+        reasons: list[str] = []
+        how = "first-token probability" if asked.verdict.get("logprobs") else "answer"
+        reasons.append(f"checker LLM: {'Yes' if said_yes else 'No'} ({how} {score:.2f})")
+        if len(verdicts) > 1:
+            reasons.append(f"best of {len(answered)} chunks asked")
+        if len(answered) < len(verdicts):
+            reasons.append(f"{len(verdicts) - len(answered)} chunks failed")
+        if mismatches:
+            score = min(score, self._mismatch_cap)
+            reasons[:0] = [f"{raw} not in material" for raw in mismatches]
+        supported = score >= self.threshold and not mismatches
+        if not supported and not mismatches and said_yes:
+            reasons.append(f"score below threshold {self.threshold:.2f}")
+        if asked.attempts > 1:
+            reasons.append(f"after {asked.attempts} attempts")
+        inside = [s for s in split_sentences(material_text) if span[0] <= s.start < span[1]]
+        claim_terms = set(content_terms(claim))
+        best = max(inside, key=lambda s: len(claim_terms & set(content_terms(s.text))),
+                   default=None)
+        start, end = (best.start, best.end) if best is not None else span
+        return Support(
+            score=round(max(0.0, min(1.0, score)), 6),
+            supported=supported,
+            sentence=material_text[start:end],
+            start=start,
+            end=end,
+            backend=self.name,
+            reason="; ".join(reasons),
+            mismatches=mismatches,
+            candidates=((start, end, round(score, 4)),),
         )
 
     @staticmethod

@@ -187,6 +187,7 @@ _BUILTIN_MODULES = {
     "lexical": "tracerag.signals.lexical",
     "embeddings": "tracerag.signals.embeddings",
     "judge": "tracerag.signals.judge",
+    "checker": "tracerag.signals.checker",
     "learned": "tracerag.signals.learned",
     "learned-embeddings": "tracerag.signals.learned",
 }

