@@ -9,12 +9,12 @@
 # Nothing is compiled twice: Jaeger v2 (.ci/jaeger.sh) is itself a Collector distribution, and
 # this Collector is built from the same code. The manifest pins the Collector and contrib
 # versions of Jaeger's go.mod (checked here), the generated module requires every module Jaeger
-# requires at Jaeger's version (and takes Jaeger's replace directives), and the builder compiles
-# with Jaeger's flags (-trimpath, CGO_ENABLED=0). So after `.ci/jaeger.sh build` on the same
-# machine Go's build cache already holds every package but the health_check extension's three,
-# and this build takes seconds (3 s of CPU measured, plus compiling the builder); built alone
-# it compiles what Jaeger would of those packages. Jaeger v1.76 is built on Collector v0.140,
-# which names the OTLP/gRPC exporter `otlp` (v0.144 renamed it `otlp_grpc`).
+# requires at Jaeger's version (and takes Jaeger's replace directives), and the builder is
+# compiled, and compiles, with Jaeger's flags (-trimpath, CGO_ENABLED=0). So after
+# `.ci/jaeger.sh build` on the same machine, Go's build cache already holds every package but
+# the health_check extension's three and a few of the builder's, and this build takes seconds;
+# built alone, it compiles what Jaeger would of those packages. Jaeger v1.76 is built on
+# Collector v0.140, which names the OTLP/gRPC exporter `otlp` (v0.144 renamed it `otlp_grpc`).
 #
 # The binary is kept in $TRACERAG_OTELCOL_CACHE (default ~/.cache/tracerag/otelcol) and reused
 # on later runs on the same machine. JAEGER_VERSION (default v1.76.0, as in .ci/jaeger.sh) is
@@ -39,11 +39,13 @@ jaeger_pins() {
 import json, re, subprocess, sys
 
 go_mod, manifest, version = sys.argv[1:]
-gomod = json.loads(subprocess.run(["go", "mod", "edit", "-json", go_mod], capture_output=True, check=True).stdout)
+edit = subprocess.run(["go", "mod", "edit", "-json", go_mod], capture_output=True, check=True)
+gomod = json.loads(edit.stdout)
 jaeger = {r["Path"]: r["Version"] for r in gomod["Require"]}
 wrong = []
-if jaeger.get("go.opentelemetry.io/collector/otelcol") != version:
-    wrong.append(f"go.opentelemetry.io/collector/otelcol {jaeger.get('go.opentelemetry.io/collector/otelcol')} (this script: {version})")
+otelcol = jaeger.get("go.opentelemetry.io/collector/otelcol")
+if otelcol != version:
+    wrong.append(f"go.opentelemetry.io/collector/otelcol {otelcol} (manifest: {version})")
 for path, pinned in re.findall(r"gomod:\s*(\S+)\s+(\S+)", open(manifest).read()):
     if path in jaeger and jaeger[path] != pinned:
         wrong.append(f"{path} {jaeger[path]} (manifest: {pinned})")
@@ -59,6 +61,14 @@ print("\n".join(flags))
 PY
 }
 
+ocb() {  # ocb DIR FLAG...: the Collector builder on the manifest, its output in DIR
+    local dir=$1
+    shift
+    # the builder itself compiled as Jaeger is (-trimpath, no cgo): on Jaeger's standard library
+    # packages, not a second set of them
+    CGO_ENABLED=0 go run -trimpath "$builder" --config "$manifest" --output-path "$dir" "$@" >&2
+}
+
 build() {
     if [ -x "$bin" ]; then
         log "using cached $bin"
@@ -66,16 +76,20 @@ build() {
         return 0
     fi
     command -v go >/dev/null || { log "Go is needed to build the Collector (go version)"; exit 1; }
-    log "building the Collector $version (builder $version, module versions of Jaeger $jaeger_version) with $(go version)"
+    log "building the Collector $version (its builder; the module versions of Jaeger" \
+        "$jaeger_version) with $(go version)"
     local started work jaeger_mod jaeger_dir pins
     started=$(date +%s)
-    read -r jaeger_mod jaeger_dir < <(go mod download -json "github.com/jaegertracing/jaeger@$jaeger_version" |
-        python3 -c 'import json,sys; m=json.load(sys.stdin); print(m["GoMod"], m["Dir"])')
-    pins=$(jaeger_pins "$jaeger_mod" "$manifest" "$version") || { log "update the versions in .ci/otelcol-builder.yaml"; exit 1; }
+    read -r jaeger_mod jaeger_dir < <(
+        go mod download -json "github.com/jaegertracing/jaeger@$jaeger_version" |
+            python3 -c 'import json,sys; m=json.load(sys.stdin); print(m["GoMod"], m["Dir"])'
+    )
+    pins=$(jaeger_pins "$jaeger_mod" "$manifest" "$version") ||
+        { log "update the versions in .ci/otelcol-builder.yaml"; exit 1; }
     mkdir -p "$cache"
     work=$(mktemp -d "$cache/build.XXXXXX")
     trap 'rm -rf "$work"' RETURN
-    go run "$builder" --config "$manifest" --output-path "$work" --skip-compilation >&2
+    ocb "$work" --skip-compilation
     (
         cd "$work"
         # shellcheck disable=SC2086  # one flag a line, none with spaces
@@ -83,8 +97,7 @@ build() {
         cat "$jaeger_dir/go.sum" >>go.sum
         sort -u -o go.sum go.sum
     )
-    GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod" go run "$builder" --config "$manifest" \
-        --output-path "$work" --skip-generate --skip-get-modules >&2
+    GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod" ocb "$work" --skip-generate --skip-get-modules
     mv "$work/otelcol-min" "$bin"
     log "built $bin in $(( $(date +%s) - started ))s"
     echo "$bin"

@@ -55,8 +55,8 @@ timed() {  # timed NAME CMD...: run CMD and record how long it took, and its pro
 print_times() {
     local cpu
     cpu_ms cpu
-    printf '\n== step times: wall clock, and CPU time (user + system) of the processes of each step\n' >&2
-    printf '   (parts in the background overlap: their wall clock times add up to more than the total)\n' >&2
+    printf '\n== step times: wall clock, and CPU time (user + system) of each step\n' >&2
+    printf '   (parts run side by side: their wall clock times add up to more than the total)\n' >&2
     printf '%-52s %6s %7s\n' "step" "wall" "CPU" >&2
     cat "$logs/times" >&2
     printf '%-52s %5ss %6ss\n' "total" "$SECONDS" "$(((cpu + 500) / 1000))" >&2
