@@ -146,6 +146,11 @@ class StageEvent:
                 "stale_citations": list(report.stale),
                 "self_consistency": state.verification.selection.share,
                 "consistency_groups": state.verification.consistency.n_groups,
+                "answers_question": (
+                    state.verification.relevance.addresses
+                    if state.verification.relevance is not None
+                    else None
+                ),
             }
         if self.stage == "assemble" and state.decision is not None:
             return {"confidence": state.decision.confidence, "decision": state.decision.decision}

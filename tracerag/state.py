@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from tracerag.routing import Ticket
     from tracerag.signals.citations import CitationReport
     from tracerag.signals.consistency import ConsistencyReport
+    from tracerag.signals.relevance import RelevanceReport
     from tracerag.signals.rules import RuleResult
 
 __all__ = [
@@ -373,9 +374,12 @@ class Verification:
     selection: Selection
     rules: tuple[RuleResult, ...] = ()
     errors: tuple[StageError, ...] = ()
+    #: whether the chosen answer addresses the question (None: the check is off)
+    relevance: RelevanceReport | None = None
 
     def to_record(self) -> dict[str, Any]:
         """The signals as the audit record keeps them."""
+        relevance = {"relevance": self.relevance.to_record()} if self.relevance else {}
         return {
             "citations": _jsonable(self.citations),
             "citations_by_sample": {
@@ -391,6 +395,7 @@ class Verification:
             "consistency": _jsonable(self.consistency),
             "selection": _jsonable(self.selection),
             "rules": _jsonable(list(self.rules)),
+            **relevance,
         }
 
 
