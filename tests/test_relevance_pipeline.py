@@ -25,6 +25,7 @@ from tracerag import AnswerRelevance, RAGPipeline, Response, wrap
 from tracerag import semconv as sc
 from tracerag.errors import ConfigurationError
 from tracerag.testing import ScriptCall, ScriptedChatModel
+from tracerag.tools.show import render_timeline
 
 MARS = "What is the capital of Mars?"
 MARS_ZH = "火星的首都是哪里？"
@@ -179,6 +180,30 @@ def test_the_http_answer_and_its_stream_do_not_pass_it(tmp_path, retriever):
 
             good = client.post("/v1/answer", json={"question": PARAPHRASE}).json()
             assert good["decision"] == "pass"
+    finally:
+        store.close()
+
+
+def test_the_desk_says_why_it_was_flagged(tmp_path, retriever):
+    from server_fixtures import make_app, make_store, sign_in
+
+    pipeline = RAGPipeline(retriever, scripted([GOOD]), prompt_version="test-prompt-v1",
+                           model_version="scripted-chat-model", n_samples=3, retry=FAST_RETRY,
+                           audit=None)
+    store = make_store(tmp_path)
+    try:
+        with TestClient(make_app(store, pipeline)) as client:
+            rid = client.post("/v1/answer", json={"question": MARS}).json()["request_id"]
+            sign_in(client)
+            queue = client.get("/review").text
+            assert f"/review/items/{rid}" in queue
+            assert "the answer does not address the question" in queue
+            item = client.get(f"/review/items/{rid}").text
+            assert "none of the question&#39;s words (capital, Mars)" in item
+            assert "answers the question" in item
+        timeline = render_timeline(store.get(rid))  # tracerag show
+        assert "relevance (lexical): DOES NOT ANSWER THE QUESTION" in timeline
+        assert "(capital, Mars)" in timeline
     finally:
         store.close()
 
