@@ -16,7 +16,7 @@ where they happen: by the model, inside the tool, and in the store's search.
 
 It also compares the sync entry point with the async one on the same pipeline: ``invoke()`` from
 sync code, ``invoke()`` called inside a running event loop, and ``await ainvoke()``, each with
-a zero-latency model; and the bridge alone (``runner.run_sync`` on a coroutine that makes one
+a zero-latency model; and the bridge alone (``run_sync`` on a coroutine that makes one
 executor call, as a sync retriever does), which machine noise hardly moves.
 
 Wall-time ratios are to one bare call. CPU time tracerag adds per request is measured with a

@@ -10,7 +10,7 @@ from pipeline_fixtures import GOOD, QUESTION, REPO, scripted
 
 from tracerag import semconv
 from tracerag.contract import Response
-from tracerag.runner import StageEvent
+from tracerag.events import StageEvent
 from tracerag.state import Registration, RequestState, SampleSet
 
 STAGES = ["register", "retrieve", "plan", "sample", "verify", "assemble"]
@@ -140,6 +140,8 @@ def test_stages_and_the_runner_never_read_the_environment() -> None:
     package = REPO / "tracerag"
     sources = [*sorted((package / "stages").glob("*.py"))]
     sources += [package / name for name in ("runner.py", "state.py", "record.py", "pipeline.py")]
+    sources += [package / name for name in ("_runnable.py", "_sync.py", "_declare.py")]
+    sources += [package / name for name in ("_choices.py", "events.py")]
     wrap_modules = sorted((package / "wrap").glob("*.py"))
     assert len(wrap_modules) >= 8  # the package and its private modules
     sources += wrap_modules
@@ -155,3 +157,48 @@ def test_the_state_of_a_request_is_frozen() -> None:
         fields
     )
     assert RequestState.__dataclass_params__.frozen  # type: ignore[attr-defined]
+
+
+async def test_the_call_hooks_pass_through_every_surface(make_pipeline) -> None:
+    """on_stage and record_sink given to ainvoke, invoke, astream or bound with .bind() are
+    arun's hooks for that call: nothing is dropped."""
+    pipeline = make_pipeline(scripted([GOOD]), n_samples=1, audit=None)
+    heard: list[str] = []
+    kept: list[dict] = []
+
+    def sink(record: dict) -> bool:
+        kept.append(record)
+        return True
+
+    response = await pipeline.ainvoke(
+        QUESTION, on_stage=lambda e: heard.append(e.stage), record_sink=sink
+    )
+    assert heard == STAGES and response.audit_persisted is True
+    assert [r["request_id"] for r in kept] == [response.request_id]
+    chunks = [c async for c in pipeline.astream(QUESTION, record_sink=sink)]
+    assert chunks[0].audit_persisted is True and len(kept) == 2
+    bound = pipeline.bind(record_sink=sink)
+    assert (await bound.ainvoke(QUESTION)).audit_persisted is True and len(kept) == 3
+
+
+def test_invoke_and_batch_pass_the_hooks_too(make_pipeline) -> None:
+    pipeline = make_pipeline(scripted([GOOD]), n_samples=1, audit=None)
+    kept: list[dict] = []
+    response = pipeline.invoke(QUESTION, record_sink=lambda r: kept.append(r) or True)
+    assert response.audit_persisted is True and len(kept) == 1
+    answers = pipeline.batch([QUESTION, QUESTION], record_sink=lambda r: kept.append(r) or True)
+    assert [a.audit_persisted for a in answers] == [True, True] and len(kept) == 3
+
+
+@pytest.mark.parametrize("surface", ["invoke", "ainvoke", "astream", "batch"])
+async def test_a_keyword_a_surface_does_not_take_is_refused_by_name(make_pipeline, surface) -> None:
+    pipeline = make_pipeline(scripted([GOOD]), n_samples=1, audit=None)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'stop'"):
+        if surface == "invoke":
+            pipeline.invoke(QUESTION, stop=["\\n"])
+        elif surface == "ainvoke":
+            await pipeline.ainvoke(QUESTION, stop=["\\n"])
+        elif surface == "astream":
+            [c async for c in pipeline.astream(QUESTION, stop=["\\n"])]
+        else:
+            pipeline.batch([QUESTION], stop=["\\n"])

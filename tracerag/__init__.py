@@ -56,7 +56,11 @@ _EXPORTS = {
     "Rule": "tracerag.signals.rules",
     "Equivalence": "tracerag.signals.consistency",
     "WrappedChain": "tracerag.wrap",
-    "StageEvent": "tracerag.runner",
+    "StageEvent": "tracerag.events",
+    "Stage": "tracerag._choices",
+    "Tier": "tracerag._choices",
+    "PlanMode": "tracerag._choices",
+    "Route": "tracerag._choices",
     "AuditRecord": "tracerag.record",
     "AuditStore": "tracerag.store",
     "AuditWriter": "tracerag.store",
@@ -91,19 +95,23 @@ __all__ = [
     "OutputTooLongError",
     "PipelineOptions",
     "PlanError",
+    "PlanMode",
     "RAGPipeline",
     "RAGPipelineOptions",
     "Response",
     "RetrieverTimeoutError",
     "RetryPolicy",
+    "Route",
     "Rule",
     "RuleResult",
     "Signals",
+    "Stage",
     "StageEvent",
     "Support",
     "SupportBackend",
     "Thresholds",
     "Ticket",
+    "Tier",
     "TraceragError",
     "WrappedChain",
     "__version__",
@@ -151,6 +159,7 @@ sys.modules[__name__].__class__ = _Package
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from tracerag._choices import PlanMode, Route, Stage, Tier
     from tracerag.contract import Evidence, Response, response_schema, validate_response
     from tracerag.demo.models.extractive import ExtractiveChatModel
     from tracerag.errors import (
@@ -166,11 +175,11 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         RetrieverTimeoutError,
         TraceragError,
     )
+    from tracerag.events import StageEvent
     from tracerag.metrics import configure_metrics
     from tracerag.pipeline import PipelineOptions, RAGPipeline, RAGPipelineOptions
     from tracerag.record import AuditRecord
     from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds, Ticket
-    from tracerag.runner import StageEvent
     from tracerag.settings import RetryPolicy
     from tracerag.signals.calibrated import CalibratedCombiner
     from tracerag.signals.checker import CheckerSupport

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Literal, TypeAlias, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
+from tracerag._choices import PlanMode, PlanModeName, Tier, TierName
+from tracerag._runnable import StagedRunnable
 from tracerag.audit import resolve_sink
 from tracerag.errors import ConfigurationError
 from tracerag.options import check_options
 from tracerag.prompts import PromptVersion
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
-from tracerag.runner import StagedRunnable
-from tracerag.settings import RetryPolicy, Settings
+from tracerag.settings import RecordSink, RetryPolicy, Settings
 from tracerag.signals.attribution import ShapeThresholds
 from tracerag.signals.calibrated import default_combiner
 from tracerag.signals.confidence import Combiner
@@ -24,12 +26,20 @@ from tracerag.signals.relevance import AnswerRelevance
 from tracerag.signals.rules import Rule
 from tracerag.signals.support import SupportBackend
 from tracerag.stages.table import ModelSource, Step, steps_for
-from tracerag.usage import load_prices
+from tracerag.usage import Price, load_prices
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+    from tracerag.store import AuditStore, AuditWriter
+
+#: Where audit records go (``audit=``, see ``tracerag.audit``): ``"auto"`` (the store named by
+#: ``TRACERAG_STORE``, else none), a store URL or path, an ``AuditStore``, an ``AuditWriter``,
+#: a callable ``(record) -> accepted``, or ``None``/``False`` for no audit trail.
+AuditTarget: TypeAlias = "str | AuditStore | AuditWriter | RecordSink | Literal[False] | None"
+
 __all__ = [
+    "AuditTarget",
     "PipelineOptions",
     "RAGPipeline",
     "RAGPipelineOptions",
@@ -46,7 +56,8 @@ class PipelineOptions(TypedDict, total=False):
     or a ``(pass_at, review_at)`` pair (default ``Thresholds()``). ``rules``: deterministic
     checks every answer must pass. ``escalation``: where escalated and review-flagged requests
     go (default: a bounded ``InMemoryEscalationHandler``). ``tier`` ("high"): high, medium or
-    low. ``support_backend`` ("lexical"): a registered name or a ``SupportBackend``.
+    low (a ``Tier`` or its name). ``support_backend`` ("lexical"): a registered name or a
+    ``SupportBackend``.
     ``equivalence``: when two sampled answers agree. ``combiner``: signals to confidence
     (default: the one ``TRACERAG_CALIBRATION`` names, else ``heuristic-v1``). ``retry``: a
     ``RetryPolicy``. ``tracer_provider`` and ``meter_provider`` (None: the ones in force at each
@@ -63,18 +74,18 @@ class PipelineOptions(TypedDict, total=False):
     thresholds: Thresholds | tuple[float, float] | None
     rules: Sequence[Rule]
     escalation: EscalationHandler | None
-    tier: str
+    tier: Tier | TierName
     support_backend: str | SupportBackend
     equivalence: Equivalence | None
     combiner: Combiner | None
     retry: RetryPolicy | None
     tracer_provider: TracerProvider | None
-    meter_provider: Any
-    audit: Any
+    meter_provider: MeterProvider | None
+    audit: AuditTarget
     review_clustered_retrieval: bool
     relevance_floor: float | None
     retrieval_shape: ShapeThresholds | None
-    prices: Mapping[str, Any] | str | None
+    prices: Mapping[str, Price | Mapping[str, float] | str] | str | None
     answer_relevance: AnswerRelevance | bool | None
 
 
@@ -100,12 +111,10 @@ class SettingsOptions(TypedDict, total=False):
     model_version_source: str | None
     n_samples: int
     temperature: float
-    plan_mode: str
-    tier: str
     k: int | None
     support_backend: str | SupportBackend
     equivalence: Equivalence | None
-    meter_provider: Any
+    meter_provider: MeterProvider | None
     review_clustered_retrieval: bool
     relevance_floor: float | None
     prompt: PromptVersion | None
@@ -119,9 +128,11 @@ def build_settings(
     escalation: EscalationHandler | None = None,
     combiner: Combiner | None = None,
     retry: RetryPolicy | None = None,
-    audit: Any = "auto",
+    audit: AuditTarget = "auto",
     retrieval_shape: ShapeThresholds | None = None,
-    prices: Mapping[str, Any] | str | None = None,
+    prices: Mapping[str, Price | Mapping[str, float] | str] | str | None = None,
+    tier: Tier | TierName = Tier.HIGH,
+    plan_mode: PlanMode | PlanModeName = PlanMode.SEPARATE,
     answer_relevance: AnswerRelevance | bool | None = None,
     **options: Unpack[SettingsOptions],
 ) -> Settings:
@@ -138,6 +149,8 @@ def build_settings(
             f"{type(answer_relevance).__name__}"
         )
     return Settings(
+        tier=Tier.parse(tier, "tier"),
+        plan_mode=PlanMode.parse(plan_mode, "plan"),
         tracer_provider=tracer_provider,
         thresholds=thresholds or Thresholds(),
         rules=tuple(rules),
@@ -169,7 +182,7 @@ class RAGPipeline(StagedRunnable):
         *,
         prompt_version: str | None,
         model_version: str | None,
-        plan: str = "separate",
+        plan: PlanMode | PlanModeName = PlanMode.SEPARATE,
         **options: Unpack[RAGPipelineOptions],
     ) -> None:
         check_options("RAGPipeline", options, RAGPipelineOptions.__optional_keys__)

@@ -19,14 +19,29 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Protocol, runtime_checkable
 
+from tracerag._choices import Route, RouteName, Tier
 from tracerag.errors import ConfigurationError
 from tracerag.signals.types import utcnow
 
+__all__ = [
+    "ESCALATE",
+    "PASS",
+    "REVIEW",
+    "EscalationHandler",
+    "InMemoryEscalationHandler",
+    "Route",
+    "RouteName",
+    "Thresholds",
+    "Ticket",
+    "decide",
+    "new_ticket_id",
+]
+
 logger = logging.getLogger("tracerag.escalation")
 
-PASS: Final = "pass"
-REVIEW: Final = "review"
-ESCALATE: Final = "escalate"
+PASS: Final = Route.PASS
+REVIEW: Final = Route.REVIEW
+ESCALATE: Final = Route.ESCALATE
 
 
 @dataclass(frozen=True)
@@ -48,11 +63,11 @@ class Thresholds:
         return max(0.0, round(self.review_at - 0.01, 4))
 
 
-def decide(confidence: float, thresholds: Thresholds, *, tier: str = "high") -> str:
+def decide(confidence: float, thresholds: Thresholds, *, tier: Tier = Tier.HIGH) -> Route:
     """The route for a confidence; tier ``medium`` flags for review instead of withholding."""
     if confidence >= thresholds.pass_at:
         return PASS
-    if confidence >= thresholds.review_at or tier == "medium":
+    if confidence >= thresholds.review_at or tier == Tier.MEDIUM:
         return REVIEW
     return ESCALATE
 
@@ -68,7 +83,7 @@ class Ticket:
 
     ticket_id: str
     request_id: str
-    decision: str
+    decision: Route
     question: str
     candidate_answer: str | None
     confidence: float | None

@@ -8,8 +8,10 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
+from tracerag._choices import PlanMode, PlanModeName, Tier, TierName
 from tracerag.errors import ConfigurationError
 from tracerag.prompts import PromptVersion
 from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
@@ -21,8 +23,23 @@ from tracerag.signals.rules import Rule
 from tracerag.signals.support import SupportBackend
 from tracerag.usage import Price
 
-TIERS = ("high", "medium", "low")
-PLAN_MODES = ("separate", "inline")
+__all__ = [
+    "PLAN_MODES",
+    "TIERS",
+    "PlanMode",
+    "PlanModeName",
+    "RecordSink",
+    "RetryPolicy",
+    "Settings",
+    "Tier",
+    "TierName",
+]
+
+TIERS: tuple[Tier, ...] = tuple(Tier)
+PLAN_MODES: tuple[PlanMode, ...] = tuple(PlanMode)
+
+#: Where a finished request's audit record goes: ``(record) -> accepted``, sync or async.
+RecordSink = Callable[[dict[str, Any]], "bool | Awaitable[bool]"]
 
 
 @dataclass(frozen=True)
@@ -71,8 +88,8 @@ class Settings:
     model_version_source: str | None = None
     n_samples: int = 5
     temperature: float = 0.7
-    plan_mode: str = "separate"
-    tier: str = "high"
+    plan_mode: PlanMode = PlanMode.SEPARATE
+    tier: Tier = Tier.HIGH
     k: int | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
     rules: Sequence[Rule] = ()
@@ -81,8 +98,8 @@ class Settings:
     equivalence: Equivalence | None = None
     combiner: Combiner = field(default_factory=HeuristicCombiner)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    record_sink: Callable[[dict[str, Any]], bool | Awaitable[bool]] | None = None
-    meter_provider: Any = None
+    record_sink: RecordSink | None = None
+    meter_provider: MeterProvider | None = None  # None: decided per measurement (metrics)
     max_question_chars: int = 8000
     # attribution (tracerag.signals.attribution)
     retrieval_shape: ShapeThresholds = field(default_factory=ShapeThresholds)
@@ -96,10 +113,9 @@ class Settings:
     prices: Mapping[str, Price] | None = None
 
     def __post_init__(self) -> None:
-        if self.tier not in TIERS:
-            raise ConfigurationError(f"tier must be one of {TIERS}, got {self.tier!r}")
-        if self.plan_mode not in PLAN_MODES:
-            raise ConfigurationError(f"plan must be one of {PLAN_MODES}, got {self.plan_mode!r}")
+        # a name given as a plain string ("low") becomes its member (Tier.LOW)
+        object.__setattr__(self, "tier", Tier.parse(self.tier, "tier"))
+        object.__setattr__(self, "plan_mode", PlanMode.parse(self.plan_mode, "plan"))
         if not isinstance(self.n_samples, int) or self.n_samples < 1:
             raise ConfigurationError(f"n_samples must be a positive int, got {self.n_samples!r}")
         if not 0.0 <= float(self.temperature) <= 2.0:
@@ -107,8 +123,8 @@ class Settings:
 
     def samples_for_tier(self) -> int:
         """How many samples this tier draws: all for high, up to 3 for medium, 1 for low."""
-        if self.tier == "low":
+        if self.tier is Tier.LOW:
             return 1
-        if self.tier == "medium":
+        if self.tier is Tier.MEDIUM:
             return min(self.n_samples, 3)
         return self.n_samples

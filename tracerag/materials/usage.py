@@ -27,6 +27,7 @@ from tracerag.materials.records import (
     ReadHit,
     Use,
 )
+from tracerag.routing import Route
 
 
 class UsageLog:
@@ -118,7 +119,7 @@ class UsageLog:
                     version,
                     retrievals=1,
                     citations=int(use.cited),
-                    passed=int(use.cited and decision == "pass"),
+                    passed=int(use.cited and decision == Route.PASS),
                 )
         return logged
 

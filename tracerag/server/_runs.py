@@ -33,7 +33,7 @@ from typing import Any, Literal, NamedTuple
 
 from tracerag.contract import caller_view
 from tracerag.errors import InputError, TraceragError
-from tracerag.runner import StageEvent
+from tracerag.events import StageEvent
 from tracerag.server._run_table import RunTable, StoredRun
 from tracerag.stages.register import new_request_id
 from tracerag.store.base import AuditStore, RequestNotFound

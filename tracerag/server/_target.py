@@ -12,8 +12,8 @@ import importlib
 import os
 import sys
 
+from tracerag._runnable import StagedRunnable
 from tracerag.errors import ConfigurationError
-from tracerag.runner import StagedRunnable
 
 
 class AppTargetError(ConfigurationError):

@@ -19,9 +19,10 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
+from tracerag._runnable import StagedRunnable
 from tracerag.config import get_config
 from tracerag.contract import Response as RAGResponse
-from tracerag.runner import StagedRunnable, StageEvent
+from tracerag.events import StageEvent
 from tracerag.store.base import AuditStore, DuplicateRequest, InvalidRecord
 
 logger = logging.getLogger("tracerag.server")
@@ -100,6 +101,7 @@ def demo_pipeline(
     from tracerag.llm import model_name
     from tracerag.pipeline import RAGPipeline
     from tracerag.prompts import DEFAULT_PROMPT_VERSION
+    from tracerag.settings import PlanMode
 
     llm = build_model(model, seed)
     retriever = (
@@ -114,7 +116,7 @@ def demo_pipeline(
         model_version=model_name(llm) or type(llm).__name__,
         n_samples=n_samples,
         temperature=temperature,
-        plan=plan,
+        plan=PlanMode.parse(plan, "plan"),
         audit=None,
     )
 

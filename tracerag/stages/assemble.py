@@ -17,7 +17,9 @@ from opentelemetry import trace
 from opentelemetry.trace import Span
 
 from tracerag import semconv
-from tracerag.contract import ClaimCheck, Evidence, MaterialUse, Response, SignalDetail, Versions
+from tracerag._choices import Route, Tier
+from tracerag._declare import stamp
+from tracerag.contract import ClaimCheck, Evidence, MaterialUse, SignalDetail, Versions
 from tracerag.routing import ESCALATE, PASS, REVIEW, Ticket, decide, new_ticket_id
 from tracerag.settings import Settings
 from tracerag.signals.attribution import (
@@ -31,9 +33,12 @@ from tracerag.signals.confidence import Signals
 from tracerag.signals.types import CONFLICTS_WITH, QUARANTINE_PROPOSED
 from tracerag.stages.verify import resolver_for
 from tracerag.state import Decision, ErrorLog, RequestState, SampleSet
-from tracerag.tracing import capture
 
-STATUS = {PASS: "answered", REVIEW: "flagged_for_review", ESCALATE: "pending_human_review"}
+STATUS: dict[Route, str] = {
+    PASS: "answered",
+    REVIEW: "flagged_for_review",
+    ESCALATE: "pending_human_review",
+}
 
 
 def gather_signals(state: RequestState) -> Signals:
@@ -119,14 +124,14 @@ async def assemble(
     sampled = state.samples if state.samples is not None else SampleSet()
     ok = sampled.ok
     errors = ErrorLog()
-    if settings.tier == "low":
+    if settings.tier is Tier.LOW:
         ticket = None
         if not ok:  # nothing to return: hand it to humans rather than lose it
             ticket = _ticket(state, span, PASS, None, None, ["no successful sample"])
         decision = Decision(
             decision=PASS,
             status="unverified",
-            tier="low",
+            tier=Tier.LOW,
             confidence=None,
             answer=ok[0].answer if ok else None,
             signal_detail=SignalDetail(
@@ -140,7 +145,7 @@ async def assemble(
             ticket_id=ticket.ticket_id if ticket is not None else None,
             ticket=ticket,
         )
-        _finish(decision, span)
+        stamp(span, decision)
         return decision
 
     signals = gather_signals(state)
@@ -154,17 +159,16 @@ async def assemble(
     selection = verification.selection
     rules = verification.rules
     attribution, attribution_record = attribution_of(state, settings, span)  # no model call
-    routed, shape_reason = apply_retrieval_shape(
+    shaped, shape_reason = apply_retrieval_shape(
         routed, attribution.retrieval.shape, settings.review_clustered_retrieval
     )
+    routed = Route(shaped)
     conflict_reason = conflicting_citations(state, report)
     if conflict_reason and routed == PASS:
         routed, shape_reason = REVIEW, conflict_reason
     relevance = verification.relevance
     if relevance is not None and relevance.addresses is False and routed == PASS:
         routed, shape_reason = REVIEW, relevance.reason  # supported, but not an answer to it
-    if shape_reason:
-        span.set_attribute(semconv.ROUTE_REASON, shape_reason)
     candidate = (
         sampled.samples[selection.sample_index].answer
         if selection.sample_index is not None
@@ -215,8 +219,10 @@ async def assemble(
         warnings=state.warnings,
         errors=errors.freeze(),
         ticket=ticket,
+        route_reason=shape_reason or None,
+        attributed=attribution,
     )
-    _finish(decision, span)
+    stamp(span, decision)
     return decision
 
 
@@ -289,13 +295,6 @@ def attribution_of(
             "trace_id": trace.format_trace_id(span_context.trace_id),
             "span_id": trace.format_span_id(span_context.span_id),
         }
-    span.set_attributes(
-        {
-            semconv.ATTRIBUTION_USED: list(result.used_ids),
-            semconv.ATTRIBUTION_KEY: list(result.key_ids),
-            semconv.ATTRIBUTION_UNATTRIBUTED: result.unattributed,
-        }
-    )
     return result, MappingProxyType(record)
 
 
@@ -309,7 +308,7 @@ def _why(signals: Signals) -> str:
 def _ticket(
     state: RequestState,
     span: Span,
-    decision: str,
+    decision: Route,
     confidence: float | None,
     candidate: str | None,
     reasons: list[str],
@@ -328,26 +327,6 @@ def _ticket(
     if ticket.decision == ESCALATE:  # a review flag is not an escalation
         span.add_event(
             semconv.EVENT_ESCALATED,
-            {semconv.TICKET_ID: ticket.ticket_id, semconv.DECISION: ticket.decision},
+            {semconv.TICKET_ID: ticket.ticket_id, semconv.DECISION: str(ticket.decision)},
         )
     return ticket
-
-
-def outcome_attributes(outcome: Decision | Response) -> dict[str, Any]:
-    """The route's span attributes: decision, status, confidence, ticket and calibration."""
-    attrs: dict[str, Any] = {semconv.DECISION: outcome.decision, semconv.STATUS: outcome.status}
-    if outcome.confidence is not None:
-        attrs[semconv.CONFIDENCE] = outcome.confidence
-    if outcome.ticket_id:
-        attrs[semconv.TICKET_ID] = outcome.ticket_id
-    if outcome.calibration:
-        attrs[semconv.CALIBRATION] = outcome.calibration
-    return attrs
-
-
-def _finish(decision: Decision, span: Span) -> None:
-    attrs = outcome_attributes(decision)
-    output = capture(decision.answer)
-    if output is not None:
-        attrs[semconv.OI_OUTPUT_VALUE] = output
-    span.set_attributes(attrs)

@@ -15,13 +15,13 @@ import json
 import re
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 import jsonschema
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
-from tracerag import metrics, semconv, usage
+from tracerag import metrics, usage
+from tracerag._declare import stamp
 from tracerag.contract import validate_with
 from tracerag.errors import ConfigurationError, PlanError
 from tracerag.llm import (
@@ -121,8 +121,9 @@ async def plan(
             metrics.record_model_error("plan", exc, meter_provider=settings.meter_provider)
         result = Plan(ok=False, error=f"{type(exc).__name__}: {exc}", attempts=tries.count)
     span.set_attributes(usage.span_attributes(calls))
-    record_plan(result, span, source="model")
-    return PlanResult(result, errors.freeze())
+    planned = PlanResult(result, errors.freeze(), source="model")
+    stamp(span, planned)
+    return planned
 
 
 def split_inline(raw: str) -> tuple[str | None, str]:
@@ -167,9 +168,9 @@ async def plan_from_samples(
     """Inline and wrap modes: record the plans the samples wrote and how far they agree."""
     samples = state.samples.samples if state.samples is not None else ()
     plans = [s.plan if s.plan is not None else _missing(s) for s in samples]
-    result = agree(plans, len(samples))
-    record_plan(result, span, source=plans[0].mode if plans else "inline")
-    return PlanResult(result)
+    agreed = PlanResult(agree(plans, len(samples)), source=plans[0].mode if plans else "inline")
+    stamp(span, agreed)
+    return agreed
 
 
 def implied_plan(sample: Sample, materials: Sequence[Material]) -> Sample:
@@ -188,19 +189,3 @@ def implied_plan(sample: Sample, materials: Sequence[Material]) -> Sample:
 
 def _missing(sample: Sample) -> Plan:
     return Plan(ok=False, error=sample.error or f"sample {sample.index} wrote no plan")
-
-
-def record_plan(result: Plan, span: Span, *, source: str) -> None:
-    """Put a plan on its span."""
-    attrs: dict[str, Any] = {
-        semconv.PLAN_OK: result.ok,
-        semconv.PLAN_SOURCE: source,
-        semconv.PLAN_ATTEMPTS: result.attempts,
-        semconv.PLAN_MATERIAL_IDS: list(result.material_ids),
-        semconv.PLAN_KEY_FACTS: list(result.key_facts),
-    }
-    if result.agreement is not None:
-        attrs[semconv.PLAN_AGREEMENT] = result.agreement
-    if result.error:
-        attrs[semconv.PLAN_ERROR] = result.error
-    span.set_attributes(attrs)

@@ -9,7 +9,6 @@ score where it gives one (vector-store retrievers), else recorded as absent.
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
 from langchain_core.documents import Document
@@ -18,14 +17,14 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.vectorstores import VectorStoreRetriever
 from opentelemetry.trace import Span
 
-from tracerag import semconv
+from tracerag._declare import stamp
 from tracerag.errors import ConfigurationError
 from tracerag.llm import record_retry, retry_call
 from tracerag.settings import Settings
 from tracerag.signals.types import Material
 from tracerag.state import ErrorLog, RequestState, Retrieval
 from tracerag.text.unicode import fix_surrogates
-from tracerag.tracing import capture, set_span_io
+from tracerag.tracing import set_span_io
 
 SCORE_KEYS = ("relevance_score", "score", "_score", "similarity", "similarity_score")
 
@@ -137,36 +136,5 @@ async def retrieve(
 
 
 def record_materials(retrieval: Retrieval, span: Span) -> None:
-    """Put the materials and retrieval signals on the span."""
-    if not span.is_recording():
-        return
-    materials = retrieval.materials
-    attrs: dict[str, Any] = {
-        semconv.RETRIEVAL_COUNT: len(materials),
-        semconv.RETRIEVAL_SCORED: retrieval.scored,
-        semconv.RETRIEVAL_MATERIAL_IDS: [m.id for m in materials],
-    }
-    if retrieval.top_score is not None:
-        attrs[semconv.RETRIEVAL_TOP_SCORE] = float(retrieval.top_score)
-    if retrieval.score_margin is not None:
-        attrs[semconv.RETRIEVAL_SCORE_MARGIN] = float(retrieval.score_margin)
-    if retrieval.shape is not None:
-        attrs[semconv.RETRIEVAL_SHAPE] = retrieval.shape
-        attrs[semconv.RETRIEVAL_NEAR_TOP] = list(retrieval.near_top)
-    if retrieval.relative_margin is not None:
-        attrs[semconv.RETRIEVAL_RELATIVE_MARGIN] = retrieval.relative_margin
-    for i, m in enumerate(materials):
-        attrs[semconv.oi_document(i, "id")] = m.id
-        content = capture(m.text)
-        if content is not None:
-            attrs[semconv.oi_document(i, "content")] = content
-        if m.score is not None:
-            attrs[semconv.oi_document(i, "score")] = float(m.score)
-        attrs[semconv.oi_document(i, "metadata")] = json_dumps(
-            {"title": m.title, "source": m.source, "rank": m.rank}
-        )
-    span.set_attributes(attrs)
-
-
-def json_dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
+    """Put the materials and retrieval signals on the span (``Retrieval.SIGNALS``)."""
+    stamp(span, retrieval)

@@ -24,6 +24,8 @@ from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from tracerag import metrics, semconv, usage
+from tracerag._choices import PlanMode, Tier
+from tracerag._declare import stamp
 from tracerag.errors import ConfigurationError, OutputTooLongError, PlanError
 from tracerag.llm import (
     OnRetry,
@@ -159,19 +161,12 @@ def finish_sample_span(
 def record_samples(
     samples: tuple[Sample, ...], span: Span, temperature: float | None
 ) -> tuple[str, ...]:
-    """Stage-level sample attributes; the temperature-zero warning, if it applies
-    (``temperature`` None: the model has none that tracerag knows)."""
-    ok = sum(1 for s in samples if s.ok)
-    zero = temperature == 0.0 and len(samples) > 1
-    attrs: dict[str, Any] = {
-        semconv.SAMPLES_OK: ok,
-        semconv.SAMPLES_FAILED: len(samples) - ok,
-        semconv.TEMPERATURE_ZERO: zero,
-    }
-    if temperature is not None and temperature >= 0:
-        attrs[semconv.TEMPERATURE] = float(temperature)
-    span.set_attributes(attrs)
-    if not zero:
+    """The sample stage's span attributes (``SampleSet.SIGNALS``) and the temperature-zero
+    warning, if it applies (``temperature``: the one the samples were drawn at; None: the
+    model has none that tracerag knows)."""
+    drawn = SampleSet(samples=samples, temperature=temperature)
+    stamp(span, drawn)
+    if not drawn.drawn_at_zero:
         return ()
     span.add_event(semconv.EVENT_WARNING, {semconv.WARNING_MESSAGE: TEMPERATURE_ZERO_WARNING})
     return (TEMPERATURE_ZERO_WARNING,)
@@ -275,7 +270,7 @@ async def sample(
         warnings.append(
             f"{type(settings.llm).__name__} has no temperature field; sampled at its own setting"
         )
-    inline = settings.plan_mode == "inline" and settings.tier == "high"
+    inline = settings.plan_mode is PlanMode.INLINE and settings.tier is Tier.HIGH
     task = TASK_PLAN_AND_ANSWER if inline else TASK_ANSWER
     plan = state.plan if state.plan is not None and state.plan.ok else None
     materials = state.materials
@@ -328,10 +323,12 @@ async def sample(
     samples = await draw_samples(
         state, settings, samples_wanted(state, settings), generate, describe, errors, finish
     )
-    warnings.extend(record_samples(samples, span, settings.temperature if applied else None))
+    # a model without a temperature field samples at its own setting: none is known
+    drawn_at = settings.temperature if applied else None
+    warnings.extend(record_samples(samples, span, drawn_at))
     return SampleSet(
         samples=samples,
-        temperature=settings.temperature,
+        temperature=drawn_at,
         temperature_zero=settings.temperature == 0.0,
         warnings=tuple(warnings),
         errors=errors.freeze(),

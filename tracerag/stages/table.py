@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
+from tracerag._choices import PlanMode, Stage, Tier
 from tracerag.settings import Settings
 from tracerag.stages.assemble import assemble
 from tracerag.stages.plan import plan, plan_from_samples
@@ -68,12 +69,12 @@ class ModelSource:
 class Step:
     """One stage in a run: its name, its function, or why it is skipped."""
 
-    name: str
+    name: Stage
     fn: StageFn | None = None
     skip_reason: str | None = None
 
 
-def steps_for(tier: str, plan_mode: str, source: Source) -> tuple[Step, ...]:
+def steps_for(tier: Tier, plan_mode: PlanMode, source: Source) -> tuple[Step, ...]:
     """The six stages in run order (skipped ones kept, marked).
 
     ``plan_mode="inline"``: the samples write their plans, so the plan stage runs after them
@@ -83,31 +84,21 @@ def steps_for(tier: str, plan_mode: str, source: Source) -> tuple[Step, ...]:
     registering: StageFn = (
         functools.partial(register, learn_from_runs=True) if source.learns_versions else register
     )
-    first = (Step("register", registering), Step("retrieve", source.retrieve))
-    drawing = Step("sample", source.sample)
-    if tier == "low":
+    first = (Step(Stage.REGISTER, registering), Step(Stage.RETRIEVE, source.retrieve))
+    drawing = Step(Stage.SAMPLE, source.sample)
+    assembling = Step(Stage.ASSEMBLE, assemble)
+    if tier == Tier.LOW:
         return (
             *first,
-            Step("plan", None, "tier low: no plan"),
+            Step(Stage.PLAN, None, "tier low: no plan"),
             drawing,
-            Step("verify", None, "tier low: no verification"),
-            Step("assemble", assemble),
+            Step(Stage.VERIFY, None, "tier low: no verification"),
+            assembling,
         )
-    if tier == "medium":
-        planning = Step("plan", None, "tier medium: no plan")
-        return (*first, planning, drawing, Step("verify", verify), Step("assemble", assemble))
-    if plan_mode == "inline":
-        return (
-            *first,
-            drawing,
-            Step("plan", plan_from_samples),
-            Step("verify", verify),
-            Step("assemble", assemble),
-        )
-    return (
-        *first,
-        Step("plan", plan),
-        drawing,
-        Step("verify", verify),
-        Step("assemble", assemble),
-    )
+    verifying = Step(Stage.VERIFY, verify)
+    if tier == Tier.MEDIUM:
+        planning = Step(Stage.PLAN, None, "tier medium: no plan")
+        return (*first, planning, drawing, verifying, assembling)
+    if plan_mode == PlanMode.INLINE:
+        return (*first, drawing, Step(Stage.PLAN, plan_from_samples), verifying, assembling)
+    return (*first, Step(Stage.PLAN, plan), drawing, verifying, assembling)

@@ -17,6 +17,7 @@ from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
 from tracerag import semconv
+from tracerag._declare import stamp
 from tracerag.settings import Settings
 from tracerag.signals.citations import SUPPORTED, CitationReport, averify_citations
 from tracerag.signals.consistency import ConsistencyReport, score_consistency
@@ -25,7 +26,6 @@ from tracerag.signals.rules import run_rules
 from tracerag.signals.support import get_backend, usage_scope
 from tracerag.signals.types import Material
 from tracerag.state import ErrorLog, RequestState, Sample, SampleSet, Selection, Verification
-from tracerag.tracing import set_span_io
 
 
 def resolver_for(
@@ -214,57 +214,16 @@ async def judge_relevance(
 
 
 def record_signals(verification: Verification, span: Span) -> None:
-    """The verify signals as span attributes and GenAI evaluation events."""
+    """The verify signals as span attributes (``Verification.SIGNALS``) and GenAI evaluation
+    events."""
     if not span.is_recording():
         return
+    stamp(span, verification)
     report = verification.citations
     consistency = verification.consistency
     selection = verification.selection
     rules = verification.rules
-    span.set_attributes(
-        {
-            semconv.OI_SPAN_KIND: semconv.OI_KIND_EVALUATOR,
-            semconv.SIGNAL_CITATION_VALID: report.valid,
-            semconv.SIGNAL_CITATION_SCORE: report.score,
-            semconv.SIGNAL_CITATION_COVERAGE: report.coverage,
-            semconv.SIGNAL_CITATION_ACCURACY: report.accuracy,
-            semconv.SIGNAL_FABRICATED: report.fabricated,
-            semconv.SIGNAL_STALE: report.stale,
-            semconv.SIGNAL_CONSISTENCY: selection.share,
-            semconv.SIGNAL_CONSISTENCY_GROUPS: consistency.n_groups,
-            semconv.SIGNAL_SEMANTIC_ENTROPY: consistency.entropy,
-            semconv.SIGNAL_CONSISTENCY_INFORMATIVE: consistency.informative,
-            semconv.SIGNAL_RULE_CHECK: all(r.passed for r in rules),
-            semconv.SIGNAL_RULES_FAILED: [r.name for r in rules if not r.passed],
-        }
-    )
-    if selection.sample_index is not None:
-        span.set_attribute(semconv.CHOSEN_SAMPLE, selection.sample_index)
     relevance = verification.relevance
-    if relevance is not None and relevance.addresses is not None:
-        span.set_attribute(semconv.SIGNAL_ANSWER_RELEVANT, relevance.addresses)
-    set_span_io(
-        span,
-        output={
-            "citation_valid": report.valid,
-            "citation_score": report.score,
-            "fabricated": report.fabricated,
-            "stale": report.stale,
-            "claims": [
-                {
-                    "verdict": c.verdict,
-                    "cited_ids": c.cited_ids,
-                    "material_id": c.material_id,
-                    "score": c.score,
-                }
-                for c in report.claims
-            ],
-            "self_consistency": selection.share,
-            "groups": consistency.groups,
-            "rules": [{"name": r.name, "passed": r.passed} for r in rules],
-            "answer_relevance": relevance.addresses if relevance is not None else None,
-        },
-    )
     evaluation(
         span,
         "citation_validity",

@@ -13,6 +13,7 @@ from typing import Any
 from opentelemetry.metrics import Meter, MeterProvider
 
 from tracerag import __version__, semconv
+from tracerag._choices import Route, RouteName, Tier, TierName
 from tracerag.telemetry.meters import INSTRUMENTATION_NAME, get_meter_provider
 
 logger = logging.getLogger("tracerag.metrics")
@@ -228,10 +229,11 @@ def _error_type(error: BaseException | str | None) -> str:
 
 @dataclass(frozen=True)
 class RequestOutcome:
-    """What the metrics record of one finished request (None: not measured)."""
+    """What the metrics record of one finished request (None: not measured); a request's is
+    ``RequestState.outcome_fields()``, from what its stage outputs declare (``metric=``)."""
 
-    tier: str | None = None
-    decision: str | None = None
+    tier: Tier | TierName | None = None
+    decision: Route | RouteName | None = None
     confidence: float | None = None
     timings: Mapping[str, float] = field(default_factory=dict)
     n_samples: int | None = None

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from tracerag.routing import ESCALATE, PASS, REVIEW
+from tracerag.settings import TIERS, Tier
 
 __all__ = [
     "DEFAULT_GATE",
@@ -129,7 +130,7 @@ def parse_arm(text: str) -> Arm:
     if samples is not None and (not samples.isdigit() or int(samples) < 1):
         raise ValueError(f"samples@{samples}: need a positive whole number")
     tier = values.get("tier")
-    if tier is not None and tier not in ("high", "medium", "low"):
+    if tier is not None and tier not in TIERS:
         raise ValueError(f"tier@{tier}: choose high, medium or low")
     return Arm(
         prompt=values.get("prompt", "v1"),
@@ -327,7 +328,7 @@ def summarize_arm(
     quality = from_trails(
         RequestTrail(str(r["request_id"]), entries_from_record(r)) for r in records
     )
-    counts = {d: sum(1 for o in outcomes if o.decision == d) for d in DECISIONS}
+    counts: dict[str, int] = {d: sum(1 for o in outcomes if o.decision == d) for d in DECISIONS}
     passed = counts[PASS]
     tokens = [o.tokens for o in outcomes if o.tokens is not None]
     costs = [o.cost for o in outcomes if o.cost is not None]
@@ -643,7 +644,7 @@ def run_arm(
         prompt=prompt,
         n_samples=arm.samples or samples,
         temperature=temperature,
-        tier=arm.tier or tier,
+        tier=Tier.parse(arm.tier or tier, "tier"),
         escalation=_KeepTickets(),
         audit=keep,
         prices=prices,

@@ -42,6 +42,7 @@ from opentelemetry.trace import Link, SpanContext, TraceFlags, TracerProvider
 from tracerag import semconv
 from tracerag.errors import TraceragError
 from tracerag.record import AuditRecord
+from tracerag.settings import PlanMode, Tier
 from tracerag.signals.attribution import ClaimLink, attribute
 from tracerag.signals.consistency import ConclusionEquivalence
 from tracerag.store.base import (
@@ -131,11 +132,11 @@ def calls_per_run(record: Mapping[str, Any]) -> int:
     """Model calls one re-run makes without retries: the samples, and a separate plan call."""
     options = recorded_options(record)
     tier, n = options["tier"], options["n_samples"]
-    if tier == "low":
+    if tier == Tier.LOW:
         n = 1
-    elif tier == "medium":
+    elif tier == Tier.MEDIUM:
         n = min(n, 3)
-    plan_call = tier == "high" and options["plan"] == "separate"
+    plan_call = tier == Tier.HIGH and options["plan"] == PlanMode.SEPARATE
     return n + (1 if plan_call else 0)
 
 
@@ -363,7 +364,7 @@ def _calls_made(record: Mapping[str, Any]) -> int:
     samples = [s for s in record.get("samples") or [] if isinstance(s, Mapping)]
     calls = sum(int(s.get("attempts") or 0) for s in samples)
     plan = record.get("plan")
-    if isinstance(plan, Mapping) and plan.get("mode") == "separate" and "plan" not in (
+    if isinstance(plan, Mapping) and plan.get("mode") == PlanMode.SEPARATE and "plan" not in (
         record.get("skipped") or []
     ):
         calls += int(plan.get("attempts") or 0)

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from tracerag.routing import Route
 from tracerag.store.base import AuditStore
 from tracerag.store.record import RequestTrail
 
@@ -260,7 +261,7 @@ def _accumulate(out: Indicators, trails: Iterable[tuple[RequestTrail, Any]]) -> 
                 out.intercepted += 1
                 for reason in reasons:
                     out.intercepted_by[reason] = out.intercepted_by.get(reason, 0) + 1
-        if decision == "escalate":
+        if decision == Route.ESCALATE:
             decided = trail.review_decision
             started = _parse_time(rec.started_at) or _parse_time(
                 getattr(summary, "created_at", None)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tracerag.record import AuditRecord
+from tracerag.routing import Route
 from tracerag.store.base import (
     KIND_EVALUATION,
     KIND_EXPLANATION,
@@ -217,7 +218,7 @@ def _outcome(rec: AuditRecord) -> list[str]:
     answer = response.answer if response is not None else None
     if response is not None and response.status:
         out.append(f"{INDENT}status {response.status}")
-    if answer is None and rec.decision == "escalate":
+    if answer is None and rec.decision == Route.ESCALATE:
         out.append(f"{INDENT}answer withheld for a human")
     else:
         out.append(f"{INDENT}response:")

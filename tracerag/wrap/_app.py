@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable
 
+from tracerag._runnable import StagedRunnable
 from tracerag.errors import ConfigurationError
 from tracerag.options import check_options
 from tracerag.pipeline import PipelineOptions, build_settings
-from tracerag.runner import StagedRunnable
 from tracerag.stages.sample import TEMPERATURE_ZERO_WARNING
 from tracerag.state import RequestInput
 from tracerag.wrap._hooks import instrument

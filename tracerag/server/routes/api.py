@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from tracerag.contract import Response as RAGResponse
 from tracerag.contract import response_schema
+from tracerag.routing import Route
 from tracerag.server._runs import fingerprint, parse_event_id
 from tracerag.server.deps import (
     AnswerInput,
@@ -60,13 +61,13 @@ def request_status(trail: RequestTrail) -> dict[str, Any]:
     else:
         state = str((response.status if response is not None else None) or "unknown")
         answer = response.answer if response is not None else None
-        final = answer if decision in ("pass", "review") else None
+        final = answer if decision in (Route.PASS, Route.REVIEW) else None
     valid_states = RequestStatus.model_fields["state"].annotation.__args__  # type: ignore[union-attr]
     return RequestStatus.model_validate(
         {
             "request_id": trail.request_id,
             "state": state if state in valid_states else "unknown",
-            "decision": decision if decision in ("pass", "review", "escalate") else None,
+            "decision": decision if decision in tuple(Route) else None,
             "final_answer": final,
             "ticket_id": response.ticket_id if response is not None else None,
             "trace_id": rec.trace_id,

@@ -27,6 +27,7 @@ from fastapi.responses import (
 from pydantic import ValidationError
 from starlette.background import BackgroundTasks
 
+from tracerag.routing import Route
 from tracerag.server._desk import ItemNotes, next_item, notes_for, row_view
 from tracerag.server._desk_config import QueueRules
 from tracerag.server.auth import COOKIE_NAME, NAMED, Session, valid_reviewer_name
@@ -1095,7 +1096,7 @@ async def export_file(
     if fmt not in EXPORT_FORMATS:
         raise ApiError(404, "not_found", "export as .jsonl or .csv")
     route = request.query_params.get("route") or None
-    if route is not None and route not in ("escalate", "review"):
+    if route is not None and route not in (Route.ESCALATE, Route.REVIEW):
         raise ApiError(422, "invalid_input", "route is escalate or review")
     return StreamingResponse(
         export_stream(svc, fmt, route),
@@ -1226,7 +1227,7 @@ async def export_api(
 ) -> Response:
     if format not in EXPORT_FORMATS:
         raise ApiError(422, "invalid_input", "format is jsonl or csv")
-    if route is not None and route not in ("escalate", "review"):
+    if route is not None and route not in (Route.ESCALATE, Route.REVIEW):
         raise ApiError(422, "invalid_input", "route is escalate or review")
     return StreamingResponse(
         export_stream(svc, format, route),

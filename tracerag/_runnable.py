@@ -1,0 +1,282 @@
+"""The LangChain Runnable both front doors are: every surface runs a request as one run.
+
+Every surface (``invoke``, ``ainvoke``, ``stream``, ``astream``, ``astream_events``,
+``astream_log``, ``batch``, ``abatch``, ``transform``, ``atransform``) runs a request as one
+LangChain run of its own, through the run loop (``tracerag.runner.run``). The callback handlers
+the caller passes (``config["callbacks"]``, or those of the runnable that calls it) hear that
+run only: its start, a ``tracerag.stage`` custom event after each stage, a ``tracerag.answer``
+event with the text of an answer the route releases, and its end with the caller's
+``Response``. tracerag's own calls (retriever, model, the wrapped app's runs) are children of
+that run without the caller's handlers (``inner_config``), so nothing a sample drew reaches the
+caller before it is verified, and a withheld answer never does.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManager, AsyncCallbackManagerForChainRun
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import (
+    ensure_config,
+    patch_config,
+    var_child_runnable_config,
+)
+
+from tracerag._choices import Stage
+from tracerag._sync import run_sync
+from tracerag.contract import Response
+from tracerag.events import ANSWER_EVENT, STAGE_EVENT, StageEvent, StageListener, answer_data, tell
+from tracerag.options import check_options
+from tracerag.routing import EscalationHandler
+from tracerag.runner import SETTINGS_SINK, run
+from tracerag.settings import RecordSink, Settings
+from tracerag.stages.table import Source, Step, steps_for
+from tracerag.state import RequestInput
+
+__all__ = ["CALL_OPTIONS", "StagedRunnable", "caller_handlers", "inner_config"]
+
+logger = logging.getLogger("tracerag")
+
+#: The keyword arguments every surface takes for one call: ``arun``'s hooks.
+CALL_OPTIONS = frozenset({"on_stage", "record_sink"})
+
+
+def caller_handlers(config: RunnableConfig | None) -> frozenset[int]:
+    """The identities of the callback handlers the caller's config brings (the contextvar's
+    config included when ``config`` is None): the handlers that hear only tracerag's run."""
+    callbacks = ensure_config(config).get("callbacks")
+    if not callbacks:
+        return frozenset()
+    if isinstance(callbacks, list):
+        return frozenset(id(handler) for handler in callbacks)
+    return frozenset(
+        id(handler) for handler in [*callbacks.handlers, *callbacks.inheritable_handlers]
+    )
+
+
+def inner_config(
+    config: RunnableConfig, run_manager: AsyncCallbackManagerForChainRun, caller: frozenset[int]
+) -> RunnableConfig:
+    """The config tracerag's own calls run with (retriever, model, the wrapped app's runs).
+
+    Their runs are children of the request's run, with its tags and metadata, and with every
+    inheritable handler but the caller's: an unverified sample's tokens, messages and outputs
+    reach tracerag's capture and the tracers LangChain itself configures (LangSmith's
+    ``LangChainTracer``, kept even when the caller passed it, and configure hooks), never a
+    handler the caller passed in ``callbacks``, such as ``astream_events``'s stream or a
+    LangGraph ``messages`` stream. Called from inside a LangGraph node, the runs are not
+    subgraphs of the caller's graph either: they do not write to its stream or checkpointer.
+    """
+    child = run_manager.get_child()
+    if caller:
+        from langchain_core.tracers.langchain import LangChainTracer
+
+        child.set_handlers(
+            [
+                handler
+                for handler in child.handlers
+                if id(handler) not in caller or isinstance(handler, LangChainTracer)
+            ]
+        )
+    inner = patch_config(config, callbacks=child)
+    configurable = inner.get("configurable") or {}
+    if any(key.startswith(_GRAPH_RUNTIME) for key in configurable):
+        # called inside a LangGraph node: the keys that would make tracerag's runs subgraph
+        # steps of the caller's graph (its stream writer, its `subgraphs=True` stream, its
+        # checkpointer and checkpoint) are the caller's; the conversation (thread_id) stays
+        inner["configurable"] = {
+            key: value
+            for key, value in configurable.items()
+            if not key.startswith(_GRAPH_RUNTIME) and key not in _GRAPH_CHECKPOINT
+        }
+    return inner
+
+
+#: LangGraph's runtime keys in ``configurable`` (its ``CONFIG_KEY_*`` constants), set for the
+#: runnables a graph node calls, and the parent checkpoint keys set with them
+_GRAPH_RUNTIME = "__pregel_"
+_GRAPH_CHECKPOINT = frozenset({"checkpoint_ns", "checkpoint_id", "checkpoint_map"})
+
+
+class _CallerEvents:
+    """The stage listener of a request in a LangChain run: custom events for the caller, then
+    the listener given to ``arun``. Neither can fail the request."""
+
+    def __init__(
+        self, manager: AsyncCallbackManager, run_id: Any, listener: StageListener | None
+    ) -> None:
+        self._manager = manager
+        self._run_id = run_id
+        self._listener = listener
+
+    async def __call__(self, event: StageEvent) -> None:
+        try:
+            await self._dispatch(event)
+        except Exception:  # a handler with raise_error: logged, the request goes on
+            logger.exception("tracerag: a callback handler failed on %s", event.stage)
+        if self._listener is not None:
+            await tell(self._listener, event)
+
+    async def _dispatch(self, event: StageEvent) -> None:
+        if not self._manager.handlers:
+            return
+        await self._manager.on_custom_event(STAGE_EVENT, event.to_dict(), run_id=self._run_id)
+        if event.stage is not Stage.ASSEMBLE:
+            return
+        data = answer_data(event.state)
+        if data is not None:
+            await self._manager.on_custom_event(ANSWER_EVENT, data, run_id=self._run_id)
+
+
+class StagedRunnable(Runnable[Any, Response]):
+    """A LangChain Runnable that answers through the stage table; base of both front doors.
+
+    Input: a question string, or ``{"question", "session_id", "user_id", "channel",
+    "request_id"}`` (all but question optional). Output: a validated ``tracerag.Response``.
+    """
+
+    def __init__(self, settings: Settings, source: Source) -> None:
+        self._settings = settings
+        self._source = source
+        self._steps = steps_for(settings.tier, settings.plan_mode, source)
+
+    @property
+    def settings(self) -> Settings:
+        """The frozen settings every request of this runnable reads."""
+        return self._settings
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """The stages a request runs, in order (skipped ones marked)."""
+        return self._steps
+
+    @property
+    def mode(self) -> str:
+        """``pipeline`` or ``wrap``: how materials and samples are obtained."""
+        return self._source.mode
+
+    @property
+    def escalation(self) -> EscalationHandler:
+        """The handler that receives escalated and review-flagged requests."""
+        return self._settings.escalation
+
+    def parse_input(self, input: Any) -> RequestInput:
+        """The checked input; ``InputError`` when it is not a valid question."""
+        return RequestInput.parse(input, max_chars=self._settings.max_question_chars)
+
+    async def arun(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        on_stage: StageListener | None = None,
+        record_sink: RecordSink | None = SETTINGS_SINK,
+    ) -> Response:
+        """Answer one question; like ``ainvoke``, with hooks for this call.
+
+        ``on_stage`` hears a ``StageEvent`` after each stage (skipped ones included), for
+        streaming; what it raises is logged and never fails the request. ``record_sink``
+        receives the request's audit record instead of the configured audit sink (None: keep
+        no record); its answer (True when it took the record) is ``audit_persisted``.
+        """
+        answer = functools.partial(
+            self._answer, caller=caller_handlers(config), on_stage=on_stage, record_sink=record_sink
+        )
+        return await self._acall_with_config(answer, input, config)
+
+    async def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Response:
+        """Answer one question. The keyword arguments are ``arun``'s hooks for this call
+        (``on_stage``, ``record_sink``; also as bound by ``.bind(...)``); any other is refused
+        with ``TypeError``, never dropped."""
+        check_options("ainvoke", kwargs, CALL_OPTIONS)
+        return await self.arun(input, config, **kwargs)
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Response:
+        """Answer one question from sync code (see ``ainvoke``)."""
+        check_options("invoke", kwargs, CALL_OPTIONS)
+        return run_sync(lambda: self.ainvoke(input, config, **kwargs))
+
+    async def astream(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[Response]:
+        """One chunk: the Response, once the request is verified, routed and recorded.
+
+        Nothing of a sample streams: the caller's callbacks (and ``astream_events``) hear the
+        request's own run, its ``tracerag.stage`` events and, for a released answer, one
+        ``tracerag.answer`` event, never the app's or the model's inner runs. The keyword
+        arguments are ``arun``'s hooks, as for ``ainvoke``.
+        """
+        check_options("astream", kwargs, CALL_OPTIONS)
+
+        async def once() -> AsyncIterator[Any]:
+            yield input
+
+        answer = functools.partial(
+            self._stream_answer, caller=caller_handlers(config), hooks=kwargs
+        )
+        async for chunk in self._atransform_stream_with_config(once(), answer, config):
+            yield chunk
+
+    async def _stream_answer(
+        self,
+        inputs: AsyncIterator[Any],
+        run_manager: AsyncCallbackManagerForChainRun,
+        config: RunnableConfig,
+        *,
+        caller: frozenset[int],
+        hooks: dict[str, Any],
+    ) -> AsyncIterator[Response]:
+        value: Any = None
+        async for chunk in inputs:  # one input (atransform hands over the whole of it)
+            value = chunk
+        yield await self._answer(value, run_manager, config, caller=caller, **hooks)
+
+    async def _answer(
+        self,
+        input: Any,
+        run_manager: AsyncCallbackManagerForChainRun,
+        config: RunnableConfig,
+        *,
+        caller: frozenset[int],
+        on_stage: StageListener | None = None,
+        record_sink: RecordSink | None = SETTINGS_SINK,
+    ) -> Response:
+        """The request inside its LangChain run: stages, record, ticket, caller's Response.
+
+        ``config`` is the run's child config (the caller's callbacks with it). The stages run
+        with ``inner_config``: the same, less the caller's handlers, so the app's and the
+        model's runs reach tracerag's own capture and LangSmith, never the caller.
+        """
+        request = self.parse_input(input)
+        inner = inner_config(config, run_manager, caller)
+        events = run_manager.get_child()
+        listener = _CallerEvents(events, run_manager.run_id, on_stage)
+        # what a stage calls without a config (a graph node's model call) inherits ``inner``;
+        # this runs in the context LangChain made for the run, so the change stays in it
+        token = var_child_runnable_config.set(inner)
+        try:
+            return await run(
+                request,
+                self._settings,
+                self._steps,
+                inner,
+                mode=self._source.mode,
+                on_stage=listener,
+                record_sink=record_sink,
+            )
+        finally:
+            var_child_runnable_config.reset(token)
+
+    @property
+    def InputType(self) -> Any:
+        return str | dict
+
+    @property
+    def OutputType(self) -> type[Response]:
+        return Response
