@@ -264,3 +264,30 @@ def test_a_bad_option_is_refused(retriever, bad):
     with pytest.raises(ConfigurationError, match="answer_relevance"):
         RAGPipeline(retriever, scripted([GOOD]), prompt_version="p", model_version="m",
                     answer_relevance=bad)
+
+
+@pytest.mark.integration
+def test_a_served_answer_to_another_question_does_not_pass_over_a_real_socket(tmp_path, retriever):
+    """The served app on 127.0.0.1, as ``tracerag serve --app`` runs it: the answer and the
+    stream both say review, with the reason."""
+    import httpx
+    from server_fixtures import make_app, make_store, running
+
+    pipeline = RAGPipeline(retriever, scripted([GOOD]), prompt_version="test-prompt-v1",
+                           model_version="scripted-chat-model", n_samples=3, retry=FAST_RETRY,
+                           audit=None)
+    store = make_store(tmp_path)
+    try:
+        with running(make_app(store, pipeline, review_desk=False)) as base:
+            body = httpx.post(f"{base}/v1/answer", json={"question": MARS}, timeout=30).json()
+            assert body["decision"] == "review"
+            assert "capital, Mars" in body["signal_detail"]["relevance"]["reason"]
+            streamed = httpx.post(f"{base}/v1/answer/stream", json={"question": MARS_ZH},
+                                  timeout=30).text
+            final = next(data for kind, data in _sse(streamed) if kind == "response")
+            assert final["decision"] == "review"
+            assert final["signal_detail"]["answers_question"] is False
+            ok = httpx.post(f"{base}/v1/answer", json={"question": PARAPHRASE}, timeout=30)
+            assert ok.json()["decision"] == "pass"
+    finally:
+        store.close()
