@@ -27,6 +27,7 @@ _EXPORTS = {
     "support": "tracerag.signals.support",
     "Support": "tracerag.signals.support",
     "JudgeSupport": "tracerag.signals.judge",
+    "AnswerRelevance": "tracerag.signals.relevance",
     "CheckerSupport": "tracerag.signals.checker",
     "RuleResult": "tracerag.signals.rules",
     "rule": "tracerag.signals.rules",
@@ -70,6 +71,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AnswerRelevance",
     "AuditRecord",
     "AuditStore",
     "AuditWriter",
@@ -184,6 +186,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag.signals.confidence import Combiner, HeuristicCombiner, Signals
     from tracerag.signals.consistency import Equivalence
     from tracerag.signals.judge import JudgeSupport
+    from tracerag.signals.relevance import AnswerRelevance
     from tracerag.signals.rules import Rule, RuleResult, rule
     from tracerag.signals.support import Support, SupportBackend, register_backend, support
     from tracerag.store import AuditStore, AuditWriter, open_store

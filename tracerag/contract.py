@@ -114,6 +114,17 @@ class SignalDetail(BaseModel):
     samples_ok: int = 0
     samples_failed: int = 0
     confidence_caps: list[str] = Field(default_factory=list)
+    answers_question: bool | None = Field(
+        default=None,
+        description="False: the answer does not address the question (it cannot pass; "
+        "relevance.reason says why). Null: not judged.",
+    )
+    relevance: dict[str, Any] = Field(
+        default_factory=dict,
+        description="How answers_question was judged: method, the question's words and those "
+        "the answer names, the kind of value asked and whether it is stated, the similarity "
+        "(embeddings), and the reason.",
+    )
 
 
 class Versions(BaseModel):

@@ -30,6 +30,7 @@ from langchain_core.embeddings import Embeddings
 from tracerag.config import get_config
 from tracerag.errors import CallError
 from tracerag.signals.lexical import LexicalParams, LexicalSupport, _material_view, analyse
+from tracerag.signals.relevance import DEFAULT_MIN_SIMILARITY
 from tracerag.signals.support import (
     LruCache,
     Support,
@@ -299,6 +300,10 @@ def _load_minilm(
 
 class MiniLMEmbeddings(Embeddings):
     """all-MiniLM-L6-v2 sentence embeddings (int8 ONNX, mean pooled, unit length), offline."""
+
+    #: The question–claim similarity below which a claim does not address its question,
+    #: measured for this model (``tracerag.signals.relevance``, ``benchmarks/relevance.py``).
+    relevance_min_similarity = DEFAULT_MIN_SIMILARITY
 
     def __init__(
         self,

@@ -302,6 +302,11 @@ class LearnedSupport(SyncSupportBackend):
     def __repr__(self) -> str:
         return f"LearnedSupport({self.combiner.version}, threshold={self.threshold})"
 
+    @property
+    def embeddings(self) -> Embeddings | None:
+        """The sentence embeddings whose similarities the combination weighs, if any."""
+        return self._similarity.embeddings if self._similarity is not None else None
+
     def final_score(self, probability: float, analysis: _Analysis) -> tuple[float, bool]:
         """The score given the combiner's ``probability``, and whether a hard check failed
         (then the claim is not supported whatever the score)."""
