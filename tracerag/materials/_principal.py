@@ -30,7 +30,7 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tracerag.errors import TraceragError
+from tracerag.errors import AuthenticationError
 from tracerag.identity import (
     API_KEY,
     APP_VOUCHED,
@@ -50,7 +50,7 @@ MAX_USER_ID_CHARS = 128
 PERSONS_WITH_AUTHORITY = frozenset({DESK_NAMED, OPERATOR_TOKEN, REVIEW_DECISION})
 
 
-class InvalidUserToken(TraceragError, ValueError):
+class InvalidUserToken(AuthenticationError, ValueError):
     """A signed user token is malformed, forged, expired or signed with another key."""
 
 

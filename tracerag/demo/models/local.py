@@ -39,7 +39,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr, model_validator
 
 from tracerag.demo.models.counter import CallCounter
-from tracerag.errors import CallError, TraceragError
+from tracerag.errors import CallError
 from tracerag.llm import ReplyChatModel, text_of
 
 __all__ = [
@@ -66,7 +66,7 @@ if importlib.util.find_spec("xllamacpp") is None:
     )
 
 
-class ContextWindowError(TraceragError, ValueError):
+class ContextWindowError(CallError, ValueError):
     """The prompt does not fit the model's context window (``n_ctx``); retrying cannot help."""
 
 
