@@ -112,7 +112,7 @@ class MissingVersionError(ConfigurationError):
 
 
 class UnknownOptionError(ConfigurationError, TypeError):
-    """A keyword argument the call does not take (a ``TypeError`` too, as Python raises for one)."""
+    """A keyword argument the call does not take, refused as Python refuses one."""
 
 
 class UnknownPromptError(ConfigurationError, KeyError):
@@ -147,7 +147,8 @@ class PlanError(TraceragError):
 
 
 class CallError(TraceragError):
-    """A call to the model or the retriever failed in a way tracerag itself detected."""
+    """A call to the model, the retriever or the wrapped app failed in a way tracerag itself
+    detected."""
 
 
 class CallTimeoutError(CallError, TimeoutError):

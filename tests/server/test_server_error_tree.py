@@ -22,8 +22,13 @@ from tracerag.errors import (
     TraceragError,
 )
 from tracerag.materials import DuplicateFeedback, FeedbackLimited, MaterialNotFound
-from tracerag.server.errors import ERROR_CODES, error_statuses, install_handlers, status_of
-from tracerag.server.errors import SECURITY_HEADERS
+from tracerag.server.errors import (
+    ERROR_CODES,
+    SECURITY_HEADERS,
+    error_statuses,
+    install_handlers,
+    status_of,
+)
 from tracerag.store import (
     AlreadyDecided,
     JournalBusy,

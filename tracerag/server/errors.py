@@ -210,7 +210,7 @@ def status_of(error: TraceragError) -> tuple[int, ErrorCode]:
     table = error_statuses()
     for cls in type(error).__mro__:
         if cls in table:
-            return table[cls]  # type: ignore[index]
+            return table[cls]
     return table[TraceragError]
 
 
@@ -235,7 +235,7 @@ def install_handlers(app: FastAPI) -> None:
         return problem(exc.status, exc.error, exc.detail, exc.headers)
 
     @app.exception_handler(TraceragError)
-    async def _tracerag_error(request: Request, exc: TraceragError):
+    async def _tracerag_error(request: Request, exc: TraceragError) -> JSONResponse:
         status, code = status_of(exc)
         if status >= 500:  # the server's own failure: what, not why (that is in the log)
             logger.error(
