@@ -47,6 +47,13 @@ _EXPORTS = {
     "ModelTimeoutError": "tracerag.errors",
     "RetrieverTimeoutError": "tracerag.errors",
     "OutputTooLongError": "tracerag.errors",
+    "UnreadableOutputError": "tracerag.errors",
+    "InputTypeError": "tracerag.errors",
+    "UnknownOptionError": "tracerag.errors",
+    "UnknownPromptError": "tracerag.errors",
+    "MissingDependencyError": "tracerag.errors",
+    "AuthenticationError": "tracerag.errors",
+    "StoreError": "tracerag.store",
     "Combiner": "tracerag.signals.confidence",
     "HeuristicCombiner": "tracerag.signals.confidence",
     "Signals": "tracerag.signals.confidence",
@@ -75,6 +82,7 @@ __all__ = [
     "AuditRecord",
     "AuditStore",
     "AuditWriter",
+    "AuthenticationError",
     "CalibratedCombiner",
     "CallError",
     "CallTimeoutError",
@@ -89,7 +97,9 @@ __all__ = [
     "HeuristicCombiner",
     "InMemoryEscalationHandler",
     "InputError",
+    "InputTypeError",
     "JudgeSupport",
+    "MissingDependencyError",
     "MissingVersionError",
     "ModelTimeoutError",
     "OutputTooLongError",
@@ -107,12 +117,16 @@ __all__ = [
     "Signals",
     "Stage",
     "StageEvent",
+    "StoreError",
     "Support",
     "SupportBackend",
     "Thresholds",
     "Ticket",
     "Tier",
     "TraceragError",
+    "UnknownOptionError",
+    "UnknownPromptError",
+    "UnreadableOutputError",
     "WrappedChain",
     "__version__",
     "configure",
@@ -163,17 +177,23 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag.contract import Evidence, Response, response_schema, validate_response
     from tracerag.demo.models.extractive import ExtractiveChatModel
     from tracerag.errors import (
+        AuthenticationError,
         CallError,
         CallTimeoutError,
         ConfigurationError,
         ContractError,
         InputError,
+        InputTypeError,
+        MissingDependencyError,
         MissingVersionError,
         ModelTimeoutError,
         OutputTooLongError,
         PlanError,
         RetrieverTimeoutError,
         TraceragError,
+        UnknownOptionError,
+        UnknownPromptError,
+        UnreadableOutputError,
     )
     from tracerag.events import StageEvent
     from tracerag.metrics import configure_metrics
@@ -189,6 +209,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag.signals.relevance import AnswerRelevance
     from tracerag.signals.rules import Rule, RuleResult, rule
     from tracerag.signals.support import Support, SupportBackend, register_backend, support
-    from tracerag.store import AuditStore, AuditWriter, open_store
+    from tracerag.store import AuditStore, AuditWriter, StoreError, open_store
     from tracerag.tracing import configure, trace_link
     from tracerag.wrap import WrappedChain, wrap

@@ -288,7 +288,7 @@ class LearnedSupport(SyncSupportBackend):
             )
         self.threshold = float(self.combiner.threshold if threshold is None else threshold)
         if not 0.0 < self.threshold <= 1.0:
-            raise ValueError(f"threshold must be in (0, 1], got {self.threshold!r}")
+            raise ConfigurationError(f"threshold must be in (0, 1], got {self.threshold!r}")
         self.params = params or LexicalParams()
         self.name = name
         self.min_cover = float(min_cover)

@@ -20,6 +20,7 @@ from tracerag import semconv
 from tracerag._choices import Route, Tier
 from tracerag._declare import stamp
 from tracerag.contract import ClaimCheck, Evidence, MaterialUse, SignalDetail, Versions
+from tracerag.errors import ConfigurationError
 from tracerag.routing import ESCALATE, PASS, REVIEW, Ticket, decide, new_ticket_id
 from tracerag.settings import Settings
 from tracerag.signals.attribution import (
@@ -45,7 +46,7 @@ def gather_signals(state: RequestState) -> Signals:
     """The combiner's view of the verify stage's signals."""
     verification = state.verification
     if verification is None:
-        raise ValueError("a verified tier needs the verify stage's signals")
+        raise ConfigurationError("a verified tier needs the verify stage's signals")
     report = verification.citations
     consistency = verification.consistency
     samples = state.samples.samples if state.samples is not None else ()
