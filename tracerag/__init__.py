@@ -26,6 +26,7 @@ _EXPORTS = {
     "support": "tracerag.signals._support",
     "Support": "tracerag.signals._support",
     "JudgeSupport": "tracerag.signals._judge",
+    "AnswerRelevance": "tracerag.signals._relevance",
     "CheckerSupport": "tracerag.signals._checker",
     "RuleResult": "tracerag.signals._rules",
     "rule": "tracerag.signals._rules",
@@ -45,6 +46,13 @@ _EXPORTS = {
     "ModelTimeoutError": "tracerag.errors",
     "RetrieverTimeoutError": "tracerag.errors",
     "OutputTooLongError": "tracerag.errors",
+    "UnreadableOutputError": "tracerag.errors",
+    "InputTypeError": "tracerag.errors",
+    "UnknownOptionError": "tracerag.errors",
+    "UnknownPromptError": "tracerag.errors",
+    "MissingDependencyError": "tracerag.errors",
+    "AuthenticationError": "tracerag.errors",
+    "StoreError": "tracerag.store",
     "Combiner": "tracerag.signals._confidence",
     "HeuristicCombiner": "tracerag.signals._confidence",
     "Signals": "tracerag.signals._confidence",
@@ -62,7 +70,6 @@ _EXPORTS = {
     "AuditRecord": "tracerag.store._audit_record",
     "AuditStore": "tracerag.store",
     "AuditWriter": "tracerag.store",
-    "StoreError": "tracerag.store",
     "open_store": "tracerag.store",
     "configure": "tracerag.tracing",
     "configure_metrics": "tracerag.metrics",
@@ -70,9 +77,11 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AnswerRelevance",
     "AuditRecord",
     "AuditStore",
     "AuditWriter",
+    "AuthenticationError",
     "CalibratedCombiner",
     "CallError",
     "CallTimeoutError",
@@ -86,7 +95,9 @@ __all__ = [
     "HeuristicCombiner",
     "InMemoryEscalationHandler",
     "InputError",
+    "InputTypeError",
     "JudgeSupport",
+    "MissingDependencyError",
     "MissingVersionError",
     "ModelTimeoutError",
     "OutputTooLongError",
@@ -111,6 +122,9 @@ __all__ = [
     "Ticket",
     "Tier",
     "TraceragError",
+    "UnknownOptionError",
+    "UnknownPromptError",
+    "UnreadableOutputError",
     "WrappedChain",
     "__version__",
     "configure",
@@ -163,17 +177,23 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag._settings import RetryPolicy
     from tracerag.contract import Evidence, Response, response_schema, validate_response
     from tracerag.errors import (
+        AuthenticationError,
         CallError,
         CallTimeoutError,
         ConfigurationError,
         ContractError,
         InputError,
+        InputTypeError,
+        MissingDependencyError,
         MissingVersionError,
         ModelTimeoutError,
         OutputTooLongError,
         PlanError,
         RetrieverTimeoutError,
         TraceragError,
+        UnknownOptionError,
+        UnknownPromptError,
+        UnreadableOutputError,
     )
     from tracerag.events import StageEvent
     from tracerag.metrics import configure_metrics
@@ -181,6 +201,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag.signals._confidence import Combiner, HeuristicCombiner, Signals
     from tracerag.signals._consistency import Equivalence
     from tracerag.signals._judge import JudgeSupport
+    from tracerag.signals._relevance import AnswerRelevance
     from tracerag.signals._rules import Rule, RuleResult, rule
     from tracerag.signals._support import Support, SupportBackend, register_backend, support
     from tracerag.signals.calibrated import CalibratedCombiner

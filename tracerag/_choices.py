@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from enum import Enum
 from typing import Literal, TypeVar
 
-from tracerag.errors import ConfigurationError
+from tracerag.errors import ConfigurationError, UnknownOptionError
 
 __all__ = [
     "PlanMode",
@@ -101,7 +101,7 @@ RouteName = Literal["pass", "review", "escalate"]
 
 
 def check_options(caller: str, options: Iterable[str], declared: frozenset[str]) -> None:
-    """Raise ``TypeError`` for the first of ``options`` that is not in ``declared``.
+    """``UnknownOptionError`` (a ``TypeError``) for the first of ``options`` not ``declared``.
 
     A function taking ``**options: Unpack[SomeOptions]`` is checked by type checkers; at run
     time this refuses a keyword the ``TypedDict`` does not name, as Python refuses a keyword a
@@ -109,4 +109,4 @@ def check_options(caller: str, options: Iterable[str], declared: frozenset[str])
     """
     for name in options:
         if name not in declared:
-            raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
+            raise UnknownOptionError(f"{caller}() got an unexpected keyword argument {name!r}")

@@ -20,6 +20,7 @@ from tracerag.prompts import PromptVersion
 from tracerag.signals._attribution import ShapeThresholds
 from tracerag.signals._confidence import Combiner
 from tracerag.signals._consistency import Equivalence
+from tracerag.signals._relevance import AnswerRelevance
 from tracerag.signals._rules import Rule
 from tracerag.signals._support import SupportBackend
 from tracerag.signals.calibrated import default_combiner
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
     from tracerag.store import AuditStore, AuditWriter
 
-#: Where audit records go (``audit=``, see ``tracerag.audit``): ``"auto"`` (the store named by
+#: Where audit records go (``audit=``, see ``tracerag.store._sink``): ``"auto"`` (the store named by
 #: ``TRACERAG_STORE``, else none), a store URL or path, an ``AuditStore``, an ``AuditWriter``,
 #: a callable ``(record) -> accepted``, or ``None``/``False`` for no audit trail.
 AuditTarget: TypeAlias = "str | AuditStore | AuditWriter | RecordSink | Literal[False] | None"
@@ -59,10 +60,13 @@ class PipelineOptions(TypedDict, total=False):
     ``equivalence``: when two sampled answers agree. ``combiner``: signals to confidence
     (default: the one ``TRACERAG_CALIBRATION`` names, else ``heuristic-v1``). ``retry``: a
     ``RetryPolicy``. ``tracer_provider`` and ``meter_provider`` (None: the ones in force at each
-    request). ``audit`` ("auto"): where audit records go (see ``tracerag.audit``).
+    request). ``audit`` ("auto"): where audit records go (see ``tracerag.store._sink``).
     ``review_clustered_retrieval`` (False), ``relevance_floor`` and ``retrieval_shape``: see
-    ``tracerag.signals.attribution``. ``prices``: a price table per model (a mapping or a JSON
-    file, see ``tracerag.usage``) for the cost of each request.
+    ``tracerag.signals._attribution``. ``prices``: a price table per model (a mapping or a JSON
+    file, see ``tracerag._usage``) for the cost of each request. ``answer_relevance``: how to
+    judge whether the answer addresses the question (a ``tracerag.AnswerRelevance``; None or
+    True: the default one; False: not judged); a passing answer that does not address it goes
+    to review.
     """
 
     n_samples: int
@@ -81,6 +85,7 @@ class PipelineOptions(TypedDict, total=False):
     relevance_floor: float | None
     retrieval_shape: ShapeThresholds | None
     prices: Mapping[str, Price | Mapping[str, float] | str] | str | None
+    answer_relevance: AnswerRelevance | bool | None
 
 
 class RAGPipelineOptions(PipelineOptions, total=False):
@@ -127,11 +132,21 @@ def build_settings(
     prices: Mapping[str, Price | Mapping[str, float] | str] | str | None = None,
     tier: Tier | TierName = Tier.HIGH,
     plan_mode: PlanMode | PlanModeName = PlanMode.SEPARATE,
+    answer_relevance: AnswerRelevance | bool | None = None,
     **options: Unpack[SettingsOptions],
 ) -> Settings:
     """Settings from user-facing options, with every default filled in (shared with wrap())."""
     if isinstance(thresholds, tuple):
         thresholds = Thresholds(pass_at=thresholds[0], review_at=thresholds[1])
+    if answer_relevance is None or answer_relevance is True:
+        answer_relevance = AnswerRelevance()
+    elif answer_relevance is False:
+        answer_relevance = None
+    elif not isinstance(answer_relevance, AnswerRelevance):
+        raise ConfigurationError(
+            "answer_relevance must be an AnswerRelevance, True or False, got "
+            f"{type(answer_relevance).__name__}"
+        )
     return Settings(
         tier=Tier.parse(tier, "tier"),
         plan_mode=PlanMode.parse(plan_mode, "plan"),
@@ -144,6 +159,7 @@ def build_settings(
         record_sink=resolve_sink(audit),
         retrieval_shape=retrieval_shape or ShapeThresholds(),
         prices=load_prices(prices),
+        answer_relevance=answer_relevance,
         **options,
     )
 

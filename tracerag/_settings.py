@@ -19,6 +19,7 @@ from tracerag.prompts import PromptVersion
 from tracerag.signals._attribution import ShapeThresholds
 from tracerag.signals._confidence import Combiner, HeuristicCombiner
 from tracerag.signals._consistency import Equivalence
+from tracerag.signals._relevance import AnswerRelevance
 from tracerag.signals._rules import Rule
 from tracerag.signals._support import SupportBackend
 
@@ -100,10 +101,12 @@ class Settings:
     record_sink: RecordSink | None = None
     meter_provider: MeterProvider | None = None  # None: decided per measurement (metrics)
     max_question_chars: int = 8000
-    # attribution (tracerag.signals.attribution)
+    # attribution (tracerag.signals._attribution)
     retrieval_shape: ShapeThresholds = field(default_factory=ShapeThresholds)
     review_clustered_retrieval: bool = False  # a passing answer over a clustered retrieval: review
     relevance_floor: float | None = None  # materials scored below it are reported as such
+    # does the answer address the question? (tracerag.signals._relevance; None: not checked)
+    answer_relevance: AnswerRelevance | None = field(default_factory=AnswerRelevance)
     # the prompt texts sent (None: tracerag.prompts.DEFAULT_PROMPT)
     prompt: PromptVersion | None = None
     # model name -> price, for the cost of each request (None: tokens only)

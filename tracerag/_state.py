@@ -7,9 +7,9 @@ output into a new state. No stage changes what an earlier stage produced.
 Each part of the state declares what it says and where each value goes in a class-level
 ``SIGNALS`` table (see ``tracerag._declare``): its stage span's attributes, the stage event's
 signals, the audit record, the metrics, the root span. ``to_record()`` (the JSON-able audit
-record; ``tracerag.record`` is its typed reader), ``root_attributes()``, ``root_metadata()``
-and ``outcome_fields()`` are derived from those tables, as are a stage span's attributes
-(``tracerag._declare.span_attributes``) and a stage event's signals.
+record; ``tracerag.AuditRecord`` is its typed reader), ``root_attributes()``,
+``root_metadata()`` and ``outcome_fields()`` are derived from those tables, as are a stage
+span's attributes (``tracerag._declare.span_attributes``) and a stage event's signals.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from tracerag.signals._attribution import Attribution
     from tracerag.signals._citations import CitationReport
     from tracerag.signals._consistency import ConsistencyReport
+    from tracerag.signals._relevance import RelevanceReport
     from tracerag.signals._rules import RuleResult
 
 __all__ = [
@@ -385,7 +386,7 @@ class Retrieval:
     score_margin: float | None = None
     note: str | None = None
     errors: tuple[StageError, ...] = ()
-    #: the score shape (``tracerag.signals.attribution``): clear, moderate, clustered, single…
+    #: the score shape (``tracerag.signals._attribution``): clear, moderate, clustered, single…
     shape: str | None = None
     relative_margin: float | None = None
     near_top: tuple[str, ...] = ()
@@ -632,6 +633,16 @@ def _claims(v: Verification) -> list[dict[str, Any]]:
     ]
 
 
+def _answers_question(v: Verification) -> Any:
+    """Whether the answer addresses the question (None: not judged); left out where the
+    check is off."""
+    return v.relevance.addresses if v.relevance is not None else OMIT
+
+
+def _relevance(v: Verification) -> Any:
+    return v.relevance.to_record() if v.relevance is not None else OMIT
+
+
 @dataclass(frozen=True)
 class Verification:
     """Stage 5: the chosen answer's citation report, consistency, selection and rules."""
@@ -642,6 +653,8 @@ class Verification:
     selection: Selection
     rules: tuple[RuleResult, ...] = ()
     errors: tuple[StageError, ...] = ()
+    #: whether the chosen answer addresses the question (None: the check is off)
+    relevance: RelevanceReport | None = None
 
     SIGNALS: ClassVar[tuple[Signal, ...]] = (
         Signal(
@@ -707,6 +720,13 @@ class Verification:
         Signal(lambda v: v.consistency, record="signals.consistency"),
         Signal(lambda v: v.selection, record="signals.selection"),
         Signal(lambda v: v.rules, record="signals.rules"),
+        Signal(
+            _answers_question,
+            span=semconv.SIGNAL_ANSWER_RELEVANT,
+            stream="answers_question",
+            io="answer_relevance",
+        ),
+        Signal(_relevance, record="signals.relevance", is_json=True),
     )
 
     def to_record(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from tracerag.materials._credibility import (
     ema_update,
     temporal_confidence,
 )
+from tracerag.materials._db import MaterialStoreError
 from tracerag.materials._gate import GateReason, GateVerdict, WriteGate
 from tracerag.materials._model import (
     METADATA_KEYS,
@@ -38,6 +39,7 @@ from tracerag.materials._records import (
     Use,
 )
 from tracerag.materials._registry import MaterialRegistry
+from tracerag.materials.feedback import DuplicateFeedback, FeedbackLimited
 
 __all__ = [
     "MATERIALS_LOG",
@@ -46,6 +48,8 @@ __all__ = [
     "ConcurrentChange",
     "Conflict",
     "CredibilityPolicy",
+    "DuplicateFeedback",
+    "FeedbackLimited",
     "FeedbackLimits",
     "GateReason",
     "GateVerdict",
@@ -54,6 +58,7 @@ __all__ = [
     "MaterialNotFound",
     "MaterialRegistry",
     "MaterialState",
+    "MaterialStoreError",
     "MaterialVersion",
     "Provenance",
     "ReadHit",

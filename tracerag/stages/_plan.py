@@ -16,7 +16,6 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-import jsonschema
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
@@ -35,7 +34,7 @@ from tracerag._llm import (
 from tracerag._settings import Settings
 from tracerag._state import ErrorLog, PlanResult, RequestState, Sample
 from tracerag.contract import validate_with
-from tracerag.errors import ConfigurationError, PlanError
+from tracerag.errors import ConfigurationError, ContractError, PlanError
 from tracerag.prompts import TASK_PLAN, prompt_messages
 from tracerag.signals._claims import citation_ids, strip_citations
 from tracerag.signals._types import Material, Plan
@@ -57,7 +56,7 @@ def parse_plan(text: str, retrieved_ids: Sequence[str], *, mode: str = "separate
         raise PlanError(f"plan is not valid JSON: {exc}") from exc
     try:
         validate_with("plan.schema.json", data)
-    except jsonschema.ValidationError as exc:
+    except ContractError as exc:
         raise PlanError(f"plan does not match the plan schema: {exc.message}") from None
     known = set(retrieved_ids)
     ids = [i for i in dict.fromkeys(data["material_ids"]) if i in known]

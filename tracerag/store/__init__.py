@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from tracerag.store._base import (
     AlreadyDecided,
+    AlreadyReviewed,
     AuditStore,
     ClaimedByOther,
     DuplicateRequest,
@@ -19,18 +20,21 @@ from tracerag.store._base import (
     ReviewDecision,
     SchemaTooNew,
     StoreError,
+    StoreMetrics,
     StoreMissing,
     StoreReplaced,
     StoreVanished,
 )
 from tracerag.store._chain import ChainIssue, ChainReport
 from tracerag.store._codec import RequestTrail
-from tracerag.store._journal import Journal
+from tracerag.store._journal import Journal, JournalBusy, JournalError
 from tracerag.store._open import open_store
+from tracerag.store._sql import StoreFailing
 from tracerag.store._writer import AuditWriter
 
 __all__ = [
     "AlreadyDecided",
+    "AlreadyReviewed",
     "AuditStore",
     "AuditWriter",
     "ChainIssue",
@@ -39,6 +43,8 @@ __all__ = [
     "DuplicateRequest",
     "InvalidRecord",
     "Journal",
+    "JournalBusy",
+    "JournalError",
     "NotQueued",
     "QueueItem",
     "RequestNotFound",
@@ -47,6 +53,8 @@ __all__ = [
     "ReviewDecision",
     "SchemaTooNew",
     "StoreError",
+    "StoreFailing",
+    "StoreMetrics",
     "StoreMissing",
     "StoreReplaced",
     "StoreVanished",

@@ -1,7 +1,7 @@
 """The SQLite audit store: one file, created on first use unless told not to.
 
 WAL journal, ``synchronous=FULL`` by default (a committed record survives power loss), and the
-migrations of ``tracerag.store.migrations`` applied on open. Appends run in ``BEGIN IMMEDIATE``
+migrations of ``tracerag.store._migrations`` applied on open. Appends run in ``BEGIN IMMEDIATE``
 transactions, so several processes may share the file; within a process one connection is
 shared under a lock, so the store is safe to use from any thread. Every wait for a lock held
 by another process is bounded by ``busy_timeout_s`` (default 5 s), after which the operation
@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tracerag.errors import ConfigurationError
 from tracerag.store import _migrations as migrations
 from tracerag.store._base import StoreError, StoreMissing, StoreVanished
 from tracerag.store._migrations import SCHEMA_VERSION
@@ -159,7 +160,7 @@ class SQLiteAuditStore(SQLAuditStore):
                 if str(mode).lower() != "wal":
                     raise StoreError(f"could not put {self.path} in WAL mode (got {mode})")
             if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
-                raise ValueError(f"unknown synchronous level {synchronous!r}")
+                raise ConfigurationError(f"unknown synchronous level {synchronous!r}")
             self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
             self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
             self._conn.execute("PRAGMA foreign_keys=ON")

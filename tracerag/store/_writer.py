@@ -4,7 +4,7 @@ Two modes:
 
 - **journaled** (``journal=DIR``; what ``audit=`` URLs and ``TRACERAG_STORE`` use for a SQLite
   file, and for any store when ``TRACERAG_AUDIT_JOURNAL`` is set): ``submit``
-  appends the record to a local crash-safe journal (``tracerag.store.journal``: append +
+  appends the record to a local crash-safe journal (``tracerag.store._journal``: append +
   ``fdatasync``, group commit) and returns True only once it is on disk. A background thread
   drains the journal into the store and deletes what is stored; at start it drains what an
   earlier process left behind. A ``kill -9`` therefore loses no record that was acknowledged.
@@ -12,7 +12,7 @@ Two modes:
   (``max_buffer``) and bytes (``max_buffer_bytes``) and returns at once; ``submit_durable``
   waits (up to ``durable_timeout``) until the store has committed the record.
 
-What a Response's ``audit_persisted`` means, via ``submit_durable`` (see ``tracerag.audit``):
+What a Response's ``audit_persisted`` means, via ``submit_durable`` (see ``tracerag.store._sink``):
 ``True`` only when the record is durable at answer time — in the journal, or committed to the
 store; ``False`` when it was refused (buffer or journal full, writer closed), quarantined, or
 not yet committed when the wait ended (store slow or failing; it may still be written later:
@@ -73,6 +73,7 @@ from pathlib import Path
 from typing import Any
 
 from tracerag.config import get_config
+from tracerag.errors import ConfigurationError
 from tracerag.store._base import (
     AuditStore,
     DuplicateRequest,
@@ -278,7 +279,7 @@ class AuditWriter:
         name: str = "tracerag-audit-writer",
     ) -> None:
         if max_buffer < 1:
-            raise ValueError("max_buffer must be at least 1")
+            raise ConfigurationError("max_buffer must be at least 1")
         if hasattr(store, "append_record"):
             self._store: Any = store
             self._open: Callable[..., AuditStore] | None = None

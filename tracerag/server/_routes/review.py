@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from starlette.background import BackgroundTasks
 
 from tracerag._routing import Route
+from tracerag.errors import InputError
 from tracerag.server._auth import COOKIE_NAME, NAMED, Session, valid_reviewer_name
 from tracerag.server._bodies import Decision, DecisionRequest, QueuePage, Vote
 from tracerag.server._delivery import decision_payload
@@ -198,19 +199,19 @@ def _judge(
     scores: dict[str, int] | None,
 ) -> tuple[ReviewOutcome, dict[str, Any]]:
     if action not in REVIEW_ACTIONS:
-        raise ValueError(f"choose one of {', '.join(REVIEW_ACTIONS)}")
+        raise InputError(f"choose one of {', '.join(REVIEW_ACTIONS)}")
     trail = svc.store.get(request_id)
     if trail.review is None:
         raise NotQueued(request_id)
     rules = rules_of(svc, trail.review.route)
     problems = rules.check_scores(scores or {})
     if problems:
-        raise ValueError("; ".join(problems))
+        raise InputError("; ".join(problems))
     reason = (reason or "").strip() or None
     if action == "approve":
         final_answer = trail.audit.candidate_answer
         if not final_answer:
-            raise ValueError("there is no candidate answer to approve: edit or reject")
+            raise InputError("there is no candidate answer to approve: edit or reject")
     elif action == "reject":
         final_answer = None
     else:
@@ -218,7 +219,7 @@ def _judge(
     for name, text in (("the answer", final_answer), ("the reason", reason)):
         problem = text_problem(name, text or "")
         if problem:
-            raise ValueError(problem)
+            raise InputError(problem)
     outcome = svc.store.review(
         request_id,
         reviewer,
