@@ -133,13 +133,23 @@ class VerifyReport:
     materials: int = 0  # rows of ``materials`` re-derived from the chain
     events: int = 0  # chained registry events replayed
     verdicts: int = 0  # feedback verdicts checked against their entries
+    #: why the tables could not be checked (writes kept landing between the reads), or None
+    unsettled: str | None = None
 
     @property
     def ok(self) -> bool:
         return not self.issues
 
+    @property
+    def complete(self) -> bool:
+        """Everything was checked (nothing found wrong is ``ok``; ``ok`` and not ``complete``:
+        not checked)."""
+        return self.unsettled is None
+
     def summary(self) -> str:
         """One line, or one line per issue."""
+        if self.ok and self.unsettled:
+            return f"materials NOT CHECKED: {self.unsettled}"
         if self.ok:
             return (
                 f"materials OK: {self.checked} versions match their chained entries; "

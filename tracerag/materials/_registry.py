@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -98,6 +99,9 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 logger = logging.getLogger("tracerag.materials")
+
+#: how often verify() reads the tables and the chain again when a write landed in between
+VERIFY_READS = 20
 
 #: who makes a change: an identity, or a bare name (recorded as declared, not authenticated)
 Operator = Union[str, OperatorIdentity]  # noqa: UP007
@@ -1112,29 +1116,50 @@ class MaterialRegistry(UsageLog):
         chained entries.
         """
         report = VerifyReport()
-        with self.db.read() as cur:
-            cur.execute(
-                "SELECT material_id, version, body, body_hash, audit_seq, audit_hash, "
-                f"{', '.join(_BODY_COLUMNS)} "
-                "FROM material_versions ORDER BY audit_seq, material_id, version"
+        # The tables and the chain are read apart; every registry write commits its row and its
+        # chained entry together, so a read of both is consistent when no entry was appended
+        # in between (the head did not move). A write landing between the two reads would look
+        # like a row without its entry, or an entry without its row: read again.
+        for _attempt in range(VERIFY_READS):
+            before = self._registry_mark()
+            with self.db.read() as cur:
+                cur.execute(
+                    "SELECT material_id, version, body, body_hash, audit_seq, audit_hash, "
+                    f"{', '.join(_BODY_COLUMNS)} "
+                    "FROM material_versions ORDER BY audit_seq, material_id, version"
+                )
+                rows = cur.fetchall()
+                table = table_rows(cur)
+                cur.execute(
+                    f"SELECT {', '.join(CONFLICT_FIELDS)}, status FROM material_conflicts"
+                )
+                conflicts = cur.fetchall()
+                cur.execute(
+                    "SELECT feedback_id, request_id, verdict, principal, method, counted, "
+                    "audit_seq FROM material_feedback"
+                )
+                verdicts = cur.fetchall()
+                cur.execute(
+                    "SELECT feedback_id, material_id, principal, counted "
+                    "FROM material_feedback_effects"
+                )
+                effects = cur.fetchall()
+            events = self._chained_events()
+            given = {}
+            for entry in self.store.iter_entries():
+                verdict = feedback_payload(entry)
+                if verdict is not None:
+                    given[entry.seq] = (entry.request_id, verdict)
+            if self._registry_mark() == before:
+                break
+            time.sleep(0.05)
+        else:
+            report.unsettled = (
+                f"the registry was written to during each of {VERIFY_READS} reads, so its tables "
+                "and the chain were never read at one moment: verify again when writes pause"
             )
-            rows = cur.fetchall()
-            table = table_rows(cur)
-            cur.execute(
-                f"SELECT {', '.join(CONFLICT_FIELDS)}, status FROM material_conflicts"
-            )
-            conflicts = cur.fetchall()
-            cur.execute(
-                "SELECT feedback_id, request_id, verdict, principal, method, counted, audit_seq "
-                "FROM material_feedback"
-            )
-            verdicts = cur.fetchall()
-            cur.execute(
-                "SELECT feedback_id, material_id, principal, counted FROM material_feedback_effects"
-            )
-            effects = cur.fetchall()
+            return report
         report.checked = len(rows)
-        events = self._chained_events()
         chained = {
             seq: e for seq, e in events.items() if isinstance(e.payload.get(CHANGE_KEY), dict)
         }
@@ -1180,17 +1205,25 @@ class MaterialRegistry(UsageLog):
         report.issues += derived.issues
         report.issues += row_issues(derived, table)
         report.issues += conflict_issues(derived, conflicts)
-        given = {}
-        for entry in self.store.iter_entries():
-            verdict = feedback_payload(entry)
-            if verdict is not None:
-                given[entry.seq] = (entry.request_id, verdict)
         found, report.verdicts = feedback_issues(given, verdicts, effects)
         report.issues += found
         report.issues += outcome_issues(events.values(), given)
         report.materials = len(table)
         report.events = derived.events
         return report
+
+    def _registry_mark(self) -> tuple[int, int]:
+        """The newest seq and the count of the chain's registry entries (material changes and
+        operator actions): unchanged across two reads, nothing the registry writes landed
+        between them (each write commits its rows and its chained entry together)."""
+        with self.db.read() as cur:
+            cur.execute(
+                "SELECT COALESCE(MAX(seq), -1), COUNT(*) FROM audit_entries "
+                "WHERE kind IN (?, ?)",
+                (KIND_MATERIAL_CHANGE, "operator_action"),
+            )
+            row = cur.fetchone()
+        return (int(row[0]), int(row[1]))
 
     def _chained_events(self, material_id: str | None = None) -> dict[int, Any]:
         """The chain's registry events by seq: ``material_change`` entries (versions,

@@ -171,7 +171,8 @@ def run_verify(args: argparse.Namespace) -> int:
         store.close()
     findings, journal_notes = _journal_findings(url, get_config().chain_key)
     ok = report.ok and (materials is None or materials.ok) and not findings
-    status = 0 if ok and report.complete else (1 if not ok else EXIT_INCOMPLETE)
+    complete = report.complete and (materials is None or materials.complete)
+    status = 0 if ok and complete else (1 if not ok else EXIT_INCOMPLETE)
     if args.json:
         out = report.to_dict()
         if materials is not None:
