@@ -290,7 +290,7 @@ def start_prometheus_server(port: int, addr: str = "127.0.0.1") -> PrometheusSer
     MeterProvider passed to ``record_*`` or ``RAGPipeline`` bypasses it: add a
     ``PrometheusMetricReader`` to that provider instead.
     """
-    from tracerag.telemetry._export import env_exporters
+    from tracerag.telemetry._env import env_exporters
 
     global _configured
     env_otlp = env_exporters("METRICS") or []
@@ -313,7 +313,7 @@ def prometheus_servers() -> list[PrometheusServer]:
 def configure_metrics_from_env() -> MeterProvider | None:
     """A MeterProvider from ``TRACERAG_PROMETHEUS_PORT`` and the ``OTEL_*`` variables, or None
     when they ask for no metrics export."""
-    from tracerag.telemetry._export import env_exporters
+    from tracerag.telemetry._env import env_exporters
 
     wanted = env_exporters("METRICS") or []
     port_text = (get_config().prometheus_port or "").strip()

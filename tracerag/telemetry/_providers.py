@@ -24,25 +24,19 @@ import os
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
-from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Tracer, TracerProvider
 
 from tracerag._version import __version__
 from tracerag.config import Once
-from tracerag.telemetry._export import (
-    JsonLinesSpanExporter,
-    Protocol,
-    batch_processor,
-    env_exporters,
-    env_value,
-    forget_at_exit,
-    otlp_span_exporter,
-    shutdown_at_exit,
-)
+
+if TYPE_CHECKING:  # the SDK is imported where a provider is made, never to look one up
+    from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+    from tracerag.telemetry._export import Protocol
 
 logger = logging.getLogger("tracerag.tracing")
 
@@ -114,6 +108,9 @@ def configure_from_env() -> TracerProvider:
     With no exporter named by the environment the provider records spans (so trace ids exist)
     but exports none; this is logged once.
     """
+    from tracerag.telemetry._env import env_exporters
+    from tracerag.telemetry._export import otlp_span_exporter
+
     global _default_notice_logged
     wanted = env_exporters("TRACES")
     if wanted is None:
@@ -167,6 +164,9 @@ def configure(
     the wait for exports at shutdown (default 2 s). ``set_global`` also installs the provider
     as the OpenTelemetry global one.
     """
+    from tracerag.telemetry._env import env_value
+    from tracerag.telemetry._export import otlp_span_exporter
+
     global _configured
     if otlp is None:
         otlp = (
@@ -197,6 +197,8 @@ def configure(
 
 def reset() -> None:
     """Shut down and forget tracerag's own TracerProviders (test isolation)."""
+    from tracerag.telemetry._export import forget_at_exit
+
     global _configured, _default_notice_logged
     with _lock:
         providers = [p for p in (_configured, _from_env.reset()) if p is not None]
@@ -238,6 +240,8 @@ def make_resource(
 def _local_exporters(
     *, console: bool = False, file: str | os.PathLike[str] | IO[str] | None = None
 ) -> list[SpanExporter]:
+    from tracerag.telemetry._export import JsonLinesSpanExporter
+
     exporters: list[SpanExporter] = []
     if console:
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
@@ -252,6 +256,10 @@ def _build_provider(
     exporters: Sequence[SpanExporter], resource: Any = None, **batch_options: Any
 ) -> SDKTracerProvider:
     """A provider sending spans to each of ``exporters`` through tracerag's batch processor."""
+    from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
+
+    from tracerag.telemetry._export import batch_processor, shutdown_at_exit
+
     provider = SDKTracerProvider(
         resource=resource if resource is not None else make_resource(),
         shutdown_on_exit=False,  # shut down with tracerag's other providers, bounded
