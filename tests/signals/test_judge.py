@@ -208,7 +208,7 @@ def test_judge_by_name_explains_how_to_configure_it_in_a_fresh_process():
     import sys
 
     code = (
-        "from tracerag.signals.support import get_backend\n"
+        "from tracerag.signals._support import get_backend\n"
         "try:\n    get_backend('judge')\n"
         "except Exception as exc:\n    print(type(exc).__name__, exc)\n"
     )
