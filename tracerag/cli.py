@@ -19,6 +19,8 @@ from importlib import import_module
 
 from tracerag._version import __version__
 
+__all__ = ["main"]
+
 COMMANDS = [
     "tracerag.demo._run",
     "tracerag.tools._show",

@@ -24,6 +24,8 @@ from langchain_core.prompts import ChatPromptTemplate
 from tracerag.errors import ConfigurationError, UnknownPromptError
 from tracerag.signals._types import Material, Plan
 
+__all__ = ["DEFAULT_PROMPT", "PromptVersion", "get_prompt", "prompt_names", "register_prompt"]
+
 TASK_PLAN = "plan"
 TASK_ANSWER = "answer"
 TASK_PLAN_AND_ANSWER = "plan_and_answer"

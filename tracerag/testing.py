@@ -32,6 +32,15 @@ from tracerag._llm import ReplyChatModel
 from tracerag._usage import estimate_tokens
 from tracerag.prompts import TASK_RE
 
+__all__ = [
+    "ScriptCall",
+    "ScriptedChatModel",
+    "ScriptedModelError",
+    "SpanCapture",
+    "ToolCallingChatModel",
+    "iter_attrs",
+]
+
 
 class ScriptedModelError(RuntimeError):
     """The failure a ScriptedChatModel raises when told to fail."""

@@ -529,15 +529,10 @@ def record_review_outcome(request_id: str, *, registry: MaterialRegistry) -> Fee
 
 
 __all__ = [
-    "COMPLAINTS",
-    "VERDICTS",
     "DuplicateFeedback",
     "FeedbackLimited",
     "FeedbackResult",
-    "MaterialUpdate",
     "record_feedback",
     "record_review_outcome",
     "record_usage",
-    "relied_on",
-    "request_explanation",
 ]

@@ -12,7 +12,11 @@ to ``uvicorn.run(app, **uvicorn_options())`` when serving your own app.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and the API reference
+    from tracerag.server._asgi import create_app
+    from tracerag.server._uvicorn import uvicorn_options
 
 __all__ = ["create_app", "uvicorn_options"]
 

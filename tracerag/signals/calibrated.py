@@ -28,16 +28,9 @@ from tracerag.errors import ConfigurationError
 from tracerag.signals._confidence import Combined, Combiner, HeuristicCombiner, Signals, finish
 
 __all__ = [
-    "CALIBRATION_ENV",
-    "FAILED_RULE_FACTOR",
-    "FEATURES",
-    "FORMAT",
-    "FORMAT_VERSION",
-    "METHODS",
     "CalibratedCombiner",
     "Calibration",
     "default_combiner",
-    "feature_values",
     "heuristic_confidence",
     "load_calibration",
 ]

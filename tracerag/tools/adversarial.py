@@ -55,31 +55,7 @@ from tracerag.store._audit_record import AuditRecord
 from tracerag.text._negation import is_negated
 from tracerag.text._quantities import Quantity, extract_quantities
 
-__all__ = [
-    "DEFAULT_ENTITY_GROUPS",
-    "DEFAULT_FLOORS",
-    "DEFAULT_MAX_FALSE_ALARM",
-    "DEFAULT_SEEDS",
-    "MUTATION_KINDS",
-    "PROBE_QUESTIONS",
-    "AdversarialReport",
-    "Case",
-    "Inventory",
-    "KindResult",
-    "MutatingChatModel",
-    "Mutation",
-    "add_parser",
-    "cases_from_records",
-    "claim_mutations",
-    "demo_cases",
-    "demo_questions",
-    "demo_records",
-    "mutate_answer",
-    "parse_floors",
-    "relevant_documents",
-    "run_adversarial",
-    "store_cases",
-]
+__all__ = ["AdversarialReport", "MutatingChatModel", "run_adversarial"]
 
 MUTATION_KINDS = ("fabricated", "wrong_material", "number", "date", "entity", "negation")
 #: The goals: every fabricated id, 95% of changed numbers and dates.

@@ -71,20 +71,7 @@ from tracerag.signals.calibrated import (
 from tracerag.store._audit_record import AuditRecord
 from tracerag.tools._scoring import DEFAULT_BINS, summarize
 
-__all__ = [
-    "Example",
-    "add_parser",
-    "compare",
-    "demo_calibration_rows",
-    "desk_examples",
-    "fit_calibration",
-    "fit_isotonic",
-    "fit_logistic",
-    "label_of",
-    "read_examples",
-    "signals_from_row",
-    "split_holdout",
-]
+__all__ = ["Example", "fit_calibration", "read_examples"]
 
 
 _TRUE_WORDS = frozenset(

@@ -62,25 +62,7 @@ from tracerag.tools._replay import (
     replay_retriever,
 )
 
-__all__ = [
-    "DEFAULT_MAX_CALLS",
-    "PLACEHOLDER",
-    "CostTooHigh",
-    "Counterfactual",
-    "ExperimentPlan",
-    "Explanation",
-    "Occlusion",
-    "ParaphraseCheck",
-    "RunSummary",
-    "counterfactual_text",
-    "explain",
-    "explain_window",
-    "light_paraphrases",
-    "plan_experiments",
-    "render_attribution",
-    "render_explanations",
-    "sampled",
-]
+__all__ = ["CostTooHigh", "Explanation", "ReplayRefused", "explain"]
 
 DEFAULT_MAX_CALLS = 200
 PLACEHOLDER = "[This material is withheld for an attribution experiment.]"

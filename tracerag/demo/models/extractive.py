@@ -43,15 +43,7 @@ from tracerag.text._quantities import extract_quantities
 from tracerag.text._sentences import split_sentences
 from tracerag.text._tokens import content_terms
 
-__all__ = [
-    "CANNOT_ANSWER_EN",
-    "CANNOT_ANSWER_ZH",
-    "ExtractiveChatModel",
-    "ParsedPrompt",
-    "PromptMaterial",
-    "ScoredSentence",
-    "parse_prompt",
-]
+__all__ = ["ExtractiveChatModel"]
 
 CANNOT_ANSWER_EN = "I cannot answer this from the provided materials."
 CANNOT_ANSWER_ZH = "根据所提供的资料无法回答该问题。"
