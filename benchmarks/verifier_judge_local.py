@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f" {auroc([r.score for r in results], actual):6.3f}  {cpu:.0f} ms CPU / claim")
 
     import tracerag
-    from tracerag.demo.models._local import LocalChatModel
+    from tracerag.demo.models.local import LocalChatModel
 
     if args.style == "minicheck":
         judge = tracerag.JudgeSupport(LocalChatModel(seed=3, max_tokens=1, temperature=0),

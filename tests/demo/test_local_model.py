@@ -34,7 +34,7 @@ def local_model():
         if os.environ.get("CI"):
             pytest.fail(f"the local model must run in CI: {reason}")
         pytest.skip(reason)
-    from tracerag.demo.models._local import DEFAULT_MODEL_NAME, LocalChatModel
+    from tracerag.demo.models.local import DEFAULT_MODEL_NAME, LocalChatModel
 
     model = LocalChatModel(seed=11, max_tokens=96)
     assert model.model_name == DEFAULT_MODEL_NAME
@@ -141,7 +141,7 @@ def test_log_probabilities_come_back_in_the_openai_shape(local_model):
 def test_a_prompt_over_the_window_is_a_context_window_error(local_model):
     from langchain_core.messages import HumanMessage
 
-    from tracerag.demo.models._local import ContextWindowError, LocalChatModel
+    from tracerag.demo.models.local import ContextWindowError, LocalChatModel
 
     small = LocalChatModel(n_ctx=128, max_tokens=4)
     with pytest.raises(ContextWindowError, match="n_ctx=128"):
@@ -152,7 +152,7 @@ def test_the_engine_http_endpoint_is_locked_to_this_process(local_model):
     import httpx
     from langchain_core.messages import HumanMessage
 
-    from tracerag.demo.models._local import _MODELS
+    from tracerag.demo.models.local import _MODELS
 
     local_model.bind(max_tokens=1).invoke([HumanMessage("Hi")])  # the engine is loaded
     for loaded in list(_MODELS.values()):

@@ -35,7 +35,7 @@ def server():
         pytest.skip(reason)
     import xllamacpp
 
-    from tracerag.demo.models._local import default_model_path
+    from tracerag.demo.models.local import default_model_path
 
     params = xllamacpp.CommonParams()
     params.model.path = default_model_path()

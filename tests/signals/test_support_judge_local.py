@@ -31,7 +31,7 @@ async def test_judge_runs_on_the_local_model():
         if os.environ.get("CI"):
             pytest.fail(f"the local model must run in CI: {reason}")
         pytest.skip(reason)
-    from tracerag.demo.models._local import LocalChatModel
+    from tracerag.demo.models.local import LocalChatModel
 
     judge = tracerag.JudgeSupport(LocalChatModel(seed=3, max_tokens=96), max_attempts=2)
     claims = [

@@ -36,7 +36,7 @@ def build_model(name: str, seed: int | None) -> Any:
         return ExtractiveChatModel(seed=seed)
     if name == "local":
         try:
-            from tracerag.demo.models._local import LocalChatModel
+            from tracerag.demo.models.local import LocalChatModel
 
             return LocalChatModel()
         except ImportError as exc:

@@ -6,6 +6,7 @@ The core of tracerag: this package imports no tools, demo, server or command lin
 
 from __future__ import annotations
 
+from tracerag._identity import OperatorIdentity, UnknownOperator
 from tracerag.materials._conflicts import Conflict, answer_conflicts, find_conflicts
 from tracerag.materials._credibility import (
     OUTCOMES,
@@ -60,9 +61,11 @@ __all__ = [
     "MaterialState",
     "MaterialStoreError",
     "MaterialVersion",
+    "OperatorIdentity",
     "Provenance",
     "ReadHit",
     "StoredVersion",
+    "UnknownOperator",
     "Usage",
     "Use",
     "UserTokens",

@@ -47,14 +47,7 @@ from tracerag.errors import (
     MissingDependencyError,
 )
 
-__all__ = [
-    "DEFAULT_MODEL_NAME",
-    "INSTALL_HINT",
-    "ContextWindowError",
-    "LocalChatModel",
-    "default_model_path",
-    "local_model_available",
-]
+__all__ = ["ContextWindowError", "LocalChatModel", "default_model_path"]
 
 INSTALL_HINT = (
     'pip install ".[local]" (from the tracerag source tree), then '
