@@ -83,6 +83,7 @@ from tracerag.store._base import (
     StoreReplaced,
     StoreVanished,
 )
+from tracerag.store._committer import JournalCommitter
 from tracerag.store._journal import (
     FRAME_QUARANTINE,
     FRAME_RECORD,
@@ -317,11 +318,11 @@ class AuditWriter:
         self._next_probe = 0.0
         self._idle_failures = 0
         # event-loop submissions waiting for the journal committer (see asubmit_durable)
-        self._commit_queue: list[tuple[Mapping[str, Any], Callable[[bool], None]]] = []
-        self._commit_cond = threading.Condition()
-        self._committer: threading.Thread | None = None
-        self._commit_stop = False
-        self._committer_name = f"{name}-journal"
+        self._committer: JournalCommitter | None = (
+            JournalCommitter(journal, self._journal_unsynced, f"{name}-journal")
+            if journal is not None
+            else None
+        )
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         self._watchdog = threading.Thread(target=self._watch, name=f"{name}-watchdog", daemon=True)
@@ -398,7 +399,7 @@ class AuditWriter:
         import asyncio
 
         loop = asyncio.get_running_loop()
-        if self.journal is None:
+        if self.journal is None or self._committer is None:
             return await loop.run_in_executor(None, self.submit_durable, record)
         future: asyncio.Future[bool] = loop.create_future()
 
@@ -409,50 +410,12 @@ class AuditWriter:
 
             loop.call_soon_threadsafe(set_result)
 
-        with self._commit_cond:
-            if self._commit_stop:
-                return False  # closed
-            if self._committer is None:
-                self._committer = threading.Thread(
-                    target=self._commit_journal, name=self._committer_name, daemon=True
-                )
-                self._committer.start()
-            self._commit_queue.append((record, settle))
-            self._commit_cond.notify()
+        if not self._committer.submit(record, settle):
+            return False  # closed
         return await future
 
-    def _commit_journal(self) -> None:
-        """Journal what the event loops submitted: all waiting records, then one sync."""
-        assert self.journal is not None
-        while True:
-            with self._commit_cond:
-                while not self._commit_queue:
-                    if self._commit_stop:
-                        return
-                    self._commit_cond.wait()
-                batch, self._commit_queue = self._commit_queue, []
-            accepted: list[tuple[Callable[[bool], None], bool]] = []
-            last = 0
-            for record, settle in batch:
-                try:
-                    outcome = self._accept(record, sync=False)
-                except Exception:  # never leave an answer waiting
-                    logger.exception("audit record could not be journaled")
-                    outcome = False
-                if isinstance(outcome, int) and not isinstance(outcome, bool):
-                    last = max(last, outcome)
-                    accepted.append((settle, True))
-                else:
-                    accepted.append((settle, False))
-            synced = True
-            if last:
-                try:
-                    self.journal.sync_upto(last)
-                except OSError as exc:
-                    logger.error("audit journal sync failed: %s", exc)
-                    synced = False
-            for settle, ok in accepted:
-                settle(ok and synced)
+    def _journal_unsynced(self, record: Mapping[str, Any]) -> bool | str | int:
+        return self._accept(record, sync=False)
 
     def _accept(self, record: Mapping[str, Any], sync: bool = True) -> bool | str | int:
         """True when accepted, ``QUARANTINED`` when accepted as quarantined, else False.
@@ -605,12 +568,8 @@ class AuditWriter:
                 return self._backlog == 0
             self._closing = True
             self._cond.notify_all()
-        with self._commit_cond:  # the committer journals what was submitted, then stops
-            self._commit_stop = True
-            self._commit_cond.notify_all()
-            committer = self._committer
-        if committer is not None:
-            committer.join(max(1.0, timeout))
+        if self._committer is not None:  # it journals what was submitted, then stops
+            self._committer.stop(timeout)
         drained = self.flush(timeout)
         with self._cond:
             self._abort = True
