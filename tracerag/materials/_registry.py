@@ -20,7 +20,6 @@ import hashlib
 import json
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -50,13 +49,7 @@ from tracerag.materials._events import (
     BASELINE_KEY,
     OUTCOME_KEY,
     ROW_KEY,
-    conflict_issues,
-    derive,
-    feedback_issues,
-    feedback_payload,
-    outcome_issues,
     read_row,
-    row_issues,
     table_rows,
     write_row,
 )
@@ -77,7 +70,6 @@ from tracerag.materials._records import (
     CHANGE_KEY,
     DEFAULT_READ_RETENTION_DAYS,
     FIRST_SIGHT_RULE,
-    MATERIALS_LOG,
     QUARANTINE_RULE,
     ROLLBACK_RULE,
     SYSTEM,
@@ -93,6 +85,7 @@ from tracerag.materials._records import (
     stored_version,
 )
 from tracerag.materials._usage_log import UsageLog, bump_usage
+from tracerag.materials._verify import chained_events, verify_registry
 from tracerag.store._base import KIND_MATERIAL_CHANGE, StoreError
 
 if TYPE_CHECKING:
@@ -100,22 +93,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("tracerag.materials")
 
-#: how often verify() reads the tables and the chain again when a write landed in between
-VERIFY_READS = 20
-
 #: who makes a change: an identity, or a bare name (recorded as declared, not authenticated)
 Operator = Union[str, OperatorIdentity]  # noqa: UP007
 _VERSION_COLUMNS = "body, body_hash, audit_seq, audit_hash"
-#: columns of ``material_versions`` that repeat a field of the version's body
-_BODY_COLUMNS = (
-    "status",
-    "written_by",
-    "operator",
-    "batch_id",
-    "change",
-    "content_hash",
-    "created_at",
-)
 CONFLICT_FIELDS = (
     "conflict_id",
     "material_a",
@@ -590,9 +570,7 @@ class MaterialRegistry(UsageLog):
         cur.execute("UPDATE material_head SET generation = generation + 1 WHERE id = 1")
         return new
 
-    def _active_texts(
-        self, exclude: str, cur: Cursor | None = None
-    ) -> list[tuple[str, str, int]]:
+    def _active_texts(self, exclude: str, cur: Cursor | None = None) -> list[tuple[str, str, int]]:
         sql = (
             "SELECT m.material_id, v.body, m.current_version FROM materials m "
             "JOIN material_versions v ON v.material_id = m.material_id "
@@ -1107,138 +1085,12 @@ class MaterialRegistry(UsageLog):
 
     # -- verification and figures -------------------------------------------------------------
     def verify(self) -> VerifyReport:
-        """Check the registry's tables against the hash chain.
-
-        Every stored version against its chained entry (body, hash and every column that
-        repeats a body field); every chained change against a stored version; the columns of
-        ``materials`` and the open conflicts re-derived by replaying the chained registry
-        events (``tracerag.materials._events``); the verdicts and their effects against their
-        chained entries.
-        """
-        report = VerifyReport()
-        # The tables and the chain are read apart; every registry write commits its row and its
-        # chained entry together, so a read of both is consistent when no entry was appended
-        # in between (the head did not move). A write landing between the two reads would look
-        # like a row without its entry, or an entry without its row: read again.
-        for _attempt in range(VERIFY_READS):
-            before = self._registry_mark()
-            with self.db.read() as cur:
-                cur.execute(
-                    "SELECT material_id, version, body, body_hash, audit_seq, audit_hash, "
-                    f"{', '.join(_BODY_COLUMNS)} "
-                    "FROM material_versions ORDER BY audit_seq, material_id, version"
-                )
-                rows = cur.fetchall()
-                table = table_rows(cur)
-                cur.execute(
-                    f"SELECT {', '.join(CONFLICT_FIELDS)}, status FROM material_conflicts"
-                )
-                conflicts = cur.fetchall()
-                cur.execute(
-                    "SELECT feedback_id, request_id, verdict, principal, method, counted, "
-                    "audit_seq FROM material_feedback"
-                )
-                verdicts = cur.fetchall()
-                cur.execute(
-                    "SELECT feedback_id, material_id, principal, counted "
-                    "FROM material_feedback_effects"
-                )
-                effects = cur.fetchall()
-            events = self._chained_events()
-            given = {}
-            for entry in self.store.iter_entries():
-                verdict = feedback_payload(entry)
-                if verdict is not None:
-                    given[entry.seq] = (entry.request_id, verdict)
-            if self._registry_mark() == before:
-                break
-            time.sleep(0.05)
-        else:
-            report.unsettled = (
-                f"the registry was written to during each of {VERIFY_READS} reads, so its tables "
-                "and the chain were never read at one moment: verify again when writes pause"
-            )
-            return report
-        report.checked = len(rows)
-        chained = {
-            seq: e for seq, e in events.items() if isinstance(e.payload.get(CHANGE_KEY), dict)
-        }
-        seen: set[int] = set()
-        for mid, version, body, body_hash, seq, ahash, *columns in rows:
-            name = f"{mid}@{version}"
-            if seq is None:
-                report.issues.append(f"{name}: not sealed in the audit chain")
-                continue
-            parsed = json.loads(body)
-            if body_digest(parsed) != body_hash:
-                report.issues.append(f"{name}: stored body does not match its hash")
-            for column, value in zip(_BODY_COLUMNS, columns, strict=True):
-                if value != parsed.get(column):
-                    report.issues.append(
-                        f"{name}: material_versions.{column} is {value!r}, its chained body "
-                        f"says {parsed.get(column)!r}"
-                    )
-            entry = chained.get(int(seq))
-            if entry is None:
-                report.issues.append(f"{name}: audit entry {seq} is missing")
-                continue
-            seen.add(int(seq))
-            change = entry.payload[CHANGE_KEY]
-            if (
-                (entry.kind == KIND_MATERIAL_CHANGE and entry.request_id != mid)
-                or entry.actor != (change.get("body") or {}).get("operator")
-                or change.get("material_id") != mid
-                or change.get("version") != int(version)
-                or change.get("body_hash") != body_hash
-                or body_digest(change.get("body") or {}) != body_hash
-                or entry.hash != ahash
-            ):
-                report.issues.append(f"{name}: differs from audit entry {seq}")
-        for seq, entry in chained.items():
-            if seq not in seen:
-                change = entry.payload[CHANGE_KEY]
-                report.issues.append(
-                    f"audit entry {seq} ({change.get('material_id')}@{change.get('version')}): "
-                    "no stored version"
-                )
-        derived = derive(events.values())
-        report.issues += derived.issues
-        report.issues += row_issues(derived, table)
-        report.issues += conflict_issues(derived, conflicts)
-        found, report.verdicts = feedback_issues(given, verdicts, effects)
-        report.issues += found
-        report.issues += outcome_issues(events.values(), given)
-        report.materials = len(table)
-        report.events = derived.events
-        return report
-
-    def _registry_mark(self) -> tuple[int, int]:
-        """The newest seq and the count of the chain's registry entries (material changes and
-        operator actions): unchanged across two reads, nothing the registry writes landed
-        between them (each write commits its rows and its chained entry together)."""
-        with self.db.read() as cur:
-            cur.execute(
-                "SELECT COALESCE(MAX(seq), -1), COUNT(*) FROM audit_entries "
-                "WHERE kind IN (?, ?)",
-                (KIND_MATERIAL_CHANGE, "operator_action"),
-            )
-            row = cur.fetchone()
-        return (int(row[0]), int(row[1]))
+        """Check the registry's tables against the hash chain (see ``verify_registry``)."""
+        return verify_registry(self.db, self.store, self._chained_events)
 
     def _chained_events(self, material_id: str | None = None) -> dict[int, Any]:
-        """The chain's registry events by seq: ``material_change`` entries (versions,
-        outcomes, baselines), and the ``operator_action`` entries of ``MATERIALS_LOG`` that
-        stores written before that kind existed hold."""
-        chained = {e.seq: e for e in self.store.material_changes(material_id)}
-        try:
-            legacy = self.store.get(MATERIALS_LOG).entries
-        except KeyError:
-            legacy = []
-        for e in legacy:
-            change = e.payload.get(CHANGE_KEY)
-            if isinstance(change, dict) and material_id in (None, change.get("material_id")):
-                chained[e.seq] = e
-        return dict(sorted(chained.items()))
+        """The chain's registry events by seq (see ``chained_events``)."""
+        return chained_events(self.store, material_id)
 
     def _chained_changes(self, material_id: str | None = None) -> dict[int, Any]:
         """The chain's material versions by seq (registry events that write a version)."""
