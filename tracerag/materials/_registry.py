@@ -16,7 +16,6 @@ is an ``OperatorIdentity`` (``tracerag._identity``) or a bare name, recorded as 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
@@ -30,7 +29,15 @@ from typing import TYPE_CHECKING, Any, Union
 from tracerag._choices import check_options
 from tracerag._identity import SYSTEM_METHOD, OperatorIdentity
 from tracerag.errors import InputError
-from tracerag.materials._conflicts import find_conflicts
+from tracerag.materials._conflict_table import (
+    active_texts,
+    candidates_among,
+    conflict_row,
+    insert_conflicts,
+    list_conflicts,
+    open_conflicts_of,
+    resolve_conflicts,
+)
 from tracerag.materials._credibility import (
     OUTCOMES,
     CredibilityPolicy,
@@ -96,16 +103,6 @@ logger = logging.getLogger("tracerag.materials")
 #: who makes a change: an identity, or a bare name (recorded as declared, not authenticated)
 Operator = Union[str, OperatorIdentity]  # noqa: UP007
 _VERSION_COLUMNS = "body, body_hash, audit_seq, audit_hash"
-CONFLICT_FIELDS = (
-    "conflict_id",
-    "material_a",
-    "version_a",
-    "material_b",
-    "version_b",
-    "slot_key",
-    "value_a",
-    "value_b",
-)
 #: an unsealed version younger than this is a write in flight; older, an abandoned one
 IN_FLIGHT_SECONDS = 60.0
 _ALLOWED: dict[str, set[str]] = {
@@ -397,12 +394,8 @@ class MaterialRegistry(UsageLog):
             new.content_hash,
         ):
             return []
-        active = self._active_texts(new.material_id)
-        versions = {mid: ver for mid, _t, ver in active}
-        found = find_conflicts(
-            new.material_id, new.content, [(m, t) for m, t, _ in active], self.gate.min_overlap
-        )
-        return [(c, versions.get(c.material_b, 0)) for c in found]
+        active = active_texts(self.db, new.material_id)
+        return candidates_among(new, active, self.gate.min_overlap)
 
     def _commit_in(
         self,
@@ -505,8 +498,10 @@ class MaterialRegistry(UsageLog):
         )
         if serves and changed and new.status == "active" and new.stale_reason() is None:
             if candidates is None:  # not looked for before the transaction
-                candidates = self._conflict_candidates_in(cur, new)
-            opened = [_conflict_row(new, c, version_b) for c, version_b in candidates]
+                candidates = candidates_among(
+                    new, active_texts(self.db, new.material_id, cur), self.gate.min_overlap
+                )
+            opened = [conflict_row(new, c, version_b) for c, version_b in candidates]
         body = new.body()
         digest = body_digest(body)
         entry = tx.material_change(
@@ -559,46 +554,10 @@ class MaterialRegistry(UsageLog):
         )
         write_row(cur, new.material_id, after_row, new=row is None)
         if serves and new.status != "active":
-            _resolve_conflicts(cur, new.material_id, f"{new.material_id} is {new.status}")
-        for c in opened:
-            cur.execute(
-                "INSERT INTO material_conflicts (conflict_id, material_a, version_a, "
-                "material_b, version_b, slot_key, value_a, value_b, status, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'open', ?) ON CONFLICT DO NOTHING",
-                (*(c[k] for k in CONFLICT_FIELDS), now_iso()),
-            )
+            resolve_conflicts(cur, new.material_id, f"{new.material_id} is {new.status}")
+        insert_conflicts(cur, opened)
         cur.execute("UPDATE material_head SET generation = generation + 1 WHERE id = 1")
         return new
-
-    def _active_texts(self, exclude: str, cur: Cursor | None = None) -> list[tuple[str, str, int]]:
-        sql = (
-            "SELECT m.material_id, v.body, m.current_version FROM materials m "
-            "JOIN material_versions v ON v.material_id = m.material_id "
-            "AND v.version = m.current_version WHERE m.status = 'active' "
-            "AND m.material_id <> ?"
-        )
-        if cur is None:
-            with self.db.read() as c:
-                c.execute(sql, (exclude,))
-                rows = c.fetchall()
-        else:
-            cur.execute(sql, (exclude,))
-            rows = cur.fetchall()
-        out = []
-        for mid, body, version in rows:
-            v = MaterialVersion.from_body(json.loads(body))
-            if v.stale_reason() is None:
-                out.append((str(mid), v.content, int(version)))
-        return out
-
-    def _conflict_candidates_in(self, cur: Cursor, v: MaterialVersion) -> list[tuple[Any, int]]:
-        """``_conflict_candidates`` read through a transaction's cursor."""
-        active = self._active_texts(v.material_id, cur)
-        versions = {mid: ver for mid, _t, ver in active}
-        found = find_conflicts(
-            v.material_id, v.content, [(m, t) for m, t, _ in active], self.gate.min_overlap
-        )
-        return [(c, versions.get(c.material_b, 0)) for c in found]
 
     def register(
         self,
@@ -648,7 +607,7 @@ class MaterialRegistry(UsageLog):
         return stored
 
     def _judge(self, v: MaterialVersion) -> tuple[str, GateVerdict]:
-        active = [(mid, text) for mid, text, _ver in self._active_texts(v.material_id)]
+        active = [(mid, text) for mid, text, _ver in active_texts(self.db, v.material_id)]
         verdict = self.gate.check(v.content, material_id=v.material_id, active=active)
         return verdict.status, verdict
 
@@ -1061,27 +1020,7 @@ class MaterialRegistry(UsageLog):
         limit: int | None = None,
     ) -> list[ConflictRecord]:
         """Stored conflicts (open ones by default; of one material, or all), oldest first."""
-        sql = (
-            "SELECT conflict_id, material_a, version_a, material_b, version_b, slot_key, value_a, "
-            "value_b, status, created_at, resolved_at, resolution FROM material_conflicts"
-        )
-        where: list[str] = []
-        params: list[Any] = []
-        if status:
-            where.append("status = ?")
-            params.append(status)
-        if material_id is not None:
-            where.append("(material_a = ? OR material_b = ?)")
-            params += [material_id, material_id]
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created_at, conflict_id"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(int(limit))
-        with self.db.read() as cur:
-            cur.execute(sql, params)
-            return [ConflictRecord(*r) for r in cur.fetchall()]
+        return list_conflicts(self.db, status, material_id=material_id, limit=limit)
 
     # -- verification and figures -------------------------------------------------------------
     def verify(self) -> VerifyReport:
@@ -1127,12 +1066,7 @@ class MaterialRegistry(UsageLog):
             for mid, row in sorted(table_rows(cur).items()):
                 if mid in covered or mid not in versioned:
                     continue
-                cur.execute(
-                    f"SELECT {', '.join(CONFLICT_FIELDS)} FROM material_conflicts "
-                    "WHERE status = 'open' AND material_a = ?",
-                    (mid,),
-                )
-                opened = [dict(zip(CONFLICT_FIELDS, r, strict=True)) for r in cur.fetchall()]
+                opened = open_conflicts_of(cur, mid)
                 tx.material_change(
                     mid,
                     SYSTEM,
@@ -1211,31 +1145,6 @@ class MaterialRegistry(UsageLog):
                 f"{i / 10:.1f}-{(i + 1) / 10:.1f}": n for i, n in enumerate(buckets)
             },
         }
-
-
-def _conflict_row(v: MaterialVersion, c: Any, version_b: int) -> dict[str, Any]:
-    """A conflict a version opens, as stored and chained (its id names the version)."""
-    conflict_id = hashlib.sha256(
-        f"{v.material_id}@{v.version}|{c.material_b}|{c.key}".encode()
-    ).hexdigest()[:16]
-    return {
-        "conflict_id": conflict_id,
-        "material_a": v.material_id,
-        "version_a": v.version,
-        "material_b": c.material_b,
-        "version_b": version_b,
-        "slot_key": c.key,
-        "value_a": c.value_a,
-        "value_b": c.value_b,
-    }
-
-
-def _resolve_conflicts(cur: Cursor, material_id: str, resolution: str) -> None:
-    cur.execute(
-        "UPDATE material_conflicts SET status = 'resolved', resolved_at = ?, resolution = ? "
-        "WHERE status = 'open' AND (material_a = ? OR material_b = ?)",
-        (now_iso(), resolution, material_id, material_id),
-    )
 
 
 def _require_operator(operator: Operator) -> OperatorIdentity:
