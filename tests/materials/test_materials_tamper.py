@@ -160,7 +160,7 @@ def test_a_write_landing_between_verify_reads_is_not_reported_as_tampering(store
 def test_verify_says_not_checked_when_writes_never_pause(store, monkeypatch) -> None:
     """A registry written to during every read is not called intact, nor tampered: NOT CHECKED,
     and `tracerag audit verify` exits 3."""
-    import tracerag.materials._registry as module
+    import tracerag.materials._verify as module
 
     monkeypatch.setattr(module, "VERIFY_READS", 3)
     registry = MaterialRegistry(store, metrics=False)

@@ -16,11 +16,9 @@ is an ``OperatorIdentity`` (``tracerag._identity``) or a bare name, recorded as 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -31,7 +29,15 @@ from typing import TYPE_CHECKING, Any, Union
 from tracerag._choices import check_options
 from tracerag._identity import SYSTEM_METHOD, OperatorIdentity
 from tracerag.errors import InputError
-from tracerag.materials._conflicts import find_conflicts
+from tracerag.materials._conflict_table import (
+    active_texts,
+    candidates_among,
+    conflict_row,
+    insert_conflicts,
+    list_conflicts,
+    open_conflicts_of,
+    resolve_conflicts,
+)
 from tracerag.materials._credibility import (
     OUTCOMES,
     CredibilityPolicy,
@@ -50,13 +56,7 @@ from tracerag.materials._events import (
     BASELINE_KEY,
     OUTCOME_KEY,
     ROW_KEY,
-    conflict_issues,
-    derive,
-    feedback_issues,
-    feedback_payload,
-    outcome_issues,
     read_row,
-    row_issues,
     table_rows,
     write_row,
 )
@@ -77,7 +77,6 @@ from tracerag.materials._records import (
     CHANGE_KEY,
     DEFAULT_READ_RETENTION_DAYS,
     FIRST_SIGHT_RULE,
-    MATERIALS_LOG,
     QUARANTINE_RULE,
     ROLLBACK_RULE,
     SYSTEM,
@@ -93,6 +92,7 @@ from tracerag.materials._records import (
     stored_version,
 )
 from tracerag.materials._usage_log import UsageLog, bump_usage
+from tracerag.materials._verify import chained_events, verify_registry
 from tracerag.store._base import KIND_MATERIAL_CHANGE, StoreError
 
 if TYPE_CHECKING:
@@ -100,32 +100,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("tracerag.materials")
 
-#: how often verify() reads the tables and the chain again when a write landed in between
-VERIFY_READS = 20
-
 #: who makes a change: an identity, or a bare name (recorded as declared, not authenticated)
 Operator = Union[str, OperatorIdentity]  # noqa: UP007
 _VERSION_COLUMNS = "body, body_hash, audit_seq, audit_hash"
-#: columns of ``material_versions`` that repeat a field of the version's body
-_BODY_COLUMNS = (
-    "status",
-    "written_by",
-    "operator",
-    "batch_id",
-    "change",
-    "content_hash",
-    "created_at",
-)
-CONFLICT_FIELDS = (
-    "conflict_id",
-    "material_a",
-    "version_a",
-    "material_b",
-    "version_b",
-    "slot_key",
-    "value_a",
-    "value_b",
-)
 #: an unsealed version younger than this is a write in flight; older, an abandoned one
 IN_FLIGHT_SECONDS = 60.0
 _ALLOWED: dict[str, set[str]] = {
@@ -417,12 +394,8 @@ class MaterialRegistry(UsageLog):
             new.content_hash,
         ):
             return []
-        active = self._active_texts(new.material_id)
-        versions = {mid: ver for mid, _t, ver in active}
-        found = find_conflicts(
-            new.material_id, new.content, [(m, t) for m, t, _ in active], self.gate.min_overlap
-        )
-        return [(c, versions.get(c.material_b, 0)) for c in found]
+        active = active_texts(self.db, new.material_id)
+        return candidates_among(new, active, self.gate.min_overlap)
 
     def _commit_in(
         self,
@@ -525,8 +498,10 @@ class MaterialRegistry(UsageLog):
         )
         if serves and changed and new.status == "active" and new.stale_reason() is None:
             if candidates is None:  # not looked for before the transaction
-                candidates = self._conflict_candidates_in(cur, new)
-            opened = [_conflict_row(new, c, version_b) for c, version_b in candidates]
+                candidates = candidates_among(
+                    new, active_texts(self.db, new.material_id, cur), self.gate.min_overlap
+                )
+            opened = [conflict_row(new, c, version_b) for c, version_b in candidates]
         body = new.body()
         digest = body_digest(body)
         entry = tx.material_change(
@@ -579,48 +554,10 @@ class MaterialRegistry(UsageLog):
         )
         write_row(cur, new.material_id, after_row, new=row is None)
         if serves and new.status != "active":
-            _resolve_conflicts(cur, new.material_id, f"{new.material_id} is {new.status}")
-        for c in opened:
-            cur.execute(
-                "INSERT INTO material_conflicts (conflict_id, material_a, version_a, "
-                "material_b, version_b, slot_key, value_a, value_b, status, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'open', ?) ON CONFLICT DO NOTHING",
-                (*(c[k] for k in CONFLICT_FIELDS), now_iso()),
-            )
+            resolve_conflicts(cur, new.material_id, f"{new.material_id} is {new.status}")
+        insert_conflicts(cur, opened)
         cur.execute("UPDATE material_head SET generation = generation + 1 WHERE id = 1")
         return new
-
-    def _active_texts(
-        self, exclude: str, cur: Cursor | None = None
-    ) -> list[tuple[str, str, int]]:
-        sql = (
-            "SELECT m.material_id, v.body, m.current_version FROM materials m "
-            "JOIN material_versions v ON v.material_id = m.material_id "
-            "AND v.version = m.current_version WHERE m.status = 'active' "
-            "AND m.material_id <> ?"
-        )
-        if cur is None:
-            with self.db.read() as c:
-                c.execute(sql, (exclude,))
-                rows = c.fetchall()
-        else:
-            cur.execute(sql, (exclude,))
-            rows = cur.fetchall()
-        out = []
-        for mid, body, version in rows:
-            v = MaterialVersion.from_body(json.loads(body))
-            if v.stale_reason() is None:
-                out.append((str(mid), v.content, int(version)))
-        return out
-
-    def _conflict_candidates_in(self, cur: Cursor, v: MaterialVersion) -> list[tuple[Any, int]]:
-        """``_conflict_candidates`` read through a transaction's cursor."""
-        active = self._active_texts(v.material_id, cur)
-        versions = {mid: ver for mid, _t, ver in active}
-        found = find_conflicts(
-            v.material_id, v.content, [(m, t) for m, t, _ in active], self.gate.min_overlap
-        )
-        return [(c, versions.get(c.material_b, 0)) for c in found]
 
     def register(
         self,
@@ -670,7 +607,7 @@ class MaterialRegistry(UsageLog):
         return stored
 
     def _judge(self, v: MaterialVersion) -> tuple[str, GateVerdict]:
-        active = [(mid, text) for mid, text, _ver in self._active_texts(v.material_id)]
+        active = [(mid, text) for mid, text, _ver in active_texts(self.db, v.material_id)]
         verdict = self.gate.check(v.content, material_id=v.material_id, active=active)
         return verdict.status, verdict
 
@@ -1083,162 +1020,16 @@ class MaterialRegistry(UsageLog):
         limit: int | None = None,
     ) -> list[ConflictRecord]:
         """Stored conflicts (open ones by default; of one material, or all), oldest first."""
-        sql = (
-            "SELECT conflict_id, material_a, version_a, material_b, version_b, slot_key, value_a, "
-            "value_b, status, created_at, resolved_at, resolution FROM material_conflicts"
-        )
-        where: list[str] = []
-        params: list[Any] = []
-        if status:
-            where.append("status = ?")
-            params.append(status)
-        if material_id is not None:
-            where.append("(material_a = ? OR material_b = ?)")
-            params += [material_id, material_id]
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created_at, conflict_id"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(int(limit))
-        with self.db.read() as cur:
-            cur.execute(sql, params)
-            return [ConflictRecord(*r) for r in cur.fetchall()]
+        return list_conflicts(self.db, status, material_id=material_id, limit=limit)
 
     # -- verification and figures -------------------------------------------------------------
     def verify(self) -> VerifyReport:
-        """Check the registry's tables against the hash chain.
-
-        Every stored version against its chained entry (body, hash and every column that
-        repeats a body field); every chained change against a stored version; the columns of
-        ``materials`` and the open conflicts re-derived by replaying the chained registry
-        events (``tracerag.materials._events``); the verdicts and their effects against their
-        chained entries.
-        """
-        report = VerifyReport()
-        # The tables and the chain are read apart; every registry write commits its row and its
-        # chained entry together, so a read of both is consistent when no entry was appended
-        # in between (the head did not move). A write landing between the two reads would look
-        # like a row without its entry, or an entry without its row: read again.
-        for _attempt in range(VERIFY_READS):
-            before = self._registry_mark()
-            with self.db.read() as cur:
-                cur.execute(
-                    "SELECT material_id, version, body, body_hash, audit_seq, audit_hash, "
-                    f"{', '.join(_BODY_COLUMNS)} "
-                    "FROM material_versions ORDER BY audit_seq, material_id, version"
-                )
-                rows = cur.fetchall()
-                table = table_rows(cur)
-                cur.execute(
-                    f"SELECT {', '.join(CONFLICT_FIELDS)}, status FROM material_conflicts"
-                )
-                conflicts = cur.fetchall()
-                cur.execute(
-                    "SELECT feedback_id, request_id, verdict, principal, method, counted, "
-                    "audit_seq FROM material_feedback"
-                )
-                verdicts = cur.fetchall()
-                cur.execute(
-                    "SELECT feedback_id, material_id, principal, counted "
-                    "FROM material_feedback_effects"
-                )
-                effects = cur.fetchall()
-            events = self._chained_events()
-            given = {}
-            for entry in self.store.iter_entries():
-                verdict = feedback_payload(entry)
-                if verdict is not None:
-                    given[entry.seq] = (entry.request_id, verdict)
-            if self._registry_mark() == before:
-                break
-            time.sleep(0.05)
-        else:
-            report.unsettled = (
-                f"the registry was written to during each of {VERIFY_READS} reads, so its tables "
-                "and the chain were never read at one moment: verify again when writes pause"
-            )
-            return report
-        report.checked = len(rows)
-        chained = {
-            seq: e for seq, e in events.items() if isinstance(e.payload.get(CHANGE_KEY), dict)
-        }
-        seen: set[int] = set()
-        for mid, version, body, body_hash, seq, ahash, *columns in rows:
-            name = f"{mid}@{version}"
-            if seq is None:
-                report.issues.append(f"{name}: not sealed in the audit chain")
-                continue
-            parsed = json.loads(body)
-            if body_digest(parsed) != body_hash:
-                report.issues.append(f"{name}: stored body does not match its hash")
-            for column, value in zip(_BODY_COLUMNS, columns, strict=True):
-                if value != parsed.get(column):
-                    report.issues.append(
-                        f"{name}: material_versions.{column} is {value!r}, its chained body "
-                        f"says {parsed.get(column)!r}"
-                    )
-            entry = chained.get(int(seq))
-            if entry is None:
-                report.issues.append(f"{name}: audit entry {seq} is missing")
-                continue
-            seen.add(int(seq))
-            change = entry.payload[CHANGE_KEY]
-            if (
-                (entry.kind == KIND_MATERIAL_CHANGE and entry.request_id != mid)
-                or entry.actor != (change.get("body") or {}).get("operator")
-                or change.get("material_id") != mid
-                or change.get("version") != int(version)
-                or change.get("body_hash") != body_hash
-                or body_digest(change.get("body") or {}) != body_hash
-                or entry.hash != ahash
-            ):
-                report.issues.append(f"{name}: differs from audit entry {seq}")
-        for seq, entry in chained.items():
-            if seq not in seen:
-                change = entry.payload[CHANGE_KEY]
-                report.issues.append(
-                    f"audit entry {seq} ({change.get('material_id')}@{change.get('version')}): "
-                    "no stored version"
-                )
-        derived = derive(events.values())
-        report.issues += derived.issues
-        report.issues += row_issues(derived, table)
-        report.issues += conflict_issues(derived, conflicts)
-        found, report.verdicts = feedback_issues(given, verdicts, effects)
-        report.issues += found
-        report.issues += outcome_issues(events.values(), given)
-        report.materials = len(table)
-        report.events = derived.events
-        return report
-
-    def _registry_mark(self) -> tuple[int, int]:
-        """The newest seq and the count of the chain's registry entries (material changes and
-        operator actions): unchanged across two reads, nothing the registry writes landed
-        between them (each write commits its rows and its chained entry together)."""
-        with self.db.read() as cur:
-            cur.execute(
-                "SELECT COALESCE(MAX(seq), -1), COUNT(*) FROM audit_entries "
-                "WHERE kind IN (?, ?)",
-                (KIND_MATERIAL_CHANGE, "operator_action"),
-            )
-            row = cur.fetchone()
-        return (int(row[0]), int(row[1]))
+        """Check the registry's tables against the hash chain (see ``verify_registry``)."""
+        return verify_registry(self.db, self.store, self._chained_events)
 
     def _chained_events(self, material_id: str | None = None) -> dict[int, Any]:
-        """The chain's registry events by seq: ``material_change`` entries (versions,
-        outcomes, baselines), and the ``operator_action`` entries of ``MATERIALS_LOG`` that
-        stores written before that kind existed hold."""
-        chained = {e.seq: e for e in self.store.material_changes(material_id)}
-        try:
-            legacy = self.store.get(MATERIALS_LOG).entries
-        except KeyError:
-            legacy = []
-        for e in legacy:
-            change = e.payload.get(CHANGE_KEY)
-            if isinstance(change, dict) and material_id in (None, change.get("material_id")):
-                chained[e.seq] = e
-        return dict(sorted(chained.items()))
+        """The chain's registry events by seq (see ``chained_events``)."""
+        return chained_events(self.store, material_id)
 
     def _chained_changes(self, material_id: str | None = None) -> dict[int, Any]:
         """The chain's material versions by seq (registry events that write a version)."""
@@ -1275,12 +1066,7 @@ class MaterialRegistry(UsageLog):
             for mid, row in sorted(table_rows(cur).items()):
                 if mid in covered or mid not in versioned:
                     continue
-                cur.execute(
-                    f"SELECT {', '.join(CONFLICT_FIELDS)} FROM material_conflicts "
-                    "WHERE status = 'open' AND material_a = ?",
-                    (mid,),
-                )
-                opened = [dict(zip(CONFLICT_FIELDS, r, strict=True)) for r in cur.fetchall()]
+                opened = open_conflicts_of(cur, mid)
                 tx.material_change(
                     mid,
                     SYSTEM,
@@ -1359,31 +1145,6 @@ class MaterialRegistry(UsageLog):
                 f"{i / 10:.1f}-{(i + 1) / 10:.1f}": n for i, n in enumerate(buckets)
             },
         }
-
-
-def _conflict_row(v: MaterialVersion, c: Any, version_b: int) -> dict[str, Any]:
-    """A conflict a version opens, as stored and chained (its id names the version)."""
-    conflict_id = hashlib.sha256(
-        f"{v.material_id}@{v.version}|{c.material_b}|{c.key}".encode()
-    ).hexdigest()[:16]
-    return {
-        "conflict_id": conflict_id,
-        "material_a": v.material_id,
-        "version_a": v.version,
-        "material_b": c.material_b,
-        "version_b": version_b,
-        "slot_key": c.key,
-        "value_a": c.value_a,
-        "value_b": c.value_b,
-    }
-
-
-def _resolve_conflicts(cur: Cursor, material_id: str, resolution: str) -> None:
-    cur.execute(
-        "UPDATE material_conflicts SET status = 'resolved', resolved_at = ?, resolution = ? "
-        "WHERE status = 'open' AND (material_a = ? OR material_b = ?)",
-        (now_iso(), resolution, material_id, material_id),
-    )
 
 
 def _require_operator(operator: Operator) -> OperatorIdentity:

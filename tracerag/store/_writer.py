@@ -74,6 +74,7 @@ from typing import Any
 
 from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
+from tracerag.store._anchor import HeadAnchor, anchor_path
 from tracerag.store._base import (
     AuditStore,
     DuplicateRequest,
@@ -82,16 +83,15 @@ from tracerag.store._base import (
     StoreReplaced,
     StoreVanished,
 )
+from tracerag.store._committer import JournalCommitter
 from tracerag.store._journal import (
     FRAME_QUARANTINE,
     FRAME_RECORD,
-    HEAD_FILE,
     IDENTITY_FILE,
     Frame,
     Journal,
     JournalError,
     open_journal,
-    write_json_atomic,
 )
 from tracerag.store._sql import StoreFailing
 
@@ -171,50 +171,6 @@ def quarantine_item(record: Any, request_id: str | None, reason: str) -> _Item:
         "raw_truncated": truncated,
     }
     return _Item(rid, FRAME_QUARANTINE, json.dumps(body, ensure_ascii=True).encode("ascii"))
-
-
-def anchor_path(anchor: str | Path | bool | None, journal: Journal | None) -> Path | None:
-    """Where a writer exports the chain head: ``anchor``, else ``TRACERAG_AUDIT_ANCHOR``, else
-    ``head.json`` in the journal directory; None without any (``anchor=False``: never).
-
-    A directory (existing, or named with a trailing ``/``) means its ``head.json``.
-    """
-    if anchor is False:
-        return None
-    if anchor is None or anchor is True:
-        anchor = get_config().audit_anchor
-    if anchor:
-        text = str(anchor)
-        path = Path(text).expanduser()
-        if path.is_dir() or text.endswith(("/", "\\")):
-            path = path / HEAD_FILE
-        return path
-    return journal.directory / HEAD_FILE if journal is not None else None
-
-
-def _read_anchor(path: Path) -> dict[str, Any] | None:
-    try:
-        value = json.loads(path.read_text("utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return {}  # unreadable: replaced by the next export
-    return value if isinstance(value, dict) else {}
-
-
-@contextlib.contextmanager
-def _dir_locked(directory: Path) -> Any:
-    """Hold an exclusive lock on a directory (the anchor's), for writers sharing one anchor."""
-    import fcntl
-    import os
-
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -307,7 +263,6 @@ class AuditWriter:
         self.op_timeout = op_timeout
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
-        self.head_export_interval = head_export_interval
         #: open the store at start and ping it while idle (every ``probe_interval`` seconds;
         #: while it fails, with a backoff from ``backoff_initial`` up to ``probe_max``), so
         #: ``ready()`` follows the store without traffic and a recovered store is written to
@@ -321,9 +276,7 @@ class AuditWriter:
         if journal is not None and not isinstance(journal, Journal):
             journal = open_journal(journal, key=chain_key)
         self.journal: Journal | None = journal
-        self.anchor: Path | None = anchor_path(anchor, journal)
-        self._anchor_head: dict[str, Any] | None = None  # the head last exported (or found)
-        self.anchor_conflict: str | None = None
+        self._head_anchor = HeadAnchor(anchor_path(anchor, journal), head_export_interval)
         if self.anchor is None and anchor is not False:
             logger.info(
                 "the audit chain head is not exported (no journal and no TRACERAG_AUDIT_ANCHOR): "
@@ -342,7 +295,6 @@ class AuditWriter:
         self._failing = False
         self._failing_since: float | None = None
         self._op_started: float | None = None
-        self._last_head_export = 0.0
         self._identity: dict[str, Any] | None = (
             journal.read_json(IDENTITY_FILE) if journal is not None else None
         )
@@ -366,16 +318,35 @@ class AuditWriter:
         self._next_probe = 0.0
         self._idle_failures = 0
         # event-loop submissions waiting for the journal committer (see asubmit_durable)
-        self._commit_queue: list[tuple[Mapping[str, Any], Callable[[bool], None]]] = []
-        self._commit_cond = threading.Condition()
-        self._committer: threading.Thread | None = None
-        self._commit_stop = False
-        self._committer_name = f"{name}-journal"
+        self._committer: JournalCommitter | None = (
+            JournalCommitter(journal, self._journal_unsynced, f"{name}-journal")
+            if journal is not None
+            else None
+        )
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         self._watchdog = threading.Thread(target=self._watch, name=f"{name}-watchdog", daemon=True)
         self._watchdog.start()
         atexit.register(self._atexit)
+
+    @property
+    def anchor(self) -> Path | None:
+        """The anchor file the chain head is exported to (None: not exported)."""
+        return self._head_anchor.path
+
+    @property
+    def anchor_conflict(self) -> str | None:
+        """Why the chain head was last not exported to the anchor (None: no conflict)."""
+        return self._head_anchor.conflict
+
+    @property
+    def head_export_interval(self) -> float:
+        """The most seconds between a change of the chain head and its export."""
+        return self._head_anchor.interval
+
+    @head_export_interval.setter
+    def head_export_interval(self, value: float) -> None:
+        self._head_anchor.interval = value
 
     # -- caller side --------------------------------------------------------------------------
     def submit(self, record: Mapping[str, Any]) -> bool:
@@ -428,7 +399,7 @@ class AuditWriter:
         import asyncio
 
         loop = asyncio.get_running_loop()
-        if self.journal is None:
+        if self.journal is None or self._committer is None:
             return await loop.run_in_executor(None, self.submit_durable, record)
         future: asyncio.Future[bool] = loop.create_future()
 
@@ -439,50 +410,12 @@ class AuditWriter:
 
             loop.call_soon_threadsafe(set_result)
 
-        with self._commit_cond:
-            if self._commit_stop:
-                return False  # closed
-            if self._committer is None:
-                self._committer = threading.Thread(
-                    target=self._commit_journal, name=self._committer_name, daemon=True
-                )
-                self._committer.start()
-            self._commit_queue.append((record, settle))
-            self._commit_cond.notify()
+        if not self._committer.submit(record, settle):
+            return False  # closed
         return await future
 
-    def _commit_journal(self) -> None:
-        """Journal what the event loops submitted: all waiting records, then one sync."""
-        assert self.journal is not None
-        while True:
-            with self._commit_cond:
-                while not self._commit_queue:
-                    if self._commit_stop:
-                        return
-                    self._commit_cond.wait()
-                batch, self._commit_queue = self._commit_queue, []
-            accepted: list[tuple[Callable[[bool], None], bool]] = []
-            last = 0
-            for record, settle in batch:
-                try:
-                    outcome = self._accept(record, sync=False)
-                except Exception:  # never leave an answer waiting
-                    logger.exception("audit record could not be journaled")
-                    outcome = False
-                if isinstance(outcome, int) and not isinstance(outcome, bool):
-                    last = max(last, outcome)
-                    accepted.append((settle, True))
-                else:
-                    accepted.append((settle, False))
-            synced = True
-            if last:
-                try:
-                    self.journal.sync_upto(last)
-                except OSError as exc:
-                    logger.error("audit journal sync failed: %s", exc)
-                    synced = False
-            for settle, ok in accepted:
-                settle(ok and synced)
+    def _journal_unsynced(self, record: Mapping[str, Any]) -> bool | str | int:
+        return self._accept(record, sync=False)
 
     def _accept(self, record: Mapping[str, Any], sync: bool = True) -> bool | str | int:
         """True when accepted, ``QUARANTINED`` when accepted as quarantined, else False.
@@ -635,12 +568,8 @@ class AuditWriter:
                 return self._backlog == 0
             self._closing = True
             self._cond.notify_all()
-        with self._commit_cond:  # the committer journals what was submitted, then stops
-            self._commit_stop = True
-            self._commit_cond.notify_all()
-            committer = self._committer
-        if committer is not None:
-            committer.join(max(1.0, timeout))
+        if self._committer is not None:  # it journals what was submitted, then stops
+            self._committer.stop(timeout)
         drained = self.flush(timeout)
         with self._cond:
             self._abort = True
@@ -775,83 +704,8 @@ class AuditWriter:
                 store.close()
 
     def _export_head(self, force: bool = False) -> None:
-        """Write the store's chain head to the anchor file, only ever forward.
-
-        The new head must extend the one the file holds (same store, seq not lower, the
-        anchored entry unchanged); otherwise the file is left as it is and the conflict is
-        logged at ERROR and reported in ``status()["anchor_conflict"]``: the store was
-        truncated, rewritten, restored from an older copy or replaced since the anchor was
-        written, and ``tracerag audit verify`` will say so.
-        """
-        if self.anchor is None or self._store is None or getattr(self._store, "closed", False):
-            return  # no anchor to write, or its owner closed the store (the last export stands)
-        now = time.monotonic()
-        if not force and now - self._last_head_export < self.head_export_interval:
-            return
-        self._last_head_export = now
-        head_of = getattr(self._store, "head", None)
-        if head_of is None:
-            return
-        try:
-            with _dir_locked(self.anchor.parent):
-                previous = _read_anchor(self.anchor)
-                head = self._timed(head_of)
-                if previous is not None:
-                    if previous.get("seq") == head.get("seq") and previous.get("hash") == head.get(
-                        "hash"
-                    ):
-                        self._anchor_head = previous
-                        return  # nothing new to anchor
-                    conflict = self._anchor_problem(previous, head)
-                    if conflict is not None:
-                        if conflict != self.anchor_conflict:
-                            logger.error(
-                                "audit chain head NOT exported to %s: %s (the anchor is kept; "
-                                "run tracerag audit verify)",
-                                self.anchor,
-                                conflict,
-                            )
-                        self.anchor_conflict = conflict
-                        return
-                write_json_atomic(self.anchor, head, sync=True)
-                self._anchor_head = head
-            logger.info(
-                "audit chain head: store_id=%s seq=%s hash=%s",
-                head.get("store_id"),
-                head.get("seq"),
-                head.get("hash"),
-            )
-        except Exception as exc:
-            logger.warning("could not export the audit chain head to %s: %s", self.anchor, exc)
-
-    def _anchor_problem(self, previous: dict[str, Any], head: dict[str, Any]) -> str | None:
-        """Why ``head`` does not extend the anchored ``previous`` head (None: it does)."""
-        try:
-            seq, digest = int(previous["seq"]), str(previous["hash"])
-        except (KeyError, TypeError, ValueError):
-            return None  # not a head file: replaced by a real one
-        if previous.get("store_id") and previous.get("store_id") != head.get("store_id"):
-            return (
-                f"the anchor belongs to store {previous.get('store_id')}, this store is "
-                f"{head.get('store_id')} (move the anchor away if the store was replaced on "
-                "purpose)"
-            )
-        if int(head["seq"]) < seq:
-            return (
-                f"the chain head is at seq {head['seq']} but the anchor saw seq {seq}: entries "
-                "were removed or an older copy of the store was restored"
-            )
-        if seq == 0:
-            return None  # an empty chain: any chain of the same store extends it
-        hash_at = getattr(self._store, "hash_at", None)
-        found = (
-            head.get("hash")
-            if int(head["seq"]) == seq
-            else (self._timed(hash_at, seq) if hash_at is not None else digest)
-        )
-        if found != digest:
-            return f"the entry at the anchored seq {seq} was rewritten (its hash changed)"
-        return None
+        """Export the store's chain head to the anchor (see ``HeadAnchor.export``)."""
+        self._head_anchor.export(self._store, self._timed, force=force)
 
     # -- background thread --------------------------------------------------------------------
     def _peek(self) -> list[_Item]:
