@@ -209,7 +209,7 @@ def _not_written(target: str, writer: Any) -> int:
     return 1
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag demo``."""
     p = subparsers.add_parser("demo", help="answer the bundled demo questions offline")
     p.add_argument(

@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal
@@ -345,7 +345,7 @@ def _open_runs(svc: Services) -> None:
 
 def path_is_readiness(op: dict[str, Any]) -> bool:
     """True for ``/readyz``, whose 503 carries the readiness report, not an error."""
-    return op.get("operationId", "").startswith("readyz")
+    return str(op.get("operationId", "")).startswith("readyz")
 
 
 def _feedback_tokens(key: str | None) -> UserTokens | None:
@@ -565,7 +565,7 @@ def create_app(
             raise
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(_open_materials, svc)
         await asyncio.to_thread(_open_runs, svc)
         yield

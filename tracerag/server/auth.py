@@ -134,7 +134,7 @@ class BackOff:
         over = state.failures - self.free
         if over <= 0:
             return None
-        lockout = min(self.cap, self.base * 2 ** (over - 1))
+        lockout = min(self.cap, self.base * 2.0 ** (over - 1))
         state.locked_until = now + lockout
         return lockout
 

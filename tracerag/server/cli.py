@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
@@ -30,15 +30,21 @@ DEMO_DEFAULTS = {"model": None, "samples": 5, "temperature": 0.7, "plan": "separ
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-class _Stderr(logging.StreamHandler):
+if TYPE_CHECKING:
+    _StreamHandler = logging.StreamHandler[TextIO]
+else:  # generic at run time from Python 3.11 on
+    _StreamHandler = logging.StreamHandler
+
+
+class _Stderr(_StreamHandler):
     """Writes to whatever ``sys.stderr`` is at the time of each record."""
 
-    @property  # type: ignore[override]
-    def stream(self) -> Any:
+    @property
+    def stream(self) -> TextIO:
         return sys.stderr
 
     @stream.setter
-    def stream(self, value: Any) -> None:
+    def stream(self, value: TextIO) -> None:
         pass
 
 
@@ -167,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag serve``."""
     from tracerag.tools.cli_store import add_store_argument
 

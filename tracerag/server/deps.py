@@ -52,7 +52,7 @@ class Services:
     trace_ui: tuple[str, str | None] | None = None  # (backend, base URL) for trace links
     body_timeout: float = 10.0
     store_timeout: float = 15.0
-    background: set[asyncio.Task] = field(default_factory=set)
+    background: set[asyncio.Task[None]] = field(default_factory=set)
     registry: Any = None  # the material registry beside the store (tracerag.materials)
     owns_registry: bool = False  # opened here (closed with the app), not given
     runs: RunBook | None = None  # answer runs: resumable streams, idempotency keys
@@ -75,7 +75,8 @@ class Services:
 
 def services(request: Request) -> Services:
     """The app's services."""
-    return request.app.state.services
+    svc: Services = request.app.state.services
+    return svc
 
 
 ServicesDep = Annotated[Services, Depends(services)]

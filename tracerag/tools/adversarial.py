@@ -1284,7 +1284,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
 _HELP = "mutate real answers and check that the citation verifier catches them"
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag audit adversarial`` in the ``tracerag audit`` group."""
     from tracerag.tools.cli_store import add_audit_command
 

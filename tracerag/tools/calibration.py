@@ -481,7 +481,7 @@ def render_comparison(title: str, results: Mapping[str, Mapping[str, Any]], bins
     first = next(iter(results.values()))
     lines = [f"{title} (n={first['n']}, {_pct(first['accuracy'])} right)"]
     lines.append(" " * 26 + "".join(f"{n:>{width}}" for n in names))
-    rows = [
+    rows: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = [
         (f"ECE ({bins} bins)", lambda r: _num(r["ece"])),
         ("Brier", lambda r: _num(r["brier"])),
         ("AUROC", lambda r: _num(r["auroc"])),
@@ -745,7 +745,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag calibrate``."""
     from tracerag.tools.cli_store import add_store_argument
 
@@ -790,7 +790,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-np.clip(z, -40.0, 40.0)))
+    out: np.ndarray = 1.0 / (1.0 + np.exp(-np.clip(z, -40.0, 40.0)))
+    return out
 
 
 def _round(values: Iterable[float], digits: int = 10) -> list[float]:

@@ -316,7 +316,7 @@ add_audit_command(
 )
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag show`` and the ``tracerag audit`` group."""
     global _audit_group
 

@@ -471,7 +471,7 @@ def _run_agreement(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag desk``."""
     from tracerag.tools.cli_store import add_store_argument
 

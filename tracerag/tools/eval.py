@@ -875,7 +875,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag eval``."""
     from tracerag.tools.cli_store import add_store_argument
 

@@ -131,7 +131,7 @@ class ExperimentPlan:
 def calls_per_run(record: Mapping[str, Any]) -> int:
     """Model calls one re-run makes without retries: the samples, and a separate plan call."""
     options = recorded_options(record)
-    tier, n = options["tier"], options["n_samples"]
+    tier, n = options["tier"], int(options["n_samples"])
     if tier == Tier.LOW:
         n = 1
     elif tier == Tier.MEDIUM:
@@ -243,7 +243,7 @@ TARGET_KINDS = ("money", "duration", "date", "percent", "number")
 def _worth_changing(q: Quantity) -> bool:
     # a bare decimal is most often a clause or version number ("Clause 6.1"), not a fact
     return q.kind in TARGET_KINDS and not (
-        q.kind == "number" and not float(q.value).is_integer()  # type: ignore[arg-type]
+        q.kind == "number" and not float(q.value).is_integer()
     )
 
 
@@ -1099,7 +1099,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag explain``."""
     from tracerag.tools.cli_store import add_store_argument
     from tracerag.tools.replay import add_rerun_arguments

@@ -321,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag metrics``."""
     from tracerag.tools.cli_store import add_store_argument
 

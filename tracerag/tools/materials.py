@@ -438,7 +438,7 @@ def _operator(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag materials``, ``tracerag trace-back`` and ``tracerag feedback``."""
     m = subparsers.add_parser(
         "materials",
@@ -446,7 +446,12 @@ def add_parser(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    m.set_defaults(func=lambda _a: (m.print_help(), 2)[1])
+
+    def _help(_args: argparse.Namespace) -> int:
+        m.print_help()
+        return 2
+
+    m.set_defaults(func=_help)
     sub = m.add_subparsers(dest="materials_command", metavar="MATERIALS_COMMAND")
 
     p = sub.add_parser("show", help="current value, version history, read hits")

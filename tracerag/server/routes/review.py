@@ -1192,7 +1192,7 @@ async def decide_api(
         vote = Vote(
             request_id=request_id,
             reviewer=name,
-            action=body.action,  # type: ignore[arg-type]
+            action=body.action,
             reviews=outcome.reviews,
             required=outcome.required,
             disputed=outcome.disputed,
