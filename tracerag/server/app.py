@@ -57,7 +57,7 @@ from tracerag.server._desk_config import DeskConfig
 from tracerag.server._materials import usage_recorder
 from tracerag.server._runs import DEFAULT_MAX_RUNS, DEFAULT_TTL, DecisionWatch, RunBook
 from tracerag.server._tokens import DEFAULT_TOKEN_SECONDS, StreamTokens
-from tracerag.server.answerer import Answerer, demo_pipeline
+from tracerag.server.answerer import Answerer, DemoOptions, demo_pipeline
 from tracerag.server.auth import (
     COOKIE_NAME,
     GENERATE_HINT,
@@ -90,7 +90,11 @@ from tracerag.server.models import (
 from tracerag.store.base import AuditStore, StoreError
 
 if TYPE_CHECKING:
-    from tracerag.materials import FeedbackLimits, UserTokens
+    import jinja2
+    from langchain_core.runnables import Runnable
+
+    from tracerag.contract import Response as RAGResponse
+    from tracerag.materials import FeedbackLimits, MaterialRegistry, UserTokens
 
 logger = logging.getLogger("tracerag.server")
 
@@ -140,10 +144,10 @@ def trace_ui_from(value: str | None) -> tuple[str, str | None] | None:
     return backend, base.strip() or None
 
 
-_templates: Any = None
+_templates: jinja2.Environment | None = None
 
 
-def _template_env() -> Any:
+def _template_env() -> jinja2.Environment:
     """The review desk's templates, compiled once per process and shared by every app."""
     global _templates
     if _templates is None:
@@ -367,7 +371,7 @@ def _default_limits() -> FeedbackLimits:
     return FeedbackLimits()
 
 
-def _registry_for(store: AuditStore) -> Any:
+def _registry_for(store: AuditStore) -> MaterialRegistry | None:
     """The material registry beside the store, or None when the store cannot hold one (the
     demo pipeline then retrieves without it, and the desk says so)."""
     from tracerag.materials import MaterialRegistry
@@ -421,7 +425,7 @@ def _journal_for(
 
 
 def create_app(
-    pipeline: Any = None,
+    pipeline: Runnable[Any, RAGResponse] | None = None,
     store: AuditStore | str | None = None,
     reviewer_token: str | None = None,
     api_key: str | None = None,
@@ -444,7 +448,7 @@ def create_app(
     events_token_seconds: float = DEFAULT_TOKEN_SECONDS,
     feedback_key: str | None = None,
     feedback_limits: FeedbackLimits | None = None,
-    demo_options: Mapping[str, Any] | None = None,
+    demo_options: DemoOptions | None = None,
     desk_config: DeskConfig | Mapping[str, Any] | str | None = None,
 ) -> FastAPI:
     """The server app.
@@ -528,7 +532,7 @@ def create_app(
     registry = None
     if pipeline is None:  # the demo pipeline retrieves through the store's material registry
         registry = _registry_for(audit_store)
-        pipeline = demo_pipeline(model, registry=registry, **dict(demo_options or {}))
+        pipeline = demo_pipeline(model, registry=registry, **(demo_options or {}))
     answerer = Answerer(pipeline, audit_store, journal=journal_dir, commit_wait=commit_wait)
     svc = Services(
         store=audit_store,

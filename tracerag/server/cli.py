@@ -17,10 +17,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from tracerag._runnable import StagedRunnable
+    from tracerag.server.answerer import DemoOptions
 
 DEFAULT_PORT = 8000
 #: the demo pipeline's settings: with --app the app's own hold, and these are refused
@@ -61,7 +65,7 @@ def configure_logging(level: str) -> None:
         logger.propagate = False
 
 
-def hash_token_line(name: str, stream: Any = None) -> int:
+def hash_token_line(name: str, stream: TextIO | None = None) -> int:
     """Print ``name:sha256:<hex>`` for a token read from standard input."""
     from tracerag.server.auth import GENERATE_HINT, hash_token, token_problem, valid_reviewer_name
 
@@ -85,7 +89,9 @@ def hash_token_line(name: str, stream: Any = None) -> int:
     return 0
 
 
-def _pipeline(args: argparse.Namespace) -> tuple[Any, str, str, dict[str, Any]]:
+def _pipeline(
+    args: argparse.Namespace,
+) -> tuple[StagedRunnable | None, str, str, DemoOptions]:
     """What to serve: the ``--app`` target (or None for the demo), how to name it, and the
     demo's model and options (``create_app`` builds the demo pipeline over the store's
     material registry)."""
@@ -98,7 +104,7 @@ def _pipeline(args: argparse.Namespace) -> tuple[Any, str, str, dict[str, Any]]:
             if options[name] is None:
                 options[name] = default
         model = options.pop("model") or get_config().model or "extractive"
-        demo = {
+        demo: DemoOptions = {
             "n_samples": options["samples"],
             "temperature": options["temperature"],
             "plan": options["plan"],

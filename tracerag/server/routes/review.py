@@ -66,6 +66,7 @@ from tracerag.store.base import (
     RequestNotFound,
     ReviewOutcome,
 )
+from tracerag.store.record import RequestTrail
 
 logger = logging.getLogger("tracerag.server")
 security_log = logging.getLogger("tracerag.server.security")
@@ -109,7 +110,7 @@ def page(
     **values: Any,
 ) -> HTMLResponse:
     """A desk page rendered with the reviewer's name and CSRF token."""
-    assert svc.auth is not None
+    assert svc.auth is not None and svc.templates is not None
     html = svc.templates.get_template(template).render(
         reviewer=session.reviewer if session else None,
         csrf=svc.auth.csrf_token(session) if session and session.via == "cookie" else "",
@@ -649,7 +650,7 @@ class JudgementView:
     settled: bool
 
 
-def _judgement_views(trail: Any, rules: QueueRules) -> list[JudgementView]:
+def _judgement_views(trail: RequestTrail, rules: QueueRules) -> list[JudgementView]:
     labels = {d.name: d.label for d in rules.rubric}
     order = {d.name: i for i, d in enumerate(rules.rubric)}
     out = []
@@ -672,7 +673,7 @@ def _judgement_views(trail: Any, rules: QueueRules) -> list[JudgementView]:
 
 
 def _confirmation(
-    trail: Any, me: str, votes: list[JudgementView], required: int
+    trail: RequestTrail, me: str, votes: list[JudgementView], required: int
 ) -> tuple[str, str] | None:
     """The banner after a judgement, from what the store holds: (kind, text)."""
     decision = trail.review_decision
