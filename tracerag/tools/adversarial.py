@@ -47,8 +47,10 @@ from pydantic import Field, PrivateAttr
 
 from tracerag.llm import ReplyChatModel
 from tracerag.record import AuditRecord
+from tracerag.routing import Ticket
 from tracerag.signals.citations import SUPPORTED, verify_citations
 from tracerag.signals.claims import CITATION_RE, Claim, citation_ids, split_claims
+from tracerag.signals.confidence import Combiner
 from tracerag.signals.support import SupportBackend, get_backend
 from tracerag.signals.types import Material
 from tracerag.text import extract_quantities, is_negated
@@ -230,9 +232,9 @@ class _QuietEscalation:
     """Keeps tickets without logging them (self-tests escalate on purpose)."""
 
     def __init__(self) -> None:
-        self.tickets: list[Any] = []
+        self.tickets: list[Ticket] = []
 
-    def handle(self, ticket: Any) -> None:
+    def handle(self, ticket: Ticket) -> None:
         self.tickets.append(ticket)
 
 
@@ -250,11 +252,11 @@ def demo_records(
     seeds: Sequence[int] = DEFAULT_SEEDS,
     questions: Sequence[str] | None = None,
     *,
-    llm_factory: Callable[[int], Any] | None = None,
+    llm_factory: Callable[[int], BaseChatModel] | None = None,
     n_samples: int = 5,
     temperature: float = 0.7,
     k: int = 4,
-    combiner: Any = None,
+    combiner: Combiner | None = None,
 ) -> list[dict[str, Any]]:
     """Audit records of the demo questions answered through ``RAGPipeline`` at each seed.
 

@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -70,6 +70,11 @@ from tracerag.signals.calibrated import (
 from tracerag.signals.confidence import Combined, HeuristicCombiner, Signals
 from tracerag.signals.rules import RuleResult
 from tracerag.tools.evaluation import DEFAULT_BINS, summarize
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+    from tracerag.store.base import AuditStore
 
 __all__ = [
     "Example",
@@ -256,7 +261,7 @@ def read_examples(path: str | Path) -> tuple[list[Example], int]:
     return examples, unlabelled
 
 
-def desk_examples(store: Any, route: str | None = None) -> tuple[list[Example], int]:
+def desk_examples(store: AuditStore, route: str | None = None) -> tuple[list[Example], int]:
     """The review desk's decided items as labelled examples (``tracerag.tools.desk``): the
     signals the pipeline recorded for the answer, and the reviewers' verdict on it. Returns the
     examples and how many decided items had no recorded signals (records from before
@@ -521,7 +526,7 @@ def _label(record: AuditRecord, mutated: Mapping[str, Any], relevant: Sequence[s
     return bool(set(cited) & set(relevant))
 
 
-def _always(model: Any) -> Callable[[int], Any]:
+def _always(model: BaseChatModel) -> Callable[[int], BaseChatModel]:
     """An ``llm_factory`` giving the same model for every seed."""
     return lambda _seed: model
 
@@ -571,20 +576,24 @@ def demo_calibration_rows(
         for i, mutation in enumerate(kinds):
             runs.append((seed, mutation, rates[(seed + i) % len(rates)]))
     for seed, kind, rate in runs:
-        model: Any = ExtractiveChatModel(seed=seed)
-        if kind is not None:
-            model = MutatingChatModel(
-                base=model,
+        base = ExtractiveChatModel(seed=seed)
+        mutating = (
+            MutatingChatModel(
+                base=base,
                 kind=kind,
                 rate=rate,
                 seed=seed,
                 materials=kb,
-                model_name=model.model_name,
+                model_name=base.model_name,
             )
+            if kind is not None
+            else None
+        )
+        model: BaseChatModel = base if mutating is None else mutating
         records = demo_records(
             [seed], questions, llm_factory=_always(model), n_samples=n_samples
         )
-        mutated = model.mutated if kind is not None else {}
+        mutated = mutating.mutated if mutating is not None else {}
         for data in records:
             record = AuditRecord.parse(data)
             question = str(record.question)

@@ -37,8 +37,10 @@ from tracerag.store.base import (
     KIND_REVIEW_COMMENT,
     KIND_REVIEW_DECISION,
     KIND_REVIEW_VOTE,
+    AuditStore,
     RequestNotFound,
 )
+from tracerag.store.record import RequestTrail
 
 __all__ = [
     "LABELS",
@@ -126,7 +128,7 @@ def counted_judgements(entries: Sequence[Any]) -> list[Judgement]:
     return votes if how == "adjudicated" else [*votes, decision]
 
 
-def desk_row(trail: Any) -> dict[str, Any]:
+def desk_row(trail: RequestTrail) -> dict[str, Any]:
     """One review item as a labelled example (see the module docstring)."""
     rec = trail.audit
     item = trail.review
@@ -211,7 +213,7 @@ def _item_agreement(counted: Sequence[Judgement]) -> dict[str, Any] | None:
 
 
 def desk_rows(
-    store: Any,
+    store: AuditStore,
     *,
     status: str = "decided",
     route: str | None = None,

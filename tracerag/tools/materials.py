@@ -20,10 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracerag.materials.render import render_trace_back, short, version_lines
 from tracerag.tools.cli_store import add_audit_command, add_store_argument, open_cli_store
+
+if TYPE_CHECKING:
+    from tracerag.identity import OperatorIdentity
 
 ACTIONS = ("approve", "reject", "quarantine", "restore", "delete", "dismiss")
 _ACTION_HELP = {
@@ -46,7 +49,7 @@ def open_registry(url: str | None, **options: Any) -> Any:
         raise SystemExit(f"tracerag: cannot open the material registry: {exc}") from exc
 
 
-def operator_identity(args: argparse.Namespace) -> Any:
+def operator_identity(args: argparse.Namespace) -> OperatorIdentity:
     """The operator the command's token proves; exit 2 with the reason when it proves none."""
     from pathlib import Path
 
@@ -374,7 +377,7 @@ def run_trace_back(args: argparse.Namespace) -> int:
     return 0
 
 
-def feedback_principal(args: argparse.Namespace) -> Any:
+def feedback_principal(args: argparse.Namespace) -> OperatorIdentity:
     """The operator an operator token proves (the verdict counts), else the ``--operator``
     name as declared (kept as an unverified note that counts for nothing)."""
     from tracerag.config import get_config

@@ -28,6 +28,7 @@ from langchain_core.callbacks import (
 )
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
 
@@ -333,7 +334,7 @@ def recorded_options(record: AuditRecord | Mapping[str, Any]) -> dict[str, Any]:
 def replay(
     store: AuditStore,
     request_id: str,
-    llm: Any,
+    llm: BaseChatModel,
     *,
     prompt_version: str,
     model_version: str,
