@@ -48,7 +48,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, RedirectResponse, Response
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
+from pydantic.json_schema import JsonSchemaMode
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
 from tracerag.config import get_config
@@ -267,6 +268,14 @@ def _security(path: str, method: str, svc: Services) -> list[dict[str, list[str]
     return None
 
 
+class _App(FastAPI):
+    """The server's app: its OpenAPI document declares the error shape, the security schemes
+    and the stream's events (``_openapi``)."""
+
+    def openapi(self) -> dict[str, Any]:
+        return _openapi(self)
+
+
 def _openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema:
         return app.openapi_schema
@@ -280,13 +289,14 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     )
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     ref = "#/components/schemas/{model}"
-    for model, mode in (
+    models: tuple[tuple[type[BaseModel], JsonSchemaMode], ...] = (
         (AnswerRequest, "validation"),
         (DecisionRequest, "validation"),
         (FeedbackRequest, "validation"),
         (EventsTicket, "serialization"),
-    ):
-        full = model.model_json_schema(ref_template=ref, mode=mode)  # type: ignore[arg-type]
+    )
+    for model, mode in models:
+        full = model.model_json_schema(ref_template=ref, mode=mode)
         for name, sub in full.pop("$defs", {}).items():
             components.setdefault(name, sub)
         components[model.__name__] = full
@@ -515,13 +525,17 @@ def create_app(
         )
     desk = _desk_config(desk_config) if review_desk else None
 
-    owned_store = not hasattr(store, "append_record")
-    if owned_store:
+    owned_store = store is None or isinstance(store, str)
+    if store is None or isinstance(store, str):
         from tracerag.store import open_store
 
-        store = open_store(store)  # type: ignore[arg-type]
-    assert store is not None and not isinstance(store, str)
-    audit_store: AuditStore = store
+        audit_store = open_store(store)
+    elif hasattr(store, "append_record"):
+        audit_store = store
+    else:
+        raise ConfigurationError(
+            f"store is an AuditStore or a store URL or path, not {type(store).__name__}"
+        )
     try:
         journal_dir = _journal_for(audit_store, journal)
     except ConfigurationError:
@@ -586,7 +600,7 @@ def create_app(
                 svc.desk_db.close()
             audit_store.close()
 
-    app = FastAPI(
+    app = _App(
         title="tracerag",
         summary="Verified answers with their evidence, and a desk for human review.",
         version="1",
@@ -595,7 +609,6 @@ def create_app(
         redoc_url=None,
         openapi_url="/v1/openapi.json",
     )
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.state.services = svc
     app.state.store = audit_store
     app.state.answerer = answerer

@@ -43,6 +43,9 @@ else:  # generic at run time from Python 3.11 on
 class _Stderr(_StreamHandler):
     """Writes to whatever ``sys.stderr`` is at the time of each record."""
 
+    #: marks the handler ``configure_logging`` added (added once however often it is called)
+    _tracerag_serve = True
+
     @property
     def stream(self) -> TextIO:
         return sys.stderr
@@ -60,7 +63,6 @@ def configure_logging(level: str) -> None:
     if not any(getattr(h, "_tracerag_serve", False) for h in logger.handlers):
         handler = _Stderr()
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
-        handler._tracerag_serve = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
         logger.propagate = False
 
