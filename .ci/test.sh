@@ -2,13 +2,13 @@
 # Install everything the test suite needs on a fresh Debian machine with Python 3.11, start the
 # services the integration tests talk to (all on 127.0.0.1), and run the whole suite.
 #
-# What can overlap does: the Go builds (Jaeger, the OpenTelemetry Collector; cached in
-# ~/.cache/tracerag after the first run) start first and run in the background at low priority
-# for the whole run; after the Python packages, the system packages (Debian, npm, Phoenix,
-# PostgreSQL) install beside the local model and the linters; the tests that need neither Jaeger
-# nor the Collector run while the Go builds finish, then Jaeger starts for the rest. Each part
-# writes to its own log, printed when it ends; the step times are printed at the end (and when a
-# step fails).
+# What can overlap does: the Go builds (Jaeger, then the OpenTelemetry Collector from the
+# Collector packages Jaeger's build compiled; both cached in ~/.cache/tracerag after the first
+# run) start first and run in the background at low priority for the whole run; after the
+# Python packages, the system packages (Debian, npm, Phoenix, PostgreSQL) install beside the
+# local model and the linters; the tests that need neither Jaeger nor the Collector run while
+# the Go builds finish, then Jaeger starts for the rest. Each part writes to its own log,
+# printed when it ends; the step times are printed at the end (and when a step fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,19 +24,43 @@ logs=$(mktemp -d "${TMPDIR:-/tmp}/tracerag-test.XXXXXX")
 
 say() { printf '\n== %s (%ss)\n' "$*" "$SECONDS" >&2; }
 
-timed() {  # timed NAME CMD...: run CMD and record how long it took
-    local name=$1 t0=$SECONDS rc=0
+ms() {  # ms VAR 1m2.345s: that duration (as the times builtin prints it) in milliseconds
+    local v=$2 m sec
+    m=${v%%m*}
+    sec=${v#*m}
+    sec=${sec%s}
+    printf -v "$1" '%d' "$((m * 60000 + 10#${sec%.*} * 1000 + 10#${sec#*.}))"
+}
+
+cpu_ms() {  # cpu_ms VAR: CPU time (user + system, ms) of this shell's finished children
+    local f="$logs/cpu.$BASHPID" _ user sys user_ms sys_ms
+    times >"$f"  # a builtin: run by this shell, not by a subshell with no children of its own
+    { read -r _; read -r user sys; } <"$f"
+    ms user_ms "$user"
+    ms sys_ms "$sys"
+    printf -v "$1" '%d' "$((user_ms + sys_ms))"
+}
+
+timed() {  # timed NAME CMD...: run CMD and record how long it took, and its processes' CPU time
+    local name=$1 t0=$SECONDS rc=0 cpu0 cpu1
     shift
+    cpu_ms cpu0
     "$@" || rc=$?
-    printf '%-52s %5ss%s\n' "$name" "$((SECONDS - t0))" "$([ "$rc" = 0 ] || echo "  FAILED ($rc)")" \
-        >>"$logs/times"
+    cpu_ms cpu1
+    printf '%-52s %5ss %6ss%s\n' "$name" "$((SECONDS - t0))" "$(((cpu1 - cpu0 + 500) / 1000))" \
+        "$([ "$rc" = 0 ] || echo "  FAILED ($rc)")" >>"$logs/times"
     return "$rc"
 }
 
 print_times() {
-    printf '\n== step times (wall clock; parts in the background overlap)\n' >&2
+    local cpu
+    cpu_ms cpu
+    printf '\n== step times: wall clock, and CPU time (user + system) of each step\n' >&2
+    printf '   (parts run side by side: their wall clock times add up to more than the total)\n' >&2
+    printf '%-52s %6s %7s\n' "step" "wall" "CPU" >&2
     cat "$logs/times" >&2
-    printf '%-52s %5ss\n' "total" "$SECONDS" >&2
+    printf '%-52s %5ss %6ss\n' "total" "$SECONDS" "$(((cpu + 500) / 1000))" >&2
+    printf '(load average at the end: %s)\n' "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" >&2
 }
 
 declare -A lane_pid=()
@@ -85,10 +109,10 @@ trap 'exit 143' TERM INT  # stopped: the lanes and services are stopped too
 
 # -- the lanes -----------------------------------------------------------------------------
 
-go_builds() {  # one after the other: the Collector reuses the modules Jaeger fetched
+go_builds() {  # one after the other: the Collector is built from packages Jaeger's build compiled
     timed "Go: Jaeger v2 (built the first time)" \
         nice -n 19 bash .ci/jaeger.sh build >"$logs/jaeger.path"
-    timed "Go: OpenTelemetry Collector (built the first time)" \
+    timed "Go: OpenTelemetry Collector (from Jaeger's packages)" \
         nice -n 19 bash .ci/otelcol.sh build >"$logs/otelcol.path"
 }
 

@@ -27,6 +27,7 @@ _EXPORTS = {
     "support": "tracerag.signals.support",
     "Support": "tracerag.signals.support",
     "JudgeSupport": "tracerag.signals.judge",
+    "AnswerRelevance": "tracerag.signals.relevance",
     "CheckerSupport": "tracerag.signals.checker",
     "RuleResult": "tracerag.signals.rules",
     "rule": "tracerag.signals.rules",
@@ -46,6 +47,13 @@ _EXPORTS = {
     "ModelTimeoutError": "tracerag.errors",
     "RetrieverTimeoutError": "tracerag.errors",
     "OutputTooLongError": "tracerag.errors",
+    "UnreadableOutputError": "tracerag.errors",
+    "InputTypeError": "tracerag.errors",
+    "UnknownOptionError": "tracerag.errors",
+    "UnknownPromptError": "tracerag.errors",
+    "MissingDependencyError": "tracerag.errors",
+    "AuthenticationError": "tracerag.errors",
+    "StoreError": "tracerag.store",
     "Combiner": "tracerag.signals.confidence",
     "HeuristicCombiner": "tracerag.signals.confidence",
     "Signals": "tracerag.signals.confidence",
@@ -70,9 +78,11 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AnswerRelevance",
     "AuditRecord",
     "AuditStore",
     "AuditWriter",
+    "AuthenticationError",
     "CalibratedCombiner",
     "CallError",
     "CallTimeoutError",
@@ -87,7 +97,9 @@ __all__ = [
     "HeuristicCombiner",
     "InMemoryEscalationHandler",
     "InputError",
+    "InputTypeError",
     "JudgeSupport",
+    "MissingDependencyError",
     "MissingVersionError",
     "ModelTimeoutError",
     "OutputTooLongError",
@@ -105,12 +117,16 @@ __all__ = [
     "Signals",
     "Stage",
     "StageEvent",
+    "StoreError",
     "Support",
     "SupportBackend",
     "Thresholds",
     "Ticket",
     "Tier",
     "TraceragError",
+    "UnknownOptionError",
+    "UnknownPromptError",
+    "UnreadableOutputError",
     "WrappedChain",
     "__version__",
     "configure",
@@ -161,17 +177,23 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag.contract import Evidence, Response, response_schema, validate_response
     from tracerag.demo.models.extractive import ExtractiveChatModel
     from tracerag.errors import (
+        AuthenticationError,
         CallError,
         CallTimeoutError,
         ConfigurationError,
         ContractError,
         InputError,
+        InputTypeError,
+        MissingDependencyError,
         MissingVersionError,
         ModelTimeoutError,
         OutputTooLongError,
         PlanError,
         RetrieverTimeoutError,
         TraceragError,
+        UnknownOptionError,
+        UnknownPromptError,
+        UnreadableOutputError,
     )
     from tracerag.events import StageEvent
     from tracerag.metrics import configure_metrics
@@ -184,8 +206,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag.signals.confidence import Combiner, HeuristicCombiner, Signals
     from tracerag.signals.consistency import Equivalence
     from tracerag.signals.judge import JudgeSupport
+    from tracerag.signals.relevance import AnswerRelevance
     from tracerag.signals.rules import Rule, RuleResult, rule
     from tracerag.signals.support import Support, SupportBackend, register_backend, support
-    from tracerag.store import AuditStore, AuditWriter, open_store
+    from tracerag.store import AuditStore, AuditWriter, StoreError, open_store
     from tracerag.tracing import configure, trace_link
     from tracerag.wrap import WrappedChain, wrap

@@ -42,6 +42,7 @@ from datetime import date, datetime
 from enum import Enum
 from typing import Any, ClassVar, Final, NamedTuple, Protocol
 
+from tracerag.errors import ConfigurationError
 from tracerag.telemetry.spans import set_span_io
 
 __all__ = [
@@ -208,7 +209,7 @@ def _path(s: Signal) -> _Path:
     assert s.record is not None
     section, _, key = s.record.rpartition(".")
     if "." in section:
-        raise ValueError(f"a record path has at most one section: {s.record!r}")
+        raise ConfigurationError(f"a record path has at most one section: {s.record!r}")
     return _Path(section or None, key, s.get, s.across, s.absent, s.is_json)
 
 

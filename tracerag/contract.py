@@ -19,7 +19,7 @@ import fastjsonschema
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
 
-from tracerag.errors import ContractError
+from tracerag.errors import ContractError, InputError
 
 Decision = Literal["pass", "review", "escalate"]
 Status = Literal["answered", "flagged_for_review", "pending_human_review", "unverified"]
@@ -114,6 +114,17 @@ class SignalDetail(BaseModel):
     samples_ok: int = 0
     samples_failed: int = 0
     confidence_caps: list[str] = Field(default_factory=list)
+    answers_question: bool | None = Field(
+        default=None,
+        description="False: the answer does not address the question (it cannot pass; "
+        "relevance.reason says why). Null: not judged.",
+    )
+    relevance: dict[str, Any] = Field(
+        default_factory=dict,
+        description="How answers_question was judged: method, the question's words and those "
+        "the answer names, the kind of value asked and whether it is stated, the similarity "
+        "(embeddings), and the reason.",
+    )
 
 
 class Versions(BaseModel):
@@ -246,7 +257,7 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
 
     def resolve(node: Any, depth: int = 0) -> Any:
         if depth > 50:
-            raise ValueError("schema nesting too deep (recursive $ref?)")
+            raise InputError("schema nesting too deep (recursive $ref?)")
         if isinstance(node, dict):
             ref = node.get("$ref")
             if isinstance(ref, str) and ref.startswith("#/$defs/"):
@@ -275,7 +286,7 @@ def _schemas(name: str) -> tuple[jsonschema.protocols.Validator, Callable[[Any],
 
 
 def validate_with(name: str, instance: Any) -> None:
-    """Validate against a schema in ``tracerag/schemas``; raises ``jsonschema.ValidationError``.
+    """Validate against a schema in ``tracerag/schemas``; raises ``ContractError``.
 
     The common (valid) case runs a compiled validator; a failure is explained by the reference
     ``jsonschema`` validator, so the error names the offending path.
@@ -287,18 +298,15 @@ def validate_with(name: str, instance: Any) -> None:
         error = jsonschema.exceptions.best_match(reference.iter_errors(instance))
         if error is None:  # the two validators disagree: trust the reference one
             return
-        raise error from None
+        path = "".join(f"/{part}" for part in error.absolute_path)
+        raise ContractError(error.message, path) from None
 
 
 def validate_response(payload: dict[str, Any] | Response) -> None:
     """Raise ``ContractError`` if the payload does not match the Response schema."""
     if isinstance(payload, Response):
         payload = payload.model_dump(mode="json")
-    try:
-        validate_with("response.schema.json", payload)
-    except jsonschema.ValidationError as exc:
-        path = "".join(f"/{part}" for part in exc.absolute_path)
-        raise ContractError(exc.message, path) from None
+    validate_with("response.schema.json", payload)
 
 
 def __getattr__(name: str) -> Any:

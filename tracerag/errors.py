@@ -1,23 +1,58 @@
 """Errors tracerag raises to its callers, in one tree.
 
-Every exception tracerag raises on purpose is a ``TraceragError``::
+Every exception tracerag raises on purpose is a ``TraceragError``. Some classes also derive
+from a built-in (``(ValueError too)``): the one an older release raised in their place, or the
+one Python raises for the same fault, so ``except ValueError`` / ``except KeyError`` keeps
+working. Import a class from ``tracerag`` or from the module named beside it; ``(internal)``
+ones are answered inside tracerag (by the server) and reach no caller::
 
     TraceragError
-    ├── InputError                 the request input is malformed (ValueError too)
-    ├── ConfigurationError         a pipeline setting is invalid (ValueError too)
-    │   └── MissingVersionError    no prompt or model version: refused before any model call
-    ├── ContractError              a Response fails the shipped JSON Schema (ValueError too)
-    ├── PlanError                  the model's plan is not valid plan JSON
-    ├── CallError                  a model or retriever call failed in a way tracerag detects
-    │   ├── CallTimeoutError       the call did not return within its timeout (TimeoutError too)
+    ├── InputError (ValueError too)
+    │   └── InputTypeError (TypeError too)
+    ├── ConfigurationError (ValueError too)
+    │   ├── AppTargetError                            (internal)
+    │   ├── MissingDependencyError (ImportError too)
+    │   ├── MissingVersionError
+    │   ├── UnknownOptionError (TypeError too)
+    │   └── UnknownPromptError (KeyError too)
+    ├── AuthenticationError
+    │   ├── InvalidUserToken (ValueError too)         tracerag.materials
+    │   └── UnknownOperator (ValueError too)          tracerag.identity
+    ├── ContractError (ValueError too)
+    ├── PlanError
+    ├── CallError
+    │   ├── CallTimeoutError (TimeoutError too)
     │   │   ├── ModelTimeoutError
     │   │   └── RetrieverTimeoutError
-    │   └── OutputTooLongError     the model's output is longer than the configured cap
-    └── tracerag.store.StoreError  the audit store refused an operation (see tracerag.store)
-        ├── RequestNotFound        (KeyError too)
-        ├── NotQueued              (KeyError too)
-        ├── InvalidRecord          (ValueError too)
-        └── DuplicateRequest, AlreadyDecided, ClaimedByOther, SchemaTooNew
+    │   ├── ContextWindowError (ValueError too)       tracerag.demo.models.local
+    │   ├── OutputTooLongError
+    │   └── UnreadableOutputError (TypeError too)
+    ├── StoreError
+    │   ├── AlreadyDecided                            tracerag.store
+    │   ├── AlreadyReviewed                           tracerag.store
+    │   ├── ClaimedByOther                            tracerag.store
+    │   ├── DuplicateRequest                          tracerag.store
+    │   ├── InvalidRecord (ValueError too)            tracerag.store
+    │   ├── JournalError (OSError too)                tracerag.store
+    │   │   └── JournalBusy                           tracerag.store
+    │   ├── NotQueued (KeyError too)                  tracerag.store
+    │   ├── RequestNotFound (KeyError too)            tracerag.store
+    │   ├── SchemaTooNew                              tracerag.store
+    │   ├── StoreFailing                              tracerag.store
+    │   ├── StoreMissing                              tracerag.store
+    │   ├── StoreReplaced                             tracerag.store
+    │   └── StoreVanished                             tracerag.store
+    ├── MaterialStoreError                            tracerag.materials
+    │   ├── ConcurrentChange                          tracerag.materials
+    │   ├── DuplicateFeedback                         tracerag.materials
+    │   ├── FeedbackLimited                           tracerag.materials
+    │   ├── InvalidTransition (ValueError too)        tracerag.materials
+    │   └── MaterialNotFound (KeyError too)           tracerag.materials
+    ├── CostTooHigh                                   tracerag.tools.explain
+    ├── DeskStateError                                (internal)
+    ├── KeyReused                                     (internal)
+    ├── ReplayRefused                                 tracerag.tools.replay
+    └── RunTableError                                 (internal)
 
 What ``invoke()`` / ``ainvoke()`` raise: ``InputError`` for bad input, ``ConfigurationError``
 (including ``MissingVersionError``) for a pipeline that cannot answer, ``ContractError`` if a
@@ -26,24 +61,31 @@ tracing, metrics, the audit store and the escalation handler are not raised: the
 in the Response's record and routed (a request whose samples all failed is escalated).
 ``CallError`` and ``PlanError`` are what such records name.
 
-Some classes also derive from the built-in an older release raised in their place (noted
-above), so ``except ValueError`` / ``except KeyError`` written against it keeps working.
+What tracerag raises that is not in the tree: ``NotImplementedError`` from an interface method,
+``AttributeError`` from a module's ``__getattr__``, ``SystemExit`` ending a command, and an
+exception it caught and raises again (docs/errors.md lists each category).
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "AuthenticationError",
     "CallError",
     "CallTimeoutError",
     "ConfigurationError",
     "ContractError",
     "InputError",
+    "InputTypeError",
+    "MissingDependencyError",
     "MissingVersionError",
     "ModelTimeoutError",
     "OutputTooLongError",
     "PlanError",
     "RetrieverTimeoutError",
     "TraceragError",
+    "UnknownOptionError",
+    "UnknownPromptError",
+    "UnreadableOutputError",
 ]
 
 
@@ -52,21 +94,44 @@ class TraceragError(Exception):
 
 
 class InputError(TraceragError, ValueError):
-    """The request input is malformed (empty or invisible question, wrong type, unknown field,
-    invalid Unicode)."""
+    """An input is malformed: a request's question (empty, invisible, invalid Unicode, an
+    unknown field), an argument of a call, a row of a data file, a reviewer's decision."""
+
+
+class InputTypeError(InputError, TypeError):
+    """An input has the wrong type: text that is not a ``str``, a message that is not text."""
 
 
 class ConfigurationError(TraceragError, ValueError):
-    """A pipeline setting is invalid (thresholds out of order, unknown tier, bad backend name,
-    a missing retriever or model)."""
+    """A setting is invalid: a pipeline option or threshold, a policy, a price table, an
+    environment variable, a credentials file, a missing retriever or model."""
 
 
 class MissingVersionError(ConfigurationError):
     """A request has no prompt version or no model version; it is refused before any model call."""
 
 
+class UnknownOptionError(ConfigurationError, TypeError):
+    """A keyword argument the call does not take, refused as Python refuses one."""
+
+
+class UnknownPromptError(ConfigurationError, KeyError):
+    """No prompt version is registered under the name asked for."""
+
+    __str__ = BaseException.__str__  # the message as written, not quoted as KeyError quotes it
+
+
+class MissingDependencyError(ConfigurationError, ImportError):
+    """An optional extra, or the model file it brings, is not installed; the message says what
+    to install."""
+
+
+class AuthenticationError(TraceragError):
+    """A token or credential proves no one, or someone other than the name given with it."""
+
+
 class ContractError(TraceragError, ValueError):
-    """A Response does not match the shipped JSON Schema.
+    """A payload does not match its shipped JSON Schema (a Response, a plan).
 
     ``message`` says what is wrong and ``path`` where (a JSON Pointer into the payload).
     """
@@ -82,7 +147,8 @@ class PlanError(TraceragError):
 
 
 class CallError(TraceragError):
-    """A call to the model or the retriever failed in a way tracerag itself detected."""
+    """A call to the model, the retriever or the wrapped app failed in a way tracerag itself
+    detected."""
 
 
 class CallTimeoutError(CallError, TimeoutError):
@@ -121,3 +187,7 @@ class OutputTooLongError(CallError):
         self.length = length
         self.cap = cap
         self.text = text
+
+
+class UnreadableOutputError(CallError, TypeError):
+    """The wrapped app's output holds no answer tracerag can find (``output_key=`` names it)."""

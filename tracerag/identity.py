@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tracerag.errors import AuthenticationError, ConfigurationError
+
 OPERATOR_TOKEN_ENV = "TRACERAG_OPERATOR_TOKEN"
 OPERATORS_FILE_ENV = "TRACERAG_OPERATORS_FILE"
 
@@ -48,7 +50,7 @@ _NAME = re.compile(r"^[\w .@+\-]{1,64}$", re.UNICODE)
 _HASH = re.compile(r"^sha256:([0-9a-f]{64})$")
 
 
-class UnknownOperator(ValueError):
+class UnknownOperator(AuthenticationError, ValueError):
     """The operator's credential is missing, unknown, or names someone else."""
 
 
@@ -73,7 +75,7 @@ def read_token_file(path: str | Path) -> dict[str, str]:
         name, sep, digest = line.partition(":")
         name = name.strip()
         if not sep or not valid_name(name) or not _HASH.match(digest.strip()):
-            raise ValueError(
+            raise ConfigurationError(
                 f"{path}:{n}: expected 'name:sha256:<64 hex>' "
                 "(make one with: tracerag serve --hash-token NAME)"
             )

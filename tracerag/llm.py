@@ -36,6 +36,7 @@ from tenacity import (
 
 from tracerag.errors import (
     CallTimeoutError,
+    InputTypeError,
     ModelTimeoutError,
     OutputTooLongError,
     RetrieverTimeoutError,
@@ -238,7 +239,7 @@ if sys.version_info >= (3, 11):  # ``Task.uncancel`` is new in 3.11
             loop = asyncio.get_running_loop()
             task = asyncio.current_task(loop)
             if task is None:
-                raise RuntimeError("a time limit applies only inside a task")
+                raise AssertionError("a time limit applies only inside a task")
             self._task = task
             self._cancelling = task.cancelling()
             self._handle = loop.call_at(
@@ -501,7 +502,7 @@ def text_of(message: BaseMessage, *, strict: bool = False, sep: str = "") -> str
         elif isinstance(block, dict) and isinstance(block.get("text"), str):
             parts.append(block["text"])
         elif strict:
-            raise TypeError(f"a {type(block).__name__} content block is not text")
+            raise InputTypeError(f"a {type(block).__name__} content block is not text")
     return sep.join(parts)
 
 

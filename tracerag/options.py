@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tracerag.errors import UnknownOptionError
+
 
 def check_options(caller: str, options: Iterable[str], declared: frozenset[str]) -> None:
-    """Raise ``TypeError`` for the first of ``options`` that is not in ``declared``."""
+    """``UnknownOptionError`` (a ``TypeError``) for the first of ``options`` not ``declared``."""
     for name in options:
         if name not in declared:
-            raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
+            raise UnknownOptionError(f"{caller}() got an unexpected keyword argument {name!r}")
 
 
 __all__ = ["check_options"]

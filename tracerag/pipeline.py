@@ -22,6 +22,7 @@ from tracerag.signals.attribution import ShapeThresholds
 from tracerag.signals.calibrated import default_combiner
 from tracerag.signals.confidence import Combiner
 from tracerag.signals.consistency import Equivalence
+from tracerag.signals.relevance import AnswerRelevance
 from tracerag.signals.rules import Rule
 from tracerag.signals.support import SupportBackend
 from tracerag.stages.table import ModelSource, Step, steps_for
@@ -63,7 +64,10 @@ class PipelineOptions(TypedDict, total=False):
     request). ``audit`` ("auto"): where audit records go (see ``tracerag.audit``).
     ``review_clustered_retrieval`` (False), ``relevance_floor`` and ``retrieval_shape``: see
     ``tracerag.signals.attribution``. ``prices``: a price table per model (a mapping or a JSON
-    file, see ``tracerag.usage``) for the cost of each request.
+    file, see ``tracerag.usage``) for the cost of each request. ``answer_relevance``: how to
+    judge whether the answer addresses the question (an ``AnswerRelevance``; None or True:
+    the default one; False: not judged); a passing answer that does not address it goes to
+    review (see ``tracerag.signals.relevance``).
     """
 
     n_samples: int
@@ -82,6 +86,7 @@ class PipelineOptions(TypedDict, total=False):
     relevance_floor: float | None
     retrieval_shape: ShapeThresholds | None
     prices: Mapping[str, Price | Mapping[str, float] | str] | str | None
+    answer_relevance: AnswerRelevance | bool | None
 
 
 class RAGPipelineOptions(PipelineOptions, total=False):
@@ -128,11 +133,21 @@ def build_settings(
     prices: Mapping[str, Price | Mapping[str, float] | str] | str | None = None,
     tier: Tier | TierName = Tier.HIGH,
     plan_mode: PlanMode | PlanModeName = PlanMode.SEPARATE,
+    answer_relevance: AnswerRelevance | bool | None = None,
     **options: Unpack[SettingsOptions],
 ) -> Settings:
     """Settings from user-facing options, with every default filled in (shared with wrap())."""
     if isinstance(thresholds, tuple):
         thresholds = Thresholds(pass_at=thresholds[0], review_at=thresholds[1])
+    if answer_relevance is None or answer_relevance is True:
+        answer_relevance = AnswerRelevance()
+    elif answer_relevance is False:
+        answer_relevance = None
+    elif not isinstance(answer_relevance, AnswerRelevance):
+        raise ConfigurationError(
+            "answer_relevance must be an AnswerRelevance, True or False, got "
+            f"{type(answer_relevance).__name__}"
+        )
     return Settings(
         tier=Tier.parse(tier, "tier"),
         plan_mode=PlanMode.parse(plan_mode, "plan"),
@@ -145,6 +160,7 @@ def build_settings(
         record_sink=resolve_sink(audit),
         retrieval_shape=retrieval_shape or ShapeThresholds(),
         prices=load_prices(prices),
+        answer_relevance=answer_relevance,
         **options,
     )
 

@@ -21,6 +21,7 @@ from functools import lru_cache
 from langchain_core.messages import BaseMessage
 from langchain_core.prompts import ChatPromptTemplate
 
+from tracerag.errors import ConfigurationError, UnknownPromptError
 from tracerag.signals.types import Material, Plan
 
 TASK_PLAN = "plan"
@@ -207,17 +208,17 @@ def register_prompt(prompt: PromptVersion) -> PromptVersion:
     """Make a prompt version available by name (``get_prompt``); a name is registered once."""
     known = _PROMPTS.get(prompt.name)
     if known is not None and known != prompt:
-        raise ValueError(f"another prompt is already registered as {prompt.name!r}")
+        raise ConfigurationError(f"another prompt is already registered as {prompt.name!r}")
     _PROMPTS[prompt.name] = prompt
     return prompt
 
 
 def get_prompt(name: str) -> PromptVersion:
-    """The registered prompt version called ``name``; KeyError lists the known names."""
+    """The prompt version registered as ``name``; ``UnknownPromptError`` lists the known names."""
     try:
         return _PROMPTS[name]
     except KeyError:
-        raise KeyError(
+        raise UnknownPromptError(
             f"no prompt version {name!r}; registered: {', '.join(sorted(_PROMPTS))}"
         ) from None
 

@@ -260,8 +260,12 @@ class RecordSignals(_Part):
     rules: list[RecordRule] = Field(default_factory=list)
     #: tiers 1 and 2 of attribution (``tracerag.signals.attribution.Attribution.to_record``)
     attribution: dict[str, Any] | None = None
+    #: whether the answer addresses the question (``RelevanceReport.to_record``)
+    relevance: dict[str, Any] | None = None
 
-    @field_validator("citations", "consistency", "selection", "attribution", mode="before")
+    @field_validator(
+        "citations", "consistency", "selection", "attribution", "relevance", mode="before"
+    )
     @classmethod
     def _parts(cls, value: Any) -> Any:
         return _mapping_or_none(value)
@@ -470,6 +474,14 @@ class AuditRecord(_Part):
     @property
     def confidence_caps(self) -> list[str]:
         return self.response.confidence_caps if self.response is not None else []
+
+    @property
+    def off_topic_reason(self) -> str | None:
+        """Why the answer does not address the question, when the relevance check said so."""
+        relevance = self.signals.relevance or {}
+        if relevance.get("addresses") is False:
+            return str(relevance.get("reason") or "the answer does not address the question")
+        return None
 
     @property
     def rules_failed(self) -> list[str]:

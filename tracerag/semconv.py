@@ -117,6 +117,7 @@ SIGNAL_RULE_CHECK = "tracerag.signal.rule_check"
 SIGNAL_RULES_FAILED = "tracerag.signal.rules_failed"
 SIGNAL_RETRIEVAL = "tracerag.signal.retrieval"
 SIGNAL_PLAN = "tracerag.signal.plan"
+SIGNAL_ANSWER_RELEVANT = "tracerag.signal.answer_relevant"
 
 CONFIDENCE = "tracerag.confidence"
 DECISION = "tracerag.decision"

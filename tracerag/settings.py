@@ -18,6 +18,7 @@ from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thres
 from tracerag.signals.attribution import ShapeThresholds
 from tracerag.signals.confidence import Combiner, HeuristicCombiner
 from tracerag.signals.consistency import Equivalence
+from tracerag.signals.relevance import AnswerRelevance
 from tracerag.signals.rules import Rule
 from tracerag.signals.support import SupportBackend
 from tracerag.usage import Price
@@ -104,6 +105,8 @@ class Settings:
     retrieval_shape: ShapeThresholds = field(default_factory=ShapeThresholds)
     review_clustered_retrieval: bool = False  # a passing answer over a clustered retrieval: review
     relevance_floor: float | None = None  # materials scored below it are reported as such
+    # does the answer address the question? (tracerag.signals.relevance; None: not checked)
+    answer_relevance: AnswerRelevance | None = field(default_factory=AnswerRelevance)
     # the prompt texts sent (None: tracerag.prompts.DEFAULT_PROMPT)
     prompt: PromptVersion | None = None
     # model name -> price, for the cost of each request (None: tokens only)

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from tracerag.signals.attribution import Attribution
     from tracerag.signals.citations import CitationReport
     from tracerag.signals.consistency import ConsistencyReport
+    from tracerag.signals.relevance import RelevanceReport
     from tracerag.signals.rules import RuleResult
 
 __all__ = [
@@ -632,6 +633,16 @@ def _claims(v: Verification) -> list[dict[str, Any]]:
     ]
 
 
+def _answers_question(v: Verification) -> Any:
+    """Whether the answer addresses the question (None: not judged); left out where the
+    check is off."""
+    return v.relevance.addresses if v.relevance is not None else OMIT
+
+
+def _relevance(v: Verification) -> Any:
+    return v.relevance.to_record() if v.relevance is not None else OMIT
+
+
 @dataclass(frozen=True)
 class Verification:
     """Stage 5: the chosen answer's citation report, consistency, selection and rules."""
@@ -642,6 +653,8 @@ class Verification:
     selection: Selection
     rules: tuple[RuleResult, ...] = ()
     errors: tuple[StageError, ...] = ()
+    #: whether the chosen answer addresses the question (None: the check is off)
+    relevance: RelevanceReport | None = None
 
     SIGNALS: ClassVar[tuple[Signal, ...]] = (
         Signal(
@@ -707,6 +720,13 @@ class Verification:
         Signal(lambda v: v.consistency, record="signals.consistency"),
         Signal(lambda v: v.selection, record="signals.selection"),
         Signal(lambda v: v.rules, record="signals.rules"),
+        Signal(
+            _answers_question,
+            span=semconv.SIGNAL_ANSWER_RELEVANT,
+            stream="answers_question",
+            io="answer_relevance",
+        ),
+        Signal(_relevance, record="signals.relevance", is_json=True),
     )
 
     def to_record(self) -> dict[str, Any]:

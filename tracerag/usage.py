@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 from langchain_core.messages import BaseMessage
 
 from tracerag import semconv
+from tracerag.errors import ConfigurationError
 
 T = TypeVar("T")
 
@@ -333,24 +334,26 @@ class Price:
 def parse_prices(data: Mapping[str, Any]) -> dict[str, Price]:
     """A price table from ``{"model": {"input_per_1k": x, "output_per_1k": y}}``.
 
-    A top-level ``"currency"`` or ``"note"`` string is allowed and ignored. Raises ValueError
-    naming the model whose entry is not two non-negative numbers.
+    A top-level ``"currency"`` or ``"note"`` string is allowed and ignored. Raises
+    ``ConfigurationError`` naming the model whose entry is not two non-negative numbers.
     """
     if not isinstance(data, Mapping):
-        raise ValueError("a price table is a JSON object of model name -> prices")
+        raise ConfigurationError("a price table is a JSON object of model name -> prices")
     table: dict[str, Price] = {}
     for model, entry in data.items():
         if model in ("currency", "note") and isinstance(entry, str):
             continue
         if not isinstance(entry, Mapping):
-            raise ValueError(
+            raise ConfigurationError(
                 f"price of {model!r} must be an object with input_per_1k and output_per_1k"
             )
         values = []
         for key in ("input_per_1k", "output_per_1k"):
             value = entry.get(key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"price of {model!r}: {key} must be a non-negative number")
+                raise ConfigurationError(
+                    f"price of {model!r}: {key} must be a non-negative number"
+                )
             values.append(float(value))
         table[str(model)] = Price(*values)
     return table
@@ -368,7 +371,7 @@ def load_prices(source: str | Path | Mapping[str, Any] | None) -> dict[str, Pric
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read the price table {path}: {exc}") from exc
+        raise ConfigurationError(f"cannot read the price table {path}: {exc}") from exc
     return parse_prices(data)
 
 

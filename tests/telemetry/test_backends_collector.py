@@ -1,9 +1,10 @@
 """tracerag → a real OpenTelemetry Collector → real Jaeger.
 
 The Collector is the minimal distribution ``.ci/otelcol.sh`` builds with the Collector's own
-builder (OTLP receiver, batch processor, OTLP exporters, debug exporter), run on 127.0.0.1 with
-a config written here: traces to Jaeger over OTLP/gRPC, metrics to the debug exporter. The
-example stack's Collector config must also be valid for that binary's components.
+builder (OTLP receiver, batch processor, OTLP exporters, debug exporter), from the Collector
+release Jaeger is built on, run on 127.0.0.1 with a config written here: traces to Jaeger over
+OTLP/gRPC, metrics to the debug exporter. The example stack's Collector config must also be
+valid for that binary's components.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from jaeger_backend import Jaeger, check_request_trace, free_port, get, start_jaeger
 from otlp_receiver import backend_missing
 from pipeline_fixtures import REPO
@@ -27,6 +30,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = REPO
 CACHE = Path(os.environ.get("TRACERAG_OTELCOL_CACHE") or Path.home() / ".cache/tracerag/otelcol")
+MANIFEST = ROOT / ".ci" / "otelcol-builder.yaml"
 
 CONFIG = """
 receivers:
@@ -39,7 +43,7 @@ receivers:
 processors:
   batch: {{}}
 exporters:
-  otlp_grpc/jaeger:
+  otlp/jaeger:
     endpoint: {jaeger}
     tls:
       insecure: true
@@ -52,7 +56,7 @@ service:
     traces:
       receivers: [otlp]
       processors: [batch]
-      exporters: [otlp_grpc/jaeger]
+      exporters: [otlp/jaeger]
     metrics:
       receivers: [otlp]
       processors: [batch]
@@ -66,8 +70,9 @@ def collector_binary() -> str | None:
         return explicit if Path(explicit).exists() else None
     import hashlib
 
-    manifest = (ROOT / ".ci" / "otelcol-builder.yaml").read_bytes()
-    cached = CACHE / f"otelcol-min-v0.165.0-{hashlib.sha256(manifest).hexdigest()[:12]}"
+    manifest = MANIFEST.read_bytes()
+    version = yaml.safe_load(manifest)["dist"]["version"]
+    cached = CACHE / f"otelcol-min-v{version}-{hashlib.sha256(manifest).hexdigest()[:12]}"
     return str(cached) if cached.exists() else None
 
 
@@ -155,12 +160,66 @@ def test_through_the_collector_to_jaeger(
     assert not [r for r in caplog.records if "does not accept OTLP metrics" in r.getMessage()]
 
 
-def test_example_stack_collector_config_is_valid() -> None:
+def as_named_before_v0_144(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with its ``otlp_grpc`` exporters named ``otlp``, as before Collector v0.144.
+
+    The example names the OTLP/gRPC exporter as the Collector it runs (contrib v0.150) does;
+    the Collector Jaeger v1.76 is built on, and so the one built here, names it ``otlp``. Only
+    that name changes: every component, setting and pipeline is validated as written.
+    """
+
+    def renamed(component_id: str) -> str:
+        kind, _, name = component_id.partition("/")
+        return ("otlp" if kind == "otlp_grpc" else kind) + ("/" + name if name else "")
+
+    config = {**config, "exporters": {renamed(k): v for k, v in config["exporters"].items()}}
+    pipelines = config["service"]["pipelines"]
+    config["service"] = {
+        **config["service"],
+        "pipelines": {
+            name: {**p, "exporters": [renamed(e) for e in p.get("exporters", [])]}
+            for name, p in pipelines.items()
+        },
+    }
+    return config
+
+
+def test_renaming_for_the_older_collector_touches_only_the_otlp_grpc_exporters() -> None:
+    example = yaml.safe_load((ROOT / "examples/observability/otel-collector.yaml").read_text())
+    renamed = as_named_before_v0_144(example)
+    assert [k for k in example["exporters"] if k.startswith("otlp_grpc")]  # not vacuous
+    assert list(renamed["exporters"]) == [
+        k.replace("otlp_grpc", "otlp", 1) for k in example["exporters"]
+    ]
+    assert list(renamed["exporters"].values()) == list(example["exporters"].values())
+    for key in example:
+        if key not in {"exporters", "service"}:
+            assert renamed[key] == example[key]
+    assert renamed["service"]["extensions"] == example["service"]["extensions"]
+    for name, pipeline in example["service"]["pipelines"].items():
+        again = renamed["service"]["pipelines"][name]
+        assert again["receivers"] == pipeline["receivers"]
+        assert again["processors"] == pipeline["processors"]
+        assert again["exporters"] == [
+            e.replace("otlp_grpc", "otlp", 1) for e in pipeline["exporters"]
+        ]
+
+
+def test_example_stack_collector_config_is_valid(tmp_path: Path) -> None:
     binary = collector_binary()
     if binary is None:
         backend_missing("no Collector binary (run: bash .ci/otelcol.sh build)")
-    config = ROOT / "examples" / "observability" / "otel-collector.yaml"
+    example = yaml.safe_load((ROOT / "examples/observability/otel-collector.yaml").read_text())
+    config = tmp_path / "otel-collector.yaml"
+    config.write_text(yaml.safe_dump(as_named_before_v0_144(example)))
     done = subprocess.run(
         [binary, "validate", "--config", str(config)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    # and the validation is real: a component the binary lacks is refused
+    config.write_text(yaml.safe_dump(example))
+    done = subprocess.run(
+        [binary, "validate", "--config", str(config)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0
+    assert 'unknown type: "otlp_grpc"' in done.stderr, done.stderr[-2000:]

@@ -19,6 +19,8 @@ from tracerag.materials.credibility import (
     ema_update,
     temporal_confidence,
 )
+from tracerag.materials.db import MaterialStoreError
+from tracerag.materials.feedback import DuplicateFeedback, FeedbackLimited
 from tracerag.materials.gate import GateReason, GateVerdict, WriteGate
 from tracerag.materials.model import (
     METADATA_KEYS,
@@ -46,6 +48,8 @@ __all__ = [
     "ConcurrentChange",
     "Conflict",
     "CredibilityPolicy",
+    "DuplicateFeedback",
+    "FeedbackLimited",
     "FeedbackLimits",
     "GateReason",
     "GateVerdict",
@@ -54,6 +58,7 @@ __all__ = [
     "MaterialNotFound",
     "MaterialRegistry",
     "MaterialState",
+    "MaterialStoreError",
     "MaterialVersion",
     "Provenance",
     "ReadHit",

@@ -30,7 +30,7 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tracerag.errors import TraceragError
+from tracerag.errors import AuthenticationError, ConfigurationError, InputError
 from tracerag.identity import (
     API_KEY,
     APP_VOUCHED,
@@ -50,7 +50,7 @@ MAX_USER_ID_CHARS = 128
 PERSONS_WITH_AUTHORITY = frozenset({DESK_NAMED, OPERATOR_TOKEN, REVIEW_DECISION})
 
 
-class InvalidUserToken(TraceragError, ValueError):
+class InvalidUserToken(AuthenticationError, ValueError):
     """A signed user token is malformed, forged, expired or signed with another key."""
 
 
@@ -66,9 +66,9 @@ class FeedbackLimits:
 
     def __post_init__(self) -> None:
         if min(self.per_principal, self.per_material, self.notes_per_request) < 1:
-            raise ValueError("feedback limits must be at least 1")
+            raise ConfigurationError("feedback limits must be at least 1")
         if min(self.principal_window, self.material_window) <= 0:
-            raise ValueError("feedback windows must be positive")
+            raise ConfigurationError("feedback windows must be positive")
 
 
 def counts(identity: OperatorIdentity) -> bool:
@@ -140,7 +140,7 @@ class UserTokens:
     ) -> None:
         raw = key.encode("utf-8") if isinstance(key, str) else bytes(key)
         if len(raw) < MIN_KEY_CHARS:
-            raise ValueError(f"the feedback key needs at least {MIN_KEY_CHARS} characters")
+            raise ConfigurationError(f"the feedback key needs at least {MIN_KEY_CHARS} characters")
         self._key = raw
         self.max_age = int(max_age)
         self.clock = clock
@@ -157,7 +157,7 @@ class UserTokens:
     def sign(self, user_id: str, *, ttl: int | None = None) -> str:
         """A token proving ``user_id`` for ``ttl`` seconds (default and at most ``max_age``)."""
         if not _valid_user_id(user_id):
-            raise ValueError(
+            raise InputError(
                 f"a user id has 1 to {MAX_USER_ID_CHARS} characters, no control characters "
                 "and no surrounding spaces"
             )

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from tracerag.errors import ConfigurationError, InputError
+
 #: outcome value of each verdict or reviewer action
 OUTCOMES: dict[str, float] = {
     "confirm": 1.0,
@@ -47,17 +49,17 @@ class CredibilityPolicy:
 
     def __post_init__(self) -> None:
         if not 0.0 < self.rate <= 1.0:
-            raise ValueError("rate must be in (0, 1]")
+            raise ConfigurationError("rate must be in (0, 1]")
         if not 0.0 <= self.prior <= 1.0:
-            raise ValueError("prior must be in [0, 1]")
+            raise ConfigurationError("prior must be in [0, 1]")
         if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}")
+            raise ConfigurationError(f"schedule must be one of {SCHEDULES}")
         if self.half_life_days <= 0 or self.horizon_days <= 0:
-            raise ValueError("half-life and horizon must be positive")
+            raise ConfigurationError("half-life and horizon must be positive")
         if self.quarantine_after < 1:
-            raise ValueError("quarantine_after must be at least 1")
+            raise ConfigurationError("quarantine_after must be at least 1")
         if self.quarantine_below is not None and not 0.0 < self.quarantine_below <= 1.0:
-            raise ValueError("quarantine_below must be in (0, 1]")
+            raise ConfigurationError("quarantine_below must be in (0, 1]")
 
 
 def should_quarantine(denials: int, ema: float, policy: CredibilityPolicy) -> bool:
@@ -70,7 +72,7 @@ def should_quarantine(denials: int, ema: float, policy: CredibilityPolicy) -> bo
 def ema_update(ema: float, outcome: float, rate: float, weight: float = 1.0) -> float:
     """One EMA step toward ``outcome``, scaled by the material's ``weight`` in [0, 1]."""
     if not 0.0 <= weight <= 1.0:
-        raise ValueError("weight must be in [0, 1]")
+        raise InputError("weight must be in [0, 1]")
     return ema + rate * weight * (outcome - ema)
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from langchain_core.documents import Document
 
+from tracerag.errors import InputError
 from tracerag.identity import REVIEW_DECISION, OperatorIdentity
 from tracerag.materials._events import read_row
 from tracerag.materials._principal import (
@@ -445,12 +446,12 @@ def record_feedback(
     request's trail. Raises ``RequestNotFound``, ``DuplicateFeedback``, ``FeedbackLimited``.
     """
     if verdict not in VERDICTS:
-        raise ValueError(f"verdict must be one of {VERDICTS}, not {verdict!r}")
+        raise InputError(f"verdict must be one of {VERDICTS}, not {verdict!r}")
     if verdict == "clarify" and not (correction and correction.strip()):
-        raise ValueError("a clarify verdict needs the correction")
+        raise InputError("a clarify verdict needs the correction")
     who = principal_of(operator)
     if not who.name.strip():
-        raise ValueError("a verdict needs a named principal")
+        raise InputError("a verdict needs a named principal")
     record = registry.store.get(request_id).record
     result = _verdict(
         registry,

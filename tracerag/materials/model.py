@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import date, datetime, timezone
 from typing import Any, Literal, TypedDict
 
+from tracerag.errors import InputError
+
 SourceType = Literal["document", "user_input", "inference", "third_party"]
 Status = Literal["active", "pending_review", "quarantined", "deleted"]
 
@@ -118,9 +120,9 @@ class Provenance:
 
     def __post_init__(self) -> None:
         if self.source_type not in SOURCE_TYPES:
-            raise ValueError(f"source_type must be one of {SOURCE_TYPES}, not {self.source_type!r}")
+            raise InputError(f"source_type must be one of {SOURCE_TYPES}, not {self.source_type!r}")
         if self.source_type == "inference" and not self.parents:
-            raise ValueError("an inferred material needs its parent materials")
+            raise InputError("an inferred material needs its parent materials")
         object.__setattr__(self, "parents", tuple(str(p) for p in self.parents))
 
     def to_dict(self) -> dict[str, Any]:
@@ -184,11 +186,11 @@ class MaterialVersion:
 
     def __post_init__(self) -> None:
         if not self.material_id or not str(self.material_id).strip():
-            raise ValueError("a material needs an id")
+            raise InputError("a material needs an id")
         if self.status not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}, not {self.status!r}")
+            raise InputError(f"status must be one of {STATUSES}, not {self.status!r}")
         if self.version < 1:
-            raise ValueError("versions start at 1")
+            raise InputError("versions start at 1")
         if not self.content_hash:
             object.__setattr__(self, "content_hash", content_hash(self.content))
         if not self.source_snippet:

@@ -27,6 +27,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Union
 
+from tracerag.errors import InputError
 from tracerag.identity import SYSTEM_METHOD, OperatorIdentity
 from tracerag.materials._events import (
     BASELINE_KEY,
@@ -692,7 +693,7 @@ class MaterialRegistry(UsageLog):
         check_options("edit", fields, MaterialFields.__optional_keys__)
         who = _require_operator(operator)
         if not reason or not reason.strip():
-            raise ValueError("an edit needs a reason")
+            raise InputError("an edit needs a reason")
         state = self.get(material_id)
         if state.pending is not None:
             raise ConcurrentChange(
@@ -825,9 +826,9 @@ class MaterialRegistry(UsageLog):
         """
         who = _require_operator(operator)
         if action not in _ALLOWED:
-            raise ValueError(f"action must be one of {sorted(_ALLOWED)}, not {action!r}")
+            raise InputError(f"action must be one of {sorted(_ALLOWED)}, not {action!r}")
         if not reason or not reason.strip():
-            raise ValueError(f"a {action} needs a reason")
+            raise InputError(f"a {action} needs a reason")
         state = self.get(material_id)
         changes: dict[str, Any] = {"status": _TARGET[action], "batch_id": batch_id}
         if action == "approve":
@@ -949,7 +950,7 @@ class MaterialRegistry(UsageLog):
     ) -> tuple[dict[str, Any], dict[str, Any], bool]:
         """One outcome inside a chained transaction: ``(row before, row after, proposed)``."""
         if verdict not in OUTCOMES:
-            raise ValueError(f"verdict must be one of {sorted(OUTCOMES)}, not {verdict!r}")
+            raise InputError(f"verdict must be one of {sorted(OUTCOMES)}, not {verdict!r}")
         cur = ChainCursor(tx.cursor)
         row = read_row(cur, material_id)
         if row is None:
@@ -1355,10 +1356,10 @@ def _resolve_conflicts(cur: Cursor, material_id: str, resolution: str) -> None:
 def _require_operator(operator: Operator) -> OperatorIdentity:
     """The identity of a change's author (a bare name is declared; tracerag's own is system)."""
     if not isinstance(operator, (str, OperatorIdentity)):
-        raise ValueError("every material change needs a named operator")
+        raise InputError("every material change needs a named operator")
     who = OperatorIdentity.of(operator)
     if not who.name.strip():
-        raise ValueError("every material change needs a named operator")
+        raise InputError("every material change needs a named operator")
     if who.name == SYSTEM and not isinstance(operator, OperatorIdentity):
         who = OperatorIdentity(SYSTEM, SYSTEM_METHOD)
     return who

@@ -47,6 +47,7 @@ from langchain_core.vectorstores import VectorStoreRetriever
 from opentelemetry import trace
 from pydantic import ConfigDict, PrivateAttr
 
+from tracerag.errors import ConfigurationError
 from tracerag.materials.credibility import CredibilityPolicy, age_days, temporal_confidence
 from tracerag.materials.model import (
     WITHHELD,
@@ -81,7 +82,7 @@ class RerankWeights:
 
     def __post_init__(self) -> None:
         if min(self.similarity, self.credibility, self.recency) < 0:
-            raise ValueError("weights must not be negative")
+            raise ConfigurationError("weights must not be negative")
 
 
 @dataclass(frozen=True)

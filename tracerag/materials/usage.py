@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from tracerag.errors import InputError
 from tracerag.materials.credibility import CredibilityPolicy
 from tracerag.materials.db import Cursor, RegistryDB
 from tracerag.materials.model import (
@@ -215,7 +216,7 @@ class UsageLog:
 def bump_usage(cur: Cursor, material_id: str, version: int, **counts: int) -> None:
     for name in counts:
         if name not in USAGE_COUNTERS:
-            raise ValueError(f"unknown usage counter {name!r}")
+            raise InputError(f"unknown usage counter {name!r}")
     cur.execute(
         "INSERT INTO material_usage (material_id, version) VALUES (?, ?) ON CONFLICT DO NOTHING",
         (material_id, version),

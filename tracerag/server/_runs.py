@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
 from tracerag.contract import Response, caller_view
-from tracerag.errors import InputError, TraceragError
+from tracerag.errors import ConfigurationError, InputError, TraceragError
 from tracerag.events import StageEvent
 from tracerag.server._run_table import RunTable, StoredRun
 from tracerag.stages.register import new_request_id
@@ -319,7 +319,7 @@ class RunBook:
         follow_seconds: float = DEFAULT_FOLLOW_SECONDS,
     ) -> None:
         if not ttl > 0 or max_runs < 1:
-            raise ValueError("runs are kept for a positive time, at least one")
+            raise ConfigurationError("runs are kept for a positive time, at least one")
         self.store = store
         self.table = table
         self.ttl = ttl

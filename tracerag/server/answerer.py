@@ -23,6 +23,7 @@ from opentelemetry import context as otel_context
 from tracerag._runnable import StagedRunnable
 from tracerag.config import get_config
 from tracerag.contract import Response as RAGResponse
+from tracerag.errors import ConfigurationError
 from tracerag.events import StageEvent
 from tracerag.store.base import AuditStore, DuplicateRequest, InvalidRecord
 
@@ -173,7 +174,7 @@ class Answerer:
         self.store = store
         self.commit_wait = commit_wait_from_config() if commit_wait is None else commit_wait
         if not self.commit_wait > 0:
-            raise ValueError("commit_wait must be a positive number of seconds")
+            raise ConfigurationError("commit_wait must be a positive number of seconds")
         self._commits = ThreadPoolExecutor(
             max_workers=max(1, commit_threads), thread_name_prefix="tracerag-store-commit"
         )

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tracerag.errors import ConfigurationError
 from tracerag.store.base import KIND_NOTE, AuditStore, ReviewDecision
 
 logger = logging.getLogger("tracerag.server")
@@ -54,7 +55,7 @@ class Delivery:
         backoff: float = 0.5,
     ) -> None:
         if isinstance(target, str) and not target.lower().startswith(("http://", "https://")):
-            raise ValueError(f"a decision webhook must be an http(s) URL, got {target!r}")
+            raise ConfigurationError(f"a decision webhook must be an http(s) URL, got {target!r}")
         self.target = target
         self.timeout = timeout
         self.attempts = max(1, attempts)

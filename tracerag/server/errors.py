@@ -1,13 +1,15 @@
 """One error shape for every error the server sends: ``{"error": code, "detail": ...}``.
 
 ``ApiError`` is raised by routes and dependencies; the handlers installed by
-``install_handlers`` turn it, FastAPI's own 404/405/413/422 and any unexpected exception into
-that shape, with the security headers (a 500 is sent outside the middleware stack, so it
-carries them itself).
+``install_handlers`` turn it, a ``TraceragError`` no route answered (by ``error_statuses``:
+the status of the nearest class the table names), FastAPI's own 404/405/413/422 and any
+unexpected exception into that shape, with the security headers (a 500 is sent outside the
+middleware stack, so it carries them itself).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any, Literal, get_args
 
@@ -16,6 +18,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tracerag.errors import TraceragError
 
 logger = logging.getLogger("tracerag.server")
 
@@ -143,6 +147,73 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
+@functools.cache
+def error_statuses() -> dict[type[TraceragError], tuple[int, ErrorCode]]:
+    """The status and code the server answers for a ``TraceragError`` no route answered.
+
+    An error takes the entry of the nearest class in its MRO: a request's fault is a 4xx, a
+    store that cannot be used a 503, a pipeline or a setting of the server's own a 500.
+    """
+    from tracerag import errors as e
+    from tracerag.materials import (
+        ConcurrentChange,
+        DuplicateFeedback,
+        FeedbackLimited,
+        InvalidTransition,
+        MaterialNotFound,
+        MaterialStoreError,
+    )
+    from tracerag.server._desk_db import DeskStateError
+    from tracerag.server._run_table import RunTableError
+    from tracerag.server._runs import KeyReused
+    from tracerag.store import (
+        AlreadyDecided,
+        AlreadyReviewed,
+        ClaimedByOther,
+        DuplicateRequest,
+        InvalidRecord,
+        NotQueued,
+        RequestNotFound,
+        StoreError,
+    )
+
+    return {
+        e.TraceragError: (500, "internal_error"),
+        e.InputError: (422, "invalid_input"),
+        e.ConfigurationError: (500, "internal_error"),
+        e.AuthenticationError: (401, "unauthorized"),
+        e.ContractError: (500, "internal_error"),
+        e.PlanError: (500, "pipeline_failed"),
+        e.CallError: (500, "pipeline_failed"),
+        StoreError: (503, "store_unavailable"),
+        RequestNotFound: (404, "not_found"),
+        NotQueued: (404, "not_found"),
+        DuplicateRequest: (409, "conflict"),
+        AlreadyDecided: (409, "conflict"),
+        ClaimedByOther: (409, "conflict"),
+        AlreadyReviewed: (409, "conflict"),
+        InvalidRecord: (422, "invalid_input"),
+        MaterialStoreError: (503, "store_unavailable"),
+        MaterialNotFound: (404, "not_found"),
+        ConcurrentChange: (409, "conflict"),
+        InvalidTransition: (422, "invalid_input"),
+        DuplicateFeedback: (409, "duplicate"),
+        FeedbackLimited: (429, "too_many_requests"),
+        KeyReused: (422, "idempotency_key_reused"),
+        RunTableError: (503, "store_unavailable"),
+        DeskStateError: (503, "store_unavailable"),
+    }
+
+
+def status_of(error: TraceragError) -> tuple[int, ErrorCode]:
+    """What the server answers for this error (``error_statuses``)."""
+    table = error_statuses()
+    for cls in type(error).__mro__:
+        if cls in table:
+            return table[cls]
+    return table[TraceragError]
+
+
 def _validation_detail(errors: Any) -> list[dict[str, Any]]:
     out = []
     for e in errors:
@@ -162,6 +233,27 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
         return problem(exc.status, exc.error, exc.detail, exc.headers)
+
+    @app.exception_handler(TraceragError)
+    async def _tracerag_error(request: Request, exc: TraceragError) -> JSONResponse:
+        status, code = status_of(exc)
+        if status >= 500:  # the server's own failure: what, not why (that is in the log)
+            logger.error(
+                "%s on %s %s: %s",
+                type(exc).__name__,
+                request.method,
+                bounded(request.url.path),
+                bounded(str(exc)),
+                exc_info=exc,
+            )
+            detail = type(exc).__name__
+        else:
+            detail = str(exc)
+        retry_after = getattr(exc, "retry_after", None)
+        headers = None
+        if isinstance(retry_after, (int, float)) and status == 429:
+            headers = {"Retry-After": str(max(1, int(retry_after + 0.999)))}
+        return problem(status, code, detail, headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -76,7 +76,8 @@ class StageEvent(BaseModel):
     duration_s: float | None
     signals: dict[str, Any] = Field(
         description="Key signals of the stage (retrieve: count, material_ids, top_score; "
-        "verify: citation_valid, citation_score, fabricated_citations, self_consistency; "
+        "verify: citation_valid, citation_score, fabricated_citations, self_consistency, "
+        "answers_question; "
         "assemble: confidence, decision; …). Never answer text."
     )
 

@@ -202,6 +202,9 @@ def why(trail: RequestTrail) -> list[Why]:
         out.append(Why(f"self-consistency {share:.2f}", "self-consistency"))
     if rec.plan is not None and rec.plan.ok is False:
         out.append(Why("the plan failed", "plan"))
+    off_topic = rec.off_topic_reason
+    if off_topic:
+        out.append(Why(off_topic, "answers the question"))
     if rec.errors:
         out.append(Why(f"{len(rec.errors)} error(s) during the request", "errors"))
     if rec.confidence_caps:
@@ -256,6 +259,7 @@ def signal_rows(trail: RequestTrail, flagged: set[str] | None = None) -> list[Si
         ("conclusion groups", fmt(consistency.n_groups if consistency is not None else None)),
         ("semantic entropy", fmt(consistency.entropy if consistency is not None else None)),
         ("plan", "-" if plan is None else ("ok" if plan.ok else "FAILED")),
+        ("answers the question", fmt((rec.signals.relevance or {}).get("addresses"))),
         ("retrieval top score", fmt(retrieval.get("top_score"))),
         ("retrieval margin", fmt(retrieval.get("score_margin"))),
         ("errors", str(len(rec.errors))),

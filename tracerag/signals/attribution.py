@@ -31,6 +31,7 @@ from datetime import date, datetime, timezone
 from functools import lru_cache
 from typing import Any, Protocol
 
+from tracerag.errors import ConfigurationError
 from tracerag.text.tokens import content_terms, token_set
 
 # the router's decisions (tracerag.routing), named here so signals import nothing above them
@@ -86,9 +87,9 @@ class ShapeThresholds:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.cluster_band <= self.clear_margin:
-            raise ValueError("thresholds must satisfy 0 <= cluster_band <= clear_margin")
+            raise ConfigurationError("thresholds must satisfy 0 <= cluster_band <= clear_margin")
         if self.cluster_size < 2:
-            raise ValueError("a cluster has at least two candidates")
+            raise ConfigurationError("a cluster has at least two candidates")
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,9 @@ class Signals:
     n_samples: int = 0
     semantic_entropy: float | None = None
     citation_coverage: float | None = None
+    #: False: the answer does not address the question (the router sends a passing answer to
+    #: review whatever the combiner says); None: not judged
+    answers_question: bool | None = None
 
 
 @dataclass(frozen=True)

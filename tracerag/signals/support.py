@@ -59,9 +59,9 @@ class Support:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.score <= 1.0:
-            raise ValueError(f"support score must be in [0, 1], got {self.score!r}")
+            raise InputError(f"support score must be in [0, 1], got {self.score!r}")
         if self.start > self.end:
-            raise ValueError(f"support span start {self.start} is after end {self.end}")
+            raise InputError(f"support span start {self.start} is after end {self.end}")
 
 
 @runtime_checkable

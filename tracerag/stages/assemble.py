@@ -20,6 +20,7 @@ from tracerag import semconv
 from tracerag._choices import Route, Tier
 from tracerag._declare import stamp
 from tracerag.contract import ClaimCheck, Evidence, MaterialUse, SignalDetail, Versions
+from tracerag.errors import ConfigurationError
 from tracerag.routing import ESCALATE, PASS, REVIEW, Ticket, decide, new_ticket_id
 from tracerag.settings import Settings
 from tracerag.signals.attribution import (
@@ -45,7 +46,7 @@ def gather_signals(state: RequestState) -> Signals:
     """The combiner's view of the verify stage's signals."""
     verification = state.verification
     if verification is None:
-        raise ValueError("a verified tier needs the verify stage's signals")
+        raise ConfigurationError("a verified tier needs the verify stage's signals")
     report = verification.citations
     consistency = verification.consistency
     samples = state.samples.samples if state.samples is not None else ()
@@ -63,6 +64,9 @@ def gather_signals(state: RequestState) -> Signals:
         n_samples=len(samples),
         semantic_entropy=consistency.entropy,
         citation_coverage=report.coverage,
+        answers_question=(
+            verification.relevance.addresses if verification.relevance is not None else None
+        ),
     )
 
 
@@ -163,6 +167,9 @@ async def assemble(
     conflict_reason = conflicting_citations(state, report)
     if conflict_reason and routed == PASS:
         routed, shape_reason = REVIEW, conflict_reason
+    relevance = verification.relevance
+    if relevance is not None and relevance.addresses is False and routed == PASS:
+        routed, shape_reason = REVIEW, relevance.reason  # supported, but not an answer to it
     candidate = (
         sampled.samples[selection.sample_index].answer
         if selection.sample_index is not None
@@ -189,6 +196,8 @@ async def assemble(
         samples_ok=signals.samples_ok,
         samples_failed=signals.n_samples - signals.samples_ok,
         confidence_caps=combined.caps,
+        answers_question=relevance.addresses if relevance is not None else None,
+        relevance=relevance.to_record() if relevance is not None else {},
     )
     ticket = None
     if routed in (ESCALATE, REVIEW):

@@ -16,14 +16,13 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-import jsonschema
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
 from tracerag import metrics, usage
 from tracerag._declare import stamp
 from tracerag.contract import validate_with
-from tracerag.errors import ConfigurationError, PlanError
+from tracerag.errors import ConfigurationError, ContractError, PlanError
 from tracerag.llm import (
     Tries,
     ainvoke_model,
@@ -56,7 +55,7 @@ def parse_plan(text: str, retrieved_ids: Sequence[str], *, mode: str = "separate
         raise PlanError(f"plan is not valid JSON: {exc}") from exc
     try:
         validate_with("plan.schema.json", data)
-    except jsonschema.ValidationError as exc:
+    except ContractError as exc:
         raise PlanError(f"plan does not match the plan schema: {exc.message}") from None
     known = set(retrieved_ids)
     ids = [i for i in dict.fromkeys(data["material_ids"]) if i in known]

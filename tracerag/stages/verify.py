@@ -1,13 +1,15 @@
-"""Stage 5, verify: citations, self-consistency and rules, each recorded on the span.
+"""Stage 5, verify: citations, self-consistency, rules and relevance, each recorded on the span.
 
 (a) Every successful sample's citations are checked against the retrieved materials (fabricated
 ids, stale materials, support of each claim by its cited material). (b) Samples are grouped by
 the conclusion they reach. (c) The candidate answer — a representative of the largest
-consistent group whose citations verify — is checked by the user's rules.
+consistent group whose citations verify — is checked by the user's rules and (d) judged on
+whether it addresses the question (``tracerag.signals.relevance``).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,10 +19,11 @@ from opentelemetry.trace import Span
 from tracerag import semconv
 from tracerag._declare import stamp
 from tracerag.settings import Settings
-from tracerag.signals.citations import CitationReport, averify_citations
+from tracerag.signals.citations import SUPPORTED, CitationReport, averify_citations
 from tracerag.signals.consistency import ConsistencyReport, score_consistency
+from tracerag.signals.relevance import AnswerPart, RelevanceReport
 from tracerag.signals.rules import run_rules
-from tracerag.signals.support import usage_scope
+from tracerag.signals.support import get_backend, usage_scope
 from tracerag.signals.types import Material
 from tracerag.state import ErrorLog, RequestState, Sample, SampleSet, Selection, Verification
 
@@ -143,6 +146,11 @@ async def verify(
     report = reports.get(chosen.sample_index) if chosen.sample_index is not None else None
     answer = samples[chosen.sample_index].answer if chosen.sample_index is not None else None
     rules = run_rules(settings.rules, state.question, answer, materials) if answer else []
+    relevance = (
+        await judge_relevance(state.question, report, materials, settings, span, errors)
+        if answer and report is not None
+        else None
+    )
     verification = Verification(
         citations=report or CitationReport(),
         by_sample=reports,
@@ -150,9 +158,59 @@ async def verify(
         selection=chosen,
         rules=tuple(rules),
         errors=errors.freeze(),
+        relevance=relevance,
     )
     record_signals(verification, span)
     return verification
+
+
+def answer_parts(report: CitationReport, materials: Sequence[Material]) -> list[AnswerPart]:
+    """The answer's cited claims with the sentence and material each one rests on."""
+    by_id = {m.id: m for m in materials}
+    parts = []
+    for claim in report.claims:
+        if not claim.cited_ids:
+            continue  # a claim with no citation rests on nothing (a refusal, a preamble)
+        material = by_id.get(claim.material_id) if claim.material_id else None
+        parts.append(
+            AnswerPart(
+                text=claim.text,
+                sentence=claim.sentence,
+                material="\n".join(filter(None, [material.title, material.text]))
+                if material is not None
+                else "",
+                supported=claim.verdict == SUPPORTED,
+            )
+        )
+    return parts
+
+
+async def judge_relevance(
+    question: str,
+    report: CitationReport,
+    materials: Sequence[Material],
+    settings: Settings,
+    span: Span,
+    errors: ErrorLog,
+) -> RelevanceReport | None:
+    """Whether the chosen answer addresses the question (None: the check is off). Embeddings
+    run in a worker thread; when they fail, the lexical check decides and the error is kept."""
+    check = settings.answer_relevance
+    if check is None:
+        return None
+    parts = answer_parts(report, materials)
+    try:
+        backend = get_backend(settings.support_backend)
+    except Exception:  # the verify calls above reported it; judge lexically
+        backend = None
+    if not check.uses_embeddings(backend):
+        return check.check(question, parts)
+    try:
+        return await asyncio.to_thread(check.check, question, parts, backend=backend)
+    except Exception as exc:  # a failing model must not hide the lexical verdict
+        errors.record_error("verify", exc, signal="answer_relevance")
+        span.record_exception(exc)
+        return check.lexical(question, parts)
 
 
 def record_signals(verification: Verification, span: Span) -> None:
@@ -165,6 +223,7 @@ def record_signals(verification: Verification, span: Span) -> None:
     consistency = verification.consistency
     selection = verification.selection
     rules = verification.rules
+    relevance = verification.relevance
     evaluation(
         span,
         "citation_validity",
@@ -181,6 +240,14 @@ def record_signals(verification: Verification, span: Span) -> None:
         f"{consistency.n_groups} conclusion groups over {consistency.n_samples} samples; "
         f"entropy {consistency.entropy}",
     )
+    if relevance is not None and relevance.addresses is not None:
+        evaluation(
+            span,
+            "answer_relevance",
+            1.0 if relevance.addresses else 0.0,
+            "relevant" if relevance.addresses else "off_topic",
+            relevance.reason,
+        )
     for r in rules:
         evaluation(
             span,

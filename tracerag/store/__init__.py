@@ -25,6 +25,7 @@ from tracerag.store.base import (
     REVIEW_ACTIONS,
     REVIEW_ROUTES,
     AlreadyDecided,
+    AlreadyReviewed,
     AuditStore,
     ClaimedByOther,
     DuplicateRequest,
@@ -44,8 +45,9 @@ from tracerag.store.base import (
     StoreVanished,
 )
 from tracerag.store.chain import ChainIssue, ChainReport
-from tracerag.store.journal import Journal
+from tracerag.store.journal import Journal, JournalBusy, JournalError
 from tracerag.store.record import RequestTrail, entries_from_record, record_from_entries
+from tracerag.store.sql import StoreFailing
 from tracerag.store.writer import AuditWriter
 
 STORE_ENV = "TRACERAG_STORE"
@@ -154,6 +156,7 @@ __all__ = [
     "REVIEW_ROUTES",
     "STORE_ENV",
     "AlreadyDecided",
+    "AlreadyReviewed",
     "AuditStore",
     "AuditWriter",
     "ChainIssue",
@@ -163,6 +166,8 @@ __all__ = [
     "Entry",
     "InvalidRecord",
     "Journal",
+    "JournalBusy",
+    "JournalError",
     "NotQueued",
     "QueueItem",
     "RequestNotFound",
@@ -172,6 +177,7 @@ __all__ = [
     "ReviewQueue",
     "SchemaTooNew",
     "StoreError",
+    "StoreFailing",
     "StoreMetrics",
     "StoreMissing",
     "StoreReplaced",

@@ -35,6 +35,9 @@ from typing import Any, NamedTuple, overload
 
 import rfc8785
 
+from tracerag.errors import ConfigurationError
+from tracerag.store.base import InvalidRecord
+
 GENESIS_HASH = "0" * 64
 CHAIN_V1 = 1
 CHAIN_V2 = 2
@@ -138,7 +141,7 @@ def _jcs_ready(value: Any) -> tuple[Any, int]:
             items.append(item)
             mode = max(mode, m)
         return items, mode
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+    raise InvalidRecord(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 class _NotPlain(Exception):
@@ -233,7 +236,7 @@ def jcs_parsed(value: Any) -> tuple[str, Any]:
         try:
             text = rfc8785.dumps(ready).decode("utf-8")
         except rfc8785.CanonicalizationError as exc:
-            raise ValueError(str(exc)) from exc
+            raise InvalidRecord(str(exc)) from exc
     text.encode("utf-8")
     return text, json.loads(text)
 
@@ -264,7 +267,8 @@ def entry_hash(
 ) -> str:
     """The hex digest that seals one entry and links it to the one before.
 
-    Version 3 needs ``key``; ``ValueError`` without it.
+    Version 3 needs ``key``: ``ConfigurationError`` without it; ``InvalidRecord`` for a
+    version this tracerag does not know.
     """
     fields: list[Any] = [prev_hash, seq, request_id, kind, payload_json, actor, created_at]
     if version == CHAIN_V1:
@@ -274,10 +278,10 @@ def entry_hash(
         return hashlib.sha256(_material("tracerag-chain-v2", fields)).hexdigest()
     if version == CHAIN_V3:
         if key is None:
-            raise ValueError("a keyed (version 3) entry needs the chain key")
+            raise ConfigurationError("a keyed (version 3) entry needs the chain key")
         material = _material("tracerag-chain-v3", fields)
         return hmac.new(key, material, hashlib.sha256).hexdigest()
-    raise ValueError(f"unknown chain version {version}")
+    raise InvalidRecord(f"unknown chain version {version}")
 
 
 def head_mac(key: bytes, store_id: str, seq: int, hash_: str) -> str:

@@ -52,6 +52,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tracerag.store.base import StoreError
+
 logger = logging.getLogger("tracerag.audit")
 
 MAGIC = b"TJ"
@@ -67,8 +69,8 @@ HEAD_FILE = "head.json"
 REFUSED_FILE = "refused.frames"
 
 
-class JournalError(OSError):
-    """The journal cannot take the record (full, closed, or the disk refused it)."""
+class JournalError(StoreError, OSError):
+    """The audit journal cannot take or give back a record (full, closed, in use, corrupt)."""
 
 
 class JournalBusy(JournalError):

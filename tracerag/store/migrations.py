@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Union
 
+from tracerag.errors import ConfigurationError
 from tracerag.store.base import SchemaTooNew, now_iso
 from tracerag.store.chain import GENESIS_HASH
 
@@ -233,7 +234,7 @@ def migrate(
     the database holds a newer version of ``schema`` than ``migrations`` reach.
     """
     if dialect not in DIALECTS:
-        raise ValueError(f"unknown SQL dialect {dialect!r}")
+        raise ConfigurationError(f"unknown SQL dialect {dialect!r}")
     latest = migrations[-1][0]
     target = latest if target is None else target
     cur.execute(create_version_table(version_table))

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from tracerag.errors import InputError
 from tracerag.store.base import (
     KIND_REVIEW_ASSIGNED,
     KIND_REVIEW_CLAIMED,
@@ -223,7 +224,7 @@ class SQLReviewQueue:
 
     def list_queue(self, status: str | None = None, limit: int = 100) -> list[QueueItem]:
         if status is not None and status not in (*QUEUE_STATUSES, "open"):
-            raise ValueError(f"status must be one of {QUEUE_STATUSES} or open, not {status!r}")
+            raise InputError(f"status must be one of {QUEUE_STATUSES} or open, not {status!r}")
         sql = f"SELECT {_QUEUE_COLUMNS} FROM {_QUEUE_FROM}"
         params: list[Any] = []
         if status == "open":
@@ -518,11 +519,11 @@ MAX_SCORE = 1000
 
 def _check_judgement(action: str, final_answer: str | None, reason: str | None) -> None:
     if action not in REVIEW_ACTIONS:
-        raise ValueError(f"action must be one of {REVIEW_ACTIONS}, not {action!r}")
+        raise InvalidRecord(f"action must be one of {REVIEW_ACTIONS}, not {action!r}")
     if action == "edit" and not (final_answer and final_answer.strip()):
-        raise ValueError("an edit needs the final answer")
+        raise InvalidRecord("an edit needs the final answer")
     if action in ("edit", "reject") and not (reason and reason.strip()):
-        raise ValueError(f"a {action} needs a reason")
+        raise InvalidRecord(f"a {action} needs a reason")
 
 
 def _scores(scores: Mapping[str, float] | None) -> dict[str, float]:

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tracerag.errors import ConfigurationError
 from tracerag.store import migrations
 from tracerag.store.base import StoreError, StoreMissing, StoreVanished
 from tracerag.store.migrations import SCHEMA_VERSION
@@ -159,7 +160,7 @@ class SQLiteAuditStore(SQLAuditStore):
                 if str(mode).lower() != "wal":
                     raise StoreError(f"could not put {self.path} in WAL mode (got {mode})")
             if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
-                raise ValueError(f"unknown synchronous level {synchronous!r}")
+                raise ConfigurationError(f"unknown synchronous level {synchronous!r}")
             self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
             self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
             self._conn.execute("PRAGMA foreign_keys=ON")

@@ -73,6 +73,7 @@ from pathlib import Path
 from typing import Any
 
 from tracerag.config import get_config
+from tracerag.errors import ConfigurationError
 from tracerag.store.base import (
     AuditStore,
     DuplicateRequest,
@@ -278,7 +279,7 @@ class AuditWriter:
         name: str = "tracerag-audit-writer",
     ) -> None:
         if max_buffer < 1:
-            raise ValueError("max_buffer must be at least 1")
+            raise ConfigurationError("max_buffer must be at least 1")
         if hasattr(store, "append_record"):
             self._store: Any = store
             self._open: Callable[..., AuditStore] | None = None

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tracerag.config import get_config
+from tracerag.errors import ConfigurationError
 
 logger = logging.getLogger("tracerag.tracing")
 
@@ -159,7 +160,7 @@ def set_capture_max_chars(max_chars: int | Literal["env"] | None) -> None:
         _max_chars_set, _max_chars_override = False, None
     else:
         if max_chars is not None and (not isinstance(max_chars, int) or max_chars < 1):
-            raise ValueError(f"max_chars must be a positive int or None, not {max_chars!r}")
+            raise ConfigurationError(f"max_chars must be a positive int or None, not {max_chars!r}")
         _max_chars_set, _max_chars_override = True, max_chars
     _invalidate()
 
@@ -201,7 +202,7 @@ def _normalise_mode(mode: bool | str, *, strict: bool) -> CaptureMode:
     if value in {"redact", "redacted", "mask"}:
         return "redact"
     if strict:
-        raise ValueError(f"capture mode must be true, false or redact, not {mode!r}")
+        raise ConfigurationError(f"capture mode must be true, false or redact, not {mode!r}")
     logger.warning("tracerag: %s=%r not understood; omitting content", CAPTURE_ENV, mode)
     return "false"
 

@@ -39,6 +39,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from tracerag.config import get_config
+from tracerag.errors import ConfigurationError
 
 logger = logging.getLogger("tracerag.tracing")
 
@@ -439,7 +440,7 @@ def otlp_protocol(protocol: str | None, signal: str = "TRACES") -> Protocol:
         return "http/protobuf"
     if value == "grpc":
         return "grpc"
-    raise ValueError(f"unsupported OTLP protocol {value!r}: use 'http/protobuf' or 'grpc'")
+    raise ConfigurationError(f"unsupported OTLP protocol {value!r}: use 'http/protobuf' or 'grpc'")
 
 
 def parse_headers(headers: Mapping[str, str] | str | None) -> dict[str, str] | None:

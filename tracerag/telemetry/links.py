@@ -8,6 +8,7 @@ from typing import Literal
 from urllib.parse import quote
 
 from tracerag.config import get_config
+from tracerag.errors import ConfigurationError, InputError
 
 Backend = Literal["jaeger", "tempo", "phoenix"]
 DEFAULT_BASE_URLS = {
@@ -24,7 +25,7 @@ def format_trace_id(trace_id: str | int) -> str:
     value = trace_id.strip().lower()
     value = value.removeprefix("0x")
     if not re.fullmatch(r"[0-9a-f]{1,32}", value):
-        raise ValueError(f"not a trace id: {trace_id!r}")
+        raise InputError(f"not a trace id: {trace_id!r}")
     return value.rjust(32, "0")
 
 
@@ -51,7 +52,7 @@ def trace_link(
     tid = format_trace_id(trace_id)
     backend = backend.lower()
     if backend not in DEFAULT_BASE_URLS:
-        raise ValueError(f"unknown trace backend {backend!r}: jaeger, tempo or phoenix")
+        raise ConfigurationError(f"unknown trace backend {backend!r}: jaeger, tempo or phoenix")
     base = (base_url or DEFAULT_BASE_URLS[backend]).rstrip("/")
     if backend == "jaeger":
         return f"{base}/trace/{tid}"
@@ -91,7 +92,7 @@ def configured_trace_ui() -> tuple[str, str | None] | None:
     backend, _, base = value.partition("=")
     backend = backend.strip().lower()
     if backend not in DEFAULT_BASE_URLS:
-        raise ValueError(f"{TRACE_UI_ENV}={value!r}: start with jaeger, tempo or phoenix")
+        raise ConfigurationError(f"{TRACE_UI_ENV}={value!r}: start with jaeger, tempo or phoenix")
     return backend, base.strip() or None
 
 

@@ -22,6 +22,7 @@ except ImportError:  # pragma: no cover - an API without the placeholder class
     _ApiProxy = None  # type: ignore[assignment,misc]
 
 from tracerag import __version__
+from tracerag.errors import MissingDependencyError
 
 logger = logging.getLogger("tracerag.metrics")
 
@@ -112,7 +113,7 @@ def _prometheus_reader_and_server(port: int, addr: str) -> tuple[Any, Any, Any]:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from prometheus_client import CollectorRegistry, start_http_server
     except ImportError as exc:  # pragma: no cover - depends on the optional extra
-        raise RuntimeError(
+        raise MissingDependencyError(
             "the Prometheus endpoint needs opentelemetry-exporter-prometheus "
             '(from the tracerag source tree: pip install ".[prometheus]")'
         ) from exc

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from tracerag.errors import InputTypeError
+
 __all__ = ["is_negated", "negation_cues"]
 
 _EN_CUES = (
@@ -47,7 +49,7 @@ def negation_cues(text: str) -> list[str]:
     negative, such as "not only", "no later than", 不仅, 无论 or 非常, are not cues.
     """
     if not isinstance(text, str):
-        raise TypeError(f"text must be str, not {type(text).__name__}")
+        raise InputTypeError(f"text must be str, not {type(text).__name__}")
     found: list[tuple[int, str]] = []
     blocked = [(m.start(), m.end()) for m in _EN_NOT_NEGATION_RE.finditer(text)]
     for m in _EN_RE.finditer(text):

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
+from tracerag.errors import InputTypeError
 from tracerag.text.sentences import CITATION_MARKER_RE
 
 __all__ = [
@@ -462,7 +463,7 @@ def extract_quantities(text: str) -> list[Quantity]:
     plain numbers; citation markers such as ``[M03]`` are not numbers.
     """
     if not isinstance(text, str):
-        raise TypeError(f"text must be str, not {type(text).__name__}")
+        raise InputTypeError(f"text must be str, not {type(text).__name__}")
     return list(_extract_cached(text))
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from tracerag.errors import InputTypeError
+
 __all__ = ["CITATION_MARKER_RE", "Sentence", "split_sentences"]
 
 #: A citation marker such as ``[M03]``, ``[policy-7]``, ``[1]``, ``[M03, M04]`` or ``【1】``.
@@ -154,7 +156,7 @@ def split_sentences(text: str) -> list[Sentence]:
     sentences carry no surrounding whitespace and empty sentences are dropped.
     """
     if not isinstance(text, str):
-        raise TypeError(f"text must be str, not {type(text).__name__}")
+        raise InputTypeError(f"text must be str, not {type(text).__name__}")
     sentences: list[Sentence] = []
     begin = 0
     for end in _boundaries(text):

@@ -45,6 +45,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr
 
+from tracerag.errors import InputError
 from tracerag.llm import ReplyChatModel
 from tracerag.record import AuditRecord
 from tracerag.routing import Ticket
@@ -786,7 +787,7 @@ def claim_mutations(
 ) -> list[Mutation]:
     """Every variant of mutation ``kind`` of one claim of ``answer`` (possibly none)."""
     if kind not in MUTATION_KINDS:
-        raise ValueError(f"unknown mutation kind {kind!r}; known: {', '.join(MUTATION_KINDS)}")
+        raise InputError(f"unknown mutation kind {kind!r}; known: {', '.join(MUTATION_KINDS)}")
     claims = _claim_segments(answer)
     claim = claims[claim_index]
     segment = answer[claim.start : claim.end]
@@ -1118,7 +1119,7 @@ def run_adversarial(
     floors = DEFAULT_FLOORS if floors is None else floors
     unknown = set(floors) - set(MUTATION_KINDS)
     if unknown:
-        raise ValueError(f"unknown mutation kinds in floors: {', '.join(sorted(unknown))}")
+        raise InputError(f"unknown mutation kinds in floors: {', '.join(sorted(unknown))}")
     inventory = Inventory.from_cases(cases, entity_groups)
     report = AdversarialReport(
         backend=impl.name,
@@ -1210,14 +1211,14 @@ def parse_floors(texts: Sequence[str] | None) -> dict[str, float]:
             name, sep, value = item.partition("=")
             name = name.strip().replace("-", "_")
             if not sep or name not in MUTATION_KINDS:
-                raise ValueError(
+                raise InputError(
                     f"cannot read floor {item!r}: use KIND=RATE with KIND one of "
                     f"{', '.join(MUTATION_KINDS)}"
                 )
             value = value.strip()
             rate = float(value[:-1]) / 100 if value.endswith("%") else float(value)
             if not 0.0 <= rate <= 1.0:
-                raise ValueError(f"floor {item!r} is not a rate between 0 and 1")
+                raise InputError(f"floor {item!r} is not a rate between 0 and 1")
             floors[name] = rate
     return floors
 

@@ -50,6 +50,7 @@ from typing import Any
 
 from opentelemetry.trace import TracerProvider
 
+from tracerag.errors import InputError
 from tracerag.routing import ESCALATE, PASS, REVIEW, Ticket
 from tracerag.settings import TIERS, Tier, TierName
 from tracerag.store.base import AuditStore
@@ -117,25 +118,25 @@ class Arm:
 
 
 def parse_arm(text: str) -> Arm:
-    """``"prompt@v1,model@extractive[,samples@5][,tier@high]"`` → Arm; ValueError if unreadable."""
+    """``"prompt@v1,model@extractive[,samples@5][,tier@high]"`` → Arm; InputError if unreadable."""
     values: dict[str, str] = {}
     for item in filter(None, (p.strip() for p in str(text).split(","))):
         key, sep, value = item.partition("@")
         key, value = key.strip(), value.strip()
         if not sep or not value or key not in ARM_KEYS:
-            raise ValueError(
+            raise InputError(
                 f"cannot read {item!r} in {text!r}: use KEY@VALUE with KEY one of "
                 f"{', '.join(ARM_KEYS)} (e.g. prompt@v1,model@extractive)"
             )
         if key in values:
-            raise ValueError(f"{key} is given twice in {text!r}")
+            raise InputError(f"{key} is given twice in {text!r}")
         values[key] = value
     samples = values.get("samples")
     if samples is not None and (not samples.isdigit() or int(samples) < 1):
-        raise ValueError(f"samples@{samples}: need a positive whole number")
+        raise InputError(f"samples@{samples}: need a positive whole number")
     tier = values.get("tier")
     if tier is not None and tier not in TIERS:
-        raise ValueError(f"tier@{tier}: choose high, medium or low")
+        raise InputError(f"tier@{tier}: choose high, medium or low")
     return Arm(
         prompt=values.get("prompt", "v1"),
         model=values.get("model", "extractive"),
@@ -155,7 +156,7 @@ class EvalQuestion:
 
 
 def load_questions(path: str | Path) -> list[EvalQuestion]:
-    """The question set from a JSON-lines file; ValueError naming the line that is wrong."""
+    """The question set from a JSON-lines file; InputError naming the line that is wrong."""
     out: list[EvalQuestion] = []
     seen: set[str] = set()
     text = Path(path).read_text(encoding="utf-8")
@@ -165,26 +166,26 @@ def load_questions(path: str | Path) -> list[EvalQuestion]:
         try:
             row = json.loads(line)
         except ValueError as exc:
-            raise ValueError(f"{path}:{number}: not JSON ({exc})") from None
+            raise InputError(f"{path}:{number}: not JSON ({exc})") from None
         if not isinstance(row, dict) or not isinstance(row.get("question"), str):
-            raise ValueError(f"{path}:{number}: need an object with a 'question' string")
+            raise InputError(f"{path}:{number}: need an object with a 'question' string")
         if not row["question"].strip():
-            raise ValueError(f"{path}:{number}: the question is empty")
+            raise InputError(f"{path}:{number}: the question is empty")
         decision = row.get("expected_decision")
         if decision is not None and decision not in DECISIONS:
-            raise ValueError(
+            raise InputError(
                 f"{path}:{number}: expected_decision {decision!r} is not one of {DECISIONS}"
             )
         answer = row.get("expected_answer")
         if answer is not None and (not isinstance(answer, str) or not answer.strip()):
-            raise ValueError(f"{path}:{number}: expected_answer must be a non-empty string")
+            raise InputError(f"{path}:{number}: expected_answer must be a non-empty string")
         qid = str(row.get("id") or f"q{number}")
         if qid in seen:
-            raise ValueError(f"{path}:{number}: id {qid!r} is used twice")
+            raise InputError(f"{path}:{number}: id {qid!r} is used twice")
         seen.add(qid)
         out.append(EvalQuestion(qid, row["question"].strip(), answer, decision))
     if not out:
-        raise ValueError(f"{path}: no questions")
+        raise InputError(f"{path}: no questions")
     return out
 
 
@@ -701,7 +702,7 @@ def evaluate(
     """Run both configurations over the questions and compare them; also returns the records."""
     unknown = [g for g in gated if g not in INDICATORS]
     if unknown:
-        raise ValueError(f"unknown indicator(s) {unknown}; choose from {', '.join(INDICATORS)}")
+        raise InputError(f"unknown indicator(s) {unknown}; choose from {', '.join(INDICATORS)}")
     run_id = run_id or f"eval-{uuid.uuid4().hex[:16]}"
     results: dict[str, ArmResult] = {}
     records: dict[str, list[dict[str, Any]]] = {}
@@ -798,7 +799,7 @@ def _margins(items: Sequence[str] | None) -> dict[str, float]:
         for item in filter(None, (p.strip() for p in text.split(","))):
             name, sep, value = item.partition("=")
             if not sep or name.strip() not in INDICATORS:
-                raise ValueError(
+                raise InputError(
                     f"cannot read margin {item!r}: use NAME=VALUE with NAME one of "
                     f"{', '.join(INDICATORS)}"
                 )
@@ -830,7 +831,7 @@ def _run(args: argparse.Namespace) -> int:
         for arm in (baseline, candidate):
             get_prompt(arm.prompt)
         if args.store and args.no_store:
-            raise ValueError("--store and --no-store contradict each other")
+            raise InputError("--store and --no-store contradict each other")
     except (OSError, ValueError, KeyError) as exc:
         print(f"tracerag eval: {exc}", file=sys.stderr)
         return 2

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from tracerag.errors import InputError
+
 __all__ = [
     "DEFAULT_BINS",
     "RiskCoverage",
@@ -40,11 +42,11 @@ def _arrays(
     p = np.asarray(confidences, dtype=float).reshape(-1)
     y = np.asarray(correct, dtype=float).reshape(-1)
     if p.shape != y.shape:
-        raise ValueError(f"{p.size} confidences but {y.size} labels")
+        raise InputError(f"{p.size} confidences but {y.size} labels")
     if p.size and (np.isnan(p).any() or p.min() < 0.0 or p.max() > 1.0):
-        raise ValueError("confidences must be numbers in [0, 1]")
+        raise InputError("confidences must be numbers in [0, 1]")
     if y.size and not np.isin(y, (0.0, 1.0)).all():
-        raise ValueError("labels must be booleans (or 0/1)")
+        raise InputError("labels must be booleans (or 0/1)")
     return p, y
 
 
@@ -56,7 +58,7 @@ def reliability_bins(
     """Per non-empty equal-width bin: its range, count, mean confidence and accuracy."""
     p, y = _arrays(confidences, correct)
     if bins < 1:
-        raise ValueError(f"bins must be at least 1, got {bins}")
+        raise InputError(f"bins must be at least 1, got {bins}")
     index = np.minimum((p * bins).astype(int), bins - 1)
     out = []
     for b in range(bins):
@@ -157,7 +159,7 @@ def risk_coverage(
 ) -> RiskCoverage:
     """Shares passed, reviewed and escalated, and the error rate within each route."""
     if not 0.0 <= review_at <= pass_at <= 1.0:
-        raise ValueError(f"need 0 <= review_at <= pass_at <= 1, got {review_at}, {pass_at}")
+        raise InputError(f"need 0 <= review_at <= pass_at <= 1, got {review_at}, {pass_at}")
     p, y = _arrays(confidences, correct)
     n = int(p.size)
     routes = {

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from tracerag.errors import InputError
 from tracerag.routing import Route
 from tracerag.store.base import AuditStore
 from tracerag.store.record import RequestTrail
@@ -47,7 +48,7 @@ DEFAULT_LIMIT = 100_000
 def parse_since(value: str | None, now: datetime | None = None) -> datetime | None:
     """A window bound from ISO-8601 text or a relative span (``30m``, ``1h``, ``7d``, ``2w``).
 
-    Naive ISO times are taken as UTC. ``None`` or ``""`` means unbounded. Raises ValueError on
+    Naive ISO times are taken as UTC. ``None`` or ``""`` means unbounded. Raises InputError on
     anything else.
     """
     if value is None or not str(value).strip():
@@ -61,7 +62,7 @@ def parse_since(value: str | None, now: datetime | None = None) -> datetime | No
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(
+        raise InputError(
             f"cannot read {value!r} as a time: use ISO-8601 (2025-03-04T09:00:00Z) "
             "or a span such as 30m, 1h, 7d, 2w"
         ) from None

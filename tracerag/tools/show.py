@@ -184,6 +184,17 @@ def _signals(rec: AuditRecord) -> list[str]:
             required = " (required)" if rule.required else ""
             detail = f" - {rule.detail}" if rule.detail else ""
             out.append(f"{INDENT * 2}{mark}  {rule.name or '?'}{required}{detail}")
+    relevance = signals.relevance or {}
+    if relevance:
+        addresses = relevance.get("addresses")
+        verdict = (
+            "answers the question" if addresses is True
+            else "DOES NOT ANSWER THE QUESTION" if addresses is False
+            else "not judged"
+        )
+        out += _block(f"relevance ({relevance.get('method', '?')}): {verdict}", INDENT)
+        if relevance.get("reason"):
+            out += _block(f"why: {relevance['reason']}", INDENT * 3)
     others = dict(signals.model_extra or {})
     if signals.selection is not None:
         others["selection"] = signals.selection.model_dump()

@@ -139,6 +139,10 @@ def _base_name(name: str) -> str:
     return name
 
 
+class _NotShared(Exception):
+    """A call argument that cannot be compared (a filter function, an array): not shared."""
+
+
 def _frozen(value: Any) -> Hashable:
     if isinstance(value, (str, int, float, bool, type(None))):
         return value
@@ -146,7 +150,7 @@ def _frozen(value: Any) -> Hashable:
         return tuple(_frozen(v) for v in value)
     if isinstance(value, dict):
         return tuple(sorted((str(k), _frozen(v)) for k, v in value.items()))
-    raise TypeError(type(value).__name__)  # a filter function, an array: not shared
+    raise _NotShared(type(value).__name__)
 
 
 def call_key(target: object, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Hashable:
@@ -154,7 +158,7 @@ def call_key(target: object, name: str, args: tuple[Any, ...], kwargs: dict[str,
     try:
         rest = {k: v for k, v in kwargs.items() if k not in ("run_manager", "callbacks")}
         return (id(target), _base_name(name), _frozen(args), _frozen(rest))
-    except TypeError:
+    except (_NotShared, TypeError):  # TypeError: values under keys alike that do not compare
         return None
 
 

