@@ -284,8 +284,8 @@ def test_two_server_processes_share_the_desk(replicas, tmp_path) -> None:
     deadline = time.monotonic() + 30
     while True:
         verify = subprocess.run(
-            [sys.executable, "-m", "tracerag.cli", "audit", "verify", "--store", store_url]
-            + ["--expect-head", anchor],
+            [sys.executable, "-m", "tracerag.cli", "audit", "verify", "--store", store_url,
+             "--expect-head", anchor],
             env=env,
             capture_output=True,
             text=True,
