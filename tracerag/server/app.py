@@ -561,9 +561,7 @@ def create_app(
         desk=desk,
         trace_ui=trace,
         body_timeout=body_timeout,
-        runs=RunBook(
-            audit_store, None, scope=key or "", ttl=replay_seconds, max_runs=max_runs
-        ),
+        runs=RunBook(audit_store, None, scope=key or "", ttl=replay_seconds, max_runs=max_runs),
         tokens=StreamTokens(key, events_token_seconds) if key else None,
         registry=registry,
         owns_registry=registry is not None,
@@ -595,9 +593,9 @@ def create_app(
         answerer.close()
         if svc.registry is not None and svc.owns_registry:
             svc.registry.close()
+        if svc.desk_db is not None:  # the app opened it, on its own store or the caller's
+            svc.desk_db.close()
         if owned_store:
-            if svc.desk_db is not None:
-                svc.desk_db.close()
             audit_store.close()
 
     app = _App(
