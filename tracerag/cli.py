@@ -98,7 +98,9 @@ AUDIT_TABLE: dict[str, str] = {
 _GLOBAL_FLAGS = {"-h", "--help", "--version", "-v", "--verbose"}
 
 
-def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+def _top_parser() -> tuple[
+    argparse.ArgumentParser, argparse._SubParsersAction[argparse.ArgumentParser]
+]:
     parser = argparse.ArgumentParser(
         prog="tracerag",
         description="Traced, verified retrieval-augmented generation.",

@@ -385,6 +385,7 @@ def test_decisions_are_posted_to_a_webhook(store):
             assert reply.status_code == 200
     finally:
         hook.shutdown()
+        hook.server_close()
     assert [r["request_id"] for r in Receiver.received] == [rid]
     assert Receiver.received[0]["final_answer"] == CANDIDATE
     (note,) = store.get(rid).of_kind("note")

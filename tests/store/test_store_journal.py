@@ -214,25 +214,28 @@ def test_kill_9_loses_no_record_that_was_reported_persisted(tmp_path) -> None:
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(path), str(journal), "300"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env=env,
-        text=True,
-    )
     acked = []
     try:
-        for line in child.stdout:
-            line = line.strip()
-            if line == "DONE":
-                break
-            acked.append(line)
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(10)
+        with subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(path), str(journal), "300"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            text=True,
+        ) as child:
+            try:
+                assert child.stdout is not None
+                for line in child.stdout:
+                    line = line.strip()
+                    if line == "DONE":
+                        break
+                    acked.append(line)
+                os.kill(child.pid, signal.SIGKILL)
+                child.wait(10)
+            finally:
+                if child.poll() is None:
+                    child.kill()
     finally:
-        if child.poll() is None:
-            child.kill()
         holder.execute("ROLLBACK")
         holder.close()
     assert child.returncode == -signal.SIGKILL

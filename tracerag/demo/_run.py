@@ -17,7 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the command's parser is built without the pipeline's imports
+    from langchain_core.language_models import BaseChatModel
+
+    from tracerag._pipeline import RAGPipeline
     from tracerag.contract import Response
+    from tracerag.store._writer import AuditWriter
 
 DEFAULT_DIR = Path(".tracerag")
 DEFAULT_TRACES = str(DEFAULT_DIR / "traces.jsonl")
@@ -28,7 +32,7 @@ DEFAULT_TRACES = str(DEFAULT_DIR / "traces.jsonl")
 DEFAULT_SEED = 1
 
 
-def build_model(name: str, seed: int | None) -> Any:
+def build_model(name: str, seed: int | None) -> BaseChatModel:
     """The chat model the demo runs: ``extractive`` (no weights) or ``local`` (GGUF)."""
     if name == "extractive":
         from tracerag.demo.models.extractive import ExtractiveChatModel
@@ -68,7 +72,7 @@ def store_target(args: argparse.Namespace) -> str:
     return cli_store_url(args.store)
 
 
-def build_pipeline(args: argparse.Namespace) -> Any:
+def build_pipeline(args: argparse.Namespace) -> RAGPipeline:
     """The demo pipeline over the bundled knowledge base."""
     from tracerag._pipeline import RAGPipeline
     from tracerag.demo.kb import build_retriever
@@ -201,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _not_written(target: str, writer: Any) -> int:
+def _not_written(target: str, writer: AuditWriter | None) -> int:
     """Say on stderr why the audit trail was not written; the exit status."""
     status = writer.status() if writer is not None else {}
     reason = status.get("last_error") or "its records were not all stored within 30 s"
@@ -209,7 +213,7 @@ def _not_written(target: str, writer: Any) -> int:
     return 1
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag demo``."""
     p = subparsers.add_parser("demo", help="answer the bundled demo questions offline")
     p.add_argument(

@@ -143,7 +143,7 @@ class DemoVectorStore(InMemoryVectorStore):
         # the stored vectors, and the matrix made of them
         self._matrix: tuple[list[list[float]], Any] = ([], None)
 
-    def _select_relevance_score_fn(self) -> Any:
+    def _select_relevance_score_fn(self) -> Callable[[float], float]:
         return _clamp01
 
     def _similarity_search_with_score_by_vector(

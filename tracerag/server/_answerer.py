@@ -15,8 +15,9 @@ import math
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
+from langchain_core.runnables import Runnable
 from opentelemetry import context as otel_context
 
 from tracerag._runnable import StagedRunnable
@@ -25,6 +26,11 @@ from tracerag.contract import Response as RAGResponse
 from tracerag.errors import ConfigurationError
 from tracerag.events import StageEvent
 from tracerag.store._base import AuditStore, DuplicateRequest, InvalidRecord
+
+if TYPE_CHECKING:
+    from tracerag._pipeline import RAGPipeline
+    from tracerag._settings import PlanMode, PlanModeName
+    from tracerag.materials import MaterialRegistry
 
 logger = logging.getLogger("tracerag.server")
 
@@ -82,15 +88,24 @@ class _Commit:
             return False
 
 
+class DemoOptions(TypedDict, total=False):
+    """The demo pipeline's settings ``create_app`` hands to ``demo_pipeline``."""
+
+    n_samples: int
+    temperature: float
+    plan: PlanMode | PlanModeName
+    seed: int | None
+
+
 def demo_pipeline(
     model: str = "extractive",
     *,
     n_samples: int = 5,
     temperature: float = 0.7,
-    plan: str = "separate",
+    plan: PlanMode | PlanModeName = "separate",
     seed: int | None = None,
-    registry: Any = None,
-) -> Any:
+    registry: MaterialRegistry | None = None,
+) -> RAGPipeline:
     """The pipeline served by default: the bundled knowledge base and an offline model.
 
     With a material ``registry``, retrieval goes through it (``registry.govern``): materials
@@ -146,7 +161,7 @@ class Answerer:
 
     def __init__(
         self,
-        pipeline: Any,
+        pipeline: Runnable[Any, RAGResponse],
         store: AuditStore,
         *,
         journal: str | None = None,
@@ -346,7 +361,7 @@ class Answerer:
         data: dict[str, Any],
         *,
         on_stage: StageHook | None = None,
-        parent: Any = None,
+        parent: otel_context.Context | None = None,
     ) -> RAGResponse:
         """Answer one request inside the caller's trace context; store its record first."""
         token = otel_context.attach(parent) if parent is not None else None

@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal
@@ -48,12 +48,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, RedirectResponse, Response
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
+from pydantic.json_schema import JsonSchemaMode
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
 from tracerag.config import get_config
 from tracerag.errors import ConfigurationError, TraceragError
-from tracerag.server._answerer import Answerer, demo_pipeline
+from tracerag.server._answerer import Answerer, DemoOptions, demo_pipeline
 from tracerag.server._auth import (
     COOKIE_NAME,
     GENERATE_HINT,
@@ -90,7 +91,11 @@ from tracerag.server._tokens import DEFAULT_TOKEN_SECONDS, StreamTokens
 from tracerag.store._base import AuditStore, StoreError
 
 if TYPE_CHECKING:
-    from tracerag.materials import FeedbackLimits, UserTokens
+    import jinja2
+    from langchain_core.runnables import Runnable
+
+    from tracerag.contract import Response as RAGResponse
+    from tracerag.materials import FeedbackLimits, MaterialRegistry, UserTokens
 
 logger = logging.getLogger("tracerag.server")
 
@@ -140,10 +145,10 @@ def trace_ui_from(value: str | None) -> tuple[str, str | None] | None:
     return backend, base.strip() or None
 
 
-_templates: Any = None
+_templates: jinja2.Environment | None = None
 
 
-def _template_env() -> Any:
+def _template_env() -> jinja2.Environment:
     """The review desk's templates, compiled once per process and shared by every app."""
     global _templates
     if _templates is None:
@@ -263,6 +268,14 @@ def _security(path: str, method: str, svc: Services) -> list[dict[str, list[str]
     return None
 
 
+class _App(FastAPI):
+    """The server's app: its OpenAPI document declares the error shape, the security schemes
+    and the stream's events (``_openapi``)."""
+
+    def openapi(self) -> dict[str, Any]:
+        return _openapi(self)
+
+
 def _openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema:
         return app.openapi_schema
@@ -276,13 +289,14 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     )
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     ref = "#/components/schemas/{model}"
-    for model, mode in (
+    models: tuple[tuple[type[BaseModel], JsonSchemaMode], ...] = (
         (AnswerRequest, "validation"),
         (DecisionRequest, "validation"),
         (FeedbackRequest, "validation"),
         (EventsTicket, "serialization"),
-    ):
-        full = model.model_json_schema(ref_template=ref, mode=mode)  # type: ignore[arg-type]
+    )
+    for model, mode in models:
+        full = model.model_json_schema(ref_template=ref, mode=mode)
         for name, sub in full.pop("$defs", {}).items():
             components.setdefault(name, sub)
         components[model.__name__] = full
@@ -345,7 +359,7 @@ def _open_runs(svc: Services) -> None:
 
 def path_is_readiness(op: dict[str, Any]) -> bool:
     """True for ``/readyz``, whose 503 carries the readiness report, not an error."""
-    return op.get("operationId", "").startswith("readyz")
+    return str(op.get("operationId", "")).startswith("readyz")
 
 
 def _feedback_tokens(key: str | None) -> UserTokens | None:
@@ -367,7 +381,7 @@ def _default_limits() -> FeedbackLimits:
     return FeedbackLimits()
 
 
-def _registry_for(store: AuditStore) -> Any:
+def _registry_for(store: AuditStore) -> MaterialRegistry | None:
     """The material registry beside the store, or None when the store cannot hold one (the
     demo pipeline then retrieves without it, and the desk says so)."""
     from tracerag.materials import MaterialRegistry
@@ -421,7 +435,7 @@ def _journal_for(
 
 
 def create_app(
-    pipeline: Any = None,
+    pipeline: Runnable[Any, RAGResponse] | None = None,
     store: AuditStore | str | None = None,
     reviewer_token: str | None = None,
     api_key: str | None = None,
@@ -444,7 +458,7 @@ def create_app(
     events_token_seconds: float = DEFAULT_TOKEN_SECONDS,
     feedback_key: str | None = None,
     feedback_limits: FeedbackLimits | None = None,
-    demo_options: Mapping[str, Any] | None = None,
+    demo_options: DemoOptions | None = None,
     desk_config: DeskConfig | Mapping[str, Any] | str | None = None,
 ) -> FastAPI:
     """The server app.
@@ -511,13 +525,17 @@ def create_app(
         )
     desk = _desk_config(desk_config) if review_desk else None
 
-    owned_store = not hasattr(store, "append_record")
-    if owned_store:
+    owned_store = store is None or isinstance(store, str)
+    if store is None or isinstance(store, str):
         from tracerag.store import open_store
 
-        store = open_store(store)  # type: ignore[arg-type]
-    assert store is not None and not isinstance(store, str)
-    audit_store: AuditStore = store
+        audit_store = open_store(store)
+    elif hasattr(store, "append_record"):
+        audit_store = store
+    else:
+        raise ConfigurationError(
+            f"store is an AuditStore or a store URL or path, not {type(store).__name__}"
+        )
     try:
         journal_dir = _journal_for(audit_store, journal)
     except ConfigurationError:
@@ -528,7 +546,7 @@ def create_app(
     registry = None
     if pipeline is None:  # the demo pipeline retrieves through the store's material registry
         registry = _registry_for(audit_store)
-        pipeline = demo_pipeline(model, registry=registry, **dict(demo_options or {}))
+        pipeline = demo_pipeline(model, registry=registry, **(demo_options or {}))
     answerer = Answerer(pipeline, audit_store, journal=journal_dir, commit_wait=commit_wait)
     svc = Services(
         store=audit_store,
@@ -543,9 +561,7 @@ def create_app(
         desk=desk,
         trace_ui=trace,
         body_timeout=body_timeout,
-        runs=RunBook(
-            audit_store, None, scope=key or "", ttl=replay_seconds, max_runs=max_runs
-        ),
+        runs=RunBook(audit_store, None, scope=key or "", ttl=replay_seconds, max_runs=max_runs),
         tokens=StreamTokens(key, events_token_seconds) if key else None,
         registry=registry,
         owns_registry=registry is not None,
@@ -565,7 +581,7 @@ def create_app(
             raise
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(_open_materials, svc)
         await asyncio.to_thread(_open_runs, svc)
         yield
@@ -577,12 +593,12 @@ def create_app(
         answerer.close()
         if svc.registry is not None and svc.owns_registry:
             svc.registry.close()
+        if svc.desk_db is not None:  # the app opened it, on its own store or the caller's
+            svc.desk_db.close()
         if owned_store:
-            if svc.desk_db is not None:
-                svc.desk_db.close()
             audit_store.close()
 
-    app = FastAPI(
+    app = _App(
         title="tracerag",
         summary="Verified answers with their evidence, and a desk for human review.",
         version="1",
@@ -591,7 +607,6 @@ def create_app(
         redoc_url=None,
         openapi_url="/v1/openapi.json",
     )
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.state.services = svc
     app.state.store = audit_store
     app.state.answerer = answerer

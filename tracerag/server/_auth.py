@@ -36,13 +36,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from tracerag._identity import hash_token as _hash_token
 from tracerag._identity import read_token_file, token_owner, valid_name
 from tracerag.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from tracerag.server._desk_db import DeskDB
 
 REVIEWER_TOKEN_ENV = "TRACERAG_REVIEWER_TOKEN"
 REVIEWERS_FILE_ENV = "TRACERAG_REVIEWERS_FILE"
@@ -134,7 +137,7 @@ class BackOff:
         over = state.failures - self.free
         if over <= 0:
             return None
-        lockout = min(self.cap, self.base * 2 ** (over - 1))
+        lockout = min(self.cap, self.base * 2.0 ** (over - 1))
         state.locked_until = now + lockout
         return lockout
 
@@ -222,7 +225,7 @@ class SharedThrottle(Throttle):
 
     def __init__(
         self,
-        db: Any,
+        db: DeskDB,
         free: int = 5,
         window: float = 900.0,
         base: float = 1.0,
@@ -343,7 +346,7 @@ class MemorySessions:
 class SharedSessions:
     """Sessions in the desk's tables, valid on every server process on the store."""
 
-    def __init__(self, db: Any) -> None:
+    def __init__(self, db: DeskDB) -> None:
         self.db = db
 
     def add(self, key: str, reviewer: str, kind: str, expires: float, now: float) -> None:
@@ -400,7 +403,7 @@ class ReviewerAuth:
     throttle: Throttle = field(default_factory=Throttle)
     secret: str | bytes | None = None
     clock: Callable[[], float] = time.time
-    sessions: Any = field(default_factory=MemorySessions)
+    sessions: MemorySessions | SharedSessions = field(default_factory=MemorySessions)
 
     def __post_init__(self) -> None:
         if not self.shared_token and not self.reviewers:

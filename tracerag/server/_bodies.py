@@ -30,20 +30,24 @@ class ReviewOutcome(BaseModel):
     decided_at: str
 
 
+#: where a request stands for its caller (``RequestStatus.state``)
+RequestState = Literal[
+    "answered",
+    "flagged_for_review",
+    "pending_human_review",
+    "unverified",
+    "approved",
+    "edited",
+    "rejected",
+    "unknown",
+]
+
+
 class RequestStatus(BaseModel):
     """What ``GET /v1/requests/{id}`` tells the caller: the outcome, never a withheld answer."""
 
     request_id: str
-    state: Literal[
-        "answered",
-        "flagged_for_review",
-        "pending_human_review",
-        "unverified",
-        "approved",
-        "edited",
-        "rejected",
-        "unknown",
-    ] = Field(
+    state: RequestState = Field(
         description="The Response's status until a reviewer decides, then approved, edited "
         "or rejected."
     )

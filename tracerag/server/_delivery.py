@@ -78,9 +78,10 @@ class Delivery:
         import tenacity
 
         assert isinstance(self.target, str)
+        url = self.target
 
         def once() -> int:
-            reply = httpx.post(self.target, json=payload, timeout=self.timeout)  # type: ignore[arg-type]
+            reply = httpx.post(url, json=payload, timeout=self.timeout)
             if reply.status_code >= 500 or reply.status_code == 429:
                 reply.raise_for_status()
             return reply.status_code

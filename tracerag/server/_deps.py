@@ -10,7 +10,7 @@ import unicodedata
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 from pydantic import ValidationError
@@ -24,6 +24,13 @@ from tracerag.server._review_claims import ClaimBoard, Skips
 from tracerag.server._runs import DecisionWatch, RunBook, key_problem
 from tracerag.server._tokens import StreamTokens
 from tracerag.store._base import AuditStore, StoreError
+
+if TYPE_CHECKING:
+    import jinja2
+
+    from tracerag.materials import FeedbackLimits, MaterialRegistry, UserTokens
+    from tracerag.server._desk_config import DeskConfig
+    from tracerag.server._desk_db import DeskDB
 
 logger = logging.getLogger("tracerag.server")
 security_log = logging.getLogger("tracerag.server.security")
@@ -44,26 +51,26 @@ class Services:
     review_desk: bool
     api_key: str | None = None
     auth: ReviewerAuth | None = None
-    templates: Any = None
+    templates: jinja2.Environment | None = None
     claims: ClaimBoard | None = None
     skips: Skips | None = None
-    desk: Any = None  # the desk's queues and their rubrics (a DeskConfig)
-    desk_db: Any = None  # the desk's shared tables in the store's database, when it has one
+    desk: DeskConfig | None = None  # the desk's queues and their rubrics
+    desk_db: DeskDB | None = None  # the desk's tables in the store's database, if it has one
     trace_ui: tuple[str, str | None] | None = None  # (backend, base URL) for trace links
     body_timeout: float = 10.0
     store_timeout: float = 15.0
-    background: set[asyncio.Task] = field(default_factory=set)
-    registry: Any = None  # the material registry beside the store (tracerag.materials)
+    background: set[asyncio.Task[None]] = field(default_factory=set)
+    registry: MaterialRegistry | None = None  # the material registry beside the store
     owns_registry: bool = False  # opened here (closed with the app), not given
     runs: RunBook | None = None  # answer runs: resumable streams, idempotency keys
     decisions: DecisionWatch | None = None  # streams waiting for a reviewer's decision
     tokens: StreamTokens | None = None  # events-URL tokens (when the API has a key)
-    feedback_tokens: Any = None  # tracerag.materials.UserTokens: signed end-user ids
-    feedback_limits: Any = None  # tracerag.materials.FeedbackLimits of POST /v1/feedback
+    feedback_tokens: UserTokens | None = None  # signed end-user ids
+    feedback_limits: FeedbackLimits | None = None  # the limits of POST /v1/feedback
     #: whether the served retrieval consults the registry (None: not known yet)
     governed: bool | None = None
 
-    def materials(self) -> Any:
+    def materials(self) -> MaterialRegistry:
         """The material registry kept in the app's store, opened on first use."""
         if self.registry is None:
             from tracerag.materials import MaterialRegistry
@@ -75,7 +82,8 @@ class Services:
 
 def services(request: Request) -> Services:
     """The app's services."""
-    return request.app.state.services
+    svc: Services = request.app.state.services
+    return svc
 
 
 ServicesDep = Annotated[Services, Depends(services)]

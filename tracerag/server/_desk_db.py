@@ -23,7 +23,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from tracerag.errors import TraceragError
-from tracerag.store._base import StoreError
+from tracerag.store._base import AuditStore, StoreError
 from tracerag.store._migrations import Step, migrate
 from tracerag.store._sqlite import QmarkCursor, transaction
 
@@ -192,7 +192,7 @@ class PostgresDeskDB(DeskDB):
         self._pool.close()
 
 
-def desk_db_like(store: Any) -> DeskDB | None:
+def desk_db_like(store: AuditStore) -> DeskDB | None:
     """The desk's tables in the database of an open audit store; None when the store has no
     database another process could share (SQLite ``:memory:``, a store of another kind)."""
     dsn = getattr(store, "dsn", None)

@@ -231,7 +231,7 @@ def install_handlers(app: FastAPI) -> None:
     """Send every error in the error shape."""
 
     @app.exception_handler(ApiError)
-    async def _api_error(request: Request, exc: ApiError):
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
         return problem(exc.status, exc.error, exc.detail, exc.headers)
 
     @app.exception_handler(TraceragError)
@@ -256,7 +256,7 @@ def install_handlers(app: FastAPI) -> None:
         return problem(status, code, detail, headers)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException):
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = CODES.get(exc.status_code, "error")
         detail = exc.detail
         if exc.status_code == 404 and detail == "Not Found":
@@ -266,15 +266,15 @@ def install_handlers(app: FastAPI) -> None:
         return problem(exc.status_code, code, detail, dict(exc.headers or {}))
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError):
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return problem(422, "invalid_input", _validation_detail(exc.errors()))
 
     @app.exception_handler(RecursionError)
-    async def _too_deep(request: Request, exc: RecursionError):
+    async def _too_deep(request: Request, exc: RecursionError) -> JSONResponse:
         return problem(400, "bad_request", "the input is nested too deeply")
 
     @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception):
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         # One line here; the server logs the traceback once when the exception reaches it
         # (Starlette raises it on after this response is sent).
         logger.error(

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tracerag.server._error_shape import SECURITY_HEADERS, problem
 
@@ -22,17 +21,17 @@ EXPOSED_HEADERS = ["X-Request-Id", "Idempotency-Replayed", "Location"]
 class SecurityHeaders:
     """Adds the Content-Security-Policy and related headers to every response."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self.headers = [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         review = scope.get("path", "").startswith("/review")
 
-        async def wrapped(message: dict) -> None:
+        async def wrapped(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers") or [])
                 present = {k.lower() for k, _ in headers}
@@ -52,11 +51,11 @@ class DeclaredBodyLimit:
     ``RequestBodyLimitMiddleware`` (inside this one), whose 413 goes through the error handlers.
     """
 
-    def __init__(self, app: Any, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
         self.limit = limit
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             declared = dict(scope.get("headers") or []).get(b"content-length")
             status = None
@@ -85,7 +84,7 @@ class DeclaredBodyLimit:
 class ApiCors:
     """CORS for the frontend API only (``/v1/...``): the desk is never reachable cross-origin."""
 
-    def __init__(self, app: Any, origins: list[str]) -> None:
+    def __init__(self, app: ASGIApp, origins: list[str]) -> None:
         self.app = app
         self.cors = CORSMiddleware(
             app,
@@ -97,7 +96,7 @@ class ApiCors:
             max_age=600,
         )
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("path", "").startswith("/v1/"):
             await self.cors(scope, receive, send)
         else:

@@ -17,7 +17,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tracerag.server._desk_db import DeskDB
 
 CLAIM_SECONDS = 15 * 60
 
@@ -102,7 +105,7 @@ class SharedClaimBoard(ClaimBoard):
 
     def __init__(
         self,
-        db: Any,
+        db: DeskDB,
         seconds: float = CLAIM_SECONDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -206,7 +209,7 @@ class Skips:
 class SharedSkips(Skips):
     """Skips in the desk's tables."""
 
-    def __init__(self, db: Any, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, db: DeskDB, clock: Callable[[], float] = time.time) -> None:
         super().__init__(clock)
         self.db = db
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tracerag.errors import TraceragError
+from tracerag.store._base import AuditStore
 from tracerag.store._migrations import Step, migrate
 from tracerag.store._sqlite import QmarkCursor, transaction
 
@@ -296,7 +297,7 @@ def _migrate(cur: Any, dialect: str) -> int:
     )
 
 
-def open_run_table(store: Any) -> RunTable | None:
+def open_run_table(store: AuditStore) -> RunTable | None:
     """The run table in the database of an open audit store; None when it has none."""
     dsn = getattr(store, "dsn", None)
     if isinstance(dsn, str) and dsn:

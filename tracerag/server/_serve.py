@@ -17,10 +17,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, TextIO
 
 from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from tracerag._runnable import StagedRunnable
+    from tracerag.server._answerer import DemoOptions
 
 DEFAULT_PORT = 8000
 #: the demo pipeline's settings: with --app the app's own hold, and these are refused
@@ -30,15 +34,24 @@ DEMO_DEFAULTS = {"model": None, "samples": 5, "temperature": 0.7, "plan": "separ
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-class _Stderr(logging.StreamHandler):
+if TYPE_CHECKING:
+    _StreamHandler = logging.StreamHandler[TextIO]
+else:  # generic at run time from Python 3.11 on
+    _StreamHandler = logging.StreamHandler
+
+
+class _Stderr(_StreamHandler):
     """Writes to whatever ``sys.stderr`` is at the time of each record."""
 
-    @property  # type: ignore[override]
-    def stream(self) -> Any:
+    #: marks the handler ``configure_logging`` added (added once however often it is called)
+    _tracerag_serve = True
+
+    @property
+    def stream(self) -> TextIO:
         return sys.stderr
 
     @stream.setter
-    def stream(self, value: Any) -> None:
+    def stream(self, value: TextIO) -> None:
         pass
 
 
@@ -50,12 +63,11 @@ def configure_logging(level: str) -> None:
     if not any(getattr(h, "_tracerag_serve", False) for h in logger.handlers):
         handler = _Stderr()
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
-        handler._tracerag_serve = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
         logger.propagate = False
 
 
-def hash_token_line(name: str, stream: Any = None) -> int:
+def hash_token_line(name: str, stream: TextIO | None = None) -> int:
     """Print ``name:sha256:<hex>`` for a token read from standard input."""
     from tracerag.server._auth import GENERATE_HINT, hash_token, token_problem, valid_reviewer_name
 
@@ -79,7 +91,9 @@ def hash_token_line(name: str, stream: Any = None) -> int:
     return 0
 
 
-def _pipeline(args: argparse.Namespace) -> tuple[Any, str, str, dict[str, Any]]:
+def _pipeline(
+    args: argparse.Namespace,
+) -> tuple[StagedRunnable | None, str, str, DemoOptions]:
     """What to serve: the ``--app`` target (or None for the demo), how to name it, and the
     demo's model and options (``create_app`` builds the demo pipeline over the store's
     material registry)."""
@@ -92,7 +106,7 @@ def _pipeline(args: argparse.Namespace) -> tuple[Any, str, str, dict[str, Any]]:
             if options[name] is None:
                 options[name] = default
         model = options.pop("model") or get_config().model or "extractive"
-        demo = {
+        demo: DemoOptions = {
             "n_samples": options["samples"],
             "temperature": options["temperature"],
             "plan": options["plan"],
@@ -167,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag serve``."""
     from tracerag.tools._store_args import add_store_argument
 

@@ -11,10 +11,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracerag.store._audit_record import RecordMaterial
 from tracerag.store._codec import RequestTrail
+
+if TYPE_CHECKING:
+    from tracerag.materials import MaterialRegistry
+    from tracerag.materials._model import MaterialVersion
 
 
 @dataclass(frozen=True)
@@ -30,7 +34,7 @@ class Highlight:
         return bool(self.marked)
 
 
-def highlight(text: str, start: Any, end: Any, sentence: str | None) -> Highlight:
+def highlight(text: str, start: int | None, end: int | None, sentence: str | None) -> Highlight:
     """The text with the sentence at ``[start, end)`` marked.
 
     The stored offsets are trusted only if they cut out the stored sentence (or, without a
@@ -60,7 +64,7 @@ class CitedMaterial:
     retrieved: bool
     title: str = ""
     source: str | None = None
-    score: Any = None
+    score: float | None = None
     stale: str | None = None
     text: Highlight | None = None
     supports: bool = False
@@ -78,7 +82,7 @@ class ClaimView:
 
     text: str
     verdict: str
-    score: Any
+    score: float | None
     reason: str
     materials: list[CitedMaterial] = field(default_factory=list)
 
@@ -87,7 +91,7 @@ class ClaimView:
 class SampleView:
     """One sampled answer."""
 
-    index: Any
+    index: int
     answer: str | None
     error: str | None
     chosen: bool
@@ -366,7 +370,7 @@ def lang_of(text: str | None) -> str:
     return "zh" if text and _CJK.search(text) else "en"
 
 
-def when(value: Any) -> str:
+def when(value: object) -> str:
     """An ISO timestamp for people: ``2026-11-30 15:08 UTC`` (unchanged when unparseable)."""
     if not value:
         return "-"
@@ -437,12 +441,12 @@ class PendingWrite:
     """A write waiting for review: the proposed version, beside the one in service if any."""
 
     material_id: str
-    proposed: Any  # MaterialVersion
-    in_service: Any | None  # MaterialVersion of an active material whose edit waits
+    proposed: MaterialVersion
+    in_service: MaterialVersion | None  # of an active material whose edit waits
     gate_reasons: list[dict[str, str]]  # a conflict with an active material is one of them
 
 
-def materials_overview(registry: Any) -> dict[str, Any]:
+def materials_overview(registry: MaterialRegistry) -> dict[str, Any]:
     """The materials page: pending writes with the gate's reasons, open conflicts, quarantined
     materials, and the registry's figures (blocking: run in a thread)."""
     conflicts = registry.conflicts(limit=LISTED)
@@ -471,7 +475,7 @@ def materials_overview(registry: Any) -> dict[str, Any]:
     }
 
 
-def material_history(registry: Any, material_id: str) -> dict[str, Any]:
+def material_history(registry: MaterialRegistry, material_id: str) -> dict[str, Any]:
     """One material: now, every version with its full source snippet and who made it (and how
     that was established), its read hits and open conflicts (blocking: run in a thread).
     Raises ``MaterialNotFound``."""

@@ -11,20 +11,24 @@ import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracerag.tools._store_args import add_store_argument, open_cli_store
+
+if TYPE_CHECKING:
+    from tracerag.materials._records import VerifyReport
+    from tracerag.store._base import AuditStore
 
 Configure = Callable[[argparse.ArgumentParser], None]
 
 # name -> (help, configure): every audit sub-subcommand registered so far
 _AUDIT_COMMANDS: dict[str, tuple[str, Configure]] = {}
 # the audit group of the parser being built, and the names already added to it
-_audit_group: Any = None
+_audit_group: argparse._SubParsersAction[argparse.ArgumentParser] | None = None
 _audit_added: set[str] = set()
 
 
-def audit_group() -> Any:
+def audit_group() -> argparse._SubParsersAction[argparse.ArgumentParser] | None:
     """The ``tracerag audit`` group of the parser built last (None before one is built)."""
     return _audit_group
 
@@ -40,6 +44,7 @@ def _add_to_group(name: str) -> None:
     if name in _audit_added:
         return
     help_text, configure = _AUDIT_COMMANDS[name]
+    assert _audit_group is not None
     parser = _audit_group.add_parser(name, help=help_text, description=help_text)
     configure(parser)
     _audit_added.add(name)
@@ -205,7 +210,7 @@ def run_verify(args: argparse.Namespace) -> int:
     return status
 
 
-def _verify_materials(store: Any) -> Any:
+def _verify_materials(store: AuditStore) -> VerifyReport | None:
     """The material registry's tables checked against the chain (None when the database holds
     no registry: a registry row with no chained origin is a finding, not a reason to skip)."""
     from tracerag.materials import MaterialRegistry
@@ -244,7 +249,7 @@ add_audit_command(
 )
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the ``tracerag audit`` group."""
     global _audit_group
 

@@ -37,8 +37,10 @@ from tracerag.store._base import (
     KIND_REVIEW_COMMENT,
     KIND_REVIEW_DECISION,
     KIND_REVIEW_VOTE,
+    AuditStore,
     RequestNotFound,
 )
+from tracerag.store._codec import RequestTrail
 
 __all__ = [
     "LABELS",
@@ -126,7 +128,7 @@ def counted_judgements(entries: Sequence[Any]) -> list[Judgement]:
     return votes if how == "adjudicated" else [*votes, decision]
 
 
-def desk_row(trail: Any) -> dict[str, Any]:
+def desk_row(trail: RequestTrail) -> dict[str, Any]:
     """One review item as a labelled example (see the module docstring)."""
     rec = trail.audit
     item = trail.review
@@ -211,7 +213,7 @@ def _item_agreement(counted: Sequence[Judgement]) -> dict[str, Any] | None:
 
 
 def desk_rows(
-    store: Any,
+    store: AuditStore,
     *,
     status: str = "decided",
     route: str | None = None,
@@ -471,7 +473,7 @@ def _run_agreement(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag desk``."""
     from tracerag.tools._store_args import add_store_argument
 

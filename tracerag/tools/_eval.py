@@ -48,9 +48,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracerag._routing import ESCALATE, PASS, REVIEW
-from tracerag._settings import TIERS, Tier
+from opentelemetry.trace import TracerProvider
+
+from tracerag._routing import ESCALATE, PASS, REVIEW, Ticket
+from tracerag._settings import TIERS, Tier, TierName
+from tracerag._usage import Price
 from tracerag.errors import InputError
+from tracerag.store._base import AuditStore
 
 __all__ = [
     "DEFAULT_GATE",
@@ -595,9 +599,9 @@ class _KeepTickets:
     """Keeps escalation tickets without logging them (an evaluation escalates on purpose)."""
 
     def __init__(self) -> None:
-        self.tickets: list[Any] = []
+        self.tickets: list[Ticket] = []
 
-    def handle(self, ticket: Any) -> None:
+    def handle(self, ticket: Ticket) -> None:
         self.tickets.append(ticket)
 
 
@@ -610,10 +614,10 @@ def run_arm(
     seed: int,
     samples: int,
     temperature: float,
-    tier: str,
+    tier: Tier | TierName,
     k: int = 4,
-    prices: Mapping[str, Any] | None = None,
-    tracer_provider: Any = None,
+    prices: Mapping[str, Price] | None = None,
+    tracer_provider: TracerProvider | None = None,
 ) -> tuple[str, str, list[dict[str, Any]], list[Outcome]]:
     """Answer every question under one configuration over the demo knowledge base.
 
@@ -686,13 +690,13 @@ def evaluate(
     seed: int = 7,
     samples: int = 5,
     temperature: float = 0.7,
-    tier: str = "high",
-    prices: Mapping[str, Any] | None = None,
+    tier: Tier | TierName = "high",
+    prices: Mapping[str, Price] | None = None,
     prices_label: str | None = None,
     gated: Sequence[str] = DEFAULT_GATE,
     margins: Mapping[str, float] | None = None,
     default_margin: float = DEFAULT_MARGIN,
-    tracer_provider: Any = None,
+    tracer_provider: TracerProvider | None = None,
     run_id: str | None = None,
 ) -> tuple[EvalReport, dict[str, list[dict[str, Any]]]]:
     """Run both configurations over the questions and compare them; also returns the records."""
@@ -752,7 +756,7 @@ def evaluate(
 
 
 def store_report(
-    store: Any,
+    store: AuditStore,
     report: EvalReport,
     records: Mapping[str, Sequence[Mapping[str, Any]]],
     actor: str,
@@ -876,7 +880,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag eval``."""
     from tracerag.tools._store_args import add_store_argument
 

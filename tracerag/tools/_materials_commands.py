@@ -20,11 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracerag.materials._render import render_trace_back, short, version_lines
 from tracerag.tools._audit import add_audit_command
 from tracerag.tools._store_args import add_store_argument, open_cli_store
+
+if TYPE_CHECKING:
+    from tracerag._identity import OperatorIdentity
 
 ACTIONS = ("approve", "reject", "quarantine", "restore", "delete", "dismiss")
 _ACTION_HELP = {
@@ -47,7 +50,7 @@ def open_registry(url: str | None, **options: Any) -> Any:
         raise SystemExit(f"tracerag: cannot open the material registry: {exc}") from exc
 
 
-def operator_identity(args: argparse.Namespace) -> Any:
+def operator_identity(args: argparse.Namespace) -> OperatorIdentity:
     """The operator the command's token proves; exit 2 with the reason when it proves none."""
     from pathlib import Path
 
@@ -375,7 +378,7 @@ def run_trace_back(args: argparse.Namespace) -> int:
     return 0
 
 
-def feedback_principal(args: argparse.Namespace) -> Any:
+def feedback_principal(args: argparse.Namespace) -> OperatorIdentity:
     """The operator an operator token proves (the verdict counts), else the ``--operator``
     name as declared (kept as an unverified note that counts for nothing)."""
     from tracerag.config import get_config
@@ -439,7 +442,7 @@ def _operator(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag materials``, ``tracerag trace-back`` and ``tracerag feedback``."""
     m = subparsers.add_parser(
         "materials",
@@ -447,7 +450,12 @@ def add_parser(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    m.set_defaults(func=lambda _a: (m.print_help(), 2)[1])
+
+    def _help(_args: argparse.Namespace) -> int:
+        m.print_help()
+        return 2
+
+    m.set_defaults(func=_help)
     sub = m.add_subparsers(dest="materials_command", metavar="MATERIALS_COMMAND")
 
     p = sub.add_parser("show", help="current value, version history, read hits")

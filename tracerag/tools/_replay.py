@@ -18,7 +18,7 @@ import argparse
 import getpass
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,10 +28,12 @@ from langchain_core.callbacks import (
 )
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
 
 from tracerag.config import get_config
+from tracerag.contract import Response
 from tracerag.errors import TraceragError
 from tracerag.store._audit_record import AuditRecord, RecordMaterial
 from tracerag.store._base import KIND_OPERATOR_ACTION, AuditStore
@@ -90,11 +92,26 @@ class ReplayVectorStore(VectorStore):
     def embeddings(self) -> Embeddings:
         return _NoEmbeddings()
 
-    def add_texts(self, texts: Any, metadatas: Any = None, **kwargs: Any) -> list[str]:
+    def add_texts(
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
         raise NotImplementedError("a replay store is read-only")
 
     @classmethod
-    def from_texts(cls, texts: Any, embedding: Any, metadatas: Any = None, **kwargs: Any) -> Any:
+    def from_texts(
+        cls,
+        texts: list[str],
+        embedding: Embeddings,
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> ReplayVectorStore:
         raise NotImplementedError("build a ReplayVectorStore from stored materials")
 
     def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
@@ -131,7 +148,7 @@ def replay_retriever(materials: Sequence[RecordMaterial | Mapping[str, Any]]) ->
     """A retriever returning exactly these stored materials, with their scores when all have one."""
     pairs = material_documents(materials)
     if pairs and all(isinstance(s, (int, float)) and not isinstance(s, bool) for _, s in pairs):
-        store = ReplayVectorStore(pairs)  # type: ignore[arg-type]
+        store = ReplayVectorStore([(doc, float(score)) for doc, score in pairs])
         return VectorStoreRetriever(vectorstore=store, search_kwargs={"k": len(pairs)})
     return ReplayRetriever(documents=[doc for doc, _ in pairs])
 
@@ -186,7 +203,7 @@ class Change:
 
     @property
     def changed(self) -> bool:
-        return self.before != self.after
+        return bool(self.before != self.after)
 
     def describe(self) -> list[str]:
         """What changed, in a few lines (empty when nothing did)."""
@@ -235,7 +252,7 @@ class ReplayResult:
     versions_now: dict[str, Any]
     forced: bool
     changes: list[Change] = field(default_factory=list)
-    response: Any = None
+    response: Response | None = None
 
     @property
     def changed(self) -> list[Change]:
@@ -272,9 +289,7 @@ class ReplayResult:
                 {"aspect": c.aspect, "changed": c.changed, "before": c.before, "after": c.after}
                 for c in self.changes
             ],
-            "response": self.response.model_dump(mode="json")
-            if hasattr(self.response, "model_dump")
-            else self.response,
+            "response": None if self.response is None else self.response.model_dump(mode="json"),
         }
 
 
@@ -319,7 +334,7 @@ def recorded_options(record: AuditRecord | Mapping[str, Any]) -> dict[str, Any]:
 def replay(
     store: AuditStore,
     request_id: str,
-    llm: Any,
+    llm: BaseChatModel,
     *,
     prompt_version: str,
     model_version: str,
@@ -460,7 +475,7 @@ def add_rerun_arguments(p: argparse.ArgumentParser, verb: str) -> None:
     p.add_argument("--actor", default=_default_actor(), help="who runs it (for the audit log)")
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag replay``."""
     from tracerag.tools._store_args import add_store_argument
 

@@ -183,7 +183,7 @@ def _signals(rec: AuditRecord) -> list[str]:
     if signals.rules:
         out.append(f"{INDENT}rules:")
         for rule in signals.rules:
-            mark = {True: "pass", False: "FAIL"}.get(rule.passed, "?")  # type: ignore[arg-type]
+            mark = "?" if rule.passed is None else "pass" if rule.passed else "FAIL"
             required = " (required)" if rule.required else ""
             detail = f" - {rule.detail}" if rule.detail else ""
             out.append(f"{INDENT * 2}{mark}  {rule.name or '?'}{required}{detail}")

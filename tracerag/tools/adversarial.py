@@ -46,9 +46,11 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr
 
 from tracerag._llm import ReplyChatModel
+from tracerag._routing import Ticket
 from tracerag.errors import InputError
 from tracerag.signals._citations import SUPPORTED, verify_citations
 from tracerag.signals._claims import CITATION_RE, Claim, citation_ids, split_claims
+from tracerag.signals._confidence import Combiner
 from tracerag.signals._support import SupportBackend, get_backend
 from tracerag.signals._types import Material
 from tracerag.store._audit_record import AuditRecord
@@ -207,9 +209,9 @@ class _QuietEscalation:
     """Keeps tickets without logging them (self-tests escalate on purpose)."""
 
     def __init__(self) -> None:
-        self.tickets: list[Any] = []
+        self.tickets: list[Ticket] = []
 
-    def handle(self, ticket: Any) -> None:
+    def handle(self, ticket: Ticket) -> None:
         self.tickets.append(ticket)
 
 
@@ -227,11 +229,11 @@ def demo_records(
     seeds: Sequence[int] = DEFAULT_SEEDS,
     questions: Sequence[str] | None = None,
     *,
-    llm_factory: Callable[[int], Any] | None = None,
+    llm_factory: Callable[[int], BaseChatModel] | None = None,
     n_samples: int = 5,
     temperature: float = 0.7,
     k: int = 4,
-    combiner: Any = None,
+    combiner: Combiner | None = None,
 ) -> list[dict[str, Any]]:
     """Audit records of the demo questions answered through ``RAGPipeline`` at each seed.
 
@@ -1262,7 +1264,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
 _HELP = "mutate real answers and check that the citation verifier catches them"
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag audit adversarial`` in the ``tracerag audit`` group."""
     from tracerag.tools._audit import add_audit_command
 

@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -70,6 +70,11 @@ from tracerag.signals.calibrated import (
 )
 from tracerag.store._audit_record import AuditRecord
 from tracerag.tools._scoring import DEFAULT_BINS, summarize
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+    from tracerag.store._base import AuditStore
 
 __all__ = ["Example", "fit_calibration", "read_examples"]
 
@@ -243,7 +248,7 @@ def read_examples(path: str | Path) -> tuple[list[Example], int]:
     return examples, unlabelled
 
 
-def desk_examples(store: Any, route: str | None = None) -> tuple[list[Example], int]:
+def desk_examples(store: AuditStore, route: str | None = None) -> tuple[list[Example], int]:
     """The review desk's decided items as labelled examples (``tracerag desk export``): the
     signals the pipeline recorded for the answer, and the reviewers' verdict on it. Returns the
     examples and how many decided items had no recorded signals (records from before
@@ -468,7 +473,7 @@ def render_comparison(title: str, results: Mapping[str, Mapping[str, Any]], bins
     first = next(iter(results.values()))
     lines = [f"{title} (n={first['n']}, {_pct(first['accuracy'])} right)"]
     lines.append(" " * 26 + "".join(f"{n:>{width}}" for n in names))
-    rows = [
+    rows: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = [
         (f"ECE ({bins} bins)", lambda r: _num(r["ece"])),
         ("Brier", lambda r: _num(r["brier"])),
         ("AUROC", lambda r: _num(r["auroc"])),
@@ -508,7 +513,7 @@ def _label(record: AuditRecord, mutated: Mapping[str, Any], relevant: Sequence[s
     return bool(set(cited) & set(relevant))
 
 
-def _always(model: Any) -> Callable[[int], Any]:
+def _always(model: BaseChatModel) -> Callable[[int], BaseChatModel]:
     """An ``llm_factory`` giving the same model for every seed."""
     return lambda _seed: model
 
@@ -558,20 +563,24 @@ def demo_calibration_rows(
         for i, mutation in enumerate(kinds):
             runs.append((seed, mutation, rates[(seed + i) % len(rates)]))
     for seed, kind, rate in runs:
-        model: Any = ExtractiveChatModel(seed=seed)
-        if kind is not None:
-            model = MutatingChatModel(
-                base=model,
+        base = ExtractiveChatModel(seed=seed)
+        mutating = (
+            MutatingChatModel(
+                base=base,
                 kind=kind,
                 rate=rate,
                 seed=seed,
                 materials=kb,
-                model_name=model.model_name,
+                model_name=base.model_name,
             )
+            if kind is not None
+            else None
+        )
+        model: BaseChatModel = base if mutating is None else mutating
         records = demo_records(
             [seed], questions, llm_factory=_always(model), n_samples=n_samples
         )
-        mutated = model.mutated if kind is not None else {}
+        mutated = mutating.mutated if mutating is not None else {}
         for data in records:
             record = AuditRecord.parse(data)
             question = str(record.question)
@@ -732,7 +741,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag calibrate``."""
     from tracerag.tools._store_args import add_store_argument
 
@@ -777,7 +786,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-np.clip(z, -40.0, 40.0)))
+    out: np.ndarray = 1.0 / (1.0 + np.exp(-np.clip(z, -40.0, 40.0)))
+    return out
 
 
 def _round(values: Iterable[float], digits: int = 10) -> list[float]:

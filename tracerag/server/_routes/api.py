@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -15,6 +15,7 @@ from tracerag.contract import response_schema
 from tracerag.server._bodies import (
     Health,
     Readiness,
+    RequestState,
     RequestStatus,
 )
 from tracerag.server._deps import (
@@ -62,7 +63,7 @@ def request_status(trail: RequestTrail) -> dict[str, Any]:
         state = str((response.status if response is not None else None) or "unknown")
         answer = response.answer if response is not None else None
         final = answer if decision in (Route.PASS, Route.REVIEW) else None
-    valid_states = RequestStatus.model_fields["state"].annotation.__args__  # type: ignore[union-attr]
+    valid_states = get_args(RequestState)
     return RequestStatus.model_validate(
         {
             "request_id": trail.request_id,

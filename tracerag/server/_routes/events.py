@@ -26,7 +26,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry import propagate
 
-from tracerag.server._answerer import Answerer
+from tracerag.contract import Response as RAGResponse
+from tracerag.server._answerer import Answerer, StageHook
 from tracerag.server._deps import (
     AnswerInput,
     IdempotencyKey,
@@ -104,7 +105,7 @@ async def begin(
     parent = propagate.extract(request.headers)
     answerer: Answerer = svc.answerer
 
-    async def runner(payload: dict[str, Any], on_stage: Any) -> Any:
+    async def runner(payload: dict[str, Any], on_stage: StageHook) -> RAGResponse:
         return await answerer.run(payload, on_stage=on_stage, parent=parent)
 
     try:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
@@ -26,6 +26,9 @@ from tracerag.server._error_shape import ApiError
 from tracerag.server._materials import retrieval_governed
 from tracerag.server._routes.review import error_page, page
 from tracerag.server._views import MATERIAL_ACTIONS, material_history, materials_overview
+
+if TYPE_CHECKING:
+    from tracerag.materials import MaterialRegistry
 
 logger = logging.getLogger("tracerag.server")
 security_log = logging.getLogger("tracerag.server.security")
@@ -52,7 +55,7 @@ def desk_identity(svc: Services, session: Session) -> OperatorIdentity:
     return OperatorIdentity(session.reviewer, DESK_NAMED, fingerprint(digest) if digest else None)
 
 
-async def _registry(svc: Services) -> Any:
+async def _registry(svc: Services) -> MaterialRegistry:
     try:
         return await store_call(svc, svc.materials)
     except ApiError:

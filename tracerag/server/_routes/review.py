@@ -67,6 +67,7 @@ from tracerag.store._base import (
     RequestNotFound,
     ReviewOutcome,
 )
+from tracerag.store._codec import RequestTrail
 
 logger = logging.getLogger("tracerag.server")
 security_log = logging.getLogger("tracerag.server.security")
@@ -110,7 +111,7 @@ def page(
     **values: Any,
 ) -> HTMLResponse:
     """A desk page rendered with the reviewer's name and CSRF token."""
-    assert svc.auth is not None
+    assert svc.auth is not None and svc.templates is not None
     html = svc.templates.get_template(template).render(
         reviewer=session.reviewer if session else None,
         csrf=svc.auth.csrf_token(session) if session and session.via == "cookie" else "",
@@ -650,7 +651,7 @@ class JudgementView:
     settled: bool
 
 
-def _judgement_views(trail: Any, rules: QueueRules) -> list[JudgementView]:
+def _judgement_views(trail: RequestTrail, rules: QueueRules) -> list[JudgementView]:
     labels = {d.name: d.label for d in rules.rubric}
     order = {d.name: i for i, d in enumerate(rules.rubric)}
     out = []
@@ -673,7 +674,7 @@ def _judgement_views(trail: Any, rules: QueueRules) -> list[JudgementView]:
 
 
 def _confirmation(
-    trail: Any, me: str, votes: list[JudgementView], required: int
+    trail: RequestTrail, me: str, votes: list[JudgementView], required: int
 ) -> tuple[str, str] | None:
     """The banner after a judgement, from what the store holds: (kind, text)."""
     decision = trail.review_decision
@@ -1193,7 +1194,7 @@ async def decide_api(
         vote = Vote(
             request_id=request_id,
             reviewer=name,
-            action=body.action,  # type: ignore[arg-type]
+            action=body.action,
             reviews=outcome.reviews,
             required=outcome.required,
             disputed=outcome.disputed,
