@@ -125,9 +125,11 @@ system_packages() {  # apt-get, npm and Phoenix's own venv; PostgreSQL started l
 
 model_and_lint() {
     timed "local model" bash .ci/local-model.sh
-    timed "lint: ruff" python -m ruff check .
-    timed "lint: import contracts" lint-imports
-    timed "lint: mypy" python -m mypy tracerag
+    timed "lint: ruff format --check" python -m ruff format --check .
+    # the hooks of .pre-commit-config.yaml on every file: whitespace, ruff check and format,
+    # mypy (strict) and the import contracts, with the tools installed above
+    timed "lint: pre-commit (ruff, mypy, import contracts)" \
+        pre-commit run --all-files --show-diff-on-failure --color never
     timed "docs: mkdocs build --strict" env NO_MKDOCS_2_WARNING=1 \
         python -m mkdocs build --strict --quiet --site-dir "$logs/site"
 }

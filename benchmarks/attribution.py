@@ -31,8 +31,9 @@ from tracerag import RAGPipeline
 from tracerag.contract import MaterialUse, validate_response
 from tracerag.demo.kb import build_retriever, load_questions
 from tracerag.demo.models.extractive import ExtractiveChatModel
-from tracerag.signals import attribution as attr
-from tracerag.stages import assemble, retrieve
+from tracerag.signals import _attribution as attr
+from tracerag.stages import _assemble as assemble
+from tracerag.stages import _retrieve as retrieve
 
 BUDGET_MS = 0.3
 

@@ -159,7 +159,7 @@ def recover(args: argparse.Namespace) -> None:
     """A library restart after a crash: open the writer on the same store and drain it."""
     import logging
 
-    from tracerag.audit import writer_for
+    from tracerag.store._sink import writer_for
 
     logging.getLogger("tracerag").setLevel(logging.CRITICAL)
     writer = writer_for(args.store)
@@ -170,7 +170,7 @@ def recover(args: argparse.Namespace) -> None:
 
 def serve_child(args: argparse.Namespace) -> None:
     """``tracerag serve`` with the scripted model in place of the demo's offline model."""
-    import tracerag.demo.run as demo_run
+    import tracerag.demo._run as demo_run
     from tracerag.cli import main as cli_main
 
     model = scripted_model(args.poison_every)
@@ -1006,7 +1006,7 @@ def _genesis(db: TamperDB) -> str:
 
 def _reseal_from(db: TamperDB, seq: int) -> None:
     """Re-hash every entry from ``seq`` on, as someone without the key can (version 2)."""
-    from tracerag.store.chain import CHAIN_V2, entry_hash
+    from tracerag.store._chain import CHAIN_V2, entry_hash
 
     prev = (
         db.execute("SELECT hash FROM audit_entries WHERE seq = ?", (seq - 1,))[0][0]
@@ -1100,7 +1100,7 @@ def _empty(db: TamperDB, key: str | None) -> None:
 
 
 def _append_forged(db: TamperDB, key: str | None) -> None:
-    from tracerag.store.chain import CHAIN_V2, entry_hash
+    from tracerag.store._chain import CHAIN_V2, entry_hash
 
     seq, prev = _head(db)
     seq += 1
@@ -1146,7 +1146,7 @@ def _alter_journaled(db: TamperDB, key: str | None) -> None:
     import struct
     import zlib
 
-    from tracerag.store.journal import Journal
+    from tracerag.store._journal import Journal
 
     journal = Journal(db.journal, key=key)
     journal.append(b"R", json.dumps(_tamper_record("crashed", "pass")).encode())

@@ -28,8 +28,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from tracerag.signals.types import Material, Plan
-from tracerag.state import (
+from tracerag._state import (
     ErrorLog,
     PlanResult,
     Registration,
@@ -40,8 +39,9 @@ from tracerag.state import (
     Sample,
     SampleSet,
 )
+from tracerag.signals._types import Material, Plan
 from tracerag.store import AuditWriter
-from tracerag.store.sql import SQLAuditStore
+from tracerag.store._sql import SQLAuditStore
 
 PG_ENV = "TRACERAG_TEST_POSTGRES_DSN"
 
@@ -294,7 +294,7 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.backend in ("all", "sqlite"):
-        from tracerag.store.sqlite import SQLiteAuditStore
+        from tracerag.store._sqlite import SQLiteAuditStore
 
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "audit.sqlite")
@@ -310,7 +310,7 @@ def main() -> None:
             return
         import psycopg
 
-        from tracerag.store.postgres import PostgresAuditStore
+        from tracerag.store._postgres import PostgresAuditStore
 
         schema = "bench_" + uuid.uuid4().hex[:8]
         try:

@@ -28,11 +28,11 @@ from typing import Any
 from opentelemetry.sdk.trace import TracerProvider
 
 from tracerag import RAGPipeline
+from tracerag._usage import load_prices
 from tracerag.demo.kb import build_retriever
 from tracerag.demo.models.extractive import ExtractiveChatModel
 from tracerag.prompts import DEFAULT_PROMPT
 from tracerag.tools.adversarial import demo_questions
-from tracerag.usage import load_prices
 
 MODEL = "tracerag-extractive-1"
 #: Made up for illustration only; not any provider's prices. Currency units per 1,000 tokens.

@@ -68,15 +68,15 @@ def main() -> None:
 
     import uvicorn
 
-    from tracerag.server.app import create_app
-    from tracerag.store.sqlite import SQLiteAuditStore
+    from tracerag.server._asgi import create_app
+    from tracerag.store._sqlite import SQLiteAuditStore
     from tracerag.testing import ScriptedChatModel
 
     logging.getLogger("tracerag").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory() as tmp:
         store = SQLiteAuditStore(str(Path(tmp) / "audit.sqlite"))
+        from tracerag._pipeline import RAGPipeline
         from tracerag.demo.kb import build_retriever
-        from tracerag.pipeline import RAGPipeline
 
         pipeline = RAGPipeline(
             build_retriever(k=4),

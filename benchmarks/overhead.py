@@ -64,8 +64,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import NoOpTracerProvider
 
 from tracerag import RAGPipeline, wrap
+from tracerag._sync import run_sync
 from tracerag.demo.kb import DemoVectorStore, build_retriever, build_vectorstore
-from tracerag.runner import run_sync
 
 QUESTION = "How long is the warranty on a laptop?"
 ANSWER = (

@@ -57,7 +57,7 @@ from relevance_cases import (  # noqa: E402
 )
 from verifier_data import data_root  # noqa: E402
 
-from tracerag.signals.relevance import (  # noqa: E402
+from tracerag.signals._relevance import (  # noqa: E402
     DEFAULT_MIN_SIMILARITY,
     AnswerPart,
     check_relevance,
@@ -74,7 +74,7 @@ GRID = [round(0.01 * i, 2) for i in range(0, 41)]
 
 def load_rows(root: Path) -> list[dict[str, Any]]:
     """AttributionBench's rows with the sentence of the passages that best supports each claim."""
-    from tracerag.signals.support import support
+    from tracerag.signals._support import support
 
     rows = []
     with (root / AB_FILE).open(encoding="utf-8") as f:
@@ -137,7 +137,7 @@ def lexical_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def similarities(rows: list[dict[str, Any]]) -> tuple[list[float], list[float]] | None:
     """Each row's best-claim similarity with its own question and with the shuffled one
     (MiniLM), or None where the model is not installed."""
-    from tracerag.signals.embeddings import MiniLMEmbeddings, minilm_available
+    from tracerag.signals._embeddings import MiniLMEmbeddings, minilm_available
 
     if not minilm_available():
         return None
@@ -244,7 +244,7 @@ def top_material_answer(call: Any) -> str:
 
 
 def pipeline(retriever: Any, llm: Any, **options: Any) -> Any:
-    from tracerag.pipeline import RAGPipeline
+    from tracerag._pipeline import RAGPipeline
 
     return RAGPipeline(retriever, llm, prompt_version="relevance-bench", model_version="bench",
                        n_samples=5, temperature=0.7, audit=None, **options)
@@ -253,7 +253,7 @@ def pipeline(retriever: Any, llm: Any, **options: Any) -> Any:
 def demo_figures(backends: Sequence[str]) -> dict[str, Any]:
     from tracerag.demo.kb import build_retriever, load_documents
     from tracerag.testing import ScriptedChatModel
-    from tracerag.text.sentences import split_sentences
+    from tracerag.text._sentences import split_sentences
 
     _quiet()
     docs = load_documents()
@@ -368,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     backends = ["lexical"]
     if not args.no_embeddings:
-        from tracerag.signals.embeddings import minilm_available
+        from tracerag.signals._embeddings import minilm_available
 
         if minilm_available():
             backends.append("embeddings")

@@ -97,7 +97,7 @@ def drop_schema(dsn: str, schema: str) -> None:
 def head_seq(url: str) -> int:
     import psycopg
 
-    from tracerag.store.postgres import PostgresAuditStore
+    from tracerag.store._postgres import PostgresAuditStore
 
     PostgresAuditStore(url).close()  # the tables exist (migrated) before anyone measures
     with psycopg.connect(url, autocommit=True) as conn:
@@ -121,7 +121,7 @@ def child_serve(port: int, url: str, samples: int) -> None:
 
     import uvicorn
 
-    from tracerag.server.app import create_app, demo_pipeline
+    from tracerag.server._asgi import create_app, demo_pipeline
 
     logging.getLogger("tracerag").setLevel(logging.ERROR)
     app = create_app(demo_pipeline("extractive", n_samples=samples), url, reviewer_token=TOKEN)
@@ -156,8 +156,8 @@ def child_append(
 
     from audit_store import build_record
 
-    from tracerag.store import sql as sql_module
-    from tracerag.store.postgres import PostgresAuditStore
+    from tracerag.store import _sql as sql_module
+    from tracerag.store._postgres import PostgresAuditStore
 
     if one_by_one or no_late:
         shipped = sql_module.SQLAuditStore._append

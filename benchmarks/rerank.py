@@ -76,8 +76,8 @@ class Arm:
         from tracerag.demo.kb import build_vectorstore
         from tracerag.demo.models.extractive import ExtractiveChatModel
         from tracerag.materials import CredibilityPolicy, MaterialRegistry
+        from tracerag.materials._rerank import CredibilityRetriever, RerankWeights
         from tracerag.materials.feedback import record_usage
-        from tracerag.materials.rerank import CredibilityRetriever, RerankWeights
         from tracerag.store import open_store
 
         self.name = name

@@ -62,7 +62,7 @@ def serve(port: int, store: str, samples: int) -> None:
 
     import uvicorn
 
-    from tracerag.server.app import create_app, demo_pipeline
+    from tracerag.server._asgi import create_app, demo_pipeline
 
     logging.getLogger("tracerag.escalation").setLevel(logging.ERROR)
     target: Any = DiscardStore() if store == "discard" else store
@@ -176,7 +176,7 @@ async def load(
 
 
 def count_stored(path: str, request_ids: list[str]) -> int:
-    from tracerag.store.sqlite import SQLiteAuditStore
+    from tracerag.store._sqlite import SQLiteAuditStore
 
     store = SQLiteAuditStore(path)
     try:

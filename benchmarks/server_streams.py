@@ -260,7 +260,7 @@ def table_ops(captured: list[list[tuple[str, str, Any]]], n: int = 500) -> dict[
     """CPU and wall time of one key claim and one run's events stored, on a SQLite table."""
     from tracerag.server._run_table import open_run_table
     from tracerag.server._runs import encode
-    from tracerag.store.sqlite import SQLiteAuditStore
+    from tracerag.store._sqlite import SQLiteAuditStore
 
     shape = [(name, encode(data)) for name, _, data in captured[0]]
     with tempfile.TemporaryDirectory() as work:

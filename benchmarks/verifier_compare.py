@@ -57,7 +57,7 @@ from verifier_data import (
 
 from tracerag.errors import ConfigurationError
 from tracerag.signals._specificity import check_specificity
-from tracerag.signals.support import Support, SupportBackend, get_backend
+from tracerag.signals._support import Support, SupportBackend, get_backend
 
 #: Published zero-shot balanced accuracy on the held-out subsets (issue 11 and issue 24;
 #: LLM-AggreFact figures as published by the models' authors, not measured here).
@@ -75,8 +75,8 @@ FOLDS = 5
 
 
 def _clear_caches() -> None:
-    from tracerag.signals import lexical
-    from tracerag.text import quantities
+    from tracerag.signals import _lexical as lexical
+    from tracerag.text import _quantities as quantities
 
     lexical._VIEWS.clear()
     lexical._DOC_TOKENS.clear()
@@ -175,7 +175,7 @@ def learned_protocols(
     import numpy as np
     from verifier_fit import Decider, _analyses, evaluate, feature_matrix
 
-    from tracerag.signals.learned import FEATURES, SIMILARITY_FEATURES, similarity_features
+    from tracerag.signals._learned import FEATURES, SIMILARITY_FEATURES, similarity_features
 
     flat = [p for name in pairs for p in pairs[name]]
     analyses = _analyses(flat)
@@ -287,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = {k: v[: args.limit] for k, v in data.items()}
     names = args.backend or ["lexical", "learned", "embeddings", "learned-embeddings"]
     for model in args.checker:
-        from tracerag.signals.checker import CheckerSupport
+        from tracerag.signals._checker import CheckerSupport
 
         checker = CheckerSupport(model, name=f"checker:{Path(model).name}")
         checker.register()

@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from verifier_data import data_root
 
-from tracerag.signals import lexical
-from tracerag.text import split_sentences
-from tracerag.text.quantities import _extract_cached
+from tracerag.signals import _lexical as lexical
+from tracerag.text._quantities import _extract_cached
+from tracerag.text._sentences import split_sentences
 
 
 def _demo_sentences() -> list[str]:
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--materials", type=int, default=5)
     args = parser.parse_args(argv)
-    from tracerag.signals.embeddings import EmbeddingSupport, MiniLMEmbeddings, minilm_available
+    from tracerag.signals._embeddings import EmbeddingSupport, MiniLMEmbeddings, minilm_available
 
     if not minilm_available():
         print("the MiniLM model is not installed (the embeddings extra): nothing to measure")

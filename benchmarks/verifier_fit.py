@@ -57,7 +57,7 @@ from verifier_data import (
 )
 from verifier_synthetic import synthetic_pairs
 
-from tracerag.signals.learned import (
+from tracerag.signals._learned import (
     DEFAULT_MODEL,
     EMBEDDINGS_MODEL,
     FEATURES,
@@ -66,7 +66,7 @@ from tracerag.signals.learned import (
     features,
     similarity_features,
 )
-from tracerag.signals.lexical import LexicalParams, analyse
+from tracerag.signals._lexical import LexicalParams, analyse
 
 MODELS = Path(__file__).resolve().parents[1] / "tracerag" / "signals" / "models"
 VERSION = "support-learned-v2"
@@ -106,7 +106,7 @@ def similarity_matrix(
     pairs: Sequence[Pair], analyses: Sequence, cache_path: Path | None
 ) -> np.ndarray | None:
     """One row of similarity features per pair (None without the MiniLM model)."""
-    from tracerag.signals.embeddings import EmbeddingSupport, MiniLMEmbeddings, minilm_available
+    from tracerag.signals._embeddings import EmbeddingSupport, MiniLMEmbeddings, minilm_available
 
     if not minilm_available():
         return None

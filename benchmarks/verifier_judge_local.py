@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from verifier_data import auroc, balanced_accuracy, data_root, load
 
 from tracerag.errors import ConfigurationError
-from tracerag.signals.support import get_backend, usage_scope
+from tracerag.signals._support import get_backend, usage_scope
 
 
 async def _judge_all(judge, pairs) -> list:

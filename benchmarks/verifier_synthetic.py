@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from verifier_data import Pair
 
 from tracerag.demo.kb import load_documents
-from tracerag.text.sentences import split_sentences
-from tracerag.text.structure import is_declarative
-from tracerag.text.tokens import is_stopword
+from tracerag.text._sentences import split_sentences
+from tracerag.text._structure import is_declarative
+from tracerag.text._tokens import is_stopword
 
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 _DIGITS = re.compile(r"\d+")

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from verifier_data import auroc
 
 from tracerag.errors import ConfigurationError
-from tracerag.signals.support import Support, SupportBackend, get_backend
+from tracerag.signals._support import Support, SupportBackend, get_backend
 
 CLAIMS_FILE = "claim-dev.jsonl"
 TOKENS_FILE = "non-supported-tokens-dev.jsonl"

@@ -25,8 +25,8 @@ from langchain.agents import create_agent
 from langchain.tools import tool
 
 import tracerag
-from tracerag import ExtractiveChatModel
 from tracerag.demo.kb import build_vectorstore, load_questions
+from tracerag.demo.models.extractive import ExtractiveChatModel
 
 vector_store = build_vectorstore()
 

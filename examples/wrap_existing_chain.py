@@ -21,8 +21,8 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnablePassthrough
 
 import tracerag
-from tracerag import ExtractiveChatModel
 from tracerag.demo.kb import build_retriever, load_questions
+from tracerag.demo.models.extractive import ExtractiveChatModel
 
 PROMPT = ChatPromptTemplate.from_template(
     "Answer the question based only on the following context. "

@@ -22,8 +22,8 @@ from langchain_core.prompts import ChatPromptTemplate
 from langgraph.graph import START, StateGraph
 
 import tracerag
-from tracerag import ExtractiveChatModel
 from tracerag.demo.kb import build_vectorstore, load_questions
+from tracerag.demo.models.extractive import ExtractiveChatModel
 
 PROMPT = ChatPromptTemplate.from_template(
     "Answer the question based only on the following context. "

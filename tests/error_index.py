@@ -339,7 +339,7 @@ def render_table(index: Index, statuses: dict[str, tuple[int, str]]) -> str:
 
 def server_statuses(index: Index) -> dict[str, tuple[int, str]]:
     """What the server answers for each class of the tree (the nearest mapped ancestor)."""
-    from tracerag.server.errors import error_statuses
+    from tracerag.server._error_shape import error_statuses
 
     table = {f"{c.__module__}.{c.__qualname__}": v for c, v in error_statuses().items()}
     out = {}

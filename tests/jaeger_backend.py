@@ -27,7 +27,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from opentelemetry.trace import SpanKind
 from otlp_receiver import SpanTree, WireSpan, backend_missing, spans_of
 
-from tracerag import semconv
+from tracerag import _semconv as semconv
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / ".ci" / "jaeger.yaml"

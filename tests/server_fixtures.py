@@ -17,8 +17,8 @@ from typing import Any
 from langchain_core.documents import Document
 from pipeline_fixtures import FAST_RETRY, POLICIES
 
-from tracerag.pipeline import RAGPipeline
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag._pipeline import RAGPipeline
+from tracerag.store._sqlite import SQLiteAuditStore
 from tracerag.testing import ScriptedChatModel
 
 TOKEN = "reviewer-token-for-tests-0123456789"
@@ -96,7 +96,7 @@ def make_store(tmp_path: Any) -> SQLiteAuditStore:
 
 def make_app(store: Any, pipeline: Any = None, **options: Any) -> Any:
     """The app over a store, with the test reviewer token unless told otherwise."""
-    from tracerag.server.app import create_app
+    from tracerag.server._asgi import create_app
 
     options.setdefault("reviewer_token", TOKEN)
     return create_app(pipeline if pipeline is not None else make_pipeline(), store, **options)

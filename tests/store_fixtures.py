@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tracerag.config import reset_config
-from tracerag.store.sql import SQLAuditStore
+from tracerag.store._sql import SQLAuditStore
 
 PG_ENV = "TRACERAG_TEST_POSTGRES_DSN"
 BACKENDS = ("sqlite", "postgres")
@@ -69,7 +69,7 @@ class SQLiteBackend(Backend):
         self.path = path
 
     def open(self, **options: Any) -> SQLAuditStore:
-        from tracerag.store.sqlite import SQLiteAuditStore
+        from tracerag.store._sqlite import SQLiteAuditStore
 
         return SQLiteAuditStore(self.path, **options)
 
@@ -102,12 +102,12 @@ class PostgresBackend(Backend):
         self.schema = "t_" + uuid.uuid4().hex[:12]
 
     def open(self, **options: Any) -> SQLAuditStore:
-        from tracerag.store.postgres import PostgresAuditStore
+        from tracerag.store._postgres import PostgresAuditStore
 
         return PostgresAuditStore(self.dsn, schema=self.schema, **options)
 
     def connect(self) -> Any:
-        from tracerag.store.postgres import connect
+        from tracerag.store._postgres import connect
 
         return connect(self.dsn, self.schema)
 

@@ -3,7 +3,7 @@ shared by the tamper tests of the store and of the material registry."""
 
 from __future__ import annotations
 
-from tracerag.store.chain import CHAIN_V2, entry_hash
+from tracerag.store._chain import CHAIN_V2, entry_hash
 
 KEY = "a secret kept outside the database"
 
@@ -54,7 +54,7 @@ def registry_scene(registry) -> None:
     """gift-cards denied by three signed users (quarantine proposed) and confirmed by a fourth;
     returns / returns-60 in open conflict; fee-b with an edit held for review; old-promo
     quarantined by an operator."""
-    from tracerag.identity import OPERATOR_TOKEN, OperatorIdentity
+    from tracerag._identity import OPERATOR_TOKEN, OperatorIdentity
     from tracerag.materials._principal import signed_user
     from tracerag.materials.feedback import record_feedback
 
@@ -141,8 +141,8 @@ def _set_row(backend, material_id: str, row: dict) -> None:
 def forge_outcome_appended(backend) -> None:
     """Raise gift-cards' EMA by a confirming outcome of no real verdict, appended to the chain
     (as registry code would write it) with the column updated to match."""
-    from tracerag.materials.credibility import ema_update
-    from tracerag.store.record import material_change_entry
+    from tracerag.materials._credibility import ema_update
+    from tracerag.store._codec import material_change_entry
 
     row = _row(backend, "gift-cards")
     after = {**row, "ema": ema_update(row["ema"], 1.0, 0.2, 1.0), "outcomes": row["outcomes"] + 1}
@@ -160,8 +160,8 @@ def rewrite_verdict_resealed(backend) -> None:
     first rewritten entry (a careful intruder without the key)."""
     import json
 
-    from tracerag.materials.credibility import ema_update
-    from tracerag.store.chain import jcs_json
+    from tracerag.materials._credibility import ema_update
+    from tracerag.store._chain import jcs_json
 
     (seq_f, payload_f) = _one(
         backend,
@@ -231,7 +231,7 @@ def _forged_material(backend, with_version: bool) -> None:
     )
     if with_version:
         from tracerag.materials import MaterialVersion
-        from tracerag.materials.records import body_digest, body_json
+        from tracerag.materials._records import body_digest, body_json
 
         v = MaterialVersion("gift-cards-forever", 1, "Gift cards never expire.", operator="lead")
         seq, digest = _one(backend, "SELECT seq, hash FROM audit_entries ORDER BY seq LIMIT 1")

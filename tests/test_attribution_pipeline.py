@@ -5,7 +5,7 @@ from __future__ import annotations
 from pipeline_fixtures import FAST_RETRY, GOOD, QUESTION, scripted
 
 from tracerag import RAGPipeline
-from tracerag import semconv as sc
+from tracerag import _semconv as sc
 from tracerag.contract import SCHEMA_VERSION, build_schema, response_schema, validate_response
 from tracerag.demo.kb import build_retriever
 from tracerag.testing import ScriptCall, ScriptedChatModel

@@ -7,9 +7,9 @@ from pipeline_fixtures import FABRICATED, FAST_RETRY, GOOD, QUESTION, WRONG_NUMB
 
 from tracerag import cli, validate_response
 from tracerag.contract import caller_view
-from tracerag.signals.rules import RuleResult
-from tracerag.store.sqlite import SQLiteAuditStore
-from tracerag.tools.replay import replay
+from tracerag.signals._rules import RuleResult
+from tracerag.store._sqlite import SQLiteAuditStore
+from tracerag.tools._replay import replay
 
 
 def test_an_escalated_response_carries_no_answer_text(make_pipeline):

@@ -10,7 +10,7 @@ from pipeline_fixtures import GOOD, QUESTION, scripted
 
 import tracerag
 from tracerag import ConfigurationError, PlanMode, Route, Stage, Tier
-from tracerag.settings import Settings
+from tracerag._settings import Settings
 
 
 def test_a_member_is_its_string_everywhere() -> None:

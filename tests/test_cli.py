@@ -50,12 +50,12 @@ def test_bare_tracerag_prints_the_commands_and_imports_none(imported, capsys):
 def test_a_chosen_command_imports_its_own_module_only(imported, capsys):
     with pytest.raises(SystemExit):
         cli.main(["demo", "--help"])
-    assert imported == ["tracerag.demo.run"]
+    assert imported == ["tracerag.demo._run"]
     assert "--seed" in capsys.readouterr().out
     imported.clear()
     with pytest.raises(SystemExit):
         cli.main(["audit", "verify", "--help"])
-    assert imported == ["tracerag.tools.cli_store"]
+    assert imported == ["tracerag.tools._audit"]
     assert "--expect-head" in capsys.readouterr().out
 
 
@@ -80,7 +80,7 @@ def test_the_command_table_says_what_the_modules_register():
         alone = cli._build([m for m in cli.COMMANDS if m in modules])
         sub = next(a for a in alone._actions if isinstance(a, argparse._SubParsersAction))
         assert sub.choices[name].add_help, f"{name} is not registered by {modules}"
-    from tracerag.tools.cli_store import audit_group
+    from tracerag.tools._audit import audit_group
 
     assert set(audit_group().choices) == set(cli.AUDIT_TABLE)
 

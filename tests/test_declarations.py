@@ -23,12 +23,12 @@ from langchain_core.prompts import ChatPromptTemplate
 from langgraph.graph import START, StateGraph
 from pipeline_fixtures import FAST_RETRY, GOOD, GOOD_ALT, QUESTION, WRONG_NUMBER, scripted
 
-from tracerag import events, metrics, runner, semconv, state, wrap
+from tracerag import _runner as runner
+from tracerag import _semconv as semconv
+from tracerag import _state as state
+from tracerag import events, wrap
 from tracerag._declare import EACH, OMIT, Signal, jsonable, plain
-from tracerag.signals.citations import CitationReport
-from tracerag.signals.consistency import ConsistencyReport
-from tracerag.signals.types import Plan
-from tracerag.state import (
+from tracerag._state import (
     Decision,
     PlanResult,
     Registration,
@@ -41,6 +41,10 @@ from tracerag.state import (
     Selection,
     Verification,
 )
+from tracerag.signals._citations import CitationReport
+from tracerag.signals._consistency import ConsistencyReport
+from tracerag.signals._types import Plan
+from tracerag.telemetry import _instruments
 from tracerag.testing import ScriptCall, ScriptedChatModel, SpanCapture
 
 #: each part, and the stage whose span carries its ``span`` and ``io`` signals
@@ -63,7 +67,7 @@ class Emitted:
         self.spans = SpanCapture()
         self.events: list[events.StageEvent] = []
         self.records: list[dict[str, Any]] = []
-        self.outcomes: list[metrics.RequestOutcome] = []
+        self.outcomes: list[_instruments.RequestOutcome] = []
         self.states: list[RequestState] = []
 
     def sink(self, record: dict[str, Any]) -> bool:
@@ -92,18 +96,18 @@ def emitted(monkeypatch) -> Emitted:
     """Keep the final state the record is made from, and the metrics outcome."""
     found = Emitted()
     to_record = RequestState.to_record
-    record_request = metrics.record_request
+    record_request = _instruments.record_request
 
     def keep_state(self: RequestState, response: Any = None) -> dict[str, Any]:
         found.states.append(self)
         return to_record(self, response)
 
-    def keep_outcome(outcome: metrics.RequestOutcome, **kwargs: Any) -> None:
+    def keep_outcome(outcome: _instruments.RequestOutcome, **kwargs: Any) -> None:
         found.outcomes.append(outcome)
         record_request(outcome, **kwargs)
 
     monkeypatch.setattr(RequestState, "to_record", keep_state)
-    monkeypatch.setattr(metrics, "record_request", keep_outcome)
+    monkeypatch.setattr(_instruments, "record_request", keep_outcome)
     return found
 
 
@@ -347,7 +351,8 @@ def _field_names() -> set[str]:
 
 
 def test_the_projections_read_no_output_field_by_hand() -> None:
-    from tracerag.stages import retrieve, sample
+    from tracerag.stages import _retrieve as retrieve
+    from tracerag.stages import _sample as sample
 
     fields = _field_names()
     stamping = [retrieve.record_materials, sample.record_samples]

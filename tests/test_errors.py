@@ -10,6 +10,9 @@ from langchain_core.runnables import RunnableLambda
 from pipeline_fixtures import GOOD, PLAN, QUESTION
 
 from tracerag import RAGPipeline, errors, wrap
+from tracerag._pipeline import build_settings, steps_for
+from tracerag._runner import run
+from tracerag._state import parse_input
 from tracerag.contract import validate_response
 from tracerag.errors import (
     ConfigurationError,
@@ -18,9 +21,7 @@ from tracerag.errors import (
     MissingVersionError,
     TraceragError,
 )
-from tracerag.pipeline import build_settings, steps_for
-from tracerag.runner import parse_input, run
-from tracerag.stages.table import ModelSource
+from tracerag.stages._table import ModelSource
 from tracerag.testing import ScriptedChatModel
 
 

@@ -8,7 +8,8 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnablePassthrough
 from pipeline_fixtures import FAST_RETRY, GOOD, PLAN, QUESTION
 
-from tracerag import RAGPipeline, semconv, wrap
+from tracerag import RAGPipeline, wrap
+from tracerag import _semconv as semconv
 from tracerag.testing import ScriptCall, ScriptedChatModel
 
 

@@ -16,6 +16,7 @@ from pipeline_fixtures import GOOD, PLAN, QUESTION
 from pydantic import BaseModel
 
 from tracerag import RAGPipeline, RetryPolicy, wrap
+from tracerag._llm import clean_message, is_transient, retry_call
 from tracerag.errors import (
     CallTimeoutError,
     ConfigurationError,
@@ -24,7 +25,6 @@ from tracerag.errors import (
     RetrieverTimeoutError,
     TraceragError,
 )
-from tracerag.llm import clean_message, is_transient, retry_call
 from tracerag.testing import ScriptedChatModel
 
 NO_WAIT = dict(initial_wait=0.0, max_wait=0.0, jitter=0.0)
@@ -314,7 +314,7 @@ def test_a_lone_surrogate_in_a_retrieved_document_does_not_crash_the_request(doc
 
 
 def test_a_call_that_fails_once_is_retried_and_its_attempts_and_retries_are_told():
-    from tracerag.llm import Tries
+    from tracerag._llm import Tries
 
     calls: list[int] = []
     heard: list[tuple[int, str]] = []
@@ -340,7 +340,7 @@ def test_a_call_that_fails_once_is_retried_and_its_attempts_and_retries_are_told
 
 
 def test_a_first_attempt_that_times_out_is_retried_under_the_same_bound():
-    from tracerag.llm import Tries
+    from tracerag._llm import Tries
 
     tries = Tries()
     calls: list[int] = []
@@ -356,7 +356,7 @@ def test_a_first_attempt_that_times_out_is_retried_under_the_same_bound():
 
 
 def test_a_bounded_call_cancelled_from_elsewhere_is_cancelled_not_timed_out():
-    from tracerag.llm import within
+    from tracerag._llm import within
 
     started = asyncio.Event()
 
@@ -376,7 +376,7 @@ def test_a_bounded_call_cancelled_from_elsewhere_is_cancelled_not_timed_out():
 
 
 def test_a_timeout_error_of_the_call_itself_is_not_taken_for_the_bound():
-    from tracerag.llm import within
+    from tracerag._llm import within
 
     async def own_timeout() -> None:
         raise TimeoutError("the client's own timeout")
@@ -388,7 +388,7 @@ def test_a_timeout_error_of_the_call_itself_is_not_taken_for_the_bound():
 
 
 def test_bounds_nest_each_reporting_its_own_expiry():
-    from tracerag.llm import within
+    from tracerag._llm import within
 
     async def hangs() -> None:
         await asyncio.Event().wait()
@@ -414,7 +414,7 @@ def test_bounds_nest_each_reporting_its_own_expiry():
 
 
 def test_a_bounded_call_that_finishes_in_time_leaves_no_timer_behind():
-    from tracerag.llm import within
+    from tracerag._llm import within
 
     async def quick() -> str:
         await asyncio.sleep(0)

@@ -26,7 +26,7 @@ from tracerag import (
     rule,
     validate_response,
 )
-from tracerag import semconv as sc
+from tracerag import _semconv as sc
 from tracerag.testing import ScriptedChatModel
 
 
@@ -402,7 +402,7 @@ def test_citation_ids_match_regardless_of_case_and_markup_is_not_a_claim(make_pi
 
 def test_retries_are_bounded_and_back_off(monkeypatch):
     from tracerag import RetryPolicy
-    from tracerag.llm import Tries, retry_call
+    from tracerag._llm import Tries, retry_call
 
     sleeps = []
 

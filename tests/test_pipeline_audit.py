@@ -9,7 +9,7 @@ import time
 from pipeline_fixtures import FABRICATED, GOOD, QUESTION, scripted
 
 from tracerag.store import open_store
-from tracerag.store.writer import AuditWriter
+from tracerag.store._writer import AuditWriter
 
 
 def test_default_store_records_each_request_readably(make_pipeline, _audit_store_in_temp_dir):
@@ -95,7 +95,7 @@ def test_persisted_true_means_journaled_even_while_the_store_is_locked(make_pipe
     """Issue: `audit_persisted: true` was said of records held only in memory."""
     import sqlite3
 
-    from tracerag.store.journal import read_frames
+    from tracerag.store._journal import read_frames
 
     path = tmp_path / "a.sqlite"
     open_store(str(path)).close()
@@ -120,7 +120,7 @@ def test_persisted_true_means_journaled_even_while_the_store_is_locked(make_pipe
 def test_without_a_journal_a_locked_store_gets_false_not_a_promise(make_pipeline, tmp_path):
     import sqlite3
 
-    from tracerag.store.sqlite import SQLiteAuditStore
+    from tracerag.store._sqlite import SQLiteAuditStore
 
     path = tmp_path / "a.sqlite"
     store = SQLiteAuditStore(path, busy_timeout_s=0.05)

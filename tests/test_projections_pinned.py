@@ -45,7 +45,8 @@ from pipeline_fixtures import (
 )
 
 import tracerag
-from tracerag import RAGPipeline, metrics, wrap
+from tracerag import RAGPipeline, wrap
+from tracerag.telemetry import _instruments
 from tracerag.testing import ScriptCall, ScriptedChatModel, SpanCapture
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "projections.json"
@@ -329,13 +330,13 @@ async def _capture(name: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]
     meters = MeterProvider(metric_readers=[reader])
     runnable, request = SCENARIOS[name](spans, meters)
     outcomes: list[Any] = []
-    original = metrics.record_request
+    original = _instruments.record_request
 
     def keep(outcome: Any, **kwargs: Any) -> None:
         outcomes.append(outcome)
         original(outcome, **kwargs)
 
-    monkeypatch.setattr(metrics, "record_request", keep)
+    monkeypatch.setattr(_instruments, "record_request", keep)
     events: list[Any] = []
     records: list[dict[str, Any]] = []
     names = _Names()

@@ -41,7 +41,7 @@ def pages_with_snippets() -> list[str]:
 def test_the_readme_snippets_run_and_the_app_they_serve_answers(tmp_path, monkeypatch, capsys):
     from fastapi.testclient import TestClient
 
-    from tracerag.server.auth import hash_token
+    from tracerag.server._auth import hash_token
 
     monkeypatch.chdir(tmp_path)
     # what `tracerag serve --hash-token li.wei >> reviewers.txt` writes, as the README shows

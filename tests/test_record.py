@@ -7,9 +7,10 @@ import asyncio
 from pipeline_fixtures import FABRICATED, GOOD, QUESTION, scripted
 from store_fixtures import make_record
 
-from tracerag.record import AuditRecord
-from tracerag.state import RECORD_VERSION
-from tracerag.store import RequestTrail, entries_from_record
+from tracerag._state import RECORD_VERSION
+from tracerag.store import RequestTrail
+from tracerag.store._audit_record import AuditRecord
+from tracerag.store._codec import entries_from_record
 
 
 def test_a_version_1_record_without_the_field_parses_as_version_1() -> None:

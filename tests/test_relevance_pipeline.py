@@ -22,10 +22,10 @@ from langchain_core.runnables import RunnablePassthrough
 from pipeline_fixtures import FAST_RETRY, GOOD, scripted
 
 from tracerag import AnswerRelevance, RAGPipeline, Response, wrap
-from tracerag import semconv as sc
+from tracerag import _semconv as sc
 from tracerag.errors import ConfigurationError
 from tracerag.testing import ScriptCall, ScriptedChatModel
-from tracerag.tools.show import render_timeline
+from tracerag.tools._show import render_timeline
 
 MARS = "What is the capital of Mars?"
 MARS_ZH = "火星的首都是哪里？"

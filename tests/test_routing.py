@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tracerag._routing import InMemoryEscalationHandler, Ticket
 from tracerag.errors import ConfigurationError
-from tracerag.routing import InMemoryEscalationHandler, Ticket
 
 
 def _ticket(i: int) -> Ticket:

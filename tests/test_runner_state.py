@@ -8,10 +8,10 @@ import re
 import pytest
 from pipeline_fixtures import GOOD, QUESTION, REPO, scripted
 
-from tracerag import semconv
+from tracerag import _semconv as semconv
+from tracerag._state import Registration, RequestState, SampleSet
 from tracerag.contract import Response
 from tracerag.events import StageEvent
-from tracerag.state import Registration, RequestState, SampleSet
 
 STAGES = ["register", "retrieve", "plan", "sample", "verify", "assemble"]
 
@@ -109,7 +109,7 @@ async def test_the_response_is_validated_once_and_returned_as_built(
     def no_copy(self, *args, **kwargs):
         raise AssertionError("the Response was copied after it was validated")
 
-    import tracerag.runner as runner
+    import tracerag._runner as runner
 
     original_validate = runner.validate_response
     monkeypatch.setattr(Response, "__init__", counting_init)
@@ -139,7 +139,8 @@ async def test_a_refused_request_is_recorded_with_its_id(make_pipeline) -> None:
 def test_stages_and_the_runner_never_read_the_environment() -> None:
     package = REPO / "tracerag"
     sources = [*sorted((package / "stages").glob("*.py"))]
-    sources += [package / name for name in ("runner.py", "state.py", "record.py", "pipeline.py")]
+    sources += [package / name for name in ("_runner.py", "_state.py", "_pipeline.py")]
+    sources += [package / "store" / "_audit_record.py"]
     sources += [package / name for name in ("_runnable.py", "_sync.py", "_declare.py")]
     sources += [package / name for name in ("_choices.py", "events.py")]
     wrap_modules = sorted((package / "wrap").glob("*.py"))

@@ -13,8 +13,8 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableLambda
 from pipeline_fixtures import GOOD, PLAN, QUESTION
 
-from tracerag import semconv
-from tracerag.runner import run_sync
+from tracerag import _semconv as semconv
+from tracerag._sync import run_sync
 from tracerag.testing import ScriptedChatModel
 
 marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")

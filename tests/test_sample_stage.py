@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import gc
 
-from tracerag import semconv
-from tracerag.stages.sample import _DESCRIBED, llm_span_attributes, model_attributes_of
+from tracerag import _semconv as semconv
+from tracerag.stages._sample import _DESCRIBED, llm_span_attributes, model_attributes_of
 from tracerag.testing import ScriptedChatModel
 
 

@@ -31,7 +31,7 @@ from pipeline_fixtures import FAST_RETRY, GOOD, POLICIES, QUESTION, WRONG_NUMBER
 
 from tracerag import Response, validate_response, wrap
 from tracerag.demo.kb import build_vectorstore
-from tracerag.runner import ANSWER_EVENT, STAGE_EVENT
+from tracerag.events import ANSWER_EVENT, STAGE_EVENT
 from tracerag.testing import ScriptCall, ScriptedChatModel
 
 STAGES = ["register", "retrieve", "plan", "sample", "verify", "assemble"]

@@ -8,9 +8,9 @@ import logging
 import pytest
 from pipeline_fixtures import FABRICATED, FAST_RETRY, QUESTION, scripted, standard_chain
 
-from tracerag import semconv as sc
+from tracerag import _semconv as sc
 from tracerag import wrap
-from tracerag.routing import InMemoryEscalationHandler
+from tracerag._routing import InMemoryEscalationHandler
 from tracerag.testing import ScriptedChatModel
 
 

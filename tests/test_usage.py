@@ -11,9 +11,9 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnablePassthrough
 from pipeline_fixtures import GOOD, PLAN, QUESTION
 
-from tracerag import semconv as sc
-from tracerag import usage
-from tracerag.signals.judge import JudgeSupport
+from tracerag import _semconv as sc
+from tracerag import _usage as usage
+from tracerag.signals._judge import JudgeSupport
 from tracerag.testing import ScriptCall, ScriptedChatModel
 
 PLAN_USAGE = {"input_tokens": 100, "output_tokens": 20}
@@ -357,7 +357,7 @@ def test_usage_metrics_by_stage_tier_and_versions(make_pipeline):
 
 def test_tracerag_metrics_reports_tokens_and_cost_per_request(make_pipeline, tmp_path):
     from tracerag.store import open_store
-    from tracerag.tools.indicators import compute
+    from tracerag.tools._indicators import compute
 
     store = open_store(str(tmp_path / "audit.sqlite"), auto_enqueue=False)
     try:

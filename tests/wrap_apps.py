@@ -37,7 +37,7 @@ from pydantic import BaseModel, Field
 
 from tracerag.demo.kb import HashingEmbeddings, load_documents
 from tracerag.testing import ScriptCall
-from tracerag.text import split_sentences
+from tracerag.text._sentences import split_sentences
 
 K = 4
 QUESTION = "How many days do I have to return an item?"

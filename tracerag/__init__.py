@@ -12,30 +12,29 @@ import types
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from tracerag._version import __version__
 
 _EXPORTS = {
-    "RAGPipeline": "tracerag.pipeline",
-    "PipelineOptions": "tracerag.pipeline",
-    "RAGPipelineOptions": "tracerag.pipeline",
+    "RAGPipeline": "tracerag._pipeline",
+    "PipelineOptions": "tracerag._pipeline",
+    "RAGPipelineOptions": "tracerag._pipeline",
     "wrap": "tracerag.wrap",
     "Response": "tracerag.contract",
     "Evidence": "tracerag.contract",
     "response_schema": "tracerag.contract",
     "validate_response": "tracerag.contract",
-    "ExtractiveChatModel": "tracerag.demo.models.extractive",
-    "support": "tracerag.signals.support",
-    "Support": "tracerag.signals.support",
-    "JudgeSupport": "tracerag.signals.judge",
-    "AnswerRelevance": "tracerag.signals.relevance",
-    "CheckerSupport": "tracerag.signals.checker",
-    "RuleResult": "tracerag.signals.rules",
-    "rule": "tracerag.signals.rules",
-    "Thresholds": "tracerag.routing",
-    "Ticket": "tracerag.routing",
-    "EscalationHandler": "tracerag.routing",
-    "InMemoryEscalationHandler": "tracerag.routing",
-    "RetryPolicy": "tracerag.settings",
+    "support": "tracerag.signals._support",
+    "Support": "tracerag.signals._support",
+    "JudgeSupport": "tracerag.signals._judge",
+    "AnswerRelevance": "tracerag.signals._relevance",
+    "CheckerSupport": "tracerag.signals._checker",
+    "RuleResult": "tracerag.signals._rules",
+    "rule": "tracerag.signals._rules",
+    "Thresholds": "tracerag._routing",
+    "Ticket": "tracerag._routing",
+    "EscalationHandler": "tracerag._routing",
+    "InMemoryEscalationHandler": "tracerag._routing",
+    "RetryPolicy": "tracerag._settings",
     "TraceragError": "tracerag.errors",
     "InputError": "tracerag.errors",
     "MissingVersionError": "tracerag.errors",
@@ -54,21 +53,21 @@ _EXPORTS = {
     "MissingDependencyError": "tracerag.errors",
     "AuthenticationError": "tracerag.errors",
     "StoreError": "tracerag.store",
-    "Combiner": "tracerag.signals.confidence",
-    "HeuristicCombiner": "tracerag.signals.confidence",
-    "Signals": "tracerag.signals.confidence",
+    "Combiner": "tracerag.signals._confidence",
+    "HeuristicCombiner": "tracerag.signals._confidence",
+    "Signals": "tracerag.signals._confidence",
     "CalibratedCombiner": "tracerag.signals.calibrated",
-    "SupportBackend": "tracerag.signals.support",
-    "register_backend": "tracerag.signals.support",
-    "Rule": "tracerag.signals.rules",
-    "Equivalence": "tracerag.signals.consistency",
+    "SupportBackend": "tracerag.signals._support",
+    "register_backend": "tracerag.signals._support",
+    "Rule": "tracerag.signals._rules",
+    "Equivalence": "tracerag.signals._consistency",
     "WrappedChain": "tracerag.wrap",
     "StageEvent": "tracerag.events",
     "Stage": "tracerag._choices",
     "Tier": "tracerag._choices",
     "PlanMode": "tracerag._choices",
     "Route": "tracerag._choices",
-    "AuditRecord": "tracerag.record",
+    "AuditRecord": "tracerag.store._audit_record",
     "AuditStore": "tracerag.store",
     "AuditWriter": "tracerag.store",
     "open_store": "tracerag.store",
@@ -93,7 +92,6 @@ __all__ = [
     "Equivalence",
     "EscalationHandler",
     "Evidence",
-    "ExtractiveChatModel",
     "HeuristicCombiner",
     "InMemoryEscalationHandler",
     "InputError",
@@ -174,8 +172,10 @@ sys.modules[__name__].__class__ = _Package
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag._choices import PlanMode, Route, Stage, Tier
+    from tracerag._pipeline import PipelineOptions, RAGPipeline, RAGPipelineOptions
+    from tracerag._routing import EscalationHandler, InMemoryEscalationHandler, Thresholds, Ticket
+    from tracerag._settings import RetryPolicy
     from tracerag.contract import Evidence, Response, response_schema, validate_response
-    from tracerag.demo.models.extractive import ExtractiveChatModel
     from tracerag.errors import (
         AuthenticationError,
         CallError,
@@ -197,18 +197,15 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     )
     from tracerag.events import StageEvent
     from tracerag.metrics import configure_metrics
-    from tracerag.pipeline import PipelineOptions, RAGPipeline, RAGPipelineOptions
-    from tracerag.record import AuditRecord
-    from tracerag.routing import EscalationHandler, InMemoryEscalationHandler, Thresholds, Ticket
-    from tracerag.settings import RetryPolicy
+    from tracerag.signals._checker import CheckerSupport
+    from tracerag.signals._confidence import Combiner, HeuristicCombiner, Signals
+    from tracerag.signals._consistency import Equivalence
+    from tracerag.signals._judge import JudgeSupport
+    from tracerag.signals._relevance import AnswerRelevance
+    from tracerag.signals._rules import Rule, RuleResult, rule
+    from tracerag.signals._support import Support, SupportBackend, register_backend, support
     from tracerag.signals.calibrated import CalibratedCombiner
-    from tracerag.signals.checker import CheckerSupport
-    from tracerag.signals.confidence import Combiner, HeuristicCombiner, Signals
-    from tracerag.signals.consistency import Equivalence
-    from tracerag.signals.judge import JudgeSupport
-    from tracerag.signals.relevance import AnswerRelevance
-    from tracerag.signals.rules import Rule, RuleResult, rule
-    from tracerag.signals.support import Support, SupportBackend, register_backend, support
     from tracerag.store import AuditStore, AuditWriter, StoreError, open_store
+    from tracerag.store._audit_record import AuditRecord
     from tracerag.tracing import configure, trace_link
     from tracerag.wrap import WrappedChain, wrap

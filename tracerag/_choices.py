@@ -1,4 +1,5 @@
-"""The closed sets of names a request is described with: stages, tiers, plan modes, routes.
+"""The closed sets of names a request is described with: stages, tiers, plan modes, routes,
+and the keyword options a function declares (``check_options``).
 
 Each member *is* its string (``Tier.HIGH == "high"``, ``str(Tier.HIGH) == "high"``), so every
 record, span attribute, metric label and JSON document shows the same plain strings as before
@@ -7,10 +8,11 @@ these types existed, and an option given as a string is accepted (``tier="low"``
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
 from typing import Literal, TypeVar
 
-from tracerag.errors import ConfigurationError
+from tracerag.errors import ConfigurationError, UnknownOptionError
 
 __all__ = [
     "PlanMode",
@@ -22,6 +24,7 @@ __all__ = [
     "StrChoice",
     "Tier",
     "TierName",
+    "check_options",
 ]
 
 C = TypeVar("C", bound="StrChoice")
@@ -95,3 +98,15 @@ StageName = Literal["register", "retrieve", "plan", "sample", "verify", "assembl
 TierName = Literal["high", "medium", "low"]
 PlanModeName = Literal["separate", "inline"]
 RouteName = Literal["pass", "review", "escalate"]
+
+
+def check_options(caller: str, options: Iterable[str], declared: frozenset[str]) -> None:
+    """``UnknownOptionError`` (a ``TypeError``) for the first of ``options`` not ``declared``.
+
+    A function taking ``**options: Unpack[SomeOptions]`` is checked by type checkers; at run
+    time this refuses a keyword the ``TypedDict`` does not name, as Python refuses a keyword a
+    signature does not name.
+    """
+    for name in options:
+        if name not in declared:
+            raise UnknownOptionError(f"{caller}() got an unexpected keyword argument {name!r}")

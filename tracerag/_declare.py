@@ -43,7 +43,7 @@ from enum import Enum
 from typing import Any, ClassVar, Final, NamedTuple, Protocol
 
 from tracerag.errors import ConfigurationError
-from tracerag.telemetry.spans import set_span_io
+from tracerag.telemetry._spans import set_span_io
 
 __all__ = [
     "EACH",

@@ -26,16 +26,15 @@ from langchain_core.runnables.config import (
     var_child_runnable_config,
 )
 
-from tracerag._choices import Stage
+from tracerag._choices import Stage, check_options
+from tracerag._routing import EscalationHandler
+from tracerag._runner import SETTINGS_SINK, run
+from tracerag._settings import RecordSink, Settings
+from tracerag._state import RequestInput
 from tracerag._sync import run_sync
 from tracerag.contract import Response
 from tracerag.events import ANSWER_EVENT, STAGE_EVENT, StageEvent, StageListener, answer_data, tell
-from tracerag.options import check_options
-from tracerag.routing import EscalationHandler
-from tracerag.runner import SETTINGS_SINK, run
-from tracerag.settings import RecordSink, Settings
-from tracerag.stages.table import Source, Step, steps_for
-from tracerag.state import RequestInput
+from tracerag.stages._table import Source, Step, steps_for
 
 __all__ = ["CALL_OPTIONS", "StagedRunnable", "caller_handlers", "inner_config"]
 

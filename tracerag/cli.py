@@ -17,34 +17,41 @@ import sys
 from collections.abc import Sequence
 from importlib import import_module
 
-from tracerag import __version__
+from tracerag._version import __version__
+
+__all__ = ["main"]
 
 COMMANDS = [
-    "tracerag.demo.run",
-    "tracerag.tools.cli_store",
-    "tracerag.tools.replay",
+    "tracerag.demo._run",
+    "tracerag.tools._show",
+    "tracerag.tools._audit",
+    "tracerag.tools._replay",
     "tracerag.tools.explain",
-    "tracerag.tools.indicators",
-    "tracerag.server.cli",
+    "tracerag.tools._indicators",
+    "tracerag.server._serve",
     "tracerag.tools.calibration",
     "tracerag.tools.adversarial",
-    "tracerag.tools.eval",
-    "tracerag.tools.materials",
-    "tracerag.tools.desk",
+    "tracerag.tools._eval",
+    "tracerag.tools._materials_commands",
+    "tracerag.tools._desk_dataset",
 ]
 
 #: Every command of the modules above: its one-line help and the modules that register it
 #: (``audit``'s subcommands come from several). A test checks it against the modules.
 COMMAND_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
-    "demo": ("answer the bundled demo questions offline", ("tracerag.demo.run",)),
-    "show": ("show one request's audit trail as a timeline", ("tracerag.tools.cli_store",)),
+    "demo": ("answer the bundled demo questions offline", ("tracerag.demo._run",)),
+    "show": ("show one request's audit trail as a timeline", ("tracerag.tools._show",)),
     "audit": (
         "check the audit log (verify, ...)",
-        ("tracerag.tools.cli_store", "tracerag.tools.adversarial", "tracerag.tools.materials"),
+        (
+            "tracerag.tools._audit",
+            "tracerag.tools.adversarial",
+            "tracerag.tools._materials_commands",
+        ),
     ),
     "replay": (
         "re-run a stored request with its materials and parameters; show what changed",
-        ("tracerag.tools.replay",),
+        ("tracerag.tools._replay",),
     ),
     "explain": (
         "why this answer: occlusion and counterfactual experiments on a stored request",
@@ -52,46 +59,48 @@ COMMAND_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "metrics": (
         "citation coverage and accuracy, interception, review and escalation rates",
-        ("tracerag.tools.indicators",),
+        ("tracerag.tools._indicators",),
     ),
-    "serve": ("serve the answer API and the review desk over HTTP", ("tracerag.server.cli",)),
+    "serve": ("serve the answer API and the review desk over HTTP", ("tracerag.server._serve",)),
     "calibrate": (
         "fit a confidence calibration to labelled responses",
         ("tracerag.tools.calibration",),
     ),
     "eval": (
         "compare two prompt/model versions on a question set; a release gate",
-        ("tracerag.tools.eval",),
+        ("tracerag.tools._eval",),
     ),
     "materials": (
         "the material registry: history, impact, review, quarantine, rollback",
-        ("tracerag.tools.materials",),
+        ("tracerag.tools._materials_commands",),
     ),
     "trace-back": (
         "from a request to the writes behind its materials",
-        ("tracerag.tools.materials",),
+        ("tracerag.tools._materials_commands",),
     ),
     "feedback": (
         "record confirm / deny / clarify on an answer",
-        ("tracerag.tools.materials",),
+        ("tracerag.tools._materials_commands",),
     ),
     "desk": (
         "the review desk's decisions as a labelled dataset; reviewer agreement",
-        ("tracerag.tools.desk",),
+        ("tracerag.tools._desk_dataset",),
     ),
 }
 
 #: ``tracerag audit NAME``: the module that adds NAME to the audit group (with the group's own).
 AUDIT_TABLE: dict[str, str] = {
-    "verify": "tracerag.tools.cli_store",
+    "verify": "tracerag.tools._audit",
     "adversarial": "tracerag.tools.adversarial",
-    "materials": "tracerag.tools.materials",
+    "materials": "tracerag.tools._materials_commands",
 }
 
 _GLOBAL_FLAGS = {"-h", "--help", "--version", "-v", "--verbose"}
 
 
-def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+def _top_parser() -> tuple[
+    argparse.ArgumentParser, argparse._SubParsersAction[argparse.ArgumentParser]
+]:
     parser = argparse.ArgumentParser(
         prog="tracerag",
         description="Traced, verified retrieval-augmented generation.",
@@ -123,7 +132,7 @@ def modules_for(argv: Sequence[str]) -> list[str]:
         wanted.update(COMMAND_TABLE[command][1])
         sub = next((t for t in rest if not t.startswith("-")), None)
         if command == "audit" and sub in AUDIT_TABLE:
-            wanted = {"tracerag.tools.cli_store", AUDIT_TABLE[sub]}
+            wanted = {"tracerag.tools._audit", AUDIT_TABLE[sub]}
     known = _known_modules()
     return [m for m in COMMANDS if m in wanted or m not in known]
 
@@ -153,17 +162,17 @@ _built: tuple[tuple[str, ...], object, argparse.ArgumentParser] | None = None
 def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     global _built
     modules = tuple(modules_for(argv))
-    group = _audit_group() if "tracerag.tools.cli_store" in modules else None
+    group = _audit_group() if "tracerag.tools._audit" in modules else None
     if _built is not None and _built[0] == modules and _built[1] is group:
         return _built[2]
     parser = _build(modules)
-    group = _audit_group() if "tracerag.tools.cli_store" in modules else None
+    group = _audit_group() if "tracerag.tools._audit" in modules else None
     _built = (modules, group, parser)
     return parser
 
 
 def _audit_group() -> object:
-    from tracerag.tools.cli_store import audit_group
+    from tracerag.tools._audit import audit_group
 
     return audit_group()
 

@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tracerag.errors import ContractError, InputError
 
+__all__ = ["Evidence", "Response", "response_schema", "validate_response"]
+
 Decision = Literal["pass", "review", "escalate"]
 Status = Literal["answered", "flagged_for_review", "pending_human_review", "unverified"]
 Verdict = Literal["supported", "unsupported", "fabricated_citation", "stale", "uncited"]

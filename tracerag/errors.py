@@ -17,7 +17,7 @@ ones are answered inside tracerag (by the server) and reach no caller::
     │   └── UnknownPromptError (KeyError too)
     ├── AuthenticationError
     │   ├── InvalidUserToken (ValueError too)         tracerag.materials
-    │   └── UnknownOperator (ValueError too)          tracerag.identity
+    │   └── UnknownOperator (ValueError too)          tracerag.materials
     ├── ContractError (ValueError too)
     ├── PlanError
     ├── CallError
@@ -51,7 +51,7 @@ ones are answered inside tracerag (by the server) and reach no caller::
     ├── CostTooHigh                                   tracerag.tools.explain
     ├── DeskStateError                                (internal)
     ├── KeyReused                                     (internal)
-    ├── ReplayRefused                                 tracerag.tools.replay
+    ├── ReplayRefused                                 tracerag.tools.explain
     └── RunTableError                                 (internal)
 
 What ``invoke()`` / ``ainvoke()`` raise: ``InputError`` for bad input, ``ConfigurationError``

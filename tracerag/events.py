@@ -18,17 +18,9 @@ from typing import Any
 
 from tracerag._choices import Route, Stage
 from tracerag._declare import stream_signals
-from tracerag.state import RequestState
+from tracerag._state import RequestState
 
-__all__ = [
-    "ANSWER_EVENT",
-    "STAGE_EVENT",
-    "StageEvent",
-    "StageListener",
-    "answer_data",
-    "released_answer",
-    "tell",
-]
+__all__ = ["ANSWER_EVENT", "STAGE_EVENT", "StageEvent", "StageListener"]
 
 logger = logging.getLogger("tracerag")
 

@@ -22,7 +22,9 @@ from langchain_core.messages import BaseMessage
 from langchain_core.prompts import ChatPromptTemplate
 
 from tracerag.errors import ConfigurationError, UnknownPromptError
-from tracerag.signals.types import Material, Plan
+from tracerag.signals._types import Material, Plan
+
+__all__ = ["DEFAULT_PROMPT", "PromptVersion", "get_prompt", "prompt_names", "register_prompt"]
 
 TASK_PLAN = "plan"
 TASK_ANSWER = "answer"

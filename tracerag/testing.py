@@ -27,10 +27,19 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import Field, PrivateAttr
 
-from tracerag import semconv
-from tracerag.llm import ReplyChatModel
+from tracerag import _semconv as semconv
+from tracerag._llm import ReplyChatModel
+from tracerag._usage import estimate_tokens
 from tracerag.prompts import TASK_RE
-from tracerag.usage import estimate_tokens
+
+__all__ = [
+    "ScriptCall",
+    "ScriptedChatModel",
+    "ScriptedModelError",
+    "SpanCapture",
+    "ToolCallingChatModel",
+    "iter_attrs",
+]
 
 
 class ScriptedModelError(RuntimeError):

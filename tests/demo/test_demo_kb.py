@@ -19,8 +19,8 @@ from tracerag.demo.kb import (
 )
 from tracerag.demo.models.extractive import CANNOT_ANSWER_EN, CANNOT_ANSWER_ZH, ExtractiveChatModel
 from tracerag.prompts import PROMPT, TASK_ANSWER, prompt_values
-from tracerag.signals.types import Material
-from tracerag.text import split_sentences
+from tracerag.signals._types import Material
+from tracerag.text._sentences import split_sentences
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 CITATION_RE = re.compile(r"\[([^\]]+)\]")

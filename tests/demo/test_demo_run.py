@@ -196,7 +196,7 @@ def test_the_default_creates_only_its_own_directory(tmp_path, monkeypatch, capsy
 
 
 def test_records_not_stored_by_the_end_are_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
-    from tracerag.store.writer import AuditWriter
+    from tracerag.store._writer import AuditWriter
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(AuditWriter, "flush", lambda self, timeout=None: False)

@@ -12,6 +12,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 
+from tracerag._usage import estimate_tokens
 from tracerag.demo.kb import load_documents
 from tracerag.demo.models.extractive import (
     CANNOT_ANSWER_EN,
@@ -28,8 +29,7 @@ from tracerag.prompts import (
     TASK_PLAN_AND_ANSWER,
     prompt_values,
 )
-from tracerag.signals.types import Material, Plan
-from tracerag.usage import estimate_tokens
+from tracerag.signals._types import Material, Plan
 
 CITATION_RE = re.compile(r"\[([^\]]+)\]")
 DOCS = {d.metadata["id"]: d for d in load_documents()}

@@ -12,10 +12,11 @@ import re
 
 import pytest
 
-from tracerag import RAGPipeline, RetryPolicy, semconv
+from tracerag import RAGPipeline, RetryPolicy
+from tracerag import _semconv as semconv
+from tracerag._routing import Thresholds, decide
 from tracerag.contract import validate_response
 from tracerag.prompts import DEFAULT_PROMPT_VERSION
-from tracerag.routing import Thresholds, decide
 from tracerag.testing import SpanCapture
 
 pytestmark = pytest.mark.integration

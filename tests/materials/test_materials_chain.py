@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from store_fixtures import Backend, PostgresBackend, make_record
 
+from tracerag._identity import OperatorIdentity
 from tracerag.cli import main
-from tracerag.identity import OperatorIdentity
 from tracerag.materials import MATERIALS_LOG, MaterialRegistry, MaterialVersion
 from tracerag.store import RequestNotFound
 
@@ -112,9 +112,9 @@ def test_removing_a_material_change_entry_is_detected(
 
 def _registry_v1(backend: Backend) -> None:
     """The registry's tables as a tracerag before registry events were chained made them."""
-    from tracerag.materials.db import MIGRATIONS
-    from tracerag.materials.db import MaterialStoreError as Refuse
-    from tracerag.store.migrations import migrate
+    from tracerag.materials._db import MIGRATIONS
+    from tracerag.materials._db import MaterialStoreError as Refuse
+    from tracerag.store._migrations import migrate
 
     if isinstance(backend, PostgresBackend):
         conn = backend.connect()
@@ -125,7 +125,7 @@ def _registry_v1(backend: Backend) -> None:
         finally:
             conn.close()
         return
-    from tracerag.store.sqlite import QmarkCursor
+    from tracerag.store._sqlite import QmarkCursor
 
     conn = backend.connect()
     try:
@@ -150,7 +150,7 @@ def _old_write(
     """One change as an older tracerag wrote it: the version chained (``kind``: ``legacy`` as
     an ``operator_action`` of ``tracerag.materials``, ``change`` as a ``material_change``
     entry) without the material's columns, then the tables written beside the chain."""
-    from tracerag.materials.records import CHANGE_KEY, body_digest, body_json
+    from tracerag.materials._records import CHANGE_KEY, body_digest, body_json
 
     body = version.body()
     digest = body_digest(body)

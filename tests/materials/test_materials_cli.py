@@ -15,8 +15,8 @@ from store_fixtures import Backend, PostgresBackend
 from tracerag import RAGPipeline
 from tracerag.cli import main
 from tracerag.materials import MaterialRegistry
+from tracerag.materials._rerank import CredibilityRetriever
 from tracerag.materials.feedback import record_usage
-from tracerag.materials.rerank import CredibilityRetriever
 from tracerag.testing import ScriptedChatModel
 
 BAD = "Customers may return unused items within 60 days of delivery."
@@ -73,8 +73,8 @@ TOKENS = {name: f"{name}-token-{name[::-1]}-0123456789" for name in ("lead", "le
 @pytest.fixture(autouse=True)
 def operators(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """An operators file naming lead, lead2 and x; no operator token in the environment."""
+    from tracerag._identity import hash_token
     from tracerag.config import reset_config
-    from tracerag.identity import hash_token
 
     path = tmp_path / "operators"
     path.write_text("".join(f"{n}:{hash_token(t)}\n" for n, t in TOKENS.items()), "utf-8")

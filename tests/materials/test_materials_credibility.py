@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tracerag.materials.credibility import (
+from tracerag.materials._credibility import (
     CredibilityPolicy,
     age_days,
     credibility,
@@ -85,7 +85,7 @@ def test_policy_rejects_nonsense() -> None:
 
 
 def test_quarantine_needs_n_denials_and_optionally_a_low_ema() -> None:
-    from tracerag.materials.credibility import should_quarantine
+    from tracerag.materials._credibility import should_quarantine
 
     plain = CredibilityPolicy(quarantine_after=3)
     assert not should_quarantine(2, 0.0, plain)
@@ -98,7 +98,7 @@ def test_quarantine_needs_n_denials_and_optionally_a_low_ema() -> None:
 
 
 def test_credibility_enters_confidence_only_when_asked() -> None:
-    from tracerag.materials.credibility import confidence_with_credibility
+    from tracerag.materials._credibility import confidence_with_credibility
 
     policy = CredibilityPolicy(prior=0.6)
     assert confidence_with_credibility(0.9, [0.3], policy) == 0.9  # off by default

@@ -12,6 +12,8 @@ from langchain_core.documents import Document
 
 from tracerag import RAGPipeline
 from tracerag.materials import MaterialRegistry
+from tracerag.materials._investigate import impact, trace_back
+from tracerag.materials._rerank import CredibilityRetriever
 from tracerag.materials.feedback import (
     DuplicateFeedback,
     record_feedback,
@@ -19,10 +21,8 @@ from tracerag.materials.feedback import (
     record_usage,
     relied_on,
 )
-from tracerag.materials.investigate import impact, trace_back
-from tracerag.materials.rerank import CredibilityRetriever
-from tracerag.record import AuditRecord
 from tracerag.store import RequestNotFound
+from tracerag.store._audit_record import AuditRecord
 from tracerag.testing import ScriptedChatModel
 
 QUESTION = "How many days do I have to return an item?"

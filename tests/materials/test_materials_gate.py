@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from tracerag.materials import MaterialRegistry, WriteGate
-from tracerag.materials.gate import GateReason
+from tracerag.materials._gate import GateReason
 
 CASES = [
     # (class, text)

@@ -10,7 +10,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from tracerag.materials import MaterialRegistry
-from tracerag.materials.metrics import STATS_SECONDS, observe_registry
+from tracerag.materials._gauges import STATS_SECONDS, observe_registry
 
 
 def collect(reader: InMemoryMetricReader) -> dict[str, dict[tuple, float]]:
@@ -67,19 +67,19 @@ def test_an_open_registry_reports_on_tracerags_meter_in_library_mode(
 ) -> None:
     """No wiring by the application: tracerag's configured MeterProvider gets the gauges of
     every open registry, also one opened before the provider was configured."""
-    from tracerag import metrics
+    from tracerag.telemetry import _meters
 
-    metrics.reset_for_tests()
+    _meters.reset()
     reader = InMemoryMetricReader()
     try:
-        metrics.configure_metrics(readers=[reader])
+        _meters.configure_metrics(readers=[reader])
         _fill(registry)  # the registry was opened before the provider existed
         _check(collect(reader))
         registry.close()
         time.sleep(STATS_SECONDS + 0.1)  # the figures are read at most once a second
         assert "tracerag.materials" not in collect(reader)  # a closed one stops reporting
     finally:
-        metrics.reset_for_tests()
+        _meters.reset()
 
 
 def test_the_server_reports_its_registry_from_startup(tmp_path) -> None:
@@ -87,15 +87,15 @@ def test_the_server_reports_its_registry_from_startup(tmp_path) -> None:
     are there before anyone used a material; they follow changes made elsewhere (the CLI)."""
     from fastapi.testclient import TestClient
 
-    from tracerag import metrics
-    from tracerag.server.app import create_app
-    from tracerag.store.sqlite import SQLiteAuditStore
+    from tracerag.server._asgi import create_app
+    from tracerag.store._sqlite import SQLiteAuditStore
+    from tracerag.telemetry import _meters
 
     path = str(tmp_path / "audit.sqlite")
-    metrics.reset_for_tests()
+    _meters.reset()
     reader = InMemoryMetricReader()
     try:
-        metrics.configure_metrics(readers=[reader])
+        _meters.configure_metrics(readers=[reader])
         store = SQLiteAuditStore(path)
         app = create_app(store=store, api_key="k" * 20, review_desk=False)
         with TestClient(app):
@@ -110,4 +110,4 @@ def test_the_server_reports_its_registry_from_startup(tmp_path) -> None:
             _check(collect(reader))
         store.close()
     finally:
-        metrics.reset_for_tests()
+        _meters.reset()

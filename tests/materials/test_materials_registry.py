@@ -19,7 +19,7 @@ from tracerag.materials import (
     Provenance,
     Use,
 )
-from tracerag.materials.records import QUARANTINE_RULE, ROLLBACK_RULE
+from tracerag.materials._records import QUARANTINE_RULE, ROLLBACK_RULE
 
 FEE = "Opened items returned within 7 days of delivery carry a 10% restocking fee."
 FEE_ZH = "已拆封商品在签收后7天内退货，收取10%的翻新费。"
@@ -306,7 +306,7 @@ def test_read_hits_retention_keeps_complained_requests(
 def test_concurrent_writers_lose_no_update(registry: MaterialRegistry) -> None:
     import threading
 
-    from tracerag.materials.registry import MaterialRegistry as Registry
+    from tracerag.materials._registry import MaterialRegistry as Registry
 
     registry.register("a", "Gift cards cannot be exchanged.", operator="kb", written_by="i@1")
     others = [Registry(registry.store) for _ in range(2)]
@@ -356,7 +356,7 @@ def test_an_answer_citing_a_conflicting_material_goes_to_review(
     from langchain_core.retrievers import BaseRetriever
 
     from tracerag import RAGPipeline
-    from tracerag.materials.rerank import CredibilityRetriever
+    from tracerag.materials._rerank import CredibilityRetriever
     from tracerag.testing import ScriptedChatModel
 
     docs = [

@@ -12,7 +12,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 
 from tracerag.materials import MaterialRegistry
-from tracerag.materials.rerank import (
+from tracerag.materials._rerank import (
     SPAN_CREDIBILITY,
     SPAN_RANK_AFTER,
     SPAN_RANK_BEFORE,
@@ -188,7 +188,7 @@ def test_expired_materials_are_withheld_and_superseded_ones_marked_for_the_verif
     assert "returns-2019" not in ids(docs)
     returns = next(d for d in docs if d.metadata["id"] == "returns")
     assert returns.metadata["superseded_by"] == "returns-2030"
-    from tracerag.signals.types import Material
+    from tracerag.signals._types import Material
 
     assert Material("returns", "", metadata=returns.metadata).stale_reason() is not None
 
@@ -208,7 +208,7 @@ def test_an_unreadable_registry_keeps_what_it_knew_withheld_and_says_so(
     quarantined material stays out — and every document says how old that state is."""
     import sqlite3
 
-    from tracerag.materials.rerank import REGISTRY_AS_OF, SPAN_UNAVAILABLE
+    from tracerag.materials._rerank import REGISTRY_AS_OF, SPAN_UNAVAILABLE
 
     wrapped = CredibilityRetriever(retriever=retriever, registry=registry)
     registry.observe(retriever.invoke(QUESTION))

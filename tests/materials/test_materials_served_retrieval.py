@@ -18,12 +18,13 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnablePassthrough
 from store_fixtures import Backend, PostgresBackend
 
-from tracerag import ExtractiveChatModel, RAGPipeline, wrap
+from tracerag import RAGPipeline, wrap
+from tracerag._identity import hash_token
 from tracerag.cli import main
 from tracerag.demo.kb import build_retriever
-from tracerag.identity import hash_token
+from tracerag.demo.models.extractive import ExtractiveChatModel
 from tracerag.materials import MaterialRegistry
-from tracerag.server.app import create_app
+from tracerag.server._asgi import create_app
 from tracerag.testing import ScriptCall, ScriptedChatModel
 
 GIFT = "How long is a Northwind gift card valid?"

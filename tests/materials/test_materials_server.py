@@ -13,9 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 from store_fixtures import Backend
 
-from tracerag.identity import hash_token
+from tracerag._identity import hash_token
 from tracerag.materials import FeedbackLimits, MaterialRegistry, UserTokens
-from tracerag.server.app import create_app
+from tracerag.server._asgi import create_app
 
 API_KEY = "frontend-key-for-tests-0123"
 FEEDBACK_KEY = "feedback-key-for-tests-0123456789abcdef"

@@ -131,3 +131,51 @@ def test_a_column_edit_names_the_column_and_what_the_chain_says(
     assert "audit chain consistent as far as checked" in out  # the chain itself was not touched
     assert "gift-cards: materials.ema is 0.99, the chain says" in out
     assert "material_versions.operator is 'mallory', its chained body says 'lead'" in out
+
+
+def test_a_write_landing_between_verify_reads_is_not_reported_as_tampering(store) -> None:
+    """The registry's tables and the chain are read apart: a material registered between the
+    two reads (as the server registers what it answers from, while an operator verifies) must
+    not look like an entry without its row. Verify reads again and checks one moment."""
+    registry = MaterialRegistry(store, metrics=False)
+    try:
+        registry.register("returns", "Returns within 30 days.", operator="ops", written_by="ops")
+        original = registry._chained_events
+        writes = iter(["privacy"])
+
+        def chain_read_with_a_write_before(*args: Any, **kwargs: Any) -> Any:
+            for material in writes:  # once: the write lands after the tables were read
+                registry.register(material, "We keep data 90 days.", operator="ops",
+                                  written_by="ops")
+            return original(*args, **kwargs)
+
+        registry._chained_events = chain_read_with_a_write_before  # type: ignore[method-assign]
+        report = registry.verify()
+        assert report.ok and report.complete, report.issues
+        assert report.checked == 2  # the second read saw both materials
+    finally:
+        registry.close()
+
+
+def test_verify_says_not_checked_when_writes_never_pause(store, monkeypatch) -> None:
+    """A registry written to during every read is not called intact, nor tampered: NOT CHECKED,
+    and `tracerag audit verify` exits 3."""
+    import tracerag.materials._verify as module
+
+    monkeypatch.setattr(module, "VERIFY_READS", 3)
+    registry = MaterialRegistry(store, metrics=False)
+    try:
+        registry.register("returns", "Returns within 30 days.", operator="ops", written_by="ops")
+        original = registry._chained_events
+        count = iter(range(100))
+
+        def chain_read_after_a_write(*args: Any, **kwargs: Any) -> Any:
+            registry.register(f"m{next(count)}", "Text.", operator="ops", written_by="ops")
+            return original(*args, **kwargs)
+
+        registry._chained_events = chain_read_after_a_write  # type: ignore[method-assign]
+        report = registry.verify()
+        assert report.ok and not report.complete
+        assert "NOT CHECKED" in report.summary() and "3 reads" in report.summary()
+    finally:
+        registry.close()

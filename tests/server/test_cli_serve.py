@@ -63,7 +63,7 @@ def test_serve_rejects_a_webhook_that_is_not_a_url(served, tmp_path, monkeypatch
 def test_hash_token_prints_a_reviewers_file_line(monkeypatch, capsys, tmp_path):
     import io
 
-    from tracerag.server.auth import read_reviewers_file
+    from tracerag.server._auth import read_reviewers_file
 
     monkeypatch.setattr("sys.stdin", io.StringIO("a-strong-token-for-李伟-0001\n"))
     assert cli.main(["serve", "--hash-token", "李伟"]) == 0
@@ -104,7 +104,7 @@ def test_serve_logs_store_failures_at_warning_by_default(served, tmp_path, monke
 
 
 def test_serve_takes_cors_origins_and_named_reviewers(served, tmp_path, monkeypatch):
-    from tracerag.server.auth import hash_token
+    from tracerag.server._auth import hash_token
 
     monkeypatch.delenv("TRACERAG_REVIEWER_TOKEN", raising=False)
     reviewers = tmp_path / "reviewers"
@@ -157,8 +157,8 @@ def test_serve_believes_forwarded_headers_only_from_configured_proxies(
 def test_serve_needs_a_journal_for_a_store_that_can_be_down(served, tmp_path, monkeypatch):
     """The check is the app's: a networked store without a journal is refused, unless told."""
     from tracerag.errors import ConfigurationError
-    from tracerag.server.app import _journal_for
-    from tracerag.store.sqlite import SQLiteAuditStore
+    from tracerag.server._asgi import _journal_for
+    from tracerag.store._sqlite import SQLiteAuditStore
 
     class Networked(SQLiteAuditStore):
         networked = True

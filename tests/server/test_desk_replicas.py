@@ -45,28 +45,30 @@ def start(store: str, port: int, log: Path) -> subprocess.Popen[bytes]:
     env["TRACERAG_AUDIT_ANCHOR"] = str(log.parent / "anchor")
     for name in ("TRACERAG_STORE", "TRACERAG_REVIEWERS_FILE", "TRACERAG_SESSION_SECRET"):
         env.pop(name, None)
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tracerag.cli",
-            "serve",
-            "--store",
-            store,
-            "--port",
-            str(port),
-            "--samples",
-            "2",
-            "--log-level",
-            "warning",
-            # each process keeps its own audit journal on its own disk (PostgreSQL needs one)
-            "--journal",
-            str(log.with_suffix(".journal")),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("wb"),
-    )
+    # the child keeps its own descriptor of the log: this process closes its copy at once
+    with log.open("wb") as err:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tracerag.cli",
+                "serve",
+                "--store",
+                store,
+                "--port",
+                str(port),
+                "--samples",
+                "2",
+                "--log-level",
+                "warning",
+                # each process keeps its own audit journal on its own disk (PostgreSQL needs one)
+                "--journal",
+                str(log.with_suffix(".journal")),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
 
 
 def wait_ready(base: str, proc: subprocess.Popen[bytes], timeout: float = 90.0) -> None:
@@ -284,8 +286,17 @@ def test_two_server_processes_share_the_desk(replicas, tmp_path) -> None:
     deadline = time.monotonic() + 30
     while True:
         verify = subprocess.run(
-            [sys.executable, "-m", "tracerag.cli", "audit", "verify", "--store", store_url,
-             "--expect-head", anchor],
+            [
+                sys.executable,
+                "-m",
+                "tracerag.cli",
+                "audit",
+                "verify",
+                "--store",
+                store_url,
+                "--expect-head",
+                anchor,
+            ],
             env=env,
             capture_output=True,
             text=True,

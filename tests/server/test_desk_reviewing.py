@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from server_fixtures import TOKEN, csrf_of, make_app, make_store, sign_in
 from store_fixtures import make_record
 
-from tracerag.server.auth import hash_token
+from tracerag.server._auth import hash_token
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 LI = "li-weis-personal-token-7x3q0"

@@ -20,9 +20,9 @@ from fastapi.testclient import TestClient
 from server_fixtures import TOKEN, csrf_of, make_app, make_pipeline
 from store_fixtures import make_record
 
-from tracerag.server.auth import COOKIE_NAME, MemorySessions, SharedSessions, SharedThrottle
-from tracerag.server.claims import ClaimBoard, SharedClaimBoard
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.server._auth import COOKIE_NAME, MemorySessions, SharedSessions, SharedThrottle
+from tracerag.server._review_claims import ClaimBoard, SharedClaimBoard
+from tracerag.store._sqlite import SQLiteAuditStore
 
 
 @pytest.fixture

@@ -203,7 +203,7 @@ def desk(tmp_path) -> Iterator[tuple[str, Any]]:
     """A served desk with 500 escalated and 21 review items, a named reviewer 李伟, trace links."""
     from store_fixtures import make_record
 
-    from tracerag.server.auth import hash_token
+    from tracerag.server._auth import hash_token
 
     store = make_store(tmp_path)
     records = [
@@ -390,7 +390,7 @@ def materials_desk(tmp_path) -> Iterator[tuple[str, Any]]:
     from langchain_core.documents import Document
 
     from tracerag.materials import MaterialRegistry
-    from tracerag.server.auth import hash_token
+    from tracerag.server._auth import hash_token
 
     store = make_store(tmp_path)
     registry = MaterialRegistry(store)

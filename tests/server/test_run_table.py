@@ -100,7 +100,7 @@ def test_events_that_are_not_a_list_of_pairs_are_refused(store, table, backend):
 
 
 def test_an_in_memory_store_has_no_table():
-    from tracerag.store.sqlite import SQLiteAuditStore
+    from tracerag.store._sqlite import SQLiteAuditStore
 
     with SQLiteAuditStore(":memory:") as memory:
         assert open_run_table(memory) is None

@@ -165,4 +165,3 @@ def test_two_processes_share_keys_streams_and_decisions(tmp_path, shared_store):
     assert "Traceback" not in (tmp_path / "a.log").read_text("utf-8") + (
         tmp_path / "b.log"
     ).read_text("utf-8")
-

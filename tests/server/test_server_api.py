@@ -357,7 +357,7 @@ def test_concurrent_answers_are_all_stored_once(store):
 
 
 def test_review_desk_will_not_run_without_a_token(store, monkeypatch):
-    from tracerag.server.app import create_app
+    from tracerag.server._asgi import create_app
 
     monkeypatch.delenv("TRACERAG_REVIEWER_TOKEN", raising=False)
     with pytest.raises(ConfigurationError, match="TRACERAG_REVIEWER_TOKEN"):
@@ -373,7 +373,7 @@ def test_review_desk_will_not_run_without_a_token(store, monkeypatch):
 
 
 def test_default_app_serves_the_demo_knowledge_base(store):
-    from tracerag.server.app import create_app
+    from tracerag.server._asgi import create_app
 
     app = create_app(store=store, reviewer_token=STRONG_TOKEN)
     with TestClient(app) as client:
@@ -408,7 +408,8 @@ def test_a_wrapped_chain_is_streamed_and_stored_like_a_pipeline(store):
     from langchain_core.runnables import RunnablePassthrough
     from server_fixtures import documents
 
-    from tracerag import semconv, wrap
+    from tracerag import _semconv as semconv
+    from tracerag import wrap
     from tracerag.demo.kb import build_vectorstore
     from tracerag.testing import ScriptedChatModel
 

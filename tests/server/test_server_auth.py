@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from server_fixtures import TOKEN, csrf_of, make_app, make_store, sign_in
 
 from tracerag.errors import ConfigurationError
-from tracerag.server.auth import COOKIE_NAME, Throttle, hash_token, read_reviewers_file
+from tracerag.server._auth import COOKIE_NAME, Throttle, hash_token, read_reviewers_file
 
 ALICE = "alices-personal-token-9f2k1"
 LI = "li-weis-personal-token-7x3q0"

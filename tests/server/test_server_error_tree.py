@@ -22,7 +22,7 @@ from tracerag.errors import (
     TraceragError,
 )
 from tracerag.materials import DuplicateFeedback, FeedbackLimited, MaterialNotFound
-from tracerag.server.errors import (
+from tracerag.server._error_shape import (
     ERROR_CODES,
     SECURITY_HEADERS,
     error_statuses,

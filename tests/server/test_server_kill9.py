@@ -18,7 +18,7 @@ import pytest
 from pipeline_fixtures import REPO
 from server_fixtures import free_port
 
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.store._sqlite import SQLiteAuditStore
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from langchain_core.documents import Document
 from server_fixtures import TOKEN, csrf_of, make_app, sign_in
 
-from tracerag.identity import hash_token
+from tracerag._identity import hash_token
 from tracerag.materials import MaterialRegistry, Use
 
 LI_TOKEN = "li-weis-personal-token-7x3q0"
@@ -254,7 +254,7 @@ def test_the_item_page_shows_credibility_and_links_to_the_history(
 def test_long_lists_are_cut_and_say_so(
     client: TestClient, scene: MaterialRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tracerag.server import views
+    from tracerag.server import _views as views
 
     monkeypatch.setattr(views, "LISTED", 2)
     sign_in(client)

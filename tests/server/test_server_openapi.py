@@ -18,8 +18,8 @@ from server_fixtures import (
 
 from tracerag.contract import response_schema
 from tracerag.errors import ConfigurationError
-from tracerag.server.errors import ERROR_CODES
-from tracerag.server.routes import events as event_routes
+from tracerag.server._error_shape import ERROR_CODES
+from tracerag.server._routes import events as event_routes
 
 ORIGIN = "http://127.0.0.1:5173"
 

@@ -29,9 +29,9 @@ from server_fixtures import (
     sign_in,
 )
 
-from tracerag.server.auth import COOKIE_NAME, ReviewerAuth
-from tracerag.server.delivery import Delivery
-from tracerag.server.views import highlight
+from tracerag.server._auth import COOKIE_NAME, ReviewerAuth
+from tracerag.server._delivery import Delivery
+from tracerag.server._views import highlight
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 JSON = {"Content-Type": "application/json"}
@@ -385,6 +385,7 @@ def test_decisions_are_posted_to_a_webhook(store):
             assert reply.status_code == 200
     finally:
         hook.shutdown()
+        hook.server_close()
     assert [r["request_id"] for r in Receiver.received] == [rid]
     assert Receiver.received[0]["final_answer"] == CANDIDATE
     (note,) = store.get(rid).of_kind("note")
@@ -456,7 +457,7 @@ def test_queue_page_separates_open_and_recently_decided_items(client, store):
 def test_a_reviewer_reject_lowers_the_credibility_of_what_the_answer_used(client, store):
     """A decision on the desk is an outcome: the materials the answer relied on learn from it."""
     from tracerag.materials import MaterialRegistry
-    from tracerag.record import AuditRecord
+    from tracerag.store._audit_record import AuditRecord
 
     rid = escalate(client)
     used = AuditRecord.parse(store.get(rid).record).retrieved_ids
@@ -480,7 +481,7 @@ def test_a_reviewer_reject_lowers_the_credibility_of_what_the_answer_used(client
 
 def test_the_item_page_shows_what_made_the_answer(client, store):
     """Attribution tiers 1 and 2 on the desk: each material's role, share and reason."""
-    from tracerag.record import AuditRecord
+    from tracerag.store._audit_record import AuditRecord
 
     rid = escalate(client)
     attribution = AuditRecord.parse(store.get(rid).record).signals.attribution
@@ -497,7 +498,7 @@ def test_the_item_page_shows_what_made_the_answer(client, store):
 
 def test_the_item_page_shows_stored_explanations(client, store):
     """A report of ``tracerag explain`` kept in the trail is shown on the item page."""
-    from tracerag.store.base import KIND_EXPLANATION
+    from tracerag.store._base import KIND_EXPLANATION
 
     rid = escalate(client)
     store.append_action(

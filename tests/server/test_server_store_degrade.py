@@ -24,8 +24,8 @@ from server_fixtures import GOOD_ANSWER, GOOD_QUESTION, make_app, make_pipeline,
 from store_fixtures import make_record, stored_request_ids
 
 from tracerag import cli
-from tracerag.server.answerer import Answerer
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.server._answerer import Answerer
+from tracerag.store._sqlite import SQLiteAuditStore
 
 #: a hang, not a slow answer: far above any commit wait used here
 HANG = 60.0
@@ -237,29 +237,29 @@ def test_answers_during_a_lock_by_another_process_come_within_the_commit_wait(tm
     with running(app) as base:
         with httpx.Client(base_url=base, timeout=HANG) as client:
             assert client.post("/v1/answer", json={"question": GOOD_QUESTION}).status_code == 200
-        locker = subprocess.Popen(
+        with subprocess.Popen(
             [sys.executable, "-c", LOCKER, str(path), str(lock_seconds)],
             stdout=subprocess.PIPE,
             text=True,
-        )
-        assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
-        until = time.monotonic() + lock_seconds - 0.5
+        ) as locker:
+            assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
+            until = time.monotonic() + lock_seconds - 0.5
 
-        def load() -> None:
-            with httpx.Client(base_url=base, timeout=HANG) as client:
-                while time.monotonic() < until:
-                    t0 = time.monotonic()
-                    response = client.post("/v1/answer", json={"question": GOOD_QUESTION})
-                    with guard:
-                        latencies.append(time.monotonic() - t0)
-                        bodies.append(response.json())
+            def load() -> None:
+                with httpx.Client(base_url=base, timeout=HANG) as client:
+                    while time.monotonic() < until:
+                        t0 = time.monotonic()
+                        response = client.post("/v1/answer", json={"question": GOOD_QUESTION})
+                        with guard:
+                            latencies.append(time.monotonic() - t0)
+                            bodies.append(response.json())
 
-        threads = [threading.Thread(target=load) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(HANG)
-        assert locker.wait(HANG) == 0
+            threads = [threading.Thread(target=load) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(HANG)
+            assert locker.wait(HANG) == 0
         assert app.state.answerer.writer.flush(timeout=HANG)
         settled(app.state.answerer)
     assert len(bodies) >= 8 and all(b["audit_persisted"] is True for b in bodies)

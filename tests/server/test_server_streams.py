@@ -33,7 +33,7 @@ from server_fixtures import (
 from tracerag.server._run_table import open_run_table
 from tracerag.server._runs import RunBook
 from tracerag.server._tokens import StreamTokens
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.store._sqlite import SQLiteAuditStore
 
 KEY = {"X-API-Key": API_KEY}
 STAGES = ["register", "retrieve", "plan", "sample", "verify", "assemble"]
@@ -581,8 +581,8 @@ def test_after_its_events_expired_a_stream_gives_the_response_and_the_decision(s
 
 def test_a_decision_wait_outlives_a_failing_store(store, caplog):
     """The store fails while a caller waits: the wait goes on, and ends with the decision."""
+    from tracerag.server._routes.api import request_status
     from tracerag.server._runs import DecisionWatch
-    from tracerag.server.routes.api import request_status
 
     with TestClient(make_app(store, make_pipeline())) as client:
         rid = client.post("/v1/answer", json={"question": EVIL_QUESTION}).json()["request_id"]

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracerag.routing import ESCALATE, PASS, REVIEW
-from tracerag.signals.attribution import (
+from tracerag._routing import ESCALATE, PASS, REVIEW
+from tracerag.signals._attribution import (
     BELOW_FLOOR,
     CITED_SUPPORTED,
     CITED_UNSUPPORTED,
@@ -33,9 +33,9 @@ from tracerag.signals.attribution import (
     surface_match,
     validity_reason,
 )
-from tracerag.signals.citations import verify_citations
-from tracerag.signals.types import Material
-from tracerag.text.tokens import token_set, tokenize
+from tracerag.signals._citations import verify_citations
+from tracerag.signals._types import Material
+from tracerag.text._tokens import token_set, tokenize
 
 TODAY = date(2026, 6, 1)
 

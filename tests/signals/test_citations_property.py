@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis_budget import examples
 
-from tracerag.signals.citations import SUPPORTED, verify_citations
-from tracerag.signals.claims import citation_ids, split_claims, strip_citations
-from tracerag.signals.types import Material
+from tracerag.signals._citations import SUPPORTED, verify_citations
+from tracerag.signals._claims import citation_ids, split_claims, strip_citations
+from tracerag.signals._types import Material
 
 TEMPLATES = [
     ("Customers may return unused items within {n} days of delivery.", "en"),

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from tracerag.errors import ConfigurationError
-from tracerag.signals.citations import FABRICATED, SUPPORTED, UNSUPPORTED, verify_citations
-from tracerag.signals.judge import JudgeSupport, find_quote, unconfigured_judge
-from tracerag.signals.support import get_backend, register_backend
-from tracerag.signals.types import Material
+from tracerag.signals._citations import FABRICATED, SUPPORTED, UNSUPPORTED, verify_citations
+from tracerag.signals._judge import JudgeSupport, find_quote, unconfigured_judge
+from tracerag.signals._support import get_backend, register_backend
+from tracerag.signals._types import Material
 from tracerag.testing import ScriptedChatModel
 
 MATERIAL = (
@@ -208,7 +208,7 @@ def test_judge_by_name_explains_how_to_configure_it_in_a_fresh_process():
     import sys
 
     code = (
-        "from tracerag.signals.support import get_backend\n"
+        "from tracerag.signals._support import get_backend\n"
         "try:\n    get_backend('judge')\n"
         "except Exception as exc:\n    print(type(exc).__name__, exc)\n"
     )
@@ -217,7 +217,7 @@ def test_judge_by_name_explains_how_to_configure_it_in_a_fresh_process():
 
 
 def test_long_material_is_checked_chunk_by_chunk_until_one_supports():
-    from tracerag.signals.judge import chunk_material
+    from tracerag.signals._judge import chunk_material
 
     filler = " ".join(f"Paragraph {i} is about something else entirely." for i in range(40))
     material = f"{filler} {MATERIAL} {filler}"
@@ -246,7 +246,7 @@ def test_claim_in_no_chunk_is_unsupported_after_asking_every_chunk():
     backend = JudgeSupport(llm, retry_wait=0.0, chunk_chars=600)
     result = backend(CLAIM, filler)
     assert not result.supported and "in none of" in result.reason
-    from tracerag.signals.judge import chunk_material
+    from tracerag.signals._judge import chunk_material
 
     assert llm.call_count == len(chunk_material(filler, 600))
 

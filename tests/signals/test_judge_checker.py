@@ -10,7 +10,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from tracerag.errors import ConfigurationError
-from tracerag.signals.judge import MINICHECK_SYSTEM_PROMPT, JudgeSupport
+from tracerag.signals._judge import MINICHECK_SYSTEM_PROMPT, JudgeSupport
 
 MATERIAL = (
     "All new devices carry a 12-month warranty. Laptops and tablets get 24 months. "

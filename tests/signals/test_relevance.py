@@ -10,15 +10,15 @@ from relevance_cases import OFF_TOPIC_EN, OFF_TOPIC_ZH, PARAPHRASES_EN, PARAPHRA
 
 from tracerag.demo.kb import load_documents
 from tracerag.errors import ConfigurationError
-from tracerag.signals.embeddings import minilm_available
-from tracerag.signals.relevance import (
+from tracerag.signals._embeddings import minilm_available
+from tracerag.signals._relevance import (
     AnswerPart,
     AnswerRelevance,
     asks_for,
     check_relevance,
     embeddings_of,
 )
-from tracerag.text.sentences import CITATION_MARKER_RE, split_sentences
+from tracerag.text._sentences import CITATION_MARKER_RE, split_sentences
 
 KB = {str(d.id): d for d in load_documents()}
 RETURNS_SENTENCE = (
@@ -260,7 +260,7 @@ minilm = pytest.mark.skipif(
 
 @minilm
 def test_minilm_reads_the_paraphrase_the_lexical_check_misses():
-    from tracerag.signals.embeddings import MiniLMEmbeddings
+    from tracerag.signals._embeddings import MiniLMEmbeddings
 
     emb = MiniLMEmbeddings()
     assert embeddings_of(type("B", (), {"embeddings": emb})()) == (emb, 0.15)

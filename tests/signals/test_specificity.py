@@ -7,10 +7,10 @@ from langchain_core.documents import Document
 from pipeline_fixtures import FAST_RETRY, scripted
 
 from tracerag import RAGPipeline, Thresholds
+from tracerag.signals._citations import averify_citations, verify_citations
 from tracerag.signals._specificity import check_specificity, find_conflict, question_subject
-from tracerag.signals.citations import averify_citations, verify_citations
-from tracerag.signals.support import get_backend
-from tracerag.signals.types import Material
+from tracerag.signals._support import get_backend
+from tracerag.signals._types import Material
 
 WARRANTY = (
     "All new devices sold by Northwind Gadgets carry a 12-month warranty from the date of "

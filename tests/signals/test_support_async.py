@@ -23,17 +23,17 @@ from pydantic import PrivateAttr
 from server_fixtures import make_app, make_store
 
 import tracerag
-from tracerag.llm import ReplyChatModel
-from tracerag.signals.citations import SUPPORTED, averify_citations, verify_citations
-from tracerag.signals.lexical import LexicalSupport
-from tracerag.signals.support import (
+from tracerag._llm import ReplyChatModel
+from tracerag.signals._citations import SUPPORTED, averify_citations, verify_citations
+from tracerag.signals._lexical import LexicalSupport
+from tracerag.signals._support import (
     USAGE_ATTRIBUTES,
     Support,
     acheck_support,
     get_backend,
     usage_scope,
 )
-from tracerag.signals.types import Material
+from tracerag.signals._types import Material
 from tracerag.testing import ScriptedChatModel, SpanCapture
 
 RETURNS = POLICIES[0].page_content
@@ -299,7 +299,7 @@ async def test_both_citation_checks_take_the_same_options_and_refuse_others():
 
 def _record_scoring_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The threads the lexical backend scores claims in, as it scores them."""
-    from tracerag.signals import lexical
+    from tracerag.signals import _lexical as lexical
 
     seen: list[int] = []
     analyse = lexical.analyse
@@ -330,7 +330,7 @@ async def test_lexical_checks_of_a_new_material_leave_the_loop(monkeypatch):
 
 
 async def test_lexical_checks_of_long_materials_leave_the_loop(monkeypatch):
-    from tracerag.signals.lexical import CHEAP_CHARS
+    from tracerag.signals._lexical import CHEAP_CHARS
 
     long_text = " ".join([RETURNS] * (CHEAP_CHARS // len(RETURNS) + 1))
     materials = [Material(id="returns", text=long_text)]

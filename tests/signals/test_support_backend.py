@@ -3,7 +3,7 @@ from collections.abc import Sequence
 import pytest
 
 from tracerag.errors import ConfigurationError, InputError
-from tracerag.signals.support import (
+from tracerag.signals._support import (
     Support,
     SupportBackend,
     available_backends,

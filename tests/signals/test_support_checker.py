@@ -18,11 +18,11 @@ from tiny_checker_model import classifier, seq2seq
 
 import tracerag
 from tracerag.errors import ConfigurationError
-from tracerag.signals.checker import CheckerSupport, chunk_sentences
-from tracerag.signals.citations import verify_citations
-from tracerag.signals.support import get_backend, usage_scope
-from tracerag.signals.types import Material
-from tracerag.text import split_sentences
+from tracerag.signals._checker import CheckerSupport, chunk_sentences
+from tracerag.signals._citations import verify_citations
+from tracerag.signals._support import get_backend, usage_scope
+from tracerag.signals._types import Material
+from tracerag.text._sentences import split_sentences
 
 # six sentences: with the tiny model's 32-token window they make three chunks; the signal word
 # the model was planted with ("zebra") is in the last one only

@@ -5,9 +5,10 @@ import pytest
 from langchain_core.embeddings import Embeddings
 
 from tracerag.errors import CallError
-from tracerag.signals.embeddings import EmbeddingSupport, minilm_available
-from tracerag.signals.support import get_backend
-from tracerag.text import content_terms, split_sentences
+from tracerag.signals._embeddings import EmbeddingSupport, minilm_available
+from tracerag.signals._support import get_backend
+from tracerag.text._sentences import split_sentences
+from tracerag.text._tokens import content_terms
 
 POLICY = (
     "Returns are accepted within 30 days of delivery. "
@@ -146,7 +147,7 @@ minilm = pytest.mark.skipif(
 
 @minilm
 def test_minilm_embeddings_rank_paraphrases_first() -> None:
-    from tracerag.signals.embeddings import MiniLMEmbeddings
+    from tracerag.signals._embeddings import MiniLMEmbeddings
 
     emb = MiniLMEmbeddings()
     food, bread, horse = emb.embed_documents(
@@ -169,7 +170,7 @@ def test_embeddings_backend_is_registered() -> None:
 
 @minilm
 def test_embeddings_with_the_same_files_share_one_loaded_model() -> None:
-    from tracerag.signals.embeddings import MiniLMEmbeddings
+    from tracerag.signals._embeddings import MiniLMEmbeddings
 
     first, second = MiniLMEmbeddings(), MiniLMEmbeddings()
     shorter = MiniLMEmbeddings(max_length=16)
@@ -182,7 +183,7 @@ def test_embeddings_with_the_same_files_share_one_loaded_model() -> None:
 
 @minilm
 def test_backends_on_the_same_minilm_files_share_sentence_vectors() -> None:
-    from tracerag.signals.embeddings import MiniLMEmbeddings
+    from tracerag.signals._embeddings import MiniLMEmbeddings
 
     first = EmbeddingSupport(MiniLMEmbeddings())
     second = EmbeddingSupport(MiniLMEmbeddings(), threshold=0.5)

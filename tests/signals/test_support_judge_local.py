@@ -14,7 +14,7 @@ import os
 import pytest
 
 import tracerag
-from tracerag.signals.support import usage_scope
+from tracerag.signals._support import usage_scope
 
 pytestmark = pytest.mark.integration
 

@@ -2,8 +2,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis_budget import examples
 
-from tracerag.signals.lexical import LexicalSupport
-from tracerag.signals.support import support
+from tracerag.signals._lexical import LexicalSupport
+from tracerag.signals._support import support
 
 POLICY_EN = (
     "Returns are accepted within 30 days of delivery. "

@@ -2,10 +2,10 @@
 
 import pytest
 
-from tracerag.signals.embeddings import minilm_available
-from tracerag.signals.learned import FEATURES, Combiner, LearnedSupport
-from tracerag.signals.lexical import LexicalSupport
-from tracerag.signals.support import get_backend
+from tracerag.signals._embeddings import minilm_available
+from tracerag.signals._learned import FEATURES, Combiner, LearnedSupport
+from tracerag.signals._lexical import LexicalSupport
+from tracerag.signals._support import get_backend
 
 WARRANTY = (
     "All new devices carry a 12-month warranty from the date of delivery. Under Clause 6.1, "

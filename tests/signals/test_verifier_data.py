@@ -13,8 +13,8 @@ import sys
 import pytest
 from pipeline_fixtures import REPO
 
-from tracerag.signals.learned import FEATURES, Combiner, LearnedSupport, features
-from tracerag.signals.lexical import LexicalParams, analyse
+from tracerag.signals._learned import FEATURES, Combiner, LearnedSupport, features
+from tracerag.signals._lexical import LexicalParams, analyse
 
 pytestmark = pytest.mark.integration
 

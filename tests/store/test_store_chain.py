@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from store_fixtures import make_record
 
-from tracerag.store.chain import (
+from tracerag.store._chain import (
     GENESIS_HASH,
     ChainVerifier,
     StoredRow,
@@ -223,7 +223,7 @@ def test_jcs_json_is_rfc8785_where_rfc8785_can_write_the_value() -> None:
     from hypothesis import strategies as st
     from hypothesis_budget import examples
 
-    from tracerag.store.chain import jcs_json
+    from tracerag.store._chain import jcs_json
 
     scalars = (
         st.none()

@@ -10,8 +10,8 @@ import time
 import pytest
 from store_fixtures import backend, make_record, store  # noqa: F401
 
-from tracerag.store.base import DuplicateRequest, StoreError
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.store._base import DuplicateRequest, StoreError
+from tracerag.store._sqlite import SQLiteAuditStore
 
 
 def _submit_all(target, records) -> list[BaseException | None]:
@@ -152,7 +152,7 @@ def test_a_commit_hanging_on_a_frozen_postgresql_is_interrupted() -> None:
 
 
 def test_a_store_that_just_failed_is_not_waited_for_again_until_it_is_tried(tmp_path) -> None:
-    from tracerag.store.sql import StoreFailing
+    from tracerag.store._sql import StoreFailing
 
     path = tmp_path / "audit.sqlite"
     sqlite_store = SQLiteAuditStore(str(path), busy_timeout_s=0.5)

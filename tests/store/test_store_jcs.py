@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis_budget import examples
 
-from tracerag.store.chain import canonical_json, jcs_json, jcs_parsed
+from tracerag.store._chain import canonical_json, jcs_json, jcs_parsed
 
 # floats of every kind JCS writes differently from Python: integral, tiny, with exponents
 # (integral floats beyond 2^53 have no exact JCS text: version 1 text, as for integers)

@@ -20,8 +20,8 @@ from pipeline_fixtures import REPO
 from store_fixtures import make_record, stored_request_ids
 
 from tracerag.store import AuditWriter, Journal, StoreMissing, open_store
-from tracerag.store.journal import HEAD_FILE, IDENTITY_FILE, JournalBusy, open_journal, read_frames
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.store._journal import HEAD_FILE, IDENTITY_FILE, JournalBusy, open_journal, read_frames
+from tracerag.store._sqlite import SQLiteAuditStore
 
 FAST = {"backoff_initial": 0.01, "backoff_max": 0.05}
 ROOT = REPO
@@ -140,7 +140,7 @@ class HeldStore:
 
 
 def test_the_memory_buffer_is_bounded_by_bytes_as_well_as_count() -> None:
-    from tracerag.store.writer import encode_record
+    from tracerag.store._writer import encode_record
 
     big = "x" * 6000
     size = encode_record(make_record("b0", question=big)).size
@@ -214,25 +214,28 @@ def test_kill_9_loses_no_record_that_was_reported_persisted(tmp_path) -> None:
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(path), str(journal), "300"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env=env,
-        text=True,
-    )
     acked = []
     try:
-        for line in child.stdout:
-            line = line.strip()
-            if line == "DONE":
-                break
-            acked.append(line)
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(10)
+        with subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(path), str(journal), "300"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            text=True,
+        ) as child:
+            try:
+                assert child.stdout is not None
+                for line in child.stdout:
+                    line = line.strip()
+                    if line == "DONE":
+                        break
+                    acked.append(line)
+                os.kill(child.pid, signal.SIGKILL)
+                child.wait(10)
+            finally:
+                if child.poll() is None:
+                    child.kill()
     finally:
-        if child.poll() is None:
-            child.kill()
         holder.execute("ROLLBACK")
         holder.close()
     assert child.returncode == -signal.SIGKILL
@@ -579,7 +582,7 @@ def test_a_backlog_of_full_batches_is_drained_without_the_gathering_wait(tmp_pat
 def test_replaying_records_the_store_already_holds_stores_each_once(tmp_path, journaled) -> None:
     """A commit that ended after its record was journaled (the server's commit wait): the
     replay skips what the store holds and chains the rest; nothing is stored twice."""
-    from tracerag.store.writer import encode_record
+    from tracerag.store._writer import encode_record
 
     path = tmp_path / "a.sqlite"
     journal = open_journal(tmp_path / "journal")

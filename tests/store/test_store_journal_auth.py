@@ -19,8 +19,8 @@ from tamper import KEY
 
 from tracerag import cli
 from tracerag.store import AuditWriter, Journal, open_store
-from tracerag.store.journal import read_frames
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.store._journal import read_frames
+from tracerag.store._sqlite import SQLiteAuditStore
 
 FAST = {"backoff_initial": 0.01, "backoff_max": 0.05}
 #: the frame header (magic, type, authentication byte, payload length, CRC-32); the format is
@@ -117,7 +117,7 @@ def test_audit_verify_names_refused_and_waiting_forged_records(tmp_path, monkeyp
     assert cli.main(["audit", "verify", "--store", str(path)]) == 1
     out = capsys.readouterr().out
     assert "1 of the 1 records still in" in out and "are not authentic" in out
-    from tracerag.store.journal import inspect_journal
+    from tracerag.store._journal import inspect_journal
 
     (state,) = inspect_journal(journal, KEY)
     assert state.pending == 1 and state.not_authentic == 1 and state.refused == 0

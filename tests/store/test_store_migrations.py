@@ -5,14 +5,15 @@ from __future__ import annotations
 import pytest
 from store_fixtures import make_record
 
-from tracerag.store import SchemaTooNew, entries_from_record
-from tracerag.store.chain import GENESIS_HASH, canonical_json, entry_hash
+from tracerag.store import SchemaTooNew
+from tracerag.store._chain import GENESIS_HASH, canonical_json, entry_hash
+from tracerag.store._codec import entries_from_record
 
 
 def _migrate_to(backend, version: int) -> None:
     """Create the backend's database at an old schema version."""
     if backend.name == "sqlite":
-        from tracerag.store.sqlite import migrate
+        from tracerag.store._sqlite import migrate
 
         conn = backend.connect()
         try:
@@ -20,7 +21,7 @@ def _migrate_to(backend, version: int) -> None:
         finally:
             conn.close()
     else:
-        from tracerag.store.postgres import migrate
+        from tracerag.store._postgres import migrate
 
         conn = backend.connect()
         try:
@@ -83,7 +84,7 @@ def test_a_version_1_database_is_migrated_on_open(backend) -> None:
 
     store = backend.open()
     try:
-        from tracerag.store.sqlite import SCHEMA_VERSION
+        from tracerag.store._sqlite import SCHEMA_VERSION
 
         assert store.schema_version == SCHEMA_VERSION
         versions = [
@@ -120,7 +121,7 @@ def test_opening_twice_applies_nothing_new(backend) -> None:
     store = backend.open()
     store.close()
     rows = backend.execute("SELECT COUNT(*) FROM schema_version", bypass_guard=False)
-    from tracerag.store.sqlite import SCHEMA_VERSION
+    from tracerag.store._sqlite import SCHEMA_VERSION
 
     assert rows[0][0] == SCHEMA_VERSION
 
@@ -137,13 +138,16 @@ def test_a_newer_schema_is_refused(backend) -> None:
 
 
 def test_backends_have_the_same_migration_versions() -> None:
-    from tracerag.store import postgres, sqlite
+    from tracerag.store import _postgres as postgres
+    from tracerag.store import _sqlite as sqlite
 
     assert [v for v, _ in sqlite.MIGRATIONS] == [v for v, _ in postgres.MIGRATIONS]
 
 
 def test_one_migration_list_serves_both_dialects() -> None:
-    from tracerag.store import migrations, postgres, sqlite
+    from tracerag.store import _migrations as migrations
+    from tracerag.store import _postgres as postgres
+    from tracerag.store import _sqlite as sqlite
 
     assert sqlite.MIGRATIONS is migrations.MIGRATIONS is postgres.MIGRATIONS
     assert migrations.MIGRATIONS
@@ -158,7 +162,7 @@ def test_one_migration_list_serves_both_dialects() -> None:
 
 
 def test_the_format_paramstyle_is_translated_token_by_token() -> None:
-    from tracerag.store.sqlite import to_qmark
+    from tracerag.store._sqlite import to_qmark
 
     assert to_qmark("a = %s AND b LIKE 'x%%' AND c = %s") == "a = ? AND b LIKE 'x%' AND c = ?"
 

@@ -14,7 +14,7 @@ import time
 from store_fixtures import make_record
 
 from tracerag.store import AuditWriter, open_store
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.store._sqlite import SQLiteAuditStore
 
 
 def _opener(path, busy: float = 0.1):

@@ -12,10 +12,7 @@ from hypothesis import strategies as st
 from hypothesis_budget import examples
 from store_fixtures import make_record
 
-from tracerag.config import reset_config
-from tracerag.errors import ConfigurationError
-from tracerag.signals.types import Material, Plan
-from tracerag.state import (
+from tracerag._state import (
     ErrorLog,
     PlanResult,
     Registration,
@@ -26,16 +23,12 @@ from tracerag.state import (
     Sample,
     SampleSet,
 )
-from tracerag.store import (
-    AuditStore,
-    DuplicateRequest,
-    InvalidRecord,
-    RequestNotFound,
-    entries_from_record,
-    open_store,
-    record_from_entries,
-)
-from tracerag.store.sqlite import SCHEMA_VERSION, SQLiteAuditStore
+from tracerag.config import reset_config
+from tracerag.errors import ConfigurationError
+from tracerag.signals._types import Material, Plan
+from tracerag.store import AuditStore, DuplicateRequest, InvalidRecord, RequestNotFound, open_store
+from tracerag.store._codec import entries_from_record, record_from_entries
+from tracerag.store._sqlite import SCHEMA_VERSION, SQLiteAuditStore
 
 EXPECTED_KINDS = [
     "register",

@@ -9,7 +9,7 @@ import pytest
 from store_fixtures import make_record
 
 from tracerag.store import AlreadyDecided, InvalidRecord, NotQueued, RequestNotFound
-from tracerag.store.base import AlreadyReviewed, ClaimedByOther
+from tracerag.store._base import AlreadyReviewed, ClaimedByOther
 
 
 def queued(store, *ids: str, decision: str = "escalate") -> None:

@@ -7,7 +7,7 @@ import pytest
 from store_fixtures import make_record
 from tamper import KEY, genesis, reseal_from
 
-from tracerag.store.chain import CHAIN_V2, entry_hash
+from tracerag.store._chain import CHAIN_V2, entry_hash
 
 
 def _fill(store) -> None:
@@ -59,7 +59,7 @@ def _rewrite_middle(backend) -> None:
     """Change the answer in r1's response entry and re-hash everything after it."""
     import json
 
-    from tracerag.store.chain import jcs_json
+    from tracerag.store._chain import jcs_json
 
     ((seq, payload),) = backend.execute(
         "SELECT seq, payload FROM audit_entries WHERE request_id = 'r1' AND kind = 'response'",

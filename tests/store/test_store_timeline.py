@@ -6,9 +6,10 @@ import json
 
 from store_fixtures import make_record
 
-from tracerag.store import RequestTrail, entries_from_record
-from tracerag.store.sqlite import SQLiteAuditStore
-from tracerag.tools.show import render_json, render_timeline
+from tracerag.store import RequestTrail
+from tracerag.store._codec import entries_from_record
+from tracerag.store._sqlite import SQLiteAuditStore
+from tracerag.tools._show import render_json, render_timeline
 
 SECTIONS = [
     "REQUEST req-0001",

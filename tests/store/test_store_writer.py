@@ -12,7 +12,7 @@ import pytest
 from store_fixtures import make_record
 
 from tracerag.store import AuditWriter, DuplicateRequest, InvalidRecord
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.store._sqlite import SQLiteAuditStore
 
 FAST = {"backoff_initial": 0.01, "backoff_max": 0.05}
 

@@ -23,8 +23,10 @@ from jaeger_backend import Jaeger, check_request_trace, free_port, get, start_ja
 from otlp_receiver import backend_missing
 from pipeline_fixtures import REPO
 
-from tracerag import ExtractiveChatModel, RAGPipeline, metrics, tracing
+from tracerag import RAGPipeline
 from tracerag.demo.kb import build_retriever, load_questions
+from tracerag.demo.models.extractive import ExtractiveChatModel
+from tracerag.telemetry import _meters, _providers
 
 pytestmark = pytest.mark.integration
 
@@ -127,11 +129,11 @@ def clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in list(os.environ):
         if name.startswith("OTEL_"):
             monkeypatch.delenv(name)
-    tracing.reset_for_tests()
-    metrics.reset_for_tests()
+    _providers.reset_for_tests()
+    _meters.reset()
     yield
-    tracing.reset_for_tests()
-    metrics.reset_for_tests()
+    _providers.reset_for_tests()
+    _meters.reset()
 
 
 def test_through_the_collector_to_jaeger(
@@ -149,8 +151,8 @@ def test_through_the_collector_to_jaeger(
     )
     with caplog.at_level(logging.WARNING):
         responses = [rag.invoke(q["question"]) for q in load_questions()[:2]]
-        assert tracing.force_flush(10_000)
-        metrics.reset_for_tests()  # the last metrics export, through the Collector
+        assert _providers.force_flush(10_000)
+        _meters.reset()  # the last metrics export, through the Collector
     assert len(responses) == 2
     for response in responses:
         spans = jaeger.wait_for_trace(response.trace_id, 1 + 6 + 3)

@@ -26,7 +26,9 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnablePassthrough
 from pipeline_fixtures import REPO
 
-from tracerag import RAGPipeline, metrics, semconv, tracing
+from tracerag import RAGPipeline
+from tracerag import _semconv as semconv
+from tracerag.telemetry import _content_capture, _export, _instruments, _meters, _providers
 from tracerag.testing import ScriptedChatModel
 
 pytestmark = pytest.mark.integration
@@ -53,13 +55,13 @@ def jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jaeger]:
 
 @pytest.fixture(autouse=True)
 def clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in (*OTEL_VARS, tracing.CAPTURE_ENV):
+    for name in (*OTEL_VARS, _content_capture.CAPTURE_ENV):
         monkeypatch.delenv(name, raising=False)
-    tracing.reset_for_tests()
-    metrics.reset_for_tests()
+    _providers.reset_for_tests()
+    _meters.reset()
     yield
-    tracing.reset_for_tests()
-    metrics.reset_for_tests()
+    _providers.reset_for_tests()
+    _meters.reset()
 
 
 DEMO_LINE = re.compile(r"request_id: (?P<request>[0-9a-f]+)\s+trace_id: (?P<trace>[0-9a-f]{32})")
@@ -127,8 +129,8 @@ def format_docs(docs: list[Document]) -> str:
 
 def tutorial_chain():
     """The LCEL chain of LangChain's RAG tutorial, over the demo knowledge base."""
-    from tracerag import ExtractiveChatModel
     from tracerag.demo.kb import build_retriever
+    from tracerag.demo.models.extractive import ExtractiveChatModel
 
     retriever = build_retriever(k=4)  # an InMemoryVectorStore's as_retriever()
     llm = ExtractiveChatModel(temperature=0.7)
@@ -152,7 +154,7 @@ def test_wrapped_tutorial_chain_requests_are_complete_traces(
     monkeypatch.setenv("OTEL_SERVICE_NAME", "tracerag-wrap-test")
     wrapped = tracerag.wrap(tutorial_chain(), n_samples=4, audit=None)
     responses = [wrapped.invoke(q["question"]) for q in load_questions()[:3]]
-    assert tracing.force_flush(10_000)
+    assert _providers.force_flush(10_000)
     assert len(responses) == 3
     for response in responses:
         spans = jaeger.wait_for_trace(response.trace_id, 1 + 6 + 4)
@@ -204,11 +206,11 @@ def test_acceptance_load_loses_no_span(
         n_samples=n,
         audit=None,
     )
-    dropped_before = tracing.dropped_spans()
+    dropped_before = _export.dropped_spans()
     responses = [
         rag.invoke(f"Within how many days can I return item {i}?") for i in range(requests)
     ]
-    assert tracing.force_flush(60_000)
+    assert _providers.force_flush(60_000)
     per_trace = 1 + 6 + n
     received = 0
     payload = 0
@@ -218,7 +220,7 @@ def test_acceptance_load_loses_no_span(
         received += len(spans)
         payload += sum(len(str(v)) for s in spans for v in s.attributes.values())
     assert received == requests * per_trace
-    assert tracing.dropped_spans() == dropped_before
+    assert _export.dropped_spans() == dropped_before
     # what went through is more than one 4 MiB message: batches had to fit
     assert payload > 4 * 1024 * 1024, payload
 
@@ -231,14 +233,14 @@ def test_metrics_to_a_traces_only_backend_are_reported_once_and_stopped(
 
     endpoint = jaeger.otlp_grpc if protocol == "grpc" else jaeger.otlp_http
     with caplog.at_level(logging.INFO):
-        provider = metrics.configure_metrics(
+        provider = _meters.configure_metrics(
             otlp=True, endpoint=endpoint, protocol=protocol, export_interval_millis=100
         )
         for _ in range(5):
-            metrics.record_retry("sample", TimeoutError("slow"))
+            _instruments.record_retry("sample", TimeoutError("slow"))
             time.sleep(0.1)
         provider.force_flush(5_000)  # type: ignore[attr-defined]
-        metrics.reset_for_tests()
+        _meters.reset()
     notices = [r for r in caplog.records if "does not accept OTLP metrics" in r.getMessage()]
     assert len(notices) == 1
     assert "OTEL_METRICS_EXPORTER=none" in notices[0].getMessage()

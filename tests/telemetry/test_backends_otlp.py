@@ -9,25 +9,28 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
 from otlp_receiver import OtlpGrpcReceiver, OtlpHttpReceiver, SpanTree, WireSpan
 
-from tracerag import ExtractiveChatModel, RAGPipeline, semconv, tracing
+from tracerag import RAGPipeline
+from tracerag import _semconv as semconv
 from tracerag.demo.kb import build_retriever, load_questions
+from tracerag.demo.models.extractive import ExtractiveChatModel
+from tracerag.telemetry import _content_capture, _export, _providers
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(autouse=True)
 def clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv(tracing.CAPTURE_ENV, raising=False)
-    tracing.reset_for_tests()
+    monkeypatch.delenv(_content_capture.CAPTURE_ENV, raising=False)
+    _providers.reset_for_tests()
     yield
-    tracing.reset_for_tests()
+    _providers.reset_for_tests()
 
 
 def exporting_provider(endpoint: str, protocol: str = "http/protobuf") -> SDKTracerProvider:
-    provider = SDKTracerProvider(resource=tracing.make_resource("tracerag-wire-test"))
+    provider = SDKTracerProvider(resource=_providers.make_resource("tracerag-wire-test"))
     provider.add_span_processor(
-        tracing.batch_processor(
-            tracing.otlp_span_exporter(endpoint, protocol=protocol), schedule_delay_millis=50
+        _export.batch_processor(
+            _export.otlp_span_exporter(endpoint, protocol=protocol), schedule_delay_millis=50
         )
     )
     return provider
@@ -123,7 +126,7 @@ def run_one(question: str) -> tuple[list[WireSpan], object]:
 
 
 def test_capture_false_sends_ids_and_scores_but_no_text() -> None:
-    tracing.set_capture_content(False)
+    _content_capture.set_capture_content(False)
     question = "How long is the warranty on a laptop?"
     spans, response = run_one(question)
     text = all_strings(spans)
@@ -146,7 +149,7 @@ def test_capture_false_sends_ids_and_scores_but_no_text() -> None:
 
 
 def test_capture_redact_masks_personal_data_on_the_wire() -> None:
-    tracing.set_capture_content("redact")
+    _content_capture.set_capture_content("redact")
     question = "I am jane.doe@example.com, 13812345678: how long is the warranty on a laptop?"
     spans, _ = run_one(question)
     text = all_strings(spans)

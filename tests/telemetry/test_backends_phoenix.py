@@ -25,8 +25,11 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
 from otlp_receiver import backend_missing
 
-from tracerag import ExtractiveChatModel, RAGPipeline, semconv, tracing
+from tracerag import RAGPipeline
+from tracerag import _semconv as semconv
 from tracerag.demo.kb import build_retriever, load_questions
+from tracerag.demo.models.extractive import ExtractiveChatModel
+from tracerag.telemetry import _export, _links, _phoenix, _providers
 
 pytestmark = pytest.mark.integration
 
@@ -115,16 +118,16 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def demo_run(phoenix: str) -> dict[str, Any]:
-    tracing.reset_for_tests()
+    _providers.reset_for_tests()
     provider = SDKTracerProvider(
-        resource=tracing.make_resource("tracerag-demo", {"openinference.project.name": PROJECT})
+        resource=_providers.make_resource("tracerag-demo", {"openinference.project.name": PROJECT})
     )
     provider.add_span_processor(
-        tracing.batch_processor(
-            tracing.otlp_span_exporter(f"{phoenix}/v1/traces"), schedule_delay_millis=100
+        _export.batch_processor(
+            _export.otlp_span_exporter(f"{phoenix}/v1/traces"), schedule_delay_millis=100
         )
     )
-    provider.add_span_processor(tracing.phoenix_evaluations(phoenix))
+    provider.add_span_processor(_phoenix.phoenix_evaluations(phoenix))
     rag = RAGPipeline(
         build_retriever(),
         ExtractiveChatModel(),
@@ -240,7 +243,7 @@ def test_evaluations_visible_in_phoenix(demo_run: dict[str, Any]) -> None:
 
 def test_phoenix_trace_link_resolves(demo_run: dict[str, Any]) -> None:
     response = demo_run["responses"][0]
-    url = tracing.trace_link(response.trace_id, "phoenix", demo_run["base"])
+    url = _links.trace_link(response.trace_id, "phoenix", demo_run["base"])
     with urllib.request.urlopen(url, timeout=10) as page:
         assert page.status == 200
         assert b"<html" in page.read(4096).lower()

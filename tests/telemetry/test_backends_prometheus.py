@@ -27,8 +27,10 @@ from dashboard_queries import label_values_metric, promql_metric_names, queries
 from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
 from otlp_receiver import backend_missing
 
-from tracerag import ExtractiveChatModel, RAGPipeline, metrics, tracing
+from tracerag import RAGPipeline
 from tracerag.demo.kb import build_retriever, load_questions
+from tracerag.demo.models.extractive import ExtractiveChatModel
+from tracerag.telemetry import _export, _instruments, _meters, _providers
 from tracerag.testing import ScriptedChatModel
 
 pytestmark = pytest.mark.integration
@@ -94,9 +96,9 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
     binary = prometheus_binary()
     if binary is None:
         backend_missing("the prometheus binary is not installed (apt-get install prometheus)")
-    metrics.reset_for_tests()
-    tracing.reset_for_tests()
-    endpoint = metrics.start_prometheus_server(0)
+    _meters.reset()
+    _providers.reset_for_tests()
+    endpoint = _meters.start_prometheus_server(0)
     workdir = tmp_path_factory.mktemp("prometheus")
     config = workdir / "prometheus.yml"
     config.write_text(
@@ -148,8 +150,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
         except subprocess.TimeoutExpired:
             process.kill()
         log.close()
-        metrics.reset_for_tests()
-        tracing.reset_for_tests()
+        _meters.reset()
+        _providers.reset_for_tests()
 
 
 def failing_audit(record: dict[str, Any]) -> bool:
@@ -164,10 +166,10 @@ def demo_ran(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
-    provider = SDKTracerProvider(resource=tracing.make_resource("tracerag"))
+    provider = SDKTracerProvider(resource=_providers.make_resource("tracerag"))
     provider.add_span_processor(
-        tracing.batch_processor(
-            tracing.otlp_span_exporter(f"http://127.0.0.1:{dead}", timeout=0.5),
+        _export.batch_processor(
+            _export.otlp_span_exporter(f"http://127.0.0.1:{dead}", timeout=0.5),
             schedule_delay_millis=50,
         )
     )
@@ -202,7 +204,7 @@ def demo_ran(
     # how a request with a dead model ends is the pipeline's business; its errors are counted
     with contextlib.suppress(Exception):
         dead_model.invoke(questions[0])
-    metrics.record_audit_failure("store_down", dropped=True)  # as the audit writer reports it
+    _instruments.record_audit_failure("store_down", dropped=True)  # as the audit writer reports it
     # a material registry with a pending write, a conflict, a quarantine and a denied material;
     # its gauges reach the endpoint because it is open (no wiring)
     prometheus.materials = materials_ran(tmp_path_factory.mktemp("materials"), retriever)
@@ -224,8 +226,8 @@ def materials_ran(directory: Path, retriever: Any) -> Any:
     from langchain_core.documents import Document
 
     from tracerag.materials import MaterialRegistry
+    from tracerag.materials._rerank import CredibilityRetriever
     from tracerag.materials.feedback import record_feedback
-    from tracerag.materials.rerank import CredibilityRetriever
 
     registry = MaterialRegistry.open(str(directory / "audit.sqlite"))
     ranked = CredibilityRetriever(retriever=retriever, registry=registry)

@@ -21,7 +21,8 @@ from dashboard_queries import (
     queries,
 )
 
-from tracerag import metrics, semconv
+from tracerag import _semconv as semconv
+from tracerag.telemetry import _instruments
 
 
 def test_promql_parser_helper() -> None:
@@ -41,7 +42,7 @@ def exposed_names(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     from prometheus_client import CollectorRegistry
 
     from tracerag.materials import MaterialRegistry
-    from tracerag.materials.metrics import observe_registry
+    from tracerag.materials._gauges import observe_registry
 
     registry = CollectorRegistry()
     provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
@@ -51,7 +52,7 @@ def exposed_names(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     materials.register("fee", "The fee is 10%.", operator="kb", written_by="import@1")
     observe_registry(materials, meter_provider=provider)
     for decision, confidence in (("pass", 0.92), ("review", 0.7), ("escalate", 0.3)):
-        outcome = metrics.RequestOutcome(
+        outcome = _instruments.RequestOutcome(
             tier="high",
             decision=decision,
             confidence=confidence,
@@ -61,17 +62,17 @@ def exposed_names(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
             citation_accuracy=0.9,
             fabricated=["x"],
         )
-        metrics.record_request(outcome, meter_provider=provider)
+        _instruments.record_request(outcome, meter_provider=provider)
         spent = {
             "total_tokens": 120,
             "by_stage": {"sample": {"calls": 1, "input_tokens": 100, "output_tokens": 20}},
             "cost": {"by_stage": {"sample": 0.01}},
         }
-        metrics.record_usage(outcome, spent, meter_provider=provider)
-    metrics.record_retry("sample", TimeoutError(), meter_provider=provider)
-    metrics.record_model_error("sample", TimeoutError(), meter_provider=provider)
-    metrics.record_audit_failure("OperationalError", dropped=True, meter_provider=provider)
-    metrics.record_spans_dropped(3, "export_failed", meter_provider=provider)
+        _instruments.record_usage(outcome, spent, meter_provider=provider)
+    _instruments.record_retry("sample", TimeoutError(), meter_provider=provider)
+    _instruments.record_model_error("sample", TimeoutError(), meter_provider=provider)
+    _instruments.record_audit_failure("OperationalError", dropped=True, meter_provider=provider)
+    _instruments.record_spans_dropped(3, "export_failed", meter_provider=provider)
     names = {sample.name for family in registry.collect() for sample in family.samples}
     provider.shutdown()
     materials.close()

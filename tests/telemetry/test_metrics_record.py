@@ -14,7 +14,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from otlp_receiver import OtlpHttpReceiver, counter_total, metric_points
 
-from tracerag import metrics, semconv
+from tracerag import _semconv as semconv
+from tracerag.telemetry import _instruments, _meters
 
 
 @pytest.fixture(autouse=True)
@@ -26,9 +27,9 @@ def clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
     ):
         monkeypatch.delenv(name, raising=False)
-    metrics.reset_for_tests()
+    _meters.reset()
     yield
-    metrics.reset_for_tests()
+    _meters.reset()
 
 
 @pytest.fixture
@@ -50,10 +51,10 @@ class CitationReport:
 
 def make_ctx(
     decision: str = "pass", confidence: float = 0.9, **kw: object
-) -> metrics.RequestOutcome:
+) -> _instruments.RequestOutcome:
     citations = kw.get("citations", CitationReport(0.75, 0.5, ["m9", "m10"]))
     field = citations.get if isinstance(citations, dict) else lambda k: getattr(citations, k)
-    return metrics.RequestOutcome(
+    return _instruments.RequestOutcome(
         tier=str(kw.get("tier", "high")),
         decision=decision,
         confidence=confidence,
@@ -76,8 +77,8 @@ def make_ctx(
 def test_record_request_fills_every_instrument(
     provider: MeterProvider, reader: InMemoryMetricReader
 ) -> None:
-    metrics.record_request(make_ctx(), meter_provider=provider)
-    metrics.record_request(make_ctx("escalate", 0.3, tier="low", n=1), meter_provider=provider)
+    _instruments.record_request(make_ctx(), meter_provider=provider)
+    _instruments.record_request(make_ctx("escalate", 0.3, tier="low", n=1), meter_provider=provider)
 
     assert counter_total(reader, semconv.METRIC_REQUESTS, decision="pass", tier="high") == 1
     assert counter_total(reader, semconv.METRIC_REQUESTS, decision="escalate", tier="low") == 1
@@ -87,7 +88,7 @@ def test_record_request_fills_every_instrument(
         if p.attributes["decision"] == "pass"
     ]
     assert conf_high.sum == pytest.approx(0.9)
-    assert list(conf_high.explicit_bounds) == list(metrics.RATIO_BUCKETS)
+    assert list(conf_high.explicit_bounds) == list(_instruments.RATIO_BUCKETS)
     stages = {
         p.attributes["stage"]: p
         for p in metric_points(reader, semconv.METRIC_STAGE_DURATION)
@@ -95,9 +96,9 @@ def test_record_request_fills_every_instrument(
     }
     assert set(stages) == set(semconv.STAGES)
     assert stages["sample"].sum == pytest.approx(1.2)
-    assert list(stages["sample"].explicit_bounds) == list(metrics.STAGE_SECONDS_BUCKETS)
-    assert metrics.STAGE_SECONDS_BUCKETS[0] == 0.005
-    assert metrics.STAGE_SECONDS_BUCKETS[-1] == 30
+    assert list(stages["sample"].explicit_bounds) == list(_instruments.STAGE_SECONDS_BUCKETS)
+    assert _instruments.STAGE_SECONDS_BUCKETS[0] == 0.005
+    assert _instruments.STAGE_SECONDS_BUCKETS[-1] == 30
     (req,) = [
         p
         for p in metric_points(reader, semconv.METRIC_REQUEST_DURATION)
@@ -114,22 +115,22 @@ def test_record_request_fills_every_instrument(
 
 
 def test_confidence_buckets_match_the_router_thresholds() -> None:
-    assert metrics.RATIO_BUCKETS[:6] == (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
-    assert {0.6, 0.85}.issubset(metrics.RATIO_BUCKETS)
-    assert metrics.RATIO_BUCKETS[-5:] == (0.8, 0.85, 0.9, 0.95, 1.0)
+    assert _instruments.RATIO_BUCKETS[:6] == (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+    assert {0.6, 0.85}.issubset(_instruments.RATIO_BUCKETS)
+    assert _instruments.RATIO_BUCKETS[-5:] == (0.8, 0.85, 0.9, 0.95, 1.0)
 
 
 def test_record_request_is_defensive(provider: MeterProvider, reader: InMemoryMetricReader) -> None:
-    metrics.record_request(
+    _instruments.record_request(
         make_ctx(citations={"coverage": "0.5", "accuracy": None, "fabricated": 3}),
         meter_provider=provider,
     )
-    metrics.record_request(make_ctx(citations={"coverage": math.nan}), meter_provider=provider)
+    _instruments.record_request(make_ctx(citations={"coverage": math.nan}), meter_provider=provider)
     odd = SimpleNamespace(decision=None, confidence=float("inf"), timings={"x": "slow"})
-    metrics.record_request(odd, meter_provider=provider)  # type: ignore[arg-type]
-    metrics.record_request(object(), meter_provider=provider)  # type: ignore[arg-type]
-    bare = metrics.RequestOutcome()
-    metrics.record_request(bare, meter_provider=provider)
+    _instruments.record_request(odd, meter_provider=provider)  # type: ignore[arg-type]
+    _instruments.record_request(object(), meter_provider=provider)  # type: ignore[arg-type]
+    bare = _instruments.RequestOutcome()
+    _instruments.record_request(bare, meter_provider=provider)
     assert counter_total(reader, semconv.METRIC_REQUESTS) == 5
     assert counter_total(reader, semconv.METRIC_REQUESTS, decision="none") == 3
     assert counter_total(reader, semconv.METRIC_FABRICATED) == 3
@@ -138,7 +139,7 @@ def test_record_request_is_defensive(provider: MeterProvider, reader: InMemoryMe
 
 
 def test_confidence_is_clamped(provider: MeterProvider, reader: InMemoryMetricReader) -> None:
-    metrics.record_request(make_ctx(confidence=1.2), meter_provider=provider)
+    _instruments.record_request(make_ctx(confidence=1.2), meter_provider=provider)
     (point,) = metric_points(reader, semconv.METRIC_CONFIDENCE)
     assert point.max == 1.0
 
@@ -146,12 +147,12 @@ def test_confidence_is_clamped(provider: MeterProvider, reader: InMemoryMetricRe
 def test_retries_errors_audit_and_spans(
     provider: MeterProvider, reader: InMemoryMetricReader
 ) -> None:
-    metrics.record_retry("sample", TimeoutError("slow"), meter_provider=provider)
-    metrics.record_retry("sample", TimeoutError("slow"), meter_provider=provider)
-    metrics.record_model_error("plan", ValueError("bad json"), meter_provider=provider)
-    metrics.record_audit_failure("OperationalError", meter_provider=provider)
-    metrics.record_audit_failure("OperationalError", dropped=True, meter_provider=provider)
-    metrics.record_spans_dropped(7, "export_failed", meter_provider=provider)
+    _instruments.record_retry("sample", TimeoutError("slow"), meter_provider=provider)
+    _instruments.record_retry("sample", TimeoutError("slow"), meter_provider=provider)
+    _instruments.record_model_error("plan", ValueError("bad json"), meter_provider=provider)
+    _instruments.record_audit_failure("OperationalError", meter_provider=provider)
+    _instruments.record_audit_failure("OperationalError", dropped=True, meter_provider=provider)
+    _instruments.record_spans_dropped(7, "export_failed", meter_provider=provider)
     assert (
         counter_total(reader, semconv.METRIC_RETRIES, stage="sample", error_type="TimeoutError")
         == 2
@@ -163,14 +164,14 @@ def test_retries_errors_audit_and_spans(
 
 
 def test_configured_provider_is_used_without_argument(reader: InMemoryMetricReader) -> None:
-    metrics.configure_metrics(readers=[reader])
-    metrics.record_retry("retrieve", OSError())
+    _meters.configure_metrics(readers=[reader])
+    _instruments.record_retry("retrieve", OSError())
     assert counter_total(reader, semconv.METRIC_RETRIES, stage="retrieve") == 1
 
 
 def test_without_configuration_recording_is_a_noop() -> None:
-    metrics.record_request(make_ctx())  # the API's no-op provider: nothing raises
-    assert metrics.configure_metrics_from_env() is None
+    _instruments.record_request(make_ctx())  # the API's no-op provider: nothing raises
+    assert _meters.configure_metrics_from_env() is None
 
 
 def _free_port() -> int:
@@ -186,10 +187,10 @@ def _scrape(url: str) -> str:
 
 @pytest.mark.integration
 def test_prometheus_endpoint_exposes_names_and_buckets() -> None:
-    server = metrics.start_prometheus_server(0)
+    server = _meters.start_prometheus_server(0)
     assert server.addr == "127.0.0.1"
-    metrics.record_request(make_ctx())
-    metrics.record_retry("sample", TimeoutError())
+    _instruments.record_request(make_ctx())
+    _instruments.record_retry("sample", TimeoutError())
     text = _scrape(server.url)
     assert 'tracerag_requests_total{decision="pass"' in text
     assert 'tracerag_stage_duration_seconds_bucket{le="0.005"' in text
@@ -202,11 +203,11 @@ def test_prometheus_endpoint_exposes_names_and_buckets() -> None:
 @pytest.mark.integration
 def test_prometheus_port_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     port = _free_port()
-    monkeypatch.setenv(metrics.PROMETHEUS_PORT_ENV, str(port))
-    metrics.get_meter_provider()  # as RAGPipeline does when it is built
-    (server,) = metrics.prometheus_servers()
+    monkeypatch.setenv(_meters.PROMETHEUS_PORT_ENV, str(port))
+    _meters.get_meter_provider()  # as RAGPipeline does when it is built
+    (server,) = _meters.prometheus_servers()
     assert server.port == port and server.addr == "127.0.0.1"
-    metrics.record_request(make_ctx("review", 0.7))
+    _instruments.record_request(make_ctx("review", 0.7))
     assert 'decision="review"' in _scrape(f"http://127.0.0.1:{port}/metrics")
 
 
@@ -214,9 +215,9 @@ def test_prometheus_port_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_otlp_metrics_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     with OtlpHttpReceiver() as receiver:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-        metrics.record_request(make_ctx())
-        provider = metrics.get_meter_provider()
+        _instruments.record_request(make_ctx())
+        provider = _meters.get_meter_provider()
         assert provider.force_flush(5_000)  # type: ignore[attr-defined]
         names = set(receiver.store.metric_names)
-        metrics.reset_for_tests()  # shut down while the receiver still answers
+        _meters.reset()  # shut down while the receiver still answers
     assert {semconv.METRIC_REQUESTS, semconv.METRIC_CONFIDENCE} <= names

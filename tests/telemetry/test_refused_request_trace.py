@@ -6,7 +6,7 @@ import pytest
 from pipeline_fixtures import GOOD, QUESTION
 
 from tracerag import MissingVersionError
-from tracerag import semconv as sc
+from tracerag import _semconv as sc
 from tracerag.testing import ScriptedChatModel
 
 

@@ -8,59 +8,59 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tracerag import tracing
+from tracerag.telemetry import _content_capture, _links, _phoenix, _providers, _spans
 
 
 @pytest.fixture(autouse=True)
 def clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv(tracing.CAPTURE_ENV, raising=False)
-    tracing.reset_for_tests()
+    monkeypatch.delenv(_content_capture.CAPTURE_ENV, raising=False)
+    _providers.reset_for_tests()
     yield
-    tracing.reset_for_tests()
+    _providers.reset_for_tests()
 
 
 def test_default_captures_text() -> None:
-    assert tracing.capture_content_mode() == "true"
-    assert tracing.capture("call me at 13800138000") == "call me at 13800138000"
-    assert tracing.capture(None) is None
+    assert _content_capture.capture_content_mode() == "true"
+    assert _content_capture.capture("call me at 13800138000") == "call me at 13800138000"
+    assert _content_capture.capture(None) is None
 
 
 @pytest.mark.parametrize("value", ["false", "False", "0", "off", "omit"])
 def test_env_false_omits(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    monkeypatch.setenv(tracing.CAPTURE_ENV, value)
-    assert tracing.capture("secret") is None
-    assert not tracing.capture_enabled()
+    monkeypatch.setenv(_content_capture.CAPTURE_ENV, value)
+    assert _content_capture.capture("secret") is None
+    assert not _content_capture.capture_enabled()
 
 
 def test_env_redact_uses_default_redactor(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(tracing.CAPTURE_ENV, "redact")
-    assert tracing.capture("mail bob@example.com") == "mail [EMAIL]"
+    monkeypatch.setenv(_content_capture.CAPTURE_ENV, "redact")
+    assert _content_capture.capture("mail bob@example.com") == "mail [EMAIL]"
 
 
 def test_unknown_env_value_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(tracing.CAPTURE_ENV, "maybe")
-    assert tracing.capture("secret") is None
+    monkeypatch.setenv(_content_capture.CAPTURE_ENV, "maybe")
+    assert _content_capture.capture("secret") is None
 
 
 def test_code_setting_overrides_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(tracing.CAPTURE_ENV, "false")
-    tracing.set_capture_content(True)
-    assert tracing.capture("x") == "x"
-    tracing.set_capture_content("redact")
-    assert tracing.capture("bob@example.com") == "[EMAIL]"
-    tracing.set_capture_content(None)
-    assert tracing.capture("x") is None
+    monkeypatch.setenv(_content_capture.CAPTURE_ENV, "false")
+    _content_capture.set_capture_content(True)
+    assert _content_capture.capture("x") == "x"
+    _content_capture.set_capture_content("redact")
+    assert _content_capture.capture("bob@example.com") == "[EMAIL]"
+    _content_capture.set_capture_content(None)
+    assert _content_capture.capture("x") is None
     with pytest.raises(ValueError):
-        tracing.set_capture_content("sometimes")
+        _content_capture.set_capture_content("sometimes")
 
 
 def test_user_redactor_applies_in_true_and_redact_modes() -> None:
-    tracing.set_redactor(lambda text: text.replace("Alice", "<name>"))
-    assert tracing.capture("Alice paid") == "<name> paid"
-    tracing.set_capture_content("redact")
-    assert tracing.capture("Alice bob@example.com") == "<name> bob@example.com"
-    tracing.set_capture_content(False)
-    assert tracing.capture("Alice") is None
+    _content_capture.set_redactor(lambda text: text.replace("Alice", "<name>"))
+    assert _content_capture.capture("Alice paid") == "<name> paid"
+    _content_capture.set_capture_content("redact")
+    assert _content_capture.capture("Alice bob@example.com") == "<name> bob@example.com"
+    _content_capture.set_capture_content(False)
+    assert _content_capture.capture("Alice") is None
 
 
 @pytest.mark.parametrize(
@@ -81,7 +81,7 @@ def test_user_redactor_applies_in_true_and_redact_modes() -> None:
     ],
 )
 def test_default_redactor_masks_personal_data(text: str, expected: str) -> None:
-    assert tracing.default_redactor(text) == expected
+    assert _content_capture.default_redactor(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -95,22 +95,22 @@ def test_default_redactor_masks_personal_data(text: str, expected: str) -> None:
     ],
 )
 def test_default_redactor_keeps_ordinary_text(text: str) -> None:
-    assert tracing.default_redactor(text) == text
+    assert _content_capture.default_redactor(text) == text
 
 
 TID = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
 def test_jaeger_link() -> None:
-    assert tracing.trace_link(TID) == f"http://localhost:16686/trace/{TID}"
+    assert _links.trace_link(TID) == f"http://localhost:16686/trace/{TID}"
     assert (
-        tracing.trace_link(int(TID, 16), "jaeger", "https://jaeger.example/")
+        _links.trace_link(int(TID, 16), "jaeger", "https://jaeger.example/")
         == f"https://jaeger.example/trace/{TID}"
     )
 
 
 def test_tempo_link_is_grafana_explore_with_traceql_trace_id() -> None:
-    url = tracing.trace_link(TID, "tempo", "http://grafana:3000", datasource_uid="tempo-prod")
+    url = _links.trace_link(TID, "tempo", "http://grafana:3000", datasource_uid="tempo-prod")
     parts = urlsplit(url)
     assert parts.path == "/explore"
     query = parse_qs(parts.query)
@@ -123,19 +123,19 @@ def test_tempo_link_is_grafana_explore_with_traceql_trace_id() -> None:
 
 
 def test_phoenix_link() -> None:
-    assert tracing.trace_link(TID, "phoenix") == f"http://localhost:6006/redirects/traces/{TID}"
+    assert _links.trace_link(TID, "phoenix") == f"http://localhost:6006/redirects/traces/{TID}"
     assert (
-        tracing.trace_link(TID, "phoenix", "http://p:6006", project="UHJvamVjdDox")
+        _links.trace_link(TID, "phoenix", "http://p:6006", project="UHJvamVjdDox")
         == f"http://p:6006/projects/UHJvamVjdDox/traces/{TID}"
     )
 
 
 def test_trace_link_rejects_bad_input() -> None:
     with pytest.raises(ValueError):
-        tracing.trace_link("not-a-trace", "jaeger")
+        _links.trace_link("not-a-trace", "jaeger")
     with pytest.raises(ValueError):
-        tracing.trace_link(TID, "zipkin")
-    assert tracing.format_trace_id("0xABC") == "abc".rjust(32, "0")
+        _links.trace_link(TID, "zipkin")
+    assert _links.format_trace_id("0xABC") == "abc".rjust(32, "0")
 
 
 def _span() -> tuple[object, object]:
@@ -150,12 +150,12 @@ def _span() -> tuple[object, object]:
 
 
 def test_openinference_helpers_follow_the_capture_policy() -> None:
-    from tracerag import semconv
+    from tracerag import _semconv as semconv
 
     span, exporter = _span()
-    tracing.set_span_io(span, input="mail bob@example.com", output={"decision": "pass"})  # type: ignore[arg-type]
-    tracing.set_span_metadata(span, {"tier": "high", "prompt_version": "p1"})
-    tracing.set_prompt_template(span, "p1", "Answer {question}", {"question": "q?"})
+    _spans.set_span_io(span, input="mail bob@example.com", output={"decision": "pass"})  # type: ignore[arg-type]
+    _spans.set_span_metadata(span, {"tier": "high", "prompt_version": "p1"})
+    _spans.set_prompt_template(span, "p1", "Answer {question}", {"question": "q?"})
     span.end()  # type: ignore[attr-defined]
     (finished,) = exporter.get_finished_spans()  # type: ignore[attr-defined]
     attrs = dict(finished.attributes)
@@ -167,17 +167,17 @@ def test_openinference_helpers_follow_the_capture_policy() -> None:
     assert attrs[semconv.OI_PROMPT_TEMPLATE_VERSION] == "p1"
     assert attrs[semconv.OI_PROMPT_TEMPLATE] == "Answer {question}"
 
-    tracing.set_capture_content("redact")
+    _content_capture.set_capture_content("redact")
     span, exporter = _span()
-    tracing.set_span_io(span, input="mail bob@example.com")  # type: ignore[arg-type]
+    _spans.set_span_io(span, input="mail bob@example.com")  # type: ignore[arg-type]
     span.end()  # type: ignore[attr-defined]
     (finished,) = exporter.get_finished_spans()  # type: ignore[attr-defined]
     assert finished.attributes[semconv.OI_INPUT_VALUE] == "mail [EMAIL]"
 
-    tracing.set_capture_content(False)
+    _content_capture.set_capture_content(False)
     span, exporter = _span()
-    tracing.set_span_io(span, input="secret", output="answer")  # type: ignore[arg-type]
-    tracing.set_prompt_template(span, "p2", "Answer {question}", {"question": "q"})
+    _spans.set_span_io(span, input="secret", output="answer")  # type: ignore[arg-type]
+    _spans.set_prompt_template(span, "p2", "Answer {question}", {"question": "q"})
     span.end()  # type: ignore[attr-defined]
     (finished,) = exporter.get_finished_spans()  # type: ignore[attr-defined]
     assert dict(finished.attributes) == {semconv.OI_PROMPT_TEMPLATE_VERSION: "p2"}
@@ -188,7 +188,7 @@ def test_phoenix_annotations_from_spans() -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from tracerag import semconv
+    from tracerag import _semconv as semconv
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -208,7 +208,7 @@ def test_phoenix_annotations_from_spans() -> None:
                     semconv.GENAI_EVALUATION_EXPLANATION: "1/2 claims supported",
                 },
             )
-    records = tracing.PhoenixEvaluationExporter.annotations(exporter.get_finished_spans())
+    records = _phoenix.PhoenixEvaluationExporter.annotations(exporter.get_finished_spans())
     by_name = {r["name"]: r for r in records}
     assert by_name["citation_validity"]["result"] == {
         "score": 0.5,

@@ -19,7 +19,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otlp_receiver import OtlpGrpcReceiver, OtlpHttpReceiver, counter_total
 from pipeline_fixtures import REPO
 
-from tracerag import metrics, semconv, tracing
+from tracerag import _semconv as semconv
+from tracerag.telemetry import _export, _instruments, _meters, _providers
 
 OTEL_VARS = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -40,17 +41,17 @@ OTEL_VARS = (
 def clean_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in OTEL_VARS:
         monkeypatch.delenv(name, raising=False)
-    tracing.reset_for_tests()
-    metrics.reset_for_tests()
+    _providers.reset_for_tests()
+    _meters.reset()
     yield
-    tracing.reset_for_tests()
-    metrics.reset_for_tests()
+    _providers.reset_for_tests()
+    _meters.reset()
 
 
 @pytest.fixture
 def metric_reader() -> InMemoryMetricReader:
     reader = InMemoryMetricReader()
-    metrics.configure_metrics(readers=[reader])
+    _meters.configure_metrics(readers=[reader])
     return reader
 
 
@@ -61,7 +62,7 @@ def unused_port() -> int:
 
 
 def make_request_spans(provider: object, request_id: str = "req-1") -> str:
-    tracer = tracing.get_tracer(provider)  # type: ignore[arg-type]
+    tracer = _providers.get_tracer(provider)  # type: ignore[arg-type]
     with tracer.start_as_current_span(semconv.SPAN_REQUEST) as root:
         root.set_attribute(semconv.REQUEST_ID, request_id)
         for stage in semconv.STAGES:
@@ -74,7 +75,7 @@ def make_request_spans(provider: object, request_id: str = "req-1") -> str:
 @pytest.mark.integration
 def test_configure_http_exports_protobuf_with_resource_and_headers() -> None:
     with OtlpHttpReceiver() as receiver:
-        provider = tracing.configure(
+        provider = _providers.configure(
             endpoint=receiver.endpoint,
             headers={"x-tenant": "acme"},
             service_name="svc-a",
@@ -88,7 +89,7 @@ def test_configure_http_exports_protobuf_with_resource_and_headers() -> None:
         assert {s.trace_id for s in spans} == {trace_id}
         assert spans[0].resource["service.name"] == "svc-a"
         assert spans[0].resource["deployment.environment"] == "test"
-        assert spans[0].scope == tracing.INSTRUMENTATION_NAME
+        assert spans[0].scope == _providers.INSTRUMENTATION_NAME
         assert receiver.store.requests[0]["headers"]["x-tenant"] == "acme"
         assert all(s.attributes[semconv.REQUEST_ID] == "req-http" for s in spans)
 
@@ -101,7 +102,7 @@ def test_env_configures_http_export(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("OTEL_SERVICE_NAME", "from-env")
         monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "team.name=search,service.version=9")
         make_request_spans(None)
-        assert tracing.force_flush(5_000)
+        assert _providers.force_flush(5_000)
         assert receiver.wait_for(lambda spans: len(spans) >= 7)
         span = receiver.spans[0]
         assert span.resource["service.name"] == "from-env"
@@ -112,17 +113,17 @@ def test_env_configures_http_export(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.integration
 def test_grpc_export_from_code_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
     with OtlpGrpcReceiver() as receiver:
-        tracing.configure(endpoint=receiver.endpoint, protocol="grpc", headers="x-k=v")
+        _providers.configure(endpoint=receiver.endpoint, protocol="grpc", headers="x-k=v")
         make_request_spans(None, "req-grpc")
-        assert tracing.force_flush(5_000)
+        assert _providers.force_flush(5_000)
         assert receiver.wait_for(lambda spans: len(spans) >= 7)
         assert receiver.store.requests[0]["headers"]["x-k"] == "v"
-        tracing.reset_for_tests()
+        _providers.reset_for_tests()
 
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
         make_request_spans(None, "req-grpc-env")
-        assert tracing.force_flush(5_000)
+        assert _providers.force_flush(5_000)
         assert receiver.wait_for(lambda spans: len(spans) >= 14)
         assert {s.attributes[semconv.REQUEST_ID] for s in receiver.spans} == {
             "req-grpc",
@@ -135,7 +136,7 @@ def test_default_without_env_records_but_exports_nothing(caplog: pytest.LogCaptu
         trace_id = make_request_spans(None)
         make_request_spans(None)
     assert int(trace_id, 16) != 0
-    provider = tracing.default_provider()
+    provider = _providers.default_provider()
     assert isinstance(provider, SDKTracerProvider)
     assert provider._active_span_processor._span_processors == ()
     notices = [r for r in caplog.records if "not exported" in r.getMessage()]
@@ -146,7 +147,7 @@ def test_traces_exporter_none_is_respected(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
     make_request_spans(None)
-    provider = tracing.default_provider()
+    provider = _providers.default_provider()
     assert provider._active_span_processor._span_processors == ()  # type: ignore[union-attr]
 
 
@@ -162,21 +163,21 @@ def test_provider_order(monkeypatch: pytest.MonkeyPatch) -> None:
     global_, global_spans = _memory_provider()
     monkeypatch.setattr(trace, "_TRACER_PROVIDER", global_)
     # an installed global provider beats the env default
-    tracing.get_tracer().start_span("a").end()
+    _providers.get_tracer().start_span("a").end()
     assert [s.name for s in global_spans.get_finished_spans()] == ["a"]
     # configure() beats the global provider
-    configured = tracing.configure(otlp=False)
-    span = tracing.get_tracer().start_span("b")
+    configured = _providers.configure(otlp=False)
+    span = _providers.get_tracer().start_span("b")
     assert span._span_processor is configured._active_span_processor  # type: ignore[attr-defined]
     # an explicit provider beats everything
-    tracing.get_tracer(explicit).start_span("c").end()
+    _providers.get_tracer(explicit).start_span("c").end()
     assert [s.name for s in explicit_spans.get_finished_spans()] == ["c"]
     assert [s.name for s in global_spans.get_finished_spans()] == ["a"]
 
 
 def test_file_exporter_writes_json_lines(tmp_path) -> None:
     path = tmp_path / "spans.jsonl"
-    provider = tracing.configure(file=path, schedule_delay_millis=10)
+    provider = _providers.configure(file=path, schedule_delay_millis=10)
     make_request_spans(None, "req-file")
     provider.force_flush(5_000)
     import json
@@ -192,8 +193,8 @@ def test_unreachable_collector_costs_requests_nothing_and_drops_are_counted(
     metric_reader: InMemoryMetricReader,
 ) -> None:
     port = unused_port()
-    tracing.configure(endpoint=f"http://127.0.0.1:{port}", timeout=0.5, schedule_delay_millis=20)
-    before = tracing.dropped_spans()
+    _providers.configure(endpoint=f"http://127.0.0.1:{port}", timeout=0.5, schedule_delay_millis=20)
+    before = _export.dropped_spans()
     durations = []
     for i in range(20):
         start = time.perf_counter()
@@ -201,20 +202,20 @@ def test_unreachable_collector_costs_requests_nothing_and_drops_are_counted(
         durations.append(time.perf_counter() - start)
     # spans are handed to the batch queue: no request waits on the network
     assert max(durations) < 0.05, durations
-    tracing.force_flush(10_000)
+    _providers.force_flush(10_000)
     deadline = time.monotonic() + 10
-    while tracing.dropped_spans() - before < 140 and time.monotonic() < deadline:
+    while _export.dropped_spans() - before < 140 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert tracing.dropped_spans() - before == 140
+    assert _export.dropped_spans() - before == 140
     assert counter_total(metric_reader, semconv.METRIC_SPANS_DROPPED, reason="export_failed") == 140
 
 
 @pytest.mark.integration
 def test_failing_collector_counts_drops(metric_reader: InMemoryMetricReader) -> None:
     with OtlpHttpReceiver(status=400) as receiver:
-        tracing.configure(endpoint=receiver.endpoint, schedule_delay_millis=20)
+        _providers.configure(endpoint=receiver.endpoint, schedule_delay_millis=20)
         make_request_spans(None)
-        tracing.force_flush(5_000)
+        _providers.force_flush(5_000)
     assert counter_total(metric_reader, semconv.METRIC_SPANS_DROPPED) == 7
 
 
@@ -244,9 +245,9 @@ def test_full_batch_queue_counts_drops_without_blocking(
     exporter = BlockingExporter()
     provider = SDKTracerProvider()
     provider.add_span_processor(
-        tracing.batch_processor(exporter, max_queue_size=8, schedule_delay_millis=5)
+        _export.batch_processor(exporter, max_queue_size=8, schedule_delay_millis=5)
     )
-    tracer = tracing.get_tracer(provider)
+    tracer = _providers.get_tracer(provider)
     with tracer.start_as_current_span("first"):
         pass
     assert exporter.started.wait(10)  # the worker is now stuck in export with "first"
@@ -269,14 +270,14 @@ def test_sdk_processor_metrics_count_queue_full_drops(
     exporter = BlockingExporter()
     provider = SDKTracerProvider()
     provider.add_span_processor(
-        tracing.batch_processor(
+        _export.batch_processor(
             exporter,
             max_queue_size=8,
             schedule_delay_millis=5,
-            meter_provider=metrics.get_meter_provider(),
+            meter_provider=_meters.get_meter_provider(),
         )
     )
-    tracer = tracing.get_tracer(provider)
+    tracer = _providers.get_tracer(provider)
     with tracer.start_as_current_span("first"):
         pass
     assert exporter.started.wait(10)
@@ -303,7 +304,7 @@ def test_raising_exporter_is_counted(metric_reader: InMemoryMetricReader) -> Non
             pass
 
     provider = SDKTracerProvider()
-    provider.add_span_processor(tracing.batch_processor(Broken(), schedule_delay_millis=5))
+    provider.add_span_processor(_export.batch_processor(Broken(), schedule_delay_millis=5))
     make_request_spans(provider)
     provider.force_flush(5_000)
     assert counter_total(metric_reader, semconv.METRIC_SPANS_DROPPED) == 7
@@ -311,23 +312,23 @@ def test_raising_exporter_is_counted(metric_reader: InMemoryMetricReader) -> Non
 
 def test_bad_protocol_is_rejected() -> None:
     with pytest.raises(ValueError, match="protocol"):
-        tracing.configure(endpoint="http://127.0.0.1:1", protocol="http/json")
+        _providers.configure(endpoint="http://127.0.0.1:1", protocol="http/json")
 
 
 SHUTDOWN_SCRIPT = """
 import sys, time
-from tracerag import metrics, tracing
+from tracerag.telemetry import _export, _instruments, _meters, _providers
 port = int(sys.argv[1])
-tracing.configure(endpoint=f"http://127.0.0.1:{port}", schedule_delay_millis=60_000)
-metrics.configure_metrics(otlp=True, endpoint=f"http://127.0.0.1:{port}")
-tracer = tracing.get_tracer()
+_providers.configure(endpoint=f"http://127.0.0.1:{port}", schedule_delay_millis=60_000)
+_meters.configure_metrics(otlp=True, endpoint=f"http://127.0.0.1:{port}")
+tracer = _providers.get_tracer()
 for i in range(30):
     with tracer.start_as_current_span(f"s{i}"):
         pass
-metrics.record_retry("sample", TimeoutError("x"))
+_instruments.record_retry("sample", TimeoutError("x"))
 if len(sys.argv) > 2:  # flush first, as tracerag demo does
     started = time.time()
-    print("flushed", tracing.force_flush(), time.time() - started, flush=True)
+    print("flushed", _providers.force_flush(), time.time() - started, flush=True)
 print("ended", time.time(), flush=True)
 """
 
@@ -343,7 +344,7 @@ def test_exit_with_a_dead_collector_is_bounded_and_counts_the_loss(tmp_path) -> 
     script.write_text(SHUTDOWN_SCRIPT)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["PYTHONPATH"] = str(root)
-    env.pop(tracing.SHUTDOWN_TIMEOUT_ENV, None)
+    env.pop(_export.SHUTDOWN_TIMEOUT_ENV, None)
     for flush_first in (False, True):
         done = subprocess.run(
             [sys.executable, str(script), str(unused_port())] + (["flush"] if flush_first else []),
@@ -374,13 +375,13 @@ def test_traces_only_http_backend_is_reported_once_and_metrics_stop(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with OtlpHttpReceiver(metrics=False) as receiver, caplog.at_level(logging.INFO):
-        provider = metrics.configure_metrics(
+        provider = _meters.configure_metrics(
             otlp=True, endpoint=receiver.endpoint, export_interval_millis=50
         )
         for _ in range(3):
-            metrics.record_retry("sample", TimeoutError("slow"))
+            _instruments.record_retry("sample", TimeoutError("slow"))
             provider.force_flush(5_000)  # type: ignore[attr-defined]
-        metrics.reset_for_tests()
+        _meters.reset()
     (notice,) = _metric_notices(caplog)
     assert "HTTP 404" in notice.getMessage()
     assert "OTEL_METRICS_EXPORTER=none" in notice.getMessage()
@@ -392,13 +393,13 @@ def test_traces_only_http_backend_is_reported_once_and_metrics_stop(
 @pytest.mark.integration
 def test_traces_only_grpc_backend_is_reported_once(caplog: pytest.LogCaptureFixture) -> None:
     with OtlpGrpcReceiver() as receiver, caplog.at_level(logging.INFO):  # TraceService only
-        provider = metrics.configure_metrics(
+        provider = _meters.configure_metrics(
             otlp=True, endpoint=receiver.endpoint, protocol="grpc", export_interval_millis=50
         )
         for _ in range(3):
-            metrics.record_retry("sample", TimeoutError("slow"))
+            _instruments.record_retry("sample", TimeoutError("slow"))
             provider.force_flush(5_000)  # type: ignore[attr-defined]
-        metrics.reset_for_tests()
+        _meters.reset()
     (notice,) = _metric_notices(caplog)
     assert "UNIMPLEMENTED" in notice.getMessage()
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
@@ -407,11 +408,11 @@ def test_traces_only_grpc_backend_is_reported_once(caplog: pytest.LogCaptureFixt
 @pytest.mark.integration
 def test_metrics_backend_that_takes_metrics_gets_them(caplog: pytest.LogCaptureFixture) -> None:
     with OtlpHttpReceiver() as receiver, caplog.at_level(logging.INFO):
-        provider = metrics.configure_metrics(
+        provider = _meters.configure_metrics(
             otlp=True, endpoint=receiver.endpoint, export_interval_millis=50
         )
-        metrics.record_retry("sample", TimeoutError("slow"))
+        _instruments.record_retry("sample", TimeoutError("slow"))
         provider.force_flush(5_000)  # type: ignore[attr-defined]
-        metrics.reset_for_tests()
+        _meters.reset()
     assert _metric_notices(caplog) == []
     assert semconv.METRIC_RETRIES in receiver.store.metric_names

@@ -14,18 +14,24 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from opentelemetry.trace import SpanKind
 from pipeline_fixtures import FAST_RETRY, GOOD, OFF_TOPIC, QUESTION, scripted
 
-from tracerag import RAGPipeline, semconv, tracing
-from tracerag.telemetry.export import TraceragSpanExporter, span_bytes
+from tracerag import RAGPipeline
+from tracerag import _semconv as semconv
+from tracerag.telemetry import _content_capture, _providers
+from tracerag.telemetry._export import TraceragSpanExporter, span_bytes
 from tracerag.testing import SpanCapture
 
 
 @pytest.fixture(autouse=True)
 def clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in (tracing.CAPTURE_ENV, tracing.MAX_CHARS_ENV, "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"):
+    for name in (
+        _content_capture.CAPTURE_ENV,
+        _content_capture.MAX_CHARS_ENV,
+        "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+    ):
         monkeypatch.delenv(name, raising=False)
-    tracing.reset_for_tests()
+    _providers.reset_for_tests()
     yield
-    tracing.reset_for_tests()
+    _providers.reset_for_tests()
 
 
 def big_documents(k: int, size: int) -> list[Document]:
@@ -88,32 +94,32 @@ def test_material_text_is_capped_and_marked(retriever, spans: SpanCapture) -> No
     rag.invoke(QUESTION)
     (retrieve,) = spans.named(semconv.SPAN_RETRIEVE)
     content = retrieve.attributes[semconv.oi_document(0, "content")]
-    assert len(content) == tracing.DEFAULT_MAX_CHARS
+    assert len(content) == _content_capture.DEFAULT_MAX_CHARS
     assert content.endswith(" chars]")
     assert "…[truncated " in content[-30:]
     assert retrieve.attributes[semconv.oi_document(0, "id")] in {"policy-0", "policy-1"}
     for span in spans.spans():
         for value in strings(span):
-            assert len(value) <= tracing.DEFAULT_MAX_CHARS, span.name
+            assert len(value) <= _content_capture.DEFAULT_MAX_CHARS, span.name
 
 
 def test_otel_attribute_limit_lowers_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "500")
-    text = tracing.capture("x" * 2_000)
+    text = _content_capture.capture("x" * 2_000)
     assert text is not None
     assert len(text) == 500
     kept, _, mark = text.partition("…[truncated ")
     assert set(kept) == {"x"}
     assert mark.endswith(" chars]")
     assert len(kept) + int(mark.removesuffix(" chars]")) == 2_000
-    assert tracing.capture("short") == "short"
+    assert _content_capture.capture("short") == "short"
 
 
 def test_own_cap_can_be_set_or_removed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(tracing.MAX_CHARS_ENV, "100")
-    assert len(tracing.capture("y" * 1_000) or "") == 100
-    tracing.set_capture_max_chars(None)
-    assert tracing.capture("y" * 1_000) == "y" * 1_000
+    monkeypatch.setenv(_content_capture.MAX_CHARS_ENV, "100")
+    assert len(_content_capture.capture("y" * 1_000) or "") == 100
+    _content_capture.set_capture_max_chars(None)
+    assert _content_capture.capture("y" * 1_000) == "y" * 1_000
 
 
 class Recording(SpanExporter):

@@ -18,7 +18,9 @@ from opentelemetry.util._once import Once
 from otlp_receiver import metric_points
 from pipeline_fixtures import FAST_RETRY, GOOD, PLAN, QUESTION
 
-from tracerag import RAGPipeline, metrics, semconv, tracing
+from tracerag import RAGPipeline
+from tracerag import _semconv as semconv
+from tracerag.telemetry import _content_capture, _meters, _providers
 from tracerag.testing import ScriptedChatModel
 
 OTEL_VARS = (
@@ -42,11 +44,11 @@ def no_global_providers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", Once())
     monkeypatch.setattr(metrics_internal, "_METER_PROVIDER", None)
     monkeypatch.setattr(metrics_internal, "_METER_PROVIDER_SET_ONCE", Once())
-    tracing.reset_for_tests()
-    metrics.reset_for_tests()
+    _providers.reset_for_tests()
+    _meters.reset()
     yield
-    tracing.reset_for_tests()
-    metrics.reset_for_tests()
+    _providers.reset_for_tests()
+    _meters.reset()
 
 
 def pipeline(retriever) -> RAGPipeline:
@@ -102,7 +104,7 @@ def test_own_fallback_is_used_only_until_the_app_installs_a_provider(
         first = rag.invoke(QUESTION)
         rag.invoke(QUESTION)
     assert first.trace_id  # tracerag's own provider: real trace ids, nothing exported
-    fallback = tracing.default_provider()
+    fallback = _providers.default_provider()
     assert isinstance(fallback, TracerProvider)
     notices = [r for r in caplog.records if "not exported" in r.getMessage()]
     assert len(notices) == 1
@@ -133,13 +135,13 @@ def test_explicit_provider_wins_over_a_later_global_one(retriever) -> None:
 
 def test_get_tracer_is_the_same_object_per_provider() -> None:
     provider, _ = memory_tracer_provider()
-    assert tracing.get_tracer(provider) is tracing.get_tracer(provider)
+    assert _providers.get_tracer(provider) is _providers.get_tracer(provider)
 
 
 def test_capture_policy_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(tracing.CAPTURE_ENV, "false")
-    assert tracing.capture("secret") is None
-    monkeypatch.setenv(tracing.CAPTURE_ENV, "true")  # not read again per attribute
-    assert tracing.capture("secret") is None
-    tracing.set_capture_content(None)  # "use the environment": read it again, once
-    assert tracing.capture("secret") == "secret"
+    monkeypatch.setenv(_content_capture.CAPTURE_ENV, "false")
+    assert _content_capture.capture("secret") is None
+    monkeypatch.setenv(_content_capture.CAPTURE_ENV, "true")  # not read again per attribute
+    assert _content_capture.capture("secret") is None
+    _content_capture.set_capture_content(None)  # "use the environment": read it again, once
+    assert _content_capture.capture("secret") == "secret"

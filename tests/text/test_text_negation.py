@@ -1,6 +1,6 @@
 import pytest
 
-from tracerag.text import is_negated, negation_cues
+from tracerag.text._negation import is_negated, negation_cues
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,12 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from tracerag.text import Quantity, extract_quantities, quantities_match
-from tracerag.text.quantities import parse_chinese_number
+from tracerag.text._quantities import (
+    Quantity,
+    extract_quantities,
+    parse_chinese_number,
+    quantities_match,
+)
 
 
 def keys(text: str) -> list[tuple]:

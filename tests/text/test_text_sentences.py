@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracerag.text import Sentence, split_sentences
+from tracerag.text._sentences import Sentence, split_sentences
 
 
 def texts(text: str) -> list[str]:

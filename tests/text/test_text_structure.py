@@ -1,6 +1,6 @@
 """Sentence structure for support: preambles, headings and questions, comparisons, conjuncts."""
 
-from tracerag.text.structure import attribution_preamble, comparisons, conjuncts, is_declarative
+from tracerag.text._structure import attribution_preamble, comparisons, conjuncts, is_declarative
 
 
 def test_attribution_preambles_are_found_in_english_and_chinese():
@@ -40,7 +40,7 @@ def test_conjuncts_of_short_coordinated_parts():
 
 
 def test_actor_moved_after_the_verb_but_not_a_passive_agent():
-    from tracerag.text.structure import actor_moved
+    from tracerag.text._structure import actor_moved
 
     sentence = "In 2019 the group split, with Jones leaving the party and joining Smith."
     assert actor_moved("Smith left the party in 2019.", sentence) == "Smith"

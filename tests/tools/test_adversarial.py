@@ -9,8 +9,8 @@ import pytest
 
 from tracerag.cli import main
 from tracerag.demo.models.extractive import ExtractiveChatModel
-from tracerag.signals.claims import split_claims
-from tracerag.signals.types import Material
+from tracerag.signals._claims import split_claims
+from tracerag.signals._types import Material
 from tracerag.tools.adversarial import (
     DEFAULT_FLOORS,
     MUTATION_KINDS,
@@ -263,7 +263,7 @@ def test_store_cases_and_command(records, tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["mutations"]["fabricated"]["rate"] == 1.0
     assert data["source"].startswith("store ")
-    from tracerag.signals.support import Support, register_backend
+    from tracerag.signals._support import Support, register_backend
 
     class Credulous:  # a verifier that believes everything
         name = "credulous"
@@ -282,8 +282,8 @@ def test_store_cases_and_command(records, tmp_path, capsys):
 
 
 def test_mutating_model_makes_answers_wrong():
+    from tracerag._pipeline import RAGPipeline
     from tracerag.demo.kb import build_retriever
-    from tracerag.pipeline import RAGPipeline
 
     base = ExtractiveChatModel(seed=3)
     model = MutatingChatModel(base=base, kind="number", rate=1.0, seed=3)

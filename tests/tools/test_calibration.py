@@ -12,6 +12,8 @@ from pipeline_fixtures import GOOD, QUESTION, REPO, scripted
 from tracerag.cli import main
 from tracerag.config import reset_config
 from tracerag.errors import ConfigurationError, InputError
+from tracerag.signals._confidence import HeuristicCombiner, Signals
+from tracerag.signals._rules import RuleResult
 from tracerag.signals.calibrated import (
     CALIBRATION_ENV,
     FEATURES,
@@ -21,8 +23,6 @@ from tracerag.signals.calibrated import (
     heuristic_confidence,
     load_calibration,
 )
-from tracerag.signals.confidence import HeuristicCombiner, Signals
-from tracerag.signals.rules import RuleResult
 from tracerag.tools.calibration import (
     Example,
     compare,

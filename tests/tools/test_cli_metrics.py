@@ -9,8 +9,8 @@ import pytest
 from store_fixtures import make_record
 
 from tracerag import cli
-from tracerag.store.sqlite import SQLiteAuditStore
-from tracerag.tools.indicators import compute, interception_reasons, parse_since
+from tracerag.store._sqlite import SQLiteAuditStore
+from tracerag.tools._indicators import compute, interception_reasons, parse_since
 
 
 def record(

@@ -9,8 +9,8 @@ import pytest
 from store_fixtures import SQLiteBackend, make_record
 
 from tracerag import cli
-from tracerag.store.sqlite import SQLiteAuditStore
-from tracerag.tools import cli_store
+from tracerag.store._sqlite import SQLiteAuditStore
+from tracerag.tools import _audit as cli_store
 
 
 @pytest.fixture

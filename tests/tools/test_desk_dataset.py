@@ -11,9 +11,9 @@ import pytest
 from store_fixtures import make_record
 
 from tracerag.cli import main
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.store._sqlite import SQLiteAuditStore
+from tracerag.tools._desk_dataset import agreement, desk_rows, fleiss_kappa, write_csv
 from tracerag.tools.calibration import desk_examples
-from tracerag.tools.desk import agreement, desk_rows, fleiss_kappa, write_csv
 
 
 def detail(score: float, consistency: float, coverage: float) -> dict:

@@ -9,8 +9,8 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pipeline_fixtures import REPO
 
 from tracerag.cli import main
+from tracerag.demo._prompt_versions import V2_NOCITE
 from tracerag.demo.models.extractive import ExtractiveChatModel, asks_for_citations
-from tracerag.demo.prompts import V2_NOCITE
 from tracerag.prompts import (
     DEFAULT_PROMPT,
     DEFAULT_PROMPT_VERSION,
@@ -20,11 +20,11 @@ from tracerag.prompts import (
     prompt_values,
     register_prompt,
 )
-from tracerag.signals.types import Material
+from tracerag.signals._types import Material
 from tracerag.store import open_store
-from tracerag.tools import eval as ev
-from tracerag.tools.indicators import compute
-from tracerag.tools.show import render_timeline
+from tracerag.tools import _eval as ev
+from tracerag.tools._indicators import compute
+from tracerag.tools._show import render_timeline
 
 QUESTIONS = REPO / "examples" / "eval" / "questions.jsonl"
 V1 = "prompt@v1,model@extractive"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tracerag.tools.evaluation import (
+from tracerag.tools._scoring import (
     auroc,
     brier,
     ece,

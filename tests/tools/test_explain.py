@@ -10,15 +10,17 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pipeline_fixtures import FAST_RETRY
 
+from tracerag import _semconv as sc
 from tracerag import cli
-from tracerag import semconv as sc
+from tracerag._pipeline import RAGPipeline
 from tracerag.demo.kb import build_retriever, load_documents
-from tracerag.pipeline import RAGPipeline
 from tracerag.prompts import MATERIAL_BLOCK_RE
-from tracerag.store.base import KIND_EXPLANATION
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.store._base import KIND_EXPLANATION
+from tracerag.store._sqlite import SQLiteAuditStore
 from tracerag.testing import ScriptCall, ScriptedChatModel, SpanCapture
-from tracerag.text import extract_quantities
+from tracerag.text._quantities import extract_quantities
+from tracerag.tools._replay import ReplayRefused
+from tracerag.tools._show import render_timeline
 from tracerag.tools.explain import (
     PLACEHOLDER,
     CostTooHigh,
@@ -29,8 +31,6 @@ from tracerag.tools.explain import (
     plan_experiments,
     sampled,
 )
-from tracerag.tools.replay import ReplayRefused
-from tracerag.tools.show import render_timeline
 
 QUESTION = "How long is the warranty on a laptop?"
 WARRANTY = "Under Clause 6.1, laptops and tablets are covered by an extended 24-month warranty."
@@ -345,10 +345,10 @@ def test_a_window_is_sampled_stably_and_capped_as_a_whole(store):
 
 @pytest.fixture
 def _own_tracing():
-    from tracerag import tracing
+    from tracerag.telemetry import _providers
 
     yield
-    tracing.reset_for_tests()
+    _providers.reset_for_tests()
 
 
 def test_the_command_explains_a_demo_request_end_to_end(tmp_path, capsys, _own_tracing):

@@ -10,12 +10,12 @@ from langchain_core.vectorstores import VectorStoreRetriever
 from pipeline_fixtures import FAST_RETRY, GOOD, PLAN, QUESTION, WRONG_NUMBER
 
 from tracerag import cli
-from tracerag.pipeline import RAGPipeline
-from tracerag.stages.retrieve import fetch
+from tracerag._pipeline import RAGPipeline
+from tracerag.stages._retrieve import fetch
 from tracerag.store import RequestNotFound
-from tracerag.store.sqlite import SQLiteAuditStore
+from tracerag.store._sqlite import SQLiteAuditStore
 from tracerag.testing import ScriptedChatModel
-from tracerag.tools.replay import (
+from tracerag.tools._replay import (
     ReplayRefused,
     ReplayRetriever,
     diff_records,
@@ -161,7 +161,7 @@ def test_diff_of_a_record_with_itself_is_empty(store, retriever):
 @pytest.fixture
 def demo_store(tmp_path):
     """A store with a request answered by the demo pipeline with the configured model."""
-    from tracerag.server.app import demo_pipeline
+    from tracerag.server._asgi import demo_pipeline
 
     path = str(tmp_path / "demo.sqlite")
     s = SQLiteAuditStore(path)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pipeline_fixtures import FAST_RETRY, QUESTION, positional_answer, standard_chain
 
 from tracerag import wrap
-from tracerag.store import RequestTrail, entries_from_record
+from tracerag.store import RequestTrail
+from tracerag.store._codec import entries_from_record
 from tracerag.testing import ScriptedChatModel
-from tracerag.tools.show import render_timeline
+from tracerag.tools._show import render_timeline
 
 
 def wrapped_trail(retriever, responder, passes: bool = True) -> RequestTrail:

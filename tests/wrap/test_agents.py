@@ -27,7 +27,7 @@ from wrap_apps import (
     react_agent,
 )
 
-from tracerag import semconv as sc
+from tracerag import _semconv as sc
 from tracerag import validate_response, wrap
 from tracerag.testing import ToolCallingChatModel
 
@@ -394,7 +394,7 @@ def test_streams_carry_no_withheld_text(name, case, surface, caplog):
 
     from test_surfaces import Recorder, callback_errors, responses_in, serialize, through
 
-    from tracerag.runner import ANSWER_EVENT, STAGE_EVENT
+    from tracerag.events import ANSWER_EVENT, STAGE_EVENT
 
     build, cite, _ = AGENTS[name]
     extra, decision = CASES[case]

@@ -18,7 +18,7 @@ from pipeline_fixtures import (
 )
 
 from tracerag import MissingVersionError, validate_response, wrap
-from tracerag import semconv as sc
+from tracerag import _semconv as sc
 from tracerag.testing import ScriptedChatModel
 
 

@@ -45,7 +45,7 @@ from wrap_apps import (
 )
 
 from tracerag import MissingVersionError, validate_response, wrap
-from tracerag import semconv as sc
+from tracerag import _semconv as sc
 from tracerag.demo.kb import DemoVectorStore, HashingEmbeddings, build_vectorstore
 from tracerag.testing import ScriptedChatModel
 from tracerag.wrap._inspect import graph_nodes

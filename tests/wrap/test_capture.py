@@ -12,10 +12,10 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, Prom
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda
 
-from tracerag import semconv as sc
+from tracerag import _semconv as sc
 from tracerag.prompts import fingerprint
+from tracerag.telemetry._content_capture import set_capture_content
 from tracerag.testing import ScriptedChatModel
-from tracerag.tracing import set_capture_content
 from tracerag.wrap._capture import (
     RunCapture,
     model_call_attributes,
@@ -89,7 +89,7 @@ def test_model_calls_name_params_messages_output_and_usage():
     assert [m.type for m in call.messages] == ["system", "human"]
     assert call.output == "Thirty days."
     # the scripted model reports what it read and wrote, counted as tracerag.usage estimates
-    from tracerag.usage import estimate_tokens
+    from tracerag._usage import estimate_tokens
 
     read = sum(estimate_tokens(str(m.content)) for m in call.messages)
     assert call.output_tokens == estimate_tokens("Thirty days.") > 0
@@ -106,7 +106,7 @@ def test_two_model_calls_are_both_kept_and_the_last_answers():
     assert [c.name for c in capture.model_calls] == ["small", "large"]
     assert capture.model_names == ["small", "large"]
     assert capture.last_call.output == "final answer"
-    from tracerag.usage import estimate_tokens
+    from tracerag._usage import estimate_tokens
 
     written = estimate_tokens("standalone question") + estimate_tokens("final answer")
     assert capture.token_usage["output_tokens"] == written  # both calls counted

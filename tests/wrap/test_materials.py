@@ -7,7 +7,7 @@ import uuid
 from langchain_core.documents import Document
 from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
-from tracerag.stages.retrieve import to_materials
+from tracerag.stages._retrieve import to_materials
 from tracerag.wrap._capture import ModelCall, RunCapture
 from tracerag.wrap._materials import run_materials, shown_order
 

@@ -10,9 +10,9 @@ import pytest
 from langgraph.errors import GraphRecursionError, InvalidUpdateError
 from langgraph.graph import START, StateGraph
 
+from tracerag._llm import Tries, retry_call
+from tracerag._settings import RetryPolicy
 from tracerag.errors import ConfigurationError
-from tracerag.llm import Tries, retry_call
-from tracerag.settings import RetryPolicy
 from tracerag.testing import ScriptedModelError
 from tracerag.wrap._retryable import is_deterministic, is_transient
 

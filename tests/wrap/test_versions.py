@@ -10,7 +10,7 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda
 
 from tracerag.prompts import fingerprint
-from tracerag.signals.types import Material
+from tracerag.signals._types import Material
 from tracerag.testing import ScriptedChatModel
 from tracerag.wrap._capture import ModelCall, RunCapture, prompt_text
 from tracerag.wrap._versions import (

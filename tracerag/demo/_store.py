@@ -71,7 +71,8 @@ def writable_store(target: str, *, default: bool) -> str:
     Opening it first means a file that is not an audit store is refused before anything (a
     journal beside it, an answer) is made.
     """
-    from tracerag.store import open_store, sqlite_path
+    from tracerag.store import open_store
+    from tracerag.store._open import sqlite_path
 
     path = sqlite_path(target)
     if path and path != ":memory:":

@@ -27,7 +27,7 @@ try:  # the function InMemoryVectorStore scores with (private: searches fall bac
 except ImportError:  # pragma: no cover - another langchain-core
     _cosine_similarity = None  # type: ignore[assignment]
 
-from tracerag.text import content_terms
+from tracerag.text._tokens import content_terms
 
 __all__ = [
     "DemoVectorStore",
@@ -143,7 +143,7 @@ class DemoVectorStore(InMemoryVectorStore):
         # the stored vectors, and the matrix made of them
         self._matrix: tuple[list[list[float]], Any] = ([], None)
 
-    def _select_relevance_score_fn(self) -> Any:
+    def _select_relevance_score_fn(self) -> Callable[[float], float]:
         return _clamp01
 
     def _similarity_search_with_score_by_vector(

@@ -6,23 +6,18 @@ The core of tracerag: this package imports no tools, demo, server or command lin
 
 from __future__ import annotations
 
-from tracerag.materials._principal import (
-    FeedbackLimits,
-    InvalidUserToken,
-    UserTokens,
-)
-from tracerag.materials.conflicts import Conflict, answer_conflicts, find_conflicts
-from tracerag.materials.credibility import (
+from tracerag._identity import OperatorIdentity, UnknownOperator
+from tracerag.materials._conflicts import Conflict, answer_conflicts, find_conflicts
+from tracerag.materials._credibility import (
     OUTCOMES,
     CredibilityPolicy,
     credibility,
     ema_update,
     temporal_confidence,
 )
-from tracerag.materials.db import MaterialStoreError
-from tracerag.materials.feedback import DuplicateFeedback, FeedbackLimited
-from tracerag.materials.gate import GateReason, GateVerdict, WriteGate
-from tracerag.materials.model import (
+from tracerag.materials._db import MaterialStoreError
+from tracerag.materials._gate import GateReason, GateVerdict, WriteGate
+from tracerag.materials._model import (
     METADATA_KEYS,
     MaterialState,
     MaterialVersion,
@@ -30,7 +25,12 @@ from tracerag.materials.model import (
     Usage,
     content_hash,
 )
-from tracerag.materials.records import (
+from tracerag.materials._principal import (
+    FeedbackLimits,
+    InvalidUserToken,
+    UserTokens,
+)
+from tracerag.materials._records import (
     MATERIALS_LOG,
     ConcurrentChange,
     InvalidTransition,
@@ -39,7 +39,8 @@ from tracerag.materials.records import (
     StoredVersion,
     Use,
 )
-from tracerag.materials.registry import MaterialRegistry
+from tracerag.materials._registry import MaterialRegistry
+from tracerag.materials.feedback import DuplicateFeedback, FeedbackLimited
 
 __all__ = [
     "MATERIALS_LOG",
@@ -60,9 +61,11 @@ __all__ = [
     "MaterialState",
     "MaterialStoreError",
     "MaterialVersion",
+    "OperatorIdentity",
     "Provenance",
     "ReadHit",
     "StoredVersion",
+    "UnknownOperator",
     "Usage",
     "Use",
     "UserTokens",

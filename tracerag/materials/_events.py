@@ -30,9 +30,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracerag.materials.credibility import OUTCOMES, ema_update
-from tracerag.materials.db import Cursor
-from tracerag.materials.model import now_iso
+from tracerag.materials._credibility import OUTCOMES, ema_update
+from tracerag.materials._db import Cursor
+from tracerag.materials._model import now_iso
 
 ROW_KEY = "row"
 OUTCOME_KEY = "outcome"

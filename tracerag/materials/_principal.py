@@ -30,8 +30,7 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tracerag.errors import AuthenticationError, ConfigurationError, InputError
-from tracerag.identity import (
+from tracerag._identity import (
     API_KEY,
     APP_VOUCHED,
     DECLARED,
@@ -41,6 +40,7 @@ from tracerag.identity import (
     SIGNED_USER,
     OperatorIdentity,
 )
+from tracerag.errors import AuthenticationError, ConfigurationError, InputError
 
 #: the prefix of a signed user token (the version of its format)
 TOKEN_PREFIX = "tru1"

@@ -36,21 +36,21 @@ from typing import Any
 
 from langchain_core.documents import Document
 
+from tracerag._identity import REVIEW_DECISION, OperatorIdentity
 from tracerag.errors import InputError
-from tracerag.identity import REVIEW_DECISION, OperatorIdentity
+from tracerag.materials._db import ChainCursor, MaterialStoreError
 from tracerag.materials._events import read_row
+from tracerag.materials._model import Provenance, content_hash, iso, parse_time, utcnow
 from tracerag.materials._principal import (
     FeedbackLimits,
     capped,
     counts,
     principal_of,
 )
-from tracerag.materials.db import ChainCursor, MaterialStoreError
-from tracerag.materials.model import Provenance, content_hash, iso, parse_time, utcnow
-from tracerag.materials.records import Use
-from tracerag.materials.registry import MaterialRegistry, Operator
-from tracerag.record import AuditRecord
-from tracerag.store.base import KIND_EXPLANATION_REQUESTED
+from tracerag.materials._records import Use
+from tracerag.materials._registry import MaterialRegistry, Operator
+from tracerag.store._audit_record import AuditRecord
+from tracerag.store._base import KIND_EXPLANATION_REQUESTED
 
 VERDICTS = ("confirm", "deny", "clarify")
 #: verdicts (and review actions) that complain about an answer
@@ -529,15 +529,10 @@ def record_review_outcome(request_id: str, *, registry: MaterialRegistry) -> Fee
 
 
 __all__ = [
-    "COMPLAINTS",
-    "VERDICTS",
     "DuplicateFeedback",
     "FeedbackLimited",
     "FeedbackResult",
-    "MaterialUpdate",
     "record_feedback",
     "record_review_outcome",
     "record_usage",
-    "relied_on",
-    "request_explanation",
 ]

@@ -9,15 +9,15 @@ and the rows of the queue all use this one rule.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from tracerag.server.claims import Claim
-from tracerag.store.base import (
+from tracerag.server._review_claims import Claim
+from tracerag.store._base import (
     KIND_REVIEW_ASSIGNED,
     KIND_REVIEW_COMMENT,
     KIND_REVIEW_VOTE,
+    AuditStore,
     Entry,
     QueueItem,
 )
@@ -53,7 +53,7 @@ def fold_notes(entries: Iterable[Entry]) -> dict[str, ItemNotes]:
 
 
 def notes_for(
-    store: Any, request_ids: Sequence[str] | None = None, open_only: bool = False
+    store: AuditStore, request_ids: Sequence[str] | None = None, open_only: bool = False
 ) -> dict[str, ItemNotes]:
     """The notes of some items (one query), or of every (undecided) item."""
     if request_ids is not None and not request_ids:
@@ -119,7 +119,7 @@ def next_item(
     notes: Mapping[str, ItemNotes],
     skipped: set[str],
     me: str,
-    required_of: Any,
+    required_of: Callable[[str], int],
     after: str | None = None,
 ) -> str | None:
     """The item ``me`` should take next: one held by nobody else, assigned to nobody else, not

@@ -23,9 +23,9 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from tracerag.errors import TraceragError
-from tracerag.store.base import StoreError
-from tracerag.store.migrations import Step, migrate
-from tracerag.store.sqlite import QmarkCursor, transaction
+from tracerag.store._base import AuditStore, StoreError
+from tracerag.store._migrations import Step, migrate
+from tracerag.store._sqlite import QmarkCursor, transaction
 
 #: the desk's migrations, in the audit store's format (``tracerag.store.migrations``)
 MIGRATIONS: list[tuple[int, list[Step]]] = [
@@ -99,6 +99,7 @@ class DeskDB:
         raise NotImplementedError
 
     def close(self) -> None:  # pragma: no cover - interface
+        """Close the connections; a later transaction opens one again (an app started again)."""
         raise NotImplementedError
 
 
@@ -110,33 +111,48 @@ class SQLiteDeskDB(DeskDB):
     def __init__(self, path: str, busy_timeout_s: float = 5.0) -> None:
         self.path = path
         self._lock = threading.RLock()
+        self._busy_timeout_s = busy_timeout_s
+        self._conn: sqlite3.Connection | None = None
         try:
-            self._conn = sqlite3.connect(
-                path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
-            )
-            self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-            # working state: a session or a claim lost to a power cut costs a sign-in
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            with self._lock, transaction(self._conn, "BEGIN IMMEDIATE") as cur:
+            with self._lock, transaction(self._connection(), "BEGIN IMMEDIATE") as cur:
                 self.schema_version = _migrate(QmarkCursor(cur), self.dialect)
         except sqlite3.Error as exc:
             self.close()
             raise DeskStateError(f"cannot open the desk's tables in {path}: {exc}") from exc
 
+    def _connection(self) -> sqlite3.Connection:
+        """The open connection (under the lock), opened again after a close."""
+        if self._conn is None:
+            conn = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self._busy_timeout_s,
+            )
+            try:
+                conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
+                # working state: a session or a claim lost to a power cut costs a sign-in
+                conn.execute("PRAGMA synchronous=NORMAL")
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
     @contextmanager
     def write(self) -> Iterator[Any]:
-        with self._lock, transaction(self._conn, "BEGIN IMMEDIATE") as cur:
+        with self._lock, transaction(self._connection(), "BEGIN IMMEDIATE") as cur:
             yield QmarkCursor(cur)
 
     @contextmanager
     def read(self) -> Iterator[Any]:
-        with self._lock, transaction(self._conn) as cur:
+        with self._lock, transaction(self._connection()) as cur:
             yield QmarkCursor(cur)
 
     def close(self) -> None:
-        conn = getattr(self, "_conn", None)
-        if conn is not None:
-            with self._lock:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
                 conn.close()
 
 
@@ -161,9 +177,14 @@ class PostgresDeskDB(DeskDB):
     dialect = "postgres"
 
     def __init__(self, dsn: str, schema: str | None = None, max_connections: int = 4) -> None:
-        from tracerag.store.postgres import _Pool, connect
+        from tracerag.store._postgres import _Pool, connect
 
-        self._pool = _Pool(lambda: connect(dsn, schema), max_connections)
+        def new_pool() -> Any:
+            return _Pool(lambda: connect(dsn, schema), max_connections)
+
+        self._new_pool = new_pool
+        self._pool_lock = threading.Lock()
+        self._pool: Any = new_pool()
         try:
             with self._pool.connection() as conn, conn.transaction(), conn.cursor() as raw:
                 raw.execute(
@@ -178,21 +199,31 @@ class PostgresDeskDB(DeskDB):
             self._pool.close()
             raise DeskStateError(f"cannot open the desk's tables: {exc}") from exc
 
+    def _open_pool(self) -> Any:
+        """The pool, a new one after a close."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = self._new_pool()
+            return self._pool
+
     @contextmanager
     def write(self) -> Iterator[Any]:
-        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as raw:
+        with self._open_pool().connection() as conn, conn.transaction(), conn.cursor() as raw:
             yield _PgCursor(raw)
 
     @contextmanager
     def read(self) -> Iterator[Any]:
-        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as raw:
+        with self._open_pool().connection() as conn, conn.transaction(), conn.cursor() as raw:
             yield _PgCursor(raw)
 
     def close(self) -> None:
-        self._pool.close()
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
 
-def desk_db_like(store: Any) -> DeskDB | None:
+def desk_db_like(store: AuditStore) -> DeskDB | None:
     """The desk's tables in the database of an open audit store; None when the store has no
     database another process could share (SQLite ``:memory:``, a store of another kind)."""
     dsn = getattr(store, "dsn", None)

@@ -16,13 +16,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tracerag.materials import MaterialRegistry
+    from tracerag.server._deps import Services
 
 logger = logging.getLogger("tracerag.server")
 
 
-def _retrievers(pipeline: Any) -> list[Any]:
-    found = []
+def _retrievers(pipeline: object) -> list[object]:
+    found: list[object] = []
     settings = getattr(pipeline, "settings", None)
     retriever = getattr(settings, "retriever", None)
     if retriever is not None:
@@ -32,17 +36,17 @@ def _retrievers(pipeline: Any) -> list[Any]:
     return found
 
 
-def _store_id(store: Any) -> str | None:
+def _store_id(store: Any) -> str | None:  # any store: those without an identity are None
     try:
         return str(store.identity()["store_id"])
     except Exception:  # a store without an identity cannot be matched
         return None
 
 
-def governs(pipeline: Any, registry: Any) -> bool:
+def governs(pipeline: object, registry: MaterialRegistry | None) -> bool:
     """True when the pipeline's retrieval goes through a ``CredibilityRetriever`` whose
     registry lives in the same audit store as ``registry``."""
-    from tracerag.materials.rerank import CredibilityRetriever
+    from tracerag.materials._rerank import CredibilityRetriever
 
     if registry is None:
         return False
@@ -55,7 +59,7 @@ def governs(pipeline: Any, registry: Any) -> bool:
     return False
 
 
-def retrieval_governed(svc: Any) -> bool:
+def retrieval_governed(svc: Services) -> bool:
     """Whether the app's served retrieval consults its material registry (kept once known)."""
     if svc.governed is None:
         if svc.registry is None:
@@ -64,7 +68,7 @@ def retrieval_governed(svc: Any) -> bool:
     return bool(svc.governed)
 
 
-def usage_recorder(svc: Any) -> Callable[[Mapping[str, Any]], None]:
+def usage_recorder(svc: Services) -> Callable[[Mapping[str, Any]], None]:
     """A record hook: first sight and read hits of a persisted request's materials, in the
     app's registry (opened on first use; a store that cannot hold one is told once)."""
     from tracerag.materials.feedback import record_usage

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tracerag.errors import TraceragError
-from tracerag.store.migrations import Step, migrate
-from tracerag.store.sqlite import QmarkCursor, transaction
+from tracerag.store._base import AuditStore
+from tracerag.store._migrations import Step, migrate
+from tracerag.store._sqlite import QmarkCursor, transaction
 
 logger = logging.getLogger("tracerag.server")
 
@@ -251,7 +252,7 @@ class PostgresRunTable(RunTable):
 
     @contextmanager
     def _connection(self) -> Iterator[Any]:
-        from tracerag.store.postgres import connect
+        from tracerag.store._postgres import connect
 
         with self._lock:
             if self._conn is None or self._conn.closed:
@@ -296,7 +297,7 @@ def _migrate(cur: Any, dialect: str) -> int:
     )
 
 
-def open_run_table(store: Any) -> RunTable | None:
+def open_run_table(store: AuditStore) -> RunTable | None:
     """The run table in the database of an open audit store; None when it has none."""
     dsn = getattr(store, "dsn", None)
     if isinstance(dsn, str) and dsn:

@@ -31,13 +31,13 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
-from tracerag.contract import caller_view
+from tracerag.contract import Response, caller_view
 from tracerag.errors import ConfigurationError, InputError, TraceragError
 from tracerag.events import StageEvent
 from tracerag.server._run_table import RunTable, StoredRun
-from tracerag.stages.register import new_request_id
-from tracerag.store.base import AuditStore, RequestNotFound
-from tracerag.store.record import RequestTrail
+from tracerag.stages._register import new_request_id
+from tracerag.store._base import AuditStore, RequestNotFound
+from tracerag.store._codec import RequestTrail
 
 logger = logging.getLogger("tracerag.server")
 
@@ -302,7 +302,7 @@ class DecisionWatch:
             await asyncio.gather(self._poller, return_exceptions=True)
 
 
-Runner = Callable[[dict[str, Any], Callable[[StageEvent], None]], Awaitable[Any]]
+Runner = Callable[[dict[str, Any], Callable[[StageEvent], None]], Awaitable[Response]]
 
 
 class RunBook:

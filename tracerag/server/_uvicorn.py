@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from tracerag.config import get_config
-from tracerag.server.errors import SECURITY_HEADERS
+from tracerag.server._error_shape import SECURITY_HEADERS
 
 __all__ = ["MALFORMED_DETAIL", "json_error_protocol", "trusted_proxies", "uvicorn_options"]
 

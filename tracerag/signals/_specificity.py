@@ -21,10 +21,10 @@ import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from tracerag.signals.lexical import _material_view
-from tracerag.signals.support import Support
-from tracerag.text.quantities import Quantity, extract_quantities, quantities_match
-from tracerag.text.tokens import content_terms, tokenize_spans
+from tracerag.signals._lexical import _material_view
+from tracerag.signals._support import Support
+from tracerag.text._quantities import Quantity, extract_quantities, quantities_match
+from tracerag.text._tokens import content_terms, tokenize_spans
 
 __all__ = ["SpecificityConflict", "check_specificity", "question_subject"]
 

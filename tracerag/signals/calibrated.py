@@ -23,21 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracerag._routing import Thresholds
 from tracerag.errors import ConfigurationError
-from tracerag.routing import Thresholds
-from tracerag.signals.confidence import Combined, Combiner, HeuristicCombiner, Signals, finish
+from tracerag.signals._confidence import Combined, Combiner, HeuristicCombiner, Signals, finish
 
 __all__ = [
-    "CALIBRATION_ENV",
-    "FAILED_RULE_FACTOR",
-    "FEATURES",
-    "FORMAT",
-    "FORMAT_VERSION",
-    "METHODS",
     "CalibratedCombiner",
     "Calibration",
     "default_combiner",
-    "feature_values",
     "heuristic_confidence",
     "load_calibration",
 ]

@@ -45,41 +45,19 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr
 
+from tracerag._llm import ReplyChatModel
+from tracerag._routing import Ticket
 from tracerag.errors import InputError
-from tracerag.llm import ReplyChatModel
-from tracerag.record import AuditRecord
-from tracerag.signals.citations import SUPPORTED, verify_citations
-from tracerag.signals.claims import CITATION_RE, Claim, citation_ids, split_claims
-from tracerag.signals.support import SupportBackend, get_backend
-from tracerag.signals.types import Material
-from tracerag.text import extract_quantities, is_negated
-from tracerag.text.quantities import Quantity
+from tracerag.signals._citations import SUPPORTED, verify_citations
+from tracerag.signals._claims import CITATION_RE, Claim, citation_ids, split_claims
+from tracerag.signals._confidence import Combiner
+from tracerag.signals._support import SupportBackend, get_backend
+from tracerag.signals._types import Material
+from tracerag.store._audit_record import AuditRecord
+from tracerag.text._negation import is_negated
+from tracerag.text._quantities import Quantity, extract_quantities
 
-__all__ = [
-    "DEFAULT_ENTITY_GROUPS",
-    "DEFAULT_FLOORS",
-    "DEFAULT_MAX_FALSE_ALARM",
-    "DEFAULT_SEEDS",
-    "MUTATION_KINDS",
-    "PROBE_QUESTIONS",
-    "AdversarialReport",
-    "Case",
-    "Inventory",
-    "KindResult",
-    "MutatingChatModel",
-    "Mutation",
-    "add_parser",
-    "cases_from_records",
-    "claim_mutations",
-    "demo_cases",
-    "demo_questions",
-    "demo_records",
-    "mutate_answer",
-    "parse_floors",
-    "relevant_documents",
-    "run_adversarial",
-    "store_cases",
-]
+__all__ = ["AdversarialReport", "MutatingChatModel", "run_adversarial"]
 
 MUTATION_KINDS = ("fabricated", "wrong_material", "number", "date", "entity", "negation")
 #: The goals: every fabricated id, 95% of changed numbers and dates.
@@ -231,9 +209,9 @@ class _QuietEscalation:
     """Keeps tickets without logging them (self-tests escalate on purpose)."""
 
     def __init__(self) -> None:
-        self.tickets: list[Any] = []
+        self.tickets: list[Ticket] = []
 
-    def handle(self, ticket: Any) -> None:
+    def handle(self, ticket: Ticket) -> None:
         self.tickets.append(ticket)
 
 
@@ -251,19 +229,19 @@ def demo_records(
     seeds: Sequence[int] = DEFAULT_SEEDS,
     questions: Sequence[str] | None = None,
     *,
-    llm_factory: Callable[[int], Any] | None = None,
+    llm_factory: Callable[[int], BaseChatModel] | None = None,
     n_samples: int = 5,
     temperature: float = 0.7,
     k: int = 4,
-    combiner: Any = None,
+    combiner: Combiner | None = None,
 ) -> list[dict[str, Any]]:
     """Audit records of the demo questions answered through ``RAGPipeline`` at each seed.
 
     ``llm_factory(seed)`` builds the chat model (default: ``ExtractiveChatModel(seed=seed)``).
     """
+    from tracerag._pipeline import RAGPipeline
     from tracerag.demo.kb import build_retriever
     from tracerag.demo.models.extractive import ExtractiveChatModel
-    from tracerag.pipeline import RAGPipeline
     from tracerag.prompts import DEFAULT_PROMPT_VERSION
 
     questions = list(questions) if questions is not None else demo_questions()
@@ -298,7 +276,8 @@ def demo_cases(
 
 def store_cases(url: str | None = None, limit: int = 500) -> list[Case]:
     """Real answers from the newest ``limit`` requests of the audit store at ``url``."""
-    from tracerag.store import open_store, resolve_store_url
+    from tracerag.store import open_store
+    from tracerag.store._open import resolve_store_url
 
     store = open_store(url)
     try:
@@ -1222,7 +1201,7 @@ def parse_floors(texts: Sequence[str] | None) -> dict[str, float]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import tracerag.signals.judge  # noqa: F401  (so "--backend judge" says how to configure it)
+    import tracerag.signals._judge  # noqa: F401  (so "--backend judge" says how to configure it)
     from tracerag.errors import ConfigurationError
 
     try:
@@ -1285,8 +1264,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
 _HELP = "mutate real answers and check that the citation verifier catches them"
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag audit adversarial`` in the ``tracerag audit`` group."""
-    from tracerag.tools.cli_store import add_audit_command
+    from tracerag.tools._audit import add_audit_command
 
     add_audit_command("adversarial", _HELP, _configure)

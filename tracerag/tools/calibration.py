@@ -51,13 +51,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tracerag._routing import Thresholds
 from tracerag.errors import ConfigurationError, InputError
-from tracerag.record import AuditRecord
-from tracerag.routing import Thresholds
+from tracerag.signals._confidence import Combined, HeuristicCombiner, Signals
+from tracerag.signals._rules import RuleResult
 from tracerag.signals.calibrated import (
     CALIBRATION_ENV,
     FEATURES,
@@ -67,24 +68,15 @@ from tracerag.signals.calibrated import (
     feature_values,
     heuristic_confidence,
 )
-from tracerag.signals.confidence import Combined, HeuristicCombiner, Signals
-from tracerag.signals.rules import RuleResult
-from tracerag.tools.evaluation import DEFAULT_BINS, summarize
+from tracerag.store._audit_record import AuditRecord
+from tracerag.tools._scoring import DEFAULT_BINS, summarize
 
-__all__ = [
-    "Example",
-    "add_parser",
-    "compare",
-    "demo_calibration_rows",
-    "desk_examples",
-    "fit_calibration",
-    "fit_isotonic",
-    "fit_logistic",
-    "label_of",
-    "read_examples",
-    "signals_from_row",
-    "split_holdout",
-]
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+    from tracerag.store._base import AuditStore
+
+__all__ = ["Example", "fit_calibration", "read_examples"]
 
 
 _TRUE_WORDS = frozenset(
@@ -256,8 +248,8 @@ def read_examples(path: str | Path) -> tuple[list[Example], int]:
     return examples, unlabelled
 
 
-def desk_examples(store: Any, route: str | None = None) -> tuple[list[Example], int]:
-    """The review desk's decided items as labelled examples (``tracerag.tools.desk``): the
+def desk_examples(store: AuditStore, route: str | None = None) -> tuple[list[Example], int]:
+    """The review desk's decided items as labelled examples (``tracerag desk export``): the
     signals the pipeline recorded for the answer, and the reviewers' verdict on it. Returns the
     examples and how many decided items had no recorded signals (records from before
     ``signal_detail``) and were skipped.
@@ -265,7 +257,7 @@ def desk_examples(store: Any, route: str | None = None) -> tuple[list[Example], 
     The desk only sees answers routed to people, so these labels cover the confidence range
     below the pass threshold; labelled passed answers (a DATA.jsonl) cover the rest.
     """
-    from tracerag.tools.desk import desk_rows
+    from tracerag.tools._desk_dataset import desk_rows
 
     examples: list[Example] = []
     skipped = 0
@@ -481,7 +473,7 @@ def render_comparison(title: str, results: Mapping[str, Mapping[str, Any]], bins
     first = next(iter(results.values()))
     lines = [f"{title} (n={first['n']}, {_pct(first['accuracy'])} right)"]
     lines.append(" " * 26 + "".join(f"{n:>{width}}" for n in names))
-    rows = [
+    rows: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = [
         (f"ECE ({bins} bins)", lambda r: _num(r["ece"])),
         ("Brier", lambda r: _num(r["brier"])),
         ("AUROC", lambda r: _num(r["auroc"])),
@@ -503,7 +495,7 @@ def render_comparison(title: str, results: Mapping[str, Mapping[str, Any]], bins
 
 
 def _label(record: AuditRecord, mutated: Mapping[str, Any], relevant: Sequence[str]) -> bool:
-    from tracerag.signals.claims import split_claims
+    from tracerag.signals._claims import split_claims
 
     chosen = record.chosen_sample
     answer = chosen.answer if chosen is not None else None
@@ -521,7 +513,7 @@ def _label(record: AuditRecord, mutated: Mapping[str, Any], relevant: Sequence[s
     return bool(set(cited) & set(relevant))
 
 
-def _always(model: Any) -> Callable[[int], Any]:
+def _always(model: BaseChatModel) -> Callable[[int], BaseChatModel]:
     """An ``llm_factory`` giving the same model for every seed."""
     return lambda _seed: model
 
@@ -544,7 +536,7 @@ def demo_calibration_rows(
     """
     from tracerag.demo.kb import load_documents
     from tracerag.demo.models.extractive import ExtractiveChatModel
-    from tracerag.signals.types import Material
+    from tracerag.signals._types import Material
     from tracerag.tools.adversarial import (
         MUTATION_KINDS,
         MutatingChatModel,
@@ -571,20 +563,24 @@ def demo_calibration_rows(
         for i, mutation in enumerate(kinds):
             runs.append((seed, mutation, rates[(seed + i) % len(rates)]))
     for seed, kind, rate in runs:
-        model: Any = ExtractiveChatModel(seed=seed)
-        if kind is not None:
-            model = MutatingChatModel(
-                base=model,
+        base = ExtractiveChatModel(seed=seed)
+        mutating = (
+            MutatingChatModel(
+                base=base,
                 kind=kind,
                 rate=rate,
                 seed=seed,
                 materials=kb,
-                model_name=model.model_name,
+                model_name=base.model_name,
             )
+            if kind is not None
+            else None
+        )
+        model: BaseChatModel = base if mutating is None else mutating
         records = demo_records(
             [seed], questions, llm_factory=_always(model), n_samples=n_samples
         )
-        mutated = model.mutated if kind is not None else {}
+        mutated = mutating.mutated if mutating is not None else {}
         for data in records:
             record = AuditRecord.parse(data)
             question = str(record.question)
@@ -637,7 +633,7 @@ def _gather(args: argparse.Namespace) -> tuple[list[Example], int, dict[str, Any
         provenance["data"] = Path(args.data).name
         provenance["data_sha256"] = _data_hash(Path(args.data))
     if args.from_desk:
-        from tracerag.tools.cli_store import open_cli_store
+        from tracerag.tools._store_args import open_cli_store
 
         store = open_cli_store(args.store)
         try:
@@ -745,9 +741,9 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag calibrate``."""
-    from tracerag.tools.cli_store import add_store_argument
+    from tracerag.tools._store_args import add_store_argument
 
     p = subparsers.add_parser(
         "calibrate",
@@ -790,7 +786,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-np.clip(z, -40.0, 40.0)))
+    out: np.ndarray = 1.0 / (1.0 + np.exp(-np.clip(z, -40.0, 40.0)))
+    return out
 
 
 def _round(values: Iterable[float], digits: int = 10) -> list[float]:

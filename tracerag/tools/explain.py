@@ -31,56 +31,40 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from langchain_core.language_models import BaseChatModel
+from langchain_core.retrievers import BaseRetriever
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext, TraceFlags, TracerProvider
 
-from tracerag import semconv
+from tracerag import _semconv as semconv
+from tracerag._settings import PlanMode, Tier
 from tracerag.errors import TraceragError
-from tracerag.record import AuditRecord
-from tracerag.settings import PlanMode, Tier
-from tracerag.signals.attribution import ClaimLink, attribute
-from tracerag.signals.consistency import ConclusionEquivalence
-from tracerag.store.base import (
+from tracerag.signals._attribution import ClaimLink, attribute
+from tracerag.signals._consistency import ConclusionEquivalence
+from tracerag.store._audit_record import AuditRecord
+from tracerag.store._base import (
     KIND_EXPLANATION,
     KIND_EXPLANATION_REQUESTED,
     AuditStore,
     Entry,
 )
-from tracerag.store.record import RequestTrail
-from tracerag.text.quantities import Quantity, extract_quantities, quantities_match
-from tracerag.tools.replay import (
+from tracerag.store._codec import RequestTrail
+from tracerag.telemetry._providers import get_tracer
+from tracerag.text._quantities import Quantity, extract_quantities, quantities_match
+from tracerag.tools._replay import (
     ReplayRefused,
     candidate_answer,
     check_versions,
     recorded_options,
     replay_retriever,
 )
-from tracerag.tracing import get_tracer
 
-__all__ = [
-    "DEFAULT_MAX_CALLS",
-    "PLACEHOLDER",
-    "CostTooHigh",
-    "Counterfactual",
-    "ExperimentPlan",
-    "Explanation",
-    "Occlusion",
-    "ParaphraseCheck",
-    "RunSummary",
-    "counterfactual_text",
-    "explain",
-    "explain_window",
-    "light_paraphrases",
-    "plan_experiments",
-    "render_attribution",
-    "render_explanations",
-    "sampled",
-]
+__all__ = ["CostTooHigh", "Explanation", "ReplayRefused", "explain"]
 
 DEFAULT_MAX_CALLS = 200
 PLACEHOLDER = "[This material is withheld for an attribution experiment.]"
@@ -131,7 +115,7 @@ class ExperimentPlan:
 def calls_per_run(record: Mapping[str, Any]) -> int:
     """Model calls one re-run makes without retries: the samples, and a separate plan call."""
     options = recorded_options(record)
-    tier, n = options["tier"], options["n_samples"]
+    tier, n = options["tier"], int(options["n_samples"])
     if tier == Tier.LOW:
         n = 1
     elif tier == Tier.MEDIUM:
@@ -243,7 +227,7 @@ TARGET_KINDS = ("money", "duration", "date", "percent", "number")
 def _worth_changing(q: Quantity) -> bool:
     # a bare decimal is most often a clause or version number ("Clause 6.1"), not a fact
     return q.kind in TARGET_KINDS and not (
-        q.kind == "number" and not float(q.value).is_integer()  # type: ignore[arg-type]
+        q.kind == "number" and not float(q.value).is_integer()
     )
 
 
@@ -516,7 +500,7 @@ class _Runner:
     def __init__(
         self,
         record: Mapping[str, Any],
-        llm: Any,
+        llm: BaseChatModel,
         *,
         prompt_version: str,
         model_version: str,
@@ -539,9 +523,9 @@ class _Runner:
         materials: Sequence[Mapping[str, Any]] | None = None,
         *,
         question: str | None = None,
-        retriever: Any = None,
+        retriever: BaseRetriever | None = None,
     ) -> tuple[RunSummary, dict[str, Any]]:
-        from tracerag.pipeline import RAGPipeline
+        from tracerag._pipeline import RAGPipeline
 
         captured: list[dict[str, Any]] = []
 
@@ -595,18 +579,18 @@ def _outcome(answer: str | None, target: Target) -> str:
 def explain(
     store: AuditStore,
     request_id: str,
-    llm: Any,
+    llm: BaseChatModel,
     *,
     prompt_version: str,
     model_version: str,
     force: bool = False,
     counterfactuals: int = 2,
     paraphrases: Sequence[str] | None = None,
-    retriever: Any = None,
+    retriever: BaseRetriever | None = None,
     max_calls: int = DEFAULT_MAX_CALLS,
     actor: str = "operator",
     tracer_provider: TracerProvider | None = None,
-    announce: Any = None,
+    announce: Callable[[ExperimentPlan], None] | None = None,
     **pipeline_options: Any,
 ) -> Explanation:
     """Run the tier 3 experiments on a stored request and append the report to its trail.
@@ -711,6 +695,7 @@ def explain(
                 )
             )
         if plan.paraphrases:
+            assert retriever is not None  # paraphrases without a retriever were refused above
             top_before = _top(retriever, str(record.get("question") or ""))
         for question in plan.paraphrases:
             if not within_cap():
@@ -742,10 +727,10 @@ def explain(
     return report
 
 
-def _top(retriever: Any, question: str) -> str | None:
+def _top(retriever: BaseRetriever, question: str) -> str | None:
     """The id of the top material a live retrieval returns (no model call)."""
-    from tracerag.runner import run_sync
-    from tracerag.stages.retrieve import fetch, to_materials
+    from tracerag._sync import run_sync
+    from tracerag.stages._retrieve import fetch, to_materials
 
     materials = to_materials(run_sync(lambda: fetch(retriever, question)))
     return materials[0].id if materials else None
@@ -762,14 +747,14 @@ def sampled(request_id: str, rate: float) -> bool:
 
 def explain_window(
     store: AuditStore,
-    llm: Any,
+    llm: BaseChatModel,
     *,
     rate: float,
     since: datetime | str,
     until: datetime | str | None = None,
     limit: int = 1000,
     max_calls: int = DEFAULT_MAX_CALLS,
-    announce: Any = None,
+    announce: Callable[[list[str], int], None] | None = None,
     **options: Any,
 ) -> tuple[list[Explanation], list[str]]:
     """Explain a stable ``rate`` sample of the requests stored in ``[since, until)``.
@@ -803,12 +788,12 @@ def queued(
 
 def explain_queued(
     store: AuditStore,
-    llm: Any,
+    llm: BaseChatModel,
     *,
     since: datetime | str | None = None,
     limit: int = 1000,
     max_calls: int = DEFAULT_MAX_CALLS,
-    announce: Any = None,
+    announce: Callable[[list[str], int], None] | None = None,
     **options: Any,
 ) -> tuple[list[Explanation], list[str]]:
     """Explain every queued request (see ``queued``), within one model-call budget."""
@@ -818,11 +803,11 @@ def explain_queued(
 
 def _explain_all(
     store: AuditStore,
-    llm: Any,
+    llm: BaseChatModel,
     ids: list[str],
     *,
     max_calls: int,
-    announce: Any,
+    announce: Callable[[list[str], int], None] | None,
     **options: Any,
 ) -> tuple[list[Explanation], list[str]]:
     plans = {}
@@ -991,9 +976,9 @@ def _announce(plan: ExperimentPlan, cap: int) -> None:
 def run(args: argparse.Namespace) -> int:
     """Explain one stored request, or a sample of a window of them."""
     from tracerag.store import RequestNotFound
-    from tracerag.tools.cli_store import open_cli_store
-    from tracerag.tools.replay import configured_model
-    from tracerag.tracing import force_flush
+    from tracerag.telemetry._providers import force_flush
+    from tracerag.tools._replay import configured_model
+    from tracerag.tools._store_args import open_cli_store
 
     chosen = [args.request_id is not None, args.sample is not None, bool(args.queued)]
     if sum(chosen) != 1:
@@ -1011,7 +996,7 @@ def run(args: argparse.Namespace) -> int:
     if args.traces:
         from pathlib import Path
 
-        from tracerag.demo.run import configure_traces
+        from tracerag.demo._run import configure_traces
 
         configure_traces(Path(args.traces))
     llm, prompt_version, model_version = configured_model(args.model, args.seed)
@@ -1099,10 +1084,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag explain``."""
-    from tracerag.tools.cli_store import add_store_argument
-    from tracerag.tools.replay import add_rerun_arguments
+    from tracerag.tools._replay import add_rerun_arguments
+    from tracerag.tools._store_args import add_store_argument
 
     p = subparsers.add_parser(
         "explain",

@@ -34,6 +34,6 @@ Response, and self-consistency is reported as uninformative.
 """
 
 from tracerag.wrap._app import WrappedChain, wrap
-from tracerag.wrap._runs import RUN_ONCE_METADATA, SAMPLING_MODES, Sampling
+from tracerag.wrap._runs import Sampling
 
-__all__ = ["RUN_ONCE_METADATA", "SAMPLING_MODES", "Sampling", "WrappedChain", "wrap"]
+__all__ = ["Sampling", "WrappedChain", "wrap"]

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable
 
+from tracerag._choices import check_options
+from tracerag._pipeline import PipelineOptions, build_settings
 from tracerag._runnable import StagedRunnable
+from tracerag._state import RequestInput
 from tracerag.errors import ConfigurationError
-from tracerag.options import check_options
-from tracerag.pipeline import PipelineOptions, build_settings
-from tracerag.stages.sample import TEMPERATURE_ZERO_WARNING
-from tracerag.state import RequestInput
+from tracerag.stages._sample import TEMPERATURE_ZERO_WARNING
 from tracerag.wrap._hooks import instrument
 from tracerag.wrap._inspect import ChainInfo, inspect_chain, retrieval_parts
 from tracerag.wrap._io import ChainIO
@@ -25,8 +25,8 @@ from tracerag.wrap._source import ChainSource
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from tracerag.routing import EscalationHandler
-    from tracerag.settings import Settings
+    from tracerag._routing import EscalationHandler
+    from tracerag._settings import Settings
 
 logger = logging.getLogger("tracerag.wrap")
 

@@ -26,11 +26,11 @@ from langchain_core.documents import Document
 from langchain_core.messages import BaseMessage
 from langchain_core.prompts import BasePromptTemplate
 
-from tracerag import semconv
-from tracerag import usage as usage_meter
-from tracerag.llm import text_of
+from tracerag import _semconv as semconv
+from tracerag import _usage as usage_meter
+from tracerag._llm import text_of
 from tracerag.prompts import fingerprint
-from tracerag.tracing import capture
+from tracerag.telemetry._content_capture import capture
 
 
 def prompt_text(prompt: BasePromptTemplate[Any]) -> str:

@@ -27,7 +27,7 @@ from langchain_core.runnables.configurable import DynamicRunnable
 from langchain_core.runnables.passthrough import RunnableAssign
 from langchain_core.vectorstores import VectorStore
 
-from tracerag.llm import model_name
+from tracerag._llm import model_name
 from tracerag.prompts import fingerprint
 from tracerag.wrap._capture import prompt_text
 

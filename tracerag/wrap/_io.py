@@ -24,8 +24,8 @@ from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, convert_to_messages
 from pydantic import BaseModel, RootModel
 
+from tracerag._llm import text_of
 from tracerag.errors import InputError, UnreadableOutputError
-from tracerag.llm import text_of
 
 DEFAULT_INPUT_KEYS = ("question", "input", "query")
 DEFAULT_OUTPUT_KEYS = ("answer", "output", "result", "text")

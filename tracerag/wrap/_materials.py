@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from langchain_core.documents import Document
 from langchain_core.messages import BaseMessage
 
-from tracerag.llm import text_of
-from tracerag.signals.types import Material
-from tracerag.stages.retrieve import to_materials
+from tracerag._llm import text_of
+from tracerag.signals._types import Material
+from tracerag.stages._retrieve import to_materials
 from tracerag.wrap._capture import ModelCall, RunCapture
 
 #: How much of a material's text is looked for in a prompt (whitespace folded).

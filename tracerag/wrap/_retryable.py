@@ -9,7 +9,7 @@ outs, rate limits, dropped connections, provider 5xx) is treated as transient.
 
 from __future__ import annotations
 
-from tracerag.llm import is_transient as model_error_is_transient
+from tracerag._llm import is_transient as model_error_is_transient
 
 # class names (anywhere in the exception's MRO) of errors that repeat on every attempt
 DETERMINISTIC_NAMES = frozenset(

@@ -17,20 +17,10 @@ from langchain_core.runnables import Runnable
 from langchain_core.vectorstores import VectorStoreRetriever
 from opentelemetry.trace import Span
 
-from tracerag import semconv
-from tracerag import usage as usage_meter
-from tracerag.errors import RetrieverTimeoutError
-from tracerag.llm import OnRetry, Tries, clean_text, retry_call, within
-from tracerag.stages.plan import implied_plan
-from tracerag.stages.retrieve import fetch, record_materials, to_materials
-from tracerag.stages.sample import (
-    TEMPERATURE_ZERO_WARNING,
-    Draw,
-    draw_samples,
-    record_samples,
-    samples_wanted,
-)
-from tracerag.state import (
+from tracerag import _semconv as semconv
+from tracerag import _usage as usage_meter
+from tracerag._llm import OnRetry, Tries, clean_text, retry_call, within
+from tracerag._state import (
     ErrorLog,
     RequestInput,
     RequestState,
@@ -38,6 +28,16 @@ from tracerag.state import (
     RunVersions,
     SampleSet,
     StageRefusal,
+)
+from tracerag.errors import RetrieverTimeoutError
+from tracerag.stages._plan import implied_plan
+from tracerag.stages._retrieve import fetch, record_materials, to_materials
+from tracerag.stages._sample import (
+    TEMPERATURE_ZERO_WARNING,
+    Draw,
+    draw_samples,
+    record_samples,
+    samples_wanted,
 )
 from tracerag.wrap._capture import RunCapture, model_call_attributes
 from tracerag.wrap._hooks import Shared, scope
@@ -49,8 +49,8 @@ from tracerag.wrap._runs import Attempt, Sampler
 from tracerag.wrap._versions import learn_model, learn_prompt, missing_version_error
 
 if TYPE_CHECKING:
-    from tracerag.settings import Settings
-    from tracerag.signals.types import Material
+    from tracerag._settings import Settings
+    from tracerag.signals._types import Material
 
 logger = logging.getLogger("tracerag.wrap")
 

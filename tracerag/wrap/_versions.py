@@ -26,10 +26,10 @@ from typing import Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 
+from tracerag._llm import text_of
 from tracerag.errors import MissingVersionError
-from tracerag.llm import text_of
 from tracerag.prompts import fingerprint
-from tracerag.signals.types import Material
+from tracerag.signals._types import Material
 from tracerag.wrap._capture import ModelCall, RunCapture
 
 PromptSource = Literal["argument", "template", "run-template", "model-input"]

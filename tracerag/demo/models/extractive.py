@@ -28,8 +28,9 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
-from tracerag.demo.models.counter import CallCounter
-from tracerag.llm import ReplyChatModel, text_of
+from tracerag._llm import ReplyChatModel, text_of
+from tracerag._usage import estimate_tokens
+from tracerag.demo.models._counter import CallCounter
 from tracerag.prompts import (
     MATERIAL_BLOCK_RE,
     QUESTION_RE,
@@ -38,18 +39,11 @@ from tracerag.prompts import (
     TASK_PLAN_AND_ANSWER,
     TASK_RE,
 )
-from tracerag.text import content_terms, extract_quantities, split_sentences
-from tracerag.usage import estimate_tokens
+from tracerag.text._quantities import extract_quantities
+from tracerag.text._sentences import split_sentences
+from tracerag.text._tokens import content_terms
 
-__all__ = [
-    "CANNOT_ANSWER_EN",
-    "CANNOT_ANSWER_ZH",
-    "ExtractiveChatModel",
-    "ParsedPrompt",
-    "PromptMaterial",
-    "ScoredSentence",
-    "parse_prompt",
-]
+__all__ = ["ExtractiveChatModel"]
 
 CANNOT_ANSWER_EN = "I cannot answer this from the provided materials."
 CANNOT_ANSWER_ZH = "根据所提供的资料无法回答该问题。"

