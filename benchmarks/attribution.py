@@ -68,8 +68,13 @@ def records() -> list[dict]:
 
 def inputs(record: dict) -> tuple[str, list[Material], list[attr.ClaimLink], dict]:
     materials = [
-        Material(m["id"], m["text"], m.get("title", ""), score=m.get("score"),
-                 metadata=m.get("metadata") or {})
+        Material(
+            m["id"],
+            m["text"],
+            m.get("title", ""),
+            score=m.get("score"),
+            metadata=m.get("metadata") or {},
+        )
         for m in record["materials"]
     ]
     claims = [
@@ -148,8 +153,13 @@ def pipeline_cpu(requests: int) -> tuple[float, float, int, int]:
     questions = [q["question"] for q in load_questions()]
     llm = CountingModel(seed=7)
     pipeline = RAGPipeline(
-        build_retriever(k=4), llm, prompt_version="bench", model_version="extractive",
-        n_samples=5, tracer_provider=NoOpTracerProvider(), audit=None,
+        build_retriever(k=4),
+        llm,
+        prompt_version="bench",
+        model_version="extractive",
+        n_samples=5,
+        tracer_provider=NoOpTracerProvider(),
+        audit=None,
     )
     spent = {"before": 0.0, "after": 0.0}
     calls = {"before": 0, "after": 0}
@@ -181,22 +191,32 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=200)
     args = ap.parse_args()
     recs = records()
-    print(f"attribution tiers 1+2 per request, {len(recs)} demo questions, k=4, budget "
-          f"{BUDGET_MS} ms CPU\n")
-    print("1. the call sites' work alone (CPU ms per request, least of 5 blocks, "
-          f"{args.repeat} repetitions per question):")
+    print(
+        f"attribution tiers 1+2 per request, {len(recs)} demo questions, k=4, budget "
+        f"{BUDGET_MS} ms CPU\n"
+    )
+    print(
+        "1. the call sites' work alone (CPU ms per request, least of 5 blocks, "
+        f"{args.repeat} repetitions per question):"
+    )
     for label, cold in (("cold caches", True), ("warm caches", False)):
         values = direct(recs, args.repeat, cold)
-        print(f"   {label:12} median {statistics.median(values):.3f} ms, "
-              f"max {max(values):.3f} ms  ({max(values) / BUDGET_MS:.2f}x of budget at max)")
+        print(
+            f"   {label:12} median {statistics.median(values):.3f} ms, "
+            f"max {max(values):.3f} ms  ({max(values) / BUDGET_MS:.2f}x of budget at max)"
+        )
     before, after, calls_before, calls_after = pipeline_cpu(args.requests)
-    print(f"\n2. the whole pipeline, zero-latency extractive model, N=5, plan separate, "
-          f"{args.requests} requests each, interleaved:")
+    print(
+        f"\n2. the whole pipeline, zero-latency extractive model, N=5, plan separate, "
+        f"{args.requests} requests each, interleaved:"
+    )
     print(f"   {'':8} {'CPU ms/request':>15} {'model calls/request':>20}")
     print(f"   {'before':8} {before:15.3f} {calls_before:20d}")
     print(f"   {'after':8} {after:15.3f} {calls_after:20d}")
-    print(f"   after/before {after / before:.3f}x, difference {after - before:+.3f} ms "
-          "(noisier than 1.: the whole request's CPU varies by more than the difference)")
+    print(
+        f"   after/before {after / before:.3f}x, difference {after - before:+.3f} ms "
+        "(noisier than 1.: the whole request's CPU varies by more than the difference)"
+    )
 
 
 if __name__ == "__main__":

@@ -168,39 +168,50 @@ def fit_threshold(own: Sequence[float]) -> float:
     return best
 
 
-def embedding_figures(rows: list[dict[str, Any]], sims: tuple[list[float], list[float]]
-                      ) -> list[dict[str, Any]]:
+def embedding_figures(
+    rows: list[dict[str, Any]], sims: tuple[list[float], list[float]]
+) -> list[dict[str, Any]]:
     own, shuf = sims
     half = [zlib.crc32(r["question"].encode("utf-8")) % 2 for r in rows]
     source = [r["source"] for r in rows]
     splits: list[tuple[str, Callable[[int], bool], Callable[[int], bool]]] = [
         ("half A → half B", lambda i: half[i] == 0, lambda i: half[i] == 1),
         ("half B → half A", lambda i: half[i] == 1, lambda i: half[i] == 0),
-        ("GenSearch → ExpertQA", lambda i: source[i] == "Stanford-GenSearch",
-         lambda i: source[i] == "ExpertQA"),
-        ("ExpertQA → GenSearch", lambda i: source[i] == "ExpertQA",
-         lambda i: source[i] == "Stanford-GenSearch"),
+        (
+            "GenSearch → ExpertQA",
+            lambda i: source[i] == "Stanford-GenSearch",
+            lambda i: source[i] == "ExpertQA",
+        ),
+        (
+            "ExpertQA → GenSearch",
+            lambda i: source[i] == "ExpertQA",
+            lambda i: source[i] == "Stanford-GenSearch",
+        ),
     ]
     out = []
     n = range(len(rows))
     for name, fit_on, report_on in splits:
         t = fit_threshold([own[i] for i in n if fit_on(i)])
         test = [i for i in n if report_on(i)]
-        out.append({
-            "protocol": name,
-            "threshold": t,
-            "rows": len(test),
-            "false_flag": rate([own[i] < t for i in test]),
-            "detection": rate([shuf[i] < t for i in test]),
-        })
+        out.append(
+            {
+                "protocol": name,
+                "threshold": t,
+                "rows": len(test),
+                "false_flag": rate([own[i] < t for i in test]),
+                "detection": rate([shuf[i] < t for i in test]),
+            }
+        )
     t = DEFAULT_MIN_SIMILARITY
-    out.append({
-        "protocol": "shipped (all rows)",
-        "threshold": t,
-        "rows": len(rows),
-        "false_flag": rate([s < t for s in own]),
-        "detection": rate([s < t for s in shuf]),
-    })
+    out.append(
+        {
+            "protocol": "shipped (all rows)",
+            "threshold": t,
+            "rows": len(rows),
+            "false_flag": rate([s < t for s in own]),
+            "detection": rate([s < t for s in shuf]),
+        }
+    )
     # per answer: the best claim of a question's claims decides (as the pipeline judges)
     best_own: dict[str, float] = {}
     best_shuf: dict[str, float] = {}
@@ -208,14 +219,16 @@ def embedding_figures(rows: list[dict[str, Any]], sims: tuple[list[float], list[
         q = r["question"]
         best_own[q] = max(best_own.get(q, -1.0), o)
         best_shuf[q] = max(best_shuf.get(q, -1.0), x)
-    out.append({
-        "protocol": "shipped (answers)",
-        "threshold": t,
-        "rows": len(best_own),
-        "unit": "answer",
-        "false_flag": rate([s < t for s in best_own.values()]),
-        "detection": rate([s < t for s in best_shuf.values()]),
-    })
+    out.append(
+        {
+            "protocol": "shipped (answers)",
+            "threshold": t,
+            "rows": len(best_own),
+            "unit": "answer",
+            "false_flag": rate([s < t for s in best_own.values()]),
+            "detection": rate([s < t for s in best_shuf.values()]),
+        }
+    )
     return out
 
 
@@ -246,8 +259,16 @@ def top_material_answer(call: Any) -> str:
 def pipeline(retriever: Any, llm: Any, **options: Any) -> Any:
     from tracerag._pipeline import RAGPipeline
 
-    return RAGPipeline(retriever, llm, prompt_version="relevance-bench", model_version="bench",
-                       n_samples=5, temperature=0.7, audit=None, **options)
+    return RAGPipeline(
+        retriever,
+        llm,
+        prompt_version="relevance-bench",
+        model_version="bench",
+        n_samples=5,
+        temperature=0.7,
+        audit=None,
+        **options,
+    )
 
 
 def demo_figures(backends: Sequence[str]) -> dict[str, Any]:
@@ -266,8 +287,9 @@ def demo_figures(backends: Sequence[str]) -> dict[str, Any]:
             for q in questions:
                 for mode, on in (("off", False), ("on", True)):
                     llm = ScriptedChatModel(responder=top_material_answer)
-                    r = pipeline(retriever, llm, answer_relevance=on,
-                                 support_backend=backend).invoke(q)
+                    r = pipeline(
+                        retriever, llm, answer_relevance=on, support_backend=backend
+                    ).invoke(q)
                     passed[mode] += r.decision == "pass"
             out[f"{backend}/off_topic_{lang}"] = {"n": len(questions), **passed}
         for lang, pairs in (("en", PARAPHRASES_EN), ("zh", PARAPHRASES_ZH)):
@@ -275,12 +297,19 @@ def demo_figures(backends: Sequence[str]) -> dict[str, Any]:
             for q, answer in pairs:
                 llm = ScriptedChatModel(responses=[answer])
                 on = pipeline(everything, llm, support_backend=backend).invoke(q)
-                off = pipeline(everything, ScriptedChatModel(responses=[answer]),
-                               answer_relevance=False, support_backend=backend).invoke(q)
+                off = pipeline(
+                    everything,
+                    ScriptedChatModel(responses=[answer]),
+                    answer_relevance=False,
+                    support_backend=backend,
+                ).invoke(q)
                 flagged += on.signal_detail.answers_question is False
                 moved += off.decision == "pass" and on.decision != "pass"
-            out[f"{backend}/paraphrases_{lang}"] = {"n": len(pairs), "flagged": flagged,
-                                                   "moved_from_pass": moved}
+            out[f"{backend}/paraphrases_{lang}"] = {
+                "n": len(pairs),
+                "flagged": flagged,
+                "moved_from_pass": moved,
+            }
     parts = []
     for d in docs:
         text = f"{d.metadata.get('title', '')}\n{d.page_content}"
@@ -303,8 +332,9 @@ def demo_run(seeds: int, backends: Sequence[str]) -> dict[str, Any]:
 
     def timed(question: str, seed: int, mode: str) -> Any:
         started = time.process_time()
-        response = pipeline(retriever, ExtractiveChatModel(seed=seed),
-                            answer_relevance=mode == "on").invoke(question)
+        response = pipeline(
+            retriever, ExtractiveChatModel(seed=seed), answer_relevance=mode == "on"
+        ).invoke(question)
         cpu[mode] += time.process_time() - started
         return response
 
@@ -331,8 +361,12 @@ def demo_run(seeds: int, backends: Sequence[str]) -> dict[str, Any]:
         for question in (*OFF_TOPIC_EN, *OFF_TOPIC_ZH):
             for seed in range(1, seeds + 1):
                 for mode, on in (("off", False), ("on", True)):
-                    r = pipeline(retriever, ExtractiveChatModel(seed=seed), answer_relevance=on,
-                                 support_backend=backend).invoke(question)
+                    r = pipeline(
+                        retriever,
+                        ExtractiveChatModel(seed=seed),
+                        answer_relevance=on,
+                        support_backend=backend,
+                    ).invoke(question)
                     off_topic[mode] += r.decision == "pass"
                     if on and r.decision == "pass":
                         still.add(question)
@@ -390,16 +424,22 @@ def report(results: dict[str, Any]) -> None:
     else:
         print("| check | unit | n | false flags % | detection % |")
         print("|---|---|---|---|---|")
-        print(f"| lexical | row | {lexical['rows']} | {lexical['row_false_flag']:.1f} | "
-              f"{lexical['row_detection']:.1f} |")
-        print(f"| lexical | answer | {lexical['answers']} | {lexical['answer_false_flag']:.1f} | "
-              f"{lexical['answer_detection']:.1f} |")
+        print(
+            f"| lexical | row | {lexical['rows']} | {lexical['row_false_flag']:.1f} | "
+            f"{lexical['row_detection']:.1f} |"
+        )
+        print(
+            f"| lexical | answer | {lexical['answers']} | {lexical['answer_false_flag']:.1f} | "
+            f"{lexical['answer_detection']:.1f} |"
+        )
         emb = results.get("attributionbench_embeddings")
         if isinstance(emb, list):
             for e in emb:
-                print(f"| MiniLM ≥ {e['threshold']:.2f} ({e['protocol']}) | "
-                      f"{e.get('unit', 'row')} | {e['rows']} | "
-                      f"{e['false_flag']:.1f} | {e['detection']:.1f} |")
+                print(
+                    f"| MiniLM ≥ {e['threshold']:.2f} ({e['protocol']}) | "
+                    f"{e.get('unit', 'row')} | {e['rows']} | "
+                    f"{e['false_flag']:.1f} | {e['detection']:.1f} |"
+                )
         elif emb:
             print(f"  embeddings: {emb}")
         print("  rows the lexical check flags against their own question (first 12):")
@@ -409,16 +449,22 @@ def report(results: dict[str, Any]) -> None:
     for key, value in results["demo_kb"].items():
         print(f"  {key}: {value}")
     run = results["demo_run"]
-    print(f"\nDemo questions × seeds: {run['demo_runs']} runs, routes changed by the check: "
-          f"{len(run['routes_changed'])} {run['routes_changed'] or ''}")
+    print(
+        f"\nDemo questions × seeds: {run['demo_runs']} runs, routes changed by the check: "
+        f"{len(run['routes_changed'])} {run['routes_changed'] or ''}"
+    )
     cpu = run["cpu_ms_per_request"]
-    print(f"CPU per request (demo pipeline, 5 samples, lexical): {cpu['off']} ms with the check "
-          f"off, {cpu['on']} ms with it on (ratio {cpu['on'] / cpu['off']:.3f})")
+    print(
+        f"CPU per request (demo pipeline, 5 samples, lexical): {cpu['off']} ms with the check "
+        f"off, {cpu['on']} ms with it on (ratio {cpu['on'] / cpu['off']:.3f})"
+    )
     for key, ext in run.items():
         if key.endswith("/extractive_off_topic"):
-            print(f"Off-topic questions through the extractive model ({key.split('/')[0]}): "
-                  f"{ext['runs']} runs, passed {ext['off']} with the check off, {ext['on']} "
-                  f"with it on (still passing: {ext['still_passing']})")
+            print(
+                f"Off-topic questions through the extractive model ({key.split('/')[0]}): "
+                f"{ext['runs']} runs, passed {ext['off']} with the check off, {ext['on']} "
+                f"with it on (still passing: {ext['still_passing']})"
+            )
 
 
 if __name__ == "__main__":

@@ -445,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
 
     dsn = os.environ.get(PG_ENV)
     if not dsn:
-        print(f"set {PG_ENV} (eval \"$(bash .ci/postgres.sh)\")", file=sys.stderr)
+        print(f'set {PG_ENV} (eval "$(bash .ci/postgres.sh)")', file=sys.stderr)
         return 2
     args.seconds = min(args.seconds, MAX_SECONDS)
     args.rounds = max(1, min(args.rounds, 5))

@@ -199,8 +199,10 @@ async def resume(a: str, b: str, questions: list[str], n: int) -> dict[str, Any]
                 rest = sse_events(again.text)
                 timings[name].append((time.perf_counter() - began) * 1000)
                 assert rest == got[3:], (name, rest[:1], got[3:4])
-    return {k: {"median": round(statistics.median(v), 1), "max": round(max(v), 1)}
-            for k, v in timings.items()}
+    return {
+        k: {"median": round(statistics.median(v), 1), "max": round(max(v), 1)}
+        for k, v in timings.items()
+    }
 
 
 async def decision(a: str, b: str, n: int) -> dict[str, Any]:
@@ -209,9 +211,7 @@ async def decision(a: str, b: str, n: int) -> dict[str, Any]:
     lat: dict[str, list[float]] = {"same_replica_ms": [], "other_replica_ms": []}
     async with httpx.AsyncClient(timeout=120) as client:
         for _i in range(n):
-            ticket = (
-                await client.post(f"{a}/v1/requests", json={"question": ESCALATES})
-            ).json()
+            ticket = (await client.post(f"{a}/v1/requests", json={"question": ESCALATES})).json()
             arrived: dict[str, float] = {}
 
             async def follow(
@@ -308,8 +308,7 @@ def memory(captured: list[list[tuple[str, str, Any]]], runs: int = 1000) -> dict
     tracemalloc.stop()
     kept = sum(s.size_diff for s in after.compare_to(before, "filename"))
     stored = [
-        len(json.dumps([[n, None if n == "response" else d] for n, _, d in s]))
-        for s in samples
+        len(json.dumps([[n, None if n == "response" else d] for n, _, d in s])) for s in samples
     ]
     return {
         "runs_added": runs * 3,

@@ -134,7 +134,9 @@ def best_threshold(scores: Sequence[float], hard: Sequence[bool], actual: Sequen
 
 
 def protocols(
-    pairs: dict[str, list[Pair]], results: dict[str, list[Support]], threshold: float,
+    pairs: dict[str, list[Pair]],
+    results: dict[str, list[Support]],
+    threshold: float,
     hard: dict[str, list[bool]],
 ) -> dict[str, dict[str, dict]]:
     """Fixed, cross-validated and cross-dataset figures of a backend with a fixed score."""
@@ -148,8 +150,11 @@ def protocols(
         cv_pred = [False] * len(rows)
         for k in range(FOLDS):
             train = [i for i, f in enumerate(folds) if f != k]
-            t = best_threshold([scores[i] for i in train], [hard[name][i] for i in train],
-                               [actual[i] for i in train])
+            t = best_threshold(
+                [scores[i] for i in train],
+                [hard[name][i] for i in train],
+                [actual[i] for i in train],
+            )
             for i, f in enumerate(folds):
                 if f == k:
                     cv_pred[i] = scores[i] >= t and not hard[name][i]
@@ -161,13 +166,16 @@ def protocols(
             o_actual = [p.supported for o in others for p in pairs[o]]
             t = best_threshold(o_scores, o_hard, o_actual)
             out["cross"][name] = {
-                **measures(scores, _predict(scores, hard[name], t), actual), "threshold": t
+                **measures(scores, _predict(scores, hard[name], t), actual),
+                "threshold": t,
             }
     return out
 
 
 def learned_protocols(
-    backend: SupportBackend, pairs: dict[str, list[Pair]], results: dict[str, list[Support]],
+    backend: SupportBackend,
+    pairs: dict[str, list[Pair]],
+    results: dict[str, list[Support]],
     spec_hard: dict[str, list[bool]],
 ) -> dict[str, dict[str, dict]]:
     """The learned backend's cv and cross figures, refitted out of sample
@@ -184,11 +192,15 @@ def learned_protocols(
     scorer = getattr(backend, "_similarity", None)
     similarity = scorer is not None
     if scorer is not None:  # the backend's own sentence vectors, kept from scoring
-        sims = np.array([
-            similarity_features(scorer.similarities(p.claim, p.material),
-                                a.chosen[0] if a.chosen else None)
-            for p, a in zip(flat, analyses, strict=True)
-        ], dtype=float)
+        sims = np.array(
+            [
+                similarity_features(
+                    scorer.similarities(p.claim, p.material), a.chosen[0] if a.chosen else None
+                )
+                for p, a in zip(flat, analyses, strict=True)
+            ],
+            dtype=float,
+        )
         x = np.hstack([x, sims])
         names = FEATURES + SIMILARITY_FEATURES
     y = np.array([float(p.supported) for p in flat])
@@ -198,8 +210,11 @@ def learned_protocols(
     decide.hard = decide.hard | np.array([h for name in pairs for h in spec_hard[name]])
     report, _ = evaluate(x, y, datasets, folds, decide, names)
     fixed = {
-        name: measures([r.score for r in results[name]], [r.supported for r in results[name]],
-                       [p.supported for p in pairs[name]])
+        name: measures(
+            [r.score for r in results[name]],
+            [r.supported for r in results[name]],
+            [p.supported for p in pairs[name]],
+        )
         for name in pairs
     }
     return {"fixed": fixed, "cv": report["cross_validation"], "cross": report["cross_dataset"]}
@@ -231,12 +246,15 @@ def print_table(label: str, report: dict[str, dict[str, dict]]) -> None:
 
 def score_all(backend: SupportBackend, data: dict[str, list[Pair]]) -> dict[str, list[Support]]:
     """Every pair's verdict, as the backend gives it."""
-    return {dataset: [backend(p.claim, p.material) for p in pairs]
-            for dataset, pairs in data.items()}
+    return {
+        dataset: [backend(p.claim, p.material) for p in pairs] for dataset, pairs in data.items()
+    }
 
 
 def with_specificity(
-    backend: SupportBackend, data: dict[str, list[Pair]], raw: dict[str, list[Support]],
+    backend: SupportBackend,
+    data: dict[str, list[Pair]],
+    raw: dict[str, list[Support]],
     specificity: bool,
 ) -> tuple[dict[str, list[Support]], dict[str, list[bool]], dict[str, list[bool]], int]:
     """The verdicts after the specificity check (where the pair has a question), which pairs
@@ -250,9 +268,9 @@ def with_specificity(
         rows, hrow, srow = [], [], []
         for p, r in zip(pairs, raw[dataset], strict=True):
             checked = (
-                check_specificity(p.question, p.claim, p.material, r,
-                                  threshold=backend.threshold)
-                if specificity else r
+                check_specificity(p.question, p.claim, p.material, r, threshold=backend.threshold)
+                if specificity
+                else r
             )
             flagged = r.supported and not checked.supported
             withdrawn += flagged
@@ -268,13 +286,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", help="the shared data directory (holding wice/, ...)")
     parser.add_argument("--backend", action="append", help="backend to compare (repeatable)")
     parser.add_argument("--limit", type=int, help="only the first N pairs of each dataset")
-    parser.add_argument("--checker", action="append", default=[], metavar="MODEL",
-                        help="also compare CheckerSupport(MODEL): a model directory or id "
-                        "(repeatable; the checker extra)")
-    parser.add_argument("--no-specificity", action="store_true",
-                        help="leave the question-specificity check out (the figures before it)")
-    parser.add_argument("--before-after", action="store_true",
-                        help="print each backend without, then with, the specificity check")
+    parser.add_argument(
+        "--checker",
+        action="append",
+        default=[],
+        metavar="MODEL",
+        help="also compare CheckerSupport(MODEL): a model directory or id "
+        "(repeatable; the checker extra)",
+    )
+    parser.add_argument(
+        "--no-specificity",
+        action="store_true",
+        help="leave the question-specificity check out (the figures before it)",
+    )
+    parser.add_argument(
+        "--before-after",
+        action="store_true",
+        help="print each backend without, then with, the specificity check",
+    )
     parser.add_argument("--no-adversarial", action="store_true", help="skip the self-test")
     parser.add_argument("--no-cost", action="store_true", help="skip the CPU cost measure")
     args = parser.parse_args(argv)
@@ -293,10 +322,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         checker.register()
         names.append(checker.name)
     modes = [False, True] if args.before_after else [not args.no_specificity]
-    print("published zero-shot balanced accuracy on the held-out subsets (published, not "
-          "measured here): " + ", ".join(f"{k} {v}" for k, v in PUBLISHED.items()))
-    print(f"\n{'backend':<19} {'proto':<6} {'dataset':<21} {'n':>5} {'BA':>6} {'AUROC':>6} "
-          f"{'F1':>6} {'WAA%':>6}")
+    print(
+        "published zero-shot balanced accuracy on the held-out subsets (published, not "
+        "measured here): " + ", ".join(f"{k} {v}" for k, v in PUBLISHED.items())
+    )
+    print(
+        f"\n{'backend':<19} {'proto':<6} {'dataset':<21} {'n':>5} {'BA':>6} {'AUROC':>6} "
+        f"{'F1':>6} {'WAA%':>6}"
+    )
     costs: list[str] = []
     for name in names:
         try:
@@ -315,11 +348,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 report = protocols(data, results, backend.threshold, hard)
             label = f"{name}{'+spec' if specificity else ''}"
             print_table(label, report)
-            print(f"{'':<19} threshold {backend.threshold:.3f}; specificity "
-                  + (f"withdrew {withdrawn}" if specificity else "off")
-                  + f"; scored in {took:.0f}s"
-                  + ("; fixed rows in-sample (fitted on these sets)"
-                     if name.startswith("learned") else ""))
+            print(
+                f"{'':<19} threshold {backend.threshold:.3f}; specificity "
+                + (f"withdrew {withdrawn}" if specificity else "off")
+                + f"; scored in {took:.0f}s"
+                + (
+                    "; fixed rows in-sample (fitted on these sets)"
+                    if name.startswith("learned")
+                    else ""
+                )
+            )
         if not args.no_cost:
             for dataset, pairs in data.items():
                 new, cached = cpu_cost(backend, pairs)

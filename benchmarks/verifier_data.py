@@ -67,8 +67,9 @@ def _wice(path: Path, dataset: str) -> list[Pair]:
             meta = _literal(row.get("meta")) or {}
             group = str(meta.get("id", "")).split("-")[0] if isinstance(meta, dict) else ""
             if claim and material.strip():
-                out.append(Pair(dataset, group or claim, claim, material,
-                                row["label"] == "supported"))
+                out.append(
+                    Pair(dataset, group or claim, claim, material, row["label"] == "supported")
+                )
     return out
 
 
@@ -83,17 +84,23 @@ def _attributionbench(path: Path) -> list[Pair]:
             material = "\n\n".join(str(r) for r in row.get("references") or [])
             if claim and material.strip():
                 question = str(row.get("question", ""))
-                out.append(Pair("attributionbench-dev", question[:200], claim, material,
-                                row["attribution_label"] == "attributable", question))
+                out.append(
+                    Pair(
+                        "attributionbench-dev",
+                        question[:200],
+                        claim,
+                        material,
+                        row["attribution_label"] == "attributable",
+                        question,
+                    )
+                )
     return out
 
 
 FILES = {
     "wice-dev": ("wice/claim-dev.jsonl", lambda p: _wice(p, "wice-dev")),
     "wice-train": ("wice/non-supported-tokens-train.jsonl", lambda p: _wice(p, "wice-train")),
-    "attributionbench-dev": (
-        "attributionbench/dev-genSearch-expertqa.jsonl", _attributionbench
-    ),
+    "attributionbench-dev": ("attributionbench/dev-genSearch-expertqa.jsonl", _attributionbench),
 }
 
 

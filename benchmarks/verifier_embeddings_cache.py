@@ -110,12 +110,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         shared.append(time.process_time() - began)
     n = len(rows)
     first, second, third = (statistics.median(v) * 1000 for v in (firsts, seconds, shared))
-    print(f"{n} materials of {args.sentences} sentences, MiniLM int8 on the CPU "
-          f"(median process time)")
+    print(
+        f"{n} materials of {args.sentences} sentences, MiniLM int8 on the CPU (median process time)"
+    )
     print(f"  first check (embeds the material)      {first:8.1f} ms")
-    print(f"  second check, same material            {second:8.1f} ms  "
-          f"ratio {second / first:.3f} (per material: "
-          + ", ".join(f"{s / f:.3f}" for f, s in zip(firsts, seconds, strict=True)) + ")")
+    print(
+        f"  second check, same material            {second:8.1f} ms  "
+        f"ratio {second / first:.3f} (per material: "
+        + ", ".join(f"{s / f:.3f}" for f, s in zip(firsts, seconds, strict=True))
+        + ")"
+    )
     print(f"  material sharing all but 10 sentences  {third:8.1f} ms  ratio {third / first:.3f}")
     return 0
 

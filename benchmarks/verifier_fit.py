@@ -126,8 +126,13 @@ def similarity_matrix(
     return np.array(rows, dtype=float)
 
 
-def fit(x: np.ndarray, y: np.ndarray, weights: np.ndarray, l2: float = L2,
-        names: tuple[str, ...] = FEATURES) -> Combiner:
+def fit(
+    x: np.ndarray,
+    y: np.ndarray,
+    weights: np.ndarray,
+    l2: float = L2,
+    names: tuple[str, ...] = FEATURES,
+) -> Combiner:
     """Logistic regression on standardised features (IRLS with an L2 penalty)."""
     mean = x.mean(axis=0)
     scale = x.std(axis=0)
@@ -207,17 +212,20 @@ def best_threshold(scores: np.ndarray, y: np.ndarray, datasets: np.ndarray) -> f
     for t in np.unique(np.round(scores, 4)):
         if t <= HARD_CAP:
             continue
-        ba = np.mean([
-            balanced_accuracy(list(scores[datasets == n] >= t), list(y[datasets == n] > 0))
-            for n in names
-        ])
+        ba = np.mean(
+            [
+                balanced_accuracy(list(scores[datasets == n] >= t), list(y[datasets == n] > 0))
+                for n in names
+            ]
+        )
         if ba > best + 1e-12:
             best, at = float(ba), float(t)
     return at
 
 
-def measure(scores: Sequence[float], predicted: Sequence[bool], actual: Sequence[bool],
-            threshold: float) -> dict:
+def measure(
+    scores: Sequence[float], predicted: Sequence[bool], actual: Sequence[bool], threshold: float
+) -> dict:
     """Balanced accuracy, AUROC, F1 and wrong-among-accepted."""
     return {
         "n": len(actual),
@@ -229,8 +237,14 @@ def measure(scores: Sequence[float], predicted: Sequence[bool], actual: Sequence
     }
 
 
-def evaluate(x: np.ndarray, y: np.ndarray, datasets: np.ndarray, folds: np.ndarray,
-             decide: Decider, names: tuple[str, ...]) -> tuple[dict, float]:
+def evaluate(
+    x: np.ndarray,
+    y: np.ndarray,
+    datasets: np.ndarray,
+    folds: np.ndarray,
+    decide: Decider,
+    names: tuple[str, ...],
+) -> tuple[dict, float]:
     """Cross-validated and cross-dataset figures, and the threshold for the final model."""
     report: dict = {"cross_validation": {}, "cross_dataset": {}}
     oof = np.zeros(len(y))
@@ -270,23 +284,37 @@ def _print(label: str, report: dict) -> None:
     print(label)
     for kind, rows in report.items():
         for name, row in rows.items():
-            print(f"  {kind:<17} {name:<21} n={row['n']:<5} "
-                  f"BA {100 * row['balanced_accuracy']:.1f}  AUROC {row['auroc']:.3f}  "
-                  f"F1 {row['f1']:.3f}  (threshold {row['threshold']:.3f})")
+            print(
+                f"  {kind:<17} {name:<21} n={row['n']:<5} "
+                f"BA {100 * row['balanced_accuracy']:.1f}  AUROC {row['auroc']:.3f}  "
+                f"F1 {row['f1']:.3f}  (threshold {row['threshold']:.3f})"
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", help="the shared data directory (holding wice/, ...)")
     parser.add_argument("--write", action="store_true", help="write the fitted coefficients")
-    parser.add_argument("--with-wice-train", action="store_true",
-                        help="also fit on the WiCE training split's (negative-only) claims")
-    parser.add_argument("--synthetic", action="store_true",
-                        help="also fit on synthetic pairs of the demo knowledge base")
-    parser.add_argument("--no-embeddings", action="store_true",
-                        help="fit only the combiner without sentence similarities")
-    parser.add_argument("--similarity-cache", type=Path,
-                        help="a JSON file keeping the sentence similarities between runs")
+    parser.add_argument(
+        "--with-wice-train",
+        action="store_true",
+        help="also fit on the WiCE training split's (negative-only) claims",
+    )
+    parser.add_argument(
+        "--synthetic",
+        action="store_true",
+        help="also fit on synthetic pairs of the demo knowledge base",
+    )
+    parser.add_argument(
+        "--no-embeddings",
+        action="store_true",
+        help="fit only the combiner without sentence similarities",
+    )
+    parser.add_argument(
+        "--similarity-cache",
+        type=Path,
+        help="a JSON file keeping the sentence similarities between runs",
+    )
     args = parser.parse_args(argv)
     root = data_root(args.data)
     names = list(MEASURED) + (["wice-train"] if args.with_wice_train else [])
@@ -301,8 +329,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     y = np.array([float(p.supported) for p in pairs])
     datasets = np.array([p.dataset for p in pairs])
     counts = {str(n): int((datasets == n).sum()) for n in dict.fromkeys(datasets)}
-    print(f"{len(pairs)} pairs ({', '.join(f'{k} {v}' for k, v in counts.items())}); "
-          f"features in {time.perf_counter() - began:.1f}s")
+    print(
+        f"{len(pairs)} pairs ({', '.join(f'{k} {v}' for k, v in counts.items())}); "
+        f"features in {time.perf_counter() - began:.1f}s"
+    )
     folds = np.array([_fold_of(p.dataset + p.group) for p in pairs])
 
     variants: list[tuple[str, str, np.ndarray, tuple[str, ...], bool]] = [
@@ -315,8 +345,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("MiniLM model not installed: the combiner with similarities is not fitted")
         else:
             print(f"similarities in {time.perf_counter() - began:.1f}s")
-            variants.append((EMBEDDINGS_MODEL, "with MiniLM sentence similarities",
-                             np.hstack([x, sims]), FEATURES + SIMILARITY_FEATURES, True))
+            variants.append(
+                (
+                    EMBEDDINGS_MODEL,
+                    "with MiniLM sentence similarities",
+                    np.hstack([x, sims]),
+                    FEATURES + SIMILARITY_FEATURES,
+                    True,
+                )
+            )
 
     for filename, label, xv, feature_names, similarity in variants:
         decide = Decider(analyses, similarity)
@@ -351,8 +388,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(f"threshold (out-of-fold): {threshold:.3f}")
         print("coefficients (standardised):")
-        for name, c in sorted(zip(feature_names, combiner.coef, strict=True),
-                              key=lambda t: -abs(t[1])):
+        for name, c in sorted(
+            zip(feature_names, combiner.coef, strict=True), key=lambda t: -abs(t[1])
+        ):
             print(f"  {name:<24} {c:+.3f}")
         if args.write:
             MODELS.mkdir(parents=True, exist_ok=True)

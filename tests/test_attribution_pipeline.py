@@ -17,8 +17,7 @@ INSTALL_ANSWER = (
 )
 WARRANTY_Q = "How long is the warranty on a laptop?"
 WARRANTY_ANSWER = (
-    "Under Clause 6.1, laptops and tablets are covered by an extended 24-month warranty. "
-    "[warranty]"
+    "Under Clause 6.1, laptops and tablets are covered by an extended 24-month warranty. [warranty]"
 )
 
 
@@ -147,9 +146,7 @@ def test_wrapped_chains_resolve_positional_citations_and_prompt_positions(retrie
         | llm
         | StrOutputParser()
     )
-    wrapped = wrap(
-        chain, n_samples=2, retry=FAST_RETRY, tracer_provider=spans.provider, audit=None
-    )
+    wrapped = wrap(chain, n_samples=2, retry=FAST_RETRY, tracer_provider=spans.provider, audit=None)
     response = wrapped.invoke(QUESTION)
     (marker,) = response.claims[0].cited_ids
     assert marker.isdigit()  # cited as [n] ...

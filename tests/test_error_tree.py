@@ -122,7 +122,8 @@ def _handled_names(index: Index) -> set[str]:
 
 def _caught_in(module_tree: ast.Module, name: str) -> bool:
     return any(
-        isinstance(n, ast.ExceptHandler) and n.type is not None
+        isinstance(n, ast.ExceptHandler)
+        and n.type is not None
         and any(isinstance(x, ast.Name) and x.id == name for x in ast.walk(n.type))
         for n in ast.walk(module_tree)
     )
@@ -134,9 +135,11 @@ def raise_sites(index: Index) -> list[Site]:
     for module in index.modules.values():
         parents = _parents(module.tree)
         rel = str(module.path.relative_to(index.root))
-        command = bool(COMMAND_PARTS & set(module.name.split(".")[1:-1])) or (
-            module.name.split(".")[-1].lstrip("_") == "cli"
-        ) or module.name.split(".")[1:2] == ["demo"]
+        command = (
+            bool(COMMAND_PARTS & set(module.name.split(".")[1:-1]))
+            or (module.name.split(".")[-1].lstrip("_") == "cli")
+            or module.name.split(".")[1:2] == ["demo"]
+        )
         for node in ast.walk(module.tree):
             if not isinstance(node, ast.Raise):
                 continue
@@ -157,22 +160,26 @@ def raise_sites(index: Index) -> list[Site]:
                 if fn is not None and fn.returns is not None:  # a function building the error
                     cls = index.resolve_expr(module.name, fn.returns)
             if cls is None:
-                bound = {
-                    h.name for h in chain if isinstance(h, ast.ExceptHandler) and h.name
-                }
+                bound = {h.name for h in chain if isinstance(h, ast.ExceptHandler) and h.name}
                 if isinstance(node.exc, ast.Name) and node.exc.id in bound:
                     sites.append(site("re-raise"))
                 elif (function.split(".")[-1], ast.unparse(target)) in PROPAGATED:
                     sites.append(site("propagated"))
                 else:
-                    sites.append(site(None, "cannot tell what this raises: add it to PROPAGATED "
-                                            "with the reason, or raise a class of the tree"))
+                    sites.append(
+                        site(
+                            None,
+                            "cannot tell what this raises: add it to PROPAGATED "
+                            "with the reason, or raise a class of the tree",
+                        )
+                    )
                 continue
             if index.in_tree(cls):
                 sites.append(site(None))
                 continue
             functions = [
-                i for i, c in enumerate(chain)
+                i
+                for i, c in enumerate(chain)
                 if isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef))
             ]
             in_method = bool(functions) and isinstance(
@@ -188,8 +195,7 @@ def raise_sites(index: Index) -> list[Site]:
             elif cls == Cls("builtins", "AssertionError"):
                 sites.append(site("invariant"))
             elif (name in INTERNAL and name in handled) or (
-                name.startswith("_") and cls.module == module.name
-                and _caught_in(module.tree, name)
+                name.startswith("_") and cls.module == module.name and _caught_in(module.tree, name)
             ):
                 sites.append(site("internal-signal"))
             elif name in STAND_INS and cls.module.split(".")[-1].lstrip("_") == "testing":
@@ -263,8 +269,7 @@ def test_the_docs_table_is_the_tree_with_the_servers_answers(index):
     table = docs_block(DOCS.read_text("utf-8"))
     expected = render_table(index, server_statuses(index))
     assert table == expected, (
-        "docs/errors.md shows another tree; `python tests/error_index.py` rewrites it:\n"
-        + expected
+        "docs/errors.md shows another tree; `python tests/error_index.py` rewrites it:\n" + expected
     )
 
 
@@ -276,7 +281,8 @@ def test_every_tree_class_a_caller_can_meet_is_exported(index):
         "tracerag.server._target.AppTargetError",  # tracerag serve --app prints it
     }
     unexported = {
-        c.qualified for c in index.tree_classes()
+        c.qualified
+        for c in index.tree_classes()
         if not index.homes(c) and c.qualified not in internal
     }
     assert not unexported

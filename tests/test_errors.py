@@ -58,8 +58,14 @@ def test_validate_response_raises_a_tracerag_error_not_a_jsonschema_one():
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
     bad = {
-        "request_id": "r", "trace_id": None, "answer": None, "confidence": 1.5,
-        "decision": "pass", "status": "answered", "signal_detail": {}, "evidence": [],
+        "request_id": "r",
+        "trace_id": None,
+        "answer": None,
+        "confidence": 1.5,
+        "decision": "pass",
+        "status": "answered",
+        "signal_detail": {},
+        "evidence": [],
         "versions": {"prompt": "p", "model": "m", "tracerag": "t"},
     }
     with pytest.raises(ContractError) as info:
@@ -69,8 +75,11 @@ def test_validate_response_raises_a_tracerag_error_not_a_jsonschema_one():
 
 def test_a_stage_without_its_dependency_raises_a_configuration_error():
     settings = build_settings(
-        retriever=None, llm=ScriptedChatModel(responses=[GOOD], plan_responses=[PLAN]),
-        prompt_version="p", model_version="m", audit=None,
+        retriever=None,
+        llm=ScriptedChatModel(responses=[GOOD], plan_responses=[PLAN]),
+        prompt_version="p",
+        model_version="m",
+        audit=None,
     )
     with pytest.raises(ConfigurationError, match="retriever"):
         steps = steps_for("high", "separate", ModelSource())
@@ -87,7 +96,10 @@ def test_bad_audit_and_bad_chain_arguments_raise_configuration_errors(retriever)
 
 def test_a_missing_version_is_a_configuration_error(retriever):
     pipeline = RAGPipeline(
-        retriever, ScriptedChatModel(responses=[GOOD]), prompt_version=None, model_version="m",
+        retriever,
+        ScriptedChatModel(responses=[GOOD]),
+        prompt_version=None,
+        model_version="m",
         audit=None,
     )
     with pytest.raises(MissingVersionError) as info:

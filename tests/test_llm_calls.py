@@ -163,7 +163,12 @@ def test_a_model_call_that_never_returns_becomes_a_failed_sample(retriever):
     llm = _ForeverModel(responses=[GOOD], plan_responses=[PLAN])
     policy = RetryPolicy(attempts=2, model_timeout=0.01, **NO_WAIT)
     pipeline = RAGPipeline(
-        retriever, llm, prompt_version="p", model_version="m", n_samples=3, retry=policy,
+        retriever,
+        llm,
+        prompt_version="p",
+        model_version="m",
+        n_samples=3,
+        retry=policy,
         audit=None,
     )
     response = asyncio.run(asyncio.wait_for(pipeline.ainvoke(QUESTION), GUARD_S))
@@ -198,7 +203,11 @@ def test_wrap_bounds_its_retriever_and_its_chain_runs():
 
     chain = hung | RunnableLambda(never)
     wrapped = wrap(
-        chain, prompt_version="p", model_version="m", n_samples=2, audit=None,
+        chain,
+        prompt_version="p",
+        model_version="m",
+        n_samples=2,
+        audit=None,
         retry=RetryPolicy(attempts=1, model_timeout=0.01, retriever_timeout=0.01, **NO_WAIT),
     )
     response = asyncio.run(asyncio.wait_for(wrapped.ainvoke(QUESTION), GUARD_S))
@@ -248,7 +257,11 @@ def test_an_output_over_a_configured_cap_fails_its_sample_and_the_others_carry_o
 def test_wrap_caps_chain_output():
     chain = RunnableLambda(lambda q: GOOD + " padding" * 100)
     wrapped = wrap(
-        chain, prompt_version="p", model_version="m", n_samples=2, audit=None,
+        chain,
+        prompt_version="p",
+        model_version="m",
+        n_samples=2,
+        audit=None,
         retry=RetryPolicy(attempts=1, max_output_chars=50, **NO_WAIT),
     )
     response = wrapped.invoke(QUESTION)

@@ -371,13 +371,28 @@ def test_inlined_schema_gives_the_same_verdicts_as_the_shipped_schema():
     bad = [
         {},
         {"request_id": "r", "trace_id": None, "answer": None, "confidence": 1.5},
-        {"request_id": "r", "trace_id": None, "answer": None, "confidence": 0.5,
-         "decision": "maybe", "status": "answered", "signal_detail": {}, "evidence": [],
-         "versions": {"prompt": "p", "model": "m", "tracerag": "t"}},
-        {"request_id": "r", "trace_id": None, "answer": None, "confidence": 0.5,
-         "decision": "pass", "status": "answered", "signal_detail": {},
-         "evidence": [{"material_id": "m", "title": "t", "quote": "q", "score": 2}],
-         "versions": {"prompt": "p", "model": "m", "tracerag": "t"}},
+        {
+            "request_id": "r",
+            "trace_id": None,
+            "answer": None,
+            "confidence": 0.5,
+            "decision": "maybe",
+            "status": "answered",
+            "signal_detail": {},
+            "evidence": [],
+            "versions": {"prompt": "p", "model": "m", "tracerag": "t"},
+        },
+        {
+            "request_id": "r",
+            "trace_id": None,
+            "answer": None,
+            "confidence": 0.5,
+            "decision": "pass",
+            "status": "answered",
+            "signal_detail": {},
+            "evidence": [{"material_id": "m", "title": "t", "quote": "q", "score": 2}],
+            "versions": {"prompt": "p", "model": "m", "tracerag": "t"},
+        },
     ]
     for instance in bad:
         assert not shipped.is_valid(instance) and not inlined.is_valid(instance)
@@ -420,8 +435,9 @@ def test_retries_are_bounded_and_back_off(monkeypatch):
     tries = Tries()
     seen = []
     with pytest.raises(ConnectionError):
-        asyncio.run(retry_call(always_fails, policy, on_retry=lambda n, e: seen.append(n),
-                               tries=tries))
+        asyncio.run(
+            retry_call(always_fails, policy, on_retry=lambda n, e: seen.append(n), tries=tries)
+        )
     assert len(calls) == 4 and tries.count == 4
     assert seen == [1, 2, 3]
     assert sleeps == [0.5, 1.0, 1.5]  # exponential, capped at max_wait
@@ -457,8 +473,12 @@ def test_no_op_tracer_gives_no_fake_trace_id(retriever):
     from tracerag import RAGPipeline
 
     response = RAGPipeline(
-        retriever, scripted([GOOD]), prompt_version="p", model_version="m",
-        tracer_provider=NoOpTracerProvider(), audit=None,
+        retriever,
+        scripted([GOOD]),
+        prompt_version="p",
+        model_version="m",
+        tracer_provider=NoOpTracerProvider(),
+        audit=None,
     ).invoke(QUESTION)
     assert response.trace_id is None
     assert response.decision == "pass"

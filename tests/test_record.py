@@ -32,9 +32,7 @@ def test_a_version_1_record_without_the_field_parses_as_version_1() -> None:
 def test_a_record_written_by_a_pipeline_run_reads_back_typed(make_pipeline) -> None:
     records: list[dict] = []
     pipeline = make_pipeline(scripted([GOOD, GOOD, FABRICATED]), n_samples=3)
-    response = asyncio.run(
-        pipeline.arun(QUESTION, record_sink=lambda r: records.append(r) or True)
-    )
+    response = asyncio.run(pipeline.arun(QUESTION, record_sink=lambda r: records.append(r) or True))
     (data,) = records
     rec = AuditRecord.parse(data)
     assert rec.record_version == RECORD_VERSION == 2

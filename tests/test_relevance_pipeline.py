@@ -128,7 +128,9 @@ def test_a_wrapped_chain_that_answers_another_question_goes_to_review(retriever)
         """Whatever the question, the passage on returns, cited by its number."""
         for line in call.prompt.splitlines():
             if line.startswith("[") and "30 days of delivery for a full refund" in line:
-                return f"{line[line.index(']') + 2 :].split('. ')[0]}. [{line[1:line.index(']')]}]"
+                return (
+                    f"{line[line.index(']') + 2 :].split('. ')[0]}. [{line[1 : line.index(']')]}]"
+                )
         return "I don't know."
 
     llm = ScriptedChatModel(responder=returns_policy, model_name="scripted-x", temperature=0.7)
@@ -187,9 +189,15 @@ def test_the_http_answer_and_its_stream_do_not_pass_it(tmp_path, retriever):
 def test_the_desk_says_why_it_was_flagged(tmp_path, retriever):
     from server_fixtures import make_app, make_store, sign_in
 
-    pipeline = RAGPipeline(retriever, scripted([GOOD]), prompt_version="test-prompt-v1",
-                           model_version="scripted-chat-model", n_samples=3, retry=FAST_RETRY,
-                           audit=None)
+    pipeline = RAGPipeline(
+        retriever,
+        scripted([GOOD]),
+        prompt_version="test-prompt-v1",
+        model_version="scripted-chat-model",
+        n_samples=3,
+        retry=FAST_RETRY,
+        audit=None,
+    )
     store = make_store(tmp_path)
     try:
         with TestClient(make_app(store, pipeline)) as client:
@@ -248,7 +256,8 @@ class Failing:
 def test_failing_embeddings_leave_the_lexical_verdict_and_say_so(make_pipeline):
     records: list[dict[str, Any]] = []
     pipeline = make_pipeline(
-        scripted([GOOD]), answer_relevance=AnswerRelevance(embeddings=Failing()),
+        scripted([GOOD]),
+        answer_relevance=AnswerRelevance(embeddings=Failing()),
         audit=keep(records),
     )
     response = pipeline.invoke(MARS)
@@ -262,8 +271,9 @@ def test_failing_embeddings_leave_the_lexical_verdict_and_say_so(make_pipeline):
 @pytest.mark.parametrize("bad", ["yes", 1, AnswerRelevance])
 def test_a_bad_option_is_refused(retriever, bad):
     with pytest.raises(ConfigurationError, match="answer_relevance"):
-        RAGPipeline(retriever, scripted([GOOD]), prompt_version="p", model_version="m",
-                    answer_relevance=bad)
+        RAGPipeline(
+            retriever, scripted([GOOD]), prompt_version="p", model_version="m", answer_relevance=bad
+        )
 
 
 @pytest.mark.integration
@@ -273,17 +283,24 @@ def test_a_served_answer_to_another_question_does_not_pass_over_a_real_socket(tm
     import httpx
     from server_fixtures import make_app, make_store, running
 
-    pipeline = RAGPipeline(retriever, scripted([GOOD]), prompt_version="test-prompt-v1",
-                           model_version="scripted-chat-model", n_samples=3, retry=FAST_RETRY,
-                           audit=None)
+    pipeline = RAGPipeline(
+        retriever,
+        scripted([GOOD]),
+        prompt_version="test-prompt-v1",
+        model_version="scripted-chat-model",
+        n_samples=3,
+        retry=FAST_RETRY,
+        audit=None,
+    )
     store = make_store(tmp_path)
     try:
         with running(make_app(store, pipeline, review_desk=False)) as base:
             body = httpx.post(f"{base}/v1/answer", json={"question": MARS}, timeout=30).json()
             assert body["decision"] == "review"
             assert "capital, Mars" in body["signal_detail"]["relevance"]["reason"]
-            streamed = httpx.post(f"{base}/v1/answer/stream", json={"question": MARS_ZH},
-                                  timeout=30).text
+            streamed = httpx.post(
+                f"{base}/v1/answer/stream", json={"question": MARS_ZH}, timeout=30
+            ).text
             final = next(data for kind, data in _sse(streamed) if kind == "response")
             assert final["decision"] == "review"
             assert final["signal_detail"]["answers_question"] is False

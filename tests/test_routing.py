@@ -10,8 +10,12 @@ from tracerag.errors import ConfigurationError
 
 def _ticket(i: int) -> Ticket:
     return Ticket(
-        ticket_id=f"T-{i}", request_id=f"r-{i}", decision="escalate", question="q",
-        candidate_answer=None, confidence=0.1,
+        ticket_id=f"T-{i}",
+        request_id=f"r-{i}",
+        decision="escalate",
+        question="q",
+        candidate_answer=None,
+        confidence=0.1,
     )
 
 

@@ -81,7 +81,6 @@ def fabricate(call: ScriptCall) -> str:
     return "Customers may return unused items within 30 days of delivery. [policy-99]"
 
 
-
 # -- the four apps, written as their own documentation writes them ------------------------------
 
 

@@ -351,9 +351,7 @@ def parse_prices(data: Mapping[str, Any]) -> dict[str, Price]:
         for key in ("input_per_1k", "output_per_1k"):
             value = entry.get(key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ConfigurationError(
-                    f"price of {model!r}: {key} must be a non-negative number"
-                )
+                raise ConfigurationError(f"price of {model!r}: {key} must be a non-negative number")
             values.append(float(value))
         table[str(model)] = Price(*values)
     return table

@@ -231,9 +231,7 @@ class ToolCallingChatModel(ScriptedChatModel):
             name, args = forced, dict(self.structured.get(forced, {}))
         else:
             rounds = sum(
-                1
-                for m in messages[last_human + 1 :]
-                if isinstance(m, AIMessage) and m.tool_calls
+                1 for m in messages[last_human + 1 :] if isinstance(m, AIMessage) and m.tool_calls
             )
             if rounds >= self.tool_rounds:
                 return None

@@ -29,8 +29,18 @@ def test_demo_routes_pass_review_and_escalate(tmp_path, capsys, monkeypatch):
 
 def test_demo_prints_where_traces_went(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert main(["demo", "--store", str(tmp_path / "a.sqlite"), "--question",
-                 "How long is the warranty on a laptop?"]) == 0
+    assert (
+        main(
+            [
+                "demo",
+                "--store",
+                str(tmp_path / "a.sqlite"),
+                "--question",
+                "How long is the warranty on a laptop?",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "decision: PASS" in out
     assert "traces: .tracerag/traces.jsonl" in out
@@ -40,21 +50,41 @@ def test_demo_prints_where_traces_went(tmp_path, capsys, monkeypatch):
 # What the demo answered before the typed stage table at seed 7 (its default then): the same seed
 # must give the same samples, so the same answers, confidences and routes.
 SEED_7 = [
-    ("warranty-laptop", "pass", 1.0,
-     "Under Clause 6.1, laptops and tablets are covered by an extended 24-month warranty. "
-     "[warranty]"),
-    ("gift-card-validity", "pass", 1.0,
-     "A Northwind gift card is valid for 3 years from the date of purchase and cannot be "
-     "exchanged for cash. [gift-cards]"),
-    ("invoice-deadline", "pass", 1.0,
-     "订单签收后90天内，可在“我的订单”页面申请开具发票。[invoices]"),
-    ("password-lockout", "pass", 1.0,
-     "登录密码连续输错5次后，账户将被锁定30分钟。[account-security]"),
+    (
+        "warranty-laptop",
+        "pass",
+        1.0,
+        "Under Clause 6.1, laptops and tablets are covered by an extended 24-month warranty. "
+        "[warranty]",
+    ),
+    (
+        "gift-card-validity",
+        "pass",
+        1.0,
+        "A Northwind gift card is valid for 3 years from the date of purchase and cannot be "
+        "exchanged for cash. [gift-cards]",
+    ),
+    (
+        "invoice-deadline",
+        "pass",
+        1.0,
+        "订单签收后90天内，可在“我的订单”页面申请开具发票。[invoices]",
+    ),
+    (
+        "password-lockout",
+        "pass",
+        1.0,
+        "登录密码连续输错5次后，账户将被锁定30分钟。[account-security]",
+    ),
     ("installation-cost", "escalate", 0.4472, None),
     ("opened-return-30-days", "escalate", 0.0, None),
-    ("price-protection-window", "review", 0.7071,
-     "根据2024年版第5.1条，商品签收后15天内降价的，可申请价格保护并退还差价。[price-protection-2024]"
-     "根据第5.1条，商品签收后7天内降价的，可申请价格保护并退还差价。[price-protection]"),
+    (
+        "price-protection-window",
+        "review",
+        0.7071,
+        "根据2024年版第5.1条，商品签收后15天内降价的，可申请价格保护并退还差价。[price-protection-2024]"
+        "根据第5.1条，商品签收后7天内降价的，可申请价格保护并退还差价。[price-protection]",
+    ),
     ("out-of-scope-hiring", "escalate", 0.0, None),
 ]
 

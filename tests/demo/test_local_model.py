@@ -133,9 +133,12 @@ def test_log_probabilities_come_back_in_the_openai_shape(local_model):
     content = reply.response_metadata["logprobs"]["content"]
     assert content and content[0]["token"] and content[0]["logprob"] <= 0.0
     assert 1 <= len(content[0]["top_logprobs"]) <= 3
-    assert "logprobs" not in local_model.bind(temperature=0, max_tokens=1).invoke(
-        [HumanMessage("Hi")]
-    ).response_metadata
+    assert (
+        "logprobs"
+        not in local_model.bind(temperature=0, max_tokens=1)
+        .invoke([HumanMessage("Hi")])
+        .response_metadata
+    )
 
 
 def test_a_prompt_over_the_window_is_a_context_window_error(local_model):

@@ -1,4 +1,3 @@
-
 """Material changes are first-class entries of the hash chain (kind ``material_change``) on both
 backends: kept out of the request index, checked by ``tracerag audit verify``, tampering caught;
 and stores written before that kind existed (changes chained as ``operator_action`` entries of
@@ -120,8 +119,15 @@ def _registry_v1(backend: Backend) -> None:
         conn = backend.connect()
         try:
             with conn.transaction(), conn.cursor() as cur:
-                migrate(cur, "postgres", MIGRATIONS, version_table="material_schema_version",
-                        schema="material registry", refuse=Refuse, target=1)
+                migrate(
+                    cur,
+                    "postgres",
+                    MIGRATIONS,
+                    version_table="material_schema_version",
+                    schema="material registry",
+                    refuse=Refuse,
+                    target=1,
+                )
         finally:
             conn.close()
         return
@@ -130,9 +136,15 @@ def _registry_v1(backend: Backend) -> None:
     conn = backend.connect()
     try:
         conn.execute("BEGIN IMMEDIATE")
-        migrate(QmarkCursor(conn.cursor()), "sqlite", MIGRATIONS,
-                version_table="material_schema_version", schema="material registry",
-                refuse=Refuse, target=1)
+        migrate(
+            QmarkCursor(conn.cursor()),
+            "sqlite",
+            MIGRATIONS,
+            version_table="material_schema_version",
+            schema="material registry",
+            refuse=Refuse,
+            target=1,
+        )
         conn.execute("COMMIT")
     finally:
         conn.close()
@@ -186,16 +198,35 @@ def _old_write(
         "INSERT INTO material_versions (material_id, version, status, written_by, operator, "
         "batch_id, change, content_hash, created_at, body, body_hash, audit_seq, audit_hash) "
         "VALUES (?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?)",
-        (version.material_id, version.version, version.status, version.written_by,
-         version.operator, version.change, version.content_hash, version.created_at,
-         body_json(body), digest, entry.seq, entry.hash),
+        (
+            version.material_id,
+            version.version,
+            version.status,
+            version.written_by,
+            version.operator,
+            version.change,
+            version.content_hash,
+            version.created_at,
+            body_json(body),
+            digest,
+            entry.seq,
+            entry.hash,
+        ),
     )
     backend.execute("DELETE FROM materials WHERE material_id = ?", (version.material_id,))
     backend.execute(
         "INSERT INTO materials (material_id, current_version, status, content_hash, ema, "
         "outcomes, denials, pending_version, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)",
-        (version.material_id, version.version, version.status, version.content_hash, ema,
-         denials, denials, version.created_at),
+        (
+            version.material_id,
+            version.version,
+            version.status,
+            version.content_hash,
+            ema,
+            denials,
+            denials,
+            version.created_at,
+        ),
     )
 
 
@@ -204,11 +235,23 @@ def _old_store(backend: Backend, kind: str) -> None:
     store = backend.open()
     try:
         _registry_v1(backend)
-        v1 = MaterialVersion("fee", 1, FEE, operator="alice", written_by="kb-import@2",
-                             created_at="2026-01-05T00:00:00.000000+00:00")
+        v1 = MaterialVersion(
+            "fee",
+            1,
+            FEE,
+            operator="alice",
+            written_by="kb-import@2",
+            created_at="2026-01-05T00:00:00.000000+00:00",
+        )
         _old_write(store, backend, v1, kind=kind)
-        v2 = v1.evolve(content=FEE.replace("10", "15"), operator="bob", written_by="manual",
-                       change="edit", reason="2026", created_at="2026-02-01T00:00:00.000000+00:00")
+        v2 = v1.evolve(
+            content=FEE.replace("10", "15"),
+            operator="bob",
+            written_by="manual",
+            change="edit",
+            reason="2026",
+            created_at="2026-02-01T00:00:00.000000+00:00",
+        )
         _old_write(store, backend, v2, kind=kind, ema=0.48, denials=1)
     finally:
         store.close()
@@ -254,9 +297,7 @@ def test_a_store_written_before_registry_events_upgrades_and_verifies(
     assert audit_verify(backend, capsys)[0] == 3
     # tampering with an old change is still detected, by both checks
     first = min(
-        e.seq for e in (
-            store_changes(backend) if kind == "change" else legacy_actions(backend)
-        )
+        e.seq for e in (store_changes(backend) if kind == "change" else legacy_actions(backend))
     )
     backend.execute(
         "UPDATE audit_entries SET payload = replace(payload, 'alice', 'mallory') WHERE seq = ?",

@@ -1,4 +1,3 @@
-
 """The materials command line on both backends, and time to locate: one command from a
 complained-about request to the write that caused it."""
 

@@ -1,4 +1,3 @@
-
 """Closing the loop on both backends: a real pipeline over the reranking retriever, feedback
 that moves credibility (by attribution share when there is one), quarantine after denials, and
 trace-back from a complained-about request to the write that caused it."""

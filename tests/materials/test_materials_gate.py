@@ -1,4 +1,3 @@
-
 """The write gate on each class of input, in English and Chinese, alone and in the registry."""
 
 from __future__ import annotations

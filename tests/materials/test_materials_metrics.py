@@ -1,4 +1,3 @@
-
 """Registry gauges, collected by a real SDK reader from a real registry."""
 
 from __future__ import annotations

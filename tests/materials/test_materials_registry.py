@@ -1,4 +1,3 @@
-
 """The material registry on both store backends: versions, batches, quarantine, conflicts,
 deletion, read-hit retention and hash-chain coverage."""
 

@@ -1,4 +1,3 @@
-
 """The reranking retriever: withheld materials are never retrieved again (caches included),
 and candidates are ordered by similarity × credibility × recency."""
 

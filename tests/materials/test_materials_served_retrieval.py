@@ -180,9 +180,7 @@ def test_every_material_the_server_answers_from_is_registered_and_can_be_quarant
         model_version="extractive",
         n_samples=2,
     )
-    app = create_app(
-        plain, store=store, api_key="", reviewers={"rita": hash_token(REVIEWER)}
-    )
+    app = create_app(plain, store=store, api_key="", reviewers={"rita": hash_token(REVIEWER)})
     bearer = {"Authorization": f"Bearer {REVIEWER}"}
     try:
         with TestClient(app) as client:

@@ -145,8 +145,9 @@ def test_a_write_landing_between_verify_reads_is_not_reported_as_tampering(store
 
         def chain_read_with_a_write_before(*args: Any, **kwargs: Any) -> Any:
             for material in writes:  # once: the write lands after the tables were read
-                registry.register(material, "We keep data 90 days.", operator="ops",
-                                  written_by="ops")
+                registry.register(
+                    material, "We keep data 90 days.", operator="ops", written_by="ops"
+                )
             return original(*args, **kwargs)
 
         registry._chained_events = chain_read_with_a_write_before  # type: ignore[method-assign]

@@ -172,9 +172,11 @@ def test_serve_needs_a_journal_for_a_store_that_can_be_down(served, tmp_path, mo
     monkeypatch.setenv("TRACERAG_AUDIT_JOURNAL", str(tmp_path / "env"))
     assert _journal_for(store, None) == str(tmp_path / "env")
     store.close()
+
+
 # -- serve --app ---------------------------------------------------------------------------------
 
-APP_MODULE = '''
+APP_MODULE = """
 from langchain_core.documents import Document
 from pipeline_fixtures import FAST_RETRY, POLICIES
 from wrap_apps import cite_returns, tutorial_graph
@@ -206,7 +208,7 @@ app = build_app()
 Holder.app = app
 unwrapped = graph()
 not_an_app = 42
-'''
+"""
 
 
 @pytest.fixture

@@ -31,9 +31,7 @@ STAGES = ["register", "retrieve", "plan", "sample", "verify", "assemble"]
 def events(text: str) -> list[tuple[str, str, Any]]:
     out = []
     for block in text.strip().split("\n\n"):
-        fields = dict(
-            line.split(": ", 1) for line in block.split("\n") if not line.startswith(":")
-        )
+        fields = dict(line.split(": ", 1) for line in block.split("\n") if not line.startswith(":"))
         if "event" in fields:
             out.append((fields["event"], fields["id"], json.loads(fields["data"])))
     return out

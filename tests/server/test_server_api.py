@@ -417,10 +417,7 @@ def test_a_wrapped_chain_is_streamed_and_stored_like_a_pipeline(store):
     prompt = ChatPromptTemplate.from_messages([("human", "{context}\n{question}")])
     llm = ScriptedChatModel(responses=[GOOD_ANSWER], temperature=0.7)
     chain = (
-        {"context": retriever, "question": RunnablePassthrough()}
-        | prompt
-        | llm
-        | StrOutputParser()
+        {"context": retriever, "question": RunnablePassthrough()} | prompt | llm | StrOutputParser()
     )
     spans = SpanCapture()
     wrapped = wrap(chain, n_samples=3, audit=None, tracer_provider=spans.provider)

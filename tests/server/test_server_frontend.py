@@ -175,10 +175,10 @@ def test_the_stream_events_are_a_union_the_compiler_narrows(served):
             'import type { ErrorCode, StreamEvent } from "../client.js";\n'
             "export function label(e: StreamEvent): string {\n"
             "  switch (e.event) {\n"
-            "    case \"stage\": return e.data.stage;\n"
-            "    case \"response\": return e.data.answer ?? e.data.status;\n"
-            "    case \"error\": return e.data.error;\n"
-            "    case \"decision\": return e.data.state;\n"
+            '    case "stage": return e.data.stage;\n'
+            '    case "response": return e.data.answer ?? e.data.status;\n'
+            '    case "error": return e.data.error;\n'
+            '    case "decision": return e.data.state;\n'
             "  }\n"
             "}\n"
             'export const codes: ErrorCode[] = ["duplicate", "idempotency_key_reused"];\n'

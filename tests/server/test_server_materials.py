@@ -1,4 +1,3 @@
-
 """The desk's materials view over a real registry on both store backends: pending writes with
 the gate's reasons, conflicts, quarantined materials, each material's history; approve, reject
 and restore through the registry's audited write path under the signed-in reviewer, with CSRF

@@ -109,9 +109,7 @@ class Page:
         self.requests: list[tuple[str, str]] = []
         self.errors: list[str] = []
         self.page.on("request", lambda r: self.requests.append((r.method, r.url)))
-        self.page.on(
-            "console", lambda m: self.errors.append(m.text) if m.type == "error" else None
-        )
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
 
     def open(self, url: str) -> None:
         self.page.goto(url)

@@ -275,7 +275,14 @@ def test_summary_has_ids_roles_and_reasons_but_no_text():
     summary = result.summary()
     assert [s["material_id"] for s in summary] == [m.id for m in _materials()]
     assert set(summary[0]) == {
-        "material_id", "used", "reason", "detail", "role", "share", "position", "score"
+        "material_id",
+        "used",
+        "reason",
+        "detail",
+        "role",
+        "share",
+        "position",
+        "score",
     }
     flat = repr(summary)
     assert all(m.text not in flat for m in _materials())

@@ -23,11 +23,15 @@ def _reply(text: str, top: dict[str, float] | None = None) -> AIMessage:
     meta = {}
     if top is not None:
         first = next(iter(top))
-        meta["logprobs"] = {"content": [{
-            "token": first,
-            "logprob": math.log(top[first]),
-            "top_logprobs": [{"token": t, "logprob": math.log(p)} for t, p in top.items()],
-        }]}
+        meta["logprobs"] = {
+            "content": [
+                {
+                    "token": first,
+                    "logprob": math.log(top[first]),
+                    "top_logprobs": [{"token": t, "logprob": math.log(p)} for t, p in top.items()],
+                }
+            ]
+        }
     return AIMessage(content=text, response_metadata=meta)
 
 
@@ -97,8 +101,7 @@ def test_a_number_the_material_does_not_state_caps_a_yes():
 def test_long_material_is_asked_chunk_by_chunk_until_one_supports():
     filler = " ".join(f"Store {k} opens at nine every day." for k in range(12))
     material = f"{filler} Laptops and tablets get a 24-month warranty."
-    judge, model = _judge(_reply("No"), _reply("No"), _reply("Yes"), _reply("Yes"),
-                          chunk_chars=200)
+    judge, model = _judge(_reply("No"), _reply("No"), _reply("Yes"), _reply("Yes"), chunk_chars=200)
     result = judge(CLAIM, material)
     assert len(model.calls) >= 2 and result.supported
     assert result.sentence == "Laptops and tablets get a 24-month warranty."

@@ -22,8 +22,7 @@ from tracerag.text._sentences import CITATION_MARKER_RE, split_sentences
 
 KB = {str(d.id): d for d in load_documents()}
 RETURNS_SENTENCE = (
-    "Under Clause 4.2, unopened items can be returned within 15 days of delivery for a full "
-    "refund."
+    "Under Clause 4.2, unopened items can be returned within 15 days of delivery for a full refund."
 )
 PRICE_SENTENCE_ZH = "根据第5.1条，商品签收后7天内降价的，可申请价格保护并退还差价。"
 
@@ -73,11 +72,15 @@ def test_its_chinese_twin_is_off_topic_with_a_reason_in_english():
 @pytest.mark.parametrize(
     ("question", "answer"),
     [
-        ("How long is the warranty on a laptop?",
-         "Under Clause 6.1, laptops and tablets are covered by an extended 24-month warranty. "
-         "[warranty]"),
-        ("登录密码输错几次会锁定账户？",
-         "登录密码连续输错5次后，账户将被锁定30分钟。[account-security]"),
+        (
+            "How long is the warranty on a laptop?",
+            "Under Clause 6.1, laptops and tablets are covered by an extended 24-month warranty. "
+            "[warranty]",
+        ),
+        (
+            "登录密码输错几次会锁定账户？",
+            "登录密码连续输错5次后，账户将被锁定30分钟。[account-security]",
+        ),
     ],
     ids=["en", "zh"],
 )
@@ -90,9 +93,13 @@ def test_an_answer_that_names_the_question_addresses_it(question, answer):
 def test_a_duration_answers_a_how_long_question_in_other_words():
     report = check_relevance(
         "How long do I have to send something back?",
-        [AnswerPart("Returns are accepted within 30 days of delivery.",
-                    "Customers may return unused items within 30 days of delivery.",
-                    "Returns\nCustomers may return unused items within 30 days of delivery.")],
+        [
+            AnswerPart(
+                "Returns are accepted within 30 days of delivery.",
+                "Customers may return unused items within 30 days of delivery.",
+                "Returns\nCustomers may return unused items within 30 days of delivery.",
+            )
+        ],
     )
     assert report.addresses is True
     assert report.matched == () and report.asks_for == ("duration", "date") and report.states
@@ -156,8 +163,9 @@ def _first_sentences() -> list[AnswerPart]:
     return parts
 
 
-@pytest.mark.parametrize(("questions", "floor"), [(OFF_TOPIC_EN, 0.98), (OFF_TOPIC_ZH, 0.95)],
-                         ids=["en", "zh"])
+@pytest.mark.parametrize(
+    ("questions", "floor"), [(OFF_TOPIC_EN, 0.98), (OFF_TOPIC_ZH, 0.95)], ids=["en", "zh"]
+)
 def test_off_topic_questions_answered_with_any_knowledge_base_sentence(questions, floor):
     """Every hand-written off-topic question against every sentence of the knowledge base,
     as an answer citing its material: nearly all are flagged (the misses are a shared word by
@@ -165,16 +173,20 @@ def test_off_topic_questions_answered_with_any_knowledge_base_sentence(questions
     pairs = [(q, p) for q in questions for p in _first_sentences()]
     flagged = sum(check_relevance(q, [p]).addresses is False for q, p in pairs)
     assert flagged / len(pairs) >= floor
-    assert all(check_relevance(q, [AnswerPart(RETURNS_SENTENCE)]).addresses is False
-               for q in questions if q != "柏林墙是哪一年倒塌的？")
+    assert all(
+        check_relevance(q, [AnswerPart(RETURNS_SENTENCE)]).addresses is False
+        for q in questions
+        if q != "柏林墙是哪一年倒塌的？"
+    )
 
 
 def test_an_unsupported_claim_that_repeats_the_question_does_not_make_it_relevant():
     """Only supported claims (and what they rest on) speak for the answer: echoing the
     question in a claim the material does not back does not count."""
     echo = AnswerPart("The capital of Mars is not covered.", None, material("returns"), False)
-    report = check_relevance("What is the capital of Mars?",
-                             [echo, part(f"{RETURNS_SENTENCE} [returns]")])
+    report = check_relevance(
+        "What is the capital of Mars?", [echo, part(f"{RETURNS_SENTENCE} [returns]")]
+    )
     assert report.addresses is False
     # with nothing supported, the report still says what the answer is about
     assert check_relevance("What is the capital of Mars?", [echo]).addresses is True
@@ -206,8 +218,10 @@ class BagOfWords:
 def test_embeddings_judge_by_similarity_and_chinese_falls_back_to_the_lexical_check():
     emb = BagOfWords()
     check = AnswerRelevance(embeddings=emb, min_similarity=0.3)
-    on = check.check("How do I get my money back after a return?",
-                     [AnswerPart("A refund is paid after the return is received.")])
+    on = check.check(
+        "How do I get my money back after a return?",
+        [AnswerPart("A refund is paid after the return is received.")],
+    )
     assert on.method == "embeddings" and on.addresses is True
     assert on.similarity is not None and on.similarity >= 0.3 and on.min_similarity == 0.3
     off = check.check("What is the capital of Mars?", [part(f"{RETURNS_SENTENCE} [returns]")])
@@ -235,8 +249,9 @@ def test_a_support_backend_lends_its_embeddings_only_when_they_were_measured():
     check = AnswerRelevance()
     assert not check.uses_embeddings(Backend(BagOfWords()))
     assert check.uses_embeddings(Backend(measured))
-    report = check.check("What is the capital of Mars?", [AnswerPart(RETURNS_SENTENCE)],
-                         backend=Backend(measured))
+    report = check.check(
+        "What is the capital of Mars?", [AnswerPart(RETURNS_SENTENCE)], backend=Backend(measured)
+    )
     assert report.method == "embeddings" and report.min_similarity == 0.5
 
 
@@ -271,6 +286,5 @@ def test_minilm_reads_the_paraphrase_the_lexical_check_misses():
     )
     assert money.method == "embeddings" and money.addresses is True
     for question in OFF_TOPIC_EN:
-        report = check_relevance(question, [part(f"{RETURNS_SENTENCE} [returns]")],
-                                 embeddings=emb)
+        report = check_relevance(question, [part(f"{RETURNS_SENTENCE} [returns]")], embeddings=emb)
         assert report.addresses is False, (question, report.similarity)

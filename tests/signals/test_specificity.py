@@ -43,8 +43,9 @@ def _verdict(answer: str, text: str, question: str | None, backend: str = "lexic
     ids=["en", "zh"],
 )
 @pytest.mark.parametrize("backend", ["lexical", "learned"])
-def test_general_claim_does_not_answer_the_specific_question(answer, text, question, rival,
-                                                              backend):
+def test_general_claim_does_not_answer_the_specific_question(
+    answer, text, question, rival, backend
+):
     assert _verdict(answer, text, None, backend).verdict == "supported"  # as before, alone
     verdict = _verdict(answer, text, question, backend)
     assert verdict.verdict == "unsupported"
@@ -98,20 +99,40 @@ def test_the_specific_case_stated_in_the_same_sentence_is_found_by_its_clause():
 
 
 def test_amounts_and_percentages_have_rivals_too():
-    text = ("Shipping costs $5 per order. Orders to Hong Kong cost $25 to ship. "
-            "Members get 5% off. Gold members get 10% off every order.")
-    assert _verdict("Shipping costs $5 per order [warranty].", text,
-                    "How much does shipping to Hong Kong cost?").verdict == "unsupported"
-    assert _verdict("Members get 5% off [warranty].", text,
-                    "What discount do gold members get?").verdict == "unsupported"
-    assert _verdict("Shipping costs $5 per order [warranty].", text,
-                    "How much does shipping cost?").verdict == "supported"
+    text = (
+        "Shipping costs $5 per order. Orders to Hong Kong cost $25 to ship. "
+        "Members get 5% off. Gold members get 10% off every order."
+    )
+    assert (
+        _verdict(
+            "Shipping costs $5 per order [warranty].",
+            text,
+            "How much does shipping to Hong Kong cost?",
+        ).verdict
+        == "unsupported"
+    )
+    assert (
+        _verdict(
+            "Members get 5% off [warranty].", text, "What discount do gold members get?"
+        ).verdict
+        == "unsupported"
+    )
+    assert (
+        _verdict(
+            "Shipping costs $5 per order [warranty].", text, "How much does shipping cost?"
+        ).verdict
+        == "supported"
+    )
 
 
 def test_question_subject_drops_asking_words_and_what_the_claim_says():
     assert question_subject(LAPTOP_Q, "All new devices carry a 12-month warranty") == ("laptop",)
     assert question_subject(LAPTOP_Q_ZH, "所有新设备均享有12个月保修") == (
-        "笔记", "记本", "本电", "电脑", "修期"
+        "笔记",
+        "记本",
+        "本电",
+        "电脑",
+        "修期",
     )
     assert question_subject("How long is the warranty?", "The warranty lasts 12 months") == ()
 
@@ -119,12 +140,28 @@ def test_question_subject_drops_asking_words_and_what_the_claim_says():
 def test_only_a_supported_verdict_is_withdrawn_and_nothing_without_a_question():
     backend = get_backend("lexical")
     unsupported = backend("All new devices carry a 6-month warranty.", WARRANTY)
-    assert check_specificity(LAPTOP_Q, "All new devices carry a 6-month warranty.", WARRANTY,
-                             unsupported, threshold=backend.threshold) is unsupported
+    assert (
+        check_specificity(
+            LAPTOP_Q,
+            "All new devices carry a 6-month warranty.",
+            WARRANTY,
+            unsupported,
+            threshold=backend.threshold,
+        )
+        is unsupported
+    )
     supported = backend("All new devices carry a 12-month warranty.", WARRANTY)
     for question in (None, "", "   "):
-        assert check_specificity(question, "All new devices carry a 12-month warranty.",
-                                 WARRANTY, supported, threshold=0.45) is supported
+        assert (
+            check_specificity(
+                question,
+                "All new devices carry a 12-month warranty.",
+                WARRANTY,
+                supported,
+                threshold=0.45,
+            )
+            is supported
+        )
     assert find_conflict(LAPTOP_Q, "New devices carry a warranty.", WARRANTY) is None
 
 
@@ -143,8 +180,13 @@ def test_the_pipeline_routes_the_general_answer_to_the_specific_question(spans, 
     retriever = build_vectorstore(documents).as_retriever(search_kwargs={"k": 6})
     llm = scripted([GENERAL])
     pipeline = RAGPipeline(
-        retriever, llm, prompt_version="test-prompt-v1", model_version=llm.model_name,
-        n_samples=3, retry=FAST_RETRY, tracer_provider=spans.provider,
+        retriever,
+        llm,
+        prompt_version="test-prompt-v1",
+        model_version=llm.model_name,
+        n_samples=3,
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
     )
     response = pipeline.invoke(LAPTOP_Q)
     assert response.claims[0].verdict == "unsupported"
@@ -154,8 +196,13 @@ def test_the_pipeline_routes_the_general_answer_to_the_specific_question(spans, 
     assert ticket.candidate_answer == GENERAL
     # flagged rather than withheld (every confidence reviews), the caller sees it too
     flagged = RAGPipeline(
-        retriever, llm, prompt_version="test-prompt-v1", model_version=llm.model_name,
-        n_samples=3, retry=FAST_RETRY, tracer_provider=spans.provider,
+        retriever,
+        llm,
+        prompt_version="test-prompt-v1",
+        model_version=llm.model_name,
+        n_samples=3,
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
         thresholds=Thresholds(pass_at=1.0, review_at=0.0),
     ).invoke(LAPTOP_Q)
     assert flagged.decision == "review"

@@ -244,9 +244,7 @@ async def test_served_requests_do_not_wait_for_another_requests_slow_judge(tmp_p
 
         async def fast() -> dict[str, Any]:
             await _when(events, "judge started")
-            reply = await client.post(
-                "/v1/answer", json={"question": SHIPPING_QUESTION}
-            )
+            reply = await client.post("/v1/answer", json={"question": SHIPPING_QUESTION})
             events.append("fast answered")
             model.open_gate()
             return reply.json()
@@ -264,8 +262,9 @@ def test_usage_scope_counts_sync_judge_calls_and_cache_hits():
         assert judge(claim, RETURNS).supported
         assert judge(claim, RETURNS).supported
     assert (usage.calls, usage.input_tokens, usage.output_tokens, usage.cached) == (1, 100, 10, 1)
-    report = verify_citations(claim + " [returns]", [Material(id="returns", text=RETURNS)],
-                              backend=judge)
+    report = verify_citations(
+        claim + " [returns]", [Material(id="returns", text=RETURNS)], backend=judge
+    )
     assert report.valid
 
 

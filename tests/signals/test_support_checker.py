@@ -73,9 +73,7 @@ def test_long_material_is_chunked_and_the_best_chunk_wins(checker: CheckerSuppor
     chunks = _chunks(checker, SUPPORTED)
     assert len(chunks) == 3 and "zebra" in chunks[-1]
     assert " ".join(chunks) == MATERIAL  # every sentence in exactly one chunk, in order
-    expected = [
-        _sigmoid_support(tiny.reference_logits(f"{c}</s>{SUPPORTED}"), 1) for c in chunks
-    ]
+    expected = [_sigmoid_support(tiny.reference_logits(f"{c}</s>{SUPPORTED}"), 1) for c in chunks]
     result = checker(SUPPORTED, MATERIAL)
     assert result.score == pytest.approx(max(expected), abs=1e-5)
     assert max(expected) == expected[-1] > checker.threshold > max(expected[:-1])
@@ -129,8 +127,9 @@ def test_lexical_hard_checks_overrule_the_model(checker: CheckerSupport, claim: 
 
 def test_a_claim_of_several_sentences_is_as_strong_as_its_weakest(checker: CheckerSupport):
     both = checker(f"{SUPPORTED} {OTHER}", MATERIAL)
-    assert both.score == pytest.approx(min(checker(SUPPORTED, MATERIAL).score,
-                                           checker(OTHER, MATERIAL).score), abs=1e-6)
+    assert both.score == pytest.approx(
+        min(checker(SUPPORTED, MATERIAL).score, checker(OTHER, MATERIAL).score), abs=1e-6
+    )
     assert "weakest of 2 claim sentences" in both.reason
 
 
@@ -169,6 +168,7 @@ def test_verdicts_are_cached_and_async_checks_run_off_the_event_loop(tiny):
 
     checker._model.probabilities = recording  # type: ignore[method-assign]
     try:
+
         async def main() -> None:
             loop_thread = threading.current_thread().name
             first = await checker.acheck(SUPPORTED, MATERIAL)
@@ -235,20 +235,38 @@ def _torch_checker(folder: Path, kind: str):
     folder.mkdir(parents=True)
     tok = _tokenizer(folder, 32, vocab_size=256)
     fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-        unk_token="<unk>", model_max_length=32,
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        model_max_length=32,
     )
     assert fast.convert_tokens_to_ids(SPECIALS) == [0, 1, 2, 3]
     if kind == "seq2seq":
-        config = transformers.T5Config(vocab_size=256, d_model=16, d_kv=4, d_ff=32, num_layers=1,
-                                       num_heads=2, decoder_start_token_id=0, pad_token_id=1,
-                                       eos_token_id=2)
+        config = transformers.T5Config(
+            vocab_size=256,
+            d_model=16,
+            d_kv=4,
+            d_ff=32,
+            num_layers=1,
+            num_heads=2,
+            decoder_start_token_id=0,
+            pad_token_id=1,
+            eos_token_id=2,
+        )
         model = transformers.T5ForConditionalGeneration(config)
     else:
-        config = transformers.RobertaConfig(vocab_size=256, hidden_size=16, num_hidden_layers=1,
-                                            num_attention_heads=2, intermediate_size=32,
-                                            max_position_embeddings=40, pad_token_id=1,
-                                            num_labels=2)
+        config = transformers.RobertaConfig(
+            vocab_size=256,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=40,
+            pad_token_id=1,
+            num_labels=2,
+        )
         model = transformers.RobertaForSequenceClassification(config)
     model.eval()
     model.save_pretrained(folder)

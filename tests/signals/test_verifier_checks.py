@@ -26,8 +26,9 @@ def test_a_number_stated_only_in_another_sentence_is_not_support(backend):
     assert not result.supported
     assert "12-month" in result.mismatches
     assert "24-month" in result.reason
-    assert backend("Under Clause 6.1, laptops are covered by an extended 24-month warranty.",
-                   WARRANTY).supported
+    assert backend(
+        "Under Clause 6.1, laptops are covered by an extended 24-month warranty.", WARRANTY
+    ).supported
 
 
 def test_chinese_number_stated_only_elsewhere_is_not_support(backend):
@@ -44,8 +45,10 @@ def test_a_question_in_the_material_supports_nothing(backend):
 
 def test_a_preamble_naming_the_source_is_not_content(backend):
     material = "Adults need seven or more hours of sleep each night for good health."
-    claim = "According to the National Institutes of Health, adults need seven or more hours " \
-            "of sleep each night."
+    claim = (
+        "According to the National Institutes of Health, adults need seven or more hours "
+        "of sleep each night."
+    )
     assert backend(claim, material).supported
 
 
@@ -57,8 +60,9 @@ def test_a_reversed_comparison_is_not_support(backend):
 
 
 def test_each_coordinated_part_must_be_stated(backend):
-    claim = "Under Clause 6.1, laptops and dishwashers are covered by an extended 24-month " \
-            "warranty."
+    claim = (
+        "Under Clause 6.1, laptops and dishwashers are covered by an extended 24-month warranty."
+    )
     result = backend(claim, WARRANTY)
     assert not result.supported and "dishwashers" in result.reason
 
@@ -107,8 +111,9 @@ def test_a_chinese_word_swapped_wholesale_is_not_support(backend):
     # a verb or auxiliary said another way is a paraphrase, not a swap
     assert backend("更换绑定手机号必须通过原手机号短信或人脸识别验证。", material).supported
     material = "在校学生完成学生认证后，购买笔记本电脑和平板电脑可享受5%的折扣。"
-    assert not backend("在校学生完成学生认证后，购买笔记本电脑和手机可享受5%的折扣。",
-                       material).supported
+    assert not backend(
+        "在校学生完成学生认证后，购买笔记本电脑和手机可享受5%的折扣。", material
+    ).supported
 
 
 def test_the_combiner_with_similarities_needs_embeddings():
@@ -127,8 +132,11 @@ def test_learned_with_minilm_keeps_the_checks_and_accepts_a_restatement():
     claim = "Under Clause 6.1, laptops are covered by an extended 12-month warranty."
     result = backend(claim, WARRANTY)
     assert not result.supported and "12-month" in result.mismatches
-    assert backend("Under Clause 6.1, laptops are covered by an extended 24-month warranty.",
-                   WARRANTY).supported
-    reversed_ = backend("Magnesium is more reactive than calcium.",
-                        "Calcium is more reactive than magnesium, and both react with water.")
+    assert backend(
+        "Under Clause 6.1, laptops are covered by an extended 24-month warranty.", WARRANTY
+    ).supported
+    reversed_ = backend(
+        "Magnesium is more reactive than calcium.",
+        "Calcium is more reactive than magnesium, and both react with water.",
+    )
     assert not reversed_.supported

@@ -51,8 +51,8 @@ class TinyModel:
 
     def reference_logits(self, text: str | tuple[str, str]) -> np.ndarray:
         """The model's logits for one input, computed with numpy (no padding, no batch)."""
-        enc = self.tokenizer.encode(*text) if isinstance(text, tuple) else self.tokenizer.encode(
-            text
+        enc = (
+            self.tokenizer.encode(*text) if isinstance(text, tuple) else self.tokenizer.encode(text)
         )
         pooled = self.embeddings[enc.ids].mean(axis=0)
         return pooled @ self.head + self.bias
@@ -169,8 +169,9 @@ def classifier(
     return TinyModel(folder, tok, emb, head, bias)
 
 
-def seq2seq(folder: Path, *, max_length: int = 32, seed: int = 0,
-            label_ids: tuple[int, int] = (3, 209)) -> TinyModel:
+def seq2seq(
+    folder: Path, *, max_length: int = 32, seed: int = 0, label_ids: tuple[int, int] = (3, 209)
+) -> TinyModel:
     """A seq2seq checker in the layout of an ONNX export (encoder and decoder), MiniCheck-Flan-T5
     style: the first decoder step's logits over ``label_ids`` decide."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -189,8 +190,11 @@ def seq2seq(folder: Path, *, max_length: int = 32, seed: int = 0,
             helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
             helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"]),
         ],
-        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT,
-                                       ["batch", "seq", DIM])],
+        [
+            helper.make_tensor_value_info(
+                "last_hidden_state", TensorProto.FLOAT, ["batch", "seq", DIM]
+            )
+        ],
         initializer=[numpy_helper.from_array(emb, "E"), _axes()[1]],
     )
     _save(encoder, folder / "encoder_model.onnx")
@@ -198,8 +202,9 @@ def seq2seq(folder: Path, *, max_length: int = 32, seed: int = 0,
         [
             helper.make_node("Cast", ["encoder_attention_mask"], ["maskf"], to=TensorProto.FLOAT),
             helper.make_node("Unsqueeze", ["maskf", "axis2"], ["mask3"]),
-            helper.make_node("ReduceSum", ["encoder_hidden_states", "axis1"], ["summed"],
-                             keepdims=0),
+            helper.make_node(
+                "ReduceSum", ["encoder_hidden_states", "axis1"], ["summed"], keepdims=0
+            ),
             helper.make_node("ReduceSum", ["mask3", "axis1"], ["count"], keepdims=0),
             helper.make_node("Div", ["summed", "count"], ["pooled"]),
             helper.make_node("MatMul", ["pooled", "W"], ["scores"]),
@@ -209,14 +214,19 @@ def seq2seq(folder: Path, *, max_length: int = 32, seed: int = 0,
         "tiny-decoder",
         [
             helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", 1]),
-            helper.make_tensor_value_info("encoder_attention_mask", TensorProto.INT64,
-                                          ["batch", "seq"]),
-            helper.make_tensor_value_info("encoder_hidden_states", TensorProto.FLOAT,
-                                          ["batch", "seq", DIM]),
+            helper.make_tensor_value_info(
+                "encoder_attention_mask", TensorProto.INT64, ["batch", "seq"]
+            ),
+            helper.make_tensor_value_info(
+                "encoder_hidden_states", TensorProto.FLOAT, ["batch", "seq", DIM]
+            ),
         ],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 1, vocab])],
-        initializer=[numpy_helper.from_array(head, "W"), numpy_helper.from_array(bias, "b"),
-                     *_axes()],
+        initializer=[
+            numpy_helper.from_array(head, "W"),
+            numpy_helper.from_array(bias, "b"),
+            *_axes(),
+        ],
     )
     _save(decoder, folder / "decoder_model.onnx")
     config = {

@@ -42,8 +42,11 @@ RETURNS = Material(
 PRICE = Material(
     id="price-protection", text="现行价格保护规则自2025年1月1日起生效。秒杀商品不在价格保护范围内。"
 )
-OLD = Material(id="returns-2023", text="Any item can be returned within 30 days.",
-               metadata={"superseded_by": "returns"})
+OLD = Material(
+    id="returns-2023",
+    text="Any item can be returned within 30 days.",
+    metadata={"superseded_by": "returns"},
+)
 MATERIALS = [WARRANTY, CARE, RETURNS, PRICE, OLD]
 
 
@@ -137,8 +140,9 @@ def test_mutations_leave_other_claims_alone():
 
 
 def test_mutate_answer_picks_a_cited_claim():
-    m = mutate_answer("Opened items cannot be returned. [returns]", MATERIALS, "negation",
-                      random.Random(1))
+    m = mutate_answer(
+        "Opened items cannot be returned. [returns]", MATERIALS, "negation", random.Random(1)
+    )
     assert m is not None and m.kind == "negation"
     assert mutate_answer("No citation here.", MATERIALS, "number", random.Random(1)) is None
 
@@ -214,9 +218,17 @@ def test_report_passes_the_default_floors(report):
 
 
 def test_a_missed_floor_fails_the_report(demo):
-    strict = run_adversarial(demo[:20], floors={"entity": 1.0, "negation": 1.0, "number": 1.0,
-                                                "wrong_material": 1.0, "date": 1.0,
-                                                "fabricated": 1.0})
+    strict = run_adversarial(
+        demo[:20],
+        floors={
+            "entity": 1.0,
+            "negation": 1.0,
+            "number": 1.0,
+            "wrong_material": 1.0,
+            "date": 1.0,
+            "fabricated": 1.0,
+        },
+    )
     if all(r.ok for r in strict.kinds.values()):
         pytest.skip("this subset happens to intercept everything")
     assert not strict.ok and "< floor" in "".join(strict.failures())

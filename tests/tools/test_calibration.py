@@ -55,8 +55,13 @@ def synthetic(n: int = 400, seed: int = 0) -> list[Example]:
         right = bool(rng.random() < score**2 * (0.6 + 0.4 * consistency))
         out.append(
             Example(
-                signals(score, consistency, retrieval_margin=float(rng.random()) / 5,
-                        semantic_entropy=float(1 - consistency), citation_coverage=1.0),
+                signals(
+                    score,
+                    consistency,
+                    retrieval_margin=float(rng.random()) / 5,
+                    semantic_entropy=float(1 - consistency),
+                    citation_coverage=1.0,
+                ),
                 right,
             )
         )
@@ -89,11 +94,23 @@ def test_reads_signal_rows_responses_and_records(tmp_path):
         "rules": [{"name": "no-pii", "passed": False, "required": True}],
     }
     rows = [
-        {"signals": {"citation_score": 1.0, "self_consistency": 0.8, "plan_ok": True,
-                     "fabricated": False, "retrieval_margin": None}, "correct": True},
+        {
+            "signals": {
+                "citation_score": 1.0,
+                "self_consistency": 0.8,
+                "plan_ok": True,
+                "fabricated": False,
+                "retrieval_margin": None,
+            },
+            "correct": True,
+        },
         {"request_id": "r1", "signal_detail": detail, "label": "incorrect"},
-        {"request_id": "r2", "signals": {"citations": {}}, "response": {"signal_detail": detail},
-         "correct": 1},
+        {
+            "request_id": "r2",
+            "signals": {"citations": {}},
+            "response": {"signal_detail": detail},
+            "correct": 1,
+        },
         {"signals": {"citation_score": 0.2}},  # no label: skipped
     ]
     path = tmp_path / "data.jsonl"
@@ -330,8 +347,10 @@ def test_calibrate_command(tmp_path, capsys):
 
 def test_calibrate_command_isotonic_json(tmp_path, capsys):
     out = tmp_path / "iso.json"
-    assert main(["calibrate", str(EXAMPLE_DATA), "--method", "isotonic", "--out", str(out),
-                 "--json"]) == 0
+    assert (
+        main(["calibrate", str(EXAMPLE_DATA), "--method", "isotonic", "--out", str(out), "--json"])
+        == 0
+    )
     printed = json.loads(capsys.readouterr().out)
     assert printed["calibration"]["id"].startswith("isotonic-")
 

@@ -327,14 +327,26 @@ def test_a_window_is_sampled_stably_and_capped_as_a_whole(store):
     since = "2000-01-01T00:00:00+00:00"
     with pytest.raises(CostTooHigh):
         explain_window(
-            store, model(reader), rate=1.0, since=since, max_calls=10,
-            prompt_version="p1", model_version="reader", retry=FAST_RETRY,
+            store,
+            model(reader),
+            rate=1.0,
+            since=since,
+            max_calls=10,
+            prompt_version="p1",
+            model_version="reader",
+            retry=FAST_RETRY,
         )
     announced = []
     reports, skipped = explain_window(
-        store, model(reader), rate=1.0, since=since, counterfactuals=0,
+        store,
+        model(reader),
+        rate=1.0,
+        since=since,
+        counterfactuals=0,
         announce=lambda rids, total: announced.append((rids, total)),
-        prompt_version="p1", model_version="reader", retry=FAST_RETRY,
+        prompt_version="p1",
+        model_version="reader",
+        retry=FAST_RETRY,
     )
     assert sorted(r.request_id for r in reports) == sorted(ids) and skipped == []
     assert announced[0][1] == sum(r.plan.model_calls for r in reports)
@@ -355,16 +367,32 @@ def test_the_command_explains_a_demo_request_end_to_end(tmp_path, capsys, _own_t
     import json
 
     path = str(tmp_path / "audit.sqlite")
-    assert cli.main(["demo", "--store", path, "--question", QUESTION, "--samples", "2",
-                     "--traces", str(tmp_path / "t.jsonl"), "--json"]) == 0
+    assert (
+        cli.main(
+            [
+                "demo",
+                "--store",
+                path,
+                "--question",
+                QUESTION,
+                "--samples",
+                "2",
+                "--traces",
+                str(tmp_path / "t.jsonl"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     response = json.loads(capsys.readouterr().out)[0]["response"]
     rid = response["request_id"]
     assert cli.main(["explain", rid, "--store", path, "--max-calls", "2"]) == 4
     assert "raise --max-calls" in capsys.readouterr().err
     traces = tmp_path / "explain.jsonl"
-    assert cli.main(
-        ["explain", rid, "--store", path, "--paraphrase-auto", "--traces", str(traces)]
-    ) == 0
+    assert (
+        cli.main(["explain", rid, "--store", path, "--paraphrase-auto", "--traces", str(traces)])
+        == 0
+    )
     out = capsys.readouterr().out
     spans = [json.loads(line) for line in traces.read_text().splitlines() if line.strip()]
     (root,) = [s for s in spans if s["name"] == sc.SPAN_EXPLAIN]
@@ -389,8 +417,13 @@ def test_a_record_from_before_attribution_is_explained_from_its_claims(tmp_path)
     captured = []
     llm = model(reader)
     RAGPipeline(
-        build_retriever(k=4), llm, prompt_version="p1", model_version="reader", n_samples=2,
-        retry=FAST_RETRY, audit=lambda r: captured.append(r) or True,
+        build_retriever(k=4),
+        llm,
+        prompt_version="p1",
+        model_version="reader",
+        n_samples=2,
+        retry=FAST_RETRY,
+        audit=lambda r: captured.append(r) or True,
     ).invoke(QUESTION)
     (record,) = captured
     del record["signals"]["attribution"]  # as a record written before attribution existed

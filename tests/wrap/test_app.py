@@ -94,7 +94,9 @@ def test_wrap_refuses_when_versions_cannot_be_determined(retriever):
 def test_wrap_retries_a_failing_chain_then_answers(retriever, spans):
     llm = ScriptedChatModel(responder=positional_answer, fail_first=2)
     response = wrap(
-        standard_chain(retriever, llm), n_samples=1, retry=FAST_RETRY,
+        standard_chain(retriever, llm),
+        n_samples=1,
+        retry=FAST_RETRY,
         tracer_provider=spans.provider,
     ).invoke(QUESTION)
     assert response.signal_detail.samples_ok == 1
@@ -141,9 +143,7 @@ async def test_wrap_keeps_a_sample_that_fails_for_good_with_its_error(retriever,
     assert len(retried) == 2 * (FAST_RETRY.attempts - 1)
 
 
-async def test_wrap_a_failing_retrieval_is_kept_and_the_runs_materials_are_cited(
-    retriever, spans
-):
+async def test_wrap_a_failing_retrieval_is_kept_and_the_runs_materials_are_cited(retriever, spans):
     records: list[dict] = []
     flaky = FlakyRetriever(inner=retriever)
     llm = ScriptedChatModel(responder=positional_answer, temperature=0.7)

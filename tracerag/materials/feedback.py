@@ -144,9 +144,7 @@ class FeedbackResult:
 
 
 def _materials(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    return {
-        m.id: m.model_dump() for m in AuditRecord.parse(record).materials if m.id is not None
-    }
+    return {m.id: m.model_dump() for m in AuditRecord.parse(record).materials if m.id is not None}
 
 
 def _cited(record: Mapping[str, Any]) -> list[str]:
@@ -485,13 +483,9 @@ def record_feedback(
     return result
 
 
-def request_explanation(
-    registry: MaterialRegistry, request_id: str, actor: str, why: str
-) -> None:
+def request_explanation(registry: MaterialRegistry, request_id: str, actor: str, why: str) -> None:
     """Queue an offline explanation of a request (``tracerag explain --queued`` runs it)."""
-    registry.store.append_action(
-        request_id, KIND_EXPLANATION_REQUESTED, actor, {"why": why}, why
-    )
+    registry.store.append_action(request_id, KIND_EXPLANATION_REQUESTED, actor, {"why": why}, why)
 
 
 def record_review_outcome(request_id: str, *, registry: MaterialRegistry) -> FeedbackResult | None:

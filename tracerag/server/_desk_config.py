@@ -227,8 +227,7 @@ def _dimension(item: Any, where: str) -> Dimension:
         or scale[1] - scale[0] + 1 > MAX_STEPS
     ):
         raise ConfigurationError(
-            f"{where}: 'scale' is [low, high], whole numbers, low < high, "
-            f"at most {MAX_STEPS} steps"
+            f"{where}: 'scale' is [low, high], whole numbers, low < high, at most {MAX_STEPS} steps"
         )
     words = []
     for key in ("low", "high"):

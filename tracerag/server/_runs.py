@@ -457,9 +457,7 @@ class RunBook:
         )
         return run, False
 
-    async def _execute(
-        self, run: Run, data: dict[str, Any], runner: Runner, record: bool
-    ) -> None:
+    async def _execute(self, run: Run, data: dict[str, Any], runner: Runner, record: bool) -> None:
         def on_stage(event: StageEvent) -> None:
             run.add("stage", event.to_dict())
 

@@ -431,8 +431,14 @@ class Attribution:
         return [m.summary() for m in self.materials]
 
 
-def _detail(reason: str, validity: tuple[str, str] | None, score: float | None,
-            floor: float | None, n_cited: int, n_supported: int) -> str:
+def _detail(
+    reason: str,
+    validity: tuple[str, str] | None,
+    score: float | None,
+    floor: float | None,
+    n_cited: int,
+    n_supported: int,
+) -> str:
     if reason in (STALE, OUTSIDE_VALIDITY) and validity is not None:
         return validity[1]
     if reason == BELOW_FLOOR:
@@ -478,8 +484,7 @@ def attribute(
         if claim.supported:
             supports.setdefault(claim.material_id, []).append(i)  # type: ignore[arg-type]
     shares = {
-        m.id: round(len(supports[m.id]) * weight, 6) if m.id in supports else 0.0
-        for m in materials
+        m.id: round(len(supports[m.id]) * weight, 6) if m.id in supports else 0.0 for m in materials
     }
     top_share = max(shares.values(), default=0.0)
 

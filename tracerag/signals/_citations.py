@@ -159,8 +159,12 @@ class _Plan:
             _conclude(
                 verdict,
                 [
-                    (check_specificity(question, verdict.text, m.text, next(results),
-                                       threshold=threshold), m)
+                    (
+                        check_specificity(
+                            question, verdict.text, m.text, next(results), threshold=threshold
+                        ),
+                        m,
+                    )
                     for m in targets
                 ],
                 stale,

@@ -61,9 +61,7 @@ class ConclusionEquivalence:
         return overlap >= self.min_overlap
 
 
-def _quantities_compatible(
-    a: frozenset[tuple[Any, ...]], b: frozenset[tuple[Any, ...]]
-) -> bool:
+def _quantities_compatible(a: frozenset[tuple[Any, ...]], b: frozenset[tuple[Any, ...]]) -> bool:
     # one answer may state fewer facts, but none may state a different value for the same kind
     if a <= b or b <= a:
         return True

@@ -203,9 +203,7 @@ class EmbeddingSupport(SyncSupportBackend):
         order = sorted(range(len(per_sentence)), key=lambda i: -per_sentence[i])
         best = order[0]
         # the lexical penalties (names, quantities, negation) apply to the blend
-        score, reasons = analysis.adjust(
-            w * max(sims) + (1.0 - w) * analysis.score, self.threshold
-        )
+        score, reasons = analysis.adjust(w * max(sims) + (1.0 - w) * analysis.score, self.threshold)
         if lexical.mismatches:
             score = min(score, lexical.score)
         supported = score >= self.threshold and not lexical.mismatches
@@ -290,9 +288,7 @@ def _load_minilm(
             options = ort.SessionOptions()
             if threads:
                 options.intra_op_num_threads = threads
-            session = ort.InferenceSession(
-                str(model), options, providers=["CPUExecutionProvider"]
-            )
+            session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
             tokenizer = Tokenizer.from_file(str(tokenizer_file))
             tokenizer.enable_truncation(max_length=max_length)
             tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
@@ -375,8 +371,10 @@ class MiniLMEmbeddings(Embeddings):
     def cache_key(self) -> tuple[Any, ...]:
         """What the vectors depend on (the files as they are on disk, the input length): equal
         keys give equal vectors, so backends may share them."""
-        files = [(str(p.resolve()), p.stat().st_mtime_ns, p.stat().st_size)
-                 for p in (self.model_path, self.tokenizer_path)]
+        files = [
+            (str(p.resolve()), p.stat().st_mtime_ns, p.stat().st_size)
+            for p in (self.model_path, self.tokenizer_path)
+        ]
         return ("minilm", *files, self.max_length)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:

@@ -281,15 +281,23 @@ def _parse_yes_no(message: Any) -> dict[str, Any]:
     checker); otherwise the reply must start with Yes or No, which scores 1 or 0."""
     probability = _first_token_yes(message)
     if probability is not None:
-        return {"supported": probability >= 0.5, "quote": "", "score": probability,
-                "logprobs": True}
+        return {
+            "supported": probability >= 0.5,
+            "quote": "",
+            "score": probability,
+            "logprobs": True,
+        }
     text = _message_text(message).strip()
     found = _YES_NO_RE.match(text)
     if not found:
         raise _Malformed(f"the reply {text[:60]!r} is neither Yes nor No")
     said_yes = found.group(1).lower() == "yes"
-    return {"supported": said_yes, "quote": "", "score": 1.0 if said_yes else 0.0,
-            "logprobs": False}
+    return {
+        "supported": said_yes,
+        "quote": "",
+        "score": 1.0 if said_yes else 0.0,
+        "logprobs": False,
+    }
 
 
 class JudgeSupport:
@@ -452,9 +460,7 @@ class JudgeSupport:
     def _retry_args(self) -> dict[str, Any]:
         return {
             "stop": stop_after_attempt(self.max_attempts),
-            "wait": wait_exponential(
-                multiplier=self.retry_wait, max=max(self.retry_wait * 8, 0.0)
-            ),
+            "wait": wait_exponential(multiplier=self.retry_wait, max=max(self.retry_wait * 8, 0.0)),
             "retry": retry_if_exception_type(Exception),
             "reraise": True,
         }
@@ -463,8 +469,11 @@ class JudgeSupport:
         self, messages: list[BaseMessage], reply: str, exc: _Malformed
     ) -> list[BaseMessage]:
         if self.style == "minicheck":
-            return [*messages, AIMessage(content=reply),
-                    HumanMessage(content='Answer with "Yes" or "No" only.')]
+            return [
+                *messages,
+                AIMessage(content=reply),
+                HumanMessage(content='Answer with "Yes" or "No" only.'),
+            ]
         return [
             *messages,
             AIMessage(content=reply),
@@ -634,8 +643,9 @@ class JudgeSupport:
             reasons.append(f"after {asked.attempts} attempts")
         inside = [s for s in split_sentences(material_text) if span[0] <= s.start < span[1]]
         claim_terms = set(content_terms(claim))
-        best = max(inside, key=lambda s: len(claim_terms & set(content_terms(s.text))),
-                   default=None)
+        best = max(
+            inside, key=lambda s: len(claim_terms & set(content_terms(s.text))), default=None
+        )
         start, end = (best.start, best.end) if best is not None else span
         return Support(
             score=round(max(0.0, min(1.0, score)), 6),

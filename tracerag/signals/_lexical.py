@@ -115,7 +115,7 @@ def _is_entity(claim: str, start: int, end: int) -> bool:
     if not word[:1].isupper():
         return False
     before = claim[:start].rstrip()
-    return bool(before) and before[-1] not in ".!?。！？:;\"“"
+    return bool(before) and before[-1] not in '.!?。！？:;"“'
 
 
 class LexicalSupport(SyncSupportBackend):
@@ -283,9 +283,7 @@ class _Analysis:
     @property
     def hard_mismatch(self) -> bool:
         """Whether a check fails that no amount of overlap makes up for."""
-        return bool(
-            self.mismatches or self.comparison or self.missing_conjunct or self.swapped
-        )
+        return bool(self.mismatches or self.comparison or self.missing_conjunct or self.swapped)
 
     def to_support(
         self,
@@ -408,9 +406,7 @@ def _swaps(
     or place; or a word swapped where a noun stands ("per tablet"; 的/量词 + noun, or first in
     a Chinese clause)."""
     by_token = {t.token: t for t in terms}
-    order = sorted(
-        ((a, t.token) for t in terms for a, _ in t.spans), key=lambda x: x[0]
-    )
+    order = sorted(((a, t.token) for t in terms for a, _ in t.spans), key=lambda x: x[0])
     claim_seq = [tok for _, tok in order]
     out: list[tuple[str, str]] = []
     blocks = _opcodes(tuple(claim_seq), tuple(sentence_seq))
@@ -445,9 +441,7 @@ def _swaps(
 
 
 @lru_cache(maxsize=4096)
-def _opcodes(
-    a: tuple[str, ...], b: tuple[str, ...]
-) -> tuple[tuple[str, int, int, int, int], ...]:
+def _opcodes(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[tuple[str, int, int, int, int], ...]:
     """How to turn word sequence ``a`` into ``b`` (``difflib`` opcodes, no junk heuristic)."""
     return tuple(difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes())
 
@@ -681,16 +675,21 @@ def analyse(
                 if t.token in toks:
                     row[k] = 1.0
                 elif p.partial_credit and (
-                    (t.token.isascii() and t.token[: p.prefix_len] in prefixes
-                     and len(t.token) >= p.prefix_len)
-                    or (len(t.token) == 2 and not t.token.isascii()
-                        and set(t.token) <= view.chars[i])
+                    (
+                        t.token.isascii()
+                        and t.token[: p.prefix_len] in prefixes
+                        and len(t.token) >= p.prefix_len
+                    )
+                    or (
+                        len(t.token) == 2
+                        and not t.token.isascii()
+                        and set(t.token) <= view.chars[i]
+                    )
                 ):
                     row[k] = p.partial_credit
         credit.append(row)
     q_hit = [
-        [view.declarative[i] and quantities_match(q, view.sentence_quantities[i])
-         for q in claim_qs]
+        [view.declarative[i] and quantities_match(q, view.sentence_quantities[i]) for q in claim_qs]
         for i in range(n)
     ]
 
@@ -733,9 +732,7 @@ def analyse(
     score = p.union_weight * union_cov + (1.0 - p.union_weight) * best_single
     # names the chosen sentences do not back
     missing_entities = [t.token for k, t in enumerate(term_list) if t.entity and cur.get(k, 0) < 1]
-    stated_qs = [
-        q for i in range(n) if view.declarative[i] for q in view.sentence_quantities[i]
-    ]
+    stated_qs = [q for i in range(n) if view.declarative[i] for q in view.sentence_quantities[i]]
     stated = [quantities_match(q, stated_qs) for q in claim_qs]
     mismatches = [q for q, ok in zip(claim_qs, stated, strict=True) if not ok]
     conflicts = _quantity_conflicts(claim, claim_qs, term_list, credit, q_hit, stated, view)
@@ -820,7 +817,8 @@ def _quantity_conflicts(
             continue
         for i in sorted(aligned, key=lambda i: -scores[i]):  # best first, ties in sentence order
             rivals = [
-                m for m in view.sentence_quantities[i]
+                m
+                for m in view.sentence_quantities[i]
                 if _same_family(q, m) and not quantities_match(m, [q])
             ]
             if rivals:

@@ -76,20 +76,34 @@ _ASKS: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
     (re.compile(pattern, re.IGNORECASE), frozenset(kinds))
     for pattern, kinds in (
         # English
-        (r"\bhow\s+(?:long|soon|quickly|fast|late|early)\b"
-         r"|\bhow\s+many\s+(?:(?:business|working|calendar)\s+)?"
-         r"(?:days|weeks|months|years|hours|minutes)\b", {"duration", "date"}),
-        (r"\bwhen\b|\bwhat\s+(?:date|day|time|year|month)\b|\bwhich\s+(?:date|day|year|month)\b"
-         r"|\bdeadline\b|\buntil\s+when\b", {"date", "duration"}),
-        (r"\bhow\s+much\b|\b(?:price|prices|cost|costs|fee|fees|charge|charges|charged)\b",
-         {"money", "percent"}),
+        (
+            r"\bhow\s+(?:long|soon|quickly|fast|late|early)\b"
+            r"|\bhow\s+many\s+(?:(?:business|working|calendar)\s+)?"
+            r"(?:days|weeks|months|years|hours|minutes)\b",
+            {"duration", "date"},
+        ),
+        (
+            r"\bwhen\b|\bwhat\s+(?:date|day|time|year|month)\b|\bwhich\s+(?:date|day|year|month)\b"
+            r"|\bdeadline\b|\buntil\s+when\b",
+            {"date", "duration"},
+        ),
+        (
+            r"\bhow\s+much\b|\b(?:price|prices|cost|costs|fee|fees|charge|charges|charged)\b",
+            {"money", "percent"},
+        ),
         (r"\bwhat\s+(?:percentage|percent|share|proportion)\b", {"percent"}),
         # Chinese
-        (r"多久|多长时间|多少天|几天|几个月|多少个月|几年|多少年|几个小时|几小时|多少小时|几周"
-         r"|几个工作日|多长", {"duration", "date"}),
+        (
+            r"多久|多长时间|多少天|几天|几个月|多少个月|几年|多少年|几个小时|几小时|多少小时|几周"
+            r"|几个工作日|多长",
+            {"duration", "date"},
+        ),
         (r"什么时候|何时|哪天|哪一天|几号|几月|哪年|哪一年|截止|期限", {"date", "duration"}),
-        (r"多少钱|几元|多少元|花多少|付多少|收多少|多贵"
-         r"|(?:费用|价格|价钱|收费|运费|服务费)(?:是|要|为)?(?:多少|几)", {"money", "percent"}),
+        (
+            r"多少钱|几元|多少元|花多少|付多少|收多少|多贵"
+            r"|(?:费用|价格|价钱|收费|运费|服务费)(?:是|要|为)?(?:多少|几)",
+            {"money", "percent"},
+        ),
         (r"百分之几|几折|多少折|百分比", {"percent"}),
     )
 )
@@ -401,9 +415,11 @@ class AnswerRelevance:
     reads_chinese: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.min_similarity, bool) or not isinstance(
-            self.min_similarity, int | float
-        ) or not -1.0 <= self.min_similarity <= 1.0:
+        if (
+            isinstance(self.min_similarity, bool)
+            or not isinstance(self.min_similarity, int | float)
+            or not -1.0 <= self.min_similarity <= 1.0
+        ):
             raise ConfigurationError(
                 f"min_similarity must be a number in [-1, 1], got {self.min_similarity!r}"
             )

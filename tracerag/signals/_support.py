@@ -149,8 +149,9 @@ class Usage:
         """The usage as span attributes (``USAGE_ATTRIBUTES``)."""
         return {key: getattr(self, field) for field, key in USAGE_ATTRIBUTES.items()}
 
-    def add(self, calls: int = 0, input_tokens: int = 0, output_tokens: int = 0,
-            cached: int = 0) -> None:
+    def add(
+        self, calls: int = 0, input_tokens: int = 0, output_tokens: int = 0, cached: int = 0
+    ) -> None:
         """Count more calls, tokens or cache hits."""
         with _USAGE_LOCK:
             self.calls += calls
@@ -171,8 +172,9 @@ def usage_scope() -> AbstractContextManager[Usage]:
     return bound(_USAGE, Usage())
 
 
-def record_usage(calls: int = 0, input_tokens: int = 0, output_tokens: int = 0,
-                 cached: int = 0) -> None:
+def record_usage(
+    calls: int = 0, input_tokens: int = 0, output_tokens: int = 0, cached: int = 0
+) -> None:
     """Report model calls and tokens to the enclosing ``usage_scope`` (if any)."""
     usage = _USAGE.get()
     if usage is not None:

@@ -491,7 +491,6 @@ class AuditStore(ReviewQueue, Protocol):
         """Re-check every entry's hash and link; report changed, removed, reordered entries."""
         ...
 
-
     def metrics(
         self, since: datetime | str | None = None, until: datetime | str | None = None
     ) -> StoreMetrics:
@@ -501,4 +500,3 @@ class AuditStore(ReviewQueue, Protocol):
     def close(self) -> None:
         """Release connections; the store is unusable afterwards."""
         ...
-

@@ -196,7 +196,6 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
-
 def create_version_table(name: str) -> str:
     """The SQL that creates a table of applied schema versions named ``name``."""
     return (

@@ -486,8 +486,7 @@ class JsonLinesSpanExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         # to_json(indent=None): the SDK's default indent makes json use its pure-Python encoder
         lines = "".join(
-            json.dumps(json.loads(s.to_json(indent=None)), ensure_ascii=False) + "\n"
-            for s in spans
+            json.dumps(json.loads(s.to_json(indent=None)), ensure_ascii=False) + "\n" for s in spans
         )
         with self._lock:
             self._stream.write(lines)

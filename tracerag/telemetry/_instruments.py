@@ -52,7 +52,16 @@ STAGE_SECONDS_BUCKETS: tuple[float, ...] = (
 REQUEST_SECONDS_BUCKETS: tuple[float, ...] = (*STAGE_SECONDS_BUCKETS, 60.0, 120.0)
 SAMPLES_BUCKETS: tuple[float, ...] = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
 TOKENS_PER_REQUEST_BUCKETS: tuple[float, ...] = (
-    250, 500, 1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000,
+    250,
+    500,
+    1000,
+    2000,
+    4000,
+    8000,
+    16000,
+    32000,
+    64000,
+    128000,
 )
 
 _lock = threading.Lock()
@@ -246,9 +255,7 @@ class RequestOutcome:
     model_version: str | None = None
 
 
-def record_request(
-    outcome: RequestOutcome, *, meter_provider: MeterProvider | None = None
-) -> None:
+def record_request(outcome: RequestOutcome, *, meter_provider: MeterProvider | None = None) -> None:
     """Record one finished request: decision, confidence, durations, samples and citations."""
     try:
         inst = _instruments(meter_provider)

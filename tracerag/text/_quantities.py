@@ -62,9 +62,29 @@ class Quantity:
 # Numbers
 
 _CN_DIGITS = {
-    "零": 0, "〇": 0, "○": 0, "一": 1, "壹": 1, "二": 2, "贰": 2, "两": 2, "俩": 2, "三": 3,
-    "叁": 3, "四": 4, "肆": 4, "五": 5, "伍": 5, "六": 6, "陆": 6, "七": 7, "柒": 7, "八": 8,
-    "捌": 8, "九": 9, "玖": 9,
+    "零": 0,
+    "〇": 0,
+    "○": 0,
+    "一": 1,
+    "壹": 1,
+    "二": 2,
+    "贰": 2,
+    "两": 2,
+    "俩": 2,
+    "三": 3,
+    "叁": 3,
+    "四": 4,
+    "肆": 4,
+    "五": 5,
+    "伍": 5,
+    "六": 6,
+    "陆": 6,
+    "七": 7,
+    "柒": 7,
+    "八": 8,
+    "捌": 8,
+    "九": 9,
+    "玖": 9,
 }
 _CN_SMALL_UNITS = {"十": 10, "拾": 10, "百": 100, "佰": 100, "千": 1000, "仟": 1000}
 _CN_BIG_UNITS = {"万": 10_000, "萬": 10_000, "亿": 100_000_000, "億": 100_000_000}
@@ -120,14 +140,36 @@ def parse_chinese_number(text: str) -> float | None:
 
 
 _EN_UNITS = {
-    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13,
-    "fourteen": 14, "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18,
+    "zero": 0,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "thirteen": 13,
+    "fourteen": 14,
+    "fifteen": 15,
+    "sixteen": 16,
+    "seventeen": 17,
+    "eighteen": 18,
     "nineteen": 19,
 }
 _EN_TENS = {
-    "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
-    "eighty": 80, "ninety": 90,
+    "twenty": 20,
+    "thirty": 30,
+    "forty": 40,
+    "fifty": 50,
+    "sixty": 60,
+    "seventy": 70,
+    "eighty": 80,
+    "ninety": 90,
 }
 _EN_SCALES = {"hundred": 100, "thousand": 1000, "million": 1e6, "billion": 1e9, "trillion": 1e12}
 _EN_UNIT_ALT = "|".join(sorted(_EN_UNITS, key=len, reverse=True))
@@ -154,10 +196,26 @@ def _parse_en_number(text: str) -> float | None:
 
 
 _MAGNITUDES = {
-    "thousand": 1e3, "k": 1e3, "million": 1e6, "m": 1e6, "mn": 1e6, "mio": 1e6,
-    "billion": 1e9, "bn": 1e9, "b": 1e9, "trillion": 1e12, "tn": 1e12,
-    "千": 1e3, "万": 1e4, "萬": 1e4, "十万": 1e5, "百万": 1e6, "千万": 1e7, "亿": 1e8,
-    "億": 1e8, "万亿": 1e12,
+    "thousand": 1e3,
+    "k": 1e3,
+    "million": 1e6,
+    "m": 1e6,
+    "mn": 1e6,
+    "mio": 1e6,
+    "billion": 1e9,
+    "bn": 1e9,
+    "b": 1e9,
+    "trillion": 1e12,
+    "tn": 1e12,
+    "千": 1e3,
+    "万": 1e4,
+    "萬": 1e4,
+    "十万": 1e5,
+    "百万": 1e6,
+    "千万": 1e7,
+    "亿": 1e8,
+    "億": 1e8,
+    "万亿": 1e12,
 }
 # A number written with digits, or a Chinese numeral, or (in some places) English words.
 _DIGITS = r"\d+(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+"
@@ -193,9 +251,29 @@ def _apply_magnitude(value: float, mag: str | None) -> float:
 # Patterns, tried in order; a later match never overlaps an earlier one.
 
 _MONTHS = {
-    "january": 1, "jan": 1, "february": 2, "feb": 2, "march": 3, "mar": 3, "april": 4, "apr": 4,
-    "may": 5, "june": 6, "jun": 6, "july": 7, "jul": 7, "august": 8, "aug": 8, "september": 9,
-    "sep": 9, "sept": 9, "october": 10, "oct": 10, "november": 11, "nov": 11, "december": 12,
+    "january": 1,
+    "jan": 1,
+    "february": 2,
+    "feb": 2,
+    "march": 3,
+    "mar": 3,
+    "april": 4,
+    "apr": 4,
+    "may": 5,
+    "june": 6,
+    "jun": 6,
+    "july": 7,
+    "jul": 7,
+    "august": 8,
+    "aug": 8,
+    "september": 9,
+    "sep": 9,
+    "sept": 9,
+    "october": 10,
+    "oct": 10,
+    "november": 11,
+    "nov": 11,
+    "december": 12,
     "dec": 12,
 }
 _MONTH = (
@@ -207,18 +285,62 @@ _YEAR = r"(?P<year>[12]\d{3})"
 _CN_OR_D12 = rf"(?:\d{{1,2}}|{_CN})"
 
 _CURRENCY_SYMBOLS = {
-    "US$": "USD", "HK$": "HKD", "NT$": "TWD", "S$": "SGD", "A$": "AUD", "C$": "CAD",
-    "$": "USD", "¥": "CNY", "￥": "CNY", "€": "EUR", "£": "GBP", "₹": "INR", "₩": "KRW",
+    "US$": "USD",
+    "HK$": "HKD",
+    "NT$": "TWD",
+    "S$": "SGD",
+    "A$": "AUD",
+    "C$": "CAD",
+    "$": "USD",
+    "¥": "CNY",
+    "￥": "CNY",
+    "€": "EUR",
+    "£": "GBP",
+    "₹": "INR",
+    "₩": "KRW",
 }
-_CURRENCY_CODES = {"RMB": "CNY", "CNY": "CNY", "USD": "USD", "EUR": "EUR", "GBP": "GBP",
-                   "HKD": "HKD", "JPY": "JPY", "TWD": "TWD", "SGD": "SGD", "AUD": "AUD",
-                   "CAD": "CAD", "INR": "INR", "KRW": "KRW", "CHF": "CHF"}
+_CURRENCY_CODES = {
+    "RMB": "CNY",
+    "CNY": "CNY",
+    "USD": "USD",
+    "EUR": "EUR",
+    "GBP": "GBP",
+    "HKD": "HKD",
+    "JPY": "JPY",
+    "TWD": "TWD",
+    "SGD": "SGD",
+    "AUD": "AUD",
+    "CAD": "CAD",
+    "INR": "INR",
+    "KRW": "KRW",
+    "CHF": "CHF",
+}
 _CURRENCY_WORDS = {
-    "元人民币": "CNY", "块人民币": "CNY", "元": "CNY", "块钱": "CNY", "块": "CNY", "圆": "CNY",
-    "人民币": "CNY", "美元": "USD", "美金": "USD", "欧元": "EUR", "英镑": "GBP", "港元": "HKD",
-    "港币": "HKD", "日元": "JPY", "yuan": "CNY", "renminbi": "CNY", "us dollars": "USD",
-    "us dollar": "USD", "dollars": "USD", "dollar": "USD", "bucks": "USD", "euros": "EUR",
-    "euro": "EUR", "pounds sterling": "GBP", "yen": "JPY",
+    "元人民币": "CNY",
+    "块人民币": "CNY",
+    "元": "CNY",
+    "块钱": "CNY",
+    "块": "CNY",
+    "圆": "CNY",
+    "人民币": "CNY",
+    "美元": "USD",
+    "美金": "USD",
+    "欧元": "EUR",
+    "英镑": "GBP",
+    "港元": "HKD",
+    "港币": "HKD",
+    "日元": "JPY",
+    "yuan": "CNY",
+    "renminbi": "CNY",
+    "us dollars": "USD",
+    "us dollar": "USD",
+    "dollars": "USD",
+    "dollar": "USD",
+    "bucks": "USD",
+    "euros": "EUR",
+    "euro": "EUR",
+    "pounds sterling": "GBP",
+    "yen": "JPY",
     **{code.lower(): cur for code, cur in _CURRENCY_CODES.items()},
 }
 _SYMBOL_ALT = "|".join(re.escape(s) for s in sorted(_CURRENCY_SYMBOLS, key=len, reverse=True))
@@ -227,17 +349,43 @@ _CUR_WORD_ALT = "|".join(re.escape(s) for s in sorted(_CURRENCY_WORDS, key=len, 
 
 # Duration units: (base unit, factor).
 _DURATION_UNITS: dict[str, tuple[str, float]] = {
-    "decade": ("month", 120), "year": ("month", 12), "yr": ("month", 12),
-    "month": ("month", 1), "mo": ("month", 1), "week": ("day", 7), "wk": ("day", 7),
-    "day": ("day", 1), "business day": ("workday", 1), "working day": ("workday", 1),
-    "workday": ("workday", 1), "calendar day": ("day", 1), "hour": ("second", 3600),
-    "hr": ("second", 3600), "minute": ("second", 60), "min": ("second", 60),
-    "second": ("second", 1), "sec": ("second", 1),
-    "年": ("month", 12), "个月": ("month", 1), "個月": ("month", 1), "周": ("day", 7),
-    "个星期": ("day", 7), "星期": ("day", 7), "礼拜": ("day", 7), "个礼拜": ("day", 7),
-    "天": ("day", 1), "日": ("day", 1), "个自然日": ("day", 1), "自然日": ("day", 1),
-    "个工作日": ("workday", 1), "工作日": ("workday", 1), "个小时": ("second", 3600),
-    "小时": ("second", 3600), "分钟": ("second", 60), "秒钟": ("second", 1), "秒": ("second", 1),
+    "decade": ("month", 120),
+    "year": ("month", 12),
+    "yr": ("month", 12),
+    "month": ("month", 1),
+    "mo": ("month", 1),
+    "week": ("day", 7),
+    "wk": ("day", 7),
+    "day": ("day", 1),
+    "business day": ("workday", 1),
+    "working day": ("workday", 1),
+    "workday": ("workday", 1),
+    "calendar day": ("day", 1),
+    "hour": ("second", 3600),
+    "hr": ("second", 3600),
+    "minute": ("second", 60),
+    "min": ("second", 60),
+    "second": ("second", 1),
+    "sec": ("second", 1),
+    "年": ("month", 12),
+    "个月": ("month", 1),
+    "個月": ("month", 1),
+    "周": ("day", 7),
+    "个星期": ("day", 7),
+    "星期": ("day", 7),
+    "礼拜": ("day", 7),
+    "个礼拜": ("day", 7),
+    "天": ("day", 1),
+    "日": ("day", 1),
+    "个自然日": ("day", 1),
+    "自然日": ("day", 1),
+    "个工作日": ("workday", 1),
+    "工作日": ("workday", 1),
+    "个小时": ("second", 3600),
+    "小时": ("second", 3600),
+    "分钟": ("second", 60),
+    "秒钟": ("second", 1),
+    "秒": ("second", 1),
 }
 _EN_DURATION = (
     r"(?P<unit>decades?|years?|yrs?|months?|mos|weeks?|wks?|business[ -]days?|working[ -]days?|"
@@ -299,20 +447,29 @@ _NOT_BEFORE_LETTER = r"(?![A-Za-z0-9_])"
 
 _DATE_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # 2024-03-15, 2024/03/15, 2024.03.15
-    (re.compile(
-        r"(?<![\d.])(?P<year>[12]\d{3})(?P<sep>[-/.])(?P<mon>\d{1,2})(?P=sep)(?P<day>\d{1,2})"
-        r"(?![\d])"
-    ), "ymd"),
+    (
+        re.compile(
+            r"(?<![\d.])(?P<year>[12]\d{3})(?P<sep>[-/.])(?P<mon>\d{1,2})(?P=sep)(?P<day>\d{1,2})"
+            r"(?![\d])"
+        ),
+        "ymd",
+    ),
     # 2024年3月15日, 二〇二四年三月十五日, 2024年3月
-    (re.compile(
-        rf"(?P<year>[12]\d{{3}}|{_CN_DIGIT_CLASS}[〇零一二三四五六七八九]{{3}})\s*年"
-        rf"\s*(?P<mon>{_CN_OR_D12})\s*月(?:份)?(?:\s*(?P<day>{_CN_OR_D12})\s*[日号號])?"
-    ), "ymd"),
+    (
+        re.compile(
+            rf"(?P<year>[12]\d{{3}}|{_CN_DIGIT_CLASS}[〇零一二三四五六七八九]{{3}})\s*年"
+            rf"\s*(?P<mon>{_CN_OR_D12})\s*月(?:份)?(?:\s*(?P<day>{_CN_OR_D12})\s*[日号號])?"
+        ),
+        "ymd",
+    ),
     # 15.03.2024, 15-03-2024 (day first), 03/15/2024 (month first unless impossible)
-    (re.compile(
-        r"(?<![\d.])(?P<a>\d{1,2})(?P<sep>[-/.])(?P<b>\d{1,2})(?P=sep)(?P<year>[12]\d{3})"
-        r"(?![\d])"
-    ), "abY"),
+    (
+        re.compile(
+            r"(?<![\d.])(?P<a>\d{1,2})(?P<sep>[-/.])(?P<b>\d{1,2})(?P=sep)(?P<year>[12]\d{3})"
+            r"(?![\d])"
+        ),
+        "abY",
+    ),
     # 15 March 2024, 15th of March, 2024
     (re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b"), "dmy"),
     # March 15, 2024
@@ -326,10 +483,13 @@ _DATE_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(rf"\b{_MONTH}\s+{_DAY}(?![\d:])(?!\s*(?:%|percent))"), "md"),
     # 2024年 (a year), 3月 / 3月份 (a month)
     (re.compile(r"(?<![\d.])(?P<year>[12]\d{3})\s*年(?![代级])"), "y"),
-    (re.compile(
-        r"(?<![\d个個])(?P<mon>1[0-2]|0?[1-9]|十[一二]?|[一二三四五六七八九])\s*月(?:份)?"
-        r"(?![亮球饼光])"
-    ), "m"),
+    (
+        re.compile(
+            r"(?<![\d个個])(?P<mon>1[0-2]|0?[1-9]|十[一二]?|[一二三四五六七八九])\s*月(?:份)?"
+            r"(?![亮球饼光])"
+        ),
+        "m",
+    ),
 ]
 
 
@@ -406,9 +566,7 @@ _PERCENT_PATTERNS = [
 
 _MONEY_PATTERNS = [
     # $20, ¥1,200.50, US$3 million, $2.5m
-    re.compile(
-        rf"(?P<sym>{_SYMBOL_ALT})\s?(?P<num>{_DIGITS})(?P<mag>{_MAG}|{_MAG_SHORT})?"
-    ),
+    re.compile(rf"(?P<sym>{_SYMBOL_ALT})\s?(?P<num>{_DIGITS})(?P<mag>{_MAG}|{_MAG_SHORT})?"),
     # RMB 500, USD 20
     re.compile(rf"\b(?P<code>{_CODE_ALT})\s?(?P<num>{_DIGITS})(?P<mag>{_MAG})?"),
     # 500元, 5万元, 五百元, 20 USD, 20 dollars, 500 yuan
@@ -419,13 +577,11 @@ _MONEY_PATTERNS = [
 ]
 
 _DURATION_PATTERNS = [
+    re.compile(rf"(?<![A-Za-z0-9_.])(?P<num>{_DIGITS})(?P<mag>)\s*-?\s*{_EN_DURATION}", re.I),
+    re.compile(rf"\b(?P<num>{_EN_WORD_NUM}|an?(?!\s+second))(?P<mag>)[\s-]+{_EN_DURATION}", re.I),
     re.compile(
-        rf"(?<![A-Za-z0-9_.])(?P<num>{_DIGITS})(?P<mag>)\s*-?\s*{_EN_DURATION}", re.I
+        rf"(?P<num>{_DIGITS}|{_CN}|半)(?P<mag>)\s*(?P<half>半)?\s*{_CN_DURATION}(?P<half2>半)?"
     ),
-    re.compile(
-        rf"\b(?P<num>{_EN_WORD_NUM}|an?(?!\s+second))(?P<mag>)[\s-]+{_EN_DURATION}", re.I
-    ),
-    re.compile(rf"(?P<num>{_DIGITS}|{_CN}|半)(?P<mag>)\s*(?P<half>半)?\s*{_CN_DURATION}(?P<half2>半)?"),
 ]
 
 _NUMBER_PATTERNS = [
@@ -525,8 +681,7 @@ def _extract(text: str) -> list[Quantity]:
             else:
                 currency = _CURRENCY_WORDS[g["word"].lower()]
             mag = g.get("mag")
-            take(_Found("money", _apply_magnitude(value, mag), currency, m.start(), m.end(),
-                        value))
+            take(_Found("money", _apply_magnitude(value, mag), currency, m.start(), m.end(), value))
 
     for pattern in _DURATION_PATTERNS:
         for m in pattern.finditer(masked):
@@ -558,8 +713,16 @@ def _extract(text: str) -> list[Quantity]:
         if not first % 100 < second:
             continue
         take(_Found("number", float(first), "", m.start("y1"), m.end("y1"), float(first)))
-        take(_Found("number", float(century + second), "", m.start("y2"), m.end("y2"),
-                    float(century + second)))
+        take(
+            _Found(
+                "number",
+                float(century + second),
+                "",
+                m.start("y2"),
+                m.end("y2"),
+                float(century + second),
+            )
+        )
 
     for pattern in _NUMBER_PATTERNS:
         for m in pattern.finditer(masked):
@@ -596,8 +759,7 @@ def _spread_ranges(text: str, found: list[_Found]) -> None:
         if not _RANGE_GAP_RE.fullmatch(text[q.end : nxt.start]):
             continue
         factor = float(nxt.value) / nxt.number
-        found[i - 1] = _Found(nxt.kind, float(q.value) * factor, nxt.unit, q.start, q.end,
-                              q.number)
+        found[i - 1] = _Found(nxt.kind, float(q.value) * factor, nxt.unit, q.start, q.end, q.number)
 
 
 # ----------------------------------------------------------------------------------------------

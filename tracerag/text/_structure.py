@@ -114,8 +114,17 @@ _EN_COMPARATIVE_RE = re.compile(
 )
 _EN_LESS_WORDS = frozenset(
     [
-        "less", "fewer", "lower", "smaller", "shorter", "younger", "slower", "weaker",
-        "lighter", "worse", "later",
+        "less",
+        "fewer",
+        "lower",
+        "smaller",
+        "shorter",
+        "younger",
+        "slower",
+        "weaker",
+        "lighter",
+        "worse",
+        "later",
     ]
 )
 _ZH_COMPARATIVE_RE = re.compile(
@@ -123,16 +132,45 @@ _ZH_COMPARATIVE_RE = re.compile(
     r"比(?P<adj>[^，,。；;]{0,12}?)(?:更|还)?(?P<deg>高|低|大|小|多|少|早|晚|快|慢|长|短|强|弱|贵|便宜|好|差|重|轻))"
 )
 _ZH_RELATION = {
-    "高于": "more", "大于": "more", "多于": "more", "超过": "more", "优于": "more",
-    "低于": "less", "小于": "less", "少于": "less", "不及": "less", "劣于": "less",
-    "早于": "before", "先于": "before", "之前": "before", "以前": "before",
-    "晚于": "after", "之后": "after", "以后": "after",
+    "高于": "more",
+    "大于": "more",
+    "多于": "more",
+    "超过": "more",
+    "优于": "more",
+    "低于": "less",
+    "小于": "less",
+    "少于": "less",
+    "不及": "less",
+    "劣于": "less",
+    "早于": "before",
+    "先于": "before",
+    "之前": "before",
+    "以前": "before",
+    "晚于": "after",
+    "之后": "after",
+    "以后": "after",
 }
 _ZH_DEGREE = {
-    "高": "more", "大": "more", "多": "more", "快": "more", "长": "more", "强": "more",
-    "贵": "more", "好": "more", "重": "more", "早": "before",
-    "低": "less", "小": "less", "少": "less", "慢": "less", "短": "less", "弱": "less",
-    "便宜": "less", "差": "less", "轻": "less", "晚": "after",
+    "高": "more",
+    "大": "more",
+    "多": "more",
+    "快": "more",
+    "长": "more",
+    "强": "more",
+    "贵": "more",
+    "好": "more",
+    "重": "more",
+    "早": "before",
+    "低": "less",
+    "小": "less",
+    "少": "less",
+    "慢": "less",
+    "短": "less",
+    "弱": "less",
+    "便宜": "less",
+    "差": "less",
+    "轻": "less",
+    "晚": "after",
 }
 
 
@@ -149,11 +187,7 @@ def _relation_en(cue: str) -> str:
 
 
 def _terms(text: str, offset: int) -> list[tuple[str, int]]:
-    return [
-        (t.text, t.start + offset)
-        for t in tokenize_spans(text)
-        if not is_stopword(t.text)
-    ]
+    return [(t.text, t.start + offset) for t in tokenize_spans(text) if not is_stopword(t.text)]
 
 
 _CLAUSE_BREAK_RE = re.compile(r"[,，;；:：]")
@@ -202,9 +236,7 @@ def opposite(relation: str) -> str:
 # ----------------------------------------------------------------------------------------------
 # Coordination
 
-_EN_AND_RE = re.compile(
-    r"\s*,?\s+(?:and|or|as\s+well\s+as|along\s+with|together\s+with)\s+", re.I
-)
+_EN_AND_RE = re.compile(r"\s*,?\s+(?:and|or|as\s+well\s+as|along\s+with|together\s+with)\s+", re.I)
 _ZH_AND_RE = re.compile(r"以及|或者|和|与|及|跟|或|、")
 
 

@@ -29,7 +29,6 @@ _TOKEN_RE = re.compile(
 _THOUSANDS_RE = re.compile(r"^\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 
 
-
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 

@@ -5,6 +5,7 @@ from the chain (the material registry's too) and the journal; its exit codes and
 it reads are on the command-line page of the documentation. Another module adds
 ``tracerag audit NAME`` with ``add_audit_command(name, help, configure)``.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -191,8 +191,10 @@ def _signals(rec: AuditRecord) -> list[str]:
     if relevance:
         addresses = relevance.get("addresses")
         verdict = (
-            "answers the question" if addresses is True
-            else "DOES NOT ANSWER THE QUESTION" if addresses is False
+            "answers the question"
+            if addresses is True
+            else "DOES NOT ANSWER THE QUESTION"
+            if addresses is False
             else "not judged"
         )
         out += _block(f"relevance ({relevance.get('method', '?')}): {verdict}", INDENT)

@@ -71,15 +71,16 @@ DEFAULT_SEEDS = (1, 2, 3)
 PROBE_QUESTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Can unopened items be returned for a full refund?", ("returns",)),
     ("When does the current returns policy take effect?", ("returns",)),
-    ("How soon are refunds issued after the returned item passes inspection?",
-     ("refund-timing",)),
+    ("How soon are refunds issued after the returned item passes inspection?", ("refund-timing",)),
     ("Who pays for return shipping on a change-of-mind return?", ("return-shipping",)),
     ("How much does standard domestic shipping cost?", ("shipping-fees",)),
     ("How long does standard delivery take?", ("delivery-times",)),
     ("How much does international shipping cost?", ("international-shipping",)),
     ("Does the warranty cover accidental damage?", ("warranty", "care-plus")),
-    ("How long does Northwind take to repair a device under a warranty claim?",
-     ("warranty-claims",)),
+    (
+        "How long does Northwind take to repair a device under a warranty claim?",
+        ("warranty-claims",),
+    ),
     ("How much does Northwind Care+ cost for a laptop?", ("care-plus",)),
     ("How much spending is required for Gold status?", ("membership-tiers",)),
     ("How many reward points are needed for ¥1 off?", ("points-redemption",)),
@@ -119,8 +120,17 @@ PROBE_QUESTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: Interchangeable names of one kind (products, plans, tiers, payment methods, ...). An entity
 #: swap replaces one with another of its group that occurs in another material.
 DEFAULT_ENTITY_GROUPS: tuple[tuple[str, ...], ...] = (
-    ("laptop", "tablet", "phone", "television", "washing machine", "dishwasher",
-     "air-conditioner", "smartwatch", "camera"),
+    (
+        "laptop",
+        "tablet",
+        "phone",
+        "television",
+        "washing machine",
+        "dishwasher",
+        "air-conditioner",
+        "smartwatch",
+        "camera",
+    ),
     ("笔记本电脑", "平板电脑", "手机", "电视", "洗衣机", "洗碗机", "空调", "相机"),
     ("Silver", "Gold", "Platinum"),
     ("银卡", "金卡", "白金"),
@@ -308,7 +318,7 @@ _SENTENCE_LEAD_RE = re.compile(r"(?:^|[.!?。！？]\s*)$")
 
 
 def _is_sentence_start(text: str, at: int) -> bool:
-    return bool(_SENTENCE_LEAD_RE.search(text[:at].rstrip(" \t\"“(")))
+    return bool(_SENTENCE_LEAD_RE.search(text[:at].rstrip(' \t"“(')))
 
 
 @dataclass
@@ -346,9 +356,7 @@ class Inventory:
     def elsewhere(self, term: str, cited: set[str]) -> bool:
         """Whether ``term`` occurs in a material other than the cited ones."""
         pattern = _term_re(term)
-        return any(
-            mid not in cited and pattern.search(m.text) for mid, m in self.materials.items()
-        )
+        return any(mid not in cited and pattern.search(m.text) for mid, m in self.materials.items())
 
 
 def _term_re(term: str) -> re.Pattern[str]:
@@ -376,12 +384,45 @@ def _replace(answer: str, claim: Claim, new_segment: str) -> str:
 # -- numbers ------------------------------------------------------------------------------------
 
 _DIGITS_RE = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
-_CN_VALUES = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8,
-              "九": 9, "十": 10}
-_CN_NUMERALS = {1: "一", 2: "两", 3: "三", 4: "四", 5: "五", 6: "六", 7: "七", 8: "八", 9: "九",
-                10: "十"}
-_EN_VALUES = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-              "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
+_CN_VALUES = {
+    "一": 1,
+    "二": 2,
+    "两": 2,
+    "三": 3,
+    "四": 4,
+    "五": 5,
+    "六": 6,
+    "七": 7,
+    "八": 8,
+    "九": 9,
+    "十": 10,
+}
+_CN_NUMERALS = {
+    1: "一",
+    2: "两",
+    3: "三",
+    4: "四",
+    5: "五",
+    6: "六",
+    7: "七",
+    8: "八",
+    9: "九",
+    10: "十",
+}
+_EN_VALUES = {
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+}
 _EN_NUMERALS = {v: k for k, v in _EN_VALUES.items()}
 _EN_WORD_RE = re.compile(r"\b(" + "|".join(_EN_VALUES) + r")\b", re.IGNORECASE)
 _CN_NUM_RE = re.compile("[" + "".join(_CN_VALUES) + "]")
@@ -462,11 +503,27 @@ def _quantity_mutations(
 
 # -- dates --------------------------------------------------------------------------------------
 
-_MONTH_NAMES = ("January", "February", "March", "April", "May", "June", "July", "August",
-                "September", "October", "November", "December")
+_MONTH_NAMES = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 _MONTH_RE = re.compile(
-    r"\b(" + "|".join(n for n in _MONTH_NAMES) + r"|"
-    + "|".join(n[:3] for n in _MONTH_NAMES) + r")\.?\b", re.IGNORECASE
+    r"\b("
+    + "|".join(n for n in _MONTH_NAMES)
+    + r"|"
+    + "|".join(n[:3] for n in _MONTH_NAMES)
+    + r")\.?\b",
+    re.IGNORECASE,
 )
 _DATE_DIGITS_RE = re.compile(r"\d+")
 
@@ -565,7 +622,8 @@ def _entity_mutations(
                 if not _outside(markers, m.start(), m.end()):
                     continue
                 options = [
-                    t for t in group
+                    t
+                    for t in group
                     if t.lower() != term.lower()
                     and not _term_re(t).search(claim_plain)
                     and inventory.elsewhere(t, cited)
@@ -574,13 +632,15 @@ def _entity_mutations(
                     continue
                 new = rng.choice(options)
                 found = m.group(0)
-                suffix = found[len(term):] if found.lower().startswith(term.lower()) else ""
+                suffix = found[len(term) :] if found.lower().startswith(term.lower()) else ""
                 if found[:1].isupper() and new[:1].islower():
                     new = new[:1].upper() + new[1:]
                 replacement = new + (suffix if new.isascii() else "")
                 out.append(
-                    (segment[: m.start()] + replacement + segment[m.end() :], f"{found} → "
-                     f"{replacement}")
+                    (
+                        segment[: m.start()] + replacement + segment[m.end() :],
+                        f"{found} → {replacement}",
+                    )
                 )
                 break
             if len(out) >= limit:
@@ -616,10 +676,16 @@ def _entity_mutations(
 _EN_REMOVE = [
     (re.compile(r"\bcannot\b"), "can"),
     (re.compile(r"\bCannot\b"), "Can"),
-    (re.compile(r"\b(can|do|does|did|is|are|was|were|will|would|should|must)n['’]t\b", re.I),
-     r"\1"),
-    (re.compile(r"\b(is|are|was|were|can|may|must|will|should|would|could|do|does)\s+not\s+",
-                re.I), r"\1 "),
+    (
+        re.compile(r"\b(can|do|does|did|is|are|was|were|will|would|should|must)n['’]t\b", re.I),
+        r"\1",
+    ),
+    (
+        re.compile(
+            r"\b(is|are|was|were|can|may|must|will|should|would|could|do|does)\s+not\s+", re.I
+        ),
+        r"\1 ",
+    ),
     (re.compile(r"\bnever\b"), "always"),
     (re.compile(r"\bno\s+(?!later|more|less|fewer)", re.I), "a "),
     (re.compile(r"\bnot\s+"), ""),
@@ -630,23 +696,80 @@ _EN_AUX_RE = re.compile(
 )
 #: Verbs common in policy text, in the third person: "costs" → "does not cost".
 _EN_VERBS = (
-    "accepts", "adds", "allows", "applies", "arranges", "arrives", "carries", "charges",
-    "costs", "counts", "covers", "earns", "expires", "extends", "gets", "gives", "includes",
-    "issues", "keeps", "lasts", "needs", "offers", "pays", "provides", "qualifies", "reaches",
-    "receives", "replaces", "requires", "sells", "ships", "supports", "takes",
+    "accepts",
+    "adds",
+    "allows",
+    "applies",
+    "arranges",
+    "arrives",
+    "carries",
+    "charges",
+    "costs",
+    "counts",
+    "covers",
+    "earns",
+    "expires",
+    "extends",
+    "gets",
+    "gives",
+    "includes",
+    "issues",
+    "keeps",
+    "lasts",
+    "needs",
+    "offers",
+    "pays",
+    "provides",
+    "qualifies",
+    "reaches",
+    "receives",
+    "replaces",
+    "requires",
+    "sells",
+    "ships",
+    "supports",
+    "takes",
 )
 _EN_VERB_RE = re.compile(r"\b(?P<verb>" + "|".join(_EN_VERBS) + r")\b")
 _ZH_REMOVE = [
-    ("不予", "予以"), ("不会", "会"), ("不可", "可"), ("不能", "能"), ("不得", "可"),
-    ("不承担", "承担"), ("不在", "在"), ("不含", "含"), ("无需", "需要"), ("无须", "需要"),
-    ("不需要", "需要"), ("没有", "有"), ("不是", "是"), ("未", "已"), ("不", ""),
+    ("不予", "予以"),
+    ("不会", "会"),
+    ("不可", "可"),
+    ("不能", "能"),
+    ("不得", "可"),
+    ("不承担", "承担"),
+    ("不在", "在"),
+    ("不含", "含"),
+    ("无需", "需要"),
+    ("无须", "需要"),
+    ("不需要", "需要"),
+    ("没有", "有"),
+    ("不是", "是"),
+    ("未", "已"),
+    ("不", ""),
 ]
 _ZH_ADD = [
-    ("可以", "不可以"), ("可申请", "不可申请"), ("可获得", "不可获得"), ("可在", "不可在"),
-    ("可享受", "不可享受"), ("享受", "不享受"), ("将被", "不会被"), ("会在", "不会在"),
-    ("须", "无须"), ("需要", "不需要"), ("需先", "无需"), ("提供", "不提供"), ("收取", "不收取"),
-    ("免费", "不免费"), ("全额", "不全额"), ("均可", "均不可"), ("可", "不可"), ("为", "不为"),
-    ("是", "不是"), ("有", "没有"), ("会", "不会"),
+    ("可以", "不可以"),
+    ("可申请", "不可申请"),
+    ("可获得", "不可获得"),
+    ("可在", "不可在"),
+    ("可享受", "不可享受"),
+    ("享受", "不享受"),
+    ("将被", "不会被"),
+    ("会在", "不会在"),
+    ("须", "无须"),
+    ("需要", "不需要"),
+    ("需先", "无需"),
+    ("提供", "不提供"),
+    ("收取", "不收取"),
+    ("免费", "不免费"),
+    ("全额", "不全额"),
+    ("均可", "均不可"),
+    ("可", "不可"),
+    ("为", "不为"),
+    ("是", "不是"),
+    ("有", "没有"),
+    ("会", "不会"),
 ]
 
 
@@ -701,8 +824,12 @@ def _negation_mutations(segment: str) -> list[tuple[str, str]]:
         return [(new, f"{word!r} → 'does not {base}'")]
     body = segment.lstrip()
     lead = segment[: len(segment) - len(body)]
-    return [(lead + "It is not true that " + body[:1].lower() + body[1:], "prefixed 'It is not"
-             " true that'")]
+    return [
+        (
+            lead + "It is not true that " + body[:1].lower() + body[1:],
+            "prefixed 'It is not true that'",
+        )
+    ]
 
 
 # -- citations ----------------------------------------------------------------------------------
@@ -746,12 +873,15 @@ def _wrong_material_mutations(
     cited = set(claim.cited_ids)
     body = _norm(claim.text)
     options = [
-        m for m in materials
+        m
+        for m in materials
         if m.id not in cited and not m.stale_reason() and body not in _norm(m.text)
     ]
     rng.shuffle(options)
-    return [(_recite(segment, m.id), f"cites {m.id} instead of {', '.join(claim.cited_ids)}")
-            for m in options[:limit]]
+    return [
+        (_recite(segment, m.id), f"cites {m.id} instead of {', '.join(claim.cited_ids)}")
+        for m in options[:limit]
+    ]
 
 
 def claim_mutations(
@@ -858,9 +988,7 @@ class MutatingChatModel(ReplyChatModel):
             self._calls += 1
             if self._inventory is None:
                 self._inventory = Inventory()
-                self._inventory.add(
-                    m for m in self.materials.values() if isinstance(m, Material)
-                )
+                self._inventory.add(m for m in self.materials.values() if isinstance(m, Material))
             inventory = self._inventory
         rng = random.Random(f"{self.seed}:{call}")
         if rng.random() >= self.rate:
@@ -1120,8 +1248,13 @@ def run_adversarial(
                 if len(report.false_alarm_examples) < keep_misses:
                     c = flagged[0]
                     report.false_alarm_examples.append(
-                        {"case": case.case_id, "claim": c.text, "verdict": c.verdict,
-                         "score": c.score, "reason": c.reason}
+                        {
+                            "case": case.case_id,
+                            "claim": c.text,
+                            "verdict": c.verdict,
+                            "score": c.score,
+                            "reason": c.reason,
+                        }
                     )
         if len(base.claims) != len(claims):
             continue
@@ -1242,8 +1375,11 @@ def _configure(p: argparse.ArgumentParser) -> None:
         help="mutate answers to the demo knowledge base's questions (default)",
     )
     p.add_argument("--limit", type=int, default=500, help="stored requests to read (newest)")
-    p.add_argument("--seeds", default=",".join(map(str, DEFAULT_SEEDS)),
-                   help="demo: seeds of the extractive model (default 1,2,3)")
+    p.add_argument(
+        "--seeds",
+        default=",".join(map(str, DEFAULT_SEEDS)),
+        help="demo: seeds of the extractive model (default 1,2,3)",
+    )
     p.add_argument("--backend", default="lexical", help="support backend (default lexical)")
     p.add_argument(
         "--floor",
@@ -1253,8 +1389,12 @@ def _configure(p: argparse.ArgumentParser) -> None:
         + ",".join(f"{k}={v}" for k, v in DEFAULT_FLOORS.items())
         + f"); kinds: {', '.join(MUTATION_KINDS)}",
     )
-    p.add_argument("--max-false-alarm", type=float, default=DEFAULT_MAX_FALSE_ALARM,
-                   help="highest acceptable false-alarm rate (default 0.05)")
+    p.add_argument(
+        "--max-false-alarm",
+        type=float,
+        default=DEFAULT_MAX_FALSE_ALARM,
+        help="highest acceptable false-alarm rate (default 0.05)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the mutations")
     p.add_argument("--show-misses", type=int, default=3, help="missed mutations shown per kind")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

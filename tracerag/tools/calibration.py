@@ -577,9 +577,7 @@ def demo_calibration_rows(
             else None
         )
         model: BaseChatModel = base if mutating is None else mutating
-        records = demo_records(
-            [seed], questions, llm_factory=_always(model), n_samples=n_samples
-        )
+        records = demo_records([seed], questions, llm_factory=_always(model), n_samples=n_samples)
         mutated = mutating.mutated if mutating is not None else {}
         for data in records:
             record = AuditRecord.parse(data)

@@ -226,9 +226,7 @@ TARGET_KINDS = ("money", "duration", "date", "percent", "number")
 
 def _worth_changing(q: Quantity) -> bool:
     # a bare decimal is most often a clause or version number ("Clause 6.1"), not a fact
-    return q.kind in TARGET_KINDS and not (
-        q.kind == "number" and not float(q.value).is_integer()
-    )
+    return q.kind in TARGET_KINDS and not (q.kind == "number" and not float(q.value).is_integer())
 
 
 def _targets(
@@ -348,8 +346,10 @@ def _calls_made(record: Mapping[str, Any]) -> int:
     samples = [s for s in record.get("samples") or [] if isinstance(s, Mapping)]
     calls = sum(int(s.get("attempts") or 0) for s in samples)
     plan = record.get("plan")
-    if isinstance(plan, Mapping) and plan.get("mode") == PlanMode.SEPARATE and "plan" not in (
-        record.get("skipped") or []
+    if (
+        isinstance(plan, Mapping)
+        and plan.get("mode") == PlanMode.SEPARATE
+        and "plan" not in (record.get("skipped") or [])
     ):
         calls += int(plan.get("attempts") or 0)
     return calls
@@ -854,10 +854,7 @@ def _f(value: Any) -> str:
 def _headline(report: Mapping[str, Any]) -> str:
     flags = report.get("flags") or []
     decisive = report.get("decisive") or []
-    return (
-        f"decisive: {', '.join(decisive) or 'none'}; "
-        f"flags: {', '.join(flags) or 'none'}"
-    )
+    return f"decisive: {', '.join(decisive) or 'none'}; flags: {', '.join(flags) or 'none'}"
 
 
 def render_report(report: Mapping[str, Any]) -> list[str]:

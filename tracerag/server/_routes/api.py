@@ -104,9 +104,7 @@ async def answer(
         problem = final.data
         code = problem.get("error")
         raise ApiError(ERROR_STATUS.get(code, 500), code, problem.get("detail"))
-    return Response(
-        final.text, media_type="application/json", headers=run_headers(run, replayed)
-    )
+    return Response(final.text, media_type="application/json", headers=run_headers(run, replayed))
 
 
 @router.post(

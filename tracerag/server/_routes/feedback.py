@@ -51,9 +51,7 @@ router = APIRouter(prefix="/v1", tags=["answers"], dependencies=[Depends(require
 
 FEEDBACK_BODY = {
     "required": True,
-    "content": {
-        "application/json": {"schema": {"$ref": "#/components/schemas/FeedbackRequest"}}
-    },
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/FeedbackRequest"}}},
 }
 
 

@@ -512,11 +512,7 @@ def queue_listing(
     claims = svc.claims.snapshot()
     open_items = svc.store.list_queue("open", SCAN_LIMIT)
     truncated = len(open_items) >= SCAN_LIMIT
-    held = {
-        i.request_id
-        for i in open_items
-        if i.status == "pending" and i.request_id in claims
-    }
+    held = {i.request_id for i in open_items if i.status == "pending" and i.request_id in claims}
     counts = {
         "pending": store_counts.get("pending", 0) - len(held),
         "claimed": store_counts.get("claimed", 0) + len(held),
@@ -542,9 +538,7 @@ def queue_listing(
     if query.assignee:
         wanted = me if query.assignee == "me" else None
         items = [
-            i
-            for i in items
-            if (open_notes.get(i.request_id) or ItemNotes()).assignee == wanted
+            i for i in items if (open_notes.get(i.request_id) or ItemNotes()).assignee == wanted
         ]
     items = [i for i in items if _matches(i, query)]
     if query.signal:
@@ -1090,9 +1084,7 @@ async def export_stream(svc: Services, fmt: str, route: str | None) -> AsyncIter
 
 
 @desk.get("/export.{fmt}")
-async def export_file(
-    fmt: str, request: Request, session: Reviewer, svc: ServicesDep
-) -> Response:
+async def export_file(fmt: str, request: Request, session: Reviewer, svc: ServicesDep) -> Response:
     """The labelled dataset: every decided item with its claims, evidence, decision and the
     reviewers' scores (``tracerag desk export`` writes the same)."""
     if fmt not in EXPORT_FORMATS:
