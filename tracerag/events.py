@@ -333,11 +333,14 @@ class _RunLog:
         self.items.append(("events", protocol_event(mode, chunk)))
         self.items.append((mode, chunk))
 
-    def result(self) -> Response:
+    def check(self) -> None:
+        """Raise what failed the request, if it failed."""
         if self.error is not None:
             raise self.error
-        if self.response is None:  # pragma: no cover - a finished request always has one
-            raise RuntimeError("the request ended without a Response")
+
+    def result(self) -> Response:
+        self.check()
+        assert self.response is not None, "a request that ended has a Response"
         return self.response
 
 
@@ -381,8 +384,7 @@ class RequestStream:
                 if kind == name:
                     yield item
             if not self._pump() and cursor >= len(self._log.items):
-                if self._log.error is not None:
-                    raise self._log.error
+                self._log.check()
                 return
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -468,8 +470,7 @@ class AsyncRequestStream:
                 if kind == name:
                     yield item
             if not await self._pump() and cursor >= len(self._log.items):
-                if self._log.error is not None:
-                    raise self._log.error
+                self._log.check()
                 return
 
     def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
