@@ -187,9 +187,7 @@ def answer_message(state: RequestState) -> tuple[AIMessageChunk, dict[str, Any]]
         return None
     from langchain_core.messages import AIMessageChunk
 
-    message = AIMessageChunk(
-        content=data["text"], id=f"tracerag-{state.request_id}", chunk_position="last"
-    )
+    message = AIMessageChunk(content=data["text"], id=f"tracerag-{state.request_id}")
     metadata = {
         "langgraph_node": ANSWER_NODE,
         "langgraph_step": len(Stage),
@@ -323,7 +321,7 @@ class _RunLog:
             for event in events:
                 stream.dispatch(event)
             for event in events:
-                self.items.append(("events", protocol_event("messages", [event, metadata])))
+                self.items.append(("events", protocol_event("messages", (event, metadata))))
             self.items.append(("messages", stream))
             return
         if mode in ("values", "updates") and isinstance(chunk, dict):
