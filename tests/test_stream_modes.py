@@ -563,3 +563,54 @@ def test_without_stream_mode_the_stream_is_the_response(front_door):
     (achunk,) = async_stream(app, request, stream_mode=None)
     assert isinstance(chunk, Response) and isinstance(achunk, Response)
     assert chunk.decision == achunk.decision == "escalate"
+
+
+ZH_QUESTION = "笔记本电脑的保修期是多长？"
+ZH_PLAN = '{"material_ids": ["warranty-zh"], "key_facts": ["24个月"]}'
+ZH_GOOD = "笔记本电脑和平板电脑享受24个月保修。[warranty-zh]"
+ZH_WITHHELD = "笔记本电脑享受终身保修，无需任何收据。[warranty-zh]"
+
+
+@pytest.mark.parametrize("wrong", [False, True], ids=["passed", "escalated"])
+def test_a_chinese_answer_streams_whole_once_verified(wrong, make_pipeline):
+    llm = ScriptedChatModel(responses=[ZH_WITHHELD if wrong else ZH_GOOD], plan_responses=[ZH_PLAN])
+    app = make_pipeline(llm, n_samples=2, audit=None)
+    chunks = sync_stream(app, ZH_QUESTION, stream_mode=list(STREAM_MODES))
+    run = app.stream_events(ZH_QUESTION, version="v3")
+    events, texts, response = list(run), [str(m.text) for m in run.messages], run.output
+
+    assert response_of(chunks).decision == response.decision
+    messages = [c for m, c in chunks if m == "messages"]
+    if wrong:
+        assert response.decision == "escalate" and messages == [] and texts == []
+        everything = walk(chunks) + walk(events)
+        assert "终身保修" not in everything and "无需任何收据" not in everything
+    else:
+        assert response.decision == "pass"
+        assert [m.content for m, _ in messages] == [ZH_GOOD] and texts == [ZH_GOOD]
+        assert values_question(chunks) == ZH_QUESTION
+
+
+def values_question(chunks: list[tuple[str, Any]]) -> str:
+    return [c for m, c in chunks if m == "values"][-1]["question"]
+
+
+def test_a_bound_and_configured_runnable_streams_the_same(make_pipeline):
+    """``bind`` and ``with_config`` wrap the runnable in a ``RunnableBinding``: it hands the
+    stream options, and the v3 call, to tracerag with the bound hooks."""
+    records: list[dict[str, Any]] = []
+    app = make_pipeline(scripted([GOOD]), n_samples=2)
+    bound = app.bind(record_sink=lambda r: records.append(r) or True).with_config(run_name="mine")
+    heard = Heard()
+    chunks = list(bound.stream(QUESTION, {"callbacks": [heard]}, stream_mode=["updates"]))
+    assert response_of(chunks).audit_persisted is True
+    assert "mine" in heard.carried[0]
+    assert bound.stream_events(QUESTION, version="v3").output.decision == "pass"
+
+    async def main() -> Response:
+        run = await bound.astream_events(QUESTION, version="v3")
+        assert isinstance(run, AsyncRequestStream)
+        return await run.output()
+
+    assert asyncio.run(main()).audit_persisted is True
+    assert len(records) == 3
