@@ -23,8 +23,8 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Iterator
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from typing import Any, Literal, overload
 
 from langchain_core.callbacks import AsyncCallbackManager, AsyncCallbackManagerForChainRun
 from langchain_core.runnables import Runnable, RunnableConfig
@@ -33,6 +33,7 @@ from langchain_core.runnables.config import (
     patch_config,
     var_child_runnable_config,
 )
+from langchain_core.runnables.schema import StreamEvent
 
 from tracerag._choices import Stage, check_options
 from tracerag._routing import EscalationHandler
@@ -316,6 +317,26 @@ class StagedRunnable(Runnable[Any, Response]):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
+    @overload
+    def astream_events(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        version: Literal["v1", "v2"] = "v2",
+        **kwargs: Any,
+    ) -> AsyncIterator[StreamEvent]: ...
+
+    @overload
+    def astream_events(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        version: Literal["v3"],
+        **kwargs: Any,
+    ) -> Awaitable[AsyncRequestStream]: ...
+
     def astream_events(
         self,
         input: Any,
@@ -323,7 +344,7 @@ class StagedRunnable(Runnable[Any, Response]):
         *,
         version: Literal["v1", "v2", "v3"] = "v2",
         **kwargs: Any,
-    ) -> Any:
+    ) -> AsyncIterator[StreamEvent] | Awaitable[AsyncRequestStream]:
         """LangChain's event stream of the request's own run (``v1``, ``v2``), or, for
         ``version="v3"``, an awaitable of the request's run stream (``AsyncRequestStream``:
         protocol events; ``values``, ``updates``, ``custom`` and ``messages`` projections;
@@ -339,6 +360,28 @@ class StagedRunnable(Runnable[Any, Response]):
     ) -> AsyncRequestStream:
         return AsyncRequestStream(self._modes(input, config, V3_MODES, hooks))
 
+    # LangChain types the v3 result Iterator[Any]; the run stream is iterable (and has its
+    # projections) as LangGraph's GraphRunStream is, not an iterator itself
+    @overload  # type: ignore[override]
+    def stream_events(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        version: Literal["v1", "v2"] = "v2",
+        **kwargs: Any,
+    ) -> Iterator[StreamEvent]: ...
+
+    @overload
+    def stream_events(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        version: Literal["v3"],
+        **kwargs: Any,
+    ) -> RequestStream: ...
+
     def stream_events(
         self,
         input: Any,
@@ -346,7 +389,7 @@ class StagedRunnable(Runnable[Any, Response]):
         *,
         version: Literal["v1", "v2", "v3"] = "v2",
         **kwargs: Any,
-    ) -> Any:
+    ) -> Iterator[StreamEvent] | RequestStream:
         """``astream_events(version="v3")`` from sync code: the request's run stream
         (``RequestStream``), advanced as the caller reads it. LangChain has no sync ``v1`` /
         ``v2`` event stream: those raise ``NotImplementedError`` as for every Runnable."""
