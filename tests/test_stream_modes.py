@@ -614,3 +614,11 @@ def test_a_bound_and_configured_runnable_streams_the_same(make_pipeline):
 
     assert asyncio.run(main()).audit_persisted is True
     assert len(records) == 3
+
+
+def test_tier_low_says_its_released_answer_is_unverified(make_pipeline):
+    app = make_pipeline(scripted([GOOD]), n_samples=1, tier="low", audit=None)
+    ((message, metadata),) = sync_stream(app, QUESTION, stream_mode="messages")
+    assert message.content == GOOD
+    assert metadata["tracerag_status"] == "unverified"
+    assert metadata["tracerag_decision"] == "pass"
