@@ -622,3 +622,19 @@ def test_tier_low_says_its_released_answer_is_unverified(make_pipeline):
     assert message.content == GOOD
     assert metadata["tracerag_status"] == "unverified"
     assert metadata["tracerag_decision"] == "pass"
+
+
+def test_astream_events_v2_with_stream_modes_streams_their_chunks(front_door):
+    app, request, _ = front_door(wrong=True)
+
+    async def main() -> list[dict[str, Any]]:
+        modes = list(STREAM_MODES)
+        return [e async for e in app.astream_events(request, version="v2", stream_mode=modes)]
+
+    events = asyncio.run(main())
+    chunks = [e["data"]["chunk"] for e in events if e["event"] == "on_chain_stream"]
+    assert {mode for mode, _ in chunks} == {"values", "updates", "custom", "debug"}
+    (end,) = [e for e in events if e["event"] == "on_chain_end"]
+    assert end["data"]["output"].decision == "escalate"
+    assert response_of(chunks) == end["data"]["output"]
+    assert MARKER not in walk(events)
