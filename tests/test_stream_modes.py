@@ -544,6 +544,45 @@ def test_stopping_early_stops_the_request(caplog):
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
+def test_aborting_a_v3_run_stops_a_reader_waiting_on_a_stage(caplog):
+    """``abort()`` from another task while a reader waits on the stalled retriever: the reader's
+    loop ends with what it had, the request is cancelled at once and its record says so."""
+    records: list[dict[str, Any]] = []
+    app = RAGPipeline(
+        StalledRetriever(),
+        scripted([GOOD]),
+        prompt_version="p1",
+        model_version="scripted",
+        n_samples=2,
+        audit=lambda r: records.append(r) or True,
+    )
+    caplog.set_level(logging.WARNING)
+
+    async def main() -> list[dict[str, Any]]:
+        run = await app.astream_events(QUESTION, version="v3")
+        got: list[dict[str, Any]] = []
+
+        async def reader() -> None:
+            async for update in run.updates:
+                got.append(update)
+
+        reading = asyncio.ensure_future(reader())
+        while not got:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # the reader now waits on the retrieve stage
+        await run.abort()
+        await asyncio.wait_for(reading, 5)
+        return got
+
+    started = time.monotonic()
+    got = asyncio.run(main())
+    assert time.monotonic() - started < 5
+    assert [list(u) for u in got] == [["register"]]
+    ((error,),) = [r["errors"] for r in records]
+    assert error["type"] == "CancelledError" and records[0]["response"] is None
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
 def test_sync_stream_inside_a_running_loop(make_pipeline):
     """``stream`` called from async code (a sync helper in a notebook or an async server)."""
     app = make_pipeline(scripted([GOOD]), n_samples=2, audit=None)

@@ -16,6 +16,7 @@ signals, the released answer once verified, and the Response.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -416,7 +417,7 @@ class RequestStream:
         return self._log.result()
 
     def abort(self) -> None:
-        """Stop the request early (a request cut short keeps no record and sends no ticket)."""
+        """Stop the request early: it is cancelled, and its audit record says so."""
         self._log.done = True
         close = getattr(self._chunks, "close", None)
         if close is not None:
@@ -442,20 +443,32 @@ class AsyncRequestStream:
         self._chunks = chunks
         self._log = _RunLog()
         self._lock = asyncio.Lock()
+        self._pull: asyncio.Future[tuple[StreamMode, Any]] | None = None
+        self._aborted = False
 
     async def _pump(self) -> bool:
         async with self._lock:  # one pull at a time; a waiter finds the log grown
             if self._log.done:
                 return False
+            # the pull is a task of its own, so that abort() can cancel it mid-stage
+            self._pull = asyncio.ensure_future(self._chunks.__anext__())
             try:
-                mode, chunk = await self._chunks.__anext__()
+                mode, chunk = await self._pull
             except StopAsyncIteration:
+                self._log.done = True
+                return False
+            except asyncio.CancelledError:
+                if not self._aborted:  # the reader itself was cancelled: stop the pull too
+                    self._pull.cancel()
+                    raise
                 self._log.done = True
                 return False
             except Exception as error:
                 self._log.done = True
                 self._log.error = error
                 return False
+            finally:
+                self._pull = None
             self._log.take(mode, chunk, _async_chat_model_stream)
             return True
 
@@ -501,11 +514,18 @@ class AsyncRequestStream:
         return self._log.result()
 
     async def abort(self) -> None:
-        """Stop the request early (a request cut short keeps no record and sends no ticket)."""
+        """Stop the request early: it is cancelled, and its audit record says so."""
+        self._aborted = True
         self._log.done = True
-        close = getattr(self._chunks, "aclose", None)
-        if close is not None:
-            await close()
+        pull = self._pull
+        if pull is not None and not pull.done():  # a reader waits on a stage: stop it there
+            pull.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await pull
+        async with self._lock:  # no pull runs now; the request's task ends with the iterator
+            close = getattr(self._chunks, "aclose", None)
+            if close is not None:
+                await close()
 
     async def __aenter__(self) -> AsyncRequestStream:
         return self
