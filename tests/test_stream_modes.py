@@ -677,3 +677,15 @@ def test_astream_events_v2_with_stream_modes_streams_their_chunks(front_door):
     assert end["data"]["output"].decision == "escalate"
     assert response_of(chunks) == end["data"]["output"]
     assert MARKER not in walk(events)
+
+
+def test_a_skipped_stage_writes_no_update_but_is_told(make_pipeline):
+    app = make_pipeline(scripted([GOOD]), n_samples=2, tier="medium", audit=None)
+    chunks = sync_stream(app, QUESTION, stream_mode=["updates", "values", "custom", "debug"])
+    updates = [next(iter(c)) for m, c in chunks if m == "updates"]
+    assert updates == ["register", "retrieve", "sample", "verify", "assemble", "response"]
+    assert "plan" not in [c for m, c in chunks if m == "values"][-1]
+    (told,) = [c["data"] for m, c in chunks if m == "custom" and c["data"].get("stage") == "plan"]
+    assert told["skipped"] is True and told["signals"] == {}
+    (task,) = [c["payload"] for m, c in chunks if m == "debug" and c["payload"]["name"] == "plan"]
+    assert task["skipped"] is True and task["result"] == {} and task["error"] is None
