@@ -244,7 +244,7 @@ class StagedRunnable(Runnable[Any, Response]):
         handed over as the request makes them."""
         check_options("stream", kwargs, STREAM_OPTIONS)
         if _streams_modes(kwargs):
-            stream_options("stream", kwargs)  # refused at the call, before any work
+            stream_options("stream", kwargs)  # refused under this name, before any work
             yield from iterate_sync(lambda: self.astream(input, config, **kwargs))
             return
         yield self.invoke(input, config, **_hooks(kwargs))
