@@ -48,6 +48,13 @@ CATEGORIES = {
 #: (innermost function, expression raised) -> why the object raised is not a new error
 PROPAGATED = {
     ("_run_in_new_thread", "value"): "the worker thread's exception, raised in the calling thread",
+    (
+        "_iterate_here",
+        "value",
+    ): "what the iterated async iterator raised, raised in the sync caller",
+    ("_iterate_in_thread", "value"): "what the iterated async iterator raised in the loop's "
+    "thread, raised in the calling thread",
+    ("check", "self.error"): "what failed a streamed request, raised to the run stream's reader",
     ("run", "refusal"): "a stage's StageRefusal, which the run loop handles",
     ("within", "error"): "the CallTimeoutError class the caller passed",
     ("__exit__", "self._error"): "the CallTimeoutError class the caller passed",

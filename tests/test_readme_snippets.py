@@ -89,9 +89,23 @@ def test_a_docs_page_snippets_run_as_written(page, tmp_path, monkeypatch, capsys
         stages = [line.split()[1] for line in printed if line.startswith("stage ")]
         assert stages == ["register", "retrieve", "plan", "sample", "verify", "assemble"]
         verified = next(line for line in printed if line.startswith("verified answer: pass"))
-        assert verified.removeprefix("verified answer: ") == printed[-2]  # the Response's
         heard = ["start", *["tracerag.stage"] * 6, "tracerag.answer", "end"]
-        assert printed[-1] == str(heard)  # what the caller's handler heard: no model token
+        at = printed.index(str(heard))  # what the caller's handler heard: no model token
+        assert verified.removeprefix("verified answer: ") == printed[at - 1]  # the Response's
+        answer = printed[at - 1].removeprefix("pass ")
+        # the stream modes and the v3 run stream: each stage, then the verified answer
+        updates = [line.split()[1] for line in printed if line.startswith("update ")]
+        assert updates == [*stages, "response"]
+        assert [line for line in printed if line.startswith("message ")] == [
+            f"message pass {answer}"
+        ]
+        v3 = [line.split()[2] for line in printed if line.startswith("v3 update ")]
+        assert v3 == [*stages, "response"]
+        assert printed[-3:] == [
+            f"v3 verified: {answer}",
+            f"v3 sync verified: {answer}",
+            "v3 sync pass",
+        ]
     assert list(tmp_path.iterdir()) == []  # a library call leaves no files behind
 
 

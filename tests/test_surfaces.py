@@ -2,7 +2,8 @@
 
 ``RAGPipeline`` and ``wrap()`` of an LCEL chain and of a LangGraph ``StateGraph``, each with a
 model that gets a number wrong (escalated: the answer is withheld) and one that cites correctly
-(passed), through ``invoke``, ``stream``, ``astream``, ``astream_events`` (v2 and v1),
+(passed), through ``invoke``, ``stream``, ``astream`` (also with every LangGraph stream mode and
+``subgraphs=True``), ``astream_events`` (v3, v2 and v1), ``stream_events`` (v3),
 ``astream_log``, ``transform``, ``atransform``, ``batch`` and ``abatch``. Everything the caller
 receives (the chunks, the events, every call to the caller's own callback handler) is
 serialized and searched for the withheld text, and no LangChain callback error may be logged.
@@ -21,6 +22,10 @@ from typing import Any, TypedDict
 import pytest
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
+from langchain_core.language_models.chat_model_stream import (
+    AsyncChatModelStream,
+    ChatModelStream,
+)
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.output_parsers import StrOutputParser
@@ -42,6 +47,10 @@ SURFACES = [
     "invoke",
     "stream",
     "astream",
+    "stream_modes",
+    "astream_modes",
+    "astream_events_v3",
+    "stream_events_v3",
     "astream_events_v2",
     "astream_events_v1",
     "astream_log",
@@ -185,6 +194,8 @@ def serialize(value: Any) -> str:
     def default(o: Any) -> Any:
         if hasattr(o, "model_dump"):
             return o.model_dump(mode="json")
+        if isinstance(o, (ChatModelStream, AsyncChatModelStream)):  # its events and message
+            return [list(o._events), o.output_message]
         return repr(o)
 
     return json.dumps(value, default=default, ensure_ascii=False)
@@ -198,6 +209,23 @@ async def through(surface: str, app: Any, request: Any, config: dict[str, Any]) 
         return await asyncio.to_thread(lambda: list(app.stream(request, config)))
     if surface == "astream":
         return [chunk async for chunk in app.astream(request, config)]
+    if surface == "stream_modes":
+        return await asyncio.to_thread(
+            lambda: list(app.stream(request, config, stream_mode=MODES, subgraphs=True))
+        )
+    if surface == "astream_modes":
+        return [part async for part in app.astream(request, config, stream_mode=MODES)]
+    if surface == "astream_events_v3":
+        run = await app.astream_events(request, config, version="v3")
+        events = [event async for event in run]
+        return [*events, *[m async for m in run.messages], await run.output()]
+    if surface == "stream_events_v3":
+
+        def read() -> list[Any]:
+            run = app.stream_events(request, config, version="v3")
+            return [*run, *run.messages, run.output]
+
+        return await asyncio.to_thread(read)
     if surface == "astream_events_v2":
         return [e async for e in app.astream_events(request, config, version="v2")]
     if surface == "astream_events_v1":
@@ -222,7 +250,14 @@ async def through(surface: str, app: Any, request: Any, config: dict[str, Any]) 
     return await app.abatch([request, request], config)
 
 
+MODES = ["values", "updates", "messages", "custom", "debug"]
+
+
 def responses_in(surface: str, received: list[Any]) -> list[Response]:
+    if surface.endswith("_modes"):
+        return [part[-1]["response"] for part in received if "response" in part[-1]]
+    if surface.endswith("_v3"):
+        return [received[-1]]
     if surface == "astream_log":
         return [
             op["value"] for patch in received for op in patch.ops if op["path"] == "/final_output"

@@ -9,14 +9,22 @@ event with the text of an answer the route releases, and its end with the caller
 ``Response``. tracerag's own calls (retriever, model, the wrapped app's runs) are children of
 that run without the caller's handlers (``inner_config``), so nothing a sample drew reaches the
 caller before it is verified, and a withheld answer never does.
+
+``stream`` / ``astream`` also take LangGraph's ``stream_mode`` (one or a list), ``subgraphs`` and
+``version``: the chunks are projections of the stage events and the Response
+(``tracerag.events.StreamProjection``). ``astream_events`` / ``stream_events`` with
+``version="v3"`` return a run stream over the same projections. The stream then carries the
+request's own run just as ``ainvoke`` does.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from typing import Any, Literal, overload
 
 from langchain_core.callbacks import AsyncCallbackManager, AsyncCallbackManagerForChainRun
 from langchain_core.runnables import Runnable, RunnableConfig
@@ -25,23 +33,51 @@ from langchain_core.runnables.config import (
     patch_config,
     var_child_runnable_config,
 )
+from langchain_core.runnables.schema import StreamEvent
 
 from tracerag._choices import Stage, check_options
 from tracerag._routing import EscalationHandler
 from tracerag._runner import SETTINGS_SINK, run
 from tracerag._settings import RecordSink, Settings
 from tracerag._state import RequestInput
-from tracerag._sync import run_sync
+from tracerag._sync import iterate_sync, run_sync
 from tracerag.contract import Response
-from tracerag.events import ANSWER_EVENT, STAGE_EVENT, StageEvent, StageListener, answer_data, tell
+from tracerag.errors import ConfigurationError
+from tracerag.events import (
+    ANSWER_EVENT,
+    STAGE_EVENT,
+    V3_MODES,
+    AsyncRequestStream,
+    RequestStream,
+    StageEvent,
+    StageListener,
+    StreamMode,
+    StreamProjection,
+    answer_data,
+    stream_modes,
+    tell,
+)
 from tracerag.stages._table import Source, Step, steps_for
 
-__all__ = ["CALL_OPTIONS", "StagedRunnable", "caller_handlers", "inner_config"]
+__all__ = [
+    "CALL_OPTIONS",
+    "STREAM_OPTIONS",
+    "StagedRunnable",
+    "caller_handlers",
+    "inner_config",
+    "stream_options",
+]
 
 logger = logging.getLogger("tracerag")
 
 #: The keyword arguments every surface takes for one call: ``arun``'s hooks.
 CALL_OPTIONS = frozenset({"on_stage", "record_sink"})
+#: What ``stream`` / ``astream`` take besides: LangGraph's stream options
+STREAM_OPTIONS = CALL_OPTIONS | {"stream_mode", "subgraphs", "version"}
+#: The namespace of every chunk (``subgraphs=True``, ``version="v2"``): the request's own run.
+#: tracerag's inner runs (the app's, the samples') are never the caller's subgraphs: what they
+#: stream is unverified.
+ROOT_NAMESPACE: tuple[str, ...] = ()
 
 
 def caller_handlers(config: RunnableConfig | None) -> frozenset[int]:
@@ -201,26 +237,166 @@ class StagedRunnable(Runnable[Any, Response]):
         check_options("invoke", kwargs, CALL_OPTIONS)
         return run_sync(lambda: self.ainvoke(input, config, **kwargs))
 
+    def stream(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Iterator[Any]:
+        """``astream`` from sync code: one Response chunk, or the chunks of ``stream_mode``,
+        handed over as the request makes them."""
+        check_options("stream", kwargs, STREAM_OPTIONS)
+        if _streams_modes(kwargs):
+            stream_options("stream", kwargs)  # refused under this name, before any work
+            yield from iterate_sync(lambda: self.astream(input, config, **kwargs))
+            return
+        yield self.invoke(input, config, **_hooks(kwargs))
+
     async def astream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> AsyncIterator[Response]:
-        """One chunk: the Response, once the request is verified, routed and recorded.
+    ) -> AsyncIterator[Any]:
+        """One chunk: the Response, once the request is verified, routed and recorded; or, with
+        LangGraph's ``stream_mode`` (``"values"``, ``"updates"``, ``"messages"``, ``"custom"``,
+        ``"debug"``, or a list: ``(mode, chunk)``), ``subgraphs=True`` (``(namespace, ...)``)
+        and ``version="v2"`` (``{"type", "ns", "data"}`` parts), the projections of each stage
+        and of the Response (``tracerag.events.StreamProjection``).
 
         Nothing of a sample streams: the caller's callbacks (and ``astream_events``) hear the
         request's own run, its ``tracerag.stage`` events and, for a released answer, one
-        ``tracerag.answer`` event, never the app's or the model's inner runs. The keyword
-        arguments are ``arun``'s hooks, as for ``ainvoke``.
+        ``tracerag.answer`` event, never the app's or the model's inner runs; the ``messages``
+        chunk is the released answer, once verified. The other keyword arguments are ``arun``'s
+        hooks, as for ``ainvoke``.
         """
-        check_options("astream", kwargs, CALL_OPTIONS)
+        check_options("astream", kwargs, STREAM_OPTIONS)
+        if _streams_modes(kwargs):
+            modes, as_list, subgraphs, parts = stream_options("astream", kwargs)
+            async for mode, chunk in self._modes(input, config, modes, _hooks(kwargs)):
+                yield _shaped(mode, chunk, as_list=as_list, subgraphs=subgraphs, parts=parts)
+            return
 
         async def once() -> AsyncIterator[Any]:
             yield input
 
         answer = functools.partial(
-            self._stream_answer, caller=caller_handlers(config), hooks=kwargs
+            self._stream_answer, caller=caller_handlers(config), hooks=_hooks(kwargs)
         )
         async for chunk in self._atransform_stream_with_config(once(), answer, config):
             yield chunk
+
+    async def _modes(
+        self,
+        input: Any,
+        config: RunnableConfig | None,
+        modes: tuple[StreamMode, ...],
+        hooks: dict[str, Any],
+    ) -> AsyncIterator[tuple[StreamMode, Any]]:
+        """The request as ``(mode, chunk)`` pairs, each as soon as its stage has ended.
+
+        The request runs as ``ainvoke`` runs it (its own LangChain run, the caller's callbacks
+        hearing that run only), in a task of its own; stopping the iteration cancels it.
+        """
+        projection = StreamProjection(modes)
+        heard: asyncio.Queue[StageEvent | None] = asyncio.Queue()
+        listener: StageListener | None = hooks.get("on_stage")
+
+        async def on_stage(event: StageEvent) -> None:
+            heard.put_nowait(event)
+            if listener is not None:
+                await tell(listener, event)
+
+        options = {**hooks, "on_stage": on_stage}
+        task = asyncio.ensure_future(self.arun(input, config, **options))
+        task.add_done_callback(lambda _: heard.put_nowait(None))
+        try:
+            while (event := await heard.get()) is not None:
+                for part in projection.stage(event):
+                    yield part
+            response = task.result()  # what failed the request is raised here
+            for part in projection.response(response):
+                yield part
+        finally:
+            if not task.done():  # the caller stopped reading: stop the request
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    @overload
+    def astream_events(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        version: Literal["v1", "v2"] = "v2",
+        **kwargs: Any,
+    ) -> AsyncIterator[StreamEvent]: ...
+
+    @overload
+    def astream_events(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        version: Literal["v3"],
+        **kwargs: Any,
+    ) -> Awaitable[AsyncRequestStream]: ...
+
+    def astream_events(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        version: Literal["v1", "v2", "v3"] = "v2",
+        **kwargs: Any,
+    ) -> AsyncIterator[StreamEvent] | Awaitable[AsyncRequestStream]:
+        """LangChain's event stream of the request's own run (``v1``, ``v2``), or, for
+        ``version="v3"``, an awaitable of the request's run stream (``AsyncRequestStream``:
+        protocol events; ``values``, ``updates``, ``custom`` and ``messages`` projections;
+        ``await run.output()`` for the Response). The keyword arguments of ``v3`` are
+        ``arun``'s hooks; ``stream_mode`` and ``subgraphs`` are the run stream's own."""
+        if version == "v3":
+            check_options("astream_events", kwargs, CALL_OPTIONS)
+            return self._astream_events_v3(input, config, kwargs)
+        return super().astream_events(input, config, version=version, **kwargs)
+
+    async def _astream_events_v3(
+        self, input: Any, config: RunnableConfig | None, hooks: dict[str, Any]
+    ) -> AsyncRequestStream:
+        return AsyncRequestStream(self._modes(input, config, V3_MODES, hooks))
+
+    # LangChain types the v3 result Iterator[Any]; the run stream is iterable (and has its
+    # projections) as LangGraph's GraphRunStream is, not an iterator itself
+    @overload  # type: ignore[override]
+    def stream_events(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        version: Literal["v1", "v2"] = "v2",
+        **kwargs: Any,
+    ) -> Iterator[StreamEvent]: ...
+
+    @overload
+    def stream_events(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        version: Literal["v3"],
+        **kwargs: Any,
+    ) -> RequestStream: ...
+
+    def stream_events(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        version: Literal["v1", "v2", "v3"] = "v2",
+        **kwargs: Any,
+    ) -> Iterator[StreamEvent] | RequestStream:
+        """``astream_events(version="v3")`` from sync code: the request's run stream
+        (``RequestStream``), advanced as the caller reads it. LangChain has no sync ``v1`` /
+        ``v2`` event stream: those raise ``NotImplementedError`` as for every Runnable."""
+        if version == "v3":
+            check_options("stream_events", kwargs, CALL_OPTIONS)
+            return RequestStream(iterate_sync(lambda: self._modes(input, config, V3_MODES, kwargs)))
+        return super().stream_events(input, config, version=version, **kwargs)
 
     async def _stream_answer(
         self,
@@ -279,3 +455,50 @@ class StagedRunnable(Runnable[Any, Response]):
     @property
     def OutputType(self) -> type[Response]:
         return Response
+
+
+def _hooks(options: dict[str, Any]) -> dict[str, Any]:
+    """The ``arun`` hooks among a stream call's keyword arguments."""
+    return {key: value for key, value in options.items() if key in CALL_OPTIONS}
+
+
+def _streams_modes(options: dict[str, Any]) -> bool:
+    """Whether a stream call asks for LangGraph's stream modes (else: one Response chunk)."""
+    return any(options.get(key) is not None for key in ("stream_mode", "subgraphs", "version"))
+
+
+def stream_options(
+    caller: str, options: dict[str, Any]
+) -> tuple[tuple[StreamMode, ...], bool, bool, bool]:
+    """The modes, whether they came as a list, ``subgraphs`` and whether chunks are v2 parts.
+
+    ``stream_mode`` defaults to ``"values"`` (LangGraph's default for a graph) when only
+    ``subgraphs`` or ``version`` is given. ``ConfigurationError`` for a value it does not take.
+    """
+    mode = options.get("stream_mode")
+    modes, as_list = stream_modes(caller, "values" if mode is None else mode)
+    subgraphs = options.get("subgraphs")
+    if subgraphs is None:
+        subgraphs = False
+    if not isinstance(subgraphs, bool):
+        raise ConfigurationError(f"{caller}() got subgraphs={subgraphs!r}; it is True or False")
+    version = options.get("version")
+    if version not in (None, "v1", "v2"):
+        raise ConfigurationError(
+            f"{caller}() got version={version!r}; the stream versions are 'v1' (chunks) and "
+            "'v2' ({'type', 'ns', 'data'} parts); for the v3 run stream call "
+            "astream_events(version='v3')"
+        )
+    return modes, as_list, subgraphs, version == "v2"
+
+
+def _shaped(mode: StreamMode, chunk: Any, *, as_list: bool, subgraphs: bool, parts: bool) -> Any:
+    """A chunk as LangGraph streams it for the options given."""
+    if parts:
+        part: dict[str, Any] = {"type": mode, "ns": ROOT_NAMESPACE, "data": chunk}
+        if mode == "values":
+            part["interrupts"] = ()
+        return part
+    if as_list:
+        return (ROOT_NAMESPACE, mode, chunk) if subgraphs else (mode, chunk)
+    return (ROOT_NAMESPACE, chunk) if subgraphs else chunk

@@ -5,7 +5,8 @@ async run loop. Called where no event loop runs, the coroutine runs on this thre
 loop, made on first use and kept for the thread's life. Called inside a running event loop
 (which it cannot re-enter), it runs on one long-lived loop in a daemon thread while the caller
 waits; from that background loop itself, on a loop in a fresh thread. After ``fork`` the child
-starts afresh.
+starts afresh. ``iterate_sync`` does the same for an async iterator (``stream`` over ``astream``):
+the whole iteration is one task, so the context it sets stays its own from item to item.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import concurrent.futures
 import contextlib
 import contextvars
 import os
+import queue
 import threading
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["run_sync"]
+__all__ = ["iterate_sync", "run_sync"]
 
 T = TypeVar("T")
 
@@ -42,6 +44,111 @@ def run_sync(coro_factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
     if running is _bridge.loop:  # nested: waiting here would block the loop it needs
         return _run_in_new_thread(coro_factory(), context)
     return _bridge.run(coro_factory(), context)
+
+
+def iterate_sync(factory: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
+    """Iterate an async iterator from sync code, in the caller's context, item by item.
+
+    The iteration runs as one task (its context is one from the first item to the last). Where
+    no event loop runs, it runs on this thread's loop, and advances only while the caller asks
+    for the next item; inside a running loop, on the background loop (from that loop itself, on
+    a fresh thread's), handing items over as they come. Stopping early (``close()``, ``break``)
+    cancels it.
+    """
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        yield from _iterate_here(factory)
+        return
+    context = contextvars.copy_context()
+    if running is _bridge.loop:
+        yield from _iterate_in_thread(factory, context, None)
+    else:
+        yield from _iterate_in_thread(factory, context, _bridge.loop or _bridge._start())
+
+
+#: what a producer hands over: an item, the end, or the error that ended it
+_ITEM, _END, _ERROR = "item", "end", "error"
+
+
+async def _produce(
+    factory: Callable[[], AsyncIterator[T]], put: Callable[[tuple[str, Any]], None]
+) -> None:
+    try:
+        async for item in factory():
+            put((_ITEM, item))
+    except BaseException as error:  # handed to the consumer, which raises it
+        put((_ERROR, error))
+        if isinstance(error, asyncio.CancelledError):
+            raise
+    else:
+        put((_END, None))
+
+
+def _iterate_here(factory: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
+    loop = _thread_loop()
+    items: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+    task = loop.create_task(_produce(factory, items.put_nowait))
+    try:
+        while True:
+            kind, value = loop.run_until_complete(items.get())
+            if kind == _END:
+                break
+            if kind == _ERROR:
+                raise value
+            yield value
+    finally:
+        if not task.done():  # stopped early: do not leave the iteration half-run
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                loop.run_until_complete(task)
+
+
+def _iterate_in_thread(
+    factory: Callable[[], AsyncIterator[T]],
+    context: contextvars.Context,
+    loop: asyncio.AbstractEventLoop | None,
+) -> Iterator[T]:
+    """On ``loop`` (a long-lived one in another thread), or on a fresh thread's own loop."""
+    items: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+    tasks: list[asyncio.Task[None]] = []
+    thread: threading.Thread | None = None
+    if loop is None:
+        fresh = asyncio.new_event_loop()
+
+        def target() -> None:
+            try:
+                task = context.run(fresh.create_task, _produce(factory, items.put))
+                tasks.append(task)
+                with contextlib.suppress(BaseException):
+                    fresh.run_until_complete(task)
+            finally:
+                fresh.close()
+
+        thread = threading.Thread(target=target, name="tracerag-sync-nested")
+        thread.start()
+        loop = fresh
+    else:
+        target_loop = loop
+
+        def start() -> None:
+            tasks.append(context.run(target_loop.create_task, _produce(factory, items.put)))
+
+        loop.call_soon_threadsafe(start)
+    try:
+        while True:
+            kind, value = items.get()
+            if kind == _END:
+                break
+            if kind == _ERROR:
+                raise value
+            yield value
+    finally:
+        if not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(lambda: [t.cancel() for t in tasks])
+        if thread is not None:
+            thread.join()
 
 
 def _run_here(coro: Coroutine[Any, Any, T]) -> T:
