@@ -19,6 +19,7 @@ _EXPORTS = {
     "PipelineOptions": "tracerag._pipeline",
     "RAGPipelineOptions": "tracerag._pipeline",
     "wrap": "tracerag.wrap",
+    "TraceragMiddleware": "tracerag.middleware",
     "Response": "tracerag.contract",
     "Evidence": "tracerag.contract",
     "response_schema": "tracerag.contract",
@@ -122,6 +123,7 @@ __all__ = [
     "Ticket",
     "Tier",
     "TraceragError",
+    "TraceragMiddleware",
     "UnknownOptionError",
     "UnknownPromptError",
     "UnreadableOutputError",
@@ -197,6 +199,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     )
     from tracerag.events import StageEvent
     from tracerag.metrics import configure_metrics
+    from tracerag.middleware import TraceragMiddleware
     from tracerag.signals._checker import CheckerSupport
     from tracerag.signals._confidence import Combiner, HeuristicCombiner, Signals
     from tracerag.signals._consistency import Equivalence
