@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import ExtendedModelResponse
@@ -39,6 +40,7 @@ from langchain_core.tracers.langchain import LangChainTracer
 from langgraph.config import get_config, get_stream_writer
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
+from pydantic import AfterValidator, ValidationError
 from typing_extensions import NotRequired, Unpack
 
 from tracerag._choices import Stage, check_options
@@ -51,10 +53,10 @@ from tracerag.contract import Response, caller_view
 from tracerag.errors import ConfigurationError, InputError, UnreadableOutputError
 from tracerag.events import StageEvent
 from tracerag.middleware._review import (
-    RESUME_SCHEMA,
+    ResumeValue,
     ReviewAction,
     interrupt_payload,
-    parse_resume,
+    refusal_of,
 )
 from tracerag.middleware._source import TurnSource
 from tracerag.middleware._turn import SearchLog, is_answer, turn_of
@@ -79,7 +81,9 @@ DEFAULT_WITHHELD = (
     "answer it (ticket {ticket_id})."
 )
 #: The same, for a question written in Chinese.
-DEFAULT_WITHHELD_ZH = "这个问题暂时无法给出经过核实的回答，将由人工审核后答复您（工单 {ticket_id}）。"
+DEFAULT_WITHHELD_ZH = (
+    "这个问题暂时无法给出经过核实的回答，将由人工审核后答复您（工单 {ticket_id}）。"
+)
 #: The key of a message's ``response_metadata`` that marks what the middleware decided.
 MARK = "tracerag"
 
@@ -204,7 +208,7 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
                 "response_format agent's structured answer; wrap the agent with "
                 "tracerag.wrap(...) instead"
             )
-        node_config = cast(RunnableConfig, var_child_runnable_config.get() or {})
+        node_config: RunnableConfig = var_child_runnable_config.get() or {}
         n = self.settings.samples_for_tier()
         captures = [RunCapture() for _ in range(n)]
 
@@ -356,13 +360,27 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
         assert isinstance(last, AIMessage)
         ticket_id = str(mark.get("ticket_id") or "")
         request_id = str(mark.get("request_id") or "")
-        value = interrupt(
-            interrupt_payload(ticket_id, request_id, list(mark.get("reasons") or [])),
-            response_schema=RESUME_SCHEMA,
-        )
-        decision = parse_resume(value)
+        candidate = functools.partial(self.candidate, ticket_id)
+
+        def available(value: ResumeValue) -> ResumeValue:
+            if value.type is ReviewAction.APPROVE:
+                candidate()  # refused before LangGraph keeps the value: the review waits
+            return value
+
+        try:
+            value = interrupt(
+                interrupt_payload(ticket_id, request_id, list(mark.get("reasons") or [])),
+                response_schema=cast(
+                    "type[ResumeValue]", Annotated[ResumeValue, AfterValidator(available)]
+                ),
+            )
+        except ValidationError as exc:
+            refused = refusal_of(exc)
+            _invalid_resume(refused)
+            raise refused from None
+        decision = value.decision()
         if decision.action is ReviewAction.APPROVE:
-            text = self.candidate(ticket_id)
+            text = candidate()
         elif decision.action is ReviewAction.EDIT:
             text = cast(str, decision.answer)
         else:
@@ -483,6 +501,16 @@ def _checkpointed() -> bool:
     return configurable.get("__pregel_checkpointer") is not None
 
 
+def _invalid_resume(error: BaseException) -> None:
+    """Mark a refused resume value as LangGraph marks one its schema refuses: the interrupt is
+    not answered, so the reviewer can answer it again."""
+    try:
+        from langgraph.errors import _mark_invalid_resume
+    except ImportError:  # an older LangGraph: the value is kept and the turn fails
+        return
+    _mark_invalid_resume(error)
+
+
 def _write_stream(chunk: dict[str, Any]) -> None:
     """The turn's Response on the graph's ``custom`` stream (when one is open)."""
     try:
@@ -497,5 +525,3 @@ def _write_stream(chunk: dict[str, Any]) -> None:
 
 def _is_chinese(text: str) -> bool:
     return any(unicodedata.name(ch, "").startswith("CJK UNIFIED") for ch in text)
-
-

@@ -13,15 +13,19 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
 from tracerag.errors import InputError
 
 __all__ = [
     "INTERRUPT_TYPE",
     "RESUME_SCHEMA",
+    "ResumeValue",
     "ReviewAction",
     "ReviewDecision",
     "interrupt_payload",
     "parse_resume",
+    "refusal_of",
 ]
 
 #: The ``type`` of the interrupt a withheld answer raises.
@@ -97,3 +101,33 @@ def parse_resume(value: Any) -> ReviewDecision:
     if answer is not None:
         raise InputError(f"a {action.value!r} review takes no answer (only 'edit' does)")
     return ReviewDecision(action)
+
+
+class ResumeValue(BaseModel):
+    """The resume value as LangGraph validates it before it keeps it (``interrupt``'s
+    ``response_schema``): a value ``parse_resume`` refuses is not kept, and the review waits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: ReviewAction
+    answer: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _checked(cls, value: Any) -> Any:
+        if isinstance(value, ResumeValue):
+            return value
+        parse_resume(value)
+        return value
+
+    def decision(self) -> ReviewDecision:
+        return parse_resume(self.model_dump(mode="json", exclude_none=True))
+
+
+def refusal_of(error: ValidationError) -> InputError:
+    """The ``InputError`` a refused resume value raised inside validation."""
+    for detail in error.errors():
+        cause = (detail.get("ctx") or {}).get("error")
+        if isinstance(cause, InputError):
+            return InputError(str(cause))
+    return InputError(f"the review's resume value is not valid: {error}")

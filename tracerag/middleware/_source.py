@@ -88,11 +88,15 @@ class TurnSource:
         async def generate(index: int, on_retry: OnRetry, tries: Tries) -> Draw:
             message = await self._draw(index, on_retry, tries)
             usage = captures[index].token_usage
-            reported = message.usage_metadata or {}
+            reported = message.usage_metadata
             return Draw(
                 clean_text(text_of(message), settings.retry.max_output_chars),
-                input_tokens=usage.get("input_tokens", reported.get("input_tokens")),
-                output_tokens=usage.get("output_tokens", reported.get("output_tokens")),
+                input_tokens=usage.get(
+                    "input_tokens", reported["input_tokens"] if reported else None
+                ),
+                output_tokens=usage.get(
+                    "output_tokens", reported["output_tokens"] if reported else None
+                ),
             )
 
         def describe(index: int, draw: Draw | None) -> dict[str, Any]:
