@@ -444,3 +444,67 @@ def test_the_bare_agent_would_have_shown_the_wrong_number():
     agent = rag_agent(model(WRONG_NUMBER))
     chunks = list(agent.stream(ask(), stream_mode=["messages", "updates"]))
     assert WITHHELD in dumped(chunks)
+
+
+V3_BETA = "ignore::langchain_core._api.beta_decorator.LangChainBetaWarning"
+
+
+@pytest.mark.filterwarnings(V3_BETA)
+@pytest.mark.parametrize("claim", [None, WRONG_NUMBER], ids=["pass", "escalate"])
+def test_v3_stream_events_show_no_withheld_text(spans, claim):
+    agent, _llm, _ = checkpointed(spans, claim=claim)
+    with agent.stream_events(ask(), thread(f"t-v3-{claim is None}"), version="v3") as run:
+        events = list(run)
+        output = run.output
+        interrupted = run.interrupted
+    assert events
+    assert WITHHELD not in dumped(events)
+    assert output["tracerag"]["decision"] == ("pass" if claim is None else "escalate")
+    assert interrupted is (claim is not None)
+    if claim is None:
+        assert output["messages"][-1].content.startswith(SENTENCE)
+
+
+@pytest.mark.filterwarnings(V3_BETA)
+async def test_v3_astream_events_show_no_withheld_text(spans):
+    agent = rag_agent(model(WRONG_NUMBER), middleware=[middleware(spans)])
+    run = await agent.astream_events(ask(), version="v3")
+    events = [event async for event in run]
+    assert events
+    assert WITHHELD not in dumped(events)
+
+
+def test_a_subgraph_stream_shows_no_withheld_text(spans):
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    agent = rag_agent(model(WRONG_NUMBER), middleware=[middleware(spans)])
+    parent = StateGraph(MessagesState)
+    parent.add_node("support", agent)
+    parent.add_edge(START, "support")
+    graph = parent.compile()
+    chunks = list(
+        graph.stream(ask(), stream_mode=["updates", "messages", "values"], subgraphs=True)
+    )
+    namespaces = {chunk[0] for chunk in chunks}
+    assert any(ns for ns in namespaces)  # the agent's own steps streamed as a subgraph
+    assert WITHHELD not in dumped(chunks)
+    final = graph.invoke(ask())
+    assert "person" in final["messages"][-1].content
+
+
+def test_human_in_the_loop_on_tools_composes_with_the_answer_review(spans):
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    gate = HumanInTheLoopMiddleware(interrupt_on={"retrieve_context": True})
+    llm = model()
+    agent = rag_agent(llm, middleware=[gate, middleware(spans)], checkpointer=InMemorySaver())
+    config = thread("t-hitl")
+    first = agent.invoke(ask(), config)
+    (pending,) = first["__interrupt__"]
+    assert pending.value["action_requests"][0]["name"] == "retrieve_context"
+    assert "tracerag" not in first  # no answer yet: nothing was verified
+    done = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+    assert "__interrupt__" not in done
+    assert done["tracerag"]["decision"] == "pass"
+    assert done["messages"][-1].content.startswith(SENTENCE)
+    assert llm.call_count == 1 + N
