@@ -15,7 +15,7 @@ try:
     import langgraph.types  # noqa: F401
 except ImportError as exc:  # pragma: no cover - the extra is installed where tests run
     raise MissingDependencyError(
-        "TraceragMiddleware needs LangChain's agents and LangGraph: pip install 'tracerag[agents]'"
+        'TraceragMiddleware needs LangChain\'s agents and LangGraph: pip install ".[agents]"'
     ) from exc
 
 from tracerag.middleware._middleware import TraceragMiddleware, TraceragState
