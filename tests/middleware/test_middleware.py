@@ -508,3 +508,31 @@ def test_human_in_the_loop_on_tools_composes_with_the_answer_review(spans):
     assert done["tracerag"]["decision"] == "pass"
     assert done["messages"][-1].content.startswith(SENTENCE)
     assert llm.call_count == 1 + N
+
+
+def test_a_text_only_tool_s_store_search_gives_the_materials(spans):
+    """A tool that shows the model only text: its vector store search is seen all the same, so
+    the answer cites the documents by id, and the record holds them, not the tool's text."""
+    from langchain.agents import create_agent
+    from langchain.tools import tool
+    from wrap_apps import AGENT_SYSTEM_PROMPT, vector_store
+
+    @tool
+    def search_policies(query: str) -> str:
+        """Search the store's policies."""
+        docs = vector_store.similarity_search(query, k=2)
+        return "\n\n".join(f"Source: {d.metadata}\nContent: {d.page_content}" for d in docs)
+
+    records: list[dict] = []
+    agent = create_agent(
+        model(),
+        [search_policies],
+        system_prompt=AGENT_SYSTEM_PROMPT,
+        middleware=[middleware(spans, audit=records.append)],
+    )
+    result = agent.invoke(ask())
+    assert result["tracerag"]["decision"] == "pass", result["tracerag"]["signal_detail"]
+    (record,) = records
+    ids = [m["id"] for m in record["materials"]]
+    assert "warranty" in ids
+    assert all(m["title"] != "search_policies" for m in record["materials"])
