@@ -47,11 +47,12 @@ from tracerag._choices import Stage, check_options
 from tracerag._llm import OnRetry, Tries, retry_call, text_of
 from tracerag._pipeline import PipelineOptions, build_settings
 from tracerag._routing import Ticket
-from tracerag._runner import run
+from tracerag._runner import SETTINGS_SINK, run
 from tracerag._state import RequestInput, RequestState
 from tracerag.contract import Response, caller_view
 from tracerag.errors import ConfigurationError, InputError, UnreadableOutputError
-from tracerag.events import StageEvent
+from tracerag.events import StageEvent, tell
+from tracerag.middleware._call import CALL_HOOKS
 from tracerag.middleware._review import (
     ResumeValue,
     ReviewAction,
@@ -276,21 +277,35 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
         source = TurnSource(turn, draw, captures)
         steps = steps_for(self.settings.tier, self.settings.plan_mode, source)
         thread = (node_config.get("configurable") or {}).get("thread_id")
+        hooks = CALL_HOOKS.get()
         parsed = RequestInput.parse(
-            {"question": turn.question, "session_id": str(thread) if thread else None},
+            {
+                "question": turn.question,
+                "session_id": str(thread) if thread else None,
+                "request_id": hooks.request_id if hooks is not None else None,
+            },
             max_chars=self.settings.max_question_chars,
         )
         finished: dict[str, RequestState] = {}
+        listener = hooks.on_stage if hooks is not None else None
 
-        def on_stage(event: StageEvent) -> None:
+        async def on_stage(event: StageEvent) -> None:
             if event.stage is Stage.ASSEMBLE:
                 finished["state"] = event.state
+            if listener is not None:
+                await tell(listener, event)
 
         quiet = quiet_config(node_config)
         token = var_child_runnable_config.set(quiet)
         try:
             response = await run(
-                parsed, self.settings, steps, quiet, mode=source.mode, on_stage=on_stage
+                parsed,
+                self.settings,
+                steps,
+                quiet,
+                mode=source.mode,
+                on_stage=on_stage,
+                record_sink=hooks.record_sink if hooks is not None else SETTINGS_SINK,
             )
         finally:
             var_child_runnable_config.reset(token)
@@ -360,7 +375,7 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
         assert isinstance(last, AIMessage)
         ticket_id = str(mark.get("ticket_id") or "")
         request_id = str(mark.get("request_id") or "")
-        candidate = functools.partial(self.candidate, ticket_id)
+        candidate = functools.partial(self.candidate, ticket_id, request_id)
 
         def available(value: ResumeValue) -> ResumeValue:
             if value.type is ReviewAction.APPROVE:
@@ -393,10 +408,15 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
         )
         return {"messages": [released], "tracerag_review": review}
 
-    def candidate(self, ticket_id: str) -> str:
-        """The withheld candidate answer, from the ticket the escalation handler keeps."""
+    def candidate(self, ticket_id: str, request_id: str = "") -> str:
+        """The withheld candidate answer: from the ticket the escalation handler keeps, else
+        from the request's audit record, as the review desk that decided read it."""
         lookup = getattr(self.settings.escalation, "get", None)
         ticket = lookup(ticket_id) if callable(lookup) else None
+        hooks = CALL_HOOKS.get()
+        from_record = (hooks.approved or {}).get(request_id) if hooks is not None else None
+        if not isinstance(ticket, Ticket) and from_record:
+            return from_record
         if not isinstance(ticket, Ticket):
             raise InputError(
                 f"ticket {ticket_id} is not held by the escalation handler "
