@@ -390,9 +390,11 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
                 ),
             )
         except ValidationError as exc:
-            refused = refusal_of(exc)
-            _invalid_resume(refused)
-            raise refused from None
+            try:
+                raise InputError(refusal_of(exc)) from None
+            except InputError as refused:
+                _invalid_resume(refused)  # the review still waits: the value is not kept
+                raise
         decision = value.decision()
         if decision.action is ReviewAction.APPROVE:
             text = candidate()

@@ -124,10 +124,10 @@ class ResumeValue(BaseModel):
         return parse_resume(self.model_dump(mode="json", exclude_none=True))
 
 
-def refusal_of(error: ValidationError) -> InputError:
-    """The ``InputError`` a refused resume value raised inside validation."""
+def refusal_of(error: ValidationError) -> str:
+    """What is wrong with a resume value that validation refused, as ``parse_resume`` says it."""
     for detail in error.errors():
         cause = (detail.get("ctx") or {}).get("error")
         if isinstance(cause, InputError):
-            return InputError(str(cause))
-    return InputError(f"the review's resume value is not valid: {error}")
+            return str(cause)
+    return f"the review's resume value is not valid: {error}"
