@@ -101,6 +101,8 @@ def test_a_correct_answer_passes_and_is_the_final_message(spans, count_searches)
     assert record["request_id"] == response["request_id"]
     assert record["retrieval"]["source"] == "tools"
     assert record["params"]["runs"] == ["model-call"] * N
+    assert record["usage"]["calls"] == N  # the N answering calls, each counted once
+    assert record["usage"]["by_stage"]["sample"]["calls"] == N
     assert "warranty" in [m["id"] for m in record["materials"]]
     root = spans.root(response["request_id"])
     assert root.attributes[sc.MODE] == "middleware"
@@ -113,6 +115,18 @@ def test_a_correct_answer_passes_and_is_the_final_message(spans, count_searches)
         ["register", "retrieve", "plan", "sample", "verify", "assemble"]
     )
     assert len(spans.named(sc.SPAN_SAMPLE_ONE, response["request_id"])) == N
+
+
+def test_without_speculation_the_answers_are_drawn_after_the_first(spans, count_searches):
+    records: list[dict] = []
+    llm = model()
+    verified = middleware(spans, audit=records.append, speculative=False)
+    result = rag_agent(llm, middleware=[verified]).invoke(ask())
+    assert result["tracerag"]["decision"] == "pass"
+    assert llm.call_count == 1 + N
+    assert count_searches == [AGENT_QUESTION]
+    (record,) = records
+    assert record["usage"]["calls"] == N
 
 
 def test_a_wrong_number_is_replaced_and_lives_only_in_ticket_and_record(spans):

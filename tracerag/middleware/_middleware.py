@@ -43,6 +43,7 @@ from langgraph.types import Command, interrupt
 from pydantic import AfterValidator, ValidationError
 from typing_extensions import NotRequired, Unpack
 
+from tracerag import _usage as usage_meter
 from tracerag._choices import Stage, check_options
 from tracerag._llm import OnRetry, Tries, retry_call, text_of
 from tracerag._pipeline import PipelineOptions, build_settings
@@ -213,7 +214,13 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
         n = self.settings.samples_for_tier()
         captures = [RunCapture() for _ in range(n)]
 
+        unmetered: set[int] = set()  # calls made before the request's run: noted by its sample
+
         async def call(index: int) -> ModelResponse[Any]:
+            if usage_meter.current_ledger() is None:
+                unmetered.add(index)
+            else:
+                unmetered.discard(index)
             token = var_child_runnable_config.set(quiet_config(node_config, captures[index]))
             try:
                 return _as_response(await handler(request))
@@ -260,7 +267,7 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
             )
 
         try:
-            response, state = await self._verify(request, node_config, draw, captures)
+            response, state = await self._verify(request, node_config, draw, captures, unmetered)
         finally:
             await _cancel(spare)
         return self._release(request, response, state, responses)
@@ -271,10 +278,11 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
         node_config: RunnableConfig,
         draw: Callable[[int, OnRetry, Tries], Awaitable[AIMessage]],
         captures: list[RunCapture],
+        unmetered: set[int],
     ) -> tuple[Response, RequestState | None]:
         """The turn through the stage table: its Response and its final state."""
         turn = turn_of(request.messages, self._searches)
-        source = TurnSource(turn, draw, captures)
+        source = TurnSource(turn, draw, captures, unmetered)
         steps = steps_for(self.settings.tier, self.settings.plan_mode, source)
         thread = (node_config.get("configurable") or {}).get("thread_id")
         hooks = CALL_HOOKS.get()

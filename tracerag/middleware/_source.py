@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage
@@ -59,10 +59,19 @@ class TurnSource:
     mode = "middleware"
     learns_versions = True
 
-    def __init__(self, turn: Turn, draw: DrawAnswer, captures: Sequence[RunCapture]) -> None:
+    def __init__(
+        self,
+        turn: Turn,
+        draw: DrawAnswer,
+        captures: Sequence[RunCapture],
+        unmetered: Collection[int] = (),
+    ) -> None:
         self.turn = turn
         self._draw = draw
         self.captures = list(captures)
+        #: samples whose calls were made before the request's run (the agent's own answering
+        #: call, the answers drawn at once with it): their usage is noted by the sample stage
+        self._unmetered = unmetered
         self._tool_run = turn.capture()
 
     async def retrieve(
@@ -112,6 +121,9 @@ class TurnSource:
 
         errors = ErrorLog()
         drawn = await draw_samples(state, settings, n, generate, describe, errors)
+        for index in sorted(i for i in self._unmetered if i < n):
+            for spent in captures[index].calls:
+                usage_meter.note(spent)
         materials = state.materials
         samples = tuple(
             implied_plan(
