@@ -146,3 +146,21 @@ def test_tracerag_serve_app_loads_a_create_agent_app(tmp_path, monkeypatch):
     with pytest.raises(AppTargetError, match="TraceragMiddleware"):
         load_app("support_agent:bare", app_dir=str(tmp_path))
     sys.modules.pop("support_agent", None)
+
+
+async def test_the_served_agent_is_a_runnable_on_every_surface():
+    from tracerag import Response
+    from tracerag.middleware._served import served_agent
+
+    agent, model = replica(InMemorySaver(), claim=None)
+    served = served_agent(agent)
+    assert served is not None
+    response = served.invoke({"question": AGENT_QUESTION, "session_id": "s-1"})
+    assert isinstance(response, Response) and response.decision == "pass"
+    (chunk,) = [c async for c in served.astream({"question": AGENT_QUESTION, "session_id": "s-2"})]
+    assert chunk.decision == "pass"
+    # each question is one turn on its session's thread: two turns on s-1
+    served.invoke({"question": AGENT_QUESTION, "session_id": "s-1"})
+    humans = [m for m in agent.get_state(thread_of("s-1")).values["messages"] if m.type == "human"]
+    assert len(humans) == 2
+    assert served_agent(rag_agent(model)) is None  # no TraceragMiddleware: not served this way

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from langchain_core.callbacks import AsyncCallbackManagerForChainRun
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.types import Command
@@ -75,22 +76,25 @@ class ServedAgent(StagedRunnable):
     def _thread(self, request: RequestInput) -> str:
         return request.session_id or f"tracerag-{request.request_id or uuid.uuid4().hex}"
 
-    async def arun(
+    async def _answer(
         self,
         input: Any,
-        config: RunnableConfig | None = None,
+        run_manager: AsyncCallbackManagerForChainRun,
+        config: RunnableConfig,
         *,
+        caller: frozenset[int],
         on_stage: StageListener | None = None,
         record_sink: RecordSink | None = SETTINGS_SINK,
     ) -> Response:
-        """One question as one turn of the agent, on its session's thread."""
+        """One question as one turn of the agent, on its session's thread (every surface of
+        ``StagedRunnable`` answers through this)."""
         request = self.parse_input(input)
         thread = self._thread(request)
         token = CALL_HOOKS.set(CallHooks(request.request_id, record_sink, on_stage))
         try:
             result = await self.agent.ainvoke(
                 {"messages": [HumanMessage(request.question)]},
-                {**(config or {}), "configurable": {"thread_id": thread}},
+                {"configurable": {"thread_id": thread}},
             )
         finally:
             CALL_HOOKS.reset(token)
@@ -100,11 +104,6 @@ class ServedAgent(StagedRunnable):
                 "the agent's turn ended without an answer tracerag verified"
             )
         return Response.model_validate(verified)
-
-    async def ainvoke(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> Response:
-        return await self.arun(input, config, **kwargs)
 
     def resume_decision(self, payload: Mapping[str, Any]) -> None:
         """Resume the thread of a request the review desk decided (a decision payload)."""
