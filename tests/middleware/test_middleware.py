@@ -190,6 +190,12 @@ def test_review_releases_the_answer_and_files_a_ticket(spans):
     assert ticket.ticket_id == response["ticket_id"]
 
 
+def test_the_response_is_an_output_of_the_agent_never_an_input(spans):
+    agent = rag_agent(model(), middleware=[middleware(spans)])
+    assert "tracerag" not in agent.get_input_jsonschema()["properties"]
+    assert {"tracerag", "tracerag_review"} <= set(agent.get_output_jsonschema()["properties"])
+
+
 def test_unknown_options_and_structured_output_are_refused(spans):
     with pytest.raises(ConfigurationError, match="n_sample"):
         TraceragMiddleware(n_sample=3)

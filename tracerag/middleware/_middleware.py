@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
-from langchain.agents.middleware.types import ExtendedModelResponse
+from langchain.agents.middleware.types import ExtendedModelResponse, OmitFromInput
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -97,11 +97,12 @@ class TraceragState(AgentState[Any]):
 
     ``tracerag``: the last answered turn's Response as JSON, without a withheld answer's text.
     ``tracerag_review``: a person's decision on that turn's withheld answer, once taken
-    (``{"ticket_id", "request_id", "type"}``).
+    (``{"ticket_id", "request_id", "type"}``). Both are outputs only: the agent's input schema
+    does not take them.
     """
 
-    tracerag: NotRequired[dict[str, Any]]
-    tracerag_review: NotRequired[dict[str, Any]]
+    tracerag: NotRequired[Annotated[dict[str, Any], OmitFromInput]]
+    tracerag_review: NotRequired[Annotated[dict[str, Any], OmitFromInput]]
 
 
 class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
