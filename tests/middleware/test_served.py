@@ -164,3 +164,16 @@ async def test_the_served_agent_is_a_runnable_on_every_surface():
     humans = [m for m in agent.get_state(thread_of("s-1")).values["messages"] if m.type == "human"]
     assert len(humans) == 2
     assert served_agent(rag_agent(model)) is None  # no TraceragMiddleware: not served this way
+
+
+def test_the_answer_stream_tells_each_stage_and_no_withheld_text(replicas):
+    a, *_ = replicas
+    text = a.post(
+        "/v1/answer/stream", json={"question": AGENT_QUESTION, "session_id": "customer-5"}
+    ).text
+    names = [
+        line.removeprefix("event: ") for line in text.splitlines() if line.startswith("event: ")
+    ]
+    assert names[:6] == ["stage"] * 6 and names[-1] == "response", names
+    assert "36-month" not in text
+    assert '"decision": "escalate"' in text or '"decision":"escalate"' in text
