@@ -335,9 +335,12 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
             "ticket_id": response.ticket_id,
         }
         chosen = _chosen(state, responses)
-        if response.answer is not None and chosen is not None:
-            message = cast(AIMessage, _last_ai(chosen))
-            if text_of(message).strip() != response.answer:
+        if response.answer is not None:
+            # the chosen sample's own message (its id, usage), with the answer as verified
+            message = _last_ai(chosen) if chosen is not None else None
+            if message is None:
+                message = AIMessage(content=response.answer, id=f"tracerag-{response.request_id}")
+            elif text_of(message).strip() != response.answer:
                 message = message.model_copy(update={"content": response.answer})
             final = message.model_copy(
                 update={"response_metadata": {**message.response_metadata, MARK: mark}}
