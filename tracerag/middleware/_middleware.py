@@ -50,6 +50,7 @@ from tracerag._pipeline import PipelineOptions, build_settings
 from tracerag._routing import Ticket
 from tracerag._runner import SETTINGS_SINK, run
 from tracerag._state import RequestInput, RequestState
+from tracerag._sync import run_sync
 from tracerag.contract import Response, caller_view
 from tracerag.errors import ConfigurationError, InputError, UnreadableOutputError
 from tracerag.events import StageEvent, tell
@@ -114,7 +115,7 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
     for review (``Command(resume={"type": "approve" | "edit" | "reject", ...})``).
     ``speculative`` (True): when the model is called right after tool results (the answering
     call of a RAG agent), draw the N answers at once; a call that turns out to call tools
-    keeps only its first answer. ``prompt_version`` and ``model_version`` name the versions
+    keeps only its first reply (the others are discarded). ``prompt_version`` and ``model_version`` name the versions
     (default: learned from the answering calls, as ``wrap()`` learns them). The other options
     are ``tracerag.PipelineOptions`` (``n_samples``, ``thresholds``, ``escalation``, ``audit``,
     ``tracer_provider``, …).
@@ -193,8 +194,6 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Any],
     ) -> Any:
-        from tracerag._sync import run_sync
-
         async def in_thread(r: ModelRequest[Any]) -> Any:
             return await asyncio.to_thread(handler, r)
 
