@@ -115,8 +115,9 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
     for review (``Command(resume={"type": "approve" | "edit" | "reject", ...})``).
     ``speculative`` (True): when the model is called right after tool results (the answering
     call of a RAG agent), draw the N answers at once; a call that turns out to call tools
-    keeps only its first reply (the others are discarded). ``prompt_version`` and ``model_version`` name the versions
-    (default: learned from the answering calls, as ``wrap()`` learns them). The other options
+    keeps only its first reply (the others are discarded). ``prompt_version`` and
+    ``model_version`` name the versions (default: learned from the answering calls, as
+    ``wrap()`` learns them). The other options
     are ``tracerag.PipelineOptions`` (``n_samples``, ``thresholds``, ``escalation``, ``audit``,
     ``tracer_provider``, …).
     """
