@@ -1,7 +1,8 @@
 """tracerag: traced, verified retrieval-augmented generation for LangChain.
 
-Wrap a chain (``wrap``) or build one (``RAGPipeline``); every request runs six traced stages and
-returns a ``Response`` with a confidence, a decision (pass / review / escalate) and evidence.
+Give a ``create_agent`` app ``TraceragMiddleware``, wrap any other chain (``wrap``) or build one
+(``RAGPipeline``); every request runs six traced stages and returns a ``Response`` with a
+confidence, a decision (pass / review / escalate) and evidence.
 Public names load on first use, so ``import tracerag`` stays cheap.
 """
 
