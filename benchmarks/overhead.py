@@ -9,10 +9,13 @@ model that sleeps a fixed latency (default 200 ms) per call, measured side by si
 
 Per app shape — an LCEL chain, a LangGraph StateGraph (LangChain's RAG tutorial graph) and an
 agent (``create_agent`` with a ``content_and_artifact`` retrieval tool) — it reports, for one
-bare run and for ``wrap()`` with ``sampling="answer"`` (the default) and ``sampling="app"``, the
-model calls, tool calls and vector store searches per request, and the wall time as a ratio to
-one bare run of the same shape (``--shape-rounds`` rounds, interleaved). The calls are counted
-where they happen: by the model, inside the tool, and in the store's search.
+bare run and for ``wrap()`` with ``sampling="answer"`` (the default) and ``sampling="app"`` (and,
+for the agent, ``create_agent(..., middleware=[TraceragMiddleware(...)])``: the answering model
+call sampled N times inside the agent, the tool run once; with ``speculative=False`` the N-1
+extra answers are drawn only once the first has called no tool), the model calls, tool calls and
+vector store searches per request, and the wall time as a ratio to one bare run of the same shape
+(``--shape-rounds`` rounds, interleaved). The calls are counted where they happen: by the model,
+inside the tool, and in the store's search.
 
 It also compares the sync entry point with the async one on the same pipeline: ``invoke()`` from
 sync code, ``invoke()`` called inside a running event loop, and ``await ainvoke()``, each with
@@ -63,7 +66,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import NoOpTracerProvider
 
-from tracerag import RAGPipeline, wrap
+from tracerag import RAGPipeline, TraceragMiddleware, wrap
 from tracerag._sync import run_sync
 from tracerag.demo.kb import DemoVectorStore, build_retriever, build_vectorstore
 
@@ -253,7 +256,7 @@ def graph_shape(latency: float):
     return builder.compile()
 
 
-def agent_shape(latency: float):
+def agent_shape(latency: float, middleware=()):
     from langchain.agents import create_agent
     from langchain.tools import tool
 
@@ -271,6 +274,7 @@ def agent_shape(latency: float):
         ToolCallingSleepyModel(latency=latency),
         [retrieve_context],
         system_prompt="Use the tool to answer, citing each source by its id.",
+        middleware=list(middleware),
     )
 
 
@@ -302,6 +306,13 @@ async def shapes(latency: float, n: int, rounds: int, tp: TracerProvider) -> Non
                 build(latency), n_samples=n, sampling="app", tracer_provider=tp, audit=None
             ),
         }
+        if name == "agent":  # the agent's own middleware: the answering call sampled in place
+            verified = TraceragMiddleware(n_samples=n, tracer_provider=tp, audit=None)
+            runs["TraceragMiddleware"] = agent_shape(latency, [verified])
+            after = TraceragMiddleware(
+                n_samples=n, tracer_provider=tp, audit=None, speculative=False
+            )
+            runs["middleware, after"] = agent_shape(latency, [after])
         value = shape_input(name)
         calls: dict[str, tuple[int, int, int]] = {}
         decisions: dict[str, str] = {}
@@ -310,6 +321,8 @@ async def shapes(latency: float, n: int, rounds: int, tp: TracerProvider) -> Non
             out = await runnable.ainvoke(value)
             calls[label] = (Counts.model, Counts.tool, Counts.search)
             decisions[label] = getattr(out, "decision", "")
+            if isinstance(out, dict) and "tracerag" in out:  # the middleware's Response
+                decisions[label] = out["tracerag"]["decision"]
         times: dict[str, list[float]] = {label: [] for label in runs}
         for _ in range(rounds):
             for label, runnable in runs.items():
@@ -320,7 +333,12 @@ async def shapes(latency: float, n: int, rounds: int, tp: TracerProvider) -> Non
         for label in runs:
             med = statistics.median(times[label])
             model_calls, tool_calls, searches = calls[label]
-            goal = "  (goal <= 1.10x)" if name == "LCEL chain" and label == "wrap (answer)" else ""
+            goal = (
+                "  (goal <= 1.10x)"
+                if (name, label)
+                in {("LCEL chain", "wrap (answer)"), ("agent", "TraceragMiddleware")}
+                else ""
+            )
             print(
                 f"  {name:11} {label:20} {model_calls:6d} {tool_calls:5d} {searches:7d} "
                 f"{med * 1000:7.1f}ms {med / base:6.2f}x  {decisions[label]}{goal}"

@@ -1,7 +1,8 @@
 """tracerag: traced, verified retrieval-augmented generation for LangChain.
 
-Wrap a chain (``wrap``) or build one (``RAGPipeline``); every request runs six traced stages and
-returns a ``Response`` with a confidence, a decision (pass / review / escalate) and evidence.
+Give a ``create_agent`` app ``TraceragMiddleware``, wrap any other chain (``wrap``) or build one
+(``RAGPipeline``); every request runs six traced stages and returns a ``Response`` with a
+confidence, a decision (pass / review / escalate) and evidence.
 Public names load on first use, so ``import tracerag`` stays cheap.
 """
 
@@ -19,6 +20,7 @@ _EXPORTS = {
     "PipelineOptions": "tracerag._pipeline",
     "RAGPipelineOptions": "tracerag._pipeline",
     "wrap": "tracerag.wrap",
+    "TraceragMiddleware": "tracerag.middleware",
     "Response": "tracerag.contract",
     "Evidence": "tracerag.contract",
     "response_schema": "tracerag.contract",
@@ -122,6 +124,7 @@ __all__ = [
     "Ticket",
     "Tier",
     "TraceragError",
+    "TraceragMiddleware",
     "UnknownOptionError",
     "UnknownPromptError",
     "UnreadableOutputError",
@@ -197,6 +200,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     )
     from tracerag.events import StageEvent
     from tracerag.metrics import configure_metrics
+    from tracerag.middleware import TraceragMiddleware
     from tracerag.signals._checker import CheckerSupport
     from tracerag.signals._confidence import Combiner, HeuristicCombiner, Signals
     from tracerag.signals._consistency import Equivalence

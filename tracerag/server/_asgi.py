@@ -434,6 +434,20 @@ def _journal_for(
     return found
 
 
+def _served(pipeline: Any) -> Any:
+    """A ``create_agent`` app with ``TraceragMiddleware`` as the server runs it; anything else
+    as it is."""
+    from tracerag._runnable import StagedRunnable
+
+    if isinstance(pipeline, StagedRunnable) or not hasattr(pipeline, "nodes"):
+        return pipeline
+    try:
+        from tracerag.middleware._served import served_agent
+    except ImportError:  # LangChain's agents are not installed: it cannot be one
+        return pipeline
+    return served_agent(pipeline) or pipeline
+
+
 def create_app(
     pipeline: Runnable[Any, RAGResponse] | None = None,
     store: AuditStore | str | None = None,
@@ -547,6 +561,7 @@ def create_app(
     if pipeline is None:  # the demo pipeline retrieves through the store's material registry
         registry = _registry_for(audit_store)
         pipeline = demo_pipeline(model, registry=registry, **(demo_options or {}))
+    pipeline = _served(pipeline)
     answerer = Answerer(pipeline, audit_store, journal=journal_dir, commit_wait=commit_wait)
     svc = Services(
         store=audit_store,

@@ -40,6 +40,8 @@ def decision_payload(decision: ReviewDecision, record: Mapping[str, Any]) -> dic
         "reviewer": decision.reviewer,
         "decided_at": decision.decided_at,
         "original_decision": record.get("decision"),
+        # the conversation (an agent's thread) the request belongs to: where it resumes
+        "session_id": record.get("session_id"),
     }
 
 

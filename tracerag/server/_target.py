@@ -1,8 +1,9 @@
 """``tracerag serve --app module:attribute``: find the app to serve, the way ``uvicorn`` does.
 
 The module is imported with ``app_dir`` (default: the current directory) first on the import
-path; the attribute may be dotted (``module:holder.app``). It must be a ``wrap()``-ed app or a
-``RAGPipeline``; with ``factory=True`` it is called with no arguments and must return one.
+path; the attribute may be dotted (``module:holder.app``). It must be a ``wrap()``-ed app, a
+``RAGPipeline`` or a ``create_agent`` app with ``TraceragMiddleware``; with ``factory=True`` it
+is called with no arguments and must return one.
 Anything else is an ``AppTargetError`` that says what was found and what to do.
 """
 
@@ -50,6 +51,17 @@ def _import(module_name: str, app_dir: str | None) -> object:
         ) from exc
 
 
+def _served_agent(obj: object) -> StagedRunnable | None:
+    """A ``create_agent`` app with ``TraceragMiddleware``, as the server runs it."""
+    if not hasattr(obj, "nodes"):
+        return None
+    try:
+        from tracerag.middleware._served import served_agent
+    except ImportError:  # LangChain's agents are not installed: it cannot be one
+        return None
+    return served_agent(obj)
+
+
 def load_app(target: str, *, factory: bool = False, app_dir: str | None = ".") -> StagedRunnable:
     """The app ``target`` (``module:attribute``) names; ``AppTargetError`` when it cannot be
     served."""
@@ -79,11 +91,17 @@ def load_app(target: str, *, factory: bool = False, app_dir: str | None = ".") -
             ) from exc
     if isinstance(obj, StagedRunnable):
         return obj
+    served = _served_agent(obj)
+    if served is not None:
+        return served
     made = f"{target}() returned" if factory else f"{target} is"
     from langchain_core.runnables import Runnable
 
     if isinstance(obj, Runnable):
-        hint = "tracerag serves it once wrapped: app = tracerag.wrap(graph)"
+        hint = (
+            "tracerag serves it once wrapped: app = tracerag.wrap(graph); a create_agent app "
+            "also once given middleware=[tracerag.TraceragMiddleware(...)]"
+        )
     elif callable(obj) and not factory and not isinstance(obj, type):
         hint = "if it builds the app, add --factory to call it; or point --app at the app itself"
     else:

@@ -275,8 +275,25 @@ async def decide(
     if decision is not None:
         if svc.delivery.enabled:
             tasks.add_task(svc.delivery.deliver, svc.store, decision_payload(decision, record))
+        resume = getattr(svc.answerer.pipeline, "resume_decision", None)
+        if callable(resume):  # a served agent's thread waits for this decision: resume it
+            tasks.add_task(_resume, svc, resume, decision_payload(decision, record))
         tasks.add_task(_learn_from_decision, svc, request_id)
     return outcome, tasks
+
+
+def _resume(svc: Services, resume: Any, payload: dict[str, Any]) -> None:
+    """Resume the served agent's thread with the decision; a failure is logged, and the
+    decision stands."""
+    try:
+        resume(payload)
+    except Exception as exc:
+        logger.warning(
+            "the agent's thread of request %s was not resumed: %s: %s",
+            payload.get("request_id"),
+            type(exc).__name__,
+            exc,
+        )
 
 
 def _learn_from_decision(svc: Services, request_id: str) -> None:

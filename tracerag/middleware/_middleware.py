@@ -1,0 +1,561 @@
+"""``TraceragMiddleware``: the six verified stages inside a ``create_agent`` app.
+
+``create_agent(model, tools, middleware=[TraceragMiddleware(...)])``. The agent runs as it
+does; the middleware changes three things:
+
+- ``wrap_tool_call``: the vector store searches a tool makes are seen (``_hooks``), so their
+  documents are materials even when the tool shows the model only text;
+- ``wrap_model_call``: a model call that calls tools passes through. The answering call (one
+  whose reply calls no tool) is drawn N times from the same request, through the middleware
+  inside this one (the handler), and the request runs the stage table with the turn's source
+  (``_source``): materials from the turn's tool results, the N answers as samples. Nothing of
+  a sample reaches the caller's callbacks or LangGraph's ``messages`` stream; the reply that
+  enters the agent's state is the verified answer (pass, review) or a replacement message
+  (escalate), and the turn's ``Response`` (its caller view) is the state's ``tracerag`` key;
+- ``after_agent``: on a checkpointed thread a withheld answer interrupts the turn for a person
+  (``_review``): the model node has finished, so resuming re-runs only this hook, and the
+  approved candidate is read from the ticket, never from the thread.
+
+Spans, metrics, the audit record and tickets are the runner's, as for every front door.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import threading
+import unicodedata
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, cast
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain.agents.middleware.types import ExtendedModelResponse, OmitFromInput
+from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import var_child_runnable_config
+from langchain_core.tracers.langchain import LangChainTracer
+from langgraph.config import get_config, get_stream_writer
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command, interrupt
+from pydantic import AfterValidator, ValidationError
+from typing_extensions import NotRequired, Unpack
+
+from tracerag import _usage as usage_meter
+from tracerag._choices import Stage, check_options
+from tracerag._llm import OnRetry, Tries, retry_call, text_of
+from tracerag._pipeline import PipelineOptions, build_settings
+from tracerag._routing import Ticket
+from tracerag._runner import SETTINGS_SINK, run
+from tracerag._state import RequestInput, RequestState
+from tracerag._sync import run_sync
+from tracerag.contract import Response, caller_view
+from tracerag.errors import ConfigurationError, InputError, UnreadableOutputError
+from tracerag.events import StageEvent, tell
+from tracerag.middleware._call import CALL_HOOKS
+from tracerag.middleware._review import (
+    ResumeValue,
+    ReviewAction,
+    interrupt_payload,
+    refusal_of,
+)
+from tracerag.middleware._source import TurnSource
+from tracerag.middleware._turn import SearchLog, is_answer, turn_of
+from tracerag.stages._table import steps_for
+from tracerag.wrap._capture import RunCapture
+from tracerag.wrap._hooks import Shared, instrument, scope
+from tracerag.wrap._inspect import retrieval_parts
+from tracerag.wrap._retryable import is_transient
+
+if TYPE_CHECKING:
+    from langgraph.runtime import Runtime
+
+    from tracerag._settings import Settings
+
+__all__ = ["DEFAULT_WITHHELD", "DEFAULT_WITHHELD_ZH", "TraceragMiddleware", "TraceragState"]
+
+logger = logging.getLogger("tracerag.middleware")
+
+#: The replacement message of a withheld answer; ``{ticket_id}`` is filled in.
+DEFAULT_WITHHELD = (
+    "I can't give a verified answer to this yet. A person will review your question and "
+    "answer it (ticket {ticket_id})."
+)
+#: The same, for a question written in Chinese.
+DEFAULT_WITHHELD_ZH = (
+    "这个问题暂时无法给出经过核实的回答，将由人工审核后答复您（工单 {ticket_id}）。"
+)
+#: The key of a message's ``response_metadata`` that marks what the middleware decided.
+MARK = "tracerag"
+
+Handler = Callable[[ModelRequest[Any]], Awaitable[Any]]
+
+
+class TraceragState(AgentState[Any]):
+    """The agent's state with the turn's verified ``Response`` (its caller view).
+
+    ``tracerag``: the last answered turn's Response as JSON, without a withheld answer's text.
+    ``tracerag_review``: a person's decision on that turn's withheld answer, once taken
+    (``{"ticket_id", "request_id", "type"}``). Both are outputs only: the agent's input schema
+    does not take them.
+    """
+
+    tracerag: NotRequired[Annotated[dict[str, Any], OmitFromInput]]
+    tracerag_review: NotRequired[Annotated[dict[str, Any], OmitFromInput]]
+
+
+class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
+    """Verify an agent's answer before it enters the agent's state; withhold it for a person.
+
+    ``withheld_message``: the text that replaces a withheld answer (``{ticket_id}`` is filled
+    in); by default it says a person will answer, in Chinese for a question written in
+    Chinese. ``interrupt_on_escalate`` (True): on a checkpointed thread, interrupt the turn
+    for review (``Command(resume={"type": "approve" | "edit" | "reject", ...})``).
+    ``speculative`` (True): when the model is called right after tool results (the answering
+    call of a RAG agent), draw the N answers at once; a call that turns out to call tools
+    keeps only its first reply (the others are discarded). ``prompt_version`` and
+    ``model_version`` name the versions (default: learned from the answering calls, as
+    ``wrap()`` learns them). The other options
+    are ``tracerag.PipelineOptions`` (``n_samples``, ``thresholds``, ``escalation``, ``audit``,
+    ``tracer_provider``, …).
+    """
+
+    state_schema = TraceragState
+
+    def __init__(
+        self,
+        *,
+        prompt_version: str | None = None,
+        model_version: str | None = None,
+        withheld_message: str | None = None,
+        interrupt_on_escalate: bool = True,
+        speculative: bool = True,
+        **options: Unpack[PipelineOptions],
+    ) -> None:
+        super().__init__()
+        check_options("TraceragMiddleware", options, PipelineOptions.__optional_keys__)
+        if withheld_message is not None and not withheld_message.strip():
+            raise ConfigurationError("withheld_message must be a non-empty text")
+        self.settings: Settings = build_settings(
+            retriever=None,
+            llm=None,
+            prompt_version=prompt_version,
+            model_version=model_version,
+            prompt_version_source="argument" if prompt_version else None,
+            model_version_source="argument" if model_version else None,
+            temperature=0.7,
+            plan_mode="inline",
+            **options,
+        )
+        self.withheld_message = withheld_message
+        self.interrupt_on_escalate = interrupt_on_escalate
+        self.speculative = speculative
+        self._searches = SearchLog()
+        self._instrumented: set[int] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return "TraceragMiddleware"
+
+    # -- tools: what their store searches return ------------------------------------------
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        with self._seen(request):
+            return handler(request)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        with self._seen(request):
+            return await handler(request)
+
+    @contextlib.contextmanager
+    def _seen(self, request: ToolCallRequest) -> Any:
+        tool = request.tool
+        if tool is not None and id(tool) not in self._instrumented:
+            with self._lock:
+                if id(tool) not in self._instrumented:
+                    instrument(*retrieval_parts(tool))
+                    self._instrumented.add(id(tool))
+        call_id = str(request.tool_call.get("id") or "")
+        with scope(Shared(False), self._searches.for_call(call_id)):
+            yield
+
+    # -- the model: the answering call sampled, verified and routed -------------------------
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Any],
+    ) -> Any:
+        async def in_thread(r: ModelRequest[Any]) -> Any:
+            return await asyncio.to_thread(handler, r)
+
+        return run_sync(lambda: self.awrap_model_call(request, in_thread))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Handler,
+    ) -> Any:
+        if request.response_format is not None:
+            raise ConfigurationError(
+                "TraceragMiddleware verifies text answers and cannot yet verify a "
+                "response_format agent's structured answer; wrap the agent with "
+                "tracerag.wrap(...) instead"
+            )
+        node_config: RunnableConfig = var_child_runnable_config.get() or {}
+        n = self.settings.samples_for_tier()
+        captures = [RunCapture() for _ in range(n)]
+
+        unmetered: set[int] = set()  # calls made before the request's run: noted by its sample
+
+        async def call(index: int) -> ModelResponse[Any]:
+            if usage_meter.current_ledger() is None:
+                unmetered.add(index)
+            else:
+                unmetered.discard(index)
+            token = var_child_runnable_config.set(quiet_config(node_config, captures[index]))
+            try:
+                return _as_response(await handler(request))
+            finally:
+                var_child_runnable_config.reset(token)
+
+        first = asyncio.ensure_future(call(0))
+        spare: dict[int, asyncio.Future[ModelResponse[Any]]] = {}
+        if self.speculative and n > 1 and _after_tools(request.messages):
+            spare = {i: asyncio.ensure_future(call(i)) for i in range(1, n)}
+        try:
+            opened = await first
+        except BaseException:
+            await _cancel(spare)
+            raise
+        if not is_answer(_last_ai(opened)):
+            await _cancel(spare)
+            return opened
+        responses: dict[int, ModelResponse[Any]] = {0: opened}
+
+        async def draw(index: int, on_retry: OnRetry, tries: Tries) -> AIMessage:
+            if index == 0:
+                return cast(AIMessage, _last_ai(opened))
+            pending = spare.pop(index, None)
+
+            async def once() -> AIMessage:
+                nonlocal pending
+                if pending is not None:
+                    task, pending = pending, None
+                    got = await task
+                else:
+                    captures[index].reset()
+                    got = await call(index)
+                message = _last_ai(got)
+                if not is_answer(message):
+                    raise UnreadableOutputError(
+                        "the sample called a tool instead of answering from the turn's results"
+                    )
+                responses[index] = got
+                return cast(AIMessage, message)
+
+            return await retry_call(
+                once, self.settings.retry, on_retry=on_retry, retry_on=is_transient, tries=tries
+            )
+
+        try:
+            response, state = await self._verify(request, node_config, draw, captures, unmetered)
+        finally:
+            await _cancel(spare)
+        return self._release(request, response, state, responses)
+
+    async def _verify(
+        self,
+        request: ModelRequest[Any],
+        node_config: RunnableConfig,
+        draw: Callable[[int, OnRetry, Tries], Awaitable[AIMessage]],
+        captures: list[RunCapture],
+        unmetered: set[int],
+    ) -> tuple[Response, RequestState | None]:
+        """The turn through the stage table: its Response and its final state."""
+        turn = turn_of(request.messages, self._searches)
+        source = TurnSource(turn, draw, captures, unmetered)
+        steps = steps_for(self.settings.tier, self.settings.plan_mode, source)
+        thread = (node_config.get("configurable") or {}).get("thread_id")
+        hooks = CALL_HOOKS.get()
+        parsed = RequestInput.parse(
+            {
+                "question": turn.question,
+                "session_id": str(thread) if thread else None,
+                "request_id": hooks.request_id if hooks is not None else None,
+            },
+            max_chars=self.settings.max_question_chars,
+        )
+        finished: dict[str, RequestState] = {}
+        listener = hooks.on_stage if hooks is not None else None
+
+        async def on_stage(event: StageEvent) -> None:
+            if event.stage is Stage.ASSEMBLE:
+                finished["state"] = event.state
+            if listener is not None:
+                await tell(listener, event)
+
+        quiet = quiet_config(node_config)
+        token = var_child_runnable_config.set(quiet)
+        try:
+            response = await run(
+                parsed,
+                self.settings,
+                steps,
+                quiet,
+                mode=source.mode,
+                on_stage=on_stage,
+                record_sink=hooks.record_sink if hooks is not None else SETTINGS_SINK,
+            )
+        finally:
+            var_child_runnable_config.reset(token)
+        return response, finished.get("state")
+
+    def _release(
+        self,
+        request: ModelRequest[Any],
+        response: Response,
+        state: RequestState | None,
+        responses: Mapping[int, ModelResponse[Any]],
+    ) -> ExtendedModelResponse[Any]:
+        """What enters the agent's state: the verified answer, or the replacement message."""
+        view = caller_view(response)
+        mark: dict[str, Any] = {
+            "request_id": response.request_id,
+            "decision": response.decision,
+            "ticket_id": response.ticket_id,
+        }
+        chosen = _chosen(state, responses)
+        if response.answer is not None:
+            # the chosen sample's own message (its id, usage), with the answer as verified
+            message = _last_ai(chosen) if chosen is not None else None
+            if message is None:
+                message = AIMessage(content=response.answer, id=f"tracerag-{response.request_id}")
+            elif text_of(message).strip() != response.answer:
+                message = message.model_copy(update={"content": response.answer})
+            final = message.model_copy(
+                update={"response_metadata": {**message.response_metadata, MARK: mark}}
+            )
+        else:
+            ticket = state.decision.ticket if state is not None and state.decision else None
+            mark["withheld"] = True
+            mark["reasons"] = list(ticket.reasons) if ticket is not None else []
+            final = AIMessage(
+                content=self.replacement(response.ticket_id, request_question(request)),
+                id=f"tracerag-{response.request_id}",
+                response_metadata={MARK: mark},
+            )
+        _write_stream({"tracerag": view})
+        return ExtendedModelResponse(
+            model_response=ModelResponse(result=[final]),
+            command=Command(update={"tracerag": view}),
+        )
+
+    def replacement(self, ticket_id: str | None, question: str = "") -> str:
+        """The text that replaces a withheld answer."""
+        template = self.withheld_message or (
+            DEFAULT_WITHHELD_ZH if _is_chinese(question) else DEFAULT_WITHHELD
+        )
+        return template.replace("{ticket_id}", ticket_id or "-")
+
+    # -- after the turn: a person reviews a withheld answer ---------------------------------
+    def after_agent(self, state: TraceragState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self._review(state)
+
+    async def aafter_agent(
+        self, state: TraceragState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        return self._review(state)
+
+    def _review(self, state: TraceragState) -> dict[str, Any] | None:
+        messages = state.get("messages") or []
+        last = messages[-1] if messages else None
+        mark = _mark(last)
+        if mark is None or not mark.get("withheld") or mark.get("review"):
+            return None
+        if not self.interrupt_on_escalate or not _checkpointed():
+            return None
+        assert isinstance(last, AIMessage)
+        ticket_id = str(mark.get("ticket_id") or "")
+        request_id = str(mark.get("request_id") or "")
+        candidate = functools.partial(self.candidate, ticket_id, request_id)
+
+        def available(value: ResumeValue) -> ResumeValue:
+            if value.type is ReviewAction.APPROVE:
+                candidate()  # refused before LangGraph keeps the value: the review waits
+            return value
+
+        try:
+            value = interrupt(
+                interrupt_payload(ticket_id, request_id, list(mark.get("reasons") or [])),
+                response_schema=cast(
+                    "type[ResumeValue]", Annotated[ResumeValue, AfterValidator(available)]
+                ),
+            )
+        except ValidationError as exc:
+            try:
+                raise InputError(refusal_of(exc)) from None
+            except InputError as refused:
+                _invalid_resume(refused)  # the review still waits: the value is not kept
+                raise
+        decision = value.decision()
+        if decision.action is ReviewAction.APPROVE:
+            text = candidate()
+        elif decision.action is ReviewAction.EDIT:
+            text = cast(str, decision.answer)
+        else:
+            text = text_of(last)
+        review = {"ticket_id": ticket_id, "request_id": request_id, "type": decision.action.value}
+        released = AIMessage(
+            content=text,
+            id=last.id,
+            response_metadata={MARK: {**mark, "review": decision.action.value}},
+        )
+        return {"messages": [released], "tracerag_review": review}
+
+    def candidate(self, ticket_id: str, request_id: str = "") -> str:
+        """The withheld candidate answer: from the ticket the escalation handler keeps, else
+        from the request's audit record, as the review desk that decided read it."""
+        lookup = getattr(self.settings.escalation, "get", None)
+        ticket = lookup(ticket_id) if callable(lookup) else None
+        hooks = CALL_HOOKS.get()
+        from_record = (hooks.approved or {}).get(request_id) if hooks is not None else None
+        if not isinstance(ticket, Ticket) and from_record:
+            return from_record
+        if not isinstance(ticket, Ticket):
+            raise InputError(
+                f"ticket {ticket_id} is not held by the escalation handler "
+                f"({type(self.settings.escalation).__name__}), so its candidate cannot be "
+                "approved; resume with {'type': 'edit', 'answer': …} or {'type': 'reject'}"
+            )
+        if not ticket.candidate_answer:
+            raise InputError(
+                f"ticket {ticket_id} holds no candidate answer to approve; resume with "
+                "{'type': 'edit', 'answer': …} or {'type': 'reject'}"
+            )
+        return ticket.candidate_answer
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def quiet_config(config: RunnableConfig, capture: RunCapture | None = None) -> RunnableConfig:
+    """The node's config for calls no caller may hear: its callbacks cut to LangSmith's tracer
+    (and a capture). LangGraph's ``messages`` stream and ``astream_events`` are callback
+    handlers too: nothing a sample draws reaches them."""
+    callbacks = config.get("callbacks")
+    kept: list[BaseCallbackHandler] = []
+    if isinstance(callbacks, BaseCallbackManager):
+        handlers = [*callbacks.handlers, *callbacks.inheritable_handlers]
+    else:
+        handlers = list(callbacks or [])
+    for handler in handlers:
+        if isinstance(handler, LangChainTracer) and handler not in kept:
+            kept.append(handler)
+    if capture is not None:
+        kept.append(capture)
+    quiet = cast(RunnableConfig, dict(config))
+    if isinstance(callbacks, BaseCallbackManager):
+        manager = callbacks.copy()
+        manager.set_handlers(list(kept))
+        quiet["callbacks"] = manager
+    else:
+        quiet["callbacks"] = kept
+    return quiet
+
+
+def request_question(request: ModelRequest[Any]) -> str:
+    try:
+        return turn_of(request.messages, SearchLog(1)).question
+    except InputError:
+        return ""
+
+
+def _as_response(result: Any) -> ModelResponse[Any]:
+    if isinstance(result, ModelResponse):
+        return result
+    if isinstance(result, AIMessage):
+        return ModelResponse(result=[result])
+    if isinstance(result, ExtendedModelResponse):
+        return result.model_response
+    model_response = getattr(result, "model_response", None)
+    if isinstance(model_response, ModelResponse):
+        return model_response
+    raise UnreadableOutputError(f"the model call returned {type(result).__name__}")
+
+
+def _last_ai(response: ModelResponse[Any]) -> AIMessage | None:
+    return next((m for m in reversed(response.result) if isinstance(m, AIMessage)), None)
+
+
+def _after_tools(messages: list[Any]) -> bool:
+    return bool(messages) and isinstance(messages[-1], ToolMessage)
+
+
+async def _cancel(tasks: Mapping[int, asyncio.Future[Any]]) -> None:
+    for task in tasks.values():
+        task.cancel()
+    for task in tasks.values():
+        with contextlib.suppress(BaseException):
+            await task
+
+
+def _chosen(
+    state: RequestState | None, responses: Mapping[int, ModelResponse[Any]]
+) -> ModelResponse[Any] | None:
+    verification = state.verification if state is not None else None
+    index = verification.selection.sample_index if verification is not None else None
+    if index is None:
+        return responses.get(0)
+    return responses.get(index)
+
+
+def _mark(message: BaseMessage | None) -> dict[str, Any] | None:
+    if not isinstance(message, AIMessage):
+        return None
+    mark = message.response_metadata.get(MARK)
+    return dict(mark) if isinstance(mark, Mapping) else None
+
+
+def _checkpointed() -> bool:
+    """Whether the running graph has a checkpointer (an interrupt can be resumed)."""
+    try:
+        configurable = get_config().get("configurable") or {}
+    except RuntimeError:
+        return False
+    return configurable.get("__pregel_checkpointer") is not None
+
+
+def _invalid_resume(error: BaseException) -> None:
+    """Mark a refused resume value as LangGraph marks one its schema refuses: the interrupt is
+    not answered, so the reviewer can answer it again."""
+    try:
+        from langgraph.errors import _mark_invalid_resume
+    except ImportError:  # an older LangGraph: the value is kept and the turn fails
+        return
+    _mark_invalid_resume(error)
+
+
+def _write_stream(chunk: dict[str, Any]) -> None:
+    """The turn's Response on the graph's ``custom`` stream (when one is open)."""
+    try:
+        writer = get_stream_writer()
+    except RuntimeError:
+        return
+    try:
+        writer(chunk)
+    except Exception:  # a stream consumer never fails the turn
+        logger.exception("tracerag middleware: could not write the Response to the stream")
+
+
+def _is_chinese(text: str) -> bool:
+    return any(unicodedata.name(ch, "").startswith("CJK UNIFIED") for ch in text)
