@@ -1,0 +1,583 @@
+"""A conversation's follow-up turn as the standalone question it asks, without a model call.
+
+"How long is the warranty on a laptop?" then "And for a phone?": the second turn asks "How
+long is the warranty for a phone?". Checked on its own, the turn names only "phone", and an
+answer about the phone's warranty looks as if it did not address it. ``resolve_turn`` reads a
+turn against the user's earlier turns (each resolved the same way, in order) and gives the
+question it stands for:
+
+- an elliptical follow-up, a fragment that names a new subject and no question of its own
+  ("And for a phone?", "What about phones?", "Same for Canada?", "Does that apply to
+  refurbished laptops too?", "那手机呢？", "如果是平板电脑呢", "换成法国呢", "手机也一样吗"),
+  inherits the predicate of the previous question with the new subject in place of the old
+  one: ``substituted``. The old subject is found by structure, not by vocabulary: the noun
+  phrase after the same preposition, else the last prepositional object (a number replaces a
+  number), else a determiner's noun phrase (English); the phrase that shares the new subject's
+  last characters (笔记本电脑 / 平板电脑, 德国 / 法国), else what comes before the first 的,
+  else the object of 在 / 到 / 对于 … (Chinese). Where no slot can be told, the new subject
+  is put before the previous question (``joined``), so neither is lost;
+- a turn that refers back with a pronoun and names little of its own ("Is it waterproof?",
+  "它防水吗？", "这个能退吗？") keeps its words and carries the previous question beside it
+  (``context``);
+- any other turn is already standalone and stays as it is (``standalone``).
+
+The resolution is deterministic and language-aware (English and Chinese), and only as good as
+its rules: a follow-up that changes the predicate and the subject at once ("And can I return
+it?") is read as a pronoun reference, with the previous question as its context. Apps that
+want a model to do it give ``question_rewriter=`` (see ``tracerag.signals._relevance``'s
+callers) a runnable, as LangChain's history-aware retriever does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = [
+    "Resolution",
+    "ResolutionMethod",
+    "resolve_turn",
+]
+
+ResolutionMethod = Literal["standalone", "substituted", "joined", "context", "rewriter"]
+
+
+def _seq(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
+_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_CJK_RE = re.compile(f"[{_CJK}]")
+_LATIN_RE = re.compile(r"[A-Za-z]+")
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """A turn and the standalone question it asks.
+
+    ``question`` is the standalone question (the turn itself when it is ``standalone``),
+    ``turn`` the turn as the user wrote it, ``method`` how it was resolved, ``previous`` the
+    (resolved) earlier question it was resolved with, ``subject`` the new subject an elliptical
+    turn named and ``replaced`` the previous question's words it took the place of.
+    """
+
+    question: str
+    turn: str
+    method: ResolutionMethod
+    previous: str | None = None
+    subject: str | None = None
+    replaced: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        """Whether the standalone question differs from the turn."""
+        return self.question != self.turn
+
+
+def _is_chinese(text: str) -> bool:
+    cjk = len(_CJK_RE.findall(text))
+    return cjk > 0 and cjk >= len(_LATIN_RE.findall(text))
+
+
+def resolve_turn(turn: str, earlier: Sequence[str]) -> Resolution:
+    """The standalone question ``turn`` asks after the user's ``earlier`` turns (oldest first).
+
+    Each earlier turn is resolved against the ones before it first, so a third turn ("And for
+    a tablet?") inherits the predicate the second one inherited.
+    """
+    turn = turn.strip()
+    previous: str | None = None
+    for text in earlier:
+        text = text.strip()
+        if not text:
+            continue
+        previous = text if previous is None else _resolve(text, previous).question
+    if previous is None:
+        return Resolution(turn, turn, "standalone")
+    return _resolve(turn, previous)
+
+
+def _resolve(turn: str, previous: str) -> Resolution:
+    if _is_chinese(turn) or (_is_chinese(previous) and not _LATIN_RE.search(turn)):
+        return _resolve_zh(turn, previous)
+    return _resolve_en(turn, previous)
+
+
+# -- English -----------------------------------------------------------------------------------
+
+# The openings of a follow-up that names a new subject for the previous question; the subject
+# is what follows. Longest first.
+_EN_LEADS = tuple(
+    sorted(
+        (
+            "and what about",
+            "and how about",
+            "but what about",
+            "ok what about",
+            "okay what about",
+            "what about",
+            "how about",
+            "what if it is",
+            "what if it's",
+            "what if it was",
+            "what if they are",
+            "what if",
+            "and if it is",
+            "and if it's",
+            "and if",
+            "and the same for",
+            "and same for",
+            "the same for",
+            "same for",
+            "same question for",
+            "same with",
+            "is that the same for",
+            "is it the same for",
+            "is this the same for",
+            "is that true for",
+            "is that also true for",
+            "does that apply to",
+            "does that also apply to",
+            "does this apply to",
+            "does this also apply to",
+            "does the same apply to",
+            "does the same go for",
+            "and for",
+            "also for",
+            "and in",
+            "and on",
+            "and with",
+            "and to",
+            "and from",
+            "and at",
+            "and after",
+            "and within",
+            "and over",
+            "and under",
+            "and",
+            "also",
+            "or",
+            "then",
+            "so",
+        ),
+        key=len,
+        reverse=True,
+    )
+)
+# Leads after which the rest is a subject whatever its length.
+_EN_SUBJECT_LEADS = frozenset(
+    lead
+    for lead in _EN_LEADS
+    if lead not in {"and", "also", "or", "then", "so", "what if", "and if"}
+)
+# Leads that end in a preposition of their own ("what about", "same for", "does that apply
+# to"): what follows is the new subject, not a prepositional phrase.
+_EN_SUBJECT_ONLY_LEADS = frozenset(
+    lead
+    for lead in _EN_LEADS
+    if lead.endswith((" about", "same for", "same with", "apply to", "go for", " true for"))
+    or lead == "same question for"
+)
+_EN_PREPOSITIONS = _seq(
+    "for on in at to with from of about after before within over under by into via "
+    "during without inside outside near per between"
+)
+_EN_DETERMINERS = _seq(
+    "a an the my your our their his her its this that these those some any each every"
+)
+# Words that open a question or a clause of its own: a turn that starts with one asks its own
+# question (after a lead such as "and").
+_EN_CLAUSE_OPENERS = frozenset(
+    _seq("""
+    what which who whom whose when where why how is are was were am do does did can could will
+    would should shall may might must have has had i you we they he she it there let please
+    """)
+)
+# A trailing word that only says "as well".
+_EN_TAIL_RE = re.compile(
+    r"(?:[\s,]+(?:too|as\s+well|also|instead|then|though|please|then\s+too))+\s*$", re.I
+)
+_EN_PUNCT_END_RE = re.compile(r"[\s?？!！.。]+$")
+_EN_WORD_RE = re.compile(r"[A-Za-z0-9$€£%][A-Za-z0-9$€£%'’.,-]*")
+_NUMBERISH_RE = re.compile(r"\d")
+# An anaphoric pronoun, where it is not expletive ("is it possible to …").
+_EN_PRONOUN_RE = re.compile(r"\b(?:it|its|they|them|their|that|this|these|those|one)\b", re.I)
+_EN_EXPLETIVE_RE = re.compile(
+    r"\bit\s+(?:is\s+|'s\s+|’s\s+)?(?:possible|true|necessary|required|allowed|ok|okay|safe|"
+    r"worth|better|best|free\s+to|likely|normal|important|too\s+late)\b"
+    r"|\b(?:is|was)\s+it\s+(?:possible|true|necessary|required|allowed|ok|okay|safe|worth|"
+    r"likely|normal|important|too\s+late)\b"
+    r"|\bthat\s+(?=\w+\s)|\bthis\s+(?:year|month|week|weekend|time|morning|evening)\b",
+    re.I,
+)
+_EN_CONTENT_STOP = frozenset(
+    _seq("""
+    a an the and or but of to in on at for with from by about after before is are was were be
+    been am do does did can could will would should shall may might must have has had i you we
+    they he she it its this that these those there what which who whom whose when where why how
+    my your our their me us him her them one not no yes if then so also too as well please
+    much many long often far soon
+    """)
+)
+
+
+def _en_words(text: str) -> list[str]:
+    return [w.lower() for w in _EN_WORD_RE.findall(text)]
+
+
+def _en_strip(text: str) -> str:
+    text = _EN_PUNCT_END_RE.sub("", text.strip())
+    text = _EN_TAIL_RE.sub("", text)
+    return text.strip(" ,;:-—")
+
+
+def _en_lead(text: str) -> tuple[str | None, str]:
+    """The follow-up's lead (lower case) and the rest of it."""
+    low = text.lower()
+    for lead in _EN_LEADS:
+        if low == lead:
+            return lead, ""
+        if low.startswith(lead) and not low[len(lead)].isalnum():
+            return lead, text[len(lead) :].strip(" ,;:-—")
+    return None, text
+
+
+def _en_fragment(turn: str) -> tuple[str, str | None] | None:
+    """The new subject an elliptical English turn names, and the preposition it opens with;
+    None when the turn asks a question of its own."""
+    body = _en_strip(turn)
+    if not body:
+        return None
+    lead, rest = _en_lead(body)
+    rest = _en_strip(rest)
+    words = _en_words(rest)
+    if not words:
+        return None
+    if (
+        lead is not None
+        and lead not in _EN_SUBJECT_ONLY_LEADS
+        and lead.endswith(tuple(f" {p}" for p in _EN_PREPOSITIONS))
+    ):
+        # "and for a phone", "does that apply to phones": the lead's preposition opens it
+        opening = lead.rsplit(" ", 1)[1]
+        rest, words = f"{opening} {rest}", [opening, *words]
+        lead = lead.rsplit(" ", 1)[0] or None
+    if words[0] in _EN_CLAUSE_OPENERS:
+        return None  # "and how long does shipping take?": a question of its own
+    if lead in _EN_SUBJECT_LEADS:
+        pass
+    elif lead is not None or turn.rstrip().endswith(("?", "？")):
+        # "and a phone?", "for a phone?", "phones?": short, no clause of its own
+        if len(words) > 6 or (lead is None and len(words) > 4 and words[0] not in _EN_PREPOSITIONS):
+            return None
+    else:
+        return None
+    if lead in {"what if", "and if"} and words[0] not in _EN_PREPOSITIONS:
+        return None  # "what if I lost the receipt": a condition of its own
+    return rest, words[0] if words[0] in _EN_PREPOSITIONS and len(words) > 1 else None
+
+
+@dataclass(frozen=True)
+class _Slot:
+    start: int
+    end: int
+    prep: str | None  # the preposition before it, if any
+
+
+_EN_STOP_NP = frozenset(
+    _EN_PREPOSITIONS
+    + _seq(
+        "and or but if when while whether than that which who is are was were do does did can "
+        "could will would should have has had be been being"
+    )
+)
+
+
+def _en_slots(question: str) -> list[_Slot]:
+    """The noun phrases of a question that a new subject may take the place of: each
+    preposition's object, and each phrase opened by a determiner (in the question's order)."""
+    body_end = len(_EN_PUNCT_END_RE.sub("", question))
+    spans = [(m.start(), m.end(), m.group().lower()) for m in _EN_WORD_RE.finditer(question)]
+    spans = [s for s in spans if s[1] <= body_end]
+    slots: list[_Slot] = []
+    for i, (start, _end, word) in enumerate(spans):
+        opener = word in _EN_PREPOSITIONS or (word in _EN_DETERMINERS and word != "that")
+        if not opener:
+            continue
+        prep = word if word in _EN_PREPOSITIONS else None
+        j = i + 1 if prep is not None else i
+        if j >= len(spans):
+            continue
+        k = j
+        # the phrase: a determiner, then up to four words, to the next preposition, clause word
+        # or punctuation
+        while k < len(spans) and k - j < 5:
+            if k > j and spans[k][2] in _EN_STOP_NP:
+                break
+            if k >= j + 2 and spans[k][2].endswith(("ed", "ing")):
+                break  # "the iPhone 14 covered": a participle after the phrase
+            if k > j and re.search(r"[,;:]", question[spans[k - 1][1] : spans[k][0]]):
+                break
+            k += 1
+        if k == j or (k == j + 1 and spans[j][2] in _EN_DETERMINERS):
+            continue
+        if spans[j][2] in _EN_CLAUSE_OPENERS and spans[j][2] not in _EN_DETERMINERS:
+            continue
+        slots.append(_Slot(spans[j][0], spans[k - 1][1], prep))
+        _ = start
+    # a determiner phrase inside a prepositional object is the same slot
+    unique: list[_Slot] = []
+    for slot in slots:
+        if any(s.start <= slot.start and slot.end <= s.end for s in unique):
+            continue
+        unique.append(slot)
+    return unique
+
+
+def _en_subject_word(question: str) -> _Slot | None:
+    """The first content word after the question's opening words ("Is shipping free?" →
+    "shipping"), when the question has no noun phrase to replace."""
+    body_end = len(_EN_PUNCT_END_RE.sub("", question))
+    for m in _EN_WORD_RE.finditer(question):
+        if m.end() > body_end:
+            break
+        if m.group().lower() not in _EN_CONTENT_STOP:
+            return _Slot(m.start(), m.end(), None)
+    return None
+
+
+def _choose_en_slot(
+    slots: Sequence[_Slot], question: str, subject: str, prep: str | None
+) -> _Slot | None:
+    numeric = bool(_NUMBERISH_RE.search(subject))
+
+    def is_numeric(slot: _Slot) -> bool:
+        return bool(_NUMBERISH_RE.search(question[slot.start : slot.end]))
+
+    kind = [s for s in slots if is_numeric(s) == numeric]
+    if prep is not None:
+        same = [s for s in kind if s.prep == prep]
+        if same:
+            return same[-1]
+        with_prep = [s for s in kind if s.prep is not None]
+        return with_prep[-1] if with_prep else None
+    with_prep = [s for s in kind if s.prep is not None]
+    if with_prep:
+        return with_prep[-1]
+    return kind[-1] if kind else None
+
+
+def _en_same_head(question: str, subject: str) -> _Slot | None:
+    """The phrase of the question that ends in the new subject's last word, with the words
+    that qualify it ("standard shipping" for "express shipping"); None when there is none or
+    it is the new subject already."""
+    words = _en_words(subject)
+    if not words or words[-1] in _EN_CONTENT_STOP or _NUMBERISH_RE.search(words[-1]):
+        return None
+    head = words[-1]
+    body_end = len(_EN_PUNCT_END_RE.sub("", question))
+    spans = [m for m in _EN_WORD_RE.finditer(question) if m.end() <= body_end]
+    for i, m in enumerate(spans):
+        if m.group().lower() != head:
+            continue
+        j = i
+        while j > 0 and spans[j - 1].group().lower() not in _EN_CONTENT_STOP | _EN_STOP_NP:
+            j -= 1
+        if question[spans[j].start() : m.end()].lower() == subject.lower():
+            return None
+        return _Slot(spans[j].start(), m.end(), None)
+    return None
+
+
+def _resolve_en(turn: str, previous: str) -> Resolution:
+    fragment = _en_fragment(turn)
+    if fragment is None:
+        if _en_refers_back(turn):
+            return Resolution(_with_context(turn, previous), turn, "context", previous)
+        return Resolution(turn, turn, "standalone", previous)
+    subject, prep = fragment
+    slot = _en_same_head(previous, subject) if prep is None else None
+    if slot is None:
+        slot = _choose_en_slot(_en_slots(previous), previous, subject, prep)
+    if slot is not None and prep is not None:
+        # the slot is the preposition's object: the new phrase takes the place of both
+        before = previous[: slot.start].rstrip()
+        if before.lower().endswith(tuple(_EN_PREPOSITIONS)):
+            cut = before.rfind(" ") + 1
+            start = cut if cut > 0 else 0
+            replaced = previous[start : slot.end]
+            question = previous[:start] + subject + previous[slot.end :]
+            return Resolution(question, turn, "substituted", previous, subject, replaced)
+    if slot is None and prep is None:
+        slot = _en_subject_word(previous)
+    if slot is None:
+        if prep is not None:  # a condition the previous question did not have: added
+            body = _EN_PUNCT_END_RE.sub("", previous)
+            question = f"{body} {subject}{previous[len(body) :] or '?'}"
+            return Resolution(question, turn, "substituted", previous, subject, None)
+        return Resolution(f"{subject}: {previous}", turn, "joined", previous, subject, None)
+    object_text = subject
+    if prep is not None:
+        object_text = subject.split(" ", 1)[1] if " " in subject else subject
+    replaced = previous[slot.start : slot.end]
+    question = previous[: slot.start] + object_text + previous[slot.end :]
+    return Resolution(question, turn, "substituted", previous, subject, replaced)
+
+
+def _en_refers_back(turn: str) -> bool:
+    """Whether an English turn leans on the previous one: a pronoun that is not expletive,
+    and at most two content words of its own."""
+    cleaned = _EN_EXPLETIVE_RE.sub(" ", turn)
+    if not _EN_PRONOUN_RE.search(cleaned):
+        return False
+    content = [w for w in _en_words(turn) if w not in _EN_CONTENT_STOP]
+    return len(content) <= 2
+
+
+def _with_context(turn: str, previous: str) -> str:
+    if _is_chinese(turn):
+        return f"{turn}（{_EN_PUNCT_END_RE.sub('', previous)}）"
+    return f"{turn} ({_EN_PUNCT_END_RE.sub('', previous)})"
+
+
+# -- Chinese -----------------------------------------------------------------------------------
+
+_ZH_PUNCT_RE = re.compile(r"[\s?？!！。.,，、~～…]+")
+_ZH_FILLERS_RE = re.compile(
+    r"^(?:请问一下|请问|我想问一下|我想问|想问一下|想问|你好|您好|麻烦问一下|麻烦问下|问一下|"
+    r"那请问|另外|还有|然后|再问一下|再问下)[，,、\s]*"
+)
+_ZH_LEAD_RE = re.compile(
+    r"^(?:那么|那|好的|好|嗯|哦)?[，,\s]*"
+    r"(?:如果|要是|假如|假设|换成|换作|换到|改成|对于|关于|至于|还有|另外)?"
+    r"(?:是|说|买的是|买|用|寄到|寄往|发到|发往|送到|在|到|去)?"
+)
+_ZH_TAIL_RE = re.compile(
+    r"(?:的话)?(?:呢|怎么样|怎样|如何|又如何|又怎样|又怎么样|怎么算|怎么说)+$"
+    r"|(?:的话)?(?:也|又)?(?:一样|同样|相同|这样|适用|是这样|也是|也一样|也适用)(?:吗|么|嘛)?$"
+)
+# What a turn of its own asks with (a fragment has none of these).
+_ZH_QUESTION_WORDS_RE = re.compile(
+    r"多久|多长|多少|几|什么|怎么|为什么|为何|哪|谁|吗|么|是否|能否|可否|有没有|能不能|可不可以"
+    r"|会不会|要不要|是不是|行不行|对不对"
+)
+_ZH_PRONOUN_RE = re.compile(
+    r"它们?|这个|那个|这款|那款|这种|那种|这台|那台|这件|那件|该产品|此产品|这些|那些"
+)
+# Characters at which a Chinese noun phrase starts or ends: particles, prepositions, the
+# verbs that open a question's predicate, punctuation.
+_ZH_BOUNDARY = set("的了吗呢吧是有在到从对于给把被和与及或买用要能会可需，,、？?！!。 ")
+_ZH_MARKERS_RE = re.compile(r"(?:寄到|寄往|发到|发往|送到|运到|对于|关于|在|到|往|从|给|买|用)")
+_ZH_PREDICATE_RE = re.compile(
+    r"的|是|有|能|可以|可|要|需要|需|会|怎么|什么|多久|多长|多少|几|吗|哪|如何|支持|包括|提供|享受|保修"
+    r"|退|换|运费|收费|费用|价格"
+)
+
+
+def _zh_fragment(turn: str) -> str | None:
+    """The new subject an elliptical Chinese turn names; None when it asks its own question."""
+    body = _ZH_PUNCT_RE.sub("", turn)
+    body = _ZH_FILLERS_RE.sub("", body)
+    tail = _ZH_TAIL_RE.search(body)
+    core = body[: tail.start()] if tail else body
+    lead = _ZH_LEAD_RE.match(core)
+    led = bool(lead and lead.group())
+    subject = core[lead.end() :] if lead else core
+    if not subject or len(subject) > 12:
+        return None
+    if tail is None and not led:
+        return None
+    if tail is None and not re.match(
+        r"^(?:那么|那)?[，,\s]*(?:如果|要是|假如|换成|换作|改成|对于|至于)", core
+    ):
+        return None  # "那退货政策": only with 呢 / 如果 … is it a fragment
+    if _ZH_QUESTION_WORDS_RE.search(subject):
+        return None
+    return subject
+
+
+def _zh_extend_left(text: str, end: int, stop: int) -> int:
+    """The start of the phrase that ends at ``end``: back to a boundary character or ``stop``."""
+    start = end
+    while start > stop and text[start - 1] not in _ZH_BOUNDARY:
+        start -= 1
+    return start
+
+
+def _zh_slot(previous: str, subject: str) -> tuple[int, int] | None:
+    body_end = len(previous.rstrip("？?！!。. "))
+    filler = _ZH_FILLERS_RE.match(previous)
+    stop = filler.end() if filler else 0
+    text = previous[:body_end]
+    # 1. the phrase that ends as the new subject ends (笔记本电脑 / 平板电脑, 德国 / 法国)
+    core = subject.split("的")[0]
+    for k in range(min(len(core), 4), 0, -1):
+        suffix = core[-k:]
+        if suffix in _ZH_BOUNDARY or not _CJK_RE.search(suffix):
+            continue
+        at = text.find(suffix, stop)
+        while at != -1:
+            end = at + k
+            start = _zh_extend_left(text, end, stop)
+            # the phrase may not run into the predicate after it
+            if text[start:end] != core and end - start <= 8:
+                return start, end
+            at = text.find(suffix, at + 1)
+    # 2. a subject "A的B" whose B the previous question names: A takes the new A's place
+    if "的" in subject:
+        _, head = subject.split("的", 1)
+        at = text.find(head, stop) if head else -1
+        if at > 0 and text[at - 1] == "的":
+            start = _zh_extend_left(text, at - 1, stop)
+            if start < at - 1:
+                return start, at + len(head)
+    # 3. the object of a marker (在德国, 寄到德国, 对于会员): to the next predicate word
+    for m in _ZH_MARKERS_RE.finditer(text, stop):
+        start = m.end()
+        rest = text[start:]
+        end_at = _ZH_PREDICATE_RE.search(rest)
+        end = start + (end_at.start() if end_at else len(rest))
+        if 1 <= end - start <= 6:
+            return start, end
+    # 4. what comes before the first 的 (笔记本电脑的保修期)
+    lead = _ZH_LEAD_RE.match(text, stop)
+    start = lead.end() if lead and lead.group() else stop
+    de = text.find("的", start)
+    if de != -1 and 1 <= de - start <= 8:
+        return start, de
+    # 5. the opening noun run, to the first predicate word (笔记本电脑保修多久)
+    end_at = _ZH_PREDICATE_RE.search(text, start)
+    if end_at is not None and 1 <= end_at.start() - start <= 8:
+        return start, end_at.start()
+    return None
+
+
+def _resolve_zh(turn: str, previous: str) -> Resolution:
+    subject = _zh_fragment(turn)
+    if subject is None:
+        body = _ZH_PUNCT_RE.sub("", turn)
+        if _ZH_PRONOUN_RE.search(body) and len(body) <= 12:
+            slot = _zh_slot(previous, "")
+            if slot is not None:
+                old = previous[slot[0] : slot[1]]
+                pronoun = _ZH_PRONOUN_RE.search(turn)
+                question = _ZH_PRONOUN_RE.sub(old, turn, count=1)
+                replaced = pronoun.group() if pronoun else None
+                return Resolution(question, turn, "substituted", previous, old, replaced)
+            return Resolution(_with_context(turn, previous), turn, "context", previous)
+        return Resolution(turn, turn, "standalone", previous)
+    slot = _zh_slot(previous, subject)
+    if slot is None:
+        return Resolution(f"{subject}：{previous}", turn, "joined", previous, subject, None)
+    start, end = slot
+    replaced = previous[start:end]
+    if "的" in subject and previous[end : end + 1] == "的":
+        # "手机的保修期" in place of "笔记本电脑" before "的保修期": no 的 twice
+        head = subject.split("的", 1)[1]
+        if previous[end + 1 :].startswith(head):
+            end += 1 + len(head)
+            replaced = previous[start:end]
+    question = previous[:start] + subject + previous[end:]
+    return Resolution(question, turn, "substituted", previous, subject, replaced)
