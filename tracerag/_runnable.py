@@ -167,6 +167,14 @@ class StagedRunnable(Runnable[Any, Response]):
         """The checked input; ``InputError`` when it is not a valid question."""
         return RequestInput.parse(input, max_chars=self._settings.max_question_chars)
 
+    async def read_conversation(
+        self, request: RequestInput, config: RunnableConfig | None
+    ) -> RequestInput:
+        """The request with the conversation it belongs to, where ``config`` names one the
+        front door can read (wrap(): the app's checkpointed thread, its message history); the
+        pipeline's conversation is its input's ``chat_history``."""
+        return request
+
     async def arun(
         self,
         input: Any,
@@ -252,7 +260,7 @@ class StagedRunnable(Runnable[Any, Response]):
         with ``inner_config``: the same, less the caller's handlers, so the app's and the
         model's runs reach tracerag's own capture and LangSmith, never the caller.
         """
-        request = self.parse_input(input)
+        request = await self.read_conversation(self.parse_input(input), config)
         inner = inner_config(config, run_manager, caller)
         events = run_manager.get_child()
         listener = _CallerEvents(events, run_manager.run_id, on_stage)
