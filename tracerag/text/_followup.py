@@ -202,8 +202,6 @@ _EN_TAIL_RE = re.compile(
 _EN_PUNCT_END_RE = re.compile(r"[\s?？!！.。]+$")
 _EN_WORD_RE = re.compile(r"[A-Za-z0-9$€£%][A-Za-z0-9$€£%'’.,-]*")
 _NUMBERISH_RE = re.compile(r"\d")
-# An anaphoric pronoun, where it is not expletive ("is it possible to …").
-_EN_PRONOUN_RE = re.compile(r"\b(?:it|its|they|them|their|that|this|these|those|one)\b", re.I)
 _EN_EXPLETIVE_RE = re.compile(
     r"\bit\s+(?:is\s+|'s\s+|’s\s+)?(?:possible|true|necessary|required|allowed|ok|okay|safe|"
     r"worth|better|best|free\s+to|likely|normal|important|too\s+late)\b"
@@ -364,9 +362,80 @@ def _choose_en_slot(
         with_prep = [s for s in kind if s.prep is not None]
         return with_prep[-1] if with_prep else None
     with_prep = [s for s in kind if s.prep is not None]
-    if with_prep:
-        return with_prep[-1]
+    return with_prep[-1] if with_prep else None
+
+
+_EN_COPULAS = frozenset(("is", "are", "was", "were", "isn't", "aren't"))
+_EN_WH = frozenset(("what", "which", "who", "when", "where", "how", "why", "what's", "how's"))
+_EN_PRONOUNS = frozenset(("i", "you", "we", "they", "he", "she", "it"))
+
+
+def _en_core_np(question: str, subject: str) -> _Slot | None:
+    """The question's own noun phrase when it has no prepositional one: the subject of a
+    copula ("Is express shipping free?" → "express shipping"), else the phrase it ends with,
+    the verb's object ("Does the warranty cover water damage?" → "water damage")."""
+    body_end = len(_EN_PUNCT_END_RE.sub("", question))
+    spans = [m for m in _EN_WORD_RE.finditer(question) if m.end() <= body_end]
+    words = [m.group().lower() for m in spans]
+    if not words:
+        return None
+    i = 0
+    while i < len(words) and words[i] in _EN_WH:
+        i += 1
+    if i < len(words) and words[i] in ("much", "many", "long", "often", "far", "soon"):
+        i += 1
+    copula = i < len(words) and words[i] in _EN_COPULAS
+    if copula:
+        i += 1
+        if i < len(words) and words[i] == "there":
+            i += 1
+        first = i
+        while first < len(words) and words[first] in _EN_DETERMINERS:
+            first += 1
+        end = first
+        while end < len(words) and words[end] not in _EN_CONTENT_STOP | _EN_STOP_NP:
+            if end > first and words[end].endswith(("ed", "ing")):
+                break  # "is the iPhone 14 covered": the participle is the predicate
+            end += 1
+        if end == len(words) and end - first >= 2 and i == 1:
+            end -= 1  # "is express shipping free": the last word is what is asked of it
+        if end == first:
+            return None
+        start = i if _starts_with_determiner(subject) else first
+        return _Slot(spans[start].start(), spans[end - 1].end(), None)
+    end = len(words)
+    start = end
+    while start > 0 and words[start - 1] not in _EN_CONTENT_STOP | _EN_STOP_NP:
+        start -= 1
+    if start == end or start == 0:
+        return None
+    # the object the question ends with, as long as the new subject: "does the warranty cover
+    # water damage" → "water damage" for "screen cracks"
+    size = max(1, len([w for w in _en_words(subject) if w not in _EN_DETERMINERS]))
+    start = max(start, end - size)
+    if start > 0 and words[start - 1] in _EN_DETERMINERS and _starts_with_determiner(subject):
+        start -= 1
+    return _Slot(spans[start].start(), spans[end - 1].end(), None)
+
+
+def _starts_with_determiner(text: str) -> bool:
+    words = _en_words(text)
+    return bool(words) and words[0] in _EN_DETERMINERS
+
+
+def _determiner_slot(slots: Sequence[_Slot], question: str, subject: str) -> _Slot | None:
+    numeric = bool(_NUMBERISH_RE.search(subject))
+    kind = [s for s in slots if bool(_NUMBERISH_RE.search(question[s.start : s.end])) == numeric]
     return kind[-1] if kind else None
+
+
+def _with_head(subject: str, replaced: str) -> str:
+    """ "unopened ones" in place of "opened items": "unopened items"."""
+    words = subject.split()
+    if len(words) >= 2 and words[-1].lower() in ("one", "ones"):
+        head = replaced.split()[-1] if replaced.split() else words[-1]
+        return " ".join([*words[:-1], head])
+    return subject
 
 
 def _en_same_head(question: str, subject: str) -> _Slot | None:
@@ -411,7 +480,11 @@ def _resolve_en(turn: str, previous: str) -> Resolution:
             question = previous[:start] + subject + previous[slot.end :]
             return Resolution(question, turn, "substituted", previous, subject, replaced)
     if slot is None and prep is None:
-        slot = _en_subject_word(previous)
+        slot = (
+            _en_core_np(previous, subject)
+            or _determiner_slot(_en_slots(previous), previous, subject)
+            or _en_subject_word(previous)
+        )
     if slot is None:
         if prep is not None:  # a condition the previous question did not have: added
             body = _EN_PUNCT_END_RE.sub("", previous)
@@ -422,6 +495,7 @@ def _resolve_en(turn: str, previous: str) -> Resolution:
     if prep is not None:
         object_text = subject.split(" ", 1)[1] if " " in subject else subject
     replaced = previous[slot.start : slot.end]
+    object_text = _with_head(object_text, replaced)
     question = previous[: slot.start] + object_text + previous[slot.end :]
     return Resolution(question, turn, "substituted", previous, subject, replaced)
 
@@ -429,11 +503,19 @@ def _resolve_en(turn: str, previous: str) -> Resolution:
 def _en_refers_back(turn: str) -> bool:
     """Whether an English turn leans on the previous one: a pronoun that is not expletive,
     and at most two content words of its own."""
-    cleaned = _EN_EXPLETIVE_RE.sub(" ", turn)
-    if not _EN_PRONOUN_RE.search(cleaned):
+    words = _en_words(_EN_EXPLETIVE_RE.sub(" ", turn))
+    refers = False
+    for i, word in enumerate(words):
+        if word in ("it", "its", "they", "them", "their"):
+            refers = True
+        elif word in ("this", "that", "these", "those"):
+            # a determiner ("this laptop") names its own subject
+            following = words[i + 1] if i + 1 < len(words) else None
+            refers = refers or following is None or following in _EN_CONTENT_STOP
+    if not refers:
         return False
     content = [w for w in _en_words(turn) if w not in _EN_CONTENT_STOP]
-    return len(content) <= 2
+    return len(content) <= 3
 
 
 def _with_context(turn: str, previous: str) -> str:
@@ -455,7 +537,7 @@ _ZH_LEAD_RE = re.compile(
     r"(?:是|说|买的是|买|用|寄到|寄往|发到|发往|送到|在|到|去)?"
 )
 _ZH_TAIL_RE = re.compile(
-    r"(?:的话)?(?:呢|怎么样|怎样|如何|又如何|又怎样|又怎么样|怎么算|怎么说)+$"
+    r"(?:的话)?(?:呢|怎么样|怎样|如何|又如何|又怎样|又怎么样)+$"
     r"|(?:的话)?(?:也|又)?(?:一样|同样|相同|这样|适用|是这样|也是|也一样|也适用)(?:吗|么|嘛)?$"
 )
 # What a turn of its own asks with (a fragment has none of these).
@@ -476,6 +558,13 @@ _ZH_PREDICATE_RE = re.compile(
 )
 
 
+# Verbs a marker's object ends at (在北京配送, 寄到上海要): a service's own actions.
+_ZH_VERBS_RE = re.compile(
+    r"配送|发货|到货|送达|送货|邮寄|快递|寄|运送|退货|换货|退款|维修|修理|购买|使用|办理|申请|支付|付款"
+    r"|上班|营业|开门|下单|取货|自提|安装"
+)
+
+
 def _zh_fragment(turn: str) -> str | None:
     """The new subject an elliptical Chinese turn names; None when it asks its own question."""
     body = _ZH_PUNCT_RE.sub("", turn)
@@ -489,6 +578,12 @@ def _zh_fragment(turn: str) -> str | None:
         return None
     if tail is None and not led:
         return None
+    if (
+        tail is not None
+        and not led
+        and re.fullmatch(r"(?:的话)?(?:怎么样|怎样|如何)", tail.group())
+    ):
+        return None  # "这款手机怎么样": asks about it, after nothing that leads it back
     if tail is None and not re.match(
         r"^(?:那么|那)?[，,\s]*(?:如果|要是|假如|换成|换作|改成|对于|至于)", core
     ):
@@ -498,9 +593,10 @@ def _zh_fragment(turn: str) -> str | None:
     return subject
 
 
-def _zh_extend_left(text: str, end: int, stop: int) -> int:
-    """The start of the phrase that ends at ``end``: back to a boundary character or ``stop``."""
-    start = end
+def _zh_extend_left(text: str, end: int, stop: int, within: int | None = None) -> int:
+    """The start of the phrase that ends at ``end``: back to a boundary character or ``stop``
+    (never after ``within``, the start of what must be in it)."""
+    start = end if within is None else within
     while start > stop and text[start - 1] not in _ZH_BOUNDARY:
         start -= 1
     return start
@@ -520,7 +616,7 @@ def _zh_slot(previous: str, subject: str) -> tuple[int, int] | None:
         at = text.find(suffix, stop)
         while at != -1:
             end = at + k
-            start = _zh_extend_left(text, end, stop)
+            start = _zh_extend_left(text, end, stop, within=at)
             # the phrase may not run into the predicate after it
             if text[start:end] != core and end - start <= 8:
                 return start, end
@@ -537,7 +633,10 @@ def _zh_slot(previous: str, subject: str) -> tuple[int, int] | None:
     for m in _ZH_MARKERS_RE.finditer(text, stop):
         start = m.end()
         rest = text[start:]
-        end_at = _ZH_PREDICATE_RE.search(rest)
+        end_at = _ZH_PREDICATE_RE.search(rest) or None
+        verb = _ZH_VERBS_RE.search(rest)
+        if verb is not None and (end_at is None or verb.start() < end_at.start()):
+            end_at = verb
         end = start + (end_at.start() if end_at else len(rest))
         if 1 <= end - start <= 6:
             return start, end
