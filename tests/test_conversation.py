@@ -24,6 +24,7 @@ from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables import RunnableLambda
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from langchain_core.vectorstores import InMemoryVectorStore
 from langgraph.checkpoint.memory import InMemorySaver
@@ -32,7 +33,7 @@ from pipeline_fixtures import FAST_RETRY
 from tracerag import RAGPipeline, wrap
 from tracerag import _semconv as sc
 from tracerag.demo.kb import HashingEmbeddings
-from tracerag.errors import InputError
+from tracerag.errors import ConfigurationError, InputError
 from tracerag.testing import ScriptCall, ScriptedChatModel, ToolCallingChatModel
 
 N = 3
@@ -225,6 +226,86 @@ def test_a_chat_history_that_cannot_be_read_is_refused(history, message, spans):
     pipeline = pipeline_for(talk, talk["answer"], spans, [])
     with pytest.raises(InputError, match=message):
         pipeline.invoke({"question": talk["follow_up"], "chat_history": history})
+
+
+# -- a configured rewriter (LangChain's history-aware pattern) -----------------------------------
+
+CONTEXTUALIZE = ChatPromptTemplate.from_messages(
+    [
+        ("system", "Rewrite the latest user question as a standalone question."),
+        MessagesPlaceholder("chat_history"),
+        ("human", "{input}"),
+    ]
+)
+
+
+def test_a_configured_rewriter_gives_the_standalone_question(spans):
+    talk = TALKS["en"]
+    rewriter_model = ScriptedChatModel(responses=["What is the warranty period of a phone?"])
+    records: list[dict[str, Any]] = []
+    llm = ScriptedChatModel(responder=replies(talk, talk["answer"]), plan_responses=[PLAN])
+    pipeline = RAGPipeline(
+        store_of(talk).as_retriever(search_kwargs={"k": 2}),
+        llm,
+        prompt_version="conversation-v1",
+        model_version=llm.model_name,
+        n_samples=N,
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
+        audit=keep(records),
+        question_rewriter=CONTEXTUALIZE | rewriter_model | StrOutputParser(),
+    )
+    on_its_own = pipeline.invoke(talk["follow_up"])
+    assert on_its_own.decision == "review"
+    assert rewriter_model.calls == []  # a request on its own needs no rewriting
+    response = pipeline.invoke({"question": talk["follow_up"], "chat_history": history_of(talk)})
+    assert response.decision == "pass", response.signal_detail.relevance
+    [call] = rewriter_model.calls
+    # the rewriter saw the earlier turn and the turn, as a history-aware chain does
+    assert talk["first"] in call.prompt and talk["follow_up"] in call.prompt
+    record = records[-1]
+    assert record["question"] == talk["follow_up"]
+    assert record["standalone_question"] == "What is the warranty period of a phone?"
+    assert record["conversation"]["resolution"] == "rewriter"
+
+
+def test_a_failing_rewriter_is_recorded_and_the_turn_resolved_without_it(spans, caplog):
+    talk = TALKS["zh"]
+
+    def broken(_: dict[str, Any]) -> str:
+        raise RuntimeError("rewriter model unavailable")
+
+    records: list[dict[str, Any]] = []
+    llm = ScriptedChatModel(responder=replies(talk, talk["answer"]), plan_responses=[PLAN])
+    pipeline = RAGPipeline(
+        store_of(talk).as_retriever(search_kwargs={"k": 2}),
+        llm,
+        prompt_version="conversation-v1",
+        model_version=llm.model_name,
+        n_samples=N,
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
+        audit=keep(records),
+        question_rewriter=RunnableLambda(broken),
+    )
+    response = pipeline.invoke({"question": talk["follow_up"], "chat_history": history_of(talk)})
+    assert response.decision == "pass"
+    conversation = records[-1]["conversation"]
+    assert conversation["resolution"] == "substituted"
+    assert conversation["rewriter_error"] == "RuntimeError: rewriter model unavailable"
+    assert records[-1]["standalone_question"] == talk["standalone"]
+    assert "question rewriter failed" in caplog.text
+
+
+def test_a_rewriter_that_is_not_a_runnable_is_refused():
+    with pytest.raises(ConfigurationError, match="question_rewriter must be a LangChain Runnable"):
+        RAGPipeline(
+            store_of(TALKS["en"]).as_retriever(),
+            ScriptedChatModel(responses=["x"]),
+            prompt_version="conversation-v1",
+            model_version="scripted-chat-model",
+            question_rewriter=lambda turn: turn,  # type: ignore[typeddict-item]
+        )
 
 
 # -- wrap(): an agent over two turns, with a checkpointer and without --------------------------

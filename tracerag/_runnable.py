@@ -27,6 +27,7 @@ from langchain_core.runnables.config import (
 )
 
 from tracerag._choices import Stage, check_options
+from tracerag._conversation import rewrite_turn
 from tracerag._routing import EscalationHandler
 from tracerag._runner import SETTINGS_SINK, run
 from tracerag._settings import RecordSink, Settings
@@ -261,6 +262,7 @@ class StagedRunnable(Runnable[Any, Response]):
         model's runs reach tracerag's own capture and LangSmith, never the caller.
         """
         request = await self.read_conversation(self.parse_input(input), config)
+        request = await rewrite_turn(request, self._settings.question_rewriter, config)
         inner = inner_config(config, run_manager, caller)
         events = run_manager.get_child()
         listener = _CallerEvents(events, run_manager.run_id, on_stage)

@@ -99,13 +99,16 @@ class Conversation:
     turn asks read with them (``tracerag.text._followup``), which the verifier and the
     relevance check use; ``method`` how it was resolved (``standalone``: the turn as it is;
     ``substituted``, ``joined``, ``context``; ``rewriter``: the configured rewriter's);
-    ``source`` where the earlier turns were read.
+    ``source`` where the earlier turns were read; ``rewriter_error`` why the configured
+    question rewriter gave no question, when it failed (its turn is then resolved without it).
     """
 
     earlier: tuple[str, ...]
     standalone: str
     method: ResolutionMethod
     source: ConversationSource
+    #: why the configured rewriter gave no question (the turn was resolved without it)
+    rewriter_error: str | None = None
 
     @classmethod
     def of(cls, turn: str, earlier: Sequence[str], source: ConversationSource) -> Conversation:
@@ -115,12 +118,15 @@ class Conversation:
 
     def to_record(self) -> dict[str, Any]:
         """The record's ``conversation`` section."""
-        return {
+        record: dict[str, Any] = {
             "source": self.source,
             "resolution": self.method,
             "earlier_turns": len(self.earlier),
             "earlier_questions": list(self.earlier),
         }
+        if self.rewriter_error is not None:
+            record["rewriter_error"] = self.rewriter_error
+        return record
 
 
 def _conversation_record(i: RequestInput) -> Any:
