@@ -297,6 +297,30 @@ def test_a_failing_rewriter_is_recorded_and_the_turn_resolved_without_it(spans, 
     assert "question rewriter failed" in caplog.text
 
 
+def test_a_rewriter_that_answers_no_text_is_recorded(spans):
+    talk = TALKS["en"]
+    records: list[dict[str, Any]] = []
+    llm = ScriptedChatModel(responder=replies(talk, talk["answer"]), plan_responses=[PLAN])
+    pipeline = RAGPipeline(
+        store_of(talk).as_retriever(search_kwargs={"k": 2}),
+        llm,
+        prompt_version="conversation-v1",
+        model_version=llm.model_name,
+        n_samples=N,
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
+        audit=keep(records),
+        question_rewriter=RunnableLambda(lambda _: {"not": "text"}),
+    )
+    response = pipeline.invoke({"question": talk["follow_up"], "chat_history": history_of(talk)})
+    assert response.decision == "pass"
+    conversation = records[-1]["conversation"]
+    assert conversation["resolution"] == "substituted"
+    assert conversation["rewriter_error"] == (
+        "UnreadableOutputError: the rewriter returned no question text (dict)"
+    )
+
+
 def test_a_rewriter_that_is_not_a_runnable_is_refused():
     with pytest.raises(ConfigurationError, match="question_rewriter must be a LangChain Runnable"):
         RAGPipeline(
@@ -450,3 +474,60 @@ def test_a_message_history_session_s_follow_up_passes(spans):
     assert record["standalone_question"] == talk["standalone"]
     assert record["conversation"]["source"] == "history"
     assert set(record["conversation"]["earlier_questions"]) == {talk["first"]}
+
+
+# -- the server: POST /v1/answer with chat_history ----------------------------------------------
+
+
+@pytest.mark.parametrize("lang", list(TALKS))
+def test_the_server_answers_a_follow_up_with_its_history(lang, spans, tmp_path):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+    from server_fixtures import make_app, make_store
+
+    talk = TALKS[lang]
+    store = make_store(tmp_path)
+    try:
+        pipeline = pipeline_for(talk, talk["answer"], spans, [])
+        history = [
+            {"role": "user", "content": talk["first"]},
+            {"role": "assistant", "content": talk["first_answer"]},
+        ]
+        with TestClient(make_app(store, pipeline)) as client:
+            alone = client.post("/v1/answer", json={"question": talk["follow_up"]})
+            reply = client.post(
+                "/v1/answer", json={"question": talk["follow_up"], "chat_history": history}
+            )
+            bad = client.post(
+                "/v1/answer",
+                json={"question": talk["follow_up"], "chat_history": [{"role": "wizard"}]},
+            )
+        assert alone.status_code == 200 and alone.json()["decision"] == "review"
+        assert reply.status_code == 200, reply.text
+        body = reply.json()
+        assert body["decision"] == "pass"
+        record = store.get(body["request_id"]).record
+        assert record["question"] == talk["follow_up"]
+        assert record["standalone_question"] == talk["standalone"]
+        assert record["conversation"]["source"] == "chat_history"
+        assert bad.status_code == 422 and bad.json()["error"] == "invalid_input"
+    finally:
+        store.close()
+
+
+def test_wrap_takes_tracerag_s_own_request_with_its_chat_history(spans):
+    """``{"question", "chat_history"}`` given to an app that takes messages (as the server
+    gives it): the app gets the question, the history is the conversation it follows."""
+    talk = TALKS["en"]
+    records: list[dict[str, Any]] = []
+    wrapped = wrap(
+        agent_for(talk),
+        n_samples=N,
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
+        audit=keep(records),
+    )
+    response = wrapped.invoke({"question": talk["follow_up"], "chat_history": history_of(talk)})
+    assert response.decision == "pass", response.signal_detail.relevance
+    assert records[-1]["standalone_question"] == talk["standalone"]
+    assert records[-1]["conversation"]["source"] == "chat_history"

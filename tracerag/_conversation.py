@@ -20,6 +20,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 
 from tracerag._llm import text_of
 from tracerag._state import Conversation, RequestInput
+from tracerag.errors import UnreadableOutputError
 
 __all__ = ["rewrite_turn"]
 
@@ -43,7 +44,9 @@ async def rewrite_turn(
         )
         text = _text(output)
         if not text:
-            raise ValueError(f"it returned no question text ({type(output).__name__})")
+            raise UnreadableOutputError(
+                f"the rewriter returned no question text ({type(output).__name__})"
+            )
     except Exception as exc:  # the turn keeps the resolution made without the rewriter
         error = f"{type(exc).__name__}: {exc}"
         logger.warning(

@@ -37,6 +37,8 @@ MESSAGES_KEY = "messages"
 DEFAULT_HISTORY_KEYS = ("chat_history", "history")
 # request fields tracerag reads from a dict input (they are passed to the app as well)
 REQUEST_FIELDS = ("session_id", "user_id", "channel", "request_id")
+# the conversation's earlier messages in tracerag's own request form
+OWN_HISTORY_KEY = "chat_history"
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,9 @@ class ChainIO:
         ``input_key`` (or else ``string_key``) is set, else as the string. A dict is passed
         through as it is (chat history and every other field kept); its question is read
         from it. A dict of tracerag's own request fields only (``question``, ``session_id``,
-        ``user_id``, ``channel``, ``request_id``) given to an app without a ``question`` field
-        is tracerag's request: the app gets the question as it gets a string.
+        ``user_id``, ``channel``, ``request_id``, ``chat_history``) given to an app without a
+        ``question`` field is tracerag's request: the app gets the question as it gets a
+        string, and ``chat_history`` is the conversation the question follows.
         """
         if isinstance(value, str):
             return ChainRequest(question=value, chain_input=self.string_input(value), fields={})
@@ -94,7 +97,13 @@ class ChainIO:
                     raise InputError(f"{key} must be a string")
             question = self.question(value)
             if self._is_own_request(value):
-                return ChainRequest(question, self.string_input(question), fields)
+                # tracerag's request: the app gets the question; its chat_history is read here
+                history = value.get(OWN_HISTORY_KEY)
+                earlier = user_turns(history, OWN_HISTORY_KEY) if history else ()
+                source: Literal["messages", "chat_history"] | None = (
+                    "chat_history" if earlier else None
+                )
+                return ChainRequest(question, self.string_input(question), fields, earlier, source)
             earlier, source = self.earlier_turns(value)
             return ChainRequest(question, value, fields, earlier, source)
         raise InputError(f"input must be a question string or a dict, got {type(value).__name__}")
@@ -103,7 +112,11 @@ class ChainIO:
         """Whether a dict is tracerag's request form rather than the app's own input."""
         if self.input_key is not None:
             return False
-        own_form = "question" in value and set(value) <= {"question", *REQUEST_FIELDS}
+        own_form = "question" in value and set(value) <= {
+            "question",
+            OWN_HISTORY_KEY,
+            *REQUEST_FIELDS,
+        }
         return own_form and self._string_key != "question"
 
     def string_input(self, question: str) -> Any:
