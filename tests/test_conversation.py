@@ -186,6 +186,8 @@ def test_an_off_topic_answer_to_a_follow_up_still_loses_relevance(lang, spans):
         "the answer does not address the question"
     )
     assert records[-1]["standalone_question"] == talk["standalone"]
+    # the reviewer's ticket asks the question the turn asks
+    assert pipeline.escalation.tickets[-1].question == talk["standalone"]
 
 
 STANDALONE_FOLLOW_UPS = {"en": "How much does standard shipping cost?", "zh": "运费是多少？"}

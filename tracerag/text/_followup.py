@@ -24,8 +24,8 @@ question it stands for:
 The resolution is deterministic and language-aware (English and Chinese), and only as good as
 its rules: a follow-up that changes the predicate and the subject at once ("And can I return
 it?") is read as a pronoun reference, with the previous question as its context. Apps that
-want a model to do it give ``question_rewriter=`` (see ``tracerag.signals._relevance``'s
-callers) a runnable, as LangChain's history-aware retriever does.
+want a model to do it give ``RAGPipeline`` or ``wrap()`` a ``question_rewriter=`` runnable
+(``tracerag._conversation``), as LangChain's history-aware retriever does.
 """
 
 from __future__ import annotations
