@@ -260,3 +260,29 @@ STANDALONE = [
 def test_a_standalone_turn_stays_as_it_is(previous, turn):
     resolved = resolve_turn(turn, [previous])
     assert (resolved.question, resolved.method) == (turn, "standalone")
+
+
+@pytest.mark.parametrize(
+    ("turn", "previous", "question"),
+    [
+        ("Thanks. And for a phone?", "How long is the warranty on a laptop?", None),
+        ("Great, thanks! What about tablets?", "How long is the warranty on a laptop?", None),
+        ("OK thanks, and for a phone?", "How long is the warranty on a laptop?", None),
+        ("好的，谢谢。那手机呢？", "笔记本电脑的保修期是多久？", "手机的保修期是多久？"),
+        ("谢谢！手机呢？", "笔记本电脑的保修期是多久？", "手机的保修期是多久？"),
+    ],
+)
+def test_an_acknowledgement_before_a_follow_up_is_read_past(turn, previous, question):
+    resolved = resolve_turn(turn, [previous])
+    assert resolved.method == "substituted" and resolved.turn == turn
+    if question is not None:
+        assert resolved.question == question
+    else:
+        assert resolved.question.startswith("How long is the warranty ")
+        assert not resolved.question.endswith("laptop?")
+
+
+def test_an_acknowledgement_before_a_question_of_its_own_leaves_it_as_it_is():
+    turn = "Thanks. What is your returns policy?"
+    resolved = resolve_turn(turn, ["How long is the warranty on a laptop?"])
+    assert (resolved.question, resolved.method) == (turn, "standalone")

@@ -99,7 +99,36 @@ def resolve_turn(turn: str, earlier: Sequence[str]) -> Resolution:
     return _resolve(turn, previous)
 
 
+# Sentences of a turn, and the acknowledgements that open a follow-up ("Thanks. And for a
+# phone?", "好的，谢谢。那手机呢？").
+_SENTENCE_END_RE = re.compile(r"(?<=[.!?。！？；;])\s*")
+_ACKNOWLEDGEMENT_RE = re.compile(
+    r"^(?:(?:ok(?:ay)?|thanks|thank\s+you|great|got\s+it|i\s+see|cool|perfect|alright|sure|"
+    r"好的|好|谢谢|多谢|明白了|明白|知道了|了解|嗯|哦|噢)[\s,，、.!！。]*)+",
+    re.IGNORECASE,
+)
+
+
+def _last_clause(turn: str) -> str:
+    """The turn's last sentence, without the acknowledgements that open it."""
+    sentences = [s for s in _SENTENCE_END_RE.split(turn.strip()) if s.strip()]
+    last = sentences[-1] if sentences else turn
+    return _ACKNOWLEDGEMENT_RE.sub("", last).strip() or last.strip()
+
+
 def _resolve(turn: str, previous: str) -> Resolution:
+    clause = _last_clause(turn)
+    if clause != turn.strip():
+        # "Thanks. And for a phone?": the follow-up is its last sentence
+        inner = _resolve_one(clause, previous)
+        if inner.method in ("substituted", "joined"):
+            return Resolution(
+                inner.question, turn, inner.method, previous, inner.subject, inner.replaced
+            )
+    return _resolve_one(turn, previous)
+
+
+def _resolve_one(turn: str, previous: str) -> Resolution:
     if _is_chinese(turn) or (_is_chinese(previous) and not _LATIN_RE.search(turn)):
         return _resolve_zh(turn, previous)
     return _resolve_en(turn, previous)
