@@ -533,3 +533,31 @@ def test_wrap_takes_tracerag_s_own_request_with_its_chat_history(spans):
     assert response.decision == "pass", response.signal_detail.relevance
     assert records[-1]["standalone_question"] == talk["standalone"]
     assert records[-1]["conversation"]["source"] == "chat_history"
+
+
+def test_the_desk_shows_the_reviewer_the_question_a_follow_up_asks(spans, tmp_path):
+    pytest.importorskip("fastapi")
+    import html
+
+    from fastapi.testclient import TestClient
+    from server_fixtures import make_app, make_store, sign_in
+
+    talk = TALKS["en"]
+    store = make_store(tmp_path)
+    try:
+        pipeline = pipeline_for(talk, talk["off_topic"], spans, [])
+        history = [{"role": "user", "content": talk["first"]}]
+        with TestClient(make_app(store, pipeline)) as client:
+            reply = client.post(
+                "/v1/answer", json={"question": talk["follow_up"], "chat_history": history}
+            )
+            assert reply.json()["decision"] == "review"
+            sign_in(client)
+            page = client.get(f"/review/items/{reply.json()['request_id']}")
+        assert page.status_code == 200
+        text = html.unescape(page.text)
+        assert talk["follow_up"] in text  # the turn as the user wrote it
+        assert 'id="standalone-question"' in page.text
+        assert talk["standalone"] in text and talk["first"] in text
+    finally:
+        store.close()
