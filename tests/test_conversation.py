@@ -561,3 +561,18 @@ def test_the_desk_shows_the_reviewer_the_question_a_follow_up_asks(spans, tmp_pa
         assert talk["standalone"] in text and talk["first"] in text
     finally:
         store.close()
+
+
+def test_a_long_history_is_read_and_recorded_from_its_last_turns(spans):
+    from tracerag._state import MAX_EARLIER_TURNS
+
+    talk = TALKS["en"]
+    records: list[dict[str, Any]] = []
+    pipeline = pipeline_for(talk, talk["answer"], spans, records)
+    history = [("human", f"Question number {i}?") for i in range(100)] + history_of(talk)
+    response = pipeline.invoke({"question": talk["follow_up"], "chat_history": history})
+    assert response.decision == "pass"
+    conversation = records[-1]["conversation"]
+    assert conversation["earlier_turns"] == MAX_EARLIER_TURNS
+    assert conversation["earlier_questions"][-1] == talk["first"]
+    assert records[-1]["standalone_question"] == talk["standalone"]

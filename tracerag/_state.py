@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INPUT_KEYS",
+    "MAX_EARLIER_TURNS",
     "RECORD_LAYOUT",
     "RECORD_VERSION",
     "Conversation",
@@ -84,6 +85,9 @@ RECORD_VERSION = 2
 INPUT_KEYS = frozenset(
     {"question", "session_id", "user_id", "channel", "request_id", "chat_history"}
 )
+
+#: The user's earlier turns a request is read with (and its record keeps), at most: the last.
+MAX_EARLIER_TURNS = 20
 
 #: Where a request's earlier turns come from: the request's ``chat_history``, the earlier
 #: messages of the app's ``messages`` input, the app's checkpointed thread, or the history of a
@@ -293,9 +297,10 @@ class RequestInput:
         """This request as the turn after the user's ``earlier`` turns (none: as it is).
 
         The standalone question is resolved without a model unless ``standalone`` (with its
-        ``method``, e.g. ``rewriter``) is given.
+        ``method``, e.g. ``rewriter``) is given. The last ``MAX_EARLIER_TURNS`` turns are read
+        (and recorded): a follow-up leans on the turns just before it.
         """
-        turns = tuple(t.strip() for t in earlier if t.strip())
+        turns = tuple(t.strip() for t in earlier if t.strip())[-MAX_EARLIER_TURNS:]
         if not turns:
             return self
         conversation = Conversation.of(self.question, turns, source)
