@@ -16,6 +16,24 @@ from tracerag.text._followup import resolve_turn
 
 ENGLISH = [
     (
+        "And if I paid by card?",
+        ["How long does a refund take?"],
+        "How long does a refund take if I paid by card?",
+        "substituted",
+    ),
+    (
+        "What if it's refurbished?",
+        ["How long is the warranty on a laptop?"],
+        "How long is the warranty on a laptop if it's refurbished?",
+        "substituted",
+    ),
+    (
+        "What if it is a phone?",
+        ["How long is the warranty on a laptop?"],
+        "How long is the warranty on a phone?",
+        "substituted",
+    ),
+    (
         "And for a phone?",
         ["How long is the warranty on a laptop?"],
         "How long is the warranty for a phone?",
@@ -138,12 +156,14 @@ ENGLISH = [
     (
         "What if I lost the receipt?",
         ["Can I return a laptop?"],
-        "What if I lost the receipt?",
-        "standalone",
+        "Can I return a laptop if I lost the receipt?",
+        "substituted",
     ),
 ]
 
 CHINESE = [
+    ("那过了保修期呢？", ["上门维修收费吗？"], "过了保修期，上门维修收费吗？", "substituted"),
+    ("如果超过30天呢？", ["可以退货吗？"], "超过30天，可以退货吗？", "substituted"),
     ("那手机呢？", ["笔记本电脑的保修期是多久？"], "手机的保修期是多久？", "substituted"),
     ("手机呢", ["笔记本电脑保修多久？"], "手机保修多久？", "substituted"),
     ("那手机的呢？", ["笔记本电脑的保修期是多久？"], "手机的保修期是多久？", "substituted"),

@@ -153,6 +153,10 @@ _EN_LEADS = tuple(
             "what if it was",
             "what if they are",
             "what if",
+            "and what if",
+            "but what if",
+            "but if",
+            "even if",
             "and if it is",
             "and if it's",
             "and if",
@@ -195,11 +199,11 @@ _EN_LEADS = tuple(
         reverse=True,
     )
 )
+# Leads that open a condition ("what if I lost the receipt", "and if I paid by card").
+_EN_IF_LEADS = frozenset(("what if", "and if", "and what if", "but what if", "but if", "even if"))
 # Leads after which the rest is a subject whatever its length.
 _EN_SUBJECT_LEADS = frozenset(
-    lead
-    for lead in _EN_LEADS
-    if lead not in {"and", "also", "or", "then", "so", "what if", "and if"}
+    lead for lead in _EN_LEADS if lead not in {"and", "also", "or", "then", "so", *_EN_IF_LEADS}
 )
 # Leads that end in a preposition of their own ("what about", "same for", "does that apply
 # to"): what follows is the new subject, not a prepositional phrase.
@@ -301,8 +305,8 @@ def _en_fragment(turn: str) -> tuple[str, str | None] | None:
             return None
     else:
         return None
-    if lead in {"what if", "and if"} and words[0] not in _EN_PREPOSITIONS:
-        return None  # "what if I lost the receipt": a condition of its own
+    if lead in _EN_IF_LEADS and words[0] not in _EN_PREPOSITIONS:
+        return None  # "what if I lost the receipt": a condition (``_en_condition``)
     return rest, words[0] if words[0] in _EN_PREPOSITIONS and len(words) > 1 else None
 
 
@@ -489,7 +493,39 @@ def _en_same_head(question: str, subject: str) -> _Slot | None:
     return None
 
 
+def _en_condition(turn: str) -> str | None:
+    """The clause of a follow-up that adds a condition to the previous question ("What if I
+    lost the receipt?" → "I lost the receipt"), or None."""
+    lead, rest = _en_lead(_en_strip(turn))
+    rest = _en_strip(rest)
+    if lead is not None and lead.split(" ", 2)[:2] in (["what", "if"], ["and", "if"]):
+        said = lead.split(" ", 2)[2] if lead.count(" ") >= 2 else ""
+        if said:  # "what if it's refurbished" (a condition), "what if it's a phone" (a subject)
+            if not rest or _starts_with_determiner(rest):
+                return None
+            return f"{said} {rest}"
+    if lead not in _EN_IF_LEADS:
+        return None
+    words = _en_words(rest)
+    if not words or words[0] in _EN_PREPOSITIONS:
+        return None
+    if lead.startswith("what") or lead.startswith("and what") or lead.startswith("but what"):
+        # "what if it's a phone": a new subject (a fragment); "what if it's refurbished": a
+        # condition
+        after = words[1:] if words[0] in ("it's", "it’s") else words[2:]
+        if (words[0] in ("it's", "it’s") or words[:2] == ["it", "is"]) and (
+            after and after[0] in _EN_DETERMINERS
+        ):
+            return None
+    return rest
+
+
 def _resolve_en(turn: str, previous: str) -> Resolution:
+    condition = _en_condition(turn)
+    if condition is not None:
+        body = _EN_PUNCT_END_RE.sub("", previous)
+        question = f"{body} if {condition}{previous[len(body) :].strip() or '?'}"
+        return Resolution(question, turn, "substituted", previous, condition, None)
     fragment = _en_fragment(turn)
     if fragment is None:
         if _en_refers_back(turn):
@@ -682,8 +718,19 @@ def _zh_slot(previous: str, subject: str) -> tuple[int, int] | None:
     return None
 
 
+# A fragment that states a condition rather than a new subject ("过了保修期", "超过30天",
+# "没有发票", "签收以后"): it is added to the previous question, which keeps its own subject.
+_ZH_CONDITION_RE = re.compile(
+    r"^(?:过了|超过|超出|没有|没|不在|不是|已经|逾期|错过|用了|拆封|拆了|坏了)"
+    r"|(?:以后|之后|以前|之前|的时候|期间|时|后)$"
+)
+
+
 def _resolve_zh(turn: str, previous: str) -> Resolution:
     subject = _zh_fragment(turn)
+    if subject is not None and _ZH_CONDITION_RE.search(subject):
+        body = previous.strip()
+        return Resolution(f"{subject}，{body}", turn, "substituted", previous, subject, None)
     if subject is None:
         body = _ZH_PUNCT_RE.sub("", turn)
         if _ZH_PRONOUN_RE.search(body) and len(body) <= 12:
