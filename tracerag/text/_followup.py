@@ -16,6 +16,9 @@ question it stands for:
   last characters (笔记本电脑 / 平板电脑, 德国 / 法国), else what comes before the first 的,
   else the object of 在 / 到 / 对于 … (Chinese). Where no slot can be told, the new subject
   is put before the previous question (``joined``), so neither is lost;
+- a follow-up that states a condition ("What if I lost the receipt?", "And if I paid by
+  card?", "And after 40 days?", "那过了保修期呢？", "如果超过30天呢？") adds it to the previous
+  question, which keeps its own subject (``substituted``);
 - a turn that refers back with a pronoun and names little of its own ("Is it waterproof?",
   "它防水吗？", "这个能退吗？") keeps its words and carries the previous question beside it
   (``context``);
