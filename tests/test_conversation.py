@@ -576,3 +576,35 @@ def test_a_long_history_is_read_and_recorded_from_its_last_turns(spans):
     assert conversation["earlier_turns"] == MAX_EARLIER_TURNS
     assert conversation["earlier_questions"][-1] == talk["first"]
     assert records[-1]["standalone_question"] == talk["standalone"]
+
+
+@pytest.mark.parametrize("lang", list(TALKS))
+def test_the_pipeline_takes_a_chat_input_of_messages(lang, spans):
+    talk = TALKS[lang]
+    records: list[dict[str, Any]] = []
+    pipeline = pipeline_for(talk, talk["answer"], spans, records)
+    messages = [*history_of(talk), {"role": "user", "content": talk["follow_up"]}]
+    response = pipeline.invoke({"messages": messages, "channel": "chat"})
+    assert response.decision == "pass", response.signal_detail.relevance
+    record = records[-1]
+    assert record["question"] == talk["follow_up"] and record["channel"] == "chat"
+    assert record["standalone_question"] == talk["standalone"]
+    assert record["conversation"]["source"] == "messages"
+    one = pipeline.invoke({"messages": [HumanMessage(talk["first"])]})
+    assert records[-1]["question"] == talk["first"] and records[-1]["conversation"] is None
+    assert one.decision == "pass"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"messages": [("ai", "Hello, how can I help?")]}, "holds no user message"),
+        ({"messages": [("human", "Hi")], "question": "Hi"}, "not both"),
+        ({"messages": [("human", "Hi")], "chat_history": []}, "not both"),
+        ({"messages": "Hi there"}, "must be a list of chat messages"),
+    ],
+)
+def test_a_chat_input_that_cannot_be_read_is_refused(value, message, spans):
+    pipeline = pipeline_for(TALKS["en"], TALKS["en"]["answer"], spans, [])
+    with pytest.raises(InputError, match=message):
+        pipeline.invoke(value)

@@ -181,7 +181,9 @@ class RAGPipeline(StagedRunnable):
     """Answers questions from a retriever's materials with verified citations and a confidence.
 
     Input: a question string, or ``{"question", "session_id", "user_id", "channel"}`` (all but
-    question optional). Output: a ``tracerag.Response``. Works with ``invoke``, ``ainvoke``,
+    question optional); a follow-up adds its conversation as ``chat_history``, or comes as a
+    chat input ``{"messages": [...]}`` whose last user message is the question (see
+    docs/conversations.md). Output: a ``tracerag.Response``. Works with ``invoke``, ``ainvoke``,
     ``batch``, ``abatch`` and inside LCEL; ``arun`` adds per-call hooks (stage events, record
     sink). ``plan``: "separate" (a plan call before sampling) or "inline". Its other options
     are ``RAGPipelineOptions``.

@@ -83,7 +83,7 @@ __all__ = [
 RECORD_VERSION = 2
 
 INPUT_KEYS = frozenset(
-    {"question", "session_id", "user_id", "channel", "request_id", "chat_history"}
+    {"question", "session_id", "user_id", "channel", "request_id", "chat_history", "messages"}
 )
 
 #: The user's earlier turns a request is read with (and its record keeps), at most: the last.
@@ -314,7 +314,9 @@ class RequestInput:
 
         A dict's ``chat_history`` (the conversation's earlier messages, in any form LangChain
         accepts for messages) makes the request a turn of that conversation: its standalone
-        question is resolved from the user's earlier turns (``Conversation``).
+        question is resolved from the user's earlier turns (``Conversation``). A dict may give
+        ``messages`` instead of ``question``: a chat input whose last user message is the
+        question and whose earlier ones are the conversation.
 
         Refused: a question that is empty or shows nothing (only whitespace, zero-width or other
         invisible characters), longer than ``max_chars``, or any field that is not valid Unicode
@@ -324,7 +326,10 @@ class RequestInput:
         if isinstance(value, RequestInput):
             data: dict[str, Any] = {
                 k: getattr(value, k)
-                for k in ("question", *sorted(INPUT_KEYS - {"question", "chat_history"}))
+                for k in (
+                    "question",
+                    *sorted(INPUT_KEYS - {"question", "chat_history", "messages"}),
+                )
             }
         elif isinstance(value, str):
             data = {"question": value}
@@ -340,6 +345,24 @@ class RequestInput:
                 "input must be a question string or a dict with 'question', "
                 f"got {type(value).__name__}"
             )
+        earlier: tuple[str, ...] | None = None
+        source: ConversationSource = "chat_history"
+        if data.get("messages") is not None:
+            # a chat input: the question is its last user message, the ones before it the
+            # conversation's earlier turns
+            if "question" in data or data.get("chat_history") is not None:
+                raise InputError(
+                    "give the question as 'question' (with 'chat_history') or as the last "
+                    "user message of 'messages', not both"
+                )
+            turns = _user_turns(data["messages"], "messages")
+            if not turns:
+                raise InputError(
+                    "messages holds no user message with text; the question is the last one"
+                )
+            data["question"], earlier, source = turns[-1], turns[:-1], "messages"
+        elif data.get("chat_history") is not None:
+            earlier = _user_turns(data["chat_history"], "chat_history")
         question = data.get("question")
         if not isinstance(question, str) or not question.strip():
             raise InputError("the question must be a non-empty string")
@@ -370,10 +393,9 @@ class RequestInput:
             request_id=data.get("request_id") or None,
             conversation=value.conversation if isinstance(value, RequestInput) else None,
         )
-        history = data.get("chat_history")
-        if history is None:
+        if earlier is None:
             return parsed
-        return parsed.following(_user_turns(history, "chat_history"), "chat_history")
+        return parsed.following(earlier, source)
 
 
 def parse_input(value: Any, *, max_chars: int = 8000) -> RequestInput:
