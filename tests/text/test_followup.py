@@ -306,3 +306,11 @@ def test_an_acknowledgement_before_a_question_of_its_own_leaves_it_as_it_is():
     turn = "Thanks. What is your returns policy?"
     resolved = resolve_turn(turn, ["How long is the warranty on a laptop?"])
     assert (resolved.question, resolved.method) == (turn, "standalone")
+
+
+def test_an_acknowledgement_between_the_turns_is_no_question_to_follow():
+    earlier = ["How long is the warranty on a laptop?", "Thanks!", "ok"]
+    resolved = resolve_turn("And for a phone?", earlier)
+    assert resolved.question == "How long is the warranty for a phone?"
+    zh = resolve_turn("那手机呢？", ["笔记本电脑的保修期是多久？", "好的，谢谢！"])
+    assert zh.question == "手机的保修期是多久？"

@@ -94,8 +94,8 @@ def resolve_turn(turn: str, earlier: Sequence[str]) -> Resolution:
     previous: str | None = None
     for text in earlier:
         text = text.strip()
-        if not text:
-            continue
+        if not _ACKNOWLEDGEMENT_RE.sub("", text).strip(" .!?。！？~～"):
+            continue  # "Thanks!", "好的": no question to follow
         previous = text if previous is None else _resolve(text, previous).question
     if previous is None:
         return Resolution(turn, turn, "standalone")
@@ -336,7 +336,7 @@ def _en_slots(question: str) -> list[_Slot]:
     spans = [(m.start(), m.end(), m.group().lower()) for m in _EN_WORD_RE.finditer(question)]
     spans = [s for s in spans if s[1] <= body_end]
     slots: list[_Slot] = []
-    for i, (start, _end, word) in enumerate(spans):
+    for i, (_start, _end, word) in enumerate(spans):
         opener = word in _EN_PREPOSITIONS or (word in _EN_DETERMINERS and word != "that")
         if not opener:
             continue
@@ -360,7 +360,6 @@ def _en_slots(question: str) -> list[_Slot]:
         if spans[j][2] in _EN_CLAUSE_OPENERS and spans[j][2] not in _EN_DETERMINERS:
             continue
         slots.append(_Slot(spans[j][0], spans[k - 1][1], prep))
-        _ = start
     # a determiner phrase inside a prepositional object is the same slot
     unique: list[_Slot] = []
     for slot in slots:
