@@ -314,3 +314,16 @@ def test_an_acknowledgement_between_the_turns_is_no_question_to_follow():
     assert resolved.question == "How long is the warranty for a phone?"
     zh = resolve_turn("那手机呢？", ["笔记本电脑的保修期是多久？", "好的，谢谢！"])
     assert zh.question == "手机的保修期是多久？"
+
+
+@pytest.mark.parametrize(
+    ("turn", "question"),
+    [
+        ("它防水吗？", "笔记本电脑防水吗？"),
+        ("这个能退吗？", "笔记本电脑能退吗？"),
+        ("那款多少钱？", "笔记本电脑多少钱？"),
+        ("这个月有什么活动？", "这个月有什么活动？"),  # 这个 before a noun of its own
+    ],
+)
+def test_a_chinese_pronoun_stands_for_the_previous_subject(turn, question):
+    assert resolve_turn(turn, ["笔记本电脑的保修期是多久？"]).question == question

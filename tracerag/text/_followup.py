@@ -612,8 +612,12 @@ _ZH_QUESTION_WORDS_RE = re.compile(
     r"多久|多长|多少|几|什么|怎么|为什么|为何|哪|谁|吗|么|是否|能否|可否|有没有|能不能|可不可以"
     r"|会不会|要不要|是不是|行不行|对不对"
 )
+# A pronoun that stands for the previous subject: 它 always; 这个 / 那款 … only before the
+# predicate ("这个能退吗", "那款多少钱"), not before a noun of their own ("这个月").
 _ZH_PRONOUN_RE = re.compile(
-    r"它们?|这个|那个|这款|那款|这种|那种|这台|那台|这件|那件|该产品|此产品|这些|那些"
+    r"它们?"
+    r"|(?:这个|那个|这款|那款|这种|那种|这台|那台|这件|那件|该产品|此产品|这些|那些)"
+    r"(?=$|[的能可会是有要多怎吗支防保包适还也都在用需什几，,？?])"
 )
 # Characters at which a Chinese noun phrase starts or ends: particles, prepositions, the
 # verbs that open a question's predicate, punctuation.
