@@ -318,5 +318,5 @@ def test_a_follow_up_is_judged_as_the_question_it_asks(earlier, turn, answer):
 
 def test_the_defect_a_bare_follow_up_reads_as_off_topic():
     """What the pipeline judged before it read the conversation (kept to show the cause)."""
-    earlier, turn, answer = FOLLOW_UPS[0]
+    _earlier, turn, answer = FOLLOW_UPS[0]
     assert check_relevance(turn, [part(answer)]).addresses is False
