@@ -327,3 +327,15 @@ def test_an_acknowledgement_between_the_turns_is_no_question_to_follow():
 )
 def test_a_chinese_pronoun_stands_for_the_previous_subject(turn, question):
     assert resolve_turn(turn, ["笔记本电脑的保修期是多久？"]).question == question
+
+
+@pytest.mark.parametrize(
+    ("turn", "question"),
+    [
+        ("For a phone?", "How long is the warranty for a phone?"),
+        ("Refund policy?", "Refund policy?"),  # terse, but a question of its own
+        ("Opening hours?", "Opening hours?"),
+    ],
+)
+def test_a_turn_without_a_lead_is_a_follow_up_only_when_a_preposition_opens_it(turn, question):
+    assert resolve_turn(turn, ["How long is the warranty on a laptop?"]).question == question

@@ -302,14 +302,21 @@ def _en_fragment(turn: str) -> tuple[str, str | None] | None:
         return None  # "and how long does shipping take?": a question of its own
     if lead in _EN_SUBJECT_LEADS:
         pass
-    elif lead is not None or turn.rstrip().endswith(("?", "？")):
-        # "and a phone?", "for a phone?", "phones?": short, no clause of its own
-        if len(words) > 6 or (lead is None and len(words) > 4 and words[0] not in _EN_PREPOSITIONS):
+    elif lead is not None:
+        # "and a phone?", "or with Apple Pay?": short, no clause of its own
+        if len(words) > 6:
+            return None
+    elif turn.rstrip().endswith(("?", "？")) and words[0] in _EN_PREPOSITIONS:
+        # "for a phone?", "in Germany?"; a bare noun phrase ("Refund policy?") is a terse
+        # question of its own
+        if len(words) > 6:
             return None
     else:
         return None
     if lead in _EN_IF_LEADS and words[0] not in _EN_PREPOSITIONS:
         return None  # "what if I lost the receipt": a condition (``_en_condition``)
+    if words[0] in _EN_PREPOSITIONS or words[0] in _EN_DETERMINERS:
+        rest = rest[:1].lower() + rest[1:]  # "For a phone?" inside the question: "for a phone"
     return rest, words[0] if words[0] in _EN_PREPOSITIONS and len(words) > 1 else None
 
 
