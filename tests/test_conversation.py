@@ -425,9 +425,8 @@ def test_an_agent_s_off_topic_follow_up_goes_to_review(spans):
 # -- wrap(): RunnableWithMessageHistory ---------------------------------------------------------
 
 
-@pytest.mark.filterwarnings("ignore::langchain_core._api.deprecation.LangChainDeprecationWarning")
-def test_a_message_history_session_s_follow_up_passes(spans):
-    talk = TALKS["en"]
+def history_app(talk: dict[str, Any], get_session_history: Any) -> RunnableWithMessageHistory:
+    """An LCEL RAG chain with its history, as LangChain's message-history guide writes it."""
     retriever = store_of(talk).as_retriever(search_kwargs={"k": 2})
     prompt = ChatPromptTemplate.from_messages(
         [
@@ -451,17 +450,22 @@ def test_a_message_history_session_s_follow_up_passes(spans):
         | llm
         | StrOutputParser()
     )
+    return RunnableWithMessageHistory(
+        chain, get_session_history, input_messages_key="input", history_messages_key="history"
+    )
+
+
+@pytest.mark.filterwarnings("ignore::langchain_core._api.deprecation.LangChainDeprecationWarning")
+def test_a_message_history_session_s_follow_up_passes(spans):
+    talk = TALKS["en"]
     sessions: dict[str, InMemoryChatMessageHistory] = {}
 
     def get_session_history(session_id: str) -> InMemoryChatMessageHistory:
         return sessions.setdefault(session_id, InMemoryChatMessageHistory())
 
-    with_history = RunnableWithMessageHistory(
-        chain, get_session_history, input_messages_key="input", history_messages_key="history"
-    )
     records: list[dict[str, Any]] = []
     wrapped = wrap(
-        with_history,
+        history_app(talk, get_session_history),
         prompt_version="history-v1",
         n_samples=N,
         retry=FAST_RETRY,
@@ -476,6 +480,39 @@ def test_a_message_history_session_s_follow_up_passes(spans):
     assert record["standalone_question"] == talk["standalone"]
     assert record["conversation"]["source"] == "history"
     assert set(record["conversation"]["earlier_questions"]) == {talk["first"]}
+
+
+@pytest.mark.filterwarnings("ignore::langchain_core._api.deprecation.LangChainDeprecationWarning")
+def test_a_history_that_cannot_be_read_is_recorded_and_the_turn_answered(spans, caplog):
+    talk = TALKS["en"]
+
+    reads: list[int] = []
+
+    class FlakyHistory(InMemoryChatMessageHistory):
+        """A session store that fails the first read (tracerag's), then works (the app's)."""
+
+        async def aget_messages(self):
+            reads.append(1)
+            if len(reads) == 1:
+                raise ConnectionError("session store unavailable")
+            return await super().aget_messages()
+
+    history = FlakyHistory()
+    records: list[dict[str, Any]] = []
+    wrapped = wrap(
+        history_app(talk, lambda session_id: history),
+        prompt_version="history-v1",
+        n_samples=N,
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
+        audit=keep(records),
+    )
+    response = wrapped.invoke({"input": talk["first"]}, {"configurable": {"session_id": "s"}})
+    assert response.decision == "pass"
+    conversation = records[-1]["conversation"]
+    assert conversation["read_error"] == "ConnectionError: session store unavailable"
+    assert conversation["source"] == "history" and conversation["earlier_turns"] == 0
+    assert "cannot read the app's conversation" in caplog.text
 
 
 # -- the server: POST /v1/answer with chat_history ----------------------------------------------

@@ -104,7 +104,9 @@ class Conversation:
     relevance check use; ``method`` how it was resolved (``standalone``: the turn as it is;
     ``substituted``, ``joined``, ``context``; ``rewriter``: the configured rewriter's);
     ``source`` where the earlier turns were read; ``rewriter_error`` why the configured
-    question rewriter gave no question, when it failed (its turn is then resolved without it).
+    question rewriter gave no question, when it failed (its turn is then resolved without it);
+    ``read_error`` why the app's conversation store could not be read (the turn is then read
+    with what the input holds).
     """
 
     earlier: tuple[str, ...]
@@ -113,6 +115,8 @@ class Conversation:
     source: ConversationSource
     #: why the configured rewriter gave no question (the turn was resolved without it)
     rewriter_error: str | None = None
+    #: why the app's conversation could not be read (the turn was read on its own)
+    read_error: str | None = None
 
     @classmethod
     def of(cls, turn: str, earlier: Sequence[str], source: ConversationSource) -> Conversation:
@@ -130,6 +134,8 @@ class Conversation:
         }
         if self.rewriter_error is not None:
             record["rewriter_error"] = self.rewriter_error
+        if self.read_error is not None:
+            record["read_error"] = self.read_error
         return record
 
 

@@ -15,7 +15,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 from tracerag._choices import check_options
 from tracerag._pipeline import PipelineOptions, build_settings
 from tracerag._runnable import StagedRunnable
-from tracerag._state import RequestInput
+from tracerag._state import Conversation, RequestInput
 from tracerag.errors import ConfigurationError
 from tracerag.stages._sample import TEMPERATURE_ZERO_WARNING
 from tracerag.wrap._hooks import instrument
@@ -90,13 +90,19 @@ class WrappedChain(StagedRunnable):
         """The request as a turn of the conversation the app keeps for ``config``: the user
         turns of its checkpointed thread (``aget_state``; a graph with a checkpointer called
         with a ``thread_id``) or of its ``RunnableWithMessageHistory`` session, before those
-        of the input itself. An app whose store cannot be read is answered as it is, the
-        failure logged."""
+        of the input itself. An app whose store cannot be read is answered with what its input
+        holds, the failure logged and recorded (``conversation.read_error``)."""
         try:
             kept = await conversation_kept(self.chain, config)
-        except Exception as exc:  # the turn is still answered; it is read on its own
-            logger.warning("tracerag wrap: cannot read the app's conversation: %s", exc)
-            return request
+        except Exception as exc:  # the turn is still answered, read with what its input holds
+            error = f"{type(exc).__name__}: {exc}"
+            logger.warning("tracerag wrap: cannot read the app's conversation: %s", error)
+            held = request.conversation or Conversation(
+                (), request.question, "standalone", store_source(self.chain)
+            )
+            return dataclasses.replace(
+                request, conversation=dataclasses.replace(held, read_error=error)
+            )
         if kept is None or not kept[0]:
             return request
         turns, source = kept
@@ -202,6 +208,11 @@ async def conversation_kept(
     if not held or isinstance(held, str):
         return None
     return user_turns(held, MESSAGES_KEY), "thread"
+
+
+def store_source(chain: Any) -> Literal["thread", "history"]:
+    """Where an app keeps its conversation: a message history's session, else a thread."""
+    return "history" if isinstance(chain, RunnableWithMessageHistory) else "thread"
 
 
 def _session_history(
