@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import Runnable
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
@@ -66,7 +67,11 @@ class PipelineOptions(TypedDict, total=False):
     file, see ``tracerag._usage``) for the cost of each request. ``answer_relevance``: how to
     judge whether the answer addresses the question (a ``tracerag.AnswerRelevance``; None or
     True: the default one; False: not judged); a passing answer that does not address it goes
-    to review.
+    to review. ``question_rewriter``: a runnable that rewrites a conversation's turn as a
+    standalone question (LangChain's history-aware retriever pattern: it is given ``{"input":
+    turn, "chat_history": [the user's earlier turns]}`` and returns the question as text or a
+    message); None (the default): the turn is resolved without a model
+    (``tracerag.text._followup``).
     """
 
     n_samples: int
@@ -86,6 +91,7 @@ class PipelineOptions(TypedDict, total=False):
     retrieval_shape: ShapeThresholds | None
     prices: Mapping[str, Price | Mapping[str, float] | str] | str | None
     answer_relevance: AnswerRelevance | bool | None
+    question_rewriter: Runnable[dict[str, object], object] | None
 
 
 class RAGPipelineOptions(PipelineOptions, total=False):
@@ -117,6 +123,7 @@ class SettingsOptions(TypedDict, total=False):
     review_clustered_retrieval: bool
     relevance_floor: float | None
     prompt: PromptVersion | None
+    question_rewriter: Runnable[dict[str, object], object] | None
 
 
 def build_settings(
@@ -147,6 +154,12 @@ def build_settings(
             "answer_relevance must be an AnswerRelevance, True or False, got "
             f"{type(answer_relevance).__name__}"
         )
+    rewriter = options.get("question_rewriter")
+    if rewriter is not None and not isinstance(rewriter, Runnable):
+        raise ConfigurationError(
+            "question_rewriter must be a LangChain Runnable (a prompt | model | parser chain), "
+            f"got {type(rewriter).__name__}"
+        )
     return Settings(
         tier=Tier.parse(tier, "tier"),
         plan_mode=PlanMode.parse(plan_mode, "plan"),
@@ -168,7 +181,9 @@ class RAGPipeline(StagedRunnable):
     """Answers questions from a retriever's materials with verified citations and a confidence.
 
     Input: a question string, or ``{"question", "session_id", "user_id", "channel"}`` (all but
-    question optional). Output: a ``tracerag.Response``. Works with ``invoke``, ``ainvoke``,
+    question optional); a follow-up adds its conversation as ``chat_history``, or comes as a
+    chat input ``{"messages": [...]}`` whose last user message is the question (see
+    docs/conversations.md). Output: a ``tracerag.Response``. Works with ``invoke``, ``ainvoke``,
     ``batch``, ``abatch`` and inside LCEL; ``arun`` adds per-call hooks (stage events, record
     sink). ``plan``: "separate" (a plan call before sampling) or "inline". Its other options
     are ``RAGPipelineOptions``.

@@ -36,6 +36,7 @@ from langchain_core.runnables.config import (
 from langchain_core.runnables.schema import StreamEvent
 
 from tracerag._choices import Stage, check_options
+from tracerag._conversation import rewrite_turn
 from tracerag._routing import EscalationHandler
 from tracerag._runner import SETTINGS_SINK, run
 from tracerag._settings import RecordSink, Settings
@@ -202,6 +203,14 @@ class StagedRunnable(Runnable[Any, Response]):
     def parse_input(self, input: Any) -> RequestInput:
         """The checked input; ``InputError`` when it is not a valid question."""
         return RequestInput.parse(input, max_chars=self._settings.max_question_chars)
+
+    async def read_conversation(
+        self, request: RequestInput, config: RunnableConfig | None
+    ) -> RequestInput:
+        """The request with the conversation it belongs to, where ``config`` names one the
+        front door can read (wrap(): the app's checkpointed thread, its message history); the
+        pipeline's conversation is its input's ``chat_history``."""
+        return request
 
     async def arun(
         self,
@@ -428,7 +437,8 @@ class StagedRunnable(Runnable[Any, Response]):
         with ``inner_config``: the same, less the caller's handlers, so the app's and the
         model's runs reach tracerag's own capture and LangSmith, never the caller.
         """
-        request = self.parse_input(input)
+        request = await self.read_conversation(self.parse_input(input), config)
+        request = await rewrite_turn(request, self._settings.question_rewriter, config)
         inner = inner_config(config, run_manager, caller)
         events = run_manager.get_child()
         listener = _CallerEvents(events, run_manager.run_id, on_stage)

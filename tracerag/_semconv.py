@@ -54,6 +54,12 @@ N_SAMPLES = "tracerag.n_samples"
 TEMPERATURE = "tracerag.temperature"
 PLAN_MODE = "tracerag.plan.mode"
 STARTED_AT = "tracerag.started_at"
+# a conversation's turn: the standalone question verified and checked for relevance (the raw
+# turn is input.value), how it was resolved and how many earlier user turns it was read with
+QUESTION_STANDALONE = "tracerag.question.standalone"
+QUESTION_RESOLUTION = "tracerag.question.resolution"
+CONVERSATION_TURNS = "tracerag.conversation.earlier_turns"
+CONVERSATION_SOURCE = "tracerag.conversation.source"
 
 RETRIEVAL_COUNT = "tracerag.retrieval.count"
 RETRIEVAL_SCORED = "tracerag.retrieval.scored"

@@ -8,6 +8,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import Runnable
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
@@ -111,6 +112,8 @@ class Settings:
     prompt: PromptVersion | None = None
     # model name -> price, for the cost of each request (None: tokens only)
     prices: Mapping[str, Price] | None = None
+    # rewrites a conversation's turn as a standalone question (None: resolved without a model)
+    question_rewriter: Runnable[dict[str, object], object] | None = None
 
     def __post_init__(self) -> None:
         # a name given as a plain string ("low") becomes its member (Tier.LOW)

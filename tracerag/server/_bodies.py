@@ -10,6 +10,15 @@ from tracerag.contract import Response as RAGResponse
 from tracerag.store._base import QueueItem
 
 
+class ChatTurn(BaseModel):
+    """One earlier message of the conversation a question follows."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    role: Literal["user", "assistant"]
+    content: str = Field(max_length=8000)
+
+
 class AnswerRequest(BaseModel):
     """The body of ``POST /v1/answer`` and ``POST /v1/answer/stream``."""
 
@@ -21,6 +30,13 @@ class AnswerRequest(BaseModel):
     session_id: str | None = Field(default=None, max_length=200)
     user_id: str | None = Field(default=None, max_length=200)
     channel: str | None = Field(default=None, max_length=200)
+    chat_history: list[ChatTurn] | None = Field(
+        default=None,
+        max_length=200,
+        description="The conversation's earlier messages, oldest first: the question is "
+        'verified as the standalone question it asks after them ("And for a phone?" after '
+        "a laptop's warranty); the record keeps both.",
+    )
 
 
 class ReviewOutcome(BaseModel):

@@ -266,7 +266,9 @@ def answer_input(body: JsonBody, svc: ServicesDep) -> dict[str, Any]:
     except ValidationError as exc:
         raise ApiError(422, "invalid_input", validation_detail(exc)) from None
     data = parsed.model_dump(exclude_none=True)
-    for key, value in data.items():
+    texts = [(k, v) for k, v in data.items() if isinstance(v, str)]
+    texts += [("chat_history", turn["content"]) for turn in data.get("chat_history", ())]
+    for key, value in texts:
         problem = text_problem(key, value)
         if problem:
             raise ApiError(422, "invalid_input", problem)

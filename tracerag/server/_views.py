@@ -411,6 +411,11 @@ def item_context(
         "trace_backend": trace_ui[0] if trace_ui else None,
         "request_id": trail.request_id,
         "question": rec.question or "",
+        # a conversation's turn: the standalone question verified, and the turns before it
+        "standalone_question": rec.standalone_question,
+        "earlier_questions": [
+            str(q) for q in ((rec.conversation or {}).get("earlier_questions") or [])
+        ][-3:],
         "trace_id": rec.trace_id,
         "ticket_id": rec.response.ticket_id if rec.response is not None else None,
         "started_at": rec.started_at,

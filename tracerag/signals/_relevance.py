@@ -1,5 +1,9 @@
 """Answer relevance: does the answer address the question that was asked?
 
+The question is the request's standalone question: a conversation's follow-up ("And for a
+phone?") is judged as the question it asks after the earlier turns ("How long is the warranty
+for a phone?", ``tracerag.text._followup``), never as the bare turn.
+
 Every claim of an answer can be supported by the sentence it cites, and every sample can agree,
 while the answer is about something else: "What is the capital of Mars?" answered with the
 returns policy. The citation verifier cannot see that (it checks each claim against its

@@ -281,7 +281,7 @@ def attribution_of(
     ):
         explained = None  # explained again from the materials the answer may cite
     result = attribute(
-        state.question,
+        state.standalone_question,
         materials,
         claim_links(report.claims, resolver),
         prompt_order=(sample.material_order or None) if sample is not None else None,
@@ -319,7 +319,7 @@ def _ticket(
         ticket_id=new_ticket_id(),
         request_id=state.request_id,
         decision=decision or ESCALATE,
-        question=state.question,
+        question=state.standalone_question,
         candidate_answer=candidate,
         confidence=confidence,
         reasons=reasons,

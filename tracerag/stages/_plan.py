@@ -82,7 +82,9 @@ async def plan(
     base_llm = settings.llm
     llm, _ = with_temperature(base_llm, 0.0)
     materials = state.materials
-    messages = prompt_messages(TASK_PLAN, state.question, materials, prompt=settings.prompt)
+    messages = prompt_messages(
+        TASK_PLAN, state.standalone_question, materials, prompt=settings.prompt
+    )
     retrieved = [m.id for m in materials]
     model = model_name(settings.llm) or type(settings.llm).__name__
     calls: list[usage.CallUsage] = []

@@ -116,7 +116,7 @@ async def retrieve(
     try:
         retriever = settings.retriever
         pairs = await retry_call(
-            lambda: fetch(retriever, state.question, config),
+            lambda: fetch(retriever, state.standalone_question, config),
             settings.retry,
             on_retry=on_retry,
             calls="retriever",
@@ -131,7 +131,7 @@ async def retrieve(
         to_materials(pairs), errors=errors.freeze(), shape=settings.retrieval_shape
     )
     record_materials(retrieval, span)
-    set_span_io(span, input=state.question)
+    set_span_io(span, input=state.standalone_question)
     return retrieval
 
 

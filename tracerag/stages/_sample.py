@@ -278,7 +278,9 @@ async def sample(
     task = TASK_PLAN_AND_ANSWER if inline else TASK_ANSWER
     plan = state.plan if state.plan is not None and state.plan.ok else None
     materials = state.materials
-    messages = prompt_messages(task, state.question, materials, plan, prompt=settings.prompt)
+    messages = prompt_messages(
+        task, state.standalone_question, materials, plan, prompt=settings.prompt
+    )
     retrieved = [m.id for m in materials]
 
     # a model without a temperature field samples at its own setting: none is reported

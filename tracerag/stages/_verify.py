@@ -130,7 +130,13 @@ async def verify(
                 key = (s.answer or "", tuple(s.material_order))
                 if key not in seen:
                     seen[key] = await _verified(
-                        state.question, materials, s, sampled.positional, settings, span, errors
+                        state.standalone_question,
+                        materials,
+                        s,
+                        sampled.positional,
+                        settings,
+                        span,
+                        errors,
                     )
                 reports[s.index] = seen[key]
     if usage.calls or usage.cached:
@@ -145,9 +151,11 @@ async def verify(
     chosen = select(samples, reports, consistency, sampled.kept)
     report = reports.get(chosen.sample_index) if chosen.sample_index is not None else None
     answer = samples[chosen.sample_index].answer if chosen.sample_index is not None else None
-    rules = run_rules(settings.rules, state.question, answer, materials) if answer else []
+    rules = (
+        run_rules(settings.rules, state.standalone_question, answer, materials) if answer else []
+    )
     relevance = (
-        await judge_relevance(state.question, report, materials, settings, span, errors)
+        await judge_relevance(state.standalone_question, report, materials, settings, span, errors)
         if answer and report is not None
         else None
     )

@@ -316,6 +316,10 @@ class AuditRecord(_Part):
     request_id: str = ""
     trace_id: str | None = None
     question: str | None = None
+    #: a conversation's turn: the standalone question verified (``question`` is the raw turn)
+    standalone_question: str | None = None
+    #: where the earlier turns came from, how the turn was resolved, the earlier questions
+    conversation: dict[str, Any] | None = None
     session_id: str | None = None
     user_id: str | None = None
     channel: str | None = None

@@ -5,21 +5,23 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import Runnable
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from tracerag._choices import check_options
 from tracerag._pipeline import PipelineOptions, build_settings
 from tracerag._runnable import StagedRunnable
-from tracerag._state import RequestInput
+from tracerag._state import Conversation, RequestInput
 from tracerag.errors import ConfigurationError
 from tracerag.stages._sample import TEMPERATURE_ZERO_WARNING
 from tracerag.wrap._hooks import instrument
 from tracerag.wrap._inspect import ChainInfo, inspect_chain, retrieval_parts
-from tracerag.wrap._io import ChainIO
-from tracerag.wrap._runs import SAMPLING_MODES, Sampler, Sampling
+from tracerag.wrap._io import MESSAGES_KEY, ChainIO, user_turns
+from tracerag.wrap._runs import SAMPLING_MODES, Sampler, Sampling, checkpointer_of
 from tracerag.wrap._source import ChainSource
 
 if TYPE_CHECKING:
@@ -76,9 +78,36 @@ class WrappedChain(StagedRunnable):
             return super().parse_input(input)
         request = self.io.request(input)
         parsed = super().parse_input({"question": request.question, **request.fields})
+        if request.history_source is not None:
+            parsed = parsed.following(request.earlier, request.history_source)
         if self.chain_input is not None:  # the app's input is made from the question
             return parsed
         return dataclasses.replace(parsed, app_input=request.chain_input)
+
+    async def read_conversation(
+        self, request: RequestInput, config: RunnableConfig | None
+    ) -> RequestInput:
+        """The request as a turn of the conversation the app keeps for ``config``: the user
+        turns of its checkpointed thread (``aget_state``; a graph with a checkpointer called
+        with a ``thread_id``) or of its ``RunnableWithMessageHistory`` session, before those
+        of the input itself. An app whose store cannot be read is answered with what its input
+        holds, the failure logged and recorded (``conversation.read_error``)."""
+        try:
+            kept = await conversation_kept(self.chain, config)
+        except Exception as exc:  # the turn is still answered, read with what its input holds
+            error = f"{type(exc).__name__}: {exc}"
+            logger.warning("tracerag wrap: cannot read the app's conversation: %s", error)
+            held = request.conversation or Conversation(
+                (), request.question, "standalone", store_source(self.chain)
+            )
+            return dataclasses.replace(
+                request, conversation=dataclasses.replace(held, read_error=error)
+            )
+        if kept is None or not kept[0]:
+            return request
+        turns, source = kept
+        earlier = request.conversation.earlier if request.conversation is not None else ()
+        return request.following((*turns, *earlier), source)
 
 
 def wrap(
@@ -156,6 +185,48 @@ def wrap(
         run_once=run_once,
         sampling=sampling,
     )
+
+
+async def conversation_kept(
+    chain: Any, config: RunnableConfig | None
+) -> tuple[tuple[str, ...], Literal["thread", "history"]] | None:
+    """The user turns the app keeps for the conversation ``config`` names (oldest first), and
+    where: ``thread`` (a checkpointed graph's state), ``history`` (a
+    ``RunnableWithMessageHistory``'s session); None when it keeps none for it."""
+    configurable = dict((config or {}).get("configurable") or {})
+    if isinstance(chain, RunnableWithMessageHistory):
+        history = _session_history(chain, configurable)
+        if history is None:
+            return None
+        messages = await history.aget_messages()
+        return user_turns(messages, "history") if messages else (), "history"
+    if checkpointer_of(chain) is None or not configurable.get("thread_id"):
+        return None
+    snapshot = await chain.aget_state({"configurable": configurable})
+    values = getattr(snapshot, "values", None)
+    held = values.get(MESSAGES_KEY) if isinstance(values, dict) else None
+    if not held or isinstance(held, str):
+        return None
+    return user_turns(held, MESSAGES_KEY), "thread"
+
+
+def store_source(chain: Any) -> Literal["thread", "history"]:
+    """Where an app keeps its conversation: a message history's session, else a thread."""
+    return "history" if isinstance(chain, RunnableWithMessageHistory) else "thread"
+
+
+def _session_history(
+    chain: RunnableWithMessageHistory, configurable: dict[str, Any]
+) -> BaseChatMessageHistory | None:
+    """The session history ``RunnableWithMessageHistory`` gives the call (as it finds it:
+    one configurable field is passed positionally, several by name); None when the config
+    lacks a field it needs."""
+    keys = [spec.id for spec in chain.history_factory_config]
+    if any(key not in configurable for key in keys):
+        return None
+    if len(keys) == 1:
+        return chain.get_session_history(configurable[keys[0]])
+    return chain.get_session_history(**{key: configurable[key] for key in keys})
 
 
 def _source(given: str | None, found: str | None, how: str) -> str | None:

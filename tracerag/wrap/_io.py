@@ -9,7 +9,9 @@ the caller's input itself unchanged.
 
 A ``messages`` list may hold every form LangChain accepts for a message: ``HumanMessage``
 objects, ``("user", text)`` tuples, ``{"role": "user", "content": text}`` dicts and bare
-strings (a human message); the question is its last user message.
+strings (a human message); the question is its last user message, and the user messages
+before it are the conversation's earlier turns (as are those of a ``chat_history`` field): the
+turn's standalone question is resolved with them (``tracerag.text._followup``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, convert_to_messages
@@ -31,8 +33,12 @@ DEFAULT_INPUT_KEYS = ("question", "input", "query")
 DEFAULT_OUTPUT_KEYS = ("answer", "output", "result", "text")
 DEFAULT_DOCUMENTS_KEYS = ("context", "source_documents", "documents")
 MESSAGES_KEY = "messages"
+#: the fields of an app's input that hold the conversation's earlier messages
+DEFAULT_HISTORY_KEYS = ("chat_history", "history")
 # request fields tracerag reads from a dict input (they are passed to the app as well)
 REQUEST_FIELDS = ("session_id", "user_id", "channel", "request_id")
+# the conversation's earlier messages in tracerag's own request form
+OWN_HISTORY_KEY = "chat_history"
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,9 @@ class ChainRequest:
     question: str
     chain_input: Any
     fields: Mapping[str, str]
+    #: the user's earlier turns in the input (oldest first), and the field they were read from
+    earlier: tuple[str, ...] = ()
+    history_source: Literal["messages", "chat_history"] | None = None
 
 
 @dataclass(frozen=True)
@@ -75,8 +84,9 @@ class ChainIO:
         ``input_key`` (or else ``string_key``) is set, else as the string. A dict is passed
         through as it is (chat history and every other field kept); its question is read
         from it. A dict of tracerag's own request fields only (``question``, ``session_id``,
-        ``user_id``, ``channel``, ``request_id``) given to an app without a ``question`` field
-        is tracerag's request: the app gets the question as it gets a string.
+        ``user_id``, ``channel``, ``request_id``, ``chat_history``) given to an app without a
+        ``question`` field is tracerag's request: the app gets the question as it gets a
+        string, and ``chat_history`` is the conversation the question follows.
         """
         if isinstance(value, str):
             return ChainRequest(question=value, chain_input=self.string_input(value), fields={})
@@ -87,15 +97,26 @@ class ChainIO:
                     raise InputError(f"{key} must be a string")
             question = self.question(value)
             if self._is_own_request(value):
-                return ChainRequest(question, self.string_input(question), fields)
-            return ChainRequest(question=question, chain_input=value, fields=fields)
+                # tracerag's request: the app gets the question; its chat_history is read here
+                history = value.get(OWN_HISTORY_KEY)
+                earlier = user_turns(history, OWN_HISTORY_KEY) if history else ()
+                source: Literal["messages", "chat_history"] | None = (
+                    "chat_history" if earlier else None
+                )
+                return ChainRequest(question, self.string_input(question), fields, earlier, source)
+            earlier, source = self.earlier_turns(value)
+            return ChainRequest(question, value, fields, earlier, source)
         raise InputError(f"input must be a question string or a dict, got {type(value).__name__}")
 
     def _is_own_request(self, value: Mapping[str, Any]) -> bool:
         """Whether a dict is tracerag's request form rather than the app's own input."""
         if self.input_key is not None:
             return False
-        own_form = "question" in value and set(value) <= {"question", *REQUEST_FIELDS}
+        own_form = "question" in value and set(value) <= {
+            "question",
+            OWN_HISTORY_KEY,
+            *REQUEST_FIELDS,
+        }
         return own_form and self._string_key != "question"
 
     def string_input(self, question: str) -> Any:
@@ -140,6 +161,26 @@ class ChainIO:
             f"tried {list(DEFAULT_INPUT_KEYS)} and the last user message of {MESSAGES_KEY!r}: "
             "pass input_key= to wrap() to name the field that holds it"
         )
+
+    def earlier_turns(
+        self, value: Mapping[str, Any]
+    ) -> tuple[tuple[str, ...], Literal["messages", "chat_history"] | None]:
+        """The user's turns before the question in a dict input, and where they were read: the
+        user messages before the last one of the question's message list, else those of a
+        ``chat_history`` (or ``history``) field. None found: ``((), None)``."""
+        key = self.input_key or MESSAGES_KEY
+        messages = value.get(key)
+        if _is_message_list(messages) or isinstance(messages, (BaseMessage, Mapping)):
+            turns = user_turns(messages, key)
+            if len(turns) > 1:
+                return turns[:-1], "messages"
+        for history_key in DEFAULT_HISTORY_KEYS:
+            history = value.get(history_key)
+            if history_key != key and _is_message_list(history) and history:
+                turns = user_turns(history, history_key)
+                if turns:
+                    return turns, "chat_history"
+        return (), None
 
     def answer(self, output: Any) -> str:
         """The answer text of the app's output; ``UnreadableOutputError`` (a ``TypeError``)
@@ -263,6 +304,22 @@ def question_in_messages(messages: Any, key: str = MESSAGES_KEY) -> str:
     )
 
 
+def user_turns(messages: Any, key: str) -> tuple[str, ...]:
+    """The text of each user message with text in a chat input (any form LangChain accepts),
+    oldest first; InputError when LangChain cannot read the messages."""
+    items: list[Any] = (
+        [messages] if isinstance(messages, (BaseMessage, Mapping)) else list(messages)
+    )
+    try:
+        parsed = convert_to_messages(items)
+    except Exception as exc:  # LangChain refuses the same input with the same error
+        raise InputError(
+            f"input field {key!r} is not a list of chat messages LangChain can read: {exc}"
+        ) from exc
+    texts = (text_of(m) for m in parsed if isinstance(m, HumanMessage))
+    return tuple(t.strip() for t in texts if t.strip())
+
+
 def _text(value: Any) -> str | None:
     if isinstance(value, str):
         return value
@@ -293,6 +350,7 @@ def independent_copy(value: Any) -> Any:
 
 __all__ = [
     "DEFAULT_DOCUMENTS_KEYS",
+    "DEFAULT_HISTORY_KEYS",
     "DEFAULT_INPUT_KEYS",
     "DEFAULT_OUTPUT_KEYS",
     "ChainIO",
@@ -301,4 +359,5 @@ __all__ = [
     "input_fields",
     "question_field",
     "question_in_messages",
+    "user_turns",
 ]
