@@ -30,7 +30,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from langgraph.checkpoint.memory import InMemorySaver
 from pipeline_fixtures import FAST_RETRY
 
-from tracerag import RAGPipeline, wrap
+from tracerag import RAGPipeline, TraceragMiddleware, wrap
 from tracerag import _semconv as sc
 from tracerag.demo.kb import HashingEmbeddings
 from tracerag.errors import ConfigurationError, InputError
@@ -420,6 +420,42 @@ def test_an_agent_s_off_topic_follow_up_goes_to_review(spans):
     second = wrapped.invoke({"messages": [("user", talk["follow_up"])]}, config)
     assert second.decision == "review"
     assert second.signal_detail.answers_question is False
+
+
+@pytest.mark.parametrize("lang", list(TALKS))
+def test_a_follow_up_through_the_middleware_on_a_checkpointed_thread_passes(lang, spans):
+    talk = TALKS[lang]
+    records: list[dict[str, Any]] = []
+    guard = TraceragMiddleware(
+        n_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider, audit=keep(records)
+    )
+    agent = agent_for(talk, checkpointer=InMemorySaver(), middleware=[guard])
+    config = {"configurable": {"thread_id": f"middleware-{lang}"}}
+    first = agent.invoke({"messages": [("user", talk["first"])]}, config)
+    assert first["tracerag"]["decision"] == "pass"
+    assert records[-1]["conversation"] is None
+    second = agent.invoke({"messages": [("user", talk["follow_up"])]}, config)
+    response = second["tracerag"]
+    assert response["decision"] == "pass", response["signal_detail"]["relevance"]
+    assert "12" in (response["answer"] or "")
+    record = records[-1]
+    assert record["question"] == talk["follow_up"]
+    assert record["standalone_question"] == talk["standalone"]
+    assert record["conversation"]["source"] == "messages"
+    assert record["conversation"]["earlier_questions"] == [talk["first"]]
+
+
+def test_an_off_topic_follow_up_through_the_middleware_goes_to_review(spans):
+    talk = dict(TALKS["en"])
+    talk["answer"] = talk["off_topic"]
+    guard = TraceragMiddleware(n_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider)
+    agent = agent_for(talk, checkpointer=InMemorySaver(), middleware=[guard])
+    config = {"configurable": {"thread_id": "middleware-off-topic"}}
+    first = agent.invoke({"messages": [("user", talk["first"])]}, config)["tracerag"]
+    assert first["decision"] == "pass"
+    second = agent.invoke({"messages": [("user", talk["follow_up"])]}, config)["tracerag"]
+    assert second["decision"] == "review"
+    assert second["signal_detail"]["answers_question"] is False
 
 
 # -- wrap(): RunnableWithMessageHistory ---------------------------------------------------------

@@ -294,7 +294,7 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
                 "request_id": hooks.request_id if hooks is not None else None,
             },
             max_chars=self.settings.max_question_chars,
-        )
+        ).following(turn.earlier, "messages")
         finished: dict[str, RequestState] = {}
         listener = hooks.on_stage if hooks is not None else None
 

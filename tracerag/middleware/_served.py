@@ -69,7 +69,7 @@ class ServedAgent(StagedRunnable):
 
     def __init__(self, agent: Runnable[Any, Any], middleware: TraceragMiddleware) -> None:
         # the stage table is the middleware's, run inside the agent's model node
-        super().__init__(middleware.settings, TurnSource(Turn("", (), (), 0), _no_draw, []))
+        super().__init__(middleware.settings, TurnSource(Turn("", (), (), (), 0), _no_draw, []))
         self.agent = agent
         self.middleware = middleware
 

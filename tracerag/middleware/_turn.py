@@ -31,6 +31,9 @@ class Turn:
     """What one turn asked and what its tools showed the model."""
 
     question: str
+    #: the user's earlier turns in this agent's messages, oldest first: the conversation the
+    #: turn's standalone question is resolved with
+    earlier: tuple[str, ...]
     documents: tuple[tuple[Document, float | None], ...]
     tool_texts: tuple[tuple[str, str], ...]
     tool_calls: int
@@ -97,6 +100,11 @@ def turn_of(messages: Sequence[BaseMessage], searches: SearchLog) -> Turn:
     if last_human is None:
         raise InputError("the agent's messages hold no human message: there is no question")
     question = text_of(messages[last_human], sep="\n").strip()
+    earlier = tuple(
+        said
+        for message in messages[:last_human]
+        if isinstance(message, HumanMessage) and (said := text_of(message, sep="\n").strip())
+    )
     documents: list[tuple[Document, float | None]] = []
     texts: list[tuple[str, str]] = []
     calls = 0
@@ -113,4 +121,4 @@ def turn_of(messages: Sequence[BaseMessage], searches: SearchLog) -> Turn:
         text = tool_text(message)
         if text and text.strip():
             texts.append((message.name or "tool", text))
-    return Turn(question, tuple(documents), tuple(texts), calls)
+    return Turn(question, earlier, tuple(documents), tuple(texts), calls)
