@@ -18,12 +18,22 @@ from tracerag.errors import ConfigurationError
 from tracerag.stages._sample import TEMPERATURE_ZERO_WARNING
 from tracerag.wrap._hooks import instrument
 from tracerag.wrap._inspect import ChainInfo, inspect_chain, retrieval_parts
+from tracerag.wrap._commit import (
+    CURRENT_TURNS,
+    DEFAULT_WITHHELD_MESSAGE,
+    Turns,
+    check_withheld_message,
+)
 from tracerag.wrap._io import ChainIO
 from tracerag.wrap._runs import SAMPLING_MODES, Sampler, Sampling
 from tracerag.wrap._source import ChainSource
 
 if TYPE_CHECKING:
+    from langchain_core.callbacks import AsyncCallbackManagerForChainRun
+    from langchain_core.runnables import RunnableConfig
     from typing_extensions import Unpack
+
+    from tracerag.contract import Response
 
     from tracerag._routing import EscalationHandler
     from tracerag._settings import Settings
@@ -50,8 +60,10 @@ class WrappedChain(StagedRunnable):
         io: ChainIO | None = None,
         run_once: Sequence[str] = (),
         sampling: Sampling = "answer",
+        withheld_message: str = DEFAULT_WITHHELD_MESSAGE,
     ) -> None:
         io = io or ChainIO()
+        self.withheld_message = check_withheld_message(withheld_message)
         source = ChainSource(
             chain,
             info,
@@ -69,6 +81,23 @@ class WrappedChain(StagedRunnable):
     @property
     def escalation(self) -> EscalationHandler:
         return self.settings.escalation
+
+    async def _answer(
+        self,
+        input: Any,
+        run_manager: AsyncCallbackManagerForChainRun,
+        config: RunnableConfig,
+        **kwargs: Any,
+    ) -> Response:
+        """The request, then what it leaves in the app's own thread or history: committed
+        only now that it is routed, a withheld answer replaced by ``withheld_message``."""
+        turns = Turns()
+        token = CURRENT_TURNS.set(turns)
+        try:
+            response = await super()._answer(input, run_manager, config, **kwargs)
+        finally:
+            CURRENT_TURNS.reset(token)
+        return await turns.commit(response, self.withheld_message)
 
     def parse_input(self, input: Any) -> RequestInput:
         """The checked request, with the caller's input kept for the app."""
@@ -93,6 +122,7 @@ def wrap(
     run_once: Sequence[str] = (),
     retriever: BaseRetriever | None = None,
     sampling: Sampling = "answer",
+    withheld_message: str = DEFAULT_WITHHELD_MESSAGE,
     **options: Unpack[PipelineOptions],
 ) -> WrappedChain:
     """Wrap an existing LangChain chain or LangGraph graph so each request runs the six traced,
@@ -112,6 +142,12 @@ def wrap(
     the checkpoint before it; a chain's retrieval is shared by its N runs. ``sampling="app"``
     runs the whole app N times, for apps whose retrieval itself varies. The options it shares
     with ``RAGPipeline`` are ``tracerag.pipeline.PipelineOptions``.
+
+    What the app keeps of a turn — a checkpointed graph's thread, a
+    ``RunnableWithMessageHistory``'s history — is written only once the turn is verified and
+    routed: the released answer, or for a withheld one ``withheld_message`` (``{ticket_id}``
+    and ``{request_id}`` filled in), so the thread, its history and the next turn never hold
+    what tracerag withheld.
     """
     check_options("wrap", options, PipelineOptions.__optional_keys__)
     if not isinstance(chain, Runnable):
@@ -155,6 +191,7 @@ def wrap(
         io=io,
         run_once=run_once,
         sampling=sampling,
+        withheld_message=withheld_message,
     )
 
 

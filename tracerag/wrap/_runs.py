@@ -60,6 +60,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableSequence
 from langchain_core.runnables.base import RunnableBindingBase
 
 from tracerag.errors import ConfigurationError
+from tracerag.wrap._commit import ThreadTurn, history_runnable, read_only_history
 
 RUN_ONCE_METADATA = "tracerag_run_once"
 SAMPLE_METADATA = "tracerag_sample"
@@ -174,6 +175,11 @@ class Sampler:
             raise ConfigurationError(
                 f"sampling must be one of {list(SAMPLING_MODES)}, got {sampling!r}"
             )
+        # a RunnableWithMessageHistory's runs read a copy of its history; the turn is added to
+        # the real one once it is routed (``_commit``)
+        self.history_app = history_runnable(chain)
+        if self.history_app is not None:
+            chain = read_only_history(self.history_app)
         self.chain = chain
         self.sampling: Sampling = sampling
         self.answer_of = answer_of
@@ -297,6 +303,10 @@ class RequestRuns:
         self._attempts = [0] * n
         self._before: Any = None  # the caller's thread as it was before the request
         self._forking = sampler.forks and n > 1
+        # the app's own checkpointer: its run goes on a private thread, committed to the
+        # caller's once the request is routed (``_commit``)
+        self.private_app = sampler.is_graph and sampler.saver is not None
+        self.app_thread: str | None = None
         self._point: _ForkPoint | None = None  # where the forks start now
         self._done = False  # the app's own run is over
         self._closing = False  # ... and its fork points are being settled: no new one
@@ -324,8 +334,8 @@ class RequestRuns:
 
     async def prepare(self) -> None:
         sampler = self.sampler
-        if sampler.is_graph and sampler.saver is not None and self.n > 1:
-            # whole private runs start from the conversation as it was before this request
+        if self.private_app:
+            # every run starts from the conversation as it was before this request
             self._before = await sampler.saver.aget_tuple({"configurable": self.configurable})
 
     def _run_config(self, index: int) -> RunnableConfig:
@@ -357,7 +367,11 @@ class RequestRuns:
     # -- run 0 ---------------------------------------------------------------------------------
     async def _app_run(self, value: Any, handler: BaseCallbackHandler) -> Any:
         run_config = self._run_config(0)
-        if self.sampler.is_graph and self.graph is not self.sampler.chain:
+        if self.private_app:  # a thread of its own, holding the conversation so far
+            self.app_thread = self._thread_name(0)
+            self._thread(run_config, self.app_thread)
+            await self._seed(run_config)
+        elif self.sampler.is_graph and self.graph is not self.sampler.chain:
             self._thread(run_config, self._thread_name(0))  # the private copy's own thread
         config = with_callback(run_config, handler)
         loop = asyncio.get_running_loop()
@@ -369,9 +383,11 @@ class RequestRuns:
             thread["checkpoint_ns"] = ""
             self._app_thread = thread
             config = with_callback(config, _AnsweringWatch(self, loop))
-            if self.graph is not self.sampler.chain and self.sampler.exit_durability:
-                # tracerag's own copy: each step's checkpoint is written before the next step
-                # runs, so a fork finds it at once (the app's own checkpointer is left as it is)
+            if (self.graph is not self.sampler.chain or self.private_app) and (
+                self.sampler.exit_durability
+            ):
+                # tracerag's own thread: each step's checkpoint is written before the next step
+                # runs, so a fork finds it at once
                 return await self._settled(value, config, durability="sync")
         output = await self.graph.ainvoke(value, config=config)
         if self._forking and not self._done and self.sampler.is_graph:
@@ -557,18 +573,44 @@ class RequestRuns:
             return await self.graph.ainvoke(value, config=with_callback(run_config, handler))
         if checkpointer_of(self.graph) is not None:
             self._thread(run_config, self._thread_name(index))
-            if self._before is not None:  # the conversation so far, as the caller's run saw it
-                target = {"configurable": {**run_config["configurable"]}}
-                checkpoint = self._before.checkpoint
-                await checkpointer_of(self.graph).aput(
-                    target,
-                    checkpoint,
-                    self._before.metadata,
-                    dict(checkpoint["channel_versions"]),
-                )
+            await self._seed(run_config)
         return await self.graph.ainvoke(
             value, config=with_callback(run_config, handler), **self._stop_kwargs()
         )
+
+    async def _seed(self, run_config: RunnableConfig) -> None:
+        """Put the conversation so far, as the caller's thread holds it (its pending writes
+        too: an interrupted turn resumes from them), on a run's own thread."""
+        before = self._before
+        if before is None:
+            return
+        saver = checkpointer_of(self.graph)
+        target = {"configurable": {**run_config["configurable"]}}
+        checkpoint = before.checkpoint
+        stored = await saver.aput(
+            target, checkpoint, before.metadata, dict(checkpoint["channel_versions"])
+        )
+        by_task: dict[str, list[tuple[str, Any]]] = {}
+        for task, channel, value in before.pending_writes or ():
+            by_task.setdefault(task, []).append((channel, value))
+        for task, writes in by_task.items():
+            await saver.aput_writes(stored, writes, task)
+
+    async def turn(self, answer: str | None, failed: bool) -> ThreadTurn | None:
+        """The app's own run as the caller's thread is to keep it (read before ``cleanup``
+        deletes the private thread), or None when the app has no checkpointer of its own."""
+        if not self.private_app:
+            return None
+        saver = self.sampler.saver
+        target = {**self.configurable}
+        target.pop("checkpoint_id", None)
+        if failed or self.app_thread is None:
+            return ThreadTurn(saver, target, (), answer, failed=True)
+        seed = self._before.checkpoint["id"] if self._before is not None else None
+        config = {"configurable": {"thread_id": self.app_thread, "checkpoint_ns": ""}}
+        saved = [t async for t in saver.alist(config) if t.checkpoint["id"] != seed]
+        saved.reverse()  # oldest first, each after its parent
+        return ThreadTurn(saver, target, saved, answer)
 
     async def cleanup(self) -> None:
         """Delete the threads tracerag made (the caller's thread is kept)."""

@@ -45,7 +45,8 @@ from tracerag.wrap._inspect import ChainInfo
 from tracerag.wrap._io import ChainIO, independent_copy
 from tracerag.wrap._materials import run_materials, shown_order
 from tracerag.wrap._retryable import is_transient
-from tracerag.wrap._runs import Attempt, Sampler
+from tracerag.wrap._commit import Turn, history_turn, note_turn
+from tracerag.wrap._runs import Attempt, RequestRuns, Sampler
 from tracerag.wrap._versions import learn_model, learn_prompt, missing_version_error
 
 if TYPE_CHECKING:
@@ -209,6 +210,7 @@ class ChainSource:
         errors = ErrorLog()
         try:
             drawn = await draw_samples(state, settings, n, generate, describe, errors)
+            await self._note_turn(runs, outputs[0], app_input, config)
         finally:
             await runs.cleanup()
         carried = [self.io.documents(o) if o is not None else [] for o in outputs]
@@ -253,6 +255,25 @@ class ChainSource:
         if missing:  # the record still shows what the runs did and retrieved
             raise StageRefusal(missing_version_error(state.request_id, missing), sampled)
         return sampled
+
+    async def _note_turn(self, runs: RequestRuns, output: Any, app_input: Any, config: Any) -> None:
+        """Hand what this turn leaves in the app's own state (its thread, its history) to the
+        request, which commits it once routed (``_commit``)."""
+        turns: list[Turn] = []
+        thread = await runs.turn(
+            self.io.answer_or_none(output) if output is not None else None, output is None
+        )
+        if thread is not None:
+            turns.append(thread)
+        history_app = self.sampler.history_app
+        if history_app is not None:
+            turns.append(history_turn(history_app, app_input, config or {}))
+        for turn in turns:
+            if not note_turn(turn):
+                logger.warning(
+                    "tracerag wrap: a sample stage ran outside a wrapped app's request; "
+                    "its turn is not kept in the app's thread or history"
+                )
 
 
 def _fetched_as_retrieved(retriever: BaseRetriever, found: Sequence[Any]) -> bool:
