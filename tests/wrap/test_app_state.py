@@ -11,6 +11,7 @@ task results), the history and the next turn's prompt for the withheld sentence.
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 from langchain_core.chat_history import InMemoryChatMessageHistory
@@ -97,14 +98,14 @@ def test_an_escalated_middle_turn_leaves_no_withheld_text_in_the_thread(spans):
     assert all(
         s.parent_config["configurable"]["checkpoint_id"]
         == p.config["configurable"]["checkpoint_id"]
-        for s, p in zip(history, history[1:], strict=False)
+        for s, p in itertools.pairwise(history)
     )
     # the forks' threads and the private run's thread are gone
     assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {"customer-7"}
 
 
 def test_the_withheld_message_is_configurable(spans):
-    agent, saver, config, responses, _, _ = three_turns(
+    agent, _saver, config, responses, _, _ = three_turns(
         spans, withheld_message="客服人员会尽快回复您（工单 {ticket_id}）。"
     )
     middle = responses[1]

@@ -16,14 +16,14 @@ from tracerag._runnable import StagedRunnable
 from tracerag._state import RequestInput
 from tracerag.errors import ConfigurationError
 from tracerag.stages._sample import TEMPERATURE_ZERO_WARNING
-from tracerag.wrap._hooks import instrument
-from tracerag.wrap._inspect import ChainInfo, inspect_chain, retrieval_parts
 from tracerag.wrap._commit import (
     CURRENT_TURNS,
     DEFAULT_WITHHELD_MESSAGE,
     Turns,
     check_withheld_message,
 )
+from tracerag.wrap._hooks import instrument
+from tracerag.wrap._inspect import ChainInfo, inspect_chain, retrieval_parts
 from tracerag.wrap._io import ChainIO
 from tracerag.wrap._runs import SAMPLING_MODES, Sampler, Sampling
 from tracerag.wrap._source import ChainSource
@@ -33,10 +33,9 @@ if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
     from typing_extensions import Unpack
 
-    from tracerag.contract import Response
-
     from tracerag._routing import EscalationHandler
     from tracerag._settings import Settings
+    from tracerag.contract import Response
 
 logger = logging.getLogger("tracerag.wrap")
 

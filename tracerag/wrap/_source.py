@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import Runnable
+from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.vectorstores import VectorStoreRetriever
 from opentelemetry.trace import Span
 
@@ -40,12 +40,12 @@ from tracerag.stages._sample import (
     samples_wanted,
 )
 from tracerag.wrap._capture import RunCapture, model_call_attributes
+from tracerag.wrap._commit import Turn, history_turn, note_turn
 from tracerag.wrap._hooks import Shared, scope
 from tracerag.wrap._inspect import ChainInfo
 from tracerag.wrap._io import ChainIO, independent_copy
 from tracerag.wrap._materials import run_materials, shown_order
 from tracerag.wrap._retryable import is_transient
-from tracerag.wrap._commit import Turn, history_turn, note_turn
 from tracerag.wrap._runs import Attempt, RequestRuns, Sampler
 from tracerag.wrap._versions import learn_model, learn_prompt, missing_version_error
 
@@ -267,7 +267,7 @@ class ChainSource:
             turns.append(thread)
         history_app = self.sampler.history_app
         if history_app is not None:
-            turns.append(history_turn(history_app, app_input, config or {}))
+            turns.append(history_turn(history_app, app_input, config or RunnableConfig()))
         for turn in turns:
             if not note_turn(turn):
                 logger.warning(
