@@ -12,13 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 
 import pytest
+from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain.agents.structured_output import ProviderStrategy, ToolStrategy
 from langchain_core.chat_history import InMemoryChatMessageHistory
 from langchain_core.documents import Document
+from langchain_core.messages import AIMessage, ToolCall
+from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
 from pipeline_fixtures import FAST_RETRY, POLICIES
+from pydantic import BaseModel, Field
 from wrap_apps import (
     AGENT_QUESTION,
     QUESTION,
@@ -28,7 +35,7 @@ from wrap_apps import (
     rag_agent,
 )
 
-from tracerag import ConfigurationError, validate_response, wrap
+from tracerag import ConfigurationError, InputError, validate_response, wrap
 from tracerag.demo.kb import build_vectorstore
 from tracerag.testing import ScriptCall, ScriptedChatModel, ToolCallingChatModel
 
@@ -270,3 +277,189 @@ def test_a_history_app_without_its_session_key_is_refused_as_langchain_refuses_i
     with pytest.raises(ValueError, match="session_id"):
         wrapped.invoke({"input": QUESTION})
     assert histories == {}
+
+
+# -- interrupts the app raises (HumanInTheLoopMiddleware) ----------------------------------------
+
+
+def gated_agent(script, saver):
+    model = ToolCallingChatModel(responder=script, model_name="tool-model-1", temperature=0.7)
+    agent = rag_agent(
+        model,
+        checkpointer=saver,
+        middleware=[HumanInTheLoopMiddleware(interrupt_on={"retrieve_context": True})],
+    )
+    return agent, model
+
+
+def test_an_interrupt_the_app_raises_is_the_response_and_the_resumed_turn_is_verified(spans):
+    saver = InMemorySaver()
+    script = Script()
+    agent, model = gated_agent(script, saver)
+    records: list[dict] = []
+    wrapped = wrap(
+        agent, n_samples=3, retry=FAST_RETRY, audit=records.append, tracer_provider=spans.provider
+    )
+    config = {"configurable": {"thread_id": "hitl-1"}}
+    paused = wrapped.invoke({"messages": [("user", AGENT_QUESTION)]}, config)
+    validate_response(paused.model_dump(mode="json"))
+    assert paused.status == "pending_human_review"
+    assert paused.answer is None and paused.ticket_id is None  # no ticket: the app's person
+    assert "empty answer" not in " ".join(paused.warnings)
+    assert any("Command(resume=...)" in w for w in paused.warnings)
+    (interrupt,) = paused.interrupts
+    (action,) = interrupt.value["action_requests"]
+    assert action["name"] == "retrieve_context"
+    assert action["args"] == {"query": AGENT_QUESTION}
+    assert model.call_count == 1  # the turn is paused, not sampled N times
+    state = agent.get_state(config)  # the caller's thread waits at the interrupt
+    assert state.next == ("HumanInTheLoopMiddleware.after_model",)
+    assert [i.id for i in state.interrupts] == [interrupt.id]
+    assert records[-1]["request_id"] == paused.request_id  # the paused turn is in the trail
+
+    done = wrapped.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+    assert done.decision == "pass", done.signal_detail
+    assert done.answer.startswith(SENTENCE)
+    assert done.interrupts == []
+    assert done.signal_detail.samples_ok == 3
+    assert records[-1]["question"] == AGENT_QUESTION  # the resumed turn's question
+    messages = agent.get_state(config).values["messages"]
+    assert [m.type for m in messages] == ["human", "ai", "tool", "ai"]
+    assert messages[-1].content == done.answer
+    assert agent.get_state(config).next == ()
+    assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {"hitl-1"}
+
+
+def test_a_resumed_turn_that_escalates_leaves_no_withheld_text_in_the_thread(spans):
+    saver = InMemorySaver()
+    script = Script()
+    agent, _ = gated_agent(script, saver)
+    wrapped = wrap(agent, n_samples=3, retry=FAST_RETRY, audit=None, tracer_provider=spans.provider)
+    config = {"configurable": {"thread_id": "hitl-2"}}
+    wrapped.invoke(AGENT_QUESTION, config)
+    script.wrong = True
+    done = wrapped.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+    assert done.decision == "escalate" and done.answer is None
+    assert "36-month" not in everything_in(saver)
+    assert done.ticket_id in agent.get_state(config).values["messages"][-1].content
+
+
+def test_a_resume_without_an_interrupted_turn_is_refused(spans):
+    saver = InMemorySaver()
+    agent, _ = gated_agent(Script(), saver)
+    wrapped = wrap(agent, n_samples=2, retry=FAST_RETRY, audit=None, tracer_provider=spans.provider)
+    resume = Command(resume={"decisions": [{"type": "approve"}]})
+    with pytest.raises(InputError, match="no interrupted turn"):
+        wrapped.invoke(resume, {"configurable": {"thread_id": "never-asked"}})
+    with pytest.raises(InputError, match="thread_id"):
+        wrapped.invoke(resume)
+    model = ToolCallingChatModel(responder=Script(), model_name="tool-model-1")
+    plain = wrap(rag_agent(model), n_samples=2, audit=None)
+    with pytest.raises(InputError, match="no checkpointer"):
+        plain.invoke(resume, {"configurable": {"thread_id": "t"}})
+
+
+# -- structured output (response_format) ---------------------------------------------------------
+
+
+class CitedAnswer(BaseModel):
+    """An answer from the store's policies, with the ids of the sources it is drawn from."""
+
+    answer: str = Field(description="The answer, in one sentence.")
+    sources: list[str] = Field(description="The ids of the sources the answer is drawn from.")
+
+
+class StructuredAnswerer(ToolCallingChatModel):
+    """Retrieves with its tool first, then answers with the responder's reply read as JSON:
+    through the response format's tool when it is bound (``ToolStrategy``), else as the
+    message text (``ProviderStrategy``: the provider's JSON mode)."""
+
+    def _tool_call(self, messages, **kwargs):
+        schemas = list(kwargs.get("tools") or [])
+        names = [s["function"]["name"] for s in schemas]
+        free = {**kwargs, "tools": [s for s in schemas if s["function"]["name"] != "CitedAnswer"]}
+        free.pop("tool_choice", None)
+        called = super()._tool_call(messages, **free)
+        if called is not None or "CitedAnswer" not in names:
+            return called
+        call, text = self._next(messages)
+        tool_call = ToolCall(
+            name="CitedAnswer", args=json.loads(text), id=f"call_s_{call.index}", type="tool_call"
+        )
+        message = AIMessage(content="", tool_calls=[tool_call])
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def structured(phrase="24-month", **kwargs):
+    """``answering``'s reply as a CitedAnswer's JSON: the sentence, and the id it cites."""
+    respond = answering(phrase, **kwargs)
+
+    def reply(call: ScriptCall) -> str:
+        text = respond(call)
+        sentence, _, cited = text.rpartition(" [")
+        return json.dumps({"answer": sentence, "sources": [cited.rstrip("]")]})
+
+    return reply
+
+
+STRATEGIES = {"tool": ToolStrategy, "provider": ProviderStrategy}
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_a_correct_structured_answer_passes_and_is_returned(strategy, spans):
+    model = StructuredAnswerer(responder=structured(), model_name="tool-model-1", temperature=0.7)
+    agent = rag_agent(model, response_format=STRATEGIES[strategy](CitedAnswer))
+    wrapped = wrap(agent, n_samples=3, retry=FAST_RETRY, audit=None, tracer_provider=spans.provider)
+    response = wrapped.invoke({"messages": [("user", AGENT_QUESTION)]})
+    validate_response(response.model_dump(mode="json"))
+    assert response.decision == "pass", (response.signal_detail, response.warnings)
+    assert response.structured == {"answer": SENTENCE, "sources": ["warranty"]}
+    assert response.answer == f"{SENTENCE} [warranty]"  # the text fields, as verified
+    assert response.evidence[0].material_id == "warranty"
+    assert response.signal_detail.samples_ok == 3
+    assert model.call_count == 1 + 3  # the retrieval once, the answer sampled from a fork
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize(
+    "wrong", [{"marker": "warranty-2019"}, {"claim": WRONG_NUMBER}], ids=["fabricated", "number"]
+)
+def test_a_wrong_structured_answer_escalates_and_appears_nowhere(strategy, wrong, spans):
+    model = StructuredAnswerer(
+        responder=structured(**wrong), model_name="tool-model-1", temperature=0.7
+    )
+    saver = InMemorySaver()
+    agent = rag_agent(model, response_format=STRATEGIES[strategy](CitedAnswer), checkpointer=saver)
+    wrapped = wrap(agent, n_samples=3, retry=FAST_RETRY, audit=None, tracer_provider=spans.provider)
+    config = {"configurable": {"thread_id": f"s-{strategy}"}}
+    response = wrapped.invoke({"messages": [("user", AGENT_QUESTION)]}, config)
+    assert response.decision == "escalate"
+    assert response.answer is None and response.structured is None
+    if "marker" in wrong:
+        assert response.signal_detail.fabricated_citations == ["warranty-2019"]
+    assert response.warnings == []  # withheld, not unread
+    state = agent.get_state(config).values
+    assert state["messages"][-1].content.endswith(f"(ticket {response.ticket_id}).")
+    assert state.get("structured_response") is None
+    for piece in ("36-month", "warranty-2019", "Returning structured response"):
+        assert piece not in everything_in(saver), piece
+    # the turn is kept whole: the retrieval's call and result, then the withheld message
+    assert [m.type for m in state["messages"]] == ["human", "ai", "tool", "ai"]
+
+
+def test_a_structured_answer_that_cannot_be_read_is_named(spans):
+    class Bare(BaseModel):
+        """A format with no text to verify."""
+
+        months: int
+
+    model = StructuredAnswerer(
+        responder=lambda call: '{"months": 24}', model_name="tool-model-1", temperature=0.7
+    )
+    agent = rag_agent(model, response_format=ProviderStrategy(Bare))
+    wrapped = wrap(agent, n_samples=2, retry=FAST_RETRY, audit=None, tracer_provider=spans.provider)
+    response = wrapped.invoke(AGENT_QUESTION)
+    assert response.decision == "escalate"
+    assert response.signal_detail.samples_failed == 2
+    (warning,) = [w for w in response.warnings if "could not be read" in w]
+    assert "2 of 2" in warning and "structured_response" in warning

@@ -96,7 +96,7 @@ async def draw(sampler, value, n=3, config=None):
 
     try:
         outputs = await asyncio.gather(*(one(i) for i in range(n)))
-        turn = await runs.turn(answer_of(outputs[0]), failed=False)
+        turn = await runs.turn((answer_of(outputs[0]) or "",), failed=False)
         if turn is not None:  # kept as a released answer is (``_commit``)
             await turn.commit(Response.model_construct(answer="released", decision="pass"), "")
     finally:

@@ -14,13 +14,15 @@ from tracerag._choices import check_options
 from tracerag._pipeline import PipelineOptions, build_settings
 from tracerag._runnable import StagedRunnable
 from tracerag._state import RequestInput
-from tracerag.errors import ConfigurationError
+from tracerag.errors import ConfigurationError, InputError
 from tracerag.stages._sample import TEMPERATURE_ZERO_WARNING
 from tracerag.wrap._commit import (
     CURRENT_TURNS,
     DEFAULT_WITHHELD_MESSAGE,
+    AppInterrupted,
     Turns,
     check_withheld_message,
+    is_command,
 )
 from tracerag.wrap._hooks import instrument
 from tracerag.wrap._inspect import ChainInfo, inspect_chain, retrieval_parts
@@ -90,23 +92,66 @@ class WrappedChain(StagedRunnable):
     ) -> Response:
         """The request, then what it leaves in the app's own thread or history: committed
         only now that it is routed, a withheld answer replaced by ``withheld_message``."""
+        if is_command(input):
+            input = await self._resume(input, config)
         turns = Turns()
         token = CURRENT_TURNS.set(turns)
         try:
             response = await super()._answer(input, run_manager, config, **kwargs)
+        except AppInterrupted as paused:  # the app paused for a person: the Response says so
+            response = paused.response()
         finally:
             CURRENT_TURNS.reset(token)
         return await turns.commit(response, self.withheld_message)
+
+    async def _resume(self, command: Any, config: RunnableConfig) -> _Resume:
+        """A ``Command(resume=...)`` for the caller's interrupted thread, with the question
+        of the turn it resumes (the thread's last user message)."""
+        if self.sampler.saver is None:
+            raise InputError(
+                "Command(resume=...) resumes an interrupted turn on a checkpointed graph's "
+                "thread, and this app has no checkpointer: build it with one (e.g. "
+                "create_agent(..., checkpointer=InMemorySaver())) to pause and resume turns"
+            )
+        configurable = dict(config.get("configurable") or {})
+        thread = configurable.get("thread_id")
+        if thread is None:
+            raise InputError(
+                "Command(resume=...) needs the thread it resumes: "
+                "config={'configurable': {'thread_id': ...}}"
+            )
+        state = await self.chain.aget_state({"configurable": configurable})  # type: ignore[attr-defined]
+        if not state.next or not getattr(state, "interrupts", ()):
+            raise InputError(
+                f"thread {thread!r} has no interrupted turn to resume: call the app with the "
+                "next question instead"
+            )
+        return _Resume(command, self.io.question(state.values))
 
     def parse_input(self, input: Any) -> RequestInput:
         """The checked request, with the caller's input kept for the app."""
         if isinstance(input, RequestInput):
             return super().parse_input(input)
+        if isinstance(input, _Resume):  # the question is the resumed turn's
+            parsed = super().parse_input({"question": input.question})
+            return dataclasses.replace(parsed, app_input=input.command)
+        if is_command(input):
+            raise InputError(
+                "Command(resume=...) is taken by invoke/ainvoke/stream with the thread's config"
+            )
         request = self.io.request(input)
         parsed = super().parse_input({"question": request.question, **request.fields})
         if self.chain_input is not None:  # the app's input is made from the question
             return parsed
         return dataclasses.replace(parsed, app_input=request.chain_input)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Resume:
+    """A caller's ``Command(resume=...)`` and the question of the turn it resumes."""
+
+    command: Any
+    question: str
 
 
 def wrap(

@@ -20,6 +20,8 @@ A request that fails commits nothing: the caller's thread and history are as the
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import warnings
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -28,14 +30,21 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from langchain_core.chat_history import BaseChatMessageHistory
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from pydantic import BaseModel
 
-from tracerag._llm import text_of
-from tracerag.contract import Response, validate_response, withheld
+from tracerag.contract import (
+    AppInterrupt,
+    Response,
+    SignalDetail,
+    Versions,
+    validate_response,
+    withheld,
+)
 from tracerag.errors import ConfigurationError
+from tracerag.wrap._io import CITED_ID_FIELDS
 
 #: What the app's thread or history keeps in place of a withheld answer. ``{ticket_id}`` and
 #: ``{request_id}`` are filled in (the ticket id is the request id when there is no ticket).
@@ -65,47 +74,99 @@ def withheld_text(template: str, response: Response) -> str:
 
 
 # -- redaction ------------------------------------------------------------------------------------
-def _same_text(value: str, answer: str) -> bool:
-    return value.strip() == answer.strip()
+#: Pieces of a structured answer shorter than this are not searched for (a "yes" is everywhere).
+MIN_PIECE_CHARS = 8
 
 
-def redact(value: Any, answer: str, replacement: str) -> Any:
-    """``value`` with every message and string whose text is ``answer`` replaced (a new value;
-    messages keep their id and name, so LangGraph's message reducer sees the same message)."""
+def withheld_pieces(answer: str | None, structured: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The texts a withheld answer leaves in an app's state: the answer, and each text field
+    of its structured form (not the ids it cites)."""
+    pieces = [answer.strip()] if answer and answer.strip() else []
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, str) and len(node.strip()) >= MIN_PIECE_CHARS:
+            found.append(node.strip())
+        elif isinstance(node, Mapping):
+            for k, v in node.items():
+                if str(k).lower() not in CITED_ID_FIELDS:  # the ids cited are no secret
+                    walk(v)
+        elif isinstance(node, (list, tuple)):
+            for v in node:
+                walk(v)
+
+    walk(structured or {})
+    return tuple(dict.fromkeys([*pieces, *found]))
+
+
+def redact(value: Any, pieces: Sequence[str], replacement: str) -> Any:
+    """``value`` with what holds a withheld answer replaced (a new value): in a message list,
+    an AI message holding it becomes the withheld message (same id, so LangGraph's message
+    reducer sees the same message; no tool calls) and the tool messages answering its tool
+    calls (a structured answer's echo) are dropped; a string holding it becomes
+    the withheld message; any other object holding it (a structured answer) becomes None."""
+    if isinstance(value, (list, tuple)) and any(isinstance(v, BaseMessage) for v in value):
+        answered = {
+            call["id"]
+            for item in value
+            if isinstance(item, AIMessage) and holds(item, pieces)
+            for call in item.tool_calls
+        }
+        kept: list[Any] = []
+        for item in value:
+            if isinstance(item, AIMessage) and holds(item, pieces):
+                kept.append(AIMessage(content=replacement, id=item.id, name=item.name))
+            elif not (isinstance(item, ToolMessage) and item.tool_call_id in answered):
+                kept.append(item)
+        return tuple(kept) if isinstance(value, tuple) else kept
+    if isinstance(value, AIMessage):
+        return (
+            AIMessage(content=replacement, id=value.id, name=value.name)
+            if holds(value, pieces)
+            else value
+        )
     if isinstance(value, BaseMessage):
-        if isinstance(value, AIMessage) and _same_text(text_of(value), answer):
-            return AIMessage(content=replacement, id=value.id, name=value.name)
         return value
     if isinstance(value, str):
-        return replacement if _same_text(value, answer) else value
+        return replacement if holds(value, pieces) else value
     if isinstance(value, Mapping):
-        return type(value)({k: redact(v, answer, replacement) for k, v in value.items()})  # type: ignore[call-arg]
+        return {k: redact(v, pieces, replacement) for k, v in value.items()}
     if isinstance(value, list):
-        return [redact(v, answer, replacement) for v in value]
+        return [redact(v, pieces, replacement) for v in value]
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(redact(v, answer, replacement) for v in value)
+        return tuple(redact(v, pieces, replacement) for v in value)
+    if isinstance(value, BaseModel) or (
+        dataclasses.is_dataclass(value) and not isinstance(value, type)
+    ):
+        return None if holds(value, pieces) else value
     return value
 
 
-def holds(value: Any, text: str, depth: int = 0) -> bool:
-    """Whether ``text`` appears anywhere in ``value`` (messages, models, containers)."""
-    if depth > 40 or not text.strip():
+def holds(
+    value: Any, pieces: Sequence[str] | str, depth: int = 0, *, outputs_only: bool = False
+) -> bool:
+    """Whether any of ``pieces`` appears anywhere in ``value`` (messages, models, containers);
+    ``outputs_only``: not counting what the model was given (user, system and tool messages:
+    a material the answer quotes is no withheld text)."""
+    needles = [pieces] if isinstance(pieces, str) else list(pieces)
+    needles = [n.strip() for n in needles if n.strip()]
+    if depth > 40 or not needles:
         return False
-    needle = text.strip()
     if isinstance(value, str):
-        return needle in value
+        return any(n in value for n in needles)
+    deeper = functools.partial(holds, pieces=needles, depth=depth + 1, outputs_only=outputs_only)
     if isinstance(value, BaseMessage):
-        return holds(value.content, text, depth + 1) or holds(
-            [value.additional_kwargs, getattr(value, "tool_calls", None)], text, depth + 1
-        )
+        if outputs_only and not isinstance(value, AIMessage):
+            return False
+        return deeper([value.content, value.additional_kwargs, getattr(value, "tool_calls", None)])
     if isinstance(value, BaseModel):
-        return holds(value.model_dump(), text, depth + 1)
+        return deeper(value.model_dump())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return holds(dataclasses.asdict(value), text, depth + 1)
+        return deeper(dataclasses.asdict(value))
     if isinstance(value, Mapping):
-        return any(holds(v, text, depth + 1) for v in value.values())
+        return any(deeper(v) for v in value.values())
     if isinstance(value, (list, tuple, set, frozenset)):
-        return any(holds(v, text, depth + 1) for v in value)
+        return any(deeper(v) for v in value)
     return False
 
 
@@ -127,7 +188,7 @@ class ThreadTurn:
     saver: Any
     target: dict[str, Any]
     checkpoints: Sequence[Any]  # CheckpointTuple, the seed excluded
-    answer: str | None  # the answer the app's run wrote (None: it wrote none)
+    pieces: tuple[str, ...]  # what the app's run wrote of its answer (``withheld_pieces``)
     failed: bool = False  # the app's own run failed: nothing to commit
 
     async def commit(self, response: Response, replacement: str) -> tuple[str, ...]:
@@ -137,21 +198,21 @@ class ThreadTurn:
                 f"the app's own run failed: thread {thread!r} was left as it was before "
                 "this request",
             )
-        hidden = withheld(response) and self.answer is not None and self.answer.strip()
+        hidden = withheld(response) and bool(self.pieces)
         written = []
         for saved in self.checkpoints:
             checkpoint = saved.checkpoint
             writes = list(saved.pending_writes or ())
             if hidden:
-                assert self.answer is not None
                 checkpoint = {
                     **checkpoint,
                     "channel_values": redact(
-                        checkpoint.get("channel_values", {}), self.answer, replacement
+                        checkpoint.get("channel_values", {}), self.pieces, replacement
                     ),
                 }
-                writes = [(t, c, redact(v, self.answer, replacement)) for t, c, v in writes]
-                if holds([checkpoint["channel_values"], [v for _, _, v in writes]], self.answer):
+                writes = [(t, c, redact(v, self.pieces, replacement)) for t, c, v in writes]
+                redacted = [checkpoint["channel_values"], [v for _, _, v in writes]]
+                if holds(redacted, self.pieces, outputs_only=True):
                     return (
                         f"this turn was not kept in thread {thread!r}: the app's state holds "
                         "the withheld answer outside its answer message",
@@ -196,9 +257,15 @@ class Turns:
     """The turns one request noted (the sample stage notes them; ``WrappedChain`` commits)."""
 
     pending: list[Turn] = field(default_factory=list)
+    #: the samples' structured answers (``response_format``) by their answer's text
+    structured: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     async def commit(self, response: Response, template: str) -> Response:
-        """Commit every noted turn; the Response with the warnings they gave."""
+        """Commit every noted turn; the Response with the warnings they gave, and with the
+        structured answer of the one released."""
+        if response.answer is not None and response.answer in self.structured:
+            response = response.model_copy(update={"structured": self.structured[response.answer]})
+            validate_response(response)
         if not self.pending:
             return response
         replacement = withheld_text(template, response)
@@ -219,6 +286,13 @@ class Turns:
 CURRENT_TURNS: ContextVar[Turns | None] = ContextVar("tracerag_wrap_turns", default=None)
 
 
+def note_structured(answers: Mapping[str, dict[str, Any]]) -> None:
+    """Hand the samples' structured answers to the request (the released one is returned)."""
+    turns = CURRENT_TURNS.get()
+    if turns is not None:
+        turns.structured.update(answers)
+
+
 def note_turn(turn: Turn) -> bool:
     """Hand a turn to the request committing it; False when no request is committing turns."""
     turns = CURRENT_TURNS.get()
@@ -226,6 +300,72 @@ def note_turn(turn: Turn) -> bool:
         return False
     turns.pending.append(turn)
     return True
+
+
+# -- interrupts the app raises ---------------------------------------------------------------------
+INTERRUPT_KEY = "__interrupt__"
+INTERRUPTED_WARNING = (
+    "the app paused this turn for a person (an interrupt it raised): nothing was answered or "
+    "verified yet; resume it with invoke(Command(resume=...), config) on the same thread"
+)
+
+
+class AppInterrupted(Exception):
+    """The app's own run paused at an interrupt: the request gives a Response saying so
+    (``WrappedChain``), never an escalation of an empty answer. Never reaches the caller."""
+
+    def __init__(
+        self,
+        interrupts: Sequence[AppInterrupt],
+        *,
+        request_id: str,
+        trace_id: str | None,
+        versions: Versions,
+        tier: str,
+    ) -> None:
+        super().__init__(f"the app interrupted the turn ({len(interrupts)} interrupt(s))")
+        self.interrupts = tuple(interrupts)
+        self.request_id = request_id
+        self.trace_id = trace_id
+        self.versions = versions
+        self.tier = tier
+
+    def response(self) -> Response:
+        response = Response(
+            request_id=self.request_id,
+            trace_id=self.trace_id,
+            answer=None,
+            confidence=None,
+            decision="escalate",
+            status="pending_human_review",
+            tier=self.tier,  # type: ignore[arg-type]
+            signal_detail=SignalDetail(),
+            evidence=[],
+            versions=self.versions,
+            warnings=[INTERRUPTED_WARNING],
+            interrupts=list(self.interrupts),
+        )
+        validate_response(response)
+        return response
+
+
+def interrupts_of(output: Any) -> tuple[AppInterrupt, ...]:
+    """The interrupts a graph's output reports (LangGraph's ``__interrupt__``), as JSON."""
+    if not isinstance(output, Mapping):
+        return ()
+    found = output.get(INTERRUPT_KEY) or ()
+    return tuple(
+        AppInterrupt(
+            id=getattr(item, "id", None),
+            value=json.loads(json.dumps(getattr(item, "value", item), default=str)),
+        )
+        for item in found
+    )
+
+
+def is_command(value: Any) -> bool:
+    """Whether ``value`` is a LangGraph ``Command`` (langgraph is not imported for it)."""
+    return type(value).__name__ == "Command" and hasattr(value, "resume")
 
 
 # -- RunnableWithMessageHistory -------------------------------------------------------------------
@@ -299,6 +439,8 @@ def history_turn(app: RunnableWithMessageHistory, app_input: Any, config: Runnab
 __all__ = [
     "CURRENT_TURNS",
     "DEFAULT_WITHHELD_MESSAGE",
+    "INTERRUPTED_WARNING",
+    "AppInterrupted",
     "HistoryTurn",
     "ThreadTurn",
     "Turn",
@@ -307,8 +449,12 @@ __all__ = [
     "history_runnable",
     "history_turn",
     "holds",
+    "interrupts_of",
+    "is_command",
+    "note_structured",
     "note_turn",
     "read_only_history",
     "redact",
+    "withheld_pieces",
     "withheld_text",
 ]

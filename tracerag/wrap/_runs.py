@@ -83,6 +83,10 @@ CHECKPOINT_WAIT_S = 0.5
 _CHECKPOINT_POLL_S = 0.002
 
 
+def _interrupted(output: Any) -> bool:
+    return isinstance(output, dict) and bool(output.get("__interrupt__"))
+
+
 def graph_nodes(chain: Any) -> dict[str, Any] | None:
     """The nodes of a compiled LangGraph graph by name, or None for anything else."""
     nodes = getattr(getattr(chain, "builder", None), "nodes", None)
@@ -307,6 +311,7 @@ class RequestRuns:
         # caller's once the request is routed (``_commit``)
         self.private_app = sampler.is_graph and sampler.saver is not None
         self.app_thread: str | None = None
+        self.interrupted = False  # the app's own run paused at an interrupt it raised
         self._point: _ForkPoint | None = None  # where the forks start now
         self._done = False  # the app's own run is over
         self._closing = False  # ... and its fork points are being settled: no new one
@@ -390,12 +395,14 @@ class RequestRuns:
                 # runs, so a fork finds it at once
                 return await self._settled(value, config, durability="sync")
         output = await self.graph.ainvoke(value, config=config)
+        self.interrupted = _interrupted(output)
         if self._forking and not self._done and self.sampler.is_graph:
             await self._settle(output)
         return output
 
     async def _settled(self, value: Any, config: RunnableConfig, **kwargs: Any) -> Any:
         output = await self.graph.ainvoke(value, config=config, **kwargs)
+        self.interrupted = _interrupted(output)
         if not self._done:
             await self._settle(output)
         return output
@@ -403,6 +410,12 @@ class RequestRuns:
     async def _settle(self, output: Any) -> None:
         """The app's own run answered: keep the forks that are sound, place the others."""
         self._closing = True  # a speculation still finding its checkpoint gives up
+        if self.interrupted:  # the turn waits for a person: no fork has an answer to give
+            if self._point is not None:
+                self._abandon(self._point)
+            self._done = True
+            self._notify()
+            return
         answer_of = self.sampler.answer_of
         final = answer_of(output) if answer_of is not None else None
         current = self._point
@@ -518,6 +531,8 @@ class RequestRuns:
             return await attempts(lambda: self._private_run(index, value, handler))
         while True:
             point = await self._where_to_fork()
+            if point is None and self.interrupted:
+                return None  # the turn waits for a person: there is no answer to sample
             if point is None:
                 self.kinds[index] = "private"
                 return await attempts(lambda: self._private_run(index, value, handler))
@@ -596,7 +611,7 @@ class RequestRuns:
         for task, writes in by_task.items():
             await saver.aput_writes(stored, writes, task)
 
-    async def turn(self, answer: str | None, failed: bool) -> ThreadTurn | None:
+    async def turn(self, pieces: tuple[str, ...], failed: bool) -> ThreadTurn | None:
         """The app's own run as the caller's thread is to keep it (read before ``cleanup``
         deletes the private thread), or None when the app has no checkpointer of its own."""
         if not self.private_app:
@@ -605,12 +620,12 @@ class RequestRuns:
         target = {**self.configurable}
         target.pop("checkpoint_id", None)
         if failed or self.app_thread is None:
-            return ThreadTurn(saver, target, (), answer, failed=True)
+            return ThreadTurn(saver, target, (), pieces, failed=True)
         seed = self._before.checkpoint["id"] if self._before is not None else None
         config = {"configurable": {"thread_id": self.app_thread, "checkpoint_ns": ""}}
         saved = [t async for t in saver.alist(config) if t.checkpoint["id"] != seed]
         saved.reverse()  # oldest first, each after its parent
-        return ThreadTurn(saver, target, saved, answer)
+        return ThreadTurn(saver, target, saved, pieces)
 
     async def cleanup(self) -> None:
         """Delete the threads tracerag made (the caller's thread is kept)."""

@@ -29,7 +29,8 @@ from tracerag._state import (
     SampleSet,
     StageRefusal,
 )
-from tracerag.errors import RetrieverTimeoutError
+from tracerag.contract import AppInterrupt, Versions
+from tracerag.errors import RetrieverTimeoutError, UnreadableOutputError
 from tracerag.stages._plan import implied_plan
 from tracerag.stages._retrieve import fetch, record_materials, to_materials
 from tracerag.stages._sample import (
@@ -40,7 +41,15 @@ from tracerag.stages._sample import (
     samples_wanted,
 )
 from tracerag.wrap._capture import RunCapture, model_call_attributes
-from tracerag.wrap._commit import Turn, history_turn, note_turn
+from tracerag.wrap._commit import (
+    AppInterrupted,
+    Turn,
+    history_turn,
+    interrupts_of,
+    note_structured,
+    note_turn,
+    withheld_pieces,
+)
 from tracerag.wrap._hooks import Shared, scope
 from tracerag.wrap._inspect import ChainInfo
 from tracerag.wrap._io import ChainIO, independent_copy
@@ -232,7 +241,14 @@ class ChainSource:
         zero = temperature == 0.0 and n > 1
         if zero:
             logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)
-        warnings = record_samples(samples, span, temperature)
+        warnings = record_samples(samples, span, temperature) + _unreadable(samples)
+        note_structured(
+            {
+                s.answer: data
+                for s, o in zip(samples, outputs, strict=True)
+                if s.answer is not None and (data := self.io.structured(o)) is not None
+            }
+        )
         kept = runs.kept
         if kept is not None:
             span.set_attribute(semconv.SAMPLE_KEPT, kept)
@@ -251,18 +267,46 @@ class ChainSource:
             sampling=self.sampler.sampling,
             runs=tuple(runs.kinds),
         )
+        interrupts = interrupts_of(outputs[0])
+        if interrupts:  # the app paused for a person: nothing to verify yet
+            raise StageRefusal(self._interrupted(state, interrupts, learned), sampled)
         missing = [name for name in pending if learned is None or not getattr(learned, name)]
         if missing:  # the record still shows what the runs did and retrieved
             raise StageRefusal(missing_version_error(state.request_id, missing), sampled)
         return sampled
 
+    def _interrupted(
+        self,
+        state: RequestState,
+        interrupts: tuple[AppInterrupt, ...],
+        learned: RunVersions | None,
+    ) -> AppInterrupted:
+        registered = state.registration.versions if state.registration is not None else None
+        found = [v for v in (registered, learned) if v is not None]
+        versions = Versions(
+            prompt=next((v.prompt for v in found if v.prompt), ""),
+            model=next((v.model for v in found if v.model), ""),
+            tracerag=registered.tracerag if registered is not None else "",
+        )
+        tier = state.registration.tier if state.registration is not None else "high"
+        return AppInterrupted(
+            interrupts,
+            request_id=state.request_id,
+            trace_id=state.trace_id,
+            versions=versions,
+            tier=str(tier),
+        )
+
     async def _note_turn(self, runs: RequestRuns, output: Any, app_input: Any, config: Any) -> None:
         """Hand what this turn leaves in the app's own state (its thread, its history) to the
         request, which commits it once routed (``_commit``)."""
         turns: list[Turn] = []
-        thread = await runs.turn(
-            self.io.answer_or_none(output) if output is not None else None, output is None
+        pieces = (
+            withheld_pieces(self.io.answer_or_none(output), self.io.structured(output))
+            if output is not None
+            else ()
         )
+        thread = await runs.turn(pieces, output is None)
         if thread is not None:
             turns.append(thread)
         history_app = self.sampler.history_app
@@ -274,6 +318,18 @@ class ChainSource:
                     "tracerag wrap: a sample stage ran outside a wrapped app's request; "
                     "its turn is not kept in the app's thread or history"
                 )
+
+
+def _unreadable(samples: Sequence[Any]) -> tuple[str, ...]:
+    """A warning naming why the app's outputs could not be read, when some could not: an
+    escalation of unreadable outputs is never silent."""
+    errors = [
+        s.error for s in samples if s.error and s.error.startswith(UnreadableOutputError.__name__)
+    ]
+    if not errors:
+        return ()
+    first = errors[0].split(": ", 1)[-1]
+    return (f"{len(errors)} of {len(samples)} outputs of the app could not be read: {first}",)
 
 
 def _fetched_as_retrieved(retriever: BaseRetriever, found: Sequence[Any]) -> bool:
