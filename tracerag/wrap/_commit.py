@@ -44,7 +44,6 @@ from tracerag.contract import (
     withheld,
 )
 from tracerag.errors import ConfigurationError
-from tracerag.wrap._io import CITED_ID_FIELDS
 
 #: What the app's thread or history keeps in place of a withheld answer. ``{ticket_id}`` and
 #: ``{request_id}`` are filled in (the ticket id is the request id when there is no ticket).
@@ -71,6 +70,12 @@ def withheld_text(template: str, response: Response) -> str:
     """The withheld message for a Response."""
     ticket = response.ticket_id or response.request_id
     return template.format(ticket_id=ticket, request_id=response.request_id)
+
+
+#: Fields of a structured answer that hold the ids it cites (verified as its citations).
+CITED_ID_FIELDS = frozenset(
+    {"citations", "cited_ids", "sources", "source_ids", "references", "material_ids", "ids"}
+)
 
 
 # -- redaction ------------------------------------------------------------------------------------
@@ -437,6 +442,7 @@ def history_turn(app: RunnableWithMessageHistory, app_input: Any, config: Runnab
 
 
 __all__ = [
+    "CITED_ID_FIELDS",
     "CURRENT_TURNS",
     "DEFAULT_WITHHELD_MESSAGE",
     "INTERRUPTED_WARNING",

@@ -29,6 +29,7 @@ from pydantic import BaseModel, RootModel
 
 from tracerag._llm import text_of
 from tracerag.errors import InputError, UnreadableOutputError
+from tracerag.wrap._commit import CITED_ID_FIELDS
 
 DEFAULT_INPUT_KEYS = ("question", "input", "query")
 DEFAULT_OUTPUT_KEYS = ("answer", "output", "result", "text")
@@ -36,10 +37,6 @@ DEFAULT_DOCUMENTS_KEYS = ("context", "source_documents", "documents")
 MESSAGES_KEY = "messages"
 #: Where ``create_agent(..., response_format=...)`` puts its structured answer.
 STRUCTURED_KEY = "structured_response"
-#: Fields of a structured answer that hold the ids it cites (verified as its citations).
-CITED_ID_FIELDS = frozenset(
-    {"citations", "cited_ids", "sources", "source_ids", "references", "material_ids", "ids"}
-)
 _MARKER = re.compile(r"\[[^\[\]\s]+\]")
 # request fields tracerag reads from a dict input (they are passed to the app as well)
 REQUEST_FIELDS = ("session_id", "user_id", "channel", "request_id")
