@@ -21,13 +21,16 @@ from langchain_core.chat_history import InMemoryChatMessageHistory
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, ToolCall
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import RunnableLambda
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.types import Command
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.types import Command, interrupt
 from pipeline_fixtures import FAST_RETRY, POLICIES
 from pydantic import BaseModel, Field
 from wrap_apps import (
     AGENT_QUESTION,
+    KB_DOCUMENTS,
     QUESTION,
     STANDALONE,
     answering,
@@ -463,3 +466,44 @@ def test_a_structured_answer_that_cannot_be_read_is_named(spans):
     assert response.signal_detail.samples_failed == 2
     (warning,) = [w for w in response.warnings if "could not be read" in w]
     assert "2 of 2" in warning and "structured_response" in warning
+
+
+# -- what cannot be made true is refused ---------------------------------------------------------
+
+
+@pytest.mark.filterwarnings(LANGCHAIN_DEPRECATION)
+def test_a_history_inside_a_larger_chain_is_refused(store):
+    llm = ScriptedChatModel(responder=Returns(), model_name="scripted-x", temperature=0.7)
+    app, _ = with_history(store, llm)
+    chain = app | RunnableLambda(lambda output: output["answer"])
+    with pytest.raises(ConfigurationError, match="Wrap the RunnableWithMessageHistory itself"):
+        wrap(chain)
+
+
+def test_a_pause_after_an_unverified_answer_is_refused_and_not_kept(spans):
+    """A graph that shows its answer to a person (interrupt) before tracerag verified it."""
+    script = Script()
+    model = ToolCallingChatModel(responder=script, model_name="tool-model-1", temperature=0.7)
+
+    def answer(state: MessagesState):
+        context = "\n".join(d.page_content for d in KB_DOCUMENTS)
+        prompt = [{"role": "system", "content": context}, *state["messages"]]
+        return {"messages": [model.invoke(prompt)]}
+
+    def approve(state: MessagesState):
+        interrupt({"answer": state["messages"][-1].content})
+        return {}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node(answer)
+    builder.add_node(approve)
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", "approve")
+    saver = InMemorySaver()
+    graph = builder.compile(checkpointer=saver)
+    wrapped = wrap(graph, n_samples=3, retry=FAST_RETRY, audit=None, tracer_provider=spans.provider)
+    config = {"configurable": {"thread_id": "p-1"}}
+    with pytest.raises(ConfigurationError, match="after writing its answer"):
+        wrapped.invoke(AGENT_QUESTION, config)
+    assert graph.get_state(config).values == {}  # nothing of the turn was kept
+    assert list(saver.list(None)) == []

@@ -368,6 +368,29 @@ def interrupts_of(output: Any) -> tuple[AppInterrupt, ...]:
     )
 
 
+PAUSED_AFTER_ANSWER = (
+    "the app paused (an interrupt it raised) after writing its answer, before tracerag "
+    "verified it: the person it pauses for would be shown, and the thread would keep, an "
+    "unverified answer. Pause before the answering step instead (HumanInTheLoopMiddleware "
+    "gates tool calls) and let tracerag route the answer to a person (review, escalate); this "
+    "turn was not kept in the thread"
+)
+
+
+def answered_before_pause(output: Any) -> bool:
+    """Whether an interrupted graph's state already holds a final answer (an AI message with
+    text and no tool calls, or a structured answer)."""
+    if not isinstance(output, Mapping):
+        return False
+    if output.get("structured_response") is not None:
+        return True
+    messages = output.get("messages")
+    if isinstance(messages, Sequence) and messages and isinstance(messages[-1], AIMessage):
+        last = messages[-1]
+        return not last.tool_calls and bool(last.text.strip())
+    return False
+
+
 def is_command(value: Any) -> bool:
     """Whether ``value`` is a LangGraph ``Command`` (langgraph is not imported for it)."""
     return type(value).__name__ == "Command" and hasattr(value, "resume")
@@ -375,7 +398,40 @@ def is_command(value: Any) -> bool:
 
 # -- RunnableWithMessageHistory -------------------------------------------------------------------
 def history_runnable(chain: Any) -> RunnableWithMessageHistory | None:
-    return chain if isinstance(chain, RunnableWithMessageHistory) else None
+    """The app, when it is a ``RunnableWithMessageHistory``; ``ConfigurationError`` when it
+    holds one inside it (each of its runs would write the turn, a withheld answer with it)."""
+    top = chain if isinstance(chain, RunnableWithMessageHistory) else None
+    inner = inner_runnable(top) if top is not None else chain
+    if _holds_history(inner):
+        raise ConfigurationError(
+            "the app holds a RunnableWithMessageHistory inside it: each of the N sample runs "
+            "would write the turn to the history, a withheld answer with it. Wrap the "
+            "RunnableWithMessageHistory itself, outermost: move what follows it into the "
+            "chain it wraps and call wrap(RunnableWithMessageHistory(chain, ...))"
+        )
+    return top
+
+
+def _holds_history(runnable: Any, depth: int = 0) -> bool:
+    """Whether a LangChain composition holds a ``RunnableWithMessageHistory`` (its sequences,
+    parallels, bindings and branches; not what a function calls)."""
+    if depth > 50:
+        return False
+    if isinstance(runnable, RunnableWithMessageHistory):
+        return True
+    children: list[Any] = []
+    for name in ("steps", "bound", "mapper", "default", "runnable"):
+        child = getattr(runnable, name, None)
+        if isinstance(child, Runnable):
+            children.append(child)
+        elif isinstance(child, list):
+            children.extend(c for c in child if isinstance(c, Runnable))
+    steps = getattr(runnable, "steps__", None)
+    if isinstance(steps, Mapping):
+        children.extend(steps.values())
+    for branch in getattr(runnable, "branches", None) or ():
+        children.extend(b for b in branch if isinstance(b, Runnable))
+    return any(_holds_history(child, depth + 1) for child in children)
 
 
 def inner_runnable(app: RunnableWithMessageHistory) -> Runnable[Any, Any]:
@@ -446,11 +502,13 @@ __all__ = [
     "CURRENT_TURNS",
     "DEFAULT_WITHHELD_MESSAGE",
     "INTERRUPTED_WARNING",
+    "PAUSED_AFTER_ANSWER",
     "AppInterrupted",
     "HistoryTurn",
     "ThreadTurn",
     "Turn",
     "Turns",
+    "answered_before_pause",
     "check_withheld_message",
     "history_runnable",
     "history_turn",

@@ -30,7 +30,7 @@ from tracerag._state import (
     StageRefusal,
 )
 from tracerag.contract import AppInterrupt, Versions
-from tracerag.errors import RetrieverTimeoutError, UnreadableOutputError
+from tracerag.errors import ConfigurationError, RetrieverTimeoutError, UnreadableOutputError
 from tracerag.stages._plan import implied_plan
 from tracerag.stages._retrieve import fetch, record_materials, to_materials
 from tracerag.stages._sample import (
@@ -42,8 +42,10 @@ from tracerag.stages._sample import (
 )
 from tracerag.wrap._capture import RunCapture, model_call_attributes
 from tracerag.wrap._commit import (
+    PAUSED_AFTER_ANSWER,
     AppInterrupted,
     Turn,
+    answered_before_pause,
     history_turn,
     interrupts_of,
     note_structured,
@@ -268,6 +270,8 @@ class ChainSource:
             runs=tuple(runs.kinds),
         )
         interrupts = interrupts_of(outputs[0])
+        if interrupts and answered_before_pause(outputs[0]):
+            raise StageRefusal(ConfigurationError(PAUSED_AFTER_ANSWER), sampled)
         if interrupts:  # the app paused for a person: nothing to verify yet
             raise StageRefusal(self._interrupted(state, interrupts, learned), sampled)
         missing = [name for name in pending if learned is None or not getattr(learned, name)]
