@@ -32,9 +32,13 @@ from wrap_apps import (
     AGENT_QUESTION,
     KB_DOCUMENTS,
     QUESTION,
+    RAG_PROMPT,
     STANDALONE,
+    K,
+    State,
     answering,
     conversational_chain,
+    numbered,
     rag_agent,
 )
 
@@ -507,3 +511,70 @@ def test_a_pause_after_an_unverified_answer_is_refused_and_not_kept(spans):
         wrapped.invoke(AGENT_QUESTION, config)
     assert graph.get_state(config).values == {}  # nothing of the turn was kept
     assert list(saver.list(None)) == []
+
+
+# -- run-once nodes after the answer act on what is kept -----------------------------------------
+
+
+@pytest.mark.parametrize("checkpointed", [False, True], ids=["no checkpointer", "checkpointer"])
+@pytest.mark.parametrize("bad", [False, True], ids=["passed", "escalated"])
+def test_a_run_once_node_after_the_answer_acts_only_on_what_is_kept(
+    store, spans, bad, checkpointed
+):
+    """A node that sends the answer out runs once, after the verdict: the verified answer, or
+    the withheld message; never the withheld answer."""
+    script = Returns()
+    script.bad = bad
+    llm = ScriptedChatModel(responder=script, model_name="scripted-x", temperature=0.7)
+    sent: list[str] = []
+    logged: list[str] = []
+
+    def log_question(state):  # before the answer: runs once, before it is written
+        logged.append(state["question"])
+        return {}
+
+    def notify_customer(state):
+        sent.append(state["answer"])
+        return {}
+
+    def retrieve(state):
+        return {"context": store.similarity_search(state["question"], k=K)}
+
+    def generate(state):
+        messages = RAG_PROMPT.invoke(
+            {"question": state["question"], "context": numbered(state["context"])}
+        )
+        return {"answer": llm.invoke(messages).content}
+
+    builder = StateGraph(State).add_sequence([log_question, retrieve, generate, notify_customer])
+    builder.add_edge(START, "log_question")
+    saver = InMemorySaver() if checkpointed else None
+    graph = builder.compile(checkpointer=saver)
+    wrapped = wrap(
+        graph,
+        run_once=["log_question", "notify_customer"],
+        n_samples=3,
+        retry=FAST_RETRY,
+        audit=None,
+        tracer_provider=spans.provider,
+    )
+    config = {"configurable": {"thread_id": "n-1"}} if checkpointed else None
+    response = wrapped.invoke({"question": QUESTION}, config)
+    assert logged == [QUESTION]
+    assert llm.call_count == 3
+    if bad:
+        assert response.decision == "escalate"
+        assert sent == [
+            f"A member of our team will answer this question shortly (ticket {response.ticket_id})."
+        ]
+    else:
+        assert response.decision == "pass"
+        assert sent == [response.answer]
+    if checkpointed:
+        state = graph.get_state(config)
+        assert state.next == ()  # the kept turn ran to its end
+        assert state.values["answer"] == sent[0]
+        assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {"n-1"}
+        assert "policy-99" not in everything_in(saver)
+    else:
+        assert graph.checkpointer is None

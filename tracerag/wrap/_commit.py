@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from pydantic import BaseModel
 
@@ -195,6 +196,9 @@ class ThreadTurn:
     checkpoints: Sequence[Any]  # CheckpointTuple, the seed excluded
     pieces: tuple[str, ...]  # what the app's run wrote of its answer (``withheld_pieces``)
     failed: bool = False  # the app's own run failed: nothing to commit
+    #: the graph to resume on the kept turn: its run-once nodes after the answer wait for it
+    resume: Any = None
+    own: bool = False  # the target is tracerag's own thread, deleted once resumed
 
     async def commit(self, response: Response, replacement: str) -> tuple[str, ...]:
         thread = self.target.get("thread_id")
@@ -241,6 +245,24 @@ class ThreadTurn:
                 by_task[task].append((channel, value))
             for task, task_writes in by_task.items():
                 await self.saver.aput_writes(stored, task_writes, task)
+        if self.resume is None:
+            return ()
+        try:
+            return await self._run_once_nodes()
+        finally:
+            if self.own:
+                await self.saver.adelete_thread(self.target["thread_id"])
+
+    async def _run_once_nodes(self) -> tuple[str, ...]:
+        """Resume the kept turn: the run-once nodes after the answer act on what was kept. They
+        run outside the caller's callbacks, as the app's runs do."""
+        token = var_child_runnable_config.set(None)
+        try:
+            await self.resume.ainvoke(None, {"configurable": {**self.target, "checkpoint_ns": ""}})
+        except Exception as exc:
+            return (f"the run-once nodes after the answer failed once it was kept ({exc!r})",)
+        finally:
+            var_child_runnable_config.reset(token)
         return ()
 
 

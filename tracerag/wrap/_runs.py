@@ -312,6 +312,7 @@ class RequestRuns:
         self.private_app = sampler.is_graph and sampler.saver is not None
         self.app_thread: str | None = None
         self.interrupted = False  # the app's own run paused at an interrupt it raised
+        self.deferred = False  # ... or stopped before run-once nodes after its answer
         self._point: _ForkPoint | None = None  # where the forks start now
         self._done = False  # the app's own run is over
         self._closing = False  # ... and its fork points are being settled: no new one
@@ -377,7 +378,8 @@ class RequestRuns:
             self._thread(run_config, self.app_thread)
             await self._seed(run_config)
         elif self.sampler.is_graph and self.graph is not self.sampler.chain:
-            self._thread(run_config, self._thread_name(0))  # the private copy's own thread
+            self.app_thread = self._thread_name(0)  # the private copy's own thread
+            self._thread(run_config, self.app_thread)
         config = with_callback(run_config, handler)
         loop = asyncio.get_running_loop()
         if self._forking and not self._done and not self.sampler.is_graph:
@@ -394,18 +396,37 @@ class RequestRuns:
                 # tracerag's own thread: each step's checkpoint is written before the next step
                 # runs, so a fork finds it at once
                 return await self._settled(value, config, durability="sync")
-        output = await self.graph.ainvoke(value, config=config)
+        output = await self._own_run(value, config)
         self.interrupted = _interrupted(output)
         if self._forking and not self._done and self.sampler.is_graph:
             await self._settle(output)
         return output
 
     async def _settled(self, value: Any, config: RunnableConfig, **kwargs: Any) -> Any:
-        output = await self.graph.ainvoke(value, config=config, **kwargs)
+        output = await self._own_run(value, config, **kwargs)
         self.interrupted = _interrupted(output)
         if not self._done:
             await self._settle(output)
         return output
+
+    async def _own_run(self, value: Any, config: RunnableConfig, **kwargs: Any) -> Any:
+        """The app's own run, through the run-once nodes before its answer; it stops before
+        those after it, which run once the turn is verified and kept (``_commit``), so they
+        act on the answer released or on the withheld message, never on a withheld answer."""
+        once = list(self.sampler.run_once)
+        answer_of = self.sampler.answer_of
+        if not once or answer_of is None or self.app_thread is None:
+            return await self.graph.ainvoke(value, config=config, **kwargs)
+        thread: RunnableConfig = {"configurable": dict(config.get("configurable") or {})}
+        output = await self.graph.ainvoke(value, config=config, interrupt_before=once, **kwargs)
+        while True:
+            snapshot = await self.graph.aget_state(thread)  # type: ignore[attr-defined]
+            if not any(node in once for node in snapshot.next):
+                return output
+            if answer_of(snapshot.values):  # answered: the rest waits for the verdict
+                self.deferred = True
+                return output
+            output = await self.graph.ainvoke(None, config=config, interrupt_before=once, **kwargs)
 
     async def _settle(self, output: Any) -> None:
         """The app's own run answered: keep the forks that are sound, place the others."""
@@ -614,18 +635,22 @@ class RequestRuns:
     async def turn(self, pieces: tuple[str, ...], failed: bool) -> ThreadTurn | None:
         """The app's own run as the caller's thread is to keep it (read before ``cleanup``
         deletes the private thread), or None when the app has no checkpointer of its own."""
-        if not self.private_app:
+        if not (self.private_app or self.deferred):
             return None
-        saver = self.sampler.saver
-        target = {**self.configurable}
-        target.pop("checkpoint_id", None)
+        saver = checkpointer_of(self.graph)
+        if self.private_app:
+            target = {**self.configurable}
+            target.pop("checkpoint_id", None)
+        else:  # tracerag's copy of the graph: the run-once nodes run on a thread of its own
+            target = {"thread_id": f"{self._prefix}/run-once"}  # deleted by the turn itself
         if failed or self.app_thread is None:
-            return ThreadTurn(saver, target, (), pieces, failed=True)
+            return ThreadTurn(saver, target, (), pieces, failed=True) if self.private_app else None
         seed = self._before.checkpoint["id"] if self._before is not None else None
         config = {"configurable": {"thread_id": self.app_thread, "checkpoint_ns": ""}}
         saved = [t async for t in saver.alist(config) if t.checkpoint["id"] != seed]
         saved.reverse()  # oldest first, each after its parent
-        return ThreadTurn(saver, target, saved, pieces)
+        resume = self.graph if self.deferred else None
+        return ThreadTurn(saver, target, saved, pieces, resume=resume, own=not self.private_app)
 
     async def cleanup(self) -> None:
         """Delete the threads tracerag made (the caller's thread is kept)."""
