@@ -1,8 +1,10 @@
 """The sample runs of a wrapped app: its own run, and N-1 more answers.
 
-Run 0 is always the app's own run, with the request's config: on the caller's thread for a
-graph with a checkpointer (so a conversation kept there moves on exactly as it would without
-tracerag). Every run is a child of the request's run, without the caller's own handlers
+Run 0 is always the app's own run, with the request's config. For a graph with a checkpointer
+of its own it runs on a private thread seeded with the caller's thread as it was (its pending
+writes too, so a ``Command(resume=...)`` resumes there); the turn is copied to the caller's
+thread only once it is routed (``_commit``: a withheld answer never reaches the thread).
+Every run is a child of the request's run, without the caller's own handlers
 (``tracerag.runner``: the caller hears the request, its stages and the released answer, never
 a sample).
 
@@ -35,7 +37,10 @@ checkpointed graph, runs 1…N-1 go on forks of the caller's thread as it was be
 
 Nodes marked *run once* (``wrap(..., run_once=["notify"])`` or a node added with
 ``metadata={"tracerag_run_once": True}``) run in run 0 only: the other runs stop before them
-(LangGraph ``interrupt_before``). Every thread tracerag made is deleted afterwards.
+(LangGraph ``interrupt_before``). Run 0 runs those it reaches before its answer; it stops before
+those after it, which run on the kept turn once it is routed (``_commit``). A run 0 that pauses
+at an interrupt the app raises ends the request's sampling: the other samples are not drawn.
+Every thread tracerag made is deleted afterwards.
 
 langgraph is not a dependency of tracerag: graphs are recognised by what they have
 (``builder.nodes``, ``checkpointer``), and langgraph is imported only for a graph that needs an
@@ -81,6 +86,10 @@ Attempts = Callable[[Attempt], Awaitable[Any]]
 #: How long a fork waits, at most, for the checkpoint it starts from to be written.
 CHECKPOINT_WAIT_S = 0.5
 _CHECKPOINT_POLL_S = 0.002
+
+
+class TurnPaused(Exception):
+    """A sample not drawn: the app's own run paused at an interrupt it raised."""
 
 
 def _interrupted(output: Any) -> bool:
@@ -329,7 +338,7 @@ class RequestRuns:
     @property
     def kept(self) -> int | None:
         """The run whose answer the app keeps, when it keeps one: the caller's checkpointed
-        thread holds run 0's answer, and run-once nodes acted on it."""
+        thread is given run 0's turn, and run-once nodes act on it."""
         if self.sampler.saver is not None or self.sampler.run_once:
             return 0
         return None
@@ -553,7 +562,9 @@ class RequestRuns:
         while True:
             point = await self._where_to_fork()
             if point is None and self.interrupted:
-                return None  # the turn waits for a person: there is no answer to sample
+                raise TurnPaused(  # the turn waits for a person: there is no answer to sample
+                    "the app's own run paused at an interrupt: this turn has no answer to sample"
+                )
             if point is None:
                 self.kinds[index] = "private"
                 return await attempts(lambda: self._private_run(index, value, handler))
@@ -676,6 +687,7 @@ __all__ = [
     "RunKind",
     "Sampler",
     "Sampling",
+    "TurnPaused",
     "answering_steps",
     "checkpointer_of",
     "graph_nodes",
