@@ -578,3 +578,40 @@ def test_a_run_once_node_after_the_answer_acts_only_on_what_is_kept(
         assert "policy-99" not in everything_in(saver)
     else:
         assert graph.checkpointer is None
+
+
+def test_a_rejected_tool_call_resumes_into_a_verified_turn(spans):
+    """The app's person rejects the retrieval: the model answers without materials, and that
+    finished turn is verified (and withheld) like any other."""
+    saver = InMemorySaver()
+    agent, _ = gated_agent(Script(), saver)
+    wrapped = wrap(agent, n_samples=3, retry=FAST_RETRY, audit=None, tracer_provider=spans.provider)
+    config = {"configurable": {"thread_id": "hitl-3"}}
+    assert wrapped.invoke(AGENT_QUESTION, config).interrupts
+    reject = {"decisions": [{"type": "reject", "message": "not for this customer"}]}
+    done = wrapped.invoke(Command(resume=reject), config)
+    assert done.interrupts == []
+    assert done.decision == "escalate" and done.answer is None  # "I don't know", uncited
+    messages = agent.get_state(config).values["messages"]
+    assert [m.type for m in messages] == ["human", "ai", "tool", "ai"]
+    assert "not for this customer" in messages[2].content
+    assert done.ticket_id in messages[-1].content
+    assert "I don't know" not in everything_in(saver)
+
+
+def test_the_streaming_surface_keeps_the_thread_as_invoke_does(spans):
+    script = Script()
+    script.wrong = True
+    model = ToolCallingChatModel(responder=script, model_name="tool-model-1", temperature=0.7)
+    saver = InMemorySaver()
+    agent = rag_agent(model, checkpointer=saver)
+    wrapped = wrap(agent, n_samples=3, retry=FAST_RETRY, audit=None, tracer_provider=spans.provider)
+    config = {"configurable": {"thread_id": "stream-1"}}
+
+    async def stream():
+        return [chunk async for chunk in wrapped.astream(AGENT_QUESTION, config)]
+
+    (response,) = asyncio.run(stream())
+    assert response.decision == "escalate"
+    assert "36-month" not in everything_in(saver)
+    assert response.ticket_id in agent.get_state(config).values["messages"][-1].content
