@@ -615,3 +615,19 @@ def test_the_streaming_surface_keeps_the_thread_as_invoke_does(spans):
     assert response.decision == "escalate"
     assert "36-month" not in everything_in(saver)
     assert response.ticket_id in agent.get_state(config).values["messages"][-1].content
+
+
+def test_the_structured_answer_named_by_output_key_is_verified(spans):
+    model = StructuredAnswerer(responder=structured(), model_name="tool-model-1", temperature=0.7)
+    agent = rag_agent(model, response_format=ToolStrategy(CitedAnswer))
+    wrapped = wrap(
+        agent,
+        output_key="structured_response",
+        n_samples=2,
+        retry=FAST_RETRY,
+        audit=None,
+        tracer_provider=spans.provider,
+    )
+    response = wrapped.invoke(AGENT_QUESTION)
+    assert response.decision == "pass", (response.signal_detail, response.warnings)
+    assert response.structured == {"answer": SENTENCE, "sources": ["warranty"]}
