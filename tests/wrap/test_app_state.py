@@ -631,3 +631,25 @@ def test_the_structured_answer_named_by_output_key_is_verified(spans):
     response = wrapped.invoke(AGENT_QUESTION)
     assert response.decision == "pass", (response.signal_detail, response.warnings)
     assert response.structured == {"answer": SENTENCE, "sources": ["warranty"]}
+
+
+def test_an_earlier_released_answer_stays_when_the_same_text_is_withheld_later(spans):
+    """The same answer released in turn 1 and withheld in turn 2: turn 1 keeps its answer."""
+    model = ToolCallingChatModel(
+        responder=lambda call: f"{WRONG_NUMBER} [warranty]",
+        model_name="tool-model-1",
+        temperature=0.7,
+    )
+    saver = InMemorySaver()
+    agent = rag_agent(model, checkpointer=saver)
+    config = {"configurable": {"thread_id": "same-1"}}
+    # turn 1 is kept as the app's own (unwrapped) run kept it: the app answered by itself
+    agent.invoke({"messages": [("user", AGENT_QUESTION)]}, config)
+    first = agent.get_state(config).values["messages"][-1]
+    wrapped = wrap(agent, n_samples=3, retry=FAST_RETRY, audit=None, tracer_provider=spans.provider)
+    response = wrapped.invoke({"messages": [("user", AGENT_QUESTION)]}, config)
+    assert response.decision == "escalate"
+    assert response.warnings == []
+    messages = agent.get_state(config).values["messages"]
+    assert messages[3].id == first.id and messages[3].content == first.content  # kept
+    assert response.ticket_id in messages[-1].content

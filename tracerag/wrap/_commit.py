@@ -105,22 +105,24 @@ def withheld_pieces(answer: str | None, structured: Mapping[str, Any] | None) ->
     return tuple(dict.fromkeys([*pieces, *found]))
 
 
-def redact(value: Any, pieces: Sequence[str], replacement: str) -> Any:
+def redact(
+    value: Any, pieces: Sequence[str], replacement: str, earlier: frozenset[str] = frozenset()
+) -> Any:
     """``value`` with what holds a withheld answer replaced (a new value): in a message list,
-    an AI message holding it becomes the withheld message (same id, so LangGraph's message
-    reducer sees the same message; no tool calls) and the tool messages answering its tool
-    calls (a structured answer's echo) are dropped; a string holding it becomes
-    the withheld message; any other object holding it (a structured answer) becomes None."""
+    an AI message of this turn holding it becomes the withheld message (same id, so
+    LangGraph's message reducer sees the same message; no tool calls) and the tool messages
+    answering its tool calls (a structured answer's echo) are dropped; messages of earlier turns
+    (their ids in ``earlier``) are left as they were; a string holding it becomes the withheld
+    message; any other object holding it (a structured answer) becomes None."""
     if isinstance(value, (list, tuple)) and any(isinstance(v, BaseMessage) for v in value):
-        answered = {
-            call["id"]
-            for item in value
-            if isinstance(item, AIMessage) and holds(item, pieces)
-            for call in item.tool_calls
-        }
+
+        def withheld_here(item: Any) -> bool:
+            return isinstance(item, AIMessage) and item.id not in earlier and holds(item, pieces)
+
+        answered = {call["id"] for item in value if withheld_here(item) for call in item.tool_calls}
         kept: list[Any] = []
         for item in value:
-            if isinstance(item, AIMessage) and holds(item, pieces):
+            if withheld_here(item):
                 kept.append(AIMessage(content=replacement, id=item.id, name=item.name))
             elif not (isinstance(item, ToolMessage) and item.tool_call_id in answered):
                 kept.append(item)
@@ -128,7 +130,7 @@ def redact(value: Any, pieces: Sequence[str], replacement: str) -> Any:
     if isinstance(value, AIMessage):
         return (
             AIMessage(content=replacement, id=value.id, name=value.name)
-            if holds(value, pieces)
+            if value.id not in earlier and holds(value, pieces)
             else value
         )
     if isinstance(value, BaseMessage):
@@ -136,11 +138,11 @@ def redact(value: Any, pieces: Sequence[str], replacement: str) -> Any:
     if isinstance(value, str):
         return replacement if holds(value, pieces) else value
     if isinstance(value, Mapping):
-        return {k: redact(v, pieces, replacement) for k, v in value.items()}
+        return {k: redact(v, pieces, replacement, earlier) for k, v in value.items()}
     if isinstance(value, list):
-        return [redact(v, pieces, replacement) for v in value]
+        return [redact(v, pieces, replacement, earlier) for v in value]
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(redact(v, pieces, replacement) for v in value)
+        return tuple(redact(v, pieces, replacement, earlier) for v in value)
     if isinstance(value, BaseModel) or (
         dataclasses.is_dataclass(value) and not isinstance(value, type)
     ):
@@ -149,20 +151,27 @@ def redact(value: Any, pieces: Sequence[str], replacement: str) -> Any:
 
 
 def holds(
-    value: Any, pieces: Sequence[str] | str, depth: int = 0, *, outputs_only: bool = False
+    value: Any,
+    pieces: Sequence[str] | str,
+    depth: int = 0,
+    *,
+    outputs_only: bool = False,
+    earlier: frozenset[str] = frozenset(),
 ) -> bool:
     """Whether any of ``pieces`` appears anywhere in ``value`` (messages, models, containers);
     ``outputs_only``: not counting what the model was given (user, system and tool messages:
-    a material the answer quotes is no withheld text)."""
+    a material the answer quotes is no withheld text) nor the messages of earlier turns."""
     needles = [pieces] if isinstance(pieces, str) else list(pieces)
     needles = [n.strip() for n in needles if n.strip()]
     if depth > 40 or not needles:
         return False
     if isinstance(value, str):
         return any(n in value for n in needles)
-    deeper = functools.partial(holds, pieces=needles, depth=depth + 1, outputs_only=outputs_only)
+    deeper = functools.partial(
+        holds, pieces=needles, depth=depth + 1, outputs_only=outputs_only, earlier=earlier
+    )
     if isinstance(value, BaseMessage):
-        if outputs_only and not isinstance(value, AIMessage):
+        if outputs_only and (not isinstance(value, AIMessage) or value.id in earlier):
             return False
         return deeper([value.content, value.additional_kwargs, getattr(value, "tool_calls", None)])
     if isinstance(value, BaseModel):
@@ -199,6 +208,7 @@ class ThreadTurn:
     #: the graph to resume on the kept turn: its run-once nodes after the answer wait for it
     resume: Any = None
     own: bool = False  # the target is tracerag's own thread, deleted once resumed
+    earlier: frozenset[str] = frozenset()  # ids of the messages the thread held before
 
     async def commit(self, response: Response, replacement: str) -> tuple[str, ...]:
         thread = self.target.get("thread_id")
@@ -208,6 +218,7 @@ class ThreadTurn:
                 "this request",
             )
         hidden = withheld(response) and bool(self.pieces)
+        earlier = frozenset(self.earlier)
         written = []
         for saved in self.checkpoints:
             checkpoint = saved.checkpoint
@@ -216,12 +227,14 @@ class ThreadTurn:
                 checkpoint = {
                     **checkpoint,
                     "channel_values": redact(
-                        checkpoint.get("channel_values", {}), self.pieces, replacement
+                        checkpoint.get("channel_values", {}), self.pieces, replacement, earlier
                     ),
                 }
-                writes = [(t, c, redact(v, self.pieces, replacement)) for t, c, v in writes]
+                writes = [
+                    (t, c, redact(v, self.pieces, replacement, earlier)) for t, c, v in writes
+                ]
                 redacted = [checkpoint["channel_values"], [v for _, _, v in writes]]
-                if holds(redacted, self.pieces, outputs_only=True):
+                if holds(redacted, self.pieces, outputs_only=True, earlier=earlier):
                     return (
                         f"this turn was not kept in thread {thread!r}: the app's state holds "
                         "the withheld answer outside its answer message",
@@ -512,6 +525,19 @@ def _signature(fn: Callable[..., Any]) -> Any:
     return inspect.signature(fn)
 
 
+def message_ids(values: Any, depth: int = 0) -> frozenset[str]:
+    """The ids of the messages a state holds (a thread's, before a turn)."""
+    if depth > 20:
+        return frozenset()
+    if isinstance(values, BaseMessage):
+        return frozenset({values.id}) if values.id else frozenset()
+    if isinstance(values, Mapping):
+        return frozenset().union(*(message_ids(v, depth + 1) for v in values.values()))
+    if isinstance(values, (list, tuple)):
+        return frozenset().union(*(message_ids(v, depth + 1) for v in values))
+    return frozenset()
+
+
 def history_turn(app: RunnableWithMessageHistory, app_input: Any, config: RunnableConfig) -> Turn:
     """The turn to add to the app's real history: its input messages."""
     merged = app._merge_configs(config)  # the history the app itself would write to
@@ -537,6 +563,7 @@ __all__ = [
     "holds",
     "interrupts_of",
     "is_command",
+    "message_ids",
     "note_structured",
     "note_turn",
     "read_only_history",

@@ -65,7 +65,12 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableSequence
 from langchain_core.runnables.base import RunnableBindingBase
 
 from tracerag.errors import ConfigurationError
-from tracerag.wrap._commit import ThreadTurn, history_runnable, read_only_history
+from tracerag.wrap._commit import (
+    ThreadTurn,
+    history_runnable,
+    message_ids,
+    read_only_history,
+)
 
 RUN_ONCE_METADATA = "tracerag_run_once"
 SAMPLE_METADATA = "tracerag_sample"
@@ -661,7 +666,16 @@ class RequestRuns:
         saved = [t async for t in saver.alist(config) if t.checkpoint["id"] != seed]
         saved.reverse()  # oldest first, each after its parent
         resume = self.graph if self.deferred else None
-        return ThreadTurn(saver, target, saved, pieces, resume=resume, own=not self.private_app)
+        earlier = message_ids(self._before.checkpoint["channel_values"]) if self._before else None
+        return ThreadTurn(
+            saver,
+            target,
+            saved,
+            pieces,
+            resume=resume,
+            own=not self.private_app,
+            earlier=earlier or frozenset(),
+        )
 
     async def cleanup(self) -> None:
         """Delete the threads tracerag made (the caller's thread is kept)."""
