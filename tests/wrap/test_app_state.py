@@ -653,3 +653,18 @@ def test_an_earlier_released_answer_stays_when_the_same_text_is_withheld_later(s
     messages = agent.get_state(config).values["messages"]
     assert messages[3].id == first.id and messages[3].content == first.content  # kept
     assert response.ticket_id in messages[-1].content
+
+
+def test_a_pause_inside_a_subgraph_is_refused_and_not_kept(spans):
+    saver = InMemorySaver()
+    inner, _ = gated_agent(Script(), None)
+    builder = StateGraph(MessagesState)
+    builder.add_node("support", inner)
+    builder.add_edge(START, "support")
+    graph = builder.compile(checkpointer=saver)
+    wrapped = wrap(graph, n_samples=3, retry=FAST_RETRY, audit=None, tracer_provider=spans.provider)
+    config = {"configurable": {"thread_id": "sub-1"}}
+    with pytest.raises(ConfigurationError, match=r"inside a subgraph \(node 'support'\)"):
+        wrapped.invoke(AGENT_QUESTION, config)
+    assert graph.get_state(config).values == {}
+    assert list(saver.list(None)) == []

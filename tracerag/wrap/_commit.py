@@ -412,6 +412,15 @@ PAUSED_AFTER_ANSWER = (
 )
 
 
+def paused_in_subgraph(nodes: Sequence[str]) -> str:
+    return (
+        f"the app paused inside a subgraph (node {', '.join(map(repr, nodes))}): wrap() keeps "
+        "and resumes the interrupts a graph's own nodes raise, not those of a graph inside "
+        "one. Wrap the inner graph itself (the agent that pauses), with its own checkpointer; "
+        "this turn was not kept in the thread"
+    )
+
+
 def answered_before_pause(output: Any) -> bool:
     """Whether an interrupted graph's state already holds a final answer (an AI message with
     text and no tool calls, or a structured answer)."""
@@ -566,6 +575,7 @@ __all__ = [
     "message_ids",
     "note_structured",
     "note_turn",
+    "paused_in_subgraph",
     "read_only_history",
     "redact",
     "withheld_pieces",

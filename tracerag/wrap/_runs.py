@@ -648,6 +648,15 @@ class RequestRuns:
         for task, writes in by_task.items():
             await saver.aput_writes(stored, writes, task)
 
+    async def paused_in(self) -> list[str]:
+        """The subgraph nodes of the graph an interrupt of run 0 was raised in (none: the
+        graph's own nodes raised it, or run 0 did not pause)."""
+        if not self.interrupted or self.app_thread is None:
+            return []
+        thread = {"configurable": {"thread_id": self.app_thread, "checkpoint_ns": ""}}
+        snapshot = await self.graph.aget_state(thread, subgraphs=True)  # type: ignore[attr-defined]
+        return [task.name for task in snapshot.tasks if task.state is not None and task.interrupts]
+
     async def turn(self, pieces: tuple[str, ...], failed: bool) -> ThreadTurn | None:
         """The app's own run as the caller's thread is to keep it (read before ``cleanup``
         deletes the private thread), or None when the app has no checkpointer of its own."""

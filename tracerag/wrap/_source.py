@@ -50,6 +50,7 @@ from tracerag.wrap._commit import (
     interrupts_of,
     note_structured,
     note_turn,
+    paused_in_subgraph,
     withheld_pieces,
 )
 from tracerag.wrap._hooks import Shared, scope
@@ -219,9 +220,12 @@ class ChainSource:
             return attrs  # the output message is set from the sample itself
 
         errors = ErrorLog()
+        paused_in: list[str] = []
         try:
             drawn = await draw_samples(state, settings, n, generate, describe, errors)
-            await self._note_turn(runs, outputs[0], app_input, config)
+            paused_in = await runs.paused_in()
+            if not paused_in:  # a turn paused inside a subgraph is refused, not kept
+                await self._note_turn(runs, outputs[0], app_input, config)
         finally:
             await runs.cleanup()
         carried = [self.io.documents(o) if o is not None else [] for o in outputs]
@@ -270,6 +274,8 @@ class ChainSource:
             runs=tuple(runs.kinds),
         )
         interrupts = interrupts_of(outputs[0])
+        if interrupts and paused_in:
+            raise StageRefusal(ConfigurationError(paused_in_subgraph(paused_in)), sampled)
         if interrupts and answered_before_pause(outputs[0]):
             raise StageRefusal(ConfigurationError(PAUSED_AFTER_ANSWER), sampled)
         if interrupts:  # the app paused for a person: nothing to verify yet
