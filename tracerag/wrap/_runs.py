@@ -64,7 +64,7 @@ from langchain_core.messages import ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSequence
 from langchain_core.runnables.base import RunnableBindingBase
 
-from tracerag.errors import ConfigurationError
+from tracerag.errors import ConfigurationError, UnreadableOutputError
 from tracerag.wrap._commit import (
     ThreadTurn,
     history_runnable,
@@ -91,10 +91,6 @@ Attempts = Callable[[Attempt], Awaitable[Any]]
 #: How long a fork waits, at most, for the checkpoint it starts from to be written.
 CHECKPOINT_WAIT_S = 0.5
 _CHECKPOINT_POLL_S = 0.002
-
-
-class TurnPaused(Exception):
-    """A sample not drawn: the app's own run paused at an interrupt it raised."""
 
 
 def _interrupted(output: Any) -> bool:
@@ -567,7 +563,7 @@ class RequestRuns:
         while True:
             point = await self._where_to_fork()
             if point is None and self.interrupted:
-                raise TurnPaused(  # the turn waits for a person: there is no answer to sample
+                raise UnreadableOutputError(  # the turn waits for a person: no answer to sample
                     "the app's own run paused at an interrupt: this turn has no answer to sample"
                 )
             if point is None:
@@ -710,7 +706,6 @@ __all__ = [
     "RunKind",
     "Sampler",
     "Sampling",
-    "TurnPaused",
     "answering_steps",
     "checkpointer_of",
     "graph_nodes",
