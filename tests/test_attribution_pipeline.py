@@ -112,7 +112,7 @@ def test_the_relevance_floor_is_reported_per_material(spans):
 def test_the_shipped_schema_is_the_generated_one_at_the_new_version():
     shipped = response_schema()
     assert shipped == build_schema()
-    assert shipped["version"] == SCHEMA_VERSION == "1.1"
+    assert shipped["version"] == SCHEMA_VERSION == "1.2"
     assert "materials" in shipped["properties"]
     assert "materials" not in shipped["required"]  # optional: older callers keep working
 

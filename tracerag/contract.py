@@ -3,8 +3,10 @@
 ``RESPONSE_SCHEMA`` (draft 2020-12) is shipped as ``tracerag/schemas/response.schema.json``;
 every Response is validated against it before it is returned. ``SCHEMA_VERSION`` is the
 schema's version, also its ``version`` annotation: 1.1 added the optional ``materials``
-summary. A Response carrying it is rejected by a 1.0 validator (the Response admits no unknown
-property), so frontends that validate must update their copy of the schema.
+summary; 1.2 the optional ``interrupts`` (a pause the wrapped app itself raised) and
+``structured`` (a structured answer, verified). A Response carrying a newer field is
+rejected by an older validator (the Response admits no unknown property), so frontends that
+validate must update their copy of the schema.
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ from typing import Any, Literal
 
 import fastjsonschema
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from tracerag.errors import ContractError, InputError
 
-__all__ = ["Evidence", "Response", "response_schema", "validate_response"]
+__all__ = ["AppInterrupt", "Evidence", "Response", "response_schema", "validate_response"]
 
 Decision = Literal["pass", "review", "escalate"]
 Status = Literal["answered", "flagged_for_review", "pending_human_review", "unverified"]
@@ -36,7 +38,7 @@ MaterialReason = Literal[
 ]
 MaterialRole = Literal["key", "supporting", "irrelevant"]
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 
 
 class Evidence(BaseModel):
@@ -139,6 +141,17 @@ class Versions(BaseModel):
     tracerag: str
 
 
+class AppInterrupt(BaseModel):
+    """A pause the wrapped app raised itself (a LangGraph ``interrupt()``, such as
+    ``HumanInTheLoopMiddleware``'s): the turn waits on its thread for
+    ``invoke(Command(resume=...), config)``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = Field(default=None, description="The interrupt's id (LangGraph's).")
+    value: JsonValue = Field(description="The interrupt's payload, as the app raised it.")
+
+
 class Response(BaseModel):
     """What tracerag returns for one question: the answer (or why it is withheld) and its proof."""
 
@@ -167,6 +180,16 @@ class Response(BaseModel):
         default=None, description="False when the audit record could not yet be written."
     )
     warnings: list[str] = Field(default_factory=list)
+    interrupts: list[AppInterrupt] = Field(
+        default_factory=list,
+        description="The app paused this turn for a person (schema 1.2): nothing was answered "
+        "or verified yet; resume the thread with Command(resume=...).",
+    )
+    structured: dict[str, JsonValue] | None = Field(
+        default=None,
+        description="The app's structured answer (response_format), verified as the answer "
+        "is; null when the app gives none or the answer is withheld (schema 1.2).",
+    )
 
 
 def withheld(response: Response | Mapping[str, Any]) -> bool:
@@ -209,6 +232,8 @@ def caller_view(response: Response | Mapping[str, Any]) -> dict[str, Any]:
         for claim in data.get("claims") or []
     ]
     data["evidence"] = []
+    if data.get("structured") is not None:  # a structured answer is the answer's text too
+        data["structured"] = None
     detail = data.get("signal_detail")
     if isinstance(detail, dict) and detail.get("rules"):
         detail["rules"] = [{**rule, "detail": ""} for rule in detail["rules"]]

@@ -12,6 +12,7 @@ from langchain_core.runnables import RunnableLambda
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 
+from tracerag.contract import Response
 from tracerag.errors import ConfigurationError
 from tracerag.wrap._io import ChainIO
 from tracerag.wrap._runs import Sampler, graph_nodes, run_once_nodes, with_callback
@@ -95,6 +96,9 @@ async def draw(sampler, value, n=3, config=None):
 
     try:
         outputs = await asyncio.gather(*(one(i) for i in range(n)))
+        turn = await runs.turn((answer_of(outputs[0]) or "",), failed=False)
+        if turn is not None:  # kept as a released answer is (``_commit``)
+            await turn.commit(Response.model_construct(answer="released", decision="pass"), "")
     finally:
         threads = list(runs.threads)
         await runs.cleanup()
@@ -187,7 +191,8 @@ def test_checkpointed_graph_keeps_the_conversation_and_forks_at_the_answer():
     runs, outputs, _, threads = asyncio.run(draw(sampler, {"question": "second"}, config=config))
     assert runs.kinds == ["app", "fork", "fork"]
     assert calls.count("prepare") == 1
-    assert threads == ["t1/r1/sample-1", "t1/r1/sample-2"]
+    # the app's own run went on a thread of its own, committed to the caller's afterwards
+    assert threads == ["t1/r1/app", "t1/r1/sample-1", "t1/r1/sample-2"]
     # the caller's thread moved on by this turn, with its own run's answer
     state = app.get_state(config).values
     assert state["answer"] == outputs[0]["answer"] and state["question"] == "second"
@@ -204,7 +209,7 @@ def test_app_sampling_of_a_checkpointed_graph_starts_each_run_from_the_conversat
     _runs, outputs, _, threads = asyncio.run(draw(sampler, {"log": []}, config=config))
     # the other runs started where t1 was before this request: the earlier question
     assert all(o["answer"] == "A: first" for o in outputs)
-    assert threads == ["t1/r1/sample-1", "t1/r1/sample-2"]
+    assert threads == ["t1/r1/app", "t1/r1/sample-1", "t1/r1/sample-2"]
     assert {c.config["configurable"]["thread_id"] for c in saver.list(None)} == {"t1"}
 
 

@@ -16,8 +16,16 @@ from tracerag._choices import check_options
 from tracerag._pipeline import PipelineOptions, build_settings
 from tracerag._runnable import StagedRunnable
 from tracerag._state import Conversation, RequestInput
-from tracerag.errors import ConfigurationError
+from tracerag.errors import ConfigurationError, InputError
 from tracerag.stages._sample import TEMPERATURE_ZERO_WARNING
+from tracerag.wrap._commit import (
+    CURRENT_TURNS,
+    DEFAULT_WITHHELD_MESSAGE,
+    AppInterrupted,
+    Turns,
+    check_withheld_message,
+    is_command,
+)
 from tracerag.wrap._hooks import instrument
 from tracerag.wrap._inspect import ChainInfo, inspect_chain, retrieval_parts
 from tracerag.wrap._io import MESSAGES_KEY, ChainIO, user_turns
@@ -25,10 +33,13 @@ from tracerag.wrap._runs import SAMPLING_MODES, Sampler, Sampling, checkpointer_
 from tracerag.wrap._source import ChainSource
 
 if TYPE_CHECKING:
+    from langchain_core.callbacks import AsyncCallbackManagerForChainRun
+    from langchain_core.runnables import RunnableConfig
     from typing_extensions import Unpack
 
     from tracerag._routing import EscalationHandler
     from tracerag._settings import Settings
+    from tracerag.contract import Response
 
 logger = logging.getLogger("tracerag.wrap")
 
@@ -52,8 +63,10 @@ class WrappedChain(StagedRunnable):
         io: ChainIO | None = None,
         run_once: Sequence[str] = (),
         sampling: Sampling = "answer",
+        withheld_message: str = DEFAULT_WITHHELD_MESSAGE,
     ) -> None:
         io = io or ChainIO()
+        self.withheld_message = check_withheld_message(withheld_message)
         source = ChainSource(
             chain,
             info,
@@ -72,10 +85,62 @@ class WrappedChain(StagedRunnable):
     def escalation(self) -> EscalationHandler:
         return self.settings.escalation
 
+    async def _answer(
+        self,
+        input: Any,
+        run_manager: AsyncCallbackManagerForChainRun,
+        config: RunnableConfig,
+        **kwargs: Any,
+    ) -> Response:
+        """The request, then what it leaves in the app's own thread or history: committed
+        only now that it is routed, a withheld answer replaced by ``withheld_message``."""
+        if is_command(input):
+            input = await self._resume(input, config)
+        turns = Turns()
+        token = CURRENT_TURNS.set(turns)
+        try:
+            response = await super()._answer(input, run_manager, config, **kwargs)
+        except AppInterrupted as paused:  # the app paused for a person: the Response says so
+            response = paused.response()
+        finally:
+            CURRENT_TURNS.reset(token)
+        return await turns.commit(response, self.withheld_message)
+
+    async def _resume(self, command: Any, config: RunnableConfig) -> _Resume:
+        """A ``Command(resume=...)`` for the caller's interrupted thread, with the question
+        of the turn it resumes (the thread's last user message)."""
+        if self.sampler.saver is None:
+            raise InputError(
+                "Command(resume=...) resumes an interrupted turn on a checkpointed graph's "
+                "thread, and this app has no checkpointer: build it with one (e.g. "
+                "create_agent(..., checkpointer=InMemorySaver())) to pause and resume turns"
+            )
+        configurable = dict(config.get("configurable") or {})
+        thread = configurable.get("thread_id")
+        if thread is None:
+            raise InputError(
+                "Command(resume=...) needs the thread it resumes: "
+                "config={'configurable': {'thread_id': ...}}"
+            )
+        state = await self.chain.aget_state({"configurable": configurable})  # type: ignore[attr-defined]
+        if not state.next or not getattr(state, "interrupts", ()):
+            raise InputError(
+                f"thread {thread!r} has no interrupted turn to resume: call the app with the "
+                "next question instead"
+            )
+        return _Resume(command, self.io.question(state.values))
+
     def parse_input(self, input: Any) -> RequestInput:
         """The checked request, with the caller's input kept for the app."""
         if isinstance(input, RequestInput):
             return super().parse_input(input)
+        if isinstance(input, _Resume):  # the question is the resumed turn's
+            parsed = super().parse_input({"question": input.question})
+            return dataclasses.replace(parsed, app_input=input.command)
+        if is_command(input):
+            raise InputError(
+                "Command(resume=...) is taken by invoke/ainvoke/stream with the thread's config"
+            )
         request = self.io.request(input)
         parsed = super().parse_input({"question": request.question, **request.fields})
         if request.history_source is not None:
@@ -110,6 +175,14 @@ class WrappedChain(StagedRunnable):
         return request.following((*turns, *earlier), source)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Resume:
+    """A caller's ``Command(resume=...)`` and the question of the turn it resumes."""
+
+    command: Any
+    question: str
+
+
 def wrap(
     chain: Runnable[Any, Any],
     *,
@@ -122,6 +195,7 @@ def wrap(
     run_once: Sequence[str] = (),
     retriever: BaseRetriever | None = None,
     sampling: Sampling = "answer",
+    withheld_message: str = DEFAULT_WITHHELD_MESSAGE,
     **options: Unpack[PipelineOptions],
 ) -> WrappedChain:
     """Wrap an existing LangChain chain or LangGraph graph so each request runs the six traced,
@@ -141,6 +215,12 @@ def wrap(
     the checkpoint before it; a chain's retrieval is shared by its N runs. ``sampling="app"``
     runs the whole app N times, for apps whose retrieval itself varies. The options it shares
     with ``RAGPipeline`` are ``tracerag.pipeline.PipelineOptions``.
+
+    What the app keeps of a turn — a checkpointed graph's thread, a
+    ``RunnableWithMessageHistory``'s history — is written only once the turn is verified and
+    routed: the released answer, or for a withheld one ``withheld_message`` (``{ticket_id}``
+    and ``{request_id}`` filled in), so the thread, its history and the next turn never hold
+    what tracerag withheld.
     """
     check_options("wrap", options, PipelineOptions.__optional_keys__)
     if not isinstance(chain, Runnable):
@@ -184,6 +264,7 @@ def wrap(
         io=io,
         run_once=run_once,
         sampling=sampling,
+        withheld_message=withheld_message,
     )
 
 

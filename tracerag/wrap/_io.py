@@ -17,6 +17,9 @@ turn's standalone question is resolved with them (``tracerag.text._followup``).
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -28,6 +31,7 @@ from pydantic import BaseModel, RootModel
 
 from tracerag._llm import text_of
 from tracerag.errors import InputError, UnreadableOutputError
+from tracerag.wrap._commit import CITED_ID_FIELDS
 
 DEFAULT_INPUT_KEYS = ("question", "input", "query")
 DEFAULT_OUTPUT_KEYS = ("answer", "output", "result", "text")
@@ -35,6 +39,9 @@ DEFAULT_DOCUMENTS_KEYS = ("context", "source_documents", "documents")
 MESSAGES_KEY = "messages"
 #: the fields of an app's input that hold the conversation's earlier messages
 DEFAULT_HISTORY_KEYS = ("chat_history", "history")
+#: Where ``create_agent(..., response_format=...)`` puts its structured answer.
+STRUCTURED_KEY = "structured_response"
+_MARKER = re.compile(r"\[[^\[\]\s]+\]")
 # request fields tracerag reads from a dict input (they are passed to the app as well)
 REQUEST_FIELDS = ("session_id", "user_id", "channel", "request_id")
 # the conversation's earlier messages in tracerag's own request form
@@ -188,6 +195,8 @@ class ChainIO:
         if isinstance(output, Mapping):
             if self.output_key is not None:
                 text = _text(output.get(self.output_key))
+                if text is None and output.get(self.output_key) is not None:
+                    text = structured_text(output[self.output_key])
                 if text is None:
                     raise UnreadableOutputError(
                         f"the output has no text field {self.output_key!r} "
@@ -196,6 +205,14 @@ class ChainIO:
                 return text
             text = _first_text(output, DEFAULT_OUTPUT_KEYS)
             if text is not None:
+                return text
+            if output.get(STRUCTURED_KEY) is not None:  # create_agent's response_format
+                text = structured_text(output[STRUCTURED_KEY])
+                if text is None:
+                    raise UnreadableOutputError(
+                        f"the app's structured answer ({STRUCTURED_KEY!r}, a "
+                        f"{type(output[STRUCTURED_KEY]).__name__}) holds no text field to verify"
+                    )
                 return text
             messages = output.get(MESSAGES_KEY)
             if isinstance(messages, Sequence) and messages and isinstance(messages[-1], AIMessage):
@@ -211,6 +228,15 @@ class ChainIO:
                 f"cannot read an answer from app output of type {type(output).__name__}"
             )
         return text
+
+    def structured(self, output: Any) -> dict[str, Any] | None:
+        """The app's structured answer as JSON (``structured_response``, or what
+        ``output_key`` names when it is structured), or None."""
+        if not isinstance(output, Mapping):
+            return None
+        value = output.get(self.output_key or STRUCTURED_KEY)
+        data = _structured_data(value)
+        return json.loads(json.dumps(data, default=str)) if data is not None else None
 
     def answer_or_none(self, output: Any) -> str | None:
         """The answer text of an output or a graph state, or None when it holds none."""
@@ -320,6 +346,47 @@ def user_turns(messages: Any, key: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in texts if t.strip())
 
 
+def _structured_data(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    return None
+
+
+def structured_text(value: Any) -> str | None:
+    """The text of a structured answer to verify: its text fields in order, each followed by
+    the ids its id fields cite (``CITED_ID_FIELDS``) when it has no citation marker of its own.
+    None when it is not structured or holds no text."""
+    data = _structured_data(value)
+    if data is None:
+        return None
+    texts: list[str] = []
+    ids: list[str] = []
+
+    def walk(node: Any, key: str | None) -> None:
+        if isinstance(node, str):
+            if key in CITED_ID_FIELDS:
+                ids.append(node.strip())
+            elif node.strip():
+                texts.append(node.strip())
+        elif isinstance(node, Mapping):
+            for k, v in node.items():
+                walk(v, str(k).lower())
+        elif isinstance(node, (list, tuple)):
+            for v in node:
+                walk(v, key)
+
+    walk(data, None)
+    if not texts:
+        return None
+    markers = " ".join(f"[{i}]" for i in dict.fromkeys(i for i in ids if i))
+    cited = [t if not markers or _MARKER.search(t) else f"{t} {markers}" for t in texts]
+    return "\n".join(cited)
+
+
 def _text(value: Any) -> str | None:
     if isinstance(value, str):
         return value
@@ -359,5 +426,6 @@ __all__ = [
     "input_fields",
     "question_field",
     "question_in_messages",
+    "structured_text",
     "user_turns",
 ]

@@ -1,8 +1,10 @@
 """The sample runs of a wrapped app: its own run, and N-1 more answers.
 
-Run 0 is always the app's own run, with the request's config: on the caller's thread for a
-graph with a checkpointer (so a conversation kept there moves on exactly as it would without
-tracerag). Every run is a child of the request's run, without the caller's own handlers
+Run 0 is always the app's own run, with the request's config. For a graph with a checkpointer
+of its own it runs on a private thread seeded with the caller's thread as it was (its pending
+writes too, so a ``Command(resume=...)`` resumes there); the turn is copied to the caller's
+thread only once it is routed (``_commit``: a withheld answer never reaches the thread).
+Every run is a child of the request's run, without the caller's own handlers
 (``tracerag.runner``: the caller hears the request, its stages and the released answer, never
 a sample).
 
@@ -35,7 +37,10 @@ checkpointed graph, runs 1…N-1 go on forks of the caller's thread as it was be
 
 Nodes marked *run once* (``wrap(..., run_once=["notify"])`` or a node added with
 ``metadata={"tracerag_run_once": True}``) run in run 0 only: the other runs stop before them
-(LangGraph ``interrupt_before``). Every thread tracerag made is deleted afterwards.
+(LangGraph ``interrupt_before``). Run 0 runs those it reaches before its answer; it stops before
+those after it, which run on the kept turn once it is routed (``_commit``). A run 0 that pauses
+at an interrupt the app raises ends the request's sampling: the other samples are not drawn.
+Every thread tracerag made is deleted afterwards.
 
 langgraph is not a dependency of tracerag: graphs are recognised by what they have
 (``builder.nodes``, ``checkpointer``), and langgraph is imported only for a graph that needs an
@@ -59,7 +64,13 @@ from langchain_core.messages import ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSequence
 from langchain_core.runnables.base import RunnableBindingBase
 
-from tracerag.errors import ConfigurationError
+from tracerag.errors import ConfigurationError, UnreadableOutputError
+from tracerag.wrap._commit import (
+    ThreadTurn,
+    history_runnable,
+    message_ids,
+    read_only_history,
+)
 
 RUN_ONCE_METADATA = "tracerag_run_once"
 SAMPLE_METADATA = "tracerag_sample"
@@ -80,6 +91,10 @@ Attempts = Callable[[Attempt], Awaitable[Any]]
 #: How long a fork waits, at most, for the checkpoint it starts from to be written.
 CHECKPOINT_WAIT_S = 0.5
 _CHECKPOINT_POLL_S = 0.002
+
+
+def _interrupted(output: Any) -> bool:
+    return isinstance(output, dict) and bool(output.get("__interrupt__"))
 
 
 def graph_nodes(chain: Any) -> dict[str, Any] | None:
@@ -174,6 +189,11 @@ class Sampler:
             raise ConfigurationError(
                 f"sampling must be one of {list(SAMPLING_MODES)}, got {sampling!r}"
             )
+        # a RunnableWithMessageHistory's runs read a copy of its history; the turn is added to
+        # the real one once it is routed (``_commit``)
+        self.history_app = history_runnable(chain)
+        if self.history_app is not None:
+            chain = read_only_history(self.history_app)
         self.chain = chain
         self.sampling: Sampling = sampling
         self.answer_of = answer_of
@@ -297,6 +317,12 @@ class RequestRuns:
         self._attempts = [0] * n
         self._before: Any = None  # the caller's thread as it was before the request
         self._forking = sampler.forks and n > 1
+        # the app's own checkpointer: its run goes on a private thread, committed to the
+        # caller's once the request is routed (``_commit``)
+        self.private_app = sampler.is_graph and sampler.saver is not None
+        self.app_thread: str | None = None
+        self.interrupted = False  # the app's own run paused at an interrupt it raised
+        self.deferred = False  # ... or stopped before run-once nodes after its answer
         self._point: _ForkPoint | None = None  # where the forks start now
         self._done = False  # the app's own run is over
         self._closing = False  # ... and its fork points are being settled: no new one
@@ -313,7 +339,7 @@ class RequestRuns:
     @property
     def kept(self) -> int | None:
         """The run whose answer the app keeps, when it keeps one: the caller's checkpointed
-        thread holds run 0's answer, and run-once nodes acted on it."""
+        thread is given run 0's turn, and run-once nodes act on it."""
         if self.sampler.saver is not None or self.sampler.run_once:
             return 0
         return None
@@ -324,8 +350,8 @@ class RequestRuns:
 
     async def prepare(self) -> None:
         sampler = self.sampler
-        if sampler.is_graph and sampler.saver is not None and self.n > 1:
-            # whole private runs start from the conversation as it was before this request
+        if self.private_app:
+            # every run starts from the conversation as it was before this request
             self._before = await sampler.saver.aget_tuple({"configurable": self.configurable})
 
     def _run_config(self, index: int) -> RunnableConfig:
@@ -357,8 +383,13 @@ class RequestRuns:
     # -- run 0 ---------------------------------------------------------------------------------
     async def _app_run(self, value: Any, handler: BaseCallbackHandler) -> Any:
         run_config = self._run_config(0)
-        if self.sampler.is_graph and self.graph is not self.sampler.chain:
-            self._thread(run_config, self._thread_name(0))  # the private copy's own thread
+        if self.private_app:  # a thread of its own, holding the conversation so far
+            self.app_thread = self._thread_name(0)
+            self._thread(run_config, self.app_thread)
+            await self._seed(run_config)
+        elif self.sampler.is_graph and self.graph is not self.sampler.chain:
+            self.app_thread = self._thread_name(0)  # the private copy's own thread
+            self._thread(run_config, self.app_thread)
         config = with_callback(run_config, handler)
         loop = asyncio.get_running_loop()
         if self._forking and not self._done and not self.sampler.is_graph:
@@ -369,24 +400,53 @@ class RequestRuns:
             thread["checkpoint_ns"] = ""
             self._app_thread = thread
             config = with_callback(config, _AnsweringWatch(self, loop))
-            if self.graph is not self.sampler.chain and self.sampler.exit_durability:
-                # tracerag's own copy: each step's checkpoint is written before the next step
-                # runs, so a fork finds it at once (the app's own checkpointer is left as it is)
+            if (self.graph is not self.sampler.chain or self.private_app) and (
+                self.sampler.exit_durability
+            ):
+                # tracerag's own thread: each step's checkpoint is written before the next step
+                # runs, so a fork finds it at once
                 return await self._settled(value, config, durability="sync")
-        output = await self.graph.ainvoke(value, config=config)
+        output = await self._own_run(value, config)
+        self.interrupted = _interrupted(output)
         if self._forking and not self._done and self.sampler.is_graph:
             await self._settle(output)
         return output
 
     async def _settled(self, value: Any, config: RunnableConfig, **kwargs: Any) -> Any:
-        output = await self.graph.ainvoke(value, config=config, **kwargs)
+        output = await self._own_run(value, config, **kwargs)
+        self.interrupted = _interrupted(output)
         if not self._done:
             await self._settle(output)
         return output
 
+    async def _own_run(self, value: Any, config: RunnableConfig, **kwargs: Any) -> Any:
+        """The app's own run, through the run-once nodes before its answer; it stops before
+        those after it, which run once the turn is verified and kept (``_commit``), so they
+        act on the answer released or on the withheld message, never on a withheld answer."""
+        once = list(self.sampler.run_once)
+        answer_of = self.sampler.answer_of
+        if not once or answer_of is None or self.app_thread is None:
+            return await self.graph.ainvoke(value, config=config, **kwargs)
+        thread: RunnableConfig = {"configurable": dict(config.get("configurable") or {})}
+        output = await self.graph.ainvoke(value, config=config, interrupt_before=once, **kwargs)
+        while True:
+            snapshot = await self.graph.aget_state(thread)  # type: ignore[attr-defined]
+            if not any(node in once for node in snapshot.next):
+                return output
+            if answer_of(snapshot.values):  # answered: the rest waits for the verdict
+                self.deferred = True
+                return output
+            output = await self.graph.ainvoke(None, config=config, interrupt_before=once, **kwargs)
+
     async def _settle(self, output: Any) -> None:
         """The app's own run answered: keep the forks that are sound, place the others."""
         self._closing = True  # a speculation still finding its checkpoint gives up
+        if self.interrupted:  # the turn waits for a person: no fork has an answer to give
+            if self._point is not None:
+                self._abandon(self._point)
+            self._done = True
+            self._notify()
+            return
         answer_of = self.sampler.answer_of
         final = answer_of(output) if answer_of is not None else None
         current = self._point
@@ -502,6 +562,10 @@ class RequestRuns:
             return await attempts(lambda: self._private_run(index, value, handler))
         while True:
             point = await self._where_to_fork()
+            if point is None and self.interrupted:
+                raise UnreadableOutputError(  # the turn waits for a person: no answer to sample
+                    "the app's own run paused at an interrupt: this turn has no answer to sample"
+                )
             if point is None:
                 self.kinds[index] = "private"
                 return await attempts(lambda: self._private_run(index, value, handler))
@@ -557,17 +621,65 @@ class RequestRuns:
             return await self.graph.ainvoke(value, config=with_callback(run_config, handler))
         if checkpointer_of(self.graph) is not None:
             self._thread(run_config, self._thread_name(index))
-            if self._before is not None:  # the conversation so far, as the caller's run saw it
-                target = {"configurable": {**run_config["configurable"]}}
-                checkpoint = self._before.checkpoint
-                await checkpointer_of(self.graph).aput(
-                    target,
-                    checkpoint,
-                    self._before.metadata,
-                    dict(checkpoint["channel_versions"]),
-                )
+            await self._seed(run_config)
         return await self.graph.ainvoke(
             value, config=with_callback(run_config, handler), **self._stop_kwargs()
+        )
+
+    async def _seed(self, run_config: RunnableConfig) -> None:
+        """Put the conversation so far, as the caller's thread holds it (its pending writes
+        too: an interrupted turn resumes from them), on a run's own thread."""
+        before = self._before
+        if before is None:
+            return
+        saver = checkpointer_of(self.graph)
+        target = {"configurable": {**run_config["configurable"]}}
+        checkpoint = before.checkpoint
+        stored = await saver.aput(
+            target, checkpoint, before.metadata, dict(checkpoint["channel_versions"])
+        )
+        by_task: dict[str, list[tuple[str, Any]]] = {}
+        for task, channel, value in before.pending_writes or ():
+            by_task.setdefault(task, []).append((channel, value))
+        for task, writes in by_task.items():
+            await saver.aput_writes(stored, writes, task)
+
+    async def paused_in(self) -> list[str]:
+        """The subgraph nodes of the graph an interrupt of run 0 was raised in (none: the
+        graph's own nodes raised it, or run 0 did not pause)."""
+        if not self.interrupted or self.app_thread is None:
+            return []
+        thread = {"configurable": {"thread_id": self.app_thread, "checkpoint_ns": ""}}
+        snapshot = await self.graph.aget_state(thread, subgraphs=True)  # type: ignore[attr-defined]
+        return [task.name for task in snapshot.tasks if task.state is not None and task.interrupts]
+
+    async def turn(self, pieces: tuple[str, ...], failed: bool) -> ThreadTurn | None:
+        """The app's own run as the caller's thread is to keep it (read before ``cleanup``
+        deletes the private thread), or None when the app has no checkpointer of its own."""
+        if not (self.private_app or self.deferred):
+            return None
+        saver = checkpointer_of(self.graph)
+        if self.private_app:
+            target = {**self.configurable}
+            target.pop("checkpoint_id", None)
+        else:  # tracerag's copy of the graph: the run-once nodes run on a thread of its own
+            target = {"thread_id": f"{self._prefix}/run-once"}  # deleted by the turn itself
+        if failed or self.app_thread is None:
+            return ThreadTurn(saver, target, (), pieces, failed=True) if self.private_app else None
+        seed = self._before.checkpoint["id"] if self._before is not None else None
+        config = {"configurable": {"thread_id": self.app_thread, "checkpoint_ns": ""}}
+        saved = [t async for t in saver.alist(config) if t.checkpoint["id"] != seed]
+        saved.reverse()  # oldest first, each after its parent
+        resume = self.graph if self.deferred else None
+        earlier = message_ids(self._before.checkpoint["channel_values"]) if self._before else None
+        return ThreadTurn(
+            saver,
+            target,
+            saved,
+            pieces,
+            resume=resume,
+            own=not self.private_app,
+            earlier=earlier or frozenset(),
         )
 
     async def cleanup(self) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import Runnable
+from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.vectorstores import VectorStoreRetriever
 from opentelemetry.trace import Span
 
@@ -29,7 +29,8 @@ from tracerag._state import (
     SampleSet,
     StageRefusal,
 )
-from tracerag.errors import RetrieverTimeoutError
+from tracerag.contract import AppInterrupt, Versions
+from tracerag.errors import ConfigurationError, RetrieverTimeoutError, UnreadableOutputError
 from tracerag.stages._plan import implied_plan
 from tracerag.stages._retrieve import fetch, record_materials, to_materials
 from tracerag.stages._sample import (
@@ -40,12 +41,24 @@ from tracerag.stages._sample import (
     samples_wanted,
 )
 from tracerag.wrap._capture import RunCapture, model_call_attributes
+from tracerag.wrap._commit import (
+    PAUSED_AFTER_ANSWER,
+    AppInterrupted,
+    Turn,
+    answered_before_pause,
+    history_turn,
+    interrupts_of,
+    note_structured,
+    note_turn,
+    paused_in_subgraph,
+    withheld_pieces,
+)
 from tracerag.wrap._hooks import Shared, scope
 from tracerag.wrap._inspect import ChainInfo
 from tracerag.wrap._io import ChainIO, independent_copy
 from tracerag.wrap._materials import run_materials, shown_order
 from tracerag.wrap._retryable import is_transient
-from tracerag.wrap._runs import Attempt, Sampler
+from tracerag.wrap._runs import Attempt, RequestRuns, Sampler
 from tracerag.wrap._versions import learn_model, learn_prompt, missing_version_error
 
 if TYPE_CHECKING:
@@ -207,8 +220,12 @@ class ChainSource:
             return attrs  # the output message is set from the sample itself
 
         errors = ErrorLog()
+        paused_in: list[str] = []
         try:
             drawn = await draw_samples(state, settings, n, generate, describe, errors)
+            paused_in = await runs.paused_in()
+            if not paused_in:  # a turn paused inside a subgraph is refused, not kept
+                await self._note_turn(runs, outputs[0], app_input, config)
         finally:
             await runs.cleanup()
         carried = [self.io.documents(o) if o is not None else [] for o in outputs]
@@ -230,7 +247,14 @@ class ChainSource:
         zero = temperature == 0.0 and n > 1
         if zero:
             logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)
-        warnings = record_samples(samples, span, temperature)
+        warnings = record_samples(samples, span, temperature) + _unreadable(samples)
+        note_structured(
+            {
+                s.answer: data
+                for s, o in zip(samples, outputs, strict=True)
+                if s.answer is not None and (data := self.io.structured(o)) is not None
+            }
+        )
         kept = runs.kept
         if kept is not None:
             span.set_attribute(semconv.SAMPLE_KEPT, kept)
@@ -249,10 +273,73 @@ class ChainSource:
             sampling=self.sampler.sampling,
             runs=tuple(runs.kinds),
         )
+        interrupts = interrupts_of(outputs[0])
+        if interrupts and paused_in:
+            raise StageRefusal(ConfigurationError(paused_in_subgraph(paused_in)), sampled)
+        if interrupts and answered_before_pause(outputs[0]):
+            raise StageRefusal(ConfigurationError(PAUSED_AFTER_ANSWER), sampled)
+        if interrupts:  # the app paused for a person: nothing to verify yet
+            raise StageRefusal(self._interrupted(state, interrupts, learned), sampled)
         missing = [name for name in pending if learned is None or not getattr(learned, name)]
         if missing:  # the record still shows what the runs did and retrieved
             raise StageRefusal(missing_version_error(state.request_id, missing), sampled)
         return sampled
+
+    def _interrupted(
+        self,
+        state: RequestState,
+        interrupts: tuple[AppInterrupt, ...],
+        learned: RunVersions | None,
+    ) -> AppInterrupted:
+        registered = state.registration.versions if state.registration is not None else None
+        found = [v for v in (registered, learned) if v is not None]
+        versions = Versions(
+            prompt=next((v.prompt for v in found if v.prompt), ""),
+            model=next((v.model for v in found if v.model), ""),
+            tracerag=registered.tracerag if registered is not None else "",
+        )
+        tier = state.registration.tier if state.registration is not None else "high"
+        return AppInterrupted(
+            interrupts,
+            request_id=state.request_id,
+            trace_id=state.trace_id,
+            versions=versions,
+            tier=str(tier),
+        )
+
+    async def _note_turn(self, runs: RequestRuns, output: Any, app_input: Any, config: Any) -> None:
+        """Hand what this turn leaves in the app's own state (its thread, its history) to the
+        request, which commits it once routed (``_commit``)."""
+        turns: list[Turn] = []
+        pieces = (
+            withheld_pieces(self.io.answer_or_none(output), self.io.structured(output))
+            if output is not None
+            else ()
+        )
+        thread = await runs.turn(pieces, output is None)
+        if thread is not None:
+            turns.append(thread)
+        history_app = self.sampler.history_app
+        if history_app is not None:
+            turns.append(history_turn(history_app, app_input, config or RunnableConfig()))
+        for turn in turns:
+            if not note_turn(turn):
+                logger.warning(
+                    "tracerag wrap: a sample stage ran outside a wrapped app's request; "
+                    "its turn is not kept in the app's thread or history"
+                )
+
+
+def _unreadable(samples: Sequence[Any]) -> tuple[str, ...]:
+    """A warning naming why the app's outputs could not be read, when some could not: an
+    escalation of unreadable outputs is never silent."""
+    errors = [
+        s.error for s in samples if s.error and s.error.startswith(UnreadableOutputError.__name__)
+    ]
+    if not errors:
+        return ()
+    first = errors[0].split(": ", 1)[-1]
+    return (f"{len(errors)} of {len(samples)} outputs of the app could not be read: {first}",)
 
 
 def _fetched_as_retrieved(retriever: BaseRetriever, found: Sequence[Any]) -> bool:
