@@ -43,6 +43,7 @@ from wrap_apps import (
 )
 
 from tracerag import ConfigurationError, InputError, validate_response, wrap
+from tracerag._withheld import DEFAULT_WITHHELD
 from tracerag.demo.kb import build_vectorstore
 from tracerag.testing import ScriptCall, ScriptedChatModel, ToolCallingChatModel
 
@@ -103,9 +104,7 @@ def test_an_escalated_middle_turn_leaves_no_withheld_text_in_the_thread(spans):
     messages = agent.get_state(config).values["messages"]
     assert [m.type for m in messages] == ["human", "ai", "tool", "ai"] * 3
     assert messages[3].content == first.answer
-    assert messages[7].content == (
-        f"A member of our team will answer this question shortly (ticket {middle.ticket_id})."
-    )
+    assert messages[7].content == (DEFAULT_WITHHELD.format(ticket_id=middle.ticket_id))
     assert messages[11].content == third.answer
     # the history is one chain of checkpoints, oldest the first turn's input
     assert history[-1].metadata["source"] == "input"
@@ -261,9 +260,7 @@ def test_a_history_gets_one_human_and_one_ai_message_per_turn(store, spans):
     assert second.decision == "escalate"
     messages = histories["s-1"].messages
     assert [m.type for m in messages] == ["human", "ai", "human", "ai"]
-    assert messages[3].content == (
-        f"A member of our team will answer this question shortly (ticket {second.ticket_id})."
-    )
+    assert messages[3].content == (DEFAULT_WITHHELD.format(ticket_id=second.ticket_id))
     assert not any("45 days" in str(m.content) or "policy-99" in str(m.content) for m in messages)
     script.bad = False
     script.prompts.clear()
@@ -564,9 +561,7 @@ def test_a_run_once_node_after_the_answer_acts_only_on_what_is_kept(
     assert llm.call_count == 3
     if bad:
         assert response.decision == "escalate"
-        assert sent == [
-            f"A member of our team will answer this question shortly (ticket {response.ticket_id})."
-        ]
+        assert sent == [DEFAULT_WITHHELD.format(ticket_id=response.ticket_id)]
     else:
         assert response.decision == "pass"
         assert sent == [response.answer]

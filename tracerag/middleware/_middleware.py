@@ -26,7 +26,6 @@ import contextlib
 import functools
 import logging
 import threading
-import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
@@ -51,6 +50,7 @@ from tracerag._routing import Ticket
 from tracerag._runner import SETTINGS_SINK, run
 from tracerag._state import RequestInput, RequestState
 from tracerag._sync import run_sync
+from tracerag._withheld import check_withheld_message, withheld_text
 from tracerag.contract import Response, caller_view
 from tracerag.errors import ConfigurationError, InputError, UnreadableOutputError
 from tracerag.events import StageEvent, tell
@@ -74,19 +74,10 @@ if TYPE_CHECKING:
 
     from tracerag._settings import Settings
 
-__all__ = ["DEFAULT_WITHHELD", "DEFAULT_WITHHELD_ZH", "TraceragMiddleware", "TraceragState"]
+__all__ = ["TraceragMiddleware", "TraceragState"]
 
 logger = logging.getLogger("tracerag.middleware")
 
-#: The replacement message of a withheld answer; ``{ticket_id}`` is filled in.
-DEFAULT_WITHHELD = (
-    "I can't give a verified answer to this yet. A person will review your question and "
-    "answer it (ticket {ticket_id})."
-)
-#: The same, for a question written in Chinese.
-DEFAULT_WITHHELD_ZH = (
-    "这个问题暂时无法给出经过核实的回答，将由人工审核后答复您（工单 {ticket_id}）。"
-)
 #: The key of a message's ``response_metadata`` that marks what the middleware decided.
 MARK = "tracerag"
 
@@ -136,8 +127,6 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
     ) -> None:
         super().__init__()
         check_options("TraceragMiddleware", options, PipelineOptions.__optional_keys__)
-        if withheld_message is not None and not withheld_message.strip():
-            raise ConfigurationError("withheld_message must be a non-empty text")
         self.settings: Settings = build_settings(
             retriever=None,
             llm=None,
@@ -149,7 +138,7 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
             plan_mode="inline",
             **options,
         )
-        self.withheld_message = withheld_message
+        self.withheld_message = check_withheld_message(withheld_message)
         self.interrupt_on_escalate = interrupt_on_escalate
         self.speculative = speculative
         self._searches = SearchLog()
@@ -350,7 +339,12 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
             mark["withheld"] = True
             mark["reasons"] = list(ticket.reasons) if ticket is not None else []
             final = AIMessage(
-                content=self.replacement(response.ticket_id, request_question(request)),
+                content=withheld_text(
+                    self.withheld_message,
+                    question=request_question(request),
+                    ticket_id=response.ticket_id,
+                    request_id=response.request_id,
+                ),
                 id=f"tracerag-{response.request_id}",
                 response_metadata={MARK: mark},
             )
@@ -359,13 +353,6 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
             model_response=ModelResponse(result=[final]),
             command=Command(update={"tracerag": view}),
         )
-
-    def replacement(self, ticket_id: str | None, question: str = "") -> str:
-        """The text that replaces a withheld answer."""
-        template = self.withheld_message or (
-            DEFAULT_WITHHELD_ZH if _is_chinese(question) else DEFAULT_WITHHELD
-        )
-        return template.replace("{ticket_id}", ticket_id or "-")
 
     # -- after the turn: a person reviews a withheld answer ---------------------------------
     def after_agent(self, state: TraceragState, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -555,7 +542,3 @@ def _write_stream(chunk: dict[str, Any]) -> None:
         writer(chunk)
     except Exception:  # a stream consumer never fails the turn
         logger.exception("tracerag middleware: could not write the Response to the stream")
-
-
-def _is_chinese(text: str) -> bool:
-    return any(unicodedata.name(ch, "").startswith("CJK UNIFIED") for ch in text)

@@ -16,14 +16,13 @@ from tracerag._choices import check_options
 from tracerag._pipeline import PipelineOptions, build_settings
 from tracerag._runnable import StagedRunnable
 from tracerag._state import Conversation, RequestInput
+from tracerag._withheld import check_withheld_message
 from tracerag.errors import ConfigurationError, InputError
 from tracerag.stages._sample import TEMPERATURE_ZERO_WARNING
 from tracerag.wrap._commit import (
     CURRENT_TURNS,
-    DEFAULT_WITHHELD_MESSAGE,
     AppInterrupted,
     Turns,
-    check_withheld_message,
     is_command,
 )
 from tracerag.wrap._hooks import instrument
@@ -63,7 +62,7 @@ class WrappedChain(StagedRunnable):
         io: ChainIO | None = None,
         run_once: Sequence[str] = (),
         sampling: Sampling = "answer",
-        withheld_message: str = DEFAULT_WITHHELD_MESSAGE,
+        withheld_message: str | None = None,
     ) -> None:
         io = io or ChainIO()
         self.withheld_message = check_withheld_message(withheld_message)
@@ -96,6 +95,9 @@ class WrappedChain(StagedRunnable):
         only now that it is routed, a withheld answer replaced by ``withheld_message``."""
         if is_command(input):
             input = await self._resume(input, config)
+        # the question the withheld message answers in its language (parsing is pure: a bad
+        # input raises here as it would in the run)
+        question = self.parse_input(input).question
         turns = Turns()
         token = CURRENT_TURNS.set(turns)
         try:
@@ -104,7 +106,7 @@ class WrappedChain(StagedRunnable):
             response = paused.response()
         finally:
             CURRENT_TURNS.reset(token)
-        return await turns.commit(response, self.withheld_message)
+        return await turns.commit(response, self.withheld_message, question)
 
     async def _resume(self, command: Any, config: RunnableConfig) -> _Resume:
         """A ``Command(resume=...)`` for the caller's interrupted thread, with the question
@@ -195,7 +197,7 @@ def wrap(
     run_once: Sequence[str] = (),
     retriever: BaseRetriever | None = None,
     sampling: Sampling = "answer",
-    withheld_message: str = DEFAULT_WITHHELD_MESSAGE,
+    withheld_message: str | None = None,
     **options: Unpack[PipelineOptions],
 ) -> WrappedChain:
     """Wrap an existing LangChain chain or LangGraph graph so each request runs the six traced,
@@ -218,7 +220,8 @@ def wrap(
 
     What the app keeps of a turn — a checkpointed graph's thread, a
     ``RunnableWithMessageHistory``'s history — is written only once the turn is verified and
-    routed: the released answer, or for a withheld one ``withheld_message`` (``{ticket_id}``
+    routed: the released answer, or for a withheld one ``withheld_message`` (by default a
+    message in the question's language that a person will answer; ``{ticket_id}``
     and ``{request_id}`` filled in), so the thread, its history and the next turn never hold
     what tracerag withheld.
     """

@@ -36,6 +36,7 @@ from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from pydantic import BaseModel
 
+from tracerag._withheld import withheld_text
 from tracerag.contract import (
     AppInterrupt,
     Response,
@@ -48,29 +49,6 @@ from tracerag.errors import ConfigurationError
 
 #: What the app's thread or history keeps in place of a withheld answer. ``{ticket_id}`` and
 #: ``{request_id}`` are filled in (the ticket id is the request id when there is no ticket).
-DEFAULT_WITHHELD_MESSAGE = (
-    "A member of our team will answer this question shortly (ticket {ticket_id})."
-)
-_FIELDS = ("ticket_id", "request_id")
-
-
-def check_withheld_message(template: str) -> str:
-    """The template, if it formats with ``{ticket_id}`` and ``{request_id}`` alone."""
-    if not isinstance(template, str) or not template.strip():
-        raise ConfigurationError("withheld_message must be a non-empty string")
-    try:
-        template.format(**dict.fromkeys(_FIELDS, "x"))
-    except (KeyError, IndexError, ValueError) as exc:
-        raise ConfigurationError(
-            f"withheld_message may use only the fields {{ticket_id}} and {{request_id}}: {exc!r}"
-        ) from None
-    return template
-
-
-def withheld_text(template: str, response: Response) -> str:
-    """The withheld message for a Response."""
-    ticket = response.ticket_id or response.request_id
-    return template.format(ticket_id=ticket, request_id=response.request_id)
 
 
 #: Fields of a structured answer that hold the ids it cites (verified as its citations).
@@ -300,7 +278,7 @@ class Turns:
     #: the samples' structured answers (``response_format``) by their answer's text
     structured: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    async def commit(self, response: Response, template: str) -> Response:
+    async def commit(self, response: Response, template: str | None, question: str) -> Response:
         """Commit every noted turn; the Response with the warnings they gave, and with the
         structured answer of the one released."""
         if response.answer is not None and response.answer in self.structured:
@@ -308,7 +286,12 @@ class Turns:
             validate_response(response)
         if not self.pending:
             return response
-        replacement = withheld_text(template, response)
+        replacement = withheld_text(
+            template,
+            question=question,
+            ticket_id=response.ticket_id,
+            request_id=response.request_id,
+        )
         notes: list[str] = []
         for turn in self.pending:
             try:
@@ -557,7 +540,6 @@ def history_turn(app: RunnableWithMessageHistory, app_input: Any, config: Runnab
 __all__ = [
     "CITED_ID_FIELDS",
     "CURRENT_TURNS",
-    "DEFAULT_WITHHELD_MESSAGE",
     "INTERRUPTED_WARNING",
     "PAUSED_AFTER_ANSWER",
     "AppInterrupted",
@@ -566,7 +548,6 @@ __all__ = [
     "Turn",
     "Turns",
     "answered_before_pause",
-    "check_withheld_message",
     "history_runnable",
     "history_turn",
     "holds",
@@ -579,5 +560,4 @@ __all__ = [
     "read_only_history",
     "redact",
     "withheld_pieces",
-    "withheld_text",
 ]
