@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from tracerag.signals._lexical import _material_view
+from tracerag.signals._lexical import _material_view, _MaterialView
 from tracerag.signals._support import Support
 from tracerag.text._quantities import Quantity, extract_quantities, quantities_match
 from tracerag.text._tokens import content_terms, tokenize_spans
@@ -44,21 +44,31 @@ _CLAUSE_RE = re.compile(r"[,;:，；：、]|\band\b|\bwhile\b|\bwhereas\b|\bbut\
 
 @dataclass(frozen=True)
 class SpecificityConflict:
-    """A material sentence about the question's subject that states another value."""
+    """A material sentence about the question's own case, more specifically than the sentence
+    the claim rests on, that states another value."""
 
     sentence: str
     start: int
     end: int
     claim_value: str  # the claim's quantity, as written
     rival_value: str  # the sentence's value of the same kind, as written
-    subject: tuple[str, ...]  # the question's subject terms the sentence names
+    subject: tuple[str, ...]  # the question's terms the sentence names and the claim's does not
+    words: str = ""  # those terms as the question writes them
+    rests_on: str | None = None  # the material sentence that states the claim's value
 
     @property
     def reason(self) -> str:
-        """Why the claim is not supported, for people."""
+        """Why the claim is not supported, for people: the question's words, both values and
+        both sentences."""
+        words = self.words or ", ".join(self.subject)
+        own = (
+            f"; the claim rests on {self.rests_on!r}, which does not name {words}"
+            if self.rests_on
+            else ""
+        )
         return (
-            f"the material states the question's case ({', '.join(self.subject)}) differently: "
-            f"{self.rival_value}, not {self.claim_value}, in {self.sentence.strip()!r}"
+            f"the material states the question's case ({words}) differently: "
+            f"{self.rival_value}, not {self.claim_value}, in {self.sentence.strip()!r}{own}"
         )
 
 
@@ -110,56 +120,141 @@ def _share(subject: tuple[str, ...], terms: frozenset[str]) -> float:
     return sum(1 for t in subject if t in terms) / len(subject) if subject else 0.0
 
 
-def find_conflict(question: str, claim: str, material_text: str) -> SpecificityConflict | None:
-    """The material sentence that states the question's specific case with another value than
-    the claim, or None."""
+def _question_terms(question: str, used: frozenset[str]) -> frozenset[str]:
+    """The question's content terms that name something (not the words that only ask, not
+    its numbers) and that the material uses."""
+    return frozenset(
+        t
+        for t in content_terms(question)
+        if t in used and not _asks(t) and not t.replace(".", "").isdigit()
+    )
+
+
+def _as_written(question: str, terms: tuple[str, ...]) -> str:
+    """The question's words behind stemmed ``terms``, as the question writes them (overlapping
+    Chinese bigrams joined: ``笔记本电脑``)."""
+    wanted = set(terms)
+    merged: list[list[int]] = []
+    for t in tokenize_spans(question):
+        if t.text not in wanted:
+            continue
+        if merged and not t.text.isascii() and t.start < merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], t.end)
+        else:
+            merged.append([t.start, t.end])
+    words = dict.fromkeys(question[a:b] for a, b in merged)
+    return ", ".join(words) if words else ", ".join(terms)
+
+
+@dataclass(frozen=True)
+class _Statement:
+    """A sentence of the material, or a clause of it, and a value it states."""
+
+    index: int  # the sentence's index in the material view
+    start: int
+    end: int
+    value: Quantity
+    terms: frozenset[str]  # the words it names (stemmed, Chinese bigrams)
+
+
+def _statements(
+    q: Quantity, view: _MaterialView, material_text: str, about: frozenset[str]
+) -> tuple[list[_Statement], list[_Statement]]:
+    """For the claim's value ``q``: the material's statements of a value of its kind that speak
+    of the claim's thing (share one of its words), split into those that state ``q`` (own) and
+    those that state another value (rivals). A sentence stating several values of the kind
+    speaks clause by clause."""
+    own: list[_Statement] = []
+    rivals: list[_Statement] = []
+    for i, sentence in enumerate(view.sentences):
+        if not view.declarative[i] or not view.tokens[i] & about:
+            continue  # a heading, a question, or a sentence about something else
+        same = [m for m in view.sentence_quantities[i] if _same_kind(q, m)]
+        if not same:
+            continue
+        matching = [m for m in same if quantities_match(m, [q])]
+        if not matching or len(matching) == len(same):
+            whole = _Statement(i, sentence.start, sentence.end, same[0], view.tokens[i])
+            (own if matching else rivals).append(whole)
+            continue
+        for a, b in _clauses(sentence.text, sentence.start):
+            here = [m for m in same if a <= m.start < b]
+            if here:
+                says = quantities_match(q, here)
+                part = _Statement(i, a, b, here[0], _terms_in(material_text[a:b]))
+                (own if says else rivals).append(part)
+    return own, rivals
+
+
+def _stated_by_answer(rival: _Statement, others: tuple[str, ...]) -> bool:
+    """Another claim of the same answer states the rival's value about the rival's thing: the
+    answer gives the specific case too."""
+    for other in others:
+        qs = [m for m in extract_quantities(other) if _same_kind(rival.value, m)]
+        if qs and quantities_match(rival.value, qs):
+            words = {t for t in content_terms(other) if not t.replace(".", "").isdigit()}
+            if words & rival.terms:
+                return True
+    return False
+
+
+def find_conflict(
+    question: str, claim: str, material_text: str, others: tuple[str, ...] = ()
+) -> SpecificityConflict | None:
+    """The material sentence that is about the question's own case more specifically than the
+    sentence the claim rests on and states another value than the claim, or None.
+
+    "More specifically": of the question's naming words, the rival names every one the claim's
+    own sentence names, and more — at least half of those the claim's own sentence leaves out.
+    A rival that another claim of the same answer (``others``) states is no rival: the answer
+    gives that case too.
+    """
     claim_qs = [q for q in extract_quantities(claim) if q.kind in _RIVAL_KINDS]
     if not claim_qs or not question.strip():
         return None
     view = _material_view(material_text)
     used = frozenset().union(*view.tokens) if view.tokens else frozenset()
-    subject = tuple(t for t in question_subject(question, claim) if t in used)
-    if not subject:
-        return None  # the claim repeats the question's subject, or the material never names it
+    asked = _question_terms(question, used)
+    if not asked:
+        return None  # the material never names what the question is about
     inside = [(q.start, q.end) for q in claim_qs]
-    about = frozenset(
-        t.text
+    claim_terms = [
+        t
         for t in tokenize_spans(claim)
         if t.text in set(content_terms(claim))
         and not any(a <= t.start < b for a, b in inside)
         and not t.text.replace(".", "").isdigit()
-    )
+    ]
+    about = frozenset(t.text for t in claim_terms)
     for q in claim_qs:
-        own = 0.0  # how fully the sentences (or clauses) stating the claim's value name it
-        rivals: list[tuple[float, int, Quantity]] = []
-        for i, sentence in enumerate(view.sentences):
-            if not view.declarative[i] or not view.tokens[i] & about:
-                continue  # a heading, a question, or a sentence about something else
-            same = [m for m in view.sentence_quantities[i] if _same_kind(q, m)]
-            if not same:
+        own, rivals = _statements(q, view, material_text, about)
+        # the statement the claim rests on: the one sharing most of the claim's words
+        rests = max(own, key=lambda s: (len(s.terms & about), len(s.terms & asked)), default=None)
+        base = rests.terms & asked if rests is not None else frozenset()
+        missing = tuple(sorted(asked - base))
+        found: list[tuple[float, int, _Statement]] = []
+        for r in rivals:
+            named = r.terms & asked
+            if not base < named or _share(missing, r.terms) < 0.5:
+                continue  # not about the question's case more specifically than the claim's
+            if _stated_by_answer(r, others):
                 continue
-            if not quantities_match(q, same):
-                rivals.append((_share(subject, view.tokens[i]), i, same[0]))
-                continue
-            if all(quantities_match(m, [q]) for m in same):
-                own = max(own, _share(subject, view.tokens[i]))
-                continue
-            # one sentence, several values of the kind: each clause speaks for its own
-            for a, b in _clauses(sentence.text, sentence.start):
-                here = [m for m in same if a <= m.start < b]
-                if not here:
-                    continue
-                share = _share(subject, _terms_in(material_text[a:b]))
-                if quantities_match(q, here):
-                    own = max(own, share)
-                else:
-                    rivals.append((share, i, here[0]))
-        rivals = [r for r in rivals if r[0] >= 0.5 and r[0] > own]
-        if rivals:
-            _, i, rival = max(rivals, key=lambda r: (r[0], -r[1]))
-            s = view.sentences[i]
-            named = tuple(t for t in subject if t in view.tokens[i])
-            return SpecificityConflict(s.text, s.start, s.end, q.raw, rival.raw, named)
+            found.append((_share(missing, r.terms), -r.index, r))
+        if found:
+            _, _, r = max(found, key=lambda f: (f[0], f[1]))
+            s = view.sentences[r.index]
+            more = tuple(t for t in content_terms(question) if t in (r.terms & asked) - base)
+            own_sentence = view.sentences[rests.index].text.strip() if rests else None
+            return SpecificityConflict(
+                s.text,
+                s.start,
+                s.end,
+                q.raw,
+                r.value.raw,
+                tuple(dict.fromkeys(more)),
+                _as_written(question, tuple(dict.fromkeys(more))),
+                own_sentence,
+            )
     return None
 
 
@@ -171,13 +266,15 @@ def check_specificity(
     *,
     threshold: float,
     cap: float = 0.8,
+    others: tuple[str, ...] = (),
 ) -> Support:
-    """``support`` withdrawn when the material states the question's own case with another
-    value than the claim (score capped at ``cap`` times ``threshold``, the rival sentence as
-    the supporting sentence and in the reason); unchanged otherwise."""
+    """``support`` withdrawn when the material states the question's own case, more specifically
+    than the sentence the claim rests on, with another value than the claim (and no other claim
+    of the answer, ``others``, states it): the score capped at ``cap`` times ``threshold``, the
+    rival sentence as the supporting sentence and in the reason. Unchanged otherwise."""
     if not question or not support.supported:
         return support
-    conflict = find_conflict(question, claim, material_text)
+    conflict = find_conflict(question, claim, material_text, others)
     if conflict is None:
         return support
     return replace(
