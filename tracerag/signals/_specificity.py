@@ -24,7 +24,7 @@ from functools import lru_cache
 from tracerag.signals._lexical import _material_view, _MaterialView
 from tracerag.signals._support import Support
 from tracerag.text._quantities import Quantity, extract_quantities, quantities_match
-from tracerag.text._tokens import content_terms, tokenize_spans
+from tracerag.text._tokens import content_terms, stem, tokenize_spans
 
 __all__ = ["SpecificityConflict", "check_specificity", "question_subject"]
 
@@ -32,12 +32,23 @@ __all__ = ["SpecificityConflict", "check_specificity", "question_subject"]
 _EN_ASKING_TEXT = """
 how long much many often far big old soon late early what which who whom whose when where why
 whether tell know explain describe get need want like please can could would should may might
+take cost last
 """
-_EN_ASKING = frozenset(_EN_ASKING_TEXT.split())
+_EN_ASKING = frozenset(_EN_ASKING_TEXT.split()) | frozenset(
+    stem(w) for w in _EN_ASKING_TEXT.split()
+)
 # A Chinese bigram holding one of these characters asks (多长, 多久, 几个, 什么, 哪里, 怎么 ...).
 _ZH_ASKING = frozenset("多少几哪什么怎谁吗呢久啥如何")
 # Claim quantities that can have a rival value (plain numbers say too little).
 _RIVAL_KINDS = frozenset({"money", "percent", "date", "duration"})
+# Nouns that name a value a question asks for ("what discount", "the minimum order"), beyond
+# the wordings ``asks_for`` reads.
+_VALUE_NOUN_RE = re.compile(
+    r"\b(?:discount|rate|price|fee|cost|charge|amount|percentage|period|duration|term|limit"
+    r"|minimum|maximum|threshold|deadline|window)s?\b"
+    r"|折扣|优惠|几折|费用|价格|期限|有效期|时限|门槛|上限|下限",
+    re.IGNORECASE,
+)
 # Clause breaks inside a sentence that states two values ("phones 12 months, laptops 24").
 _CLAUSE_RE = re.compile(r"[,;:，；：、]|\band\b|\bwhile\b|\bwhereas\b|\bbut\b|而|但")
 
@@ -158,7 +169,11 @@ class _Statement:
 
 
 def _statements(
-    q: Quantity, view: _MaterialView, material_text: str, about: frozenset[str]
+    q: Quantity,
+    claim_qs: list[Quantity],
+    view: _MaterialView,
+    material_text: str,
+    about: frozenset[str],
 ) -> tuple[list[_Statement], list[_Statement]]:
     """For the claim's value ``q``: the material's statements of a value of its kind that speak
     of the claim's thing (share one of its words), split into those that state ``q`` (own) and
@@ -173,7 +188,8 @@ def _statements(
         if not same:
             continue
         matching = [m for m in same if quantities_match(m, [q])]
-        if not matching or len(matching) == len(same):
+        quoted = matching and all(quantities_match(m, claim_qs) for m in same)
+        if not matching or quoted or len(matching) == len(same):
             whole = _Statement(i, sentence.start, sentence.end, same[0], view.tokens[i])
             (own if matching else rivals).append(whole)
             continue
@@ -186,15 +202,33 @@ def _statements(
     return own, rivals
 
 
-def _stated_by_answer(rival: _Statement, others: tuple[str, ...]) -> bool:
-    """Another claim of the same answer states the rival's value about the rival's thing: the
-    answer gives the specific case too."""
-    for other in others:
-        qs = [m for m in extract_quantities(other) if _same_kind(rival.value, m)]
-        if qs and quantities_match(rival.value, qs):
-            words = {t for t in content_terms(other) if not t.replace(".", "").isdigit()}
-            if words & rival.terms:
-                return True
+def _asks_for_value(question: str, q: Quantity) -> bool:
+    """The question asks for a value of the claim's kind (or states one): only then can
+    another value of the material be the one that answers it. An open question ("what is the
+    returns policy?") is answered by any true case of it."""
+    from tracerag.signals._relevance import asks_for  # it reads this module's asking words
+
+    if q.kind in asks_for(question) or _VALUE_NOUN_RE.search(question):
+        return True
+    return any(_same_kind(q, m) for m in extract_quantities(question))
+
+
+def _stated_by_answer(
+    rival: _Statement, asked: frozenset[str], claim: str, others: tuple[str, ...]
+) -> bool:
+    """The answer gives the rival's case itself: the claim or another claim of the answer
+    states the rival's value about the rival's thing, or another claim states a value of its
+    kind and names every one of the question's words the rival names."""
+    named = rival.terms & asked
+    for k, text in enumerate((claim, *others)):
+        qs = [m for m in extract_quantities(text) if _same_kind(rival.value, m)]
+        if not qs:
+            continue
+        words = {t for t in content_terms(text) if not t.replace(".", "").isdigit()}
+        if quantities_match(rival.value, qs) and words & rival.terms:
+            return True
+        if k > 0 and named <= words:
+            return True
     return False
 
 
@@ -226,8 +260,12 @@ def find_conflict(
         and not t.text.replace(".", "").isdigit()
     ]
     about = frozenset(t.text for t in claim_terms)
+    # in how many of the material's statements each of the question's words occurs
+    spread = {t: sum(1 for toks in view.tokens if t in toks) for t in asked}
     for q in claim_qs:
-        own, rivals = _statements(q, view, material_text, about)
+        if not _asks_for_value(question, q):
+            continue
+        own, rivals = _statements(q, claim_qs, view, material_text, about)
         # the statement the claim rests on: the one sharing most of the claim's words
         rests = max(own, key=lambda s: (len(s.terms & about), len(s.terms & asked)), default=None)
         base = rests.terms & asked if rests is not None else frozenset()
@@ -237,7 +275,9 @@ def find_conflict(
             named = r.terms & asked
             if not base < named or _share(missing, r.terms) < 0.5:
                 continue  # not about the question's case more specifically than the claim's
-            if _stated_by_answer(r, others):
+            if not any(spread[t] == 1 for t in named - base):
+                continue  # the words it adds name the material's topic, not one case of it
+            if _stated_by_answer(r, asked, claim, others):
                 continue
             found.append((_share(missing, r.terms), -r.index, r))
         if found:

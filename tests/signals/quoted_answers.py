@@ -1,0 +1,461 @@
+"""Correct answers over the demo knowledge base, each quoting the sentences that answer it.
+
+Shared by ``tests/signals/test_false_unsupported.py`` and ``benchmarks/false_unsupported.py``.
+``FACTS`` are hand-written questions (several phrasings of each, English over the English
+documents, Chinese over the Chinese ones), each with the sentences of one document that answer
+it. ``cases()`` builds the answers from the knowledge base's own sentences: the answering
+sentences as they stand, the same followed by the next sentence of the document (a two-sentence
+answer that says a little more), and every sentence of every current document answered to a
+question made from the document's title. None of these answers may be called unsupported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from tracerag.demo.kb import load_documents
+from tracerag.signals._types import Material
+from tracerag.text._sentences import split_sentences
+
+# (document id, indices of the sentences that answer, phrasings of the question)
+FACTS: tuple[tuple[str, tuple[int, ...], tuple[str, ...]], ...] = (
+    (
+        "shipping-fees",
+        (1,),
+        (
+            "From what order value does standard shipping become free?",
+            "How much do I need to spend to get free shipping?",
+            "Is there a minimum order for free delivery?",
+        ),
+    ),
+    (
+        "shipping-fees",
+        (0,),
+        ("How much is standard shipping?", "What does standard domestic shipping cost?"),
+    ),
+    (
+        "shipping-fees",
+        (2,),
+        ("How much is express delivery?", "Does express delivery cost more for big orders?"),
+    ),
+    (
+        "returns",
+        (0, 1),
+        (
+            "Can I return an opened item within 30 days for a full refund?",
+            "How many days do I have to return something?",
+            "What is the return window for opened and unopened items?",
+        ),
+    ),
+    (
+        "returns",
+        (1,),
+        (
+            "Can I return an opened item within 30 days for a full refund?",
+            "How long do I have to return an opened item?",
+            "Is there a restocking fee on opened items?",
+        ),
+    ),
+    (
+        "returns",
+        (0,),
+        (
+            "How long do I have to return an unopened item?",
+            "Do unopened returns get a full refund?",
+        ),
+    ),
+    (
+        "refund-timing",
+        (0,),
+        ("How soon is my refund issued after the return is inspected?", "When do I get my refund?"),
+    ),
+    (
+        "refund-timing",
+        (1,),
+        ("Why has my card refund not shown up yet?", "How long do bank card refunds take?"),
+    ),
+    (
+        "return-shipping",
+        (1,),
+        (
+            "Do I pay for return shipping if I changed my mind?",
+            "How much is the return shipping fee?",
+        ),
+    ),
+    (
+        "return-shipping",
+        (0,),
+        (
+            "Who pays return shipping for a damaged item?",
+            "Is return shipping free if it arrived broken?",
+        ),
+    ),
+    (
+        "delivery-times",
+        (0,),
+        ("How long does standard delivery take?", "When will a standard parcel arrive?"),
+    ),
+    (
+        "delivery-times",
+        (1,),
+        ("How fast is express delivery?", "How many days does express delivery take in Beijing?"),
+    ),
+    (
+        "delivery-times",
+        (2,),
+        ("How long does delivery to Tibet take?", "Do deliveries to Xinjiang take longer?"),
+    ),
+    (
+        "international-shipping",
+        (1,),
+        (
+            "How much does international shipping cost?",
+            "Is international shipping ever free?",
+            "What is the threshold for free international shipping?",
+        ),
+    ),
+    (
+        "warranty",
+        (1,),
+        (
+            "How long is the warranty on a laptop?",
+            "What warranty does a tablet have?",
+            "Is my laptop covered for two years?",
+        ),
+    ),
+    (
+        "warranty",
+        (0, 1),
+        ("How long is the warranty on a laptop?", "How long is the warranty?"),
+    ),
+    (
+        "warranty",
+        (0,),
+        ("How long is the warranty on a phone?", "What is the standard warranty period?"),
+    ),
+    (
+        "warranty-claims",
+        (1,),
+        ("How long does a warranty repair take?", "Do you pick up devices for warranty claims?"),
+    ),
+    (
+        "care-plus",
+        (1,),
+        (
+            "How much is Care+ for a laptop?",
+            "What does Care+ cost for a phone?",
+            "How long after buying a device can I still get Care+?",
+        ),
+    ),
+    (
+        "care-plus",
+        (2,),
+        (
+            "How many accidental-damage repairs does Care+ cover?",
+            "Is there a fee per Care+ repair?",
+        ),
+    ),
+    (
+        "care-plus",
+        (0,),
+        ("How much longer does Care+ extend the warranty?", "Does Care+ cover accidental damage?"),
+    ),
+    (
+        "membership-tiers",
+        (1,),
+        (
+            "How much do I have to spend for Gold status?",
+            "What spending does Platinum status require?",
+        ),
+    ),
+    (
+        "points-redemption",
+        (2,),
+        ("When do reward points expire?", "How long are my points valid?"),
+    ),
+    (
+        "points-redemption",
+        (1,),
+        ("How much of an order can I pay with points?", "Is there a limit on paying with points?"),
+    ),
+    (
+        "gift-cards",
+        (1,),
+        ("How long is a Northwind gift card valid?", "Do gift cards expire?"),
+    ),
+    (
+        "gift-cards",
+        (0,),
+        ("What values do gift cards come in?", "What is the largest gift card I can buy?"),
+    ),
+    (
+        "order-cancellation",
+        (2,),
+        ("How fast is a cancelled order refunded?", "When do I get my money back if I cancel?"),
+    ),
+    (
+        "privacy",
+        (0,),
+        ("How long do you keep my order records?", "How many years are order records kept?"),
+    ),
+    (
+        "privacy",
+        (1,),
+        ("How long does it take to delete my account data?", "How do I delete my data?"),
+    ),
+    (
+        "tv-installation",
+        (1,),
+        (
+            "How much is wall-mount TV installation?",
+            "What does it cost to mount my TV on the wall?",
+        ),
+    ),
+    (
+        "tv-installation",
+        (0,),
+        (
+            "How much does TV installation on a stand cost?",
+            "What is the price of standard TV installation?",
+        ),
+    ),
+    (
+        "tv-installation",
+        (2,),
+        (
+            "When will the TV installer come?",
+            "How soon after delivery is TV installation scheduled?",
+        ),
+    ),
+    (
+        "appliance-installation",
+        (1,),
+        (
+            "How much does air-conditioner installation cost?",
+            "What is the price to install an air conditioner?",
+        ),
+    ),
+    (
+        "appliance-installation",
+        (0,),
+        ("How much is dishwasher installation?", "What does washing machine installation cost?"),
+    ),
+    (
+        "trade-in",
+        (1,),
+        ("How long does the trade-in inspection take?", "When is my trade-in value confirmed?"),
+    ),
+    (
+        "business-accounts",
+        (1,),
+        ("What payment terms do business accounts get?", "Can a business pay in 30 days?"),
+    ),
+    (
+        "business-accounts",
+        (2,),
+        (
+            "Is there a volume discount for businesses?",
+            "How many units for the business volume discount?",
+        ),
+    ),
+    (
+        "complaints",
+        (0,),
+        ("How fast are complaints answered?", "When is a complaint acknowledged?"),
+    ),
+    (
+        "complaints",
+        (2,),
+        (
+            "When can I go to the consumer association with a complaint?",
+            "What if my complaint is unresolved after two weeks?",
+        ),
+    ),
+    (
+        "payment-methods",
+        (1, 2),
+        ("Which instalment plans are interest-free?", "Can I pay in instalments?"),
+    ),
+    (
+        "payment-methods",
+        (1,),
+        (
+            "What is the minimum order for instalments?",
+            "Can I pay for a ¥2,000 order over 12 months?",
+        ),
+    ),
+    (
+        "price-protection",
+        (0,),
+        ("买完降价了能退差价吗？", "签收后多少天内降价可以申请价保？", "价格保护的期限是几天？"),
+    ),
+    (
+        "price-protection",
+        (1,),
+        ("一个订单能申请几次价保？", "价保退的差价退到哪里？"),
+    ),
+    (
+        "price-protection",
+        (3,),
+        ("现在的价保规则什么时候生效？", "价格保护新规从哪天开始执行？"),
+    ),
+    (
+        "invoices",
+        (1,),
+        (
+            "订单签收后多久内可以申请开具发票？",
+            "发票最晚什么时候开？",
+            "签收三个月后还能开发票吗？",
+        ),
+    ),
+    (
+        "invoices",
+        (3,),
+        ("电子发票多久能收到？", "申请发票后几天发到邮箱？"),
+    ),
+    (
+        "invoice-reissue",
+        (0,),
+        ("发票抬头开错了多久内可以重开？", "发票能重开几次？"),
+    ),
+    (
+        "onsite-repair",
+        (1,),
+        ("过了保修期上门修要多少钱？", "保修期内上门维修收费吗？"),
+    ),
+    (
+        "onsite-repair",
+        (2,),
+        ("预约上门维修后多久能到？", "修东西的师傅多久能到？"),
+    ),
+    (
+        "onsite-repair",
+        (0,),
+        ("上门维修覆盖多少个城市？", "你们在几个城市有上门维修？"),
+    ),
+    (
+        "student-discount",
+        (0,),
+        ("学生买笔记本电脑有优惠吗？", "学生买平板电脑打几折？"),
+    ),
+    (
+        "student-discount",
+        (2,),
+        ("学生认证的有效期多长？", "学生认证多久要重新认证？"),
+    ),
+    (
+        "student-discount",
+        (1,),
+        ("每个学生一年能买几台优惠设备？", "学生优惠每年限几台？"),
+    ),
+    (
+        "pre-orders",
+        (0,),
+        ("预售商品的定金是多少？", "预售要先付多少钱定金？"),
+    ),
+    (
+        "member-day",
+        (0,),
+        ("会员日是每个月哪天？", "北风数码会员日是几号？"),
+    ),
+    (
+        "member-day",
+        (1,),
+        ("会员日白金会员有几倍积分？", "金卡会员在会员日积分翻倍吗？"),
+    ),
+    (
+        "account-security",
+        (0,),
+        ("登录密码输错几次会锁定账户？", "账户被锁定后多久能解锁？", "密码输错太多次会怎样？"),
+    ),
+    (
+        "coupons",
+        (0,),
+        ("一个订单能用几张优惠券？", "两张券能一起用吗？"),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class QuotedCase:
+    """A question and a correct answer that quotes the knowledge base, with what it cites."""
+
+    question: str
+    answer: str
+    material_id: str
+    sentences: tuple[int, ...]
+    lang: str  # "en" or "zh"
+    origin: str  # "hand" (a hand-written question) or "title" (one made from the title)
+
+    @property
+    def n_sentences(self) -> int:
+        return len(self.sentences)
+
+
+@lru_cache(maxsize=1)
+def _current() -> dict[str, tuple[str, tuple[str, ...], str]]:
+    """Each current document: its text, its sentences and its title."""
+    out = {}
+    for d in load_documents():
+        if d.metadata.get("superseded_by") or d.metadata.get("status") == "superseded":
+            continue
+        sentences = tuple(s.text.strip() for s in split_sentences(d.page_content))
+        out[str(d.id)] = (d.page_content, sentences, str(d.metadata["title"]))
+    return out
+
+
+def material(material_id: str) -> Material:
+    """The demo document as a verifier material."""
+    text, _, title = _current()[material_id]
+    return Material(id=material_id, text=text, title=title)
+
+
+def _lang(text: str) -> str:
+    return "zh" if any("\u4e00" <= ch <= "\u9fff" for ch in text) else "en"
+
+
+def _answer(material_id: str, indices: tuple[int, ...]) -> str:
+    sentences = _current()[material_id][1]
+    if _lang(sentences[0]) == "zh":
+        return "".join(f"{sentences[i]}[{material_id}]" for i in indices)
+    return " ".join(f"{sentences[i]} [{material_id}]" for i in indices)
+
+
+def _title_question(title: str, lang: str) -> str:
+    if lang == "zh":
+        return f"{title}有哪些规定？"
+    return f"What is the policy on {title.split(':')[0].strip().lower()}?"
+
+
+def cases() -> list[QuotedCase]:
+    """Every audit case, hand-written questions first."""
+    docs = _current()
+    out: list[QuotedCase] = []
+    for material_id, indices, questions in FACTS:
+        n = len(docs[material_id][1])
+        # the answer and the sentence after it (or, at the end, the one before it)
+        longer = (
+            (indices + (indices[-1] + 1,)) if indices[-1] + 1 < n else ((indices[0] - 1,) + indices)
+        )
+        for question in questions:
+            lang = _lang(question)
+            for chosen in dict.fromkeys([indices, longer]):
+                out.append(
+                    QuotedCase(
+                        question,
+                        _answer(material_id, chosen),
+                        material_id,
+                        chosen,
+                        lang,
+                        "hand",
+                    )
+                )
+    for material_id, (_, sentences, title) in docs.items():
+        lang = _lang(sentences[0])
+        question = _title_question(title, lang)
+        for i in range(len(sentences)):
+            out.append(
+                QuotedCase(question, _answer(material_id, (i,)), material_id, (i,), lang, "title")
+            )
+    return out
