@@ -435,9 +435,8 @@ def cases() -> list[QuotedCase]:
     for material_id, indices, questions in FACTS:
         n = len(docs[material_id][1])
         # the answer and the sentence after it (or, at the end, the one before it)
-        longer = (
-            (indices + (indices[-1] + 1,)) if indices[-1] + 1 < n else ((indices[0] - 1,) + indices)
-        )
+        after = indices[-1] + 1 < n
+        longer = (*indices, indices[-1] + 1) if after else (indices[0] - 1, *indices)
         for question in questions:
             lang = _lang(question)
             for chosen in dict.fromkeys([indices, longer]):
