@@ -458,3 +458,90 @@ def cases() -> list[QuotedCase]:
                 QuotedCase(question, _answer(material_id, (i,)), material_id, (i,), lang, "title")
             )
     return out
+
+
+# Answers a general (or sibling) sentence gives for a case the same material states with
+# another value: each must be called unsupported. Written by hand for the audit, in both
+# languages; the labelled data has no Chinese rows, so these and the quoted answers above are
+# the only Chinese cases the rival check is measured on. (question, claim, material text, lang)
+RIVAL_CASES: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "How long is the warranty on a laptop?",
+        "All new devices sold by Northwind Gadgets carry a 12-month warranty from the date of "
+        "delivery.",
+        "All new devices sold by Northwind Gadgets carry a 12-month warranty from the date of "
+        "delivery. Under Clause 6.1, laptops and tablets are covered by an extended 24-month "
+        "warranty. The warranty covers manufacturing defects but not accidental damage.",
+        "en",
+    ),
+    (
+        "What warranty does a tablet get?",
+        "All new devices carry a 12-month warranty.",
+        "All new devices carry a 12-month warranty. Tablets are covered for 24 months under the "
+        "extended warranty.",
+        "en",
+    ),
+    (
+        "How long does delivery to Tibet take?",
+        "Standard delivery reaches most mainland cities within 3 to 5 business days.",
+        "Standard delivery reaches most mainland cities within 3 to 5 business days. Deliveries "
+        "to remote regions such as Tibet and Xinjiang can take up to 10 business days.",
+        "en",
+    ),
+    (
+        "How much does shipping to Hong Kong cost?",
+        "Shipping costs $5 per order.",
+        "Shipping costs $5 per order. Orders to Hong Kong cost $25 to ship.",
+        "en",
+    ),
+    (
+        "What discount do gold members get?",
+        "Members get 5% off.",
+        "Members get 5% off. Gold members get 10% off every order.",
+        "en",
+    ),
+    (
+        "How much is air-conditioner installation?",
+        "Installation of a washing machine or dishwasher costs ¥199 per appliance.",
+        "Installation of a washing machine or dishwasher costs ¥199 per appliance. "
+        "Air-conditioner installation costs ¥350 per unit.",
+        "en",
+    ),
+    (
+        "笔记本电脑的保修期多长？",
+        "所有新设备均享有12个月保修。",
+        "所有新设备均享有自签收之日起12个月的保修。根据第6.1条，笔记本电脑和平板电脑享有延长的24个月"
+        "保修。",
+        "zh",
+    ),
+    (
+        "平板电脑保修多久？",
+        "所有新设备均享有12个月保修。",
+        "所有新设备均享有12个月保修。平板电脑享有24个月保修。",
+        "zh",
+    ),
+    (
+        "已拆封的商品多少天内可以退？",
+        "所有商品可在签收后15天内退货。",
+        "所有商品可在签收后15天内退货。已拆封的商品可在签收后7天内退货，并收取10%的手续费。",
+        "zh",
+    ),
+    (
+        "加急配送要多少钱？",
+        "标准配送每单收费12元。",
+        "标准配送每单收费12元。满299元的订单免运费。加急配送每单收费25元。",
+        "zh",
+    ),
+    (
+        "偏远地区配送要几天？",
+        "标准配送3至5个工作日送达。",
+        "标准配送3至5个工作日送达。偏远地区配送最长需要10个工作日。",
+        "zh",
+    ),
+    (
+        "白金会员购物有几折？",
+        "会员购物享受95折优惠，即5%的折扣。",
+        "会员购物享受5%的折扣。白金会员购物享受10%的折扣。",
+        "zh",
+    ),
+)

@@ -257,3 +257,33 @@ def test_every_unsupported_verdict_names_a_sentence_and_a_reason():
             if v.verdict == "unsupported":
                 assert v.reason and v.sentence and v.start is not None and v.end is not None
                 assert material(wrong_id).text[v.start : v.end] == v.sentence
+
+
+@pytest.mark.parametrize(
+    ("question", "checked"),
+    [
+        ("What is the warranty on a laptop?", True),  # the noun phrase's last word: warranty
+        ("Which warranty covers a laptop?", True),
+        ("Is the laptop warranty 12 months?", True),  # it states a value of the kind
+        ("笔记本电脑的保修期多长？", True),
+        ("What is your returns policy for laptops?", False),  # it asks about a policy
+        ("Tell me about laptops.", False),
+    ],
+)
+def test_the_rival_check_applies_when_the_question_asks_for_a_value(question, checked):
+    from quoted_answers import RIVAL_CASES
+
+    _, claim, text, _ = RIVAL_CASES[0]
+    assert (find_conflict(question, claim, text) is not None) is checked
+
+
+def test_the_hand_written_rivals_are_all_found():
+    from quoted_answers import RIVAL_CASES
+
+    langs = Counter(lang for *_, lang in RIVAL_CASES)
+    assert langs["en"] >= 6 and langs["zh"] >= 6
+    for question, claim, text, _ in RIVAL_CASES:
+        conflict = find_conflict(question, claim, text)
+        assert conflict is not None, question
+        assert conflict.rests_on and conflict.rests_on in text
+        assert text[conflict.start : conflict.end] == conflict.sentence

@@ -49,6 +49,35 @@ _VALUE_NOUN_RE = re.compile(
     r"|折扣|优惠|几折|费用|价格|期限|有效期|时限|门槛|上限|下限",
     re.IGNORECASE,
 )
+# The thing a question asks about, named by its question word: "what warranty ...", "which
+# plan ..." (the word after it), "what is the warranty on ..." (the last word of the noun
+# phrase after "is the": "what is your returns policy?" asks about a policy).
+_WH_RE = re.compile(
+    r"\b(?:what|which)\s+(?:(?:is|are|was|were)\s+(?:the|a|an|my|your|our)\s+"
+    r"(?P<phrase>[A-Za-z-]+(?:\s+[A-Za-z-]+)*?)"
+    r"(?=\s+(?:on|for|of|in|with|at|to|from|under|if|when|after|before|does|do|is|are)\b"
+    r"|\s*[?.!,]|\s*$)"
+    r"|(?P<word>[A-Za-z-]+))",
+    re.IGNORECASE,
+)
+_NOT_A_HEAD = frozenset(
+    [
+        "is",
+        "are",
+        "was",
+        "were",
+        "do",
+        "does",
+        "did",
+        "can",
+        "could",
+        "will",
+        "would",
+        "should",
+        "may",
+        "might",
+    ]
+)
 # Clause breaks inside a sentence that states two values ("phones 12 months, laptops 24").
 _CLAUSE_RE = re.compile(r"[,;:，；：、]|\band\b|\bwhile\b|\bwhereas\b|\bbut\b|而|但")
 
@@ -202,14 +231,20 @@ def _statements(
     return own, rivals
 
 
-def _asks_for_value(question: str, q: Quantity) -> bool:
-    """The question asks for a value of the claim's kind (or states one): only then can
-    another value of the material be the one that answers it. An open question ("what is the
-    returns policy?") is answered by any true case of it."""
+def _asks_for_value(question: str, q: Quantity, claim_terms: frozenset[str]) -> bool:
+    """The question asks for a value of the claim's kind (by its wording, by a noun that names
+    a value, by asking "what X" of an X the claim gives the value of) or states one: only then
+    can another value of the material be the one that answers it. An open question ("what is
+    the returns policy?") is answered by any true case of it."""
     from tracerag.signals._relevance import asks_for  # it reads this module's asking words
 
     if q.kind in asks_for(question) or _VALUE_NOUN_RE.search(question):
         return True
+    for m in _WH_RE.finditer(question):
+        head = (m.group("phrase") or "").split()[-1:] or [m.group("word") or ""]
+        word = head[0].lower()
+        if word and word not in _NOT_A_HEAD and stem(word) in claim_terms:
+            return True
     return any(_same_kind(q, m) for m in extract_quantities(question))
 
 
@@ -263,7 +298,7 @@ def find_conflict(
     # in how many of the material's statements each of the question's words occurs
     spread = {t: sum(1 for toks in view.tokens if t in toks) for t in asked}
     for q in claim_qs:
-        if not _asks_for_value(question, q):
+        if not _asks_for_value(question, q, about):
             continue
         own, rivals = _statements(q, claim_qs, view, material_text, about)
         # the statement the claim rests on: the one sharing most of the claim's words
