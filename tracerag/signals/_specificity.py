@@ -2,17 +2,23 @@
 
 "How long is the warranty on a laptop?" answered with "All new devices carry a 12-month
 warranty" is backed word for word by the material's general sentence — while the same material
-says laptops get 24 months. The check looks at the question's own subject (its content words
-that the claim does not repeat and the material uses, less the words that only ask: "how long",
-"多长") and, for each amount, percentage, date or duration of the claim, at the cited material's
-sentences: one that names the subject more fully than the claim's own sentence, speaks of the
-same thing as the claim (shares one of its words) and states another value of the same kind —
-without also stating the claim's value — is a rival, and the claim is not supported, with that
-sentence as the reason. A sentence about the subject that states the claim's value, or no value
-of that kind, leaves the claim supported.
+says laptops get 24 months. For each amount, percentage, date or duration of the claim, the
+check compares the sentence (or clause) of the cited material the claim rests on — the one
+stating the claim's value that shares most of its words — with the material's other statements
+of a value of that kind about the claim's thing. One of them is a rival when it is about the
+question's case more specifically: of the question's naming words (less the words that only
+ask, "how long", "多长", and its numbers), it names every one the claim's sentence names and
+more (at least half of the rest), one of the words it adds occurring in no other sentence of the
+material (a word several sentences share names the topic, not one case of it).
+
+Only a question that asks for a value of the claim's kind (or states one) is checked: an open
+question is answered by any true case of it. A rival whose value the claim states itself, or
+whose case another claim of the same answer gives, is no rival. So a claim quoting the sentence
+that answers the question stays supported, whatever the material says of other cases.
 
 It works for every support backend: the verdict of a backend is the input, and only a supported
-verdict can be withdrawn.
+verdict can be withdrawn, with the rival sentence as the claim's sentence and a reason naming
+the question's words, both values and both sentences.
 """
 
 from __future__ import annotations
