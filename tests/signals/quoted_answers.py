@@ -94,7 +94,11 @@ FACTS: tuple[tuple[str, tuple[int, ...], tuple[str, ...]], ...] = (
     (
         "delivery-times",
         (0,),
-        ("How long does standard delivery take?", "When will a standard parcel arrive?"),
+        (
+            "How long does standard delivery take?",
+            "When will a standard parcel arrive?",
+            "How fast will my parcel arrive?",
+        ),
     ),
     (
         "delivery-times",

@@ -286,3 +286,33 @@ def test_the_hand_written_rivals_are_all_found():
         assert conflict is not None, question
         assert conflict.rests_on and conflict.rests_on in text
         assert text[conflict.start : conflict.end] == conflict.sentence
+
+
+@pytest.mark.parametrize(
+    ("question", "answer"),
+    [
+        (SHIPPING_Q, "Standard shipping is free for orders of ¥299 or more. [shipping-fees]"),
+        (
+            "How much does express shipping cost?",
+            "Express delivery is ¥25 per order, whatever the order value. [shipping-fees]",
+        ),
+        (LAPTOP_Q, "Laptops have a 24-month warranty under Clause 6.1. [warranty]"),
+        ("How long is the warranty on a phone?", "Phones carry a 12-month warranty. [warranty]"),
+        ("How much is Care+ for a laptop?", "Care+ for a laptop costs ¥399. [care-plus]"),
+        (
+            "How fast will my parcel arrive?",
+            "Standard delivery reaches most mainland cities in 3 to 5 business days. "
+            "[delivery-times]",
+        ),
+        (
+            "签收后多少天内降价可以申请价保？",
+            "商品签收后7天内降价，可以申请价格保护。[price-protection]",
+        ),
+        ("过了保修期上门修要多少钱？", "保修期外上门维修每次收取80元服务费。[onsite-repair]"),
+        ("学生认证有效期多久？", "学生认证有效期为12个月。[student-discount]"),
+    ],
+)
+def test_a_close_paraphrase_of_the_answering_sentence_passes(question, answer):
+    cited = answer[answer.rindex("[") + 1 : -1]
+    (claim,) = verify_citations(answer, [material(cited)], question=question).claims
+    assert claim.verdict == "supported", claim.reason

@@ -84,6 +84,16 @@ _NOT_A_HEAD = frozenset(
         "might",
     ]
 )
+# A question with do-support or a modal ends on its bare main verb after a short subject:
+# "how fast will my parcel arrive?", "when does the refund come?".
+_FINAL_VERB_RE = re.compile(
+    r"^(?:(?:how|what|which)(?:\s+\w+)?|when|where|why)\s+"
+    r"(?:do|does|did|will|would|can|could|should|may|might|must)\s+"
+    r"(?:[A-Za-z'’-]+\s+){0,3}(?!(?:a|an|the|my|your|to|of|on|for|in|at|with|from|by)\s)"
+    r"[A-Za-z'’-]+\s+"
+    r"(?P<verb>[A-Za-z-]+)\s*[?？]?$",
+    re.IGNORECASE,
+)
 # Clause breaks inside a sentence that states two values ("phones 12 months, laptops 24").
 _CLAUSE_RE = re.compile(r"[,;:，；：、]|\band\b|\bwhile\b|\bwhereas\b|\bbut\b|而|但")
 
@@ -168,11 +178,14 @@ def _share(subject: tuple[str, ...], terms: frozenset[str]) -> float:
 
 def _question_terms(question: str, used: frozenset[str]) -> frozenset[str]:
     """The question's content terms that name something (not the words that only ask, not
-    its numbers) and that the material uses."""
+    its numbers, not the verb it ends on: "how fast will my parcel *arrive*?" asks about a
+    parcel) and that the material uses."""
+    verb = _FINAL_VERB_RE.search(question.strip())
+    said = stem(verb.group("verb").lower()) if verb else None
     return frozenset(
         t
         for t in content_terms(question)
-        if t in used and not _asks(t) and not t.replace(".", "").isdigit()
+        if t in used and t != said and not _asks(t) and not t.replace(".", "").isdigit()
     )
 
 
