@@ -87,20 +87,24 @@ def _old_module(rev: str) -> types.ModuleType | None:
 # -- 1. the audit --------------------------------------------------------------------------------
 
 
-def audit(backends: Sequence[str]) -> dict[str, Counter[tuple[str, int, str]]]:
-    """Per backend: cases, claims and unsupported claims per (language, sentences, origin)."""
-    out: dict[str, Counter[tuple[str, int, str]]] = {}
+AuditKey = tuple[str, int, str, str]  # origin, sentences (2: two or more), language, measure
+
+
+def audit(backends: Sequence[str]) -> dict[str, Counter[AuditKey]]:
+    """Per backend: answers, claims and claims called unsupported, per (origin, language,
+    sentences)."""
+    out: dict[str, Counter[AuditKey]] = {}
     for name in backends:
-        tally: Counter[tuple[str, int, str]] = Counter()
+        tally: Counter[AuditKey] = Counter()
         for c in cases():
-            key = (c.lang, min(c.n_sentences, 2), c.origin)
+            key = (c.origin, min(c.n_sentences, 2), c.lang)
             report = verify_citations(
                 c.answer, [material(c.material_id)], question=c.question, backend=name
             )
-            tally[(*key[:2], "cases")] += 1
-            tally[(*key[:2], "claims")] += len(report.claims)
+            tally[(key[0], key[1], key[2], "answers")] += 1
+            tally[(key[0], key[1], key[2], "claims")] += len(report.claims)
             bad = [v for v in report.claims if v.verdict != "supported"]
-            tally[(*key[:2], "unsupported")] += len(bad)
+            tally[(key[0], key[1], key[2], "unsupported")] += len(bad)
             for v in bad:
                 print(f"  [{name}] {c.question!r}: {v.text!r} -> {v.verdict}: {v.reason}")
         out[name] = tally
@@ -241,14 +245,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print("1. false-unsupported audit (quoted answers over the demo knowledge base)")
     for name, tally in audit(backends).items():
-        for lang in ("en", "zh"):
-            for n in (1, 2):
-                if tally[(lang, n, "cases")]:
-                    print(
-                        f"  {name:<10} {lang} {n}{'+' if n == 2 else ' '} sentence(s): "
-                        f"{tally[(lang, n, 'cases')]:>4} answers, {tally[(lang, n, 'claims')]:>4} "
-                        f"claims, {tally[(lang, n, 'unsupported')]} called unsupported"
-                    )
+        for origin in ("hand", "other-kb", "title"):
+            for lang in ("en", "zh"):
+                for n in (1, 2):
+                    answers = tally[(origin, n, lang, "answers")]
+                    claims = tally[(origin, n, lang, "claims")]
+                    wrong = tally[(origin, n, lang, "unsupported")]
+                    if answers:
+                        print(
+                            f"  {name:<8} {origin:<8} {lang} {n}{'+' if n == 2 else ' '} "
+                            f"sentence(s): {answers:>4} answers, {claims:>4} claims, "
+                            f"{wrong} called unsupported"
+                        )
     if not args.no_pipeline:
         hand = [c for c in cases() if c.origin == "hand"]
         verdicts = audit_pipeline(hand)

@@ -381,6 +381,101 @@ FACTS: tuple[tuple[str, tuple[int, ...], tuple[str, ...]], ...] = (
 )
 
 
+# Small knowledge bases of other businesses, written for this audit (not the demo's wording), with
+# natural questions: the rival check's rules were not tuned on them.
+OTHER_KB: dict[str, str] = {
+    "plans": "Our basic plan costs $30 per month. The premium plan costs $50 per month and "
+    "includes international calls. Students get a 20% discount on the basic plan. Contracts "
+    "last 12 months, and month-to-month plans can be cancelled with 30 days' notice.",
+    "hotel": "Check-in starts at 3 pm and check-out is at 11 am. Late check-out until 2 pm costs "
+    "$40. Breakfast is served from 7 am to 10 am and costs $18 per adult. Children under 6 eat "
+    "breakfast free.",
+    "bank": "Transfers between our own accounts are free. Domestic transfers to other banks cost "
+    "$2 each. International wire transfers cost $25 and take 3 to 5 business days. Premium "
+    "account holders pay no fee for domestic transfers.",
+    "gym": "Membership costs $45 per month. Annual membership costs $450 if paid upfront. A "
+    "guest pass costs $15 per visit. Members can freeze their membership for up to 3 months per "
+    "year.",
+    "zh-tel": "基础套餐每月收费30元。高级套餐每月收费50元，包含国际通话。"
+    "学生办理基础套餐可享8折优惠。合约期为12个月，按月套餐需提前30天申请取消。",
+    "zh-hotel": "入住时间为下午3点，退房时间为上午11点。延迟退房至下午2点需支付100元。"
+    "早餐每位成人收费50元。6岁以下儿童免费享用早餐。",
+    "zh-bank": "本行账户之间转账免费。跨行转账每笔收费2元。"
+    "国际电汇每笔收费150元，到账需要3至5个工作日。高级账户持有人跨行转账免手续费。",
+}
+OTHER_FACTS: tuple[tuple[str, tuple[int, ...], tuple[str, ...]], ...] = (
+    ("plans", (0,), ("How much is the basic plan?", "What does the cheapest plan cost per month?")),
+    (
+        "plans",
+        (1,),
+        (
+            "How much is the premium plan?",
+            "Which plan includes international calls and what does it cost?",
+            "How much do international calls cost?",
+        ),
+    ),
+    (
+        "plans",
+        (2,),
+        (
+            "What discount do students get?",
+            "Is there a student discount on the premium plan?",
+            "How much does the basic plan cost for students?",
+        ),
+    ),
+    (
+        "plans",
+        (3,),
+        ("How long is the contract?", "How much notice do I need to cancel a month-to-month plan?"),
+    ),
+    ("hotel", (1,), ("How much is late check-out?", "Can I check out at 2 pm?")),
+    ("hotel", (2,), ("How much is breakfast?", "When is breakfast served?")),
+    ("hotel", (3,), ("Do kids pay for breakfast?", "How much is breakfast for a 4 year old?")),
+    (
+        "bank",
+        (1,),
+        (
+            "How much does a transfer to another bank cost?",
+            "What is the fee for a domestic transfer?",
+        ),
+    ),
+    (
+        "bank",
+        (2,),
+        (
+            "How much is an international wire?",
+            "How long does an international transfer take?",
+            "What does it cost to send money abroad?",
+        ),
+    ),
+    (
+        "bank",
+        (3,),
+        (
+            "Do premium accounts pay transfer fees?",
+            "What do premium account holders pay for domestic transfers?",
+        ),
+    ),
+    ("gym", (0,), ("How much is a monthly membership?", "What does the gym cost?")),
+    ("gym", (1,), ("How much is an annual membership?", "Is it cheaper to pay for a year?")),
+    ("gym", (2,), ("How much is a guest pass?", "Can I bring a friend and what does it cost?")),
+    (
+        "gym",
+        (3,),
+        ("How long can I freeze my membership?", "Can I pause my membership for 6 months?"),
+    ),
+    ("zh-tel", (1,), ("高级套餐多少钱？", "国际通话包含在哪个套餐里，费用是多少？")),
+    ("zh-tel", (2,), ("学生有优惠吗？", "学生办基础套餐打几折？")),
+    ("zh-tel", (3,), ("合约期多长？", "取消按月套餐要提前多久？")),
+    ("zh-hotel", (1,), ("延迟退房要多少钱？", "可以下午2点退房吗？")),
+    ("zh-hotel", (2,), ("早餐多少钱？", "早餐每人收费多少？")),
+    ("zh-hotel", (3,), ("小孩吃早餐收费吗？", "4岁孩子早餐要钱吗？")),
+    ("zh-bank", (1,), ("跨行转账手续费多少？", "转到别的银行要收费吗？")),
+    ("zh-bank", (2,), ("国际电汇多少钱？", "国际汇款多久到账？")),
+    ("zh-bank", (3,), ("高级账户跨行转账收费吗？", "高级账户转账要手续费吗？")),
+)
+
+
 @dataclass(frozen=True)
 class QuotedCase:
     """A question and a correct answer that quotes the knowledge base, with what it cites."""
@@ -390,7 +485,9 @@ class QuotedCase:
     material_id: str
     sentences: tuple[int, ...]
     lang: str  # "en" or "zh"
-    origin: str  # "hand" (a hand-written question) or "title" (one made from the title)
+    # "hand" (a hand-written question), "title" (one made from the title) or "other-kb" (a
+    # hand-written question over one of ``OTHER_KB``)
+    origin: str
 
     @property
     def n_sentences(self) -> int:
@@ -409,9 +506,21 @@ def _current() -> dict[str, tuple[str, tuple[str, ...], str]]:
     return out
 
 
+@lru_cache(maxsize=1)
+def _other() -> dict[str, tuple[str, tuple[str, ...], str]]:
+    return {
+        k: (text, tuple(s.text.strip() for s in split_sentences(text)), k)
+        for k, text in OTHER_KB.items()
+    }
+
+
+def _doc(material_id: str) -> tuple[str, tuple[str, ...], str]:
+    return _current().get(material_id) or _other()[material_id]
+
+
 def material(material_id: str) -> Material:
-    """The demo document as a verifier material."""
-    text, _, title = _current()[material_id]
+    """The document (demo, or one of ``OTHER_KB``) as a verifier material."""
+    text, _, title = _doc(material_id)
     return Material(id=material_id, text=text, title=title)
 
 
@@ -420,7 +529,7 @@ def _lang(text: str) -> str:
 
 
 def _answer(material_id: str, indices: tuple[int, ...]) -> str:
-    sentences = _current()[material_id][1]
+    sentences = _doc(material_id)[1]
     if _lang(sentences[0]) == "zh":
         return "".join(f"{sentences[i]}[{material_id}]" for i in indices)
     return " ".join(f"{sentences[i]} [{material_id}]" for i in indices)
@@ -433,27 +542,28 @@ def _title_question(title: str, lang: str) -> str:
 
 
 def cases() -> list[QuotedCase]:
-    """Every audit case, hand-written questions first."""
+    """Every audit case: hand-written questions over the demo knowledge base, then over the
+    other knowledge bases, then the title questions."""
     docs = _current()
     out: list[QuotedCase] = []
-    for material_id, indices, questions in FACTS:
-        n = len(docs[material_id][1])
-        # the answer and the sentence after it (or, at the end, the one before it)
-        after = indices[-1] + 1 < n
-        longer = (*indices, indices[-1] + 1) if after else (indices[0] - 1, *indices)
-        for question in questions:
-            lang = _lang(question)
-            for chosen in dict.fromkeys([indices, longer]):
-                out.append(
-                    QuotedCase(
-                        question,
-                        _answer(material_id, chosen),
-                        material_id,
-                        chosen,
-                        lang,
-                        "hand",
+    for facts, origin in ((FACTS, "hand"), (OTHER_FACTS, "other-kb")):
+        for material_id, indices, questions in facts:
+            n = len(_doc(material_id)[1])
+            # the answer and the sentence after it (or, at the end, the one before it)
+            after = indices[-1] + 1 < n
+            longer = (*indices, indices[-1] + 1) if after else (indices[0] - 1, *indices)
+            for question in questions:
+                for chosen in dict.fromkeys([indices, longer]):
+                    out.append(
+                        QuotedCase(
+                            question,
+                            _answer(material_id, chosen),
+                            material_id,
+                            chosen,
+                            _lang(question),
+                            origin,
+                        )
                     )
-                )
     for material_id, (_, sentences, title) in docs.items():
         lang = _lang(sentences[0])
         question = _title_question(title, lang)
