@@ -29,8 +29,9 @@ INVOICE_ZH = "订单签收后90天内，可在“我的订单”页面申请开�
         ("见［１］与【２】", ["1", "2"], "见与"),  # full-width digits read as digits
         ("［ｗａｒｒａｎｔｙ］", ["warranty"], ""),
         ("【warranty】（见上）", ["warranty"], "（见上）"),
-        # not citations: a bracket closed the other way, a markdown link
+        # not citations: a bracket closed the other way, a markdown link, a Chinese heading
         ("mixed 【warranty] and [warranty】", [], "mixed 【warranty] and [warranty】"),
+        ("【温馨提示】保修期为24个月。", [], "【温馨提示】保修期为24个月。"),
         ("[the policy](https://example.com)", [], "[the policy](https://example.com)"),
     ],
 )
@@ -39,9 +40,19 @@ def test_markers_in_every_bracket_models_use(text, ids, plain):
     assert strip_citations(text) == plain
 
 
-def test_a_full_width_marker_standing_alone_cites_the_sentence_before_it():
-    (claim,) = split_claims("保修期为24个月。【warranty】")
-    assert claim.text == "保修期为24个月。" and claim.cited_ids == ("warranty",)
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "保修期为24个月。【warranty】退货期限为15天。【returns】",
+        "保修期为24个月。［warranty］退货期限为15天。［returns］",
+        "保修期为24个月【warranty】。退货期限为15天［returns］。",
+        "Covered for 24 months. ［warranty］ Returns take 15 days. 【returns】",
+    ],
+)
+def test_a_full_width_marker_after_the_full_stop_cites_the_sentence_before_it(answer):
+    claims = split_claims(answer)
+    assert [c.cited_ids for c in claims] == [("warranty",), ("returns",)]
+    assert "warranty" not in claims[0].text and "returns" not in claims[1].text
 
 
 @pytest.mark.parametrize(
@@ -61,7 +72,7 @@ def test_a_full_width_cited_correct_answer_passes(answer, material_id):
 
 @pytest.mark.parametrize(
     "answer",
-    [f"{LAPTOP_EN} 【warranty-2019】", f"{INVOICE_ZH}［发票-99］", f"{INVOICE_ZH}【３】"],
+    [f"{LAPTOP_EN} 【warranty-2019】", f"{INVOICE_ZH}［invoice-99］", f"{INVOICE_ZH}【３】"],
 )
 def test_a_full_width_cited_fabricated_id_is_still_fabricated(answer):
     report = verify_citations(answer, [material("warranty"), material("invoices")])

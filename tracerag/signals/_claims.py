@@ -19,13 +19,17 @@ from tracerag.text._tokens import content_terms
 
 # an id: ASCII or full-width letters and digits, CJK characters, and . - : / # inside
 _FULL_WIDTH = "\uff10-\uff19\uff21-\uff3a\uff41-\uff5a"
-_ID = rf"[A-Za-z0-9{_FULL_WIDTH}\u4e00-\u9fff][\w.\-:/#{_FULL_WIDTH}\u4e00-\u9fff]{{0,127}}"
+_REST = rf"[\w.\-:/#{_FULL_WIDTH}\u4e00-\u9fff]{{0,127}}"
+_ID = rf"[A-Za-z0-9{_FULL_WIDTH}\u4e00-\u9fff]{_REST}"
+# in full-width brackets an id starts with a letter or digit: 【温馨提示】 is a heading
+_FW_ID = rf"[A-Za-z0-9{_FULL_WIDTH}]{_REST}"
+_SEP = r"\s*[,，;；、]\s*"
 # ``[id]``, or as Chinese-writing models cite, ``【id】`` and ``［id］`` (full-width brackets);
 # a bracket closes the way it opened
 CITATION_RE = re.compile(
-    rf"(?:\[|(?P<lenticular>【)|(?P<fullwidth>［))"
-    rf"(?P<ids>{_ID}(?:\s*[,，;；、]\s*{_ID})*)"
-    r"(?(lenticular)】|(?(fullwidth)］|\](?!\()))"
+    rf"\[(?P<ids>{_ID}(?:{_SEP}{_ID})*)\](?!\()"
+    rf"|【(?P<lenticular>{_FW_ID}(?:{_SEP}{_FW_ID})*)】"
+    rf"|［(?P<fullwidth>{_FW_ID}(?:{_SEP}{_FW_ID})*)］"
 )
 _SPLIT_IDS = re.compile(r"\s*[,，;；、]\s*")
 _HAS_FULL_WIDTH = re.compile(f"[{_FULL_WIDTH}]")
@@ -47,7 +51,7 @@ def citation_ids(text: str) -> list[str]:
     return [
         unicodedata.normalize("NFKC", i) if _HAS_FULL_WIDTH.search(i) else i
         for m in CITATION_RE.finditer(text)
-        for i in _SPLIT_IDS.split(m.group("ids"))
+        for i in _SPLIT_IDS.split(m.group("ids") or m.group("lenticular") or m.group("fullwidth"))
         if i
     ]
 
