@@ -171,6 +171,13 @@ def test_the_answer_that_gives_the_specific_case_too_passes():
     )
     verdicts = [c.verdict for c in _claims(wrong, LAPTOP_Q, text)]
     assert verdicts[1] == "unsupported"
+    # nor one that gives the general value for the specific case
+    same = (
+        "All new devices sold by Northwind Gadgets carry a 12-month warranty from the date of "
+        "delivery. [m] Laptops and tablets are covered by the same 12-month warranty. [m]"
+    )
+    claims = _claims(same, LAPTOP_Q, text)
+    assert claims[1].verdict == "unsupported" and "24-month" in claims[1].reason
     # nor does a second claim that names the case but states no value of the kind
     vague = (
         "All new devices sold by Northwind Gadgets carry a 12-month warranty from the date of "
