@@ -323,3 +323,35 @@ def test_a_close_paraphrase_of_the_answering_sentence_passes(question, answer):
     cited = answer[answer.rindex("[") + 1 : -1]
     (claim,) = verify_citations(answer, [material(cited)], question=question).claims
     assert claim.verdict == "supported", claim.reason
+
+
+def test_the_readme_agent_is_not_called_unsupported_on_the_shipping_question():
+    # the README's wrapped agent (LangChain's RAG tutorial shape) with the bundled model
+    from langchain.agents import create_agent
+    from langchain.tools import tool
+
+    from tracerag import wrap
+
+    vector_store = build_vectorstore()
+
+    @tool(response_format="content_and_artifact")
+    def retrieve_context(query: str):
+        """Retrieve information to help answer a query."""
+        docs = vector_store.similarity_search(query, k=2)
+        return "\n\n".join(f"Source: {d.metadata}\nContent: {d.page_content}" for d in docs), docs
+
+    agent = create_agent(
+        ExtractiveChatModel(seed=1),
+        [retrieve_context],
+        system_prompt=(
+            "Use the tool to answer from the store's policies; cite each source by its id."
+        ),
+    )
+    response = wrap(agent, n_samples=5).invoke(
+        {"messages": [{"role": "user", "content": SHIPPING_Q}]}
+    )
+    verdicts = {c.text: c.verdict for c in response.claims}
+    assert "unsupported" not in verdicts.values(), response.claims
+    assert verdicts["Orders of ¥299 or more ship free with standard domestic delivery."] == (
+        "supported"
+    )
