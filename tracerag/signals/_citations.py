@@ -155,13 +155,19 @@ class _Plan:
         value is withdrawn."""
         results = iter(supports)
         question, threshold = self.question, backend.threshold
+        said = [verdict.text for verdict, _, _ in self.claims]
         verdicts = [
             _conclude(
                 verdict,
                 [
                     (
                         check_specificity(
-                            question, verdict.text, m.text, next(results), threshold=threshold
+                            question,
+                            verdict.text,
+                            m.text,
+                            next(results),
+                            threshold=threshold,
+                            others=tuple(said[:k] + said[k + 1 :]),
                         ),
                         m,
                     )
@@ -169,7 +175,7 @@ class _Plan:
                 ],
                 stale,
             )
-            for verdict, targets, stale in self.claims
+            for k, (verdict, targets, stale) in enumerate(self.claims)
         ]
         return _report(backend.name, verdicts)
 

@@ -1,22 +1,38 @@
 """Split an answer into claims and read the citation markers attached to each.
 
 A citation is a material id in square brackets after the text it supports: ``[M03]``,
-``[policy-7]``, several as ``[M01][M02]`` or ``[M01, M02]``. Markdown links ``[text](url)`` are
-not citations. A claim is one sentence of the answer (Chinese or English punctuation); markers
-standing alone after a sentence belong to that sentence.
+``[policy-7]``, several as ``[M01][M02]`` or ``[M01, M02]``; the full-width brackets Chinese
+text uses count the same (``【M03】``, ``［M03］``). A number (``[1]``) is a footnote: where the
+front door allows it, it names the material shown in that position. Markdown links
+``[text](url)`` are not citations. A claim is one sentence of the answer (Chinese or English
+punctuation); markers standing alone after a sentence belong to that sentence.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 
 from tracerag.text._sentences import split_sentences
 from tracerag.text._tokens import content_terms
 
-_ID = r"[A-Za-z0-9\u4e00-\u9fff][\w.\-:/#\u4e00-\u9fff]{0,127}"
-CITATION_RE = re.compile(rf"\[(?P<ids>{_ID}(?:\s*[,，;；、]\s*{_ID})*)\](?!\()")
+# an id: ASCII or full-width letters and digits, CJK characters, and . - : / # inside
+_FULL_WIDTH = "\uff10-\uff19\uff21-\uff3a\uff41-\uff5a"
+_REST = rf"[\w.\-:/#{_FULL_WIDTH}\u4e00-\u9fff]{{0,127}}"
+_ID = rf"[A-Za-z0-9{_FULL_WIDTH}\u4e00-\u9fff]{_REST}"
+# in full-width brackets an id starts with a letter or digit: 【温馨提示】 is a heading
+_FW_ID = rf"[A-Za-z0-9{_FULL_WIDTH}]{_REST}"
+_SEP = r"\s*[,，;；、]\s*"
+# ``[id]``, or as Chinese-writing models cite, ``【id】`` and ``［id］`` (full-width brackets);
+# a bracket closes the way it opened
+CITATION_RE = re.compile(
+    rf"\[(?P<ids>{_ID}(?:{_SEP}{_ID})*)\](?!\()"
+    rf"|【(?P<lenticular>{_FW_ID}(?:{_SEP}{_FW_ID})*)】"
+    rf"|［(?P<fullwidth>{_FW_ID}(?:{_SEP}{_FW_ID})*)］"
+)
 _SPLIT_IDS = re.compile(r"\s*[,，;；、]\s*")
+_HAS_FULL_WIDTH = re.compile(f"[{_FULL_WIDTH}]")
 
 
 @dataclass(frozen=True)
@@ -30,8 +46,14 @@ class Claim:
 
 
 def citation_ids(text: str) -> list[str]:
-    """Every cited id in the text, in order of appearance (repeats kept)."""
-    return [i for m in CITATION_RE.finditer(text) for i in _SPLIT_IDS.split(m.group("ids")) if i]
+    """Every cited id in the text, in order of appearance (repeats kept); full-width letters
+    and digits read as their ASCII forms (``［１］`` cites ``1``)."""
+    return [
+        unicodedata.normalize("NFKC", i) if _HAS_FULL_WIDTH.search(i) else i
+        for m in CITATION_RE.finditer(text)
+        for i in _SPLIT_IDS.split(m.group("ids") or m.group("lenticular") or m.group("fullwidth"))
+        if i
+    ]
 
 
 _MARKUP = re.compile(r"</?[A-Za-z_][\w\-]*(?:\s[^<>]*)?/?>")

@@ -336,6 +336,8 @@ async def sample(
         samples=samples,
         temperature=drawn_at,
         temperature_zero=settings.temperature == 0.0,
+        # a numbered footnote ``[2]`` names the second material the prompt showed, as in wrap()
+        positional=True,
         warnings=tuple(warnings),
         errors=errors.freeze(),
     )

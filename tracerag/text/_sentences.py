@@ -9,9 +9,11 @@ from tracerag.errors import InputTypeError
 
 __all__ = ["CITATION_MARKER_RE", "Sentence", "split_sentences"]
 
-#: A citation marker such as ``[M03]``, ``[policy-7]``, ``[1]``, ``[M03, M04]`` or ``【1】``.
+#: A citation marker such as ``[M03]``, ``[policy-7]``, ``[1]``, ``[M03, M04]``, ``【1】`` or
+#: ``［M03］`` (full-width letters and digits too).
+_MARKER_ID = r"[A-Za-z0-9\uff10-\uff19\uff21-\uff3a\uff41-\uff5a][\w.\-:/#]{0,40}"
 CITATION_MARKER_RE = re.compile(
-    r"[\[【](?:[A-Za-z0-9][\w.\-:/#]{0,40})(?:\s*[,;，；、]\s*[A-Za-z0-9][\w.\-:/#]{0,40})*[\]】]"
+    rf"[\[【［](?:{_MARKER_ID})(?:\s*[,;，；、]\s*{_MARKER_ID})*[\]】］]"
 )
 
 
@@ -25,7 +27,7 @@ class Sentence(NamedTuple):
 
 # Full stops that always end a sentence, and the English ones that need a look at context.
 _CJK_TERMINATORS = frozenset("。！？；!?;…")
-_CLOSERS = frozenset("\"'”’」』）)】]》>")
+_CLOSERS = frozenset("\"'”’」』）)】］]》>")
 _BLANKS_RE = re.compile(r"[ \t]*")
 _CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
@@ -60,7 +62,7 @@ def _dot_ends_sentence(text: str, i: int) -> bool:
     nxt = text[i + 1] if i + 1 < len(text) else ""
     if nxt == ".":  # an ellipsis: the last dot decides
         return False
-    if nxt and not nxt.isspace() and nxt not in _CLOSERS and nxt != "[" and nxt != "【":
+    if nxt and not nxt.isspace() and nxt not in _CLOSERS and nxt not in "[【［":
         # "3.5", "15.03.2024", "example.com", "e.g." (first dot): not an end, unless
         # Chinese text follows directly.
         return bool(_CJK_RE.match(nxt))
@@ -105,7 +107,7 @@ def _boundaries(text: str) -> list[int]:
     i = 0
     while i < n:
         ch = text[i]
-        if ch in "[【":
+        if ch in "[【［":
             m = CITATION_MARKER_RE.match(text, i)
             if m:
                 i = m.end()
@@ -125,7 +127,7 @@ def _boundaries(text: str) -> list[int]:
         j = i + 1
         # Runs of terminators ("?!", "……", "...") and closing quotes or brackets.
         while j < n and (text[j] in _CJK_TERMINATORS or text[j] in ".．" or text[j] in _CLOSERS):
-            if text[j] in "]】" and CITATION_MARKER_RE.match(text, j):
+            if text[j] in "]】］" and CITATION_MARKER_RE.match(text, j):
                 break
             j += 1
         # Citation markers that follow the full stop belong to the sentence before.
