@@ -36,6 +36,7 @@ from tenacity import (
 
 from tracerag._settings import RetryPolicy
 from tracerag.errors import (
+    CallError,
     CallTimeoutError,
     InputTypeError,
     ModelTimeoutError,
@@ -471,6 +472,51 @@ async def call_model(
         on_retry=on_retry,
         tries=tries,
     )
+
+
+def generates_several(llm: BaseChatModel) -> bool:
+    """Whether one call of the model can answer one prompt several times: it takes the
+    OpenAI-compatible ``n`` (LangChain's ChatOpenAI and its compatible servers) and does not
+    stream (a streamed call gives one answer)."""
+    fields = type(llm).model_fields
+    if "n" not in fields:
+        return False
+    return not getattr(llm, "streaming", False)
+
+
+async def call_model_several(
+    llm: BaseChatModel,
+    messages: list[BaseMessage],
+    n: int,
+    *,
+    policy: RetryPolicy,
+    on_retry: OnRetry | None = None,
+    config: RunnableConfig | None = None,
+    tries: Tries | None = None,
+) -> list[AIMessage]:
+    """``n`` answers to one prompt in one call (``agenerate`` with ``n``), under the policy as
+    ``call_model``: the prompt is sent, and billed, once. Each answer is capped and cleaned; a
+    call that returns fewer than ``n`` fails (``CallError``)."""
+    from langchain_core.runnables.config import ensure_config
+
+    given = ensure_config(config)
+
+    async def once() -> list[AIMessage]:
+        result = await llm.agenerate(
+            [messages],
+            callbacks=given.get("callbacks"),
+            tags=given.get("tags"),
+            metadata=given.get("metadata"),
+            run_name=given.get("run_name"),
+            n=n,
+        )
+        found = result.generations[0] if result.generations else []
+        replies = [g.message for g in found if isinstance(getattr(g, "message", None), AIMessage)]
+        if len(replies) < n:
+            raise CallError(f"the model returned {len(replies)} answers to a call for {n}")
+        return [clean_message(m, policy.max_output_chars) for m in replies[:n]]
+
+    return await retry_call(once, policy, on_retry=on_retry, tries=tries)
 
 
 def _model_attempt(

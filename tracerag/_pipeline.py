@@ -51,7 +51,11 @@ __all__ = [
 class PipelineOptions(TypedDict, total=False):
     """The options both front doors take, ``RAGPipeline(...)`` and ``wrap(...)``.
 
-    ``n_samples`` (5): answers drawn per request at tier high. ``thresholds``: a ``Thresholds``
+    ``n_samples`` (5): the most answers drawn per request at tier high; ``min_samples`` (2)
+    are drawn first, more only while the route could still change with probability above
+    ``stop_risk`` (0.02) under the ``agreement_prior`` (see ``tracerag._adaptive``);
+    ``min_samples=n_samples`` draws them all. ``max_concurrency``: model calls in flight at
+    once (None: the model's own limit, if it has one). ``thresholds``: a ``Thresholds``
     or a ``(pass_at, review_at)`` pair (default ``Thresholds()``). ``rules``: deterministic
     checks every answer must pass. ``escalation``: where escalated and review-flagged requests
     go (default: a bounded ``InMemoryEscalationHandler``). ``tier`` ("high"): high, medium or
@@ -70,6 +74,10 @@ class PipelineOptions(TypedDict, total=False):
     """
 
     n_samples: int
+    min_samples: int
+    stop_risk: float
+    agreement_prior: tuple[float, float]
+    max_concurrency: int | None
     thresholds: Thresholds | tuple[float, float] | None
     rules: Sequence[Rule]
     escalation: EscalationHandler | None
@@ -109,6 +117,10 @@ class SettingsOptions(TypedDict, total=False):
     prompt_version_source: str | None
     model_version_source: str | None
     n_samples: int
+    min_samples: int
+    stop_risk: float
+    agreement_prior: tuple[float, float]
+    max_concurrency: int | None
     temperature: float
     k: int | None
     support_backend: str | SupportBackend

@@ -1,0 +1,215 @@
+"""When to stop drawing samples: as soon as the ones not drawn are unlikely to change the route.
+
+Every front door draws ``min_samples`` samples first, verifies them, and asks ``next_round``
+whether to draw more (and how many) or to stop (and why). The rule is derived in
+docs/confidence.md ("Adaptive sampling"); in short:
+
+After ``k`` verified samples of which ``a`` agree with the candidate answer (the chosen one),
+the probability ``p`` that a further sample agrees with it has the posterior
+``Beta(alpha + a, beta + k - a)`` under the population prior ``Beta(alpha, beta)`` (fitted on
+labelled requests with ``fit_agreement_prior``). The ``m = n - k`` samples not drawn would add
+``X ~ BetaBinomial(m, alpha + a, beta + k - a)`` agreeing ones. Fixed-N sampling would route on
+the share ``(a + X) / n``; stopping now routes on ``a / k``. The route could differ when
+``route_at((a + x) / n) != route_at(a / k)``, or when another answer could take the lead
+(``rival + m - x >= a + x``: then the candidate itself, its citations, rules and relevance,
+could change). ``risk`` is the posterior probability of either; sampling stops once it is at
+most ``Settings.stop_risk``. ``route_at`` is the caller's: the combiner and the router applied
+to the candidate's verified signals at a given share, so the rule stops on the route, not on
+the majority alone.
+
+The module is pure: no model, no span, no settings object; every front door calls it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from tracerag._choices import Route
+from tracerag.errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_AGREEMENT_PRIOR",
+    "DEFAULT_MIN_SAMPLES",
+    "DEFAULT_STOP_RISK",
+    "StopReason",
+    "StoppingRule",
+    "Tally",
+    "Verdict",
+    "change_risk",
+    "fit_agreement_prior",
+    "next_round",
+]
+
+#: Samples drawn before the rule is first asked.
+DEFAULT_MIN_SAMPLES = 2
+#: The largest posterior probability, per request, that the samples not drawn would have
+#: changed the route: 0.02, the 98 % route agreement with fixed N that adaptive sampling promises.
+DEFAULT_STOP_RISK = 0.02
+#: Beta(alpha, beta) prior on the chance that a further sample agrees with the candidate,
+#: fitted by ``fit_agreement_prior`` on the labelled calibration set
+#: (``tracerag.tools.calibration.demo_calibration_rows``, seeds 1-3, N = 5: 174 requests;
+#: benchmarks/cost.py --fit-prior reproduces it). Refit it on your own requests.
+DEFAULT_AGREEMENT_PRIOR = (4.0, 0.5)
+
+
+class StopReason(str, Enum):
+    """Why a request's sampling stopped."""
+
+    #: ``min_samples`` is ``n_samples``: every sample was drawn (fixed mode).
+    FIXED = "fixed"
+    #: the samples not drawn could have changed the route with probability at most ``stop_risk``
+    SETTLED = "settled"
+    #: all ``n_samples`` were drawn while the route could still have changed
+    EXHAUSTED = "exhausted"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """The adaptive sampling settings: ``min_samples`` first, then rounds while ``risk`` >
+    ``stop_risk``, at most ``n_samples`` in all; ``prior``: the agreement prior (alpha, beta)."""
+
+    n_samples: int
+    min_samples: int = DEFAULT_MIN_SAMPLES
+    stop_risk: float = DEFAULT_STOP_RISK
+    prior: tuple[float, float] = DEFAULT_AGREEMENT_PRIOR
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n_samples, int) or self.n_samples < 1:
+            raise ConfigurationError(f"n_samples must be a positive int, got {self.n_samples!r}")
+        if not isinstance(self.min_samples, int) or self.min_samples < 1:
+            raise ConfigurationError(
+                f"min_samples must be a positive int, got {self.min_samples!r}"
+            )
+        if not 0.0 <= float(self.stop_risk) < 1.0:
+            raise ConfigurationError(f"stop_risk must be in [0, 1), got {self.stop_risk!r}")
+        alpha, beta = self.prior
+        if not (alpha > 0 and beta > 0 and math.isfinite(alpha) and math.isfinite(beta)):
+            raise ConfigurationError(
+                f"the agreement prior must be two positive numbers, got {self.prior!r}"
+            )
+
+    @property
+    def first(self) -> int:
+        """How many samples the first round draws."""
+        return min(self.min_samples, self.n_samples)
+
+    @property
+    def fixed(self) -> bool:
+        """Every sample is drawn at once (today's fixed mode)."""
+        return self.first >= self.n_samples
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What the verified samples so far show: ``drawn`` samples, ``agreeing`` of them in the
+    candidate's group, ``rival`` in the largest other group; ``route_at(share)``: the route the
+    candidate would get at that share of agreeing samples."""
+
+    drawn: int
+    agreeing: int
+    rival: int
+    route_at: Callable[[float], Route]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Draw ``more`` samples (0: stop, for ``reason``); ``risk``: the posterior probability that
+    the samples not drawn would change the route (None: not assessed)."""
+
+    more: int
+    reason: StopReason | None = None
+    risk: float | None = None
+
+
+def _log_beta(a: float, b: float) -> float:
+    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+
+def _beta_binomial(m: int, alpha: float, beta: float) -> list[float]:
+    """P(X = x) for x = 0..m, X ~ BetaBinomial(m, alpha, beta)."""
+    base = _log_beta(alpha, beta)
+    return [
+        math.exp(
+            math.lgamma(m + 1)
+            - math.lgamma(x + 1)
+            - math.lgamma(m - x + 1)
+            + _log_beta(x + alpha, m - x + beta)
+            - base
+        )
+        for x in range(m + 1)
+    ]
+
+
+def change_risk(
+    tally: Tally, n: int, prior: tuple[float, float] = DEFAULT_AGREEMENT_PRIOR
+) -> float:
+    """The posterior probability that drawing all ``n`` samples would route differently from
+    stopping at ``tally.drawn`` (see the module docstring)."""
+    k, a, rival = tally.drawn, tally.agreeing, tally.rival
+    m = n - k
+    if m <= 0:
+        return 0.0
+    if k <= 0:
+        return 1.0
+    now = tally.route_at(a / k)
+    alpha, beta = prior
+    risk = 0.0
+    for x, p in enumerate(_beta_binomial(m, alpha + a, beta + k - a)):
+        overtaken = rival + (m - x) >= a + x
+        if overtaken or tally.route_at((a + x) / n) != now:
+            risk += p
+    return min(1.0, risk)
+
+
+def next_round(tally: Tally, rule: StoppingRule) -> Verdict:
+    """Stop, or how many samples to draw next: the fewest that, all agreeing with the
+    candidate, would let sampling stop (every remaining one when none would)."""
+    n = rule.n_samples
+    if tally.drawn >= n:
+        if rule.fixed:
+            return Verdict(0, StopReason.FIXED, 0.0)
+        return Verdict(0, StopReason.EXHAUSTED, None)
+    if tally.agreeing == 0:  # no sample answered yet: nothing to judge the rest by
+        return Verdict(n - tally.drawn, None, 1.0)
+    risk = change_risk(tally, n, rule.prior)
+    if risk <= rule.stop_risk:
+        return Verdict(0, StopReason.SETTLED, risk)
+    remaining = n - tally.drawn
+    for more in range(1, remaining):
+        ahead = Tally(tally.drawn + more, tally.agreeing + more, tally.rival, tally.route_at)
+        if change_risk(ahead, n, rule.prior) <= rule.stop_risk:
+            return Verdict(more, None, risk)
+    return Verdict(remaining, None, risk)
+
+
+def fit_agreement_prior(counts: Sequence[tuple[int, int]]) -> tuple[float, float]:
+    """The Beta(alpha, beta) prior on a request's agreement rate, by the method of moments of
+    the beta-binomial, from ``(agreeing, drawn)`` per request (drawn all alike, fixed N).
+
+    With ``n`` the number drawn, the mean agreeing share ``mu`` and its variance ``s2`` over
+    requests: ``rho = (s2 / (mu (1 - mu)) - 1/n) / (1 - 1/n)`` is the intra-request
+    correlation, and ``alpha + beta = 1/rho - 1``. A sample with no spread beyond binomial
+    noise gives a weak prior (alpha + beta = 2 at the observed mean)."""
+    rows = [(a, k) for a, k in counts if k > 0]
+    if not rows:
+        raise ConfigurationError("fitting the agreement prior needs at least one request")
+    sizes = {k for _, k in rows}
+    if len(sizes) != 1:
+        raise ConfigurationError("fit the agreement prior on requests that drew alike (fixed N)")
+    n = sizes.pop()
+    shares = [a / k for a, k in rows]
+    mu = sum(shares) / len(shares)
+    mu = min(max(mu, 1e-3), 1 - 1e-3)
+    s2 = sum((s - mu) ** 2 for s in shares) / max(1, len(shares) - 1)
+    total = 2.0
+    if n > 1:
+        rho = (s2 / (mu * (1 - mu)) - 1 / n) / (1 - 1 / n)
+        if rho > 0:
+            total = max(1e-3, 1 / rho - 1)
+    return (round(mu * total, 4), round((1 - mu) * total, 4))
