@@ -62,10 +62,16 @@ class Verifier:
         self.kept = kept
         self.reports: dict[int, CitationReport] = {}
         self._seen: dict[tuple[str, tuple[str, ...]], CitationReport] = {}
+        self._materials: tuple[str, ...] | None = None
 
     async def tally(self, samples: Sequence[Sample], materials: Sequence[Material]) -> Tally:
         """The candidate's standing over ``samples``, verified against ``materials``."""
         question = self.state.question
+        key = tuple(m.id for m in materials)
+        if key != self._materials:  # more materials (a wrapped app's runs found them): anew
+            self._materials = key
+            self.reports.clear()
+            self._seen.clear()
         with usage_scope() as usage:
             for s in samples:
                 if not s.ok or s.index in self.reports:

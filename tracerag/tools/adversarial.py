@@ -244,10 +244,12 @@ def demo_records(
     temperature: float = 0.7,
     k: int = 4,
     combiner: Combiner | None = None,
+    min_samples: int | None = None,
 ) -> list[dict[str, Any]]:
     """Audit records of the demo questions answered through ``RAGPipeline`` at each seed.
 
-    ``llm_factory(seed)`` builds the chat model (default: ``ExtractiveChatModel(seed=seed)``).
+    ``llm_factory(seed)`` builds the chat model (default: ``ExtractiveChatModel(seed=seed)``);
+    ``min_samples``: adaptive sampling's first round (None: the default; ``n_samples``: fixed N).
     """
     from tracerag._pipeline import RAGPipeline
     from tracerag.demo.kb import build_retriever
@@ -270,6 +272,7 @@ def demo_records(
             escalation=_QuietEscalation(),
             combiner=combiner,
             audit=_keeper(records),
+            **({"min_samples": min_samples} if min_samples is not None else {}),
         )
         for question in questions:
             pipeline.invoke(question)

@@ -525,6 +525,7 @@ def demo_calibration_rows(
     kinds: Sequence[str] | None = None,
     rates: Sequence[float] = (0.4, 0.8, 1.0),
     n_samples: int = 5,
+    min_samples: int | None = None,
 ) -> list[dict[str, Any]]:
     """A synthetic labelled set: demo questions answered clean and with mutated samples.
 
@@ -532,7 +533,10 @@ def demo_calibration_rows(
     extractive model, once as is and once per mutation kind with a share (cycling through
     ``rates``) of the samples mutated. A row is right when the chosen answer is not mutated,
     cites only current materials, and cites a document that answers the question; a refusal
-    is not right (the customer got no answer). Returns rows in the data format.
+    is not right (the customer got no answer). Returns rows in the data format, each with
+    what it took: ``samples_drawn``, ``model_calls``, ``input_tokens``, ``output_tokens`` and
+    its ``decision`` (``min_samples``: adaptive sampling's first round; ``n_samples`` draws
+    every sample, fixed N).
     """
     from tracerag.demo.kb import load_documents
     from tracerag.demo.models.extractive import ExtractiveChatModel
@@ -577,7 +581,13 @@ def demo_calibration_rows(
             else None
         )
         model: BaseChatModel = base if mutating is None else mutating
-        records = demo_records([seed], questions, llm_factory=_always(model), n_samples=n_samples)
+        records = demo_records(
+            [seed],
+            questions,
+            llm_factory=_always(model),
+            n_samples=n_samples,
+            min_samples=min_samples,
+        )
         mutated = mutating.mutated if mutating is not None else {}
         for data in records:
             record = AuditRecord.parse(data)
@@ -589,12 +599,29 @@ def demo_calibration_rows(
                     "seed": seed,
                     "mutation": kind,
                     "mutation_rate": rate,
-                    "signals": _row_signals(detail),
+                    # the samples drawn: a calibration fitted on fixed N meets adaptive rows
+                    "signals": {
+                        **_row_signals(detail),
+                        "n_samples": len(data.get("samples") or ()),
+                    },
                     "heuristic_confidence": record.confidence,
                     "correct": _label(record, mutated, relevant.get(question, ())),
+                    **_cost_of(data),
                 }
             )
     return rows
+
+
+def _cost_of(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What a request took: samples drawn, model calls and tokens, and its route."""
+    usage = data.get("usage") or {}
+    return {
+        "decision": data.get("decision"),
+        "samples_drawn": len(data.get("samples") or ()),
+        "model_calls": usage.get("calls"),
+        "input_tokens": usage.get("input_tokens"),
+        "output_tokens": usage.get("output_tokens"),
+    }
 
 
 def _row_signals(detail: Mapping[str, Any]) -> dict[str, Any]:
