@@ -23,9 +23,10 @@ The module is pure: no model, no span, no settings object; every front door call
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from types import MappingProxyType
 
 from tracerag._choices import Route
 from tracerag.errors import ConfigurationError
@@ -34,13 +35,16 @@ __all__ = [
     "DEFAULT_AGREEMENT_PRIOR",
     "DEFAULT_MIN_SAMPLES",
     "DEFAULT_STOP_RISK",
+    "AgreementPrior",
     "StopReason",
     "StoppingRule",
     "Tally",
     "Verdict",
     "change_risk",
+    "check_prior",
     "fit_agreement_prior",
     "next_round",
+    "prior_for",
 ]
 
 #: Samples drawn before the rule is first asked.
@@ -49,12 +53,43 @@ DEFAULT_MIN_SAMPLES = 2
 #: changed the route: 0.05, Adaptive-Consistency's stopping threshold (stop once the majority
 #: holds with probability 0.95; Aggarwal et al., 2023), here on the route.
 DEFAULT_STOP_RISK = 0.05
-#: Beta(alpha, beta) prior on the chance that a further sample agrees with the candidate,
-#: fitted by ``fit_agreement_prior`` on the labelled calibration set at fixed N = 5
-#: (``tracerag.tools.calibration.demo_calibration_rows``: 1,071 requests, 77 % with every
-#: sample agreeing; ``python benchmarks/cost.py --fit-prior`` refits it). Refit it on your
-#: own requests: a model whose samples disagree more often makes sampling go on longer.
-DEFAULT_AGREEMENT_PRIOR = (1.0616, 0.1529)
+#: Beta(alpha, beta) priors on the chance that a further sample agrees with the candidate, by
+#: the shape of the retrieval scores (``Retrieval.shape``; ``"*"``: any other or none), fitted
+#: by ``fit_agreement_prior`` on the labelled calibration set at fixed N = 5
+#: (``tracerag.tools.calibration.demo_calibration_rows``, 1,071 requests;
+#: ``python benchmarks/cost.py --fit-prior`` refits them): near-equal top candidates
+#: (``clustered``, 147 requests, 51 % with every sample agreeing) disagree far more often than
+#: the rest (924 requests, 81 %). Refit them on your own requests.
+DEFAULT_AGREEMENT_PRIOR: Mapping[str, tuple[float, float]] = MappingProxyType(
+    {"clustered": (1.5605, 0.5287), "*": (0.9842, 0.1162)}
+)
+#: What ``Settings.agreement_prior`` takes: one (alpha, beta) for every request, or one per
+#: retrieval shape with ``"*"`` for the rest.
+AgreementPrior = tuple[float, float] | Mapping[str, tuple[float, float]]
+
+
+def prior_for(prior: AgreementPrior, shape: str | None) -> tuple[float, float]:
+    """The (alpha, beta) for a request whose retrieval scores have ``shape``."""
+    if isinstance(prior, tuple):
+        return prior
+    found = prior.get(shape) if shape is not None else None
+    chosen = found if found is not None else prior.get("*")
+    if chosen is None:
+        raise ConfigurationError(f"the agreement prior has no entry for {shape!r} and no '*'")
+    return chosen
+
+
+def check_prior(prior: AgreementPrior) -> None:
+    """Refuse a prior that is not positive numbers (ConfigurationError)."""
+    pairs = [prior] if isinstance(prior, tuple) else list(prior.values())
+    if not isinstance(prior, tuple) and "*" not in prior:
+        raise ConfigurationError("an agreement prior by retrieval shape needs a '*' entry")
+    for pair in pairs:
+        ok = isinstance(pair, tuple) and len(pair) == 2
+        if not ok or not all(isinstance(v, (int, float)) and 0 < v < math.inf for v in pair):
+            raise ConfigurationError(
+                f"an agreement prior is two positive numbers (alpha, beta), got {pair!r}"
+            )
 
 
 class StopReason(str, Enum):
@@ -74,12 +109,13 @@ class StopReason(str, Enum):
 @dataclass(frozen=True)
 class StoppingRule:
     """The adaptive sampling settings: ``min_samples`` first, then rounds while ``risk`` >
-    ``stop_risk``, at most ``n_samples`` in all; ``prior``: the agreement prior (alpha, beta)."""
+    ``stop_risk``, at most ``n_samples`` in all; ``prior``: the request's agreement prior
+    (alpha, beta), see ``prior_for``."""
 
     n_samples: int
     min_samples: int = DEFAULT_MIN_SAMPLES
     stop_risk: float = DEFAULT_STOP_RISK
-    prior: tuple[float, float] = DEFAULT_AGREEMENT_PRIOR
+    prior: tuple[float, float] = (1.0, 1.0)
 
     def __post_init__(self) -> None:
         if not isinstance(self.n_samples, int) or self.n_samples < 1:

@@ -10,6 +10,7 @@ from langchain_core.retrievers import BaseRetriever
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
+from tracerag._adaptive import AgreementPrior
 from tracerag._choices import PlanMode, PlanModeName, Tier, TierName, check_options
 from tracerag._routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag._runnable import StagedRunnable
@@ -76,7 +77,7 @@ class PipelineOptions(TypedDict, total=False):
     n_samples: int
     min_samples: int
     stop_risk: float
-    agreement_prior: tuple[float, float]
+    agreement_prior: AgreementPrior
     max_concurrency: int | None
     thresholds: Thresholds | tuple[float, float] | None
     rules: Sequence[Rule]
@@ -119,7 +120,7 @@ class SettingsOptions(TypedDict, total=False):
     n_samples: int
     min_samples: int
     stop_risk: float
-    agreement_prior: tuple[float, float]
+    agreement_prior: AgreementPrior
     max_concurrency: int | None
     temperature: float
     k: int | None

@@ -15,7 +15,10 @@ from tracerag._adaptive import (
     DEFAULT_AGREEMENT_PRIOR,
     DEFAULT_MIN_SAMPLES,
     DEFAULT_STOP_RISK,
+    AgreementPrior,
     StoppingRule,
+    check_prior,
+    prior_for,
 )
 from tracerag._choices import PlanMode, PlanModeName, Tier, TierName
 from tracerag._routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
@@ -97,7 +100,7 @@ class Settings:
     # could change with probability above stop_risk; min_samples >= n_samples: fixed N
     min_samples: int = DEFAULT_MIN_SAMPLES
     stop_risk: float = DEFAULT_STOP_RISK
-    agreement_prior: tuple[float, float] = DEFAULT_AGREEMENT_PRIOR
+    agreement_prior: AgreementPrior = field(default_factory=lambda: DEFAULT_AGREEMENT_PRIOR)
     # calls in flight at once to the model (None: the model's own ``max_concurrency`` field,
     # else no limit); a one-slot local server takes 1
     max_concurrency: int | None = None
@@ -132,7 +135,8 @@ class Settings:
         object.__setattr__(self, "plan_mode", PlanMode.parse(self.plan_mode, "plan"))
         if not isinstance(self.n_samples, int) or self.n_samples < 1:
             raise ConfigurationError(f"n_samples must be a positive int, got {self.n_samples!r}")
-        StoppingRule(self.n_samples, self.min_samples, self.stop_risk, self.agreement_prior)
+        check_prior(self.agreement_prior)
+        StoppingRule(self.n_samples, self.min_samples, self.stop_risk)
         if self.max_concurrency is not None and (
             not isinstance(self.max_concurrency, int) or self.max_concurrency < 1
         ):
@@ -142,9 +146,11 @@ class Settings:
         if not 0.0 <= float(self.temperature) <= 2.0:
             raise ConfigurationError(f"temperature must be in [0, 2], got {self.temperature!r}")
 
-    def stopping_rule(self, wanted: int) -> StoppingRule:
-        """The adaptive sampling rule for a request that draws at most ``wanted`` samples."""
-        return StoppingRule(wanted, self.min_samples, self.stop_risk, self.agreement_prior)
+    def stopping_rule(self, wanted: int, shape: str | None = None) -> StoppingRule:
+        """The adaptive sampling rule for a request that draws at most ``wanted`` samples, its
+        retrieval scores shaped ``shape`` (which agreement prior applies)."""
+        prior = prior_for(self.agreement_prior, shape)
+        return StoppingRule(wanted, self.min_samples, self.stop_risk, prior)
 
     def samples_for_tier(self) -> int:
         """How many samples this tier draws: all for high, up to 3 for medium, 1 for low."""

@@ -452,7 +452,7 @@ async def sample(
 
     verifier = Verifier(state, settings, span, errors)
     samples, stopped = await draw_adaptive(
-        settings, wanted, draw_round, lambda drawn: verifier.tally(drawn, materials)
+        state, settings, wanted, draw_round, lambda drawn: verifier.tally(drawn, materials)
     )
     # a model without a temperature field samples at its own setting: none is known
     drawn_at = settings.temperature if applied else None

@@ -154,11 +154,13 @@ Judge = Callable[[tuple[Sample, ...]], Awaitable[Tally]]
 
 
 async def draw_adaptive(
-    settings: Settings, wanted: int, draw_round: DrawRound, judge: Judge
+    state: RequestState, settings: Settings, wanted: int, draw_round: DrawRound, judge: Judge
 ) -> tuple[tuple[Sample, ...], Stopped]:
     """Draw ``min_samples`` concurrently, then rounds while the rule says the route could
-    still change, up to ``wanted`` in all."""
-    rule = settings.stopping_rule(wanted)
+    still change, up to ``wanted`` in all (the agreement prior is the one for the request's
+    retrieval shape)."""
+    shape = state.retrieval.shape if state.retrieval is not None else None
+    rule = settings.stopping_rule(wanted, shape)
     drawn: tuple[Sample, ...] = await draw_round(range(rule.first))
     rounds = 1
     if rule.fixed:

@@ -360,8 +360,7 @@ def summarize_arm(
             "model_calls": sum(int((r.get("usage") or {}).get("calls") or 0) for r in records),
             # adaptive sampling draws fewer where the route settles early: per request
             "calls_per_request": round(
-                sum(int((r.get("usage") or {}).get("calls") or 0) for r in records)
-                / len(records),
+                sum(int((r.get("usage") or {}).get("calls") or 0) for r in records) / len(records),
                 2,
             )
             if records

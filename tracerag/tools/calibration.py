@@ -617,6 +617,7 @@ def _cost_of(data: Mapping[str, Any]) -> dict[str, Any]:
     usage = data.get("usage") or {}
     return {
         "decision": data.get("decision"),
+        "retrieval_shape": (data.get("retrieval") or {}).get("shape"),
         "samples_drawn": len(data.get("samples") or ()),
         "model_calls": usage.get("calls"),
         "input_tokens": usage.get("input_tokens"),

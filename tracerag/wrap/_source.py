@@ -240,7 +240,7 @@ class ChainSource:
             return await verifier.tally(ready, seen)
 
         try:
-            drawn, stopped = await draw_adaptive(settings, n, draw_round, judge)
+            drawn, stopped = await draw_adaptive(state, settings, n, draw_round, judge)
         finally:
             await runs.cleanup()
         n = len(drawn)
