@@ -566,6 +566,8 @@ class SampleSet:
     stop_reason: str | None = None
     stop_risk: float | None = None
     calls: int | None = None
+    min_samples: int = 0
+    risk_bound: float | None = None
     #: the citation reports the stopping rule already made, by sample index (the verify stage
     #: reuses them when the materials are the ones they were made against)
     verified: Mapping[int, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -581,8 +583,10 @@ class SampleSet:
         Signal(
             lambda s: (
                 {
-                    "drawn": len(s.samples),
+                    "min_samples": s.min_samples,
                     "max": s.max_samples,
+                    "risk_bound": s.risk_bound,
+                    "drawn": len(s.samples),
                     "rounds": s.rounds,
                     "stop_reason": s.stop_reason,
                     "stop_risk": s.stop_risk,

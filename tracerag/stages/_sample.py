@@ -203,6 +203,8 @@ def adaptive_fields(
         "stop_reason": str(stopped.reason),
         "stop_risk": None if stopped.risk is None else round(stopped.risk, 4),
         "calls": calls,
+        "min_samples": stopped.min_samples,
+        "risk_bound": stopped.bound,
     }
 
 

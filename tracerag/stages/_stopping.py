@@ -34,11 +34,14 @@ __all__ = ["Stopped", "Verifier", "draw_adaptive"]
 
 @dataclass(frozen=True)
 class Stopped:
-    """How a request's sampling ended: the rounds drawn, why it stopped, and the risk then."""
+    """How a request's sampling ended: the rounds drawn, why it stopped, and the risk then;
+    the rule's first round and risk bound (``min_samples``, ``stop_risk``)."""
 
     rounds: int
     reason: StopReason
     risk: float | None
+    min_samples: int = 0
+    bound: float | None = None
 
 
 class Verifier:
@@ -164,14 +167,14 @@ async def draw_adaptive(
     drawn: tuple[Sample, ...] = await draw_round(range(rule.first))
     rounds = 1
     if rule.fixed:
-        return drawn, Stopped(rounds, StopReason.FIXED, 0.0)
+        return drawn, Stopped(rounds, StopReason.FIXED, 0.0, rule.first, rule.stop_risk)
     last: float | None = None
     while True:
         verdict: Verdict = next_round(await judge(drawn), rule)
         if verdict.more <= 0:
             reason = verdict.reason or StopReason.EXHAUSTED
             risk = verdict.risk if verdict.risk is not None else last
-            return drawn, Stopped(rounds, reason, risk)
+            return drawn, Stopped(rounds, reason, risk, rule.first, rule.stop_risk)
         last = verdict.risk
         start = len(drawn)
         drawn = drawn + await draw_round(range(start, start + verdict.more))
