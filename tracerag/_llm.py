@@ -17,6 +17,7 @@ import contextvars
 import json
 import sys
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
@@ -472,6 +473,48 @@ async def call_model(
         on_retry=on_retry,
         tries=tries,
     )
+
+
+#: id(model) -> (a weak reference to it, its slots per event loop)
+_SLOTS: dict[int, tuple[weakref.ref[Any], dict[int, asyncio.Semaphore]]] = {}
+_SLOTS_LOCK = threading.Lock()
+
+
+def concurrency_of(limit: int | None, model: Any) -> int | None:
+    """How many calls may be in flight at once to ``model``: ``limit`` (the settings'
+    ``max_concurrency``), else the model's own ``max_concurrency`` field (the bundled local
+    model's is 1), else no limit (None)."""
+    if limit is not None:
+        return limit
+    own = getattr(model, "max_concurrency", None)
+    return own if isinstance(own, int) and not isinstance(own, bool) and own >= 1 else None
+
+
+def model_slots(limit: int | None, model: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+    """What a call to ``model`` holds while it runs: one of its ``limit`` slots, shared by every
+    request on this event loop (a nullcontext when there is no limit), so calls beyond the
+    limit queue instead of timing out on a server that answers one at a time; a call's
+    timeout runs from when it holds its slot."""
+    if limit is None or model is None:
+        return contextlib.nullcontext()
+    loop = id(asyncio.get_running_loop())
+    key = id(model)
+    with _SLOTS_LOCK:
+        known = _SLOTS.get(key)
+        if known is None or known[0]() is not model:
+
+            def forget(_: object) -> None:
+                with _SLOTS_LOCK:
+                    entry = _SLOTS.get(key)
+                    if entry is not None and entry[0]() is None:
+                        del _SLOTS[key]
+
+            known = _SLOTS[key] = (weakref.ref(model, forget), {})
+        by_loop = known[1]
+        slots = by_loop.get(loop)
+        if slots is None:  # a semaphore belongs to one event loop (a sync call runs its own)
+            slots = by_loop[loop] = asyncio.Semaphore(limit)
+    return slots
 
 
 def generates_several(llm: BaseChatModel) -> bool:

@@ -10,7 +10,6 @@ with the materials (and the plan, when there is one).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import threading
@@ -34,9 +33,11 @@ from tracerag._llm import (
     Tries,
     call_model,
     call_model_several,
+    concurrency_of,
     generates_several,
     invocation_parameters,
     model_name,
+    model_slots,
     provider_name,
     record_retry,
     text_of,
@@ -298,36 +299,6 @@ def samples_wanted(state: RequestState, settings: Settings) -> int:
     return settings.samples_for_tier()
 
 
-_SLOTS: weakref.WeakKeyDictionary[Any, dict[int, asyncio.Semaphore]] = weakref.WeakKeyDictionary()
-_SLOTS_LOCK = threading.Lock()
-
-
-def concurrency_of(settings: Settings, model: Any) -> int | None:
-    """How many calls may be in flight at once to ``model``: the settings' ``max_concurrency``,
-    else the model's own ``max_concurrency`` field (the bundled local model's is 1), else no
-    limit (None)."""
-    if settings.max_concurrency is not None:
-        return settings.max_concurrency
-    own = getattr(model, "max_concurrency", None)
-    return own if isinstance(own, int) and not isinstance(own, bool) and own >= 1 else None
-
-
-def model_slots(settings: Settings, model: Any) -> contextlib.AbstractAsyncContextManager[Any]:
-    """What a call to ``model`` holds while it runs: one of its ``concurrency_of`` slots, shared
-    by every request on this event loop (a nullcontext when there is no limit), so calls
-    beyond the limit queue instead of timing out on a server that answers one at a time."""
-    limit = concurrency_of(settings, model)
-    if limit is None or model is None:
-        return contextlib.nullcontext()
-    loop = id(asyncio.get_running_loop())
-    with _SLOTS_LOCK:
-        by_loop = _SLOTS.setdefault(model, {})
-        slots = by_loop.get(loop)
-        if slots is None:
-            slots = by_loop[loop] = asyncio.Semaphore(limit)
-    return slots
-
-
 async def sample(
     state: RequestState, settings: Settings, span: Span, config: RunnableConfig | None = None
 ) -> SampleSet:
@@ -369,13 +340,17 @@ async def sample(
     calls = 0
 
     async def one_call(on_retry: OnRetry, tries: Tries) -> AIMessage:
-        async with model_slots(settings, settings.llm):
+        async with model_slots(
+            concurrency_of(settings.max_concurrency, settings.llm), settings.llm
+        ):
             return await call_model(
                 llm, messages, policy=settings.retry, on_retry=on_retry, config=config, tries=tries
             )
 
     async def several_call(n: int, on_retry: OnRetry, tries: Tries) -> list[AIMessage]:
-        async with model_slots(settings, settings.llm):
+        async with model_slots(
+            concurrency_of(settings.max_concurrency, settings.llm), settings.llm
+        ):
             return await call_model_several(
                 llm,
                 messages,

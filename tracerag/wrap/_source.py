@@ -20,7 +20,7 @@ from opentelemetry.trace import Span
 from tracerag import _semconv as semconv
 from tracerag import _usage as usage_meter
 from tracerag._adaptive import Tally
-from tracerag._llm import OnRetry, Tries, clean_text, retry_call, within
+from tracerag._llm import OnRetry, Tries, clean_text, model_slots, retry_call, within
 from tracerag._state import (
     ErrorLog,
     RequestInput,
@@ -39,7 +39,6 @@ from tracerag.stages._sample import (
     Draw,
     adaptive_fields,
     draw_samples,
-    model_slots,
     record_samples,
     samples_wanted,
 )
@@ -172,7 +171,7 @@ class ChainSource:
             def attempts(attempt: Attempt) -> Awaitable[Any]:
                 async def once() -> Any:
                     # an attempt holds one of the app's call slots (max_concurrency)
-                    async with model_slots(settings, self.sampler.chain):
+                    async with model_slots(settings.max_concurrency, self.sampler.chain):
                         capture_run.reset()
                         with scope(shared, capture_run):
                             return await attempt()
