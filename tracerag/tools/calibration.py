@@ -526,6 +526,7 @@ def demo_calibration_rows(
     rates: Sequence[float] = (0.4, 0.8, 1.0),
     n_samples: int = 5,
     min_samples: int | None = None,
+    paired: bool = False,
 ) -> list[dict[str, Any]]:
     """A synthetic labelled set: demo questions answered clean and with mutated samples.
 
@@ -536,7 +537,9 @@ def demo_calibration_rows(
     is not right (the customer got no answer). Returns rows in the data format, each with
     what it took: ``samples_drawn``, ``model_calls``, ``input_tokens``, ``output_tokens`` and
     its ``decision`` (``min_samples``: adaptive sampling's first round; ``n_samples`` draws
-    every sample, fixed N).
+    every sample, fixed N). ``paired``: a fresh model for each question, so two runs that
+    differ only in ``min_samples`` draw the same first samples for each request (the
+    comparison benchmarks/cost.py makes).
     """
     from tracerag.demo.kb import load_documents
     from tracerag.demo.models.extractive import ExtractiveChatModel
@@ -566,14 +569,24 @@ def demo_calibration_rows(
         runs.append((seed, None, 0.0))
         for i, mutation in enumerate(kinds):
             runs.append((seed, mutation, rates[(seed + i) % len(rates)]))
+    # paired: a fresh model per question (seeded by the run's seed and the question), so a
+    # request's samples do not depend on how many the requests before it drew
+    batches: list[tuple[int, str | None, float, list[str], int]] = []
     for seed, kind, rate in runs:
-        base = ExtractiveChatModel(seed=seed)
+        if paired:
+            batches.extend(
+                (seed, kind, rate, [q], seed * 1000 + i) for i, q in enumerate(questions)
+            )
+        else:
+            batches.append((seed, kind, rate, questions, seed))
+    for seed, kind, rate, asked, model_seed in batches:
+        base = ExtractiveChatModel(seed=model_seed)
         mutating = (
             MutatingChatModel(
                 base=base,
                 kind=kind,
                 rate=rate,
-                seed=seed,
+                seed=model_seed,
                 materials=kb,
                 model_name=base.model_name,
             )
@@ -583,7 +596,7 @@ def demo_calibration_rows(
         model: BaseChatModel = base if mutating is None else mutating
         records = demo_records(
             [seed],
-            questions,
+            asked,
             llm_factory=_always(model),
             n_samples=n_samples,
             min_samples=min_samples,
