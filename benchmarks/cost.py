@@ -76,6 +76,7 @@ def run_config(
             prompt_version=DEFAULT_PROMPT.version,
             model_version=MODEL,
             n_samples=n,
+            min_samples=n,  # every sample drawn: the table to choose N from (fixed N)
             temperature=0.7,
             tier=tier,
             escalation=_KeepTickets(),

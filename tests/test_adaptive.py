@@ -20,6 +20,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from pipeline_fixtures import (
+    FABRICATED,
     FAST_RETRY,
     GOOD,
     GOOD_ALT,
@@ -130,6 +131,20 @@ def test_next_round_stops_settles_or_asks_for_the_fewest_that_could_settle():
     assert next_round(Tally(2, 0, 0, route), rule).more == 3
 
 
+def test_a_candidate_that_does_not_verify_draws_on_while_an_agreeing_sample_could():
+    """Two agreeing samples citing a fabricated id: the route is escalate at any share, but a
+    third agreeing sample that verifies would be chosen instead and pass."""
+    escalate = lambda share: Route.ESCALATE  # noqa: E731
+    passing = heuristic_route(1.0)
+    blind = Tally(2, 2, 0, escalate)
+    seeing = Tally(2, 2, 0, escalate, passing)
+    rule = StoppingRule(5, 2, 0.05, PRIOR, (0.1218, 0.1104))
+    assert next_round(blind, rule).reason is StopReason.SETTLED
+    going = next_round(seeing, rule)
+    assert going.more >= 1 and going.risk > 0.05
+    assert change_risk(seeing, 5, PRIOR, (0.1218, 0.1104)) > change_risk(blind, 5, PRIOR)
+
+
 def test_a_stricter_bound_draws_more():
     route = heuristic_route(1.0)
     loose = next_round(Tally(2, 2, 0, route), StoppingRule(5, 2, 0.05, PRIOR))
@@ -218,6 +233,16 @@ def test_disagreeing_samples_draw_on_to_the_most_allowed(make_pipeline, spans):
     # the route is the one every sample gives: 2 of 5 agree, sqrt(0.4) -> review
     assert response.decision == "review"
     assert response.signal_detail.self_consistency == pytest.approx(0.4)
+
+
+def test_fabricated_first_samples_do_not_settle_what_later_ones_would_verify(make_pipeline):
+    records: list[dict] = []
+    llm = scripted([FABRICATED, FABRICATED, GOOD, GOOD, GOOD])
+    fixed = make_pipeline(scripted([FABRICATED, FABRICATED, GOOD, GOOD, GOOD])).invoke(QUESTION)
+    response = make_pipeline(llm, min_samples=2, audit=records.append).invoke(QUESTION)
+    assert fixed.decision == "pass"
+    assert response.decision == fixed.decision and response.answer == fixed.answer
+    assert records[0]["params"]["adaptive"]["drawn"] >= 3
 
 
 def test_min_samples_equal_to_n_is_the_fixed_mode(make_pipeline, spans):

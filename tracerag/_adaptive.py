@@ -35,6 +35,7 @@ __all__ = [
     "DEFAULT_AGREEMENT_PRIOR",
     "DEFAULT_MIN_SAMPLES",
     "DEFAULT_STOP_RISK",
+    "DEFAULT_VERIFY_PRIOR",
     "AgreementPrior",
     "StopReason",
     "StoppingRule",
@@ -63,6 +64,10 @@ DEFAULT_STOP_RISK = 0.05
 DEFAULT_AGREEMENT_PRIOR: Mapping[str, tuple[float, float]] = MappingProxyType(
     {"clustered": (1.5605, 0.5287), "*": (0.9842, 0.1162)}
 )
+#: Beta(gamma, delta) prior on the chance that a sample agreeing with the candidate verifies
+#: fully (every claim supported by its citations), fitted as the agreement prior is, on the
+#: members of the candidates' groups at fixed N = 5.
+DEFAULT_VERIFY_PRIOR = (0.1218, 0.1104)
 #: What ``Settings.agreement_prior`` takes: one (alpha, beta) for every request, or one per
 #: retrieval shape with ``"*"`` for the rest.
 AgreementPrior = tuple[float, float] | Mapping[str, tuple[float, float]]
@@ -116,6 +121,7 @@ class StoppingRule:
     min_samples: int = DEFAULT_MIN_SAMPLES
     stop_risk: float = DEFAULT_STOP_RISK
     prior: tuple[float, float] = (1.0, 1.0)
+    verify_prior: tuple[float, float] = (1.0, 1.0)
 
     def __post_init__(self) -> None:
         if not isinstance(self.n_samples, int) or self.n_samples < 1:
@@ -147,12 +153,15 @@ class StoppingRule:
 class Tally:
     """What the verified samples so far show: ``drawn`` samples, ``agreeing`` of them in the
     candidate's group, ``rival`` in the largest other group; ``route_at(share)``: the route the
-    candidate would get at that share of agreeing samples."""
+    candidate would get at that share of agreeing samples; ``best_route_at(share)``: the route
+    if a further agreeing sample verified fully (every claim supported), which would then be
+    chosen instead (None: the candidate already verifies fully, none could do better)."""
 
     drawn: int
     agreeing: int
     rival: int
     route_at: Callable[[float], Route]
+    best_route_at: Callable[[float], Route] | None = None
 
 
 @dataclass(frozen=True)
@@ -185,10 +194,14 @@ def _beta_binomial(m: int, alpha: float, beta: float) -> list[float]:
 
 
 def change_risk(
-    tally: Tally, n: int, prior: tuple[float, float] = DEFAULT_AGREEMENT_PRIOR
+    tally: Tally,
+    n: int,
+    prior: tuple[float, float],
+    verify_prior: tuple[float, float] = (1.0, 1.0),
 ) -> float:
     """The posterior probability that drawing all ``n`` samples would route differently from
-    stopping at ``tally.drawn`` (see the module docstring)."""
+    stopping at ``tally.drawn`` (see the module docstring); ``verify_prior``: Beta prior on the
+    chance that an agreeing sample verifies fully, when the candidate does not."""
     k, a, rival = tally.drawn, tally.agreeing, tally.rival
     m = n - k
     if m <= 0:
@@ -197,11 +210,18 @@ def change_risk(
         return 1.0
     now = tally.route_at(a / k)
     alpha, beta = prior
+    gamma, delta = verify_prior
+    best = tally.best_route_at
     risk = 0.0
     for x, p in enumerate(_beta_binomial(m, alpha + a, beta + k - a)):
-        overtaken = rival + (m - x) >= a + x
-        if overtaken or tally.route_at((a + x) / n) != now:
-            risk += p
+        share = (a + x) / n
+        if rival + (m - x) >= a + x or tally.route_at(share) != now:
+            risk += p  # another answer could lead, or the share carries the route across a line
+        elif best is not None and x > 0 and best(share) != now:
+            # one of the x agreeing samples could verify fully and be chosen instead: none of
+            # the a agreeing so far did, so q ~ Beta(gamma, delta + a); P(none of x) = E[(1-q)^x]
+            none = math.exp(_log_beta(gamma, delta + a + x) - _log_beta(gamma, delta + a))
+            risk += p * (1.0 - none)
     return min(1.0, risk)
 
 
@@ -215,13 +235,19 @@ def next_round(tally: Tally, rule: StoppingRule) -> Verdict:
         return Verdict(0, StopReason.EXHAUSTED, None)
     if tally.agreeing == 0:  # no sample answered yet: nothing to judge the rest by
         return Verdict(n - tally.drawn, None, 1.0)
-    risk = change_risk(tally, n, rule.prior)
+    risk = change_risk(tally, n, rule.prior, rule.verify_prior)
     if risk <= rule.stop_risk:
         return Verdict(0, StopReason.SETTLED, risk)
     remaining = n - tally.drawn
     for more in range(1, remaining):
-        ahead = Tally(tally.drawn + more, tally.agreeing + more, tally.rival, tally.route_at)
-        if change_risk(ahead, n, rule.prior) <= rule.stop_risk:
+        ahead = Tally(
+            tally.drawn + more,
+            tally.agreeing + more,
+            tally.rival,
+            tally.route_at,
+            tally.best_route_at,
+        )
+        if change_risk(ahead, n, rule.prior, rule.verify_prior) <= rule.stop_risk:
             return Verdict(more, None, risk)
     return Verdict(remaining, None, risk)
 

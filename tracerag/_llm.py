@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatResult
+from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import RunnableConfig
 from tenacity import (
     AsyncRetrying,
@@ -554,7 +554,11 @@ async def call_model_several(
             n=n,
         )
         found = result.generations[0] if result.generations else []
-        replies = [g.message for g in found if isinstance(getattr(g, "message", None), AIMessage)]
+        replies = [
+            g.message
+            for g in found
+            if isinstance(g, ChatGeneration) and isinstance(g.message, AIMessage)
+        ]
         if len(replies) < n:
             raise CallError(f"the model returned {len(replies)} answers to a call for {n}")
         return [clean_message(m, policy.max_output_chars) for m in replies[:n]]

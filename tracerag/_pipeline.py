@@ -78,6 +78,7 @@ class PipelineOptions(TypedDict, total=False):
     min_samples: int
     stop_risk: float
     agreement_prior: AgreementPrior
+    verify_prior: tuple[float, float]
     max_concurrency: int | None
     thresholds: Thresholds | tuple[float, float] | None
     rules: Sequence[Rule]
@@ -121,6 +122,7 @@ class SettingsOptions(TypedDict, total=False):
     min_samples: int
     stop_risk: float
     agreement_prior: AgreementPrior
+    verify_prior: tuple[float, float]
     max_concurrency: int | None
     temperature: float
     k: int | None

@@ -15,6 +15,7 @@ from tracerag._adaptive import (
     DEFAULT_AGREEMENT_PRIOR,
     DEFAULT_MIN_SAMPLES,
     DEFAULT_STOP_RISK,
+    DEFAULT_VERIFY_PRIOR,
     AgreementPrior,
     StoppingRule,
     check_prior,
@@ -101,6 +102,9 @@ class Settings:
     min_samples: int = DEFAULT_MIN_SAMPLES
     stop_risk: float = DEFAULT_STOP_RISK
     agreement_prior: AgreementPrior = field(default_factory=lambda: DEFAULT_AGREEMENT_PRIOR)
+    # Beta prior on the chance that a sample agreeing with a candidate that does not verify
+    # fully does verify fully (and would be chosen instead)
+    verify_prior: tuple[float, float] = DEFAULT_VERIFY_PRIOR
     # calls in flight at once to the model (None: the model's own ``max_concurrency`` field,
     # else no limit); a one-slot local server takes 1
     max_concurrency: int | None = None
@@ -136,6 +140,7 @@ class Settings:
         if not isinstance(self.n_samples, int) or self.n_samples < 1:
             raise ConfigurationError(f"n_samples must be a positive int, got {self.n_samples!r}")
         check_prior(self.agreement_prior)
+        check_prior(self.verify_prior)
         StoppingRule(self.n_samples, self.min_samples, self.stop_risk)
         if self.max_concurrency is not None and (
             not isinstance(self.max_concurrency, int) or self.max_concurrency < 1
@@ -150,7 +155,7 @@ class Settings:
         """The adaptive sampling rule for a request that draws at most ``wanted`` samples, its
         retrieval scores shaped ``shape`` (which agreement prior applies)."""
         prior = prior_for(self.agreement_prior, shape)
-        return StoppingRule(wanted, self.min_samples, self.stop_risk, prior)
+        return StoppingRule(wanted, self.min_samples, self.stop_risk, prior, self.verify_prior)
 
     def samples_for_tier(self) -> int:
         """How many samples this tier draws: all for high, up to 3 for medium, 1 for low."""

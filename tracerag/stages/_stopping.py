@@ -70,9 +70,9 @@ class Verifier:
     async def tally(self, samples: Sequence[Sample], materials: Sequence[Material]) -> Tally:
         """The candidate's standing over ``samples``, verified against ``materials``."""
         question = self.state.question
-        key = tuple(m.id for m in materials)
-        if key != self._materials:  # more materials (a wrapped app's runs found them): anew
-            self._materials = key
+        shown = tuple(m.id for m in materials)
+        if shown != self._materials:  # more materials (a wrapped app's runs found them): anew
+            self._materials = shown
             self.reports.clear()
             self._seen.clear()
         with usage_scope() as usage:
@@ -112,10 +112,14 @@ class Verifier:
             if candidate.answer
             else ()
         )
-        return Tally(len(samples), agreeing, rival, self._route_at(report, rules, len(samples)))
+        perfect = report.valid and report.score >= 1.0 and report.coverage >= 1.0
+        best = None if perfect else self._route_at(FULLY_VERIFIED, rules, len(samples))
+        return Tally(
+            len(samples), agreeing, rival, self._route_at(report, rules, len(samples)), best
+        )
 
     def _route_at(
-        self, report: CitationReport, rules: tuple[object, ...], drawn: int
+        self, report: CitationReport | _Perfect, rules: tuple[object, ...], drawn: int
     ) -> Callable[[float], Route]:
         settings = self.settings
         state = self.state
@@ -151,6 +155,18 @@ class Verifier:
     def _zero(self) -> bool:
         return self.settings.temperature == 0.0
 
+
+@dataclass(frozen=True)
+class _Perfect:
+    """The citation signals of an answer whose every claim its cited materials support."""
+
+    score: float = 1.0
+    coverage: float = 1.0
+    fabricated: tuple[str, ...] = ()
+    valid: bool = True
+
+
+FULLY_VERIFIED = _Perfect()
 
 DrawRound = Callable[[Sequence[int]], Awaitable[tuple[Sample, ...]]]
 Judge = Callable[[tuple[Sample, ...]], Awaitable[Tally]]

@@ -631,11 +631,26 @@ def _cost_of(data: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "decision": data.get("decision"),
         "retrieval_shape": (data.get("retrieval") or {}).get("shape"),
+        **_group_of(data),
         "samples_drawn": len(data.get("samples") or ()),
         "model_calls": usage.get("calls"),
         "input_tokens": usage.get("input_tokens"),
         "output_tokens": usage.get("output_tokens"),
     }
+
+
+def _group_of(data: Mapping[str, Any]) -> dict[str, int]:
+    """The chosen answer's group: its size and how many of its members verify fully."""
+    signals = data.get("signals") or {}
+    group = (signals.get("selection") or {}).get("group") or []
+    reports = signals.get("citations_by_sample") or {}
+    full = 0
+    for i in group:
+        r = reports.get(str(i)) or {}
+        full += (
+            bool(r.get("valid")) and (r.get("score") or 0) >= 1 and (r.get("coverage") or 0) >= 1
+        )
+    return {"group_size": len(group), "group_verified": full}
 
 
 def _row_signals(detail: Mapping[str, Any]) -> dict[str, Any]:

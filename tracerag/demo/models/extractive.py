@@ -502,7 +502,7 @@ class ExtractiveChatModel(ReplyChatModel):
             ChatGeneration(
                 message=AIMessage(
                     content=text,
-                    usage_metadata=dict(usage),  # type: ignore[arg-type]
+                    usage_metadata=dict(usage),
                     response_metadata={
                         "model_name": self.model_name,
                         "temperature": temperature,
