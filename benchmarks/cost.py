@@ -298,8 +298,9 @@ def render_adaptive(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def fit_prior(seeds: list[int], n: int) -> dict[str, tuple[float, float]]:
-    """The agreement prior by retrieval shape, fitted on the labelled set at fixed N."""
+def fit_prior(seeds: list[int], n: int) -> dict[str, Any]:
+    """The agreement prior by retrieval shape, and the verify prior, fitted on the labelled set
+    at fixed N (see docs/confidence.md)."""
     from collections import defaultdict
 
     from tracerag._adaptive import fit_agreement_prior
@@ -311,7 +312,15 @@ def fit_prior(seeds: list[int], n: int) -> dict[str, tuple[float, float]]:
         agreeing = round((r["signals"]["self_consistency"] or 0.0) * n)
         key = "clustered" if r["retrieval_shape"] == "clustered" else "*"
         by_shape[key].append((agreeing, n))
-    return {shape: fit_agreement_prior(counts) for shape, counts in sorted(by_shape.items())}
+    groups = [(r["group_verified"], n) for r in rows if r["group_size"] == n]
+    return {
+        "requests": len(rows),
+        "agreement_prior": {
+            shape: fit_agreement_prior(counts) for shape, counts in sorted(by_shape.items())
+        },
+        "verify_prior": fit_agreement_prior(groups),
+        "groups": len(groups),
+    }
 
 
 def _f(value: Any, fmt: str) -> str:

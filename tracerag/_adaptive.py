@@ -61,8 +61,11 @@ DEFAULT_STOP_RISK = 0.05
 #: ``python benchmarks/cost.py --fit-prior`` refits them): near-equal top candidates
 #: (``clustered``, 147 requests, 51 % with every sample agreeing) disagree far more often than
 #: the rest (924 requests, 81 %). Refit them on your own requests.
+#: A retrieval whose scores are unknown (``unscored``; ``empty``: a wrapped app's runs
+#: retrieved the materials) could be clustered: it takes the clustered prior, the cautious one.
+_CLUSTERED = (1.5605, 0.5287)
 DEFAULT_AGREEMENT_PRIOR: Mapping[str, tuple[float, float]] = MappingProxyType(
-    {"clustered": (1.5605, 0.5287), "*": (0.9842, 0.1162)}
+    {"clustered": _CLUSTERED, "unscored": _CLUSTERED, "empty": _CLUSTERED, "*": (0.9842, 0.1162)}
 )
 #: Beta(gamma, delta) prior on the chance that a sample agreeing with the candidate verifies
 #: fully (every claim supported by its citations), fitted as the agreement prior is, on the
