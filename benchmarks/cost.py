@@ -43,6 +43,7 @@ from typing import Any
 from opentelemetry.sdk.trace import TracerProvider
 
 from tracerag import RAGPipeline
+from tracerag._llm import ReplyChatModel
 from tracerag._usage import load_prices
 from tracerag.demo.kb import build_retriever
 from tracerag.demo.models.extractive import ExtractiveChatModel
@@ -245,6 +246,63 @@ def wrap_pairs(questions: list[str], seeds: list[int], n: int) -> dict[str, Any]
     return out
 
 
+class _OnePerCall(ReplyChatModel):
+    """The extractive model behind a chat model that answers once per call (no ``n``), as
+    most providers' LangChain models do: every sample is a call of its own."""
+
+    base: ExtractiveChatModel
+    model_name: str = MODEL
+    temperature: float = 0.7
+
+    @property
+    def _llm_type(self) -> str:
+        return "one-per-call"
+
+    def _reply(self, messages: list[Any], **kwargs: Any) -> Any:
+        kwargs.pop("n", None)
+        return self.base._reply(messages, **{"temperature": self.temperature, **kwargs})
+
+
+def one_per_call_pairs(questions: list[str], seeds: list[int], n: int) -> dict[str, Any]:
+    """The pipeline at fixed N and adaptively with a model that answers once per call."""
+    out: dict[str, Any] = {}
+    retriever = build_retriever(k=4)
+    for mode, first in (("fixed", n), ("adaptive", None)):
+        records: list[dict[str, Any]] = []
+        started = time.perf_counter()
+        for seed in seeds:
+            for i, question in enumerate(questions):
+                pipeline = RAGPipeline(
+                    retriever,
+                    _OnePerCall(base=ExtractiveChatModel(seed=seed * 1000 + i)),
+                    prompt_version=DEFAULT_PROMPT.version,
+                    model_version=MODEL,
+                    n_samples=n,
+                    escalation=_KeepTickets(),
+                    audit=records.append,
+                    tracer_provider=TracerProvider(),
+                    **({"min_samples": first} if first is not None else {}),
+                )
+                pipeline.invoke(question)
+        wall = time.perf_counter() - started
+        out[f"{mode}_rows"] = [
+            {
+                "question": r["question"],
+                "decision": r["decision"],
+                "model_calls": r["usage"]["calls"],
+                "samples_drawn": len(r["samples"]),
+                "input_tokens": r["usage"]["input_tokens"],
+                "output_tokens": r["usage"]["output_tokens"],
+                "heuristic_confidence": r["confidence"],
+                "correct": r["decision"] == "pass",
+            }
+            for r in records
+        ]
+        out[mode] = {**_summary(out[f"{mode}_rows"], wall), "auroc": None}
+    out.update(_agreement(out.pop("fixed_rows"), out.pop("adaptive_rows")))
+    return out
+
+
 def adaptive_report(seeds: list[int], n: int) -> dict[str, Any]:
     """Every comparison of the section, in one run."""
     from tracerag.demo.kb import load_questions
@@ -254,6 +312,9 @@ def adaptive_report(seeds: list[int], n: int) -> dict[str, Any]:
         "n": n,
         "seeds": seeds,
         "pipeline, demo questions": labelled_pairs(seeds, [], n),
+        "pipeline (one answer per call), demo questions": one_per_call_pairs(
+            demo_questions(), seeds, n
+        ),
         "pipeline, labelled calibration set": labelled_pairs(seeds, None, n),
         "wrap(agent), bundled demo questions": wrap_pairs(bundled, seeds, n),
         "middleware": "not measured: the TraceragMiddleware front door has not landed",
