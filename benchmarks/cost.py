@@ -29,6 +29,7 @@ set at fixed N and prints it by retrieval shape.
 
     python benchmarks/cost.py --adaptive [--seeds 1,2] [--json]      (a few minutes)
     python benchmarks/cost.py --fit-prior
+    python benchmarks/cost.py --calibration      (logistic fitted at fixed N, used adaptively)
 """
 
 from __future__ import annotations
@@ -359,6 +360,43 @@ def render_adaptive(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def calibration_transfer(seeds: list[int], n: int) -> dict[str, dict[str, dict[str, float]]]:
+    """Does a calibration stay calibrated with fewer samples? Logistic calibrations fitted on
+    the labelled set answered at fixed N and adaptively (every seed but the last), each measured
+    on the last seed's requests answered both ways (ECE, Brier, AUROC), beside heuristic-v1."""
+    from tracerag.signals._confidence import HeuristicCombiner
+    from tracerag.signals.calibrated import CalibratedCombiner
+    from tracerag.tools.calibration import (
+        Example,
+        compare,
+        demo_calibration_rows,
+        fit_calibration,
+        signals_from_row,
+    )
+
+    held = seeds[-1]
+    rows = {
+        mode: demo_calibration_rows(seeds, n_samples=n, min_samples=first, paired=True)
+        for mode, first in (("fixed", n), ("adaptive", None))
+    }
+
+    def examples(found: list[dict[str, Any]]) -> list[Example]:
+        return [Example(signals_from_row(r), bool(r["correct"])) for r in found]
+
+    combiners: dict[str, Any] = {"heuristic-v1": HeuristicCombiner()}
+    for mode, found in rows.items():
+        fitted = fit_calibration(examples([r for r in found if r["seed"] != held]))
+        combiners[f"logistic fitted at {mode}"] = CalibratedCombiner(fitted)
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for mode, found in rows.items():
+        measured = compare(examples([r for r in found if r["seed"] == held]), combiners)
+        out[f"seed {held} answered {mode}"] = {
+            name: {k: round(float(m[k]), 4) for k in ("ece", "brier", "auroc")}
+            for name, m in measured.items()
+        }
+    return out
+
+
 def fit_prior(seeds: list[int], n: int) -> dict[str, Any]:
     """The agreement prior by retrieval shape, and the verify prior, fitted on the labelled set
     at fixed N (see docs/confidence.md)."""
@@ -419,8 +457,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--adaptive", action="store_true", help="fixed N against adaptive")
     parser.add_argument("--fit-prior", action="store_true", help="refit the agreement prior")
+    parser.add_argument(
+        "--calibration",
+        action="store_true",
+        help="calibrations fitted at fixed N and adaptively, measured both ways",
+    )
     parser.add_argument("--samples", type=int, default=5, help="N for --adaptive (default 5)")
     args = parser.parse_args(argv)
+    if args.calibration:
+        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        for held, table in calibration_transfer(seeds, args.samples).items():
+            print(f"held out: {held}")
+            for name, m in table.items():
+                print(
+                    f"  {name:28} ECE {m['ece']:.3f}  Brier {m['brier']:.3f}  "
+                    f"AUROC {m['auroc']:.3f}"
+                )
+        return 0
     if args.fit_prior:
         seeds = [int(x) for x in (args.seeds or "1,2,3").split(",") if x.strip()]
         print(json.dumps(fit_prior(seeds, args.samples)))

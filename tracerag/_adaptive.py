@@ -12,8 +12,11 @@ labelled requests with ``fit_agreement_prior``). The ``m = n - k`` samples not d
 the share ``(a + X) / n``; stopping now routes on ``a / k``. The route could differ when
 ``route_at((a + x) / n) != route_at(a / k)``, or when another answer could take the lead
 (``rival + m - x >= a + x``: then the candidate itself, its citations, rules and relevance,
-could change). ``risk`` is the posterior probability of either; sampling stops once it is at
-most ``Settings.stop_risk``. ``route_at`` is the caller's: the combiner and the router applied
+could change). When the candidate does not verify fully, a further agreeing sample that does
+would be chosen instead and route as ``best_route_at``: the chance that one of the ``x``
+agreeing samples not drawn does, under ``Beta(gamma, delta + a)`` (``verify_prior``), adds to the
+risk where ``best_route_at`` differs. ``risk`` is the posterior probability of any of these;
+sampling stops once it is at most ``Settings.stop_risk``. ``route_at`` is the caller's: the combiner and the router applied
 to the candidate's verified signals at a given share, so the rule stops on the route, not on
 the majority alone.
 
