@@ -16,9 +16,9 @@ could change). When the candidate does not verify fully, a further agreeing samp
 would be chosen instead and route as ``best_route_at``: the chance that one of the ``x``
 agreeing samples not drawn does, under ``Beta(gamma, delta + a)`` (``verify_prior``), adds to the
 risk where ``best_route_at`` differs. ``risk`` is the posterior probability of any of these;
-sampling stops once it is at most ``Settings.stop_risk``. ``route_at`` is the caller's: the combiner and the router applied
-to the candidate's verified signals at a given share, so the rule stops on the route, not on
-the majority alone.
+sampling stops once it is at most ``Settings.stop_risk``. ``route_at`` is the caller's: the
+combiner and the router applied to the candidate's verified signals at a given share, so the
+rule stops on the route, not on the majority alone.
 
 The module is pure: no model, no span, no settings object; every front door calls it.
 """
