@@ -14,6 +14,22 @@ a plan call to its N samples.
 
     python benchmarks/cost.py [--n 1,3,5,10] [--tiers low,medium,high] [--seeds 1,2,3]
         [--prices FILE] [--json]          (default seeds 1,2,3: about half a minute)
+
+Fixed N against adaptive sampling (``--adaptive``): the same requests answered with every
+sample drawn (``min_samples=N``) and adaptively (the default ``min_samples`` and stop risk),
+paired: each request gets a fresh model seeded by its run's seed and its question, so the
+adaptive request's samples are the first ones of the fixed request's. Per front door — the
+pipeline over the demo retriever and ``wrap()`` around LangChain's RAG agent (``create_agent``
+with a retrieval tool) — model calls, tokens billed and wall time per request, calls on
+requests that pass, and how often the route (and the chosen answer) agrees with fixed N; on the
+demo questions and on the labelled calibration set (``demo_calibration_rows``: the demo and
+probe questions, clean and with mutated samples), the AUROC of the confidence against the
+labels. ``--fit-prior`` refits the agreement prior (``tracerag._adaptive``) on the labelled
+set at fixed N and prints it by retrieval shape.
+
+    python benchmarks/cost.py --adaptive [--seeds 1,2] [--json]      (a few minutes)
+    python benchmarks/cost.py --fit-prior
+    python benchmarks/cost.py --calibration      (logistic fitted at fixed N, used adaptively)
 """
 
 from __future__ import annotations
@@ -28,6 +44,7 @@ from typing import Any
 from opentelemetry.sdk.trace import TracerProvider
 
 from tracerag import RAGPipeline
+from tracerag._llm import ReplyChatModel
 from tracerag._usage import load_prices
 from tracerag.demo.kb import build_retriever
 from tracerag.demo.models.extractive import ExtractiveChatModel
@@ -61,6 +78,7 @@ def run_config(
             prompt_version=DEFAULT_PROMPT.version,
             model_version=MODEL,
             n_samples=n,
+            min_samples=n,  # every sample drawn: the table to choose N from (fixed N)
             temperature=0.7,
             tier=tier,
             escalation=_KeepTickets(),
@@ -93,6 +111,314 @@ def run_config(
         "escalate": decisions.count("escalate") / count if verified else None,
         "requests": count,
         "seconds_per_request": wall / count,
+    }
+
+
+# -- fixed N against adaptive sampling -----------------------------------------------------------
+
+
+def auroc(scores: list[float], labels: list[bool]) -> float | None:
+    """The probability that a right answer's confidence ranks above a wrong one's (ties: half)."""
+    pos = [s for s, y in zip(scores, labels, strict=True) if y]
+    neg = [s for s, y in zip(scores, labels, strict=True) if not y]
+    if not pos or not neg:
+        return None
+    wins = sum((p > q) + 0.5 * (p == q) for p in pos for q in neg)
+    return wins / (len(pos) * len(neg))
+
+
+def _summary(rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:
+    passed = [r for r in rows if r["decision"] == "pass"]
+    return {
+        "requests": len(rows),
+        "calls": statistics.fmean(r["model_calls"] for r in rows),
+        "calls_when_pass": statistics.fmean(r["model_calls"] for r in passed) if passed else None,
+        "samples": statistics.fmean(r["samples_drawn"] for r in rows),
+        "input_tokens": statistics.fmean(r["input_tokens"] for r in rows),
+        "output_tokens": statistics.fmean(r["output_tokens"] for r in rows),
+        "seconds_per_request": wall / len(rows) if rows else None,
+        "pass": len(passed) / len(rows),
+        "auroc": auroc(
+            [r["heuristic_confidence"] or 0.0 for r in rows], [bool(r["correct"]) for r in rows]
+        ),
+    }
+
+
+def _agreement(fixed: list[dict[str, Any]], adaptive: list[dict[str, Any]]) -> dict[str, Any]:
+    assert len(fixed) == len(adaptive)
+    same = [a["decision"] == f["decision"] for f, a in zip(fixed, adaptive, strict=True)]
+    differ = [
+        {
+            "question": f["question"],
+            "mutation": f.get("mutation"),
+            "fixed": f["decision"],
+            "adaptive": a["decision"],
+            "samples": a["samples_drawn"],
+        }
+        for f, a in zip(fixed, adaptive, strict=True)
+        if f["decision"] != a["decision"]
+    ]
+    return {"route_agreement": sum(same) / len(same), "differ": differ}
+
+
+def labelled_pairs(seeds: list[int], kinds: list[str] | None, n: int) -> dict[str, Any]:
+    """The labelled rows answered at fixed N and adaptively (paired), and what each took."""
+    from tracerag.tools.calibration import demo_calibration_rows
+
+    out: dict[str, Any] = {}
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for mode, first in (("fixed", n), ("adaptive", None)):
+        started = time.perf_counter()
+        rows[mode] = demo_calibration_rows(
+            seeds, kinds=kinds, n_samples=n, min_samples=first, paired=True
+        )
+        out[mode] = _summary(rows[mode], time.perf_counter() - started)
+    out.update(_agreement(rows["fixed"], rows["adaptive"]))
+    return out
+
+
+def _agent(model: Any) -> Any:
+    """LangChain's RAG agent over the demo knowledge base: ``create_agent`` with a
+    ``content_and_artifact`` retrieval tool (the tutorial's)."""
+    from langchain.agents import create_agent
+    from langchain.tools import tool
+
+    from tracerag.demo.kb import build_vectorstore
+
+    store = build_vectorstore()
+
+    @tool(response_format="content_and_artifact")
+    def retrieve_context(query: str) -> tuple[str, list[Any]]:
+        """Retrieve information to help answer a query."""
+        docs = store.similarity_search(query, k=4)
+        text = "\n\n".join(f"Source: {d.metadata}\nContent: {d.page_content}" for d in docs)
+        return text, docs
+
+    return create_agent(
+        model,
+        [retrieve_context],
+        system_prompt=(
+            "You have access to a tool that retrieves context from the store's policies. Use "
+            "the tool to help answer user queries, and cite each source you use by its id."
+        ),
+    )
+
+
+def wrap_pairs(questions: list[str], seeds: list[int], n: int) -> dict[str, Any]:
+    """wrap(agent) at fixed N and adaptively, a fresh seeded model per request."""
+    from tracerag import wrap
+
+    out: dict[str, Any] = {}
+    decisions: dict[str, list[str]] = {}
+    for mode, first in (("fixed", n), ("adaptive", None)):
+        records: list[dict[str, Any]] = []
+        started = time.perf_counter()
+        for seed in seeds:
+            for i, question in enumerate(questions):
+                app = wrap(
+                    _agent(ExtractiveChatModel(seed=seed * 1000 + i)),
+                    n_samples=n,
+                    escalation=_KeepTickets(),
+                    audit=records.append,
+                    tracer_provider=TracerProvider(),
+                    **({"min_samples": first} if first is not None else {}),
+                )
+                app.invoke({"messages": [{"role": "user", "content": question}]})
+        wall = time.perf_counter() - started
+        rows = [
+            {
+                "question": r["question"],
+                "decision": r["decision"],
+                "model_calls": r["usage"]["calls"],
+                "samples_drawn": len(r["samples"]),
+                "input_tokens": r["usage"]["input_tokens"],
+                "output_tokens": r["usage"]["output_tokens"],
+                "heuristic_confidence": r["confidence"],
+                "correct": r["decision"] == "pass",  # no labels here: AUROC not reported
+            }
+            for r in records
+        ]
+        summary = _summary(rows, wall)
+        summary["auroc"] = None
+        out[mode] = summary
+        decisions[mode] = [r["decision"] for r in rows]
+        out[f"{mode}_rows"] = rows
+    out.update(_agreement(out.pop("fixed_rows"), out.pop("adaptive_rows")))
+    return out
+
+
+class _OnePerCall(ReplyChatModel):
+    """The extractive model behind a chat model that answers once per call (no ``n``), as
+    most providers' LangChain models do: every sample is a call of its own."""
+
+    base: ExtractiveChatModel
+    model_name: str = MODEL
+    temperature: float = 0.7
+
+    @property
+    def _llm_type(self) -> str:
+        return "one-per-call"
+
+    def _reply(self, messages: list[Any], **kwargs: Any) -> Any:
+        kwargs.pop("n", None)
+        return self.base._reply(messages, **{"temperature": self.temperature, **kwargs})
+
+
+def one_per_call_pairs(questions: list[str], seeds: list[int], n: int) -> dict[str, Any]:
+    """The pipeline at fixed N and adaptively with a model that answers once per call."""
+    out: dict[str, Any] = {}
+    retriever = build_retriever(k=4)
+    for mode, first in (("fixed", n), ("adaptive", None)):
+        records: list[dict[str, Any]] = []
+        started = time.perf_counter()
+        for seed in seeds:
+            for i, question in enumerate(questions):
+                pipeline = RAGPipeline(
+                    retriever,
+                    _OnePerCall(base=ExtractiveChatModel(seed=seed * 1000 + i)),
+                    prompt_version=DEFAULT_PROMPT.version,
+                    model_version=MODEL,
+                    n_samples=n,
+                    escalation=_KeepTickets(),
+                    audit=records.append,
+                    tracer_provider=TracerProvider(),
+                    **({"min_samples": first} if first is not None else {}),
+                )
+                pipeline.invoke(question)
+        wall = time.perf_counter() - started
+        out[f"{mode}_rows"] = [
+            {
+                "question": r["question"],
+                "decision": r["decision"],
+                "model_calls": r["usage"]["calls"],
+                "samples_drawn": len(r["samples"]),
+                "input_tokens": r["usage"]["input_tokens"],
+                "output_tokens": r["usage"]["output_tokens"],
+                "heuristic_confidence": r["confidence"],
+                "correct": r["decision"] == "pass",
+            }
+            for r in records
+        ]
+        out[mode] = {**_summary(out[f"{mode}_rows"], wall), "auroc": None}
+    out.update(_agreement(out.pop("fixed_rows"), out.pop("adaptive_rows")))
+    return out
+
+
+def adaptive_report(seeds: list[int], n: int) -> dict[str, Any]:
+    """Every comparison of the section, in one run."""
+    from tracerag.demo.kb import load_questions
+
+    bundled = [q["question"] for q in load_questions()]
+    return {
+        "n": n,
+        "seeds": seeds,
+        "pipeline, demo questions": labelled_pairs(seeds, [], n),
+        "pipeline (one answer per call), demo questions": one_per_call_pairs(
+            demo_questions(), seeds, n
+        ),
+        "pipeline, labelled calibration set": labelled_pairs(seeds, None, n),
+        "wrap(agent), bundled demo questions": wrap_pairs(bundled, seeds, n),
+        "middleware": "not measured: the TraceragMiddleware front door has not landed",
+    }
+
+
+def render_adaptive(report: dict[str, Any]) -> str:
+    n = report["n"]
+    lines = [
+        f"fixed N={n} against adaptive sampling (seeds {','.join(map(str, report['seeds']))}, "
+        "paired requests, extractive model at temperature 0.7)",
+        "",
+        "| front door, questions | mode | requests | model calls | calls when pass | samples "
+        "| tokens in | tokens out | s / request | pass | AUROC | route agreement |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, part in report.items():
+        if not isinstance(part, dict):
+            continue
+        for mode in ("fixed", "adaptive"):
+            r = part[mode]
+            agree = _f(part["route_agreement"], ".1%") if mode == "adaptive" else ""
+            lines.append(
+                f"| {name} | {mode} | {r['requests']} | {r['calls']:.2f} "
+                f"| {_f(r['calls_when_pass'], '.2f')} | {r['samples']:.2f} "
+                f"| {r['input_tokens']:.0f} | {r['output_tokens']:.0f} "
+                f"| {_f(r['seconds_per_request'], '.3f')} | {r['pass']:.0%} "
+                f"| {_f(r['auroc'], '.3f')} | {agree} |"
+            )
+    lines.append("")
+    for name, part in report.items():
+        if isinstance(part, dict):
+            ratio = part["adaptive"]["calls"] / part["fixed"]["calls"]
+            lines.append(f"{name}: adaptive makes {ratio:.2f}x the calls of fixed N={n}")
+            for d in part["differ"]:
+                lines.append(
+                    f"  route differs: {d['question']!r} ({d.get('mutation') or 'clean'}): "
+                    f"fixed {d['fixed']}, adaptive {d['adaptive']} after {d['samples']} samples"
+                )
+        else:
+            lines.append(f"{name}: {part}")
+    return "\n".join(lines)
+
+
+def calibration_transfer(seeds: list[int], n: int) -> dict[str, dict[str, dict[str, float]]]:
+    """Does a calibration stay calibrated with fewer samples? Logistic calibrations fitted on
+    the labelled set answered at fixed N and adaptively (every seed but the last), each measured
+    on the last seed's requests answered both ways (ECE, Brier, AUROC), beside heuristic-v1."""
+    from tracerag.signals._confidence import HeuristicCombiner
+    from tracerag.signals.calibrated import CalibratedCombiner
+    from tracerag.tools.calibration import (
+        Example,
+        compare,
+        demo_calibration_rows,
+        fit_calibration,
+        signals_from_row,
+    )
+
+    held = seeds[-1]
+    rows = {
+        mode: demo_calibration_rows(seeds, n_samples=n, min_samples=first, paired=True)
+        for mode, first in (("fixed", n), ("adaptive", None))
+    }
+
+    def examples(found: list[dict[str, Any]]) -> list[Example]:
+        return [Example(signals_from_row(r), bool(r["correct"])) for r in found]
+
+    combiners: dict[str, Any] = {"heuristic-v1": HeuristicCombiner()}
+    for mode, found in rows.items():
+        fitted = fit_calibration(examples([r for r in found if r["seed"] != held]))
+        combiners[f"logistic fitted at {mode}"] = CalibratedCombiner(fitted)
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for mode, found in rows.items():
+        measured = compare(examples([r for r in found if r["seed"] == held]), combiners)
+        out[f"seed {held} answered {mode}"] = {
+            name: {k: round(float(m[k]), 4) for k in ("ece", "brier", "auroc")}
+            for name, m in measured.items()
+        }
+    return out
+
+
+def fit_prior(seeds: list[int], n: int) -> dict[str, Any]:
+    """The agreement prior by retrieval shape, and the verify prior, fitted on the labelled set
+    at fixed N (see docs/confidence.md)."""
+    from collections import defaultdict
+
+    from tracerag._adaptive import fit_agreement_prior
+    from tracerag.tools.calibration import demo_calibration_rows
+
+    rows = demo_calibration_rows(seeds, n_samples=n, min_samples=n)
+    by_shape: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for r in rows:
+        agreeing = round((r["signals"]["self_consistency"] or 0.0) * n)
+        key = "clustered" if r["retrieval_shape"] == "clustered" else "*"
+        by_shape[key].append((agreeing, n))
+    groups = [(r["group_verified"], n) for r in rows if r["group_size"] == n]
+    return {
+        "requests": len(rows),
+        "agreement_prior": {
+            shape: fit_agreement_prior(counts) for shape, counts in sorted(by_shape.items())
+        },
+        "verify_prior": fit_agreement_prior(groups),
+        "groups": len(groups),
     }
 
 
@@ -129,7 +455,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="1,2,3", help="seeds of the extractive model")
     parser.add_argument("--prices", help="your price table (JSON); default: illustrative")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--adaptive", action="store_true", help="fixed N against adaptive")
+    parser.add_argument("--fit-prior", action="store_true", help="refit the agreement prior")
+    parser.add_argument(
+        "--calibration",
+        action="store_true",
+        help="calibrations fitted at fixed N and adaptively, measured both ways",
+    )
+    parser.add_argument("--samples", type=int, default=5, help="N for --adaptive (default 5)")
     args = parser.parse_args(argv)
+    if args.calibration:
+        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        for held, table in calibration_transfer(seeds, args.samples).items():
+            print(f"held out: {held}")
+            for name, m in table.items():
+                print(
+                    f"  {name:28} ECE {m['ece']:.3f}  Brier {m['brier']:.3f}  "
+                    f"AUROC {m['auroc']:.3f}"
+                )
+        return 0
+    if args.fit_prior:
+        seeds = [int(x) for x in (args.seeds or "1,2,3").split(",") if x.strip()]
+        print(json.dumps(fit_prior(seeds, args.samples)))
+        return 0
+    if args.adaptive:
+        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        report = adaptive_report(seeds, args.samples)
+        if args.json:
+            json.dump(report, sys.stdout, indent=2, ensure_ascii=False)
+            print()
+        else:
+            print(render_adaptive(report))
+        return 0
     ns = [int(x) for x in args.n.split(",") if x.strip()]
     tiers = [t.strip() for t in args.tiers.split(",") if t.strip()]
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()]

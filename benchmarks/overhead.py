@@ -28,7 +28,9 @@ and retrieval directly with LangChain alone, both through the real OTel SDK (bat
 spans discarded). The chat model is defined here, not taken from tracerag, so two trees
 compared call the same model and only tracerag's own work differs.
 
-    python benchmarks/overhead.py [--latency 0.2] [--samples 5] [--rounds 10]
+    python benchmarks/overhead.py [--latency 0.2] [--samples 5] [--rounds 10] [--cpu-only]
+
+The CPU section shows fixed N (every sample drawn) beside adaptive sampling (the default).
 
 Before and after, side by side in one run: ``--compare BEFORE [AFTER]`` measures two source
 trees of tracerag (AFTER defaults to this one). Each tree runs in its own worker process (the
@@ -351,9 +353,19 @@ def provider() -> TracerProvider:
     return p
 
 
-def pipelines(latency: float, n: int, tp: TracerProvider, audit=None) -> dict[str, object]:
+def pipelines(
+    latency: float, n: int, tp: TracerProvider, audit=None, min_samples: int | None = None
+) -> dict[str, object]:
+    """The pipelines and wrap(chain) measured; ``min_samples``: adaptive sampling's first
+    round (None: the default; ``n``: every sample drawn, fixed N)."""
+    first = {} if min_samples is None else {"min_samples": min_samples}
     common = dict(
-        prompt_version="bench", model_version="sleepy", n_samples=n, tracer_provider=tp, audit=audit
+        prompt_version="bench",
+        model_version="sleepy",
+        n_samples=n,
+        tracer_provider=tp,
+        audit=audit,
+        **first,
     )
     return {
         "pipeline inline": RAGPipeline(
@@ -362,7 +374,9 @@ def pipelines(latency: float, n: int, tp: TracerProvider, audit=None) -> dict[st
         "pipeline separate": RAGPipeline(
             build_retriever(k=4), model(latency), plan="separate", **common
         ),
-        "wrap(chain)": wrap(bare_chain(latency), n_samples=n, tracer_provider=tp, audit=audit),
+        "wrap(chain)": wrap(
+            bare_chain(latency), n_samples=n, tracer_provider=tp, audit=audit, **first
+        ),
     }
 
 
@@ -626,6 +640,39 @@ def compare(args) -> None:
         )
 
 
+async def cpu_section(samples: int, requests: int, tp: TracerProvider) -> dict[str, object]:
+    """CPU tracerag adds per request, fixed N against adaptive sampling, side by side."""
+    print(
+        f"\nCPU time per request outside the model (zero-latency model, {requests} requests "
+        f"each); fixed N={samples} (every sample drawn) beside adaptive sampling (the default: "
+        "two first, more only while the route could change; the model's answers agree, so two):"
+    )
+    zero = pipelines(0.0, samples, tp)
+    modes = {
+        f"fixed N={samples}": (pipelines(0.0, samples, tp, min_samples=samples), samples),
+        "adaptive": (zero, min(2, samples)),
+    }
+    untraced = {
+        f"fixed N={samples}": pipelines(0.0, samples, NoOpTracerProvider(), min_samples=samples),
+        "adaptive": pipelines(0.0, samples, NoOpTracerProvider()),
+    }
+    for name, extra in (("pipeline inline", 0), ("pipeline separate", 1)):
+        for mode, (runs, drawn) in modes.items():
+            for label, chosen in (("", runs), (" (spans off)", untraced[mode])):
+                calls = drawn + extra
+                total, direct = await cpu_overhead(chosen[name], direct_calls(calls), requests)
+                print(
+                    f"  {name + label:30} {mode:12} total {total * 1000:6.2f} ms, its {calls} "
+                    f"model calls + retrieval alone {direct * 1000:6.2f} ms, tracerag adds "
+                    f"{(total - direct) * 1000:6.2f} ms"
+                )
+    print(
+        "  (goal: < 2 ms added; 'spans off' runs the same stages with a no-op tracer, so the "
+        "difference is the OpenTelemetry SDK's share)"
+    )
+    return zero
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--latency", type=float, default=0.2)
@@ -635,6 +682,9 @@ async def main() -> None:
     ap.add_argument("--sync-requests", type=int, default=50)
     ap.add_argument("--shape-rounds", type=int, default=10)
     ap.add_argument("--shapes-only", action="store_true", help="only the app shapes section")
+    ap.add_argument(
+        "--cpu-only", action="store_true", help="only the CPU section (fixed N against adaptive)"
+    )
     ap.add_argument("--compare", nargs="+", metavar="TREE", help="BEFORE [AFTER] source trees")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -645,6 +695,10 @@ async def main() -> None:
         await asyncio.to_thread(compare, args)
         return
     tp = provider()
+    if args.cpu_only:
+        await cpu_section(args.samples, args.cpu_requests, tp)
+        tp.shutdown()
+        return
     if args.shapes_only:
         await shapes(args.latency, args.samples, args.shape_rounds, tp)
         tp.shutdown()
@@ -669,24 +723,7 @@ async def main() -> None:
         print(f"{name:28} {med * 1000:10.1f}ms {med / base:13.2f}x  {goal}")
     await shapes(args.latency, args.samples, args.shape_rounds, tp)
 
-    print(
-        f"\nCPU time per request outside the model (zero-latency model, "
-        f"{args.cpu_requests} requests each):"
-    )
-    zero = pipelines(0.0, args.samples, tp)
-    untraced = pipelines(0.0, args.samples, NoOpTracerProvider())
-    for name, calls in (("pipeline inline", args.samples), ("pipeline separate", args.samples + 1)):
-        for label, runs in (("", zero), (" (spans off)", untraced)):
-            total, direct = await cpu_overhead(runs[name], direct_calls(calls), args.cpu_requests)
-            print(
-                f"  {name + label:30} total {total * 1000:6.2f} ms, model+retrieval alone "
-                f"{direct * 1000:6.2f} ms, tracerag adds {(total - direct) * 1000:6.2f} ms"
-            )
-    print(
-        "  (goal: < 2 ms added; 'spans off' runs the same stages with a no-op tracer, so the "
-        "difference is the OpenTelemetry SDK's share)"
-    )
-
+    zero = await cpu_section(args.samples, args.cpu_requests, tp)
     print(
         f"\ninvoke() against ainvoke() (pipeline inline, zero-latency model, "
         f"{args.sync_requests} requests x {args.rounds} rounds, best round):"

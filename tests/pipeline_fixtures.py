@@ -96,6 +96,9 @@ def make_pipeline(retriever, spans) -> Callable[..., RAGPipeline]:
             "prompt_version": "test-prompt-v1",
             "model_version": llm.model_name,
             "n_samples": 5,
+            # fixed N (every sample drawn): what these tests count on; tests/test_adaptive.py
+            # covers adaptive sampling
+            "min_samples": 5,
             "retry": FAST_RETRY,
             "tracer_provider": spans.provider,
         }

@@ -90,7 +90,8 @@ async def test_medium_tier_skips_the_plan_and_gives_one_confidence_through_both(
     for response in (by_pipeline, by_wrap):
         assert ("plan", True) in stage_runs(spans, response.request_id)
         assert response.signal_detail.plan_ok is None
-        assert response.signal_detail.samples_ok == 3
+    # medium draws at most three, adaptively alike through both: these agree, so two
+    assert by_pipeline.signal_detail.samples_ok == by_wrap.signal_detail.samples_ok == 2
     assert by_wrap.confidence == by_pipeline.confidence
     assert by_wrap.decision == by_pipeline.decision == "pass"
 

@@ -299,6 +299,7 @@ def test_wrapped_chain_samples_are_counted(retriever, spans):
     traced = wrap(
         chain,
         n_samples=3,
+        min_samples=3,
         tracer_provider=spans.provider,
         audit=lambda r: records.append(r) or True,
         prices={"scripted-chat-model": {"input_per_1k": 1.0, "output_per_1k": 1.0}},

@@ -17,6 +17,7 @@ import contextvars
 import json
 import sys
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatResult
+from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import RunnableConfig
 from tenacity import (
     AsyncRetrying,
@@ -36,6 +37,7 @@ from tenacity import (
 
 from tracerag._settings import RetryPolicy
 from tracerag.errors import (
+    CallError,
     CallTimeoutError,
     InputTypeError,
     ModelTimeoutError,
@@ -471,6 +473,97 @@ async def call_model(
         on_retry=on_retry,
         tries=tries,
     )
+
+
+#: id(model) -> (a weak reference to it, its slots per event loop)
+_SLOTS: dict[int, tuple[weakref.ref[Any], dict[int, asyncio.Semaphore]]] = {}
+_SLOTS_LOCK = threading.Lock()
+
+
+def concurrency_of(limit: int | None, model: Any) -> int | None:
+    """How many calls may be in flight at once to ``model``: ``limit`` (the settings'
+    ``max_concurrency``), else the model's own ``max_concurrency`` field (the bundled local
+    model's is 1), else no limit (None)."""
+    if limit is not None:
+        return limit
+    own = getattr(model, "max_concurrency", None)
+    return own if isinstance(own, int) and not isinstance(own, bool) and own >= 1 else None
+
+
+def model_slots(limit: int | None, model: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+    """What a call to ``model`` holds while it runs: one of its ``limit`` slots, shared by every
+    request on this event loop (a nullcontext when there is no limit), so calls beyond the
+    limit queue instead of timing out on a server that answers one at a time; a call's
+    timeout runs from when it holds its slot."""
+    if limit is None or model is None:
+        return contextlib.nullcontext()
+    loop = id(asyncio.get_running_loop())
+    key = id(model)
+    with _SLOTS_LOCK:
+        known = _SLOTS.get(key)
+        if known is None or known[0]() is not model:
+
+            def forget(_: object) -> None:
+                with _SLOTS_LOCK:
+                    entry = _SLOTS.get(key)
+                    if entry is not None and entry[0]() is None:
+                        del _SLOTS[key]
+
+            known = _SLOTS[key] = (weakref.ref(model, forget), {})
+        by_loop = known[1]
+        slots = by_loop.get(loop)
+        if slots is None:  # a semaphore belongs to one event loop (a sync call runs its own)
+            slots = by_loop[loop] = asyncio.Semaphore(limit)
+    return slots
+
+
+def generates_several(llm: BaseChatModel) -> bool:
+    """Whether one call of the model can answer one prompt several times: it takes the
+    OpenAI-compatible ``n`` (LangChain's ChatOpenAI and its compatible servers) and does not
+    stream (a streamed call gives one answer)."""
+    fields = type(llm).model_fields
+    if "n" not in fields:
+        return False
+    return not getattr(llm, "streaming", False)
+
+
+async def call_model_several(
+    llm: BaseChatModel,
+    messages: list[BaseMessage],
+    n: int,
+    *,
+    policy: RetryPolicy,
+    on_retry: OnRetry | None = None,
+    config: RunnableConfig | None = None,
+    tries: Tries | None = None,
+) -> list[AIMessage]:
+    """``n`` answers to one prompt in one call (``agenerate`` with ``n``), under the policy as
+    ``call_model``: the prompt is sent, and billed, once. Each answer is capped and cleaned; a
+    call that returns fewer than ``n`` fails (``CallError``)."""
+    from langchain_core.runnables.config import ensure_config
+
+    given = ensure_config(config)
+
+    async def once() -> list[AIMessage]:
+        result = await llm.agenerate(
+            [messages],
+            callbacks=given.get("callbacks"),
+            tags=given.get("tags"),
+            metadata=given.get("metadata"),
+            run_name=given.get("run_name"),
+            n=n,
+        )
+        found = result.generations[0] if result.generations else []
+        replies = [
+            g.message
+            for g in found
+            if isinstance(g, ChatGeneration) and isinstance(g.message, AIMessage)
+        ]
+        if len(replies) < n:
+            raise CallError(f"the model returned {len(replies)} answers to a call for {n}")
+        return [clean_message(m, policy.max_output_chars) for m in replies[:n]]
+
+    return await retry_call(once, policy, on_retry=on_retry, tries=tries)
 
 
 def _model_attempt(

@@ -11,6 +11,7 @@ from langchain_core.runnables import Runnable
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
+from tracerag._adaptive import AgreementPrior
 from tracerag._choices import PlanMode, PlanModeName, Tier, TierName, check_options
 from tracerag._routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag._runnable import StagedRunnable
@@ -52,7 +53,11 @@ __all__ = [
 class PipelineOptions(TypedDict, total=False):
     """The options both front doors take, ``RAGPipeline(...)`` and ``wrap(...)``.
 
-    ``n_samples`` (5): answers drawn per request at tier high. ``thresholds``: a ``Thresholds``
+    ``n_samples`` (5): the most answers drawn per request at tier high; ``min_samples`` (2)
+    are drawn first, more only while the route could still change with probability above
+    ``stop_risk`` (0.02) under the ``agreement_prior`` (see ``tracerag._adaptive``);
+    ``min_samples=n_samples`` draws them all. ``max_concurrency``: model calls in flight at
+    once (None: the model's own limit, if it has one). ``thresholds``: a ``Thresholds``
     or a ``(pass_at, review_at)`` pair (default ``Thresholds()``). ``rules``: deterministic
     checks every answer must pass. ``escalation``: where escalated and review-flagged requests
     go (default: a bounded ``InMemoryEscalationHandler``). ``tier`` ("high"): high, medium or
@@ -75,6 +80,11 @@ class PipelineOptions(TypedDict, total=False):
     """
 
     n_samples: int
+    min_samples: int
+    stop_risk: float
+    agreement_prior: AgreementPrior
+    verify_prior: tuple[float, float]
+    max_concurrency: int | None
     thresholds: Thresholds | tuple[float, float] | None
     rules: Sequence[Rule]
     escalation: EscalationHandler | None
@@ -115,6 +125,11 @@ class SettingsOptions(TypedDict, total=False):
     prompt_version_source: str | None
     model_version_source: str | None
     n_samples: int
+    min_samples: int
+    stop_risk: float
+    agreement_prior: AgreementPrior
+    verify_prior: tuple[float, float]
+    max_concurrency: int | None
     temperature: float
     k: int | None
     support_backend: str | SupportBackend

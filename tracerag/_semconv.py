@@ -101,6 +101,16 @@ SAMPLE_ERROR = "tracerag.sample.error"
 SAMPLE_RAW = "tracerag.sample.raw"
 SAMPLES_OK = "tracerag.samples.ok"
 SAMPLES_FAILED = "tracerag.samples.failed"
+# adaptive sampling (tracerag._adaptive): samples drawn of the most allowed, in how many
+# rounds, why sampling stopped (fixed | settled | exhausted) and the posterior probability that
+# the samples not drawn would have changed the route
+SAMPLES_DRAWN = "tracerag.samples.drawn"
+SAMPLES_MAX = "tracerag.samples.max"
+SAMPLES_ROUNDS = "tracerag.samples.rounds"
+SAMPLES_STOP = "tracerag.samples.stop_reason"
+SAMPLES_STOP_RISK = "tracerag.samples.stop_risk"
+# samples answered by one call for several (OpenAI-compatible n): the calls made
+SAMPLES_CALLS = "tracerag.samples.calls"
 TEMPERATURE_ZERO = "tracerag.sample.temperature_zero"
 # wrap(): how the samples were drawn ("answer" | "app"), and what each sample's run was: "app"
 # (the app's own run), "fork" (its answering step again, from its checkpoint) or "private"
@@ -216,6 +226,7 @@ METRIC_ATTR_TIER = "tier"
 METRIC_ATTR_STAGE = "stage"
 METRIC_ATTR_ERROR_TYPE = "error_type"
 METRIC_ATTR_REASON = "reason"
+METRIC_ATTR_STOP = "stop_reason"
 
 # OpenInference prompt template and tags (set through tracerag.tracing helpers)
 OI_PROMPT_TEMPLATE = SpanAttributes.LLM_PROMPT_TEMPLATE

@@ -12,6 +12,16 @@ from langchain_core.runnables import Runnable
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
+from tracerag._adaptive import (
+    DEFAULT_AGREEMENT_PRIOR,
+    DEFAULT_MIN_SAMPLES,
+    DEFAULT_STOP_RISK,
+    DEFAULT_VERIFY_PRIOR,
+    AgreementPrior,
+    StoppingRule,
+    check_prior,
+    prior_for,
+)
 from tracerag._choices import PlanMode, PlanModeName, Tier, TierName
 from tracerag._routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag._usage import Price
@@ -88,6 +98,17 @@ class Settings:
     prompt_version_source: str | None = None
     model_version_source: str | None = None
     n_samples: int = 5
+    # adaptive sampling (tracerag._adaptive): min_samples first, more only while the route
+    # could change with probability above stop_risk; min_samples >= n_samples: fixed N
+    min_samples: int = DEFAULT_MIN_SAMPLES
+    stop_risk: float = DEFAULT_STOP_RISK
+    agreement_prior: AgreementPrior = field(default_factory=lambda: DEFAULT_AGREEMENT_PRIOR)
+    # Beta prior on the chance that a sample agreeing with a candidate that does not verify
+    # fully does verify fully (and would be chosen instead)
+    verify_prior: tuple[float, float] = DEFAULT_VERIFY_PRIOR
+    # calls in flight at once to the model (None: the model's own ``max_concurrency`` field,
+    # else no limit); a one-slot local server takes 1
+    max_concurrency: int | None = None
     temperature: float = 0.7
     plan_mode: PlanMode = PlanMode.SEPARATE
     tier: Tier = Tier.HIGH
@@ -121,8 +142,23 @@ class Settings:
         object.__setattr__(self, "plan_mode", PlanMode.parse(self.plan_mode, "plan"))
         if not isinstance(self.n_samples, int) or self.n_samples < 1:
             raise ConfigurationError(f"n_samples must be a positive int, got {self.n_samples!r}")
+        check_prior(self.agreement_prior)
+        check_prior(self.verify_prior)
+        StoppingRule(self.n_samples, self.min_samples, self.stop_risk)
+        if self.max_concurrency is not None and (
+            not isinstance(self.max_concurrency, int) or self.max_concurrency < 1
+        ):
+            raise ConfigurationError(
+                f"max_concurrency must be a positive int or None, got {self.max_concurrency!r}"
+            )
         if not 0.0 <= float(self.temperature) <= 2.0:
             raise ConfigurationError(f"temperature must be in [0, 2], got {self.temperature!r}")
+
+    def stopping_rule(self, wanted: int, shape: str | None = None) -> StoppingRule:
+        """The adaptive sampling rule for a request that draws at most ``wanted`` samples, its
+        retrieval scores shaped ``shape`` (which agreement prior applies)."""
+        prior = prior_for(self.agreement_prior, shape)
+        return StoppingRule(wanted, self.min_samples, self.stop_risk, prior, self.verify_prior)
 
     def samples_for_tier(self) -> int:
         """How many samples this tier draws: all for high, up to 3 for medium, 1 for low."""

@@ -730,9 +730,46 @@ class SampleSet:
     kept: int | None = None
     sampling: str | None = None
     runs: tuple[str, ...] = ()
+    #: adaptive sampling (``tracerag._adaptive``): the most that could be drawn (0: not
+    #: recorded), the rounds drawn, why sampling stopped, the posterior probability that the
+    #: samples not drawn would have changed the route, and the model calls the samples took
+    max_samples: int = 0
+    rounds: int = 0
+    stop_reason: str | None = None
+    stop_risk: float | None = None
+    calls: int | None = None
+    min_samples: int = 0
+    risk_bound: float | None = None
+    #: the citation reports the stopping rule already made, by sample index (the verify stage
+    #: reuses them when the materials are the ones they were made against)
+    verified: Mapping[int, Any] = field(default_factory=dict, compare=False, repr=False)
 
     SIGNALS: ClassVar[tuple[Signal, ...]] = (
         Signal(lambda s: s.n_ok, span=semconv.SAMPLES_OK, stream="samples_ok"),
+        Signal(lambda s: len(s.samples) if s.max_samples else None, span=semconv.SAMPLES_DRAWN),
+        Signal(lambda s: s.max_samples or None, span=semconv.SAMPLES_MAX),
+        Signal(lambda s: s.rounds or None, span=semconv.SAMPLES_ROUNDS),
+        Signal(lambda s: s.stop_reason, span=semconv.SAMPLES_STOP, stream="sampling_stop"),
+        Signal(lambda s: s.stop_risk, span=semconv.SAMPLES_STOP_RISK),
+        Signal(lambda s: s.calls, span=semconv.SAMPLES_CALLS),
+        Signal(
+            lambda s: (
+                {
+                    "min_samples": s.min_samples,
+                    "max": s.max_samples,
+                    "risk_bound": s.risk_bound,
+                    "drawn": len(s.samples),
+                    "rounds": s.rounds,
+                    "stop_reason": s.stop_reason,
+                    "stop_risk": s.stop_risk,
+                    "calls": s.calls,
+                }
+                if s.max_samples
+                else OMIT
+            ),
+            record="params.adaptive",
+        ),
+        Signal(lambda s: s.stop_reason, metric="stop_reason"),
         Signal(
             lambda s: len(s.samples) - s.n_ok,
             span=semconv.SAMPLES_FAILED,

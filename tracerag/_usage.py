@@ -156,6 +156,9 @@ class CallUsage:
     output_tokens: int
     estimated: bool = False
     source: str = SOURCE_USAGE_METADATA
+    #: answers the call returned for its one prompt (OpenAI-compatible ``n``): the prompt's
+    #: input tokens are billed once for all of them, the output tokens are theirs together
+    generations: int = 1
 
     @property
     def total_tokens(self) -> int:
@@ -429,6 +432,7 @@ def usage_section(
                 "output_tokens": c.output_tokens,
                 "estimated": c.estimated,
                 "source": c.source,
+                **({"generations": c.generations} if c.generations != 1 else {}),
             }
             for c in calls
         ],

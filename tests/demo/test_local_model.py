@@ -165,3 +165,42 @@ def test_the_engine_http_endpoint_is_locked_to_this_process(local_model):
         refused = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30)
         assert refused.status_code == 401
         assert httpx.get(f"{base}/slots", timeout=30).status_code in {401, 501}
+
+
+def test_the_one_slot_model_answers_five_samples_without_timeouts(local_model):
+    """Five samples against the one engine: with its ``max_concurrency`` of 1 they queue for
+    it, one at a time, and each call's timeout runs from when it holds the slot, so a timeout
+    that one call fits in (but not five in a row) times none of them out."""
+    from tracerag.demo.kb import build_retriever
+
+    assert local_model.max_concurrency == 1
+    retriever = build_retriever(k=4)
+
+    def pipeline(n: int, timeout: float, spans: SpanCapture) -> RAGPipeline:
+        return RAGPipeline(
+            retriever,
+            local_model,
+            prompt_version=DEFAULT_PROMPT_VERSION,
+            model_version=local_model.model_name,
+            n_samples=n,
+            min_samples=n,  # every sample drawn: five calls, whatever they say
+            tracer_provider=spans.provider,
+            audit=None,
+            retry=RetryPolicy(attempts=1, model_timeout=timeout),
+        )
+
+    warm = SpanCapture()
+    pipeline(1, 600, warm).invoke(QUESTION)
+    [one] = warm.named(semconv.SPAN_SAMPLE_ONE)
+    single = (one.end_time - one.start_time) / 1e9
+    spans = SpanCapture()
+    response = pipeline(5, max(3 * single, 10.0), spans).invoke(QUESTION)
+    s = response.signal_detail
+    assert s.samples_ok + s.samples_failed == 5
+    errors = [e for e in response.model_dump()["warnings"] if "Timeout" in e]
+    assert not errors
+    samples = sorted(spans.named(semconv.SPAN_SAMPLE_ONE), key=lambda span: span.start_time)
+    assert len(samples) == 5
+    assert all(not (span.attributes or {}).get(semconv.SAMPLE_ERROR) for span in samples), [
+        (span.attributes or {}).get(semconv.SAMPLE_ERROR) for span in samples
+    ]

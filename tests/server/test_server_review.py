@@ -181,7 +181,13 @@ def test_item_page_shows_question_samples_signals_and_marked_evidence(client):
     assert "policy-99" in html and "fabricated citation" in html
     assert "fabricated_citation" in html  # the claim's verdict
     assert "citation accuracy" in html and "self-consistency" in html
-    assert html.count('class="tag">#') == 3  # the three sampled answers
+    # the sampled answers, and how many of the three allowed were drawn and why it stopped
+    drawn = html.count('class="tag">#')
+    assert 2 <= drawn <= 3
+    assert f"{drawn} of at most 3 samples drawn in " in html
+    assert "sampling stopped once the samples not drawn could change the route" in html or (
+        drawn == 3 and "every sample drawn" in html
+    )
     assert 'name="action" value="approve"' in html
 
 

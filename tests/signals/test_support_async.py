@@ -195,11 +195,18 @@ async def test_pipeline_verify_awaits_the_judge_and_reports_its_cost():
     )
     assert events[:3] == ["judge started", "other ran", "judge finished"]
     assert response.decision == "pass", response
-    verify = capture.named("tracerag.verify", response.request_id)[0]
-    attrs = dict(verify.attributes or {})
-    assert attrs[USAGE_ATTRIBUTES["calls"]] == 1  # three samples, one distinct answer
+    # adaptive sampling checks the samples' citations between rounds: the judge runs (and its
+    # cost lies) in the sample stage's span, and the request's usage counts it as verification
+    sampled = capture.named("tracerag.sample", response.request_id)[0]
+    attrs = dict(sampled.attributes or {})
+    assert attrs[USAGE_ATTRIBUTES["calls"]] == 1  # the samples agree: one distinct answer
     assert attrs[USAGE_ATTRIBUTES["input_tokens"]] == 100
     assert attrs[USAGE_ATTRIBUTES["output_tokens"]] == 10
+    verify = capture.named("tracerag.verify", response.request_id)[0]
+    assert USAGE_ATTRIBUTES["calls"] not in dict(verify.attributes or {})  # counted once
+    root = dict(capture.named("tracerag.request", response.request_id)[0].attributes or {})
+    assert root["tracerag.usage.verify.calls"] == 1
+    assert root["tracerag.usage.verify.input_tokens"] == 100
 
 
 def _pipeline(judge: Any, tracer_provider: Any = None) -> Any:

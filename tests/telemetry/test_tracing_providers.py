@@ -58,6 +58,7 @@ def pipeline(retriever) -> RAGPipeline:
         prompt_version="p",
         model_version="m",
         n_samples=3,
+        min_samples=3,  # every sample drawn: the span count below is fixed
         retry=FAST_RETRY,
         audit=None,
     )

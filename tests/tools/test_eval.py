@@ -184,7 +184,11 @@ def test_worse_prompt_fails_the_gate_and_the_run_is_stored(tmp_path, capsys):
     assert base["indicators"]["interception"] == pytest.approx(
         base["adversarial"]["intercepted"] / base["adversarial"]["mutations"]
     )
-    assert base["cost"]["model_calls"] == 8 * (1 + 5)  # a plan call and five samples each
+    # a plan call and at most five samples each, several answers to one call where they settle
+    calls = base["cost"]["model_calls"]
+    assert 8 * 2 <= calls < 8 * (1 + 5)
+    assert base["cost"]["calls_per_request"] == round(calls / 8, 2)
+    assert 2 <= base["cost"]["samples_per_request"] <= 5
     assert base["cost"]["tokens_per_request"] > 0
     assert base["indicators"]["decisions"] > cand["indicators"]["decisions"]
     changed = report["changed_decisions"]
@@ -197,7 +201,11 @@ def test_worse_prompt_fails_the_gate_and_the_run_is_stored(tmp_path, capsys):
                 trail = store.get(ch[key])
                 assert trail.record["evaluation_run"]["run_id"] == report["run_id"]
                 assert trail.record["channel"] == "evaluation"
-                assert trail.record["usage"]["calls"] == 6
+                # the plan call, then one call per round of samples (the model answers a
+                # prompt n times in one call)
+                adaptive = trail.record["params"]["adaptive"]
+                assert adaptive["drawn"] == len(trail.record["samples"])
+                assert trail.record["usage"]["calls"] == 1 + adaptive["rounds"]
         run = store.get(report["run_id"])
         [entry] = run.of_kind("evaluation")
         assert entry.payload["gate"]["failures"] == gate["failures"]

@@ -72,7 +72,8 @@ def test_replay_uses_exactly_the_stored_materials_and_parameters(store, retrieve
     assert after["retrieval"] == before["retrieval"]
     assert after["params"] == before["params"]
     assert after["tier"] == "medium" and after["params"]["plan_mode"] == "inline"
-    assert after["params"]["temperature"] == 0.3 and len(after["samples"]) == 3
+    assert after["params"]["temperature"] == 0.3
+    assert len(after["samples"]) == len(before["samples"]) <= 3  # medium: at most three
     assert after["question"] == before["question"]
     assert after["replay_of"] == rid
     assert not result.changed, result.render()

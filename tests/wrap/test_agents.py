@@ -72,6 +72,7 @@ def test_a_correct_citation_passes(name, spans, count_searches):
     wrapped = wrap(
         build(model),
         n_samples=N,
+        min_samples=N,
         retry=FAST_RETRY,
         audit=records.append,
         tracer_provider=spans.provider,
@@ -100,7 +101,9 @@ def test_a_correct_citation_passes(name, spans, count_searches):
 def test_a_fabricated_citation_escalates(name, spans):
     build, cite, _ = AGENTS[name]
     model = model_for(name, answering("24-month", cite=cite, marker="warranty-2019"))
-    wrapped = wrap(build(model), n_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider)
+    wrapped = wrap(
+        build(model), n_samples=N, min_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider
+    )
     response = wrapped.invoke({"messages": [("user", AGENT_QUESTION)]})
     assert response.decision == "escalate"
     assert response.answer is None
@@ -111,7 +114,9 @@ def test_a_fabricated_citation_escalates(name, spans):
 def test_a_wrong_number_escalates(name, spans):
     build, cite, _ = AGENTS[name]
     model = model_for(name, answering("24-month", cite=cite, claim=WRONG_NUMBER))
-    wrapped = wrap(build(model), n_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider)
+    wrapped = wrap(
+        build(model), n_samples=N, min_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider
+    )
     response = wrapped.invoke({"messages": [HumanMessage(AGENT_QUESTION)]})
     assert response.decision == "escalate", response.signal_detail
     assert response.answer is None
@@ -131,7 +136,13 @@ def test_every_input_form_the_tutorials_use(value, spans):
 
 def test_the_trace_shows_the_app_run_and_its_forks(spans):
     model = model_for("create_agent", answering("24-month"))
-    wrapped = wrap(rag_agent(model), n_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider)
+    wrapped = wrap(
+        rag_agent(model),
+        n_samples=N,
+        min_samples=N,
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
+    )
     response = wrapped.invoke(AGENT_QUESTION)
     rid = response.request_id
     assert spans.tree_problems(rid) == []
@@ -177,7 +188,13 @@ def test_the_callers_callbacks_see_one_run_not_the_samples(spans):
 
     seen = Seen()
     model = model_for("create_agent", answering("24-month"))
-    wrapped = wrap(rag_agent(model), n_samples=4, retry=FAST_RETRY, tracer_provider=spans.provider)
+    wrapped = wrap(
+        rag_agent(model),
+        n_samples=4,
+        min_samples=4,
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
+    )
     response = wrapped.invoke(AGENT_QUESTION, config={"callbacks": [seen]})
     assert response.decision == "pass"
     assert (seen.roots, seen.inner) == (1, 0)
@@ -204,7 +221,9 @@ def test_a_wrapped_agent_with_a_checkpointer_keeps_the_conversation(spans, count
     saver = InMemorySaver()
     model = model_for("create_agent", answering("24-month"))
     agent = rag_agent(model, checkpointer=saver)
-    wrapped = wrap(agent, n_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider)
+    wrapped = wrap(
+        agent, n_samples=N, min_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider
+    )
     config = {"configurable": {"thread_id": "customer-7"}}
     first = wrapped.invoke({"messages": [("user", AGENT_QUESTION)]}, config)
     assert first.decision == "pass"
@@ -233,7 +252,9 @@ def test_the_kept_answer_is_the_one_checked_even_when_others_disagree(spans):
         responder=lambda call: next(answers), model_name="tool-model-1", temperature=0.7
     )
     agent = rag_agent(model, checkpointer=InMemorySaver())
-    wrapped = wrap(agent, n_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider)
+    wrapped = wrap(
+        agent, n_samples=N, min_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider
+    )
     config = {"configurable": {"thread_id": "t-1"}}
     response = wrapped.invoke(AGENT_QUESTION, config)
     # the better answers of the forks are not passed off as the one the app gave
@@ -250,6 +271,7 @@ def test_app_sampling_runs_the_whole_agent_each_time(spans, count_searches):
     wrapped = wrap(
         rag_agent(model),
         n_samples=N,
+        min_samples=N,
         sampling="app",
         retry=FAST_RETRY,
         tracer_provider=spans.provider,
@@ -339,7 +361,7 @@ async def test_concurrent_requests_keep_their_own_materials(spans):
         temperature=0.7,
     )
     records: list[dict] = []
-    wrapped = wrap(rag_agent(model), n_samples=N, audit=records.append)
+    wrapped = wrap(rag_agent(model), n_samples=N, min_samples=N, audit=records.append)
     warranty, gift = await asyncio.gather(
         wrapped.ainvoke(AGENT_QUESTION),
         wrapped.ainvoke("How long is a Northwind gift card valid?"),
@@ -364,7 +386,9 @@ def test_forks_that_fail_are_kept_as_failed_samples_and_their_threads_deleted(sp
 
     model = ToolCallingChatModel(responder=respond, model_name="tool-model-1", temperature=0.7)
     agent = rag_agent(model, checkpointer=saver)
-    wrapped = wrap(agent, n_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider)
+    wrapped = wrap(
+        agent, n_samples=N, min_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider
+    )
     config = {"configurable": {"thread_id": "t-9"}}
     response = wrapped.invoke(AGENT_QUESTION, config)
     assert response.signal_detail.samples_ok == 1
@@ -402,7 +426,7 @@ def test_streams_carry_no_withheld_text(name, case, surface, caplog):
     build, cite, _ = AGENTS[name]
     extra, decision = CASES[case]
     model = model_for(name, answering("24-month", cite=cite, **extra))
-    app = wrap(build(model), n_samples=N, retry=FAST_RETRY, audit=None)
+    app = wrap(build(model), n_samples=N, min_samples=N, retry=FAST_RETRY, audit=None)
     handler = Recorder()
     caplog.set_level(logging.WARNING)
     request = {"messages": [("user", AGENT_QUESTION)]}

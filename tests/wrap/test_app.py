@@ -25,7 +25,9 @@ from tracerag.testing import ScriptedChatModel
 def test_wrap_standard_chain_learns_versions_and_verifies(retriever, spans):
     llm = ScriptedChatModel(responder=positional_answer, model_name="scripted-x", temperature=0.7)
     chain = standard_chain(retriever, llm)
-    wrapped = wrap(chain, n_samples=3, retry=FAST_RETRY, tracer_provider=spans.provider)
+    wrapped = wrap(
+        chain, n_samples=3, min_samples=3, retry=FAST_RETRY, tracer_provider=spans.provider
+    )
     response = wrapped.invoke(QUESTION)
     validate_response(response.model_dump(mode="json"))
     assert response.versions.model == "scripted-x"
@@ -73,7 +75,12 @@ def test_wrap_fabricated_position_is_escalated(retriever, spans):
 def test_wrap_temperature_zero_warns_and_is_uninformative(retriever, spans, caplog):
     llm = ScriptedChatModel(responder=positional_answer, temperature=0.0)
     with caplog.at_level("WARNING", logger="tracerag.wrap"):
-        wrapped = wrap(standard_chain(retriever, llm), n_samples=3, tracer_provider=spans.provider)
+        wrapped = wrap(
+            standard_chain(retriever, llm),
+            n_samples=3,
+            min_samples=3,
+            tracer_provider=spans.provider,
+        )
         response = wrapped.invoke(QUESTION)
     assert "temperature 0" in caplog.text
     assert response.signal_detail.consistency_informative is False
@@ -195,6 +202,7 @@ def test_a_chain_retrieves_once_and_samples_its_answer(retriever, spans, samplin
     wrapped = wrap(
         standard_chain(counting, llm),
         n_samples=3,
+        min_samples=3,
         sampling=sampling,
         tracer_provider=spans.provider,
     )

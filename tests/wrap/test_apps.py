@@ -61,7 +61,13 @@ def store():
 def test_well_cited_answer_passes(name, store, spans):
     build, request = APPS[name]
     llm = ScriptedChatModel(responder=cite_returns, model_name="scripted-x", temperature=0.7)
-    wrapped = wrap(build(store, llm), n_samples=3, retry=FAST_RETRY, tracer_provider=spans.provider)
+    wrapped = wrap(
+        build(store, llm),
+        n_samples=3,
+        min_samples=3,
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
+    )
     response = wrapped.invoke(request)
     validate_response(response.model_dump(mode="json"))
     assert response.decision == "pass", (response.signal_detail, response.warnings)
@@ -88,7 +94,13 @@ def test_fabricated_citation_escalates(name, store, spans):
 def test_same_six_stage_trace_with_the_retrieved_materials(name, store, spans):
     build, request = APPS[name]
     llm = ScriptedChatModel(responder=cite_returns, model_name="scripted-x")
-    wrapped = wrap(build(store, llm), n_samples=3, retry=FAST_RETRY, tracer_provider=spans.provider)
+    wrapped = wrap(
+        build(store, llm),
+        n_samples=3,
+        min_samples=3,
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
+    )
     response = wrapped.invoke(request)
     rid = response.request_id
     assert spans.tree_problems(rid) == []
@@ -168,7 +180,13 @@ def test_graph_retrieving_with_a_retriever_inside_a_node(store, spans):
 
     builder = StateGraph(Formatted).add_sequence([retrieve, generate])
     builder.add_edge(START, "retrieve")
-    wrapped = wrap(builder.compile(), n_samples=3, retry=FAST_RETRY, tracer_provider=spans.provider)
+    wrapped = wrap(
+        builder.compile(),
+        n_samples=3,
+        min_samples=3,
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
+    )
     response = wrapped.invoke(QUESTION)
     assert response.decision == "pass", response.signal_detail
     assert response.evidence[0].material_id == "returns"
@@ -441,6 +459,7 @@ def test_run_once_node_runs_in_one_sample_only(store, spans):
         tutorial_graph(store, llm, extra_nodes=[notify]),
         run_once=["notify"],
         n_samples=3,
+        min_samples=3,
         retry=FAST_RETRY,
         tracer_provider=spans.provider,
     )
@@ -476,9 +495,9 @@ def test_run_once_by_node_metadata(store, spans):
     builder.add_edge("retrieve", "generate")
     builder.add_edge("generate", "notify")
     graph = builder.compile()
-    response = wrap(graph, n_samples=3, retry=FAST_RETRY, tracer_provider=spans.provider).invoke(
-        {"question": QUESTION}
-    )
+    response = wrap(
+        graph, n_samples=3, min_samples=3, retry=FAST_RETRY, tracer_provider=spans.provider
+    ).invoke({"question": QUESTION})
     assert response.decision == "pass"
     assert len(sent) == 1
     assert graph.checkpointer is None  # the user's graph is left as it was
@@ -507,7 +526,9 @@ def test_checkpointed_graph_samples_on_forks_and_keeps_the_conversation(store, s
     config = {"configurable": {"thread_id": "customer-7"}}
     graph.invoke({"question": "Hello"}, config)  # an earlier turn, without tracerag
 
-    wrapped = wrap(graph, n_samples=3, retry=FAST_RETRY, tracer_provider=spans.provider)
+    wrapped = wrap(
+        graph, n_samples=3, min_samples=3, retry=FAST_RETRY, tracer_provider=spans.provider
+    )
     response = wrapped.invoke({"question": QUESTION}, config)
     assert response.decision == "pass"
     assert response.signal_detail.samples_ok == 3
@@ -546,6 +567,7 @@ def test_samples_of_a_graph_do_not_share_state(store, spans):
     response = wrap(
         builder.compile(),
         n_samples=3,
+        min_samples=3,
         sampling="app",
         retry=FAST_RETRY,
         tracer_provider=spans.provider,
@@ -555,7 +577,11 @@ def test_samples_of_a_graph_do_not_share_state(store, spans):
     assert scratch == []
     seen.clear()
     response = wrap(
-        builder.compile(), n_samples=3, retry=FAST_RETRY, tracer_provider=spans.provider
+        builder.compile(),
+        n_samples=3,
+        min_samples=3,
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
     ).invoke({"question": QUESTION, "scratch": scratch})
     assert response.decision == "pass"
     assert seen == [1]  # the default: the app runs once and its answering step is forked
@@ -570,7 +596,9 @@ def test_the_langgraph_example_runs(spans, monkeypatch):
     example = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, example)  # LangGraph reads the state's types
     spec.loader.exec_module(example)
-    wrapped = wrap(example.build_graph(), n_samples=3, tracer_provider=spans.provider)
+    wrapped = wrap(
+        example.build_graph(), n_samples=3, min_samples=3, tracer_provider=spans.provider
+    )
     response = wrapped.invoke({"question": "How long is the warranty on a laptop?"})
     assert response.decision == "pass", response.signal_detail
     assert response.versions.model == "tracerag-extractive-1"

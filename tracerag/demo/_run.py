@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracerag._adaptive import DEFAULT_MIN_SAMPLES
+
 if TYPE_CHECKING:  # the command's parser is built without the pipeline's imports
     from langchain_core.language_models import BaseChatModel
 
@@ -87,10 +89,18 @@ def build_pipeline(args: argparse.Namespace) -> RAGPipeline:
         prompt_version=DEFAULT_PROMPT_VERSION,
         model_version=model_name(llm) or type(llm).__name__,
         n_samples=args.samples,
+        min_samples=args.min_samples if args.min_samples is not None else DEFAULT_MIN_SAMPLES,
         temperature=args.temperature,
         plan=args.plan,
         audit=store_target(args),
     )
+
+
+def _drawn(args: argparse.Namespace) -> str:
+    first = args.min_samples if args.min_samples is not None else DEFAULT_MIN_SAMPLES
+    if first >= args.samples:
+        return f"{args.samples} samples"
+    return f"{first} to {args.samples} samples (adaptive)"
 
 
 def _answer(response: Response) -> str:
@@ -167,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         print(
             f"tracerag demo — {len(questions)} questions, model {args.model}, "
-            f"{args.samples} samples at temperature {args.temperature}, plan {args.plan}\n"
+            f"{_drawn(args)} at temperature {args.temperature}, plan {args.plan}\n"
         )
     for i, q in enumerate(questions, 1):
         response = pipeline.invoke(q["question"])
@@ -222,7 +232,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         choices=["extractive", "local"],
         help="extractive (no weights, default) or local (small GGUF LLM, extra)",
     )
-    p.add_argument("--samples", type=int, default=5, help="samples per question (default 5)")
+    p.add_argument(
+        "--samples", type=int, default=5, help="the most samples per question (default 5)"
+    )
+    p.add_argument(
+        "--min-samples",
+        type=int,
+        default=None,
+        help=f"samples drawn first; more only while the route could change (default "
+        f"{DEFAULT_MIN_SAMPLES}; --min-samples 5 with --samples 5 draws all five)",
+    )
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--plan", default="separate", choices=["separate", "inline"])
     p.add_argument(

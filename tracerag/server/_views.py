@@ -423,6 +423,7 @@ def item_context(
         "confidence": rec.confidence,
         "candidate": rec.candidate_answer,
         "samples": sample_views(trail),
+        "sampling": (rec.params or {}).get("adaptive"),  # how many were drawn, why it stopped
         "signals": signal_rows(trail, {w.row for w in reasons}),
         "claims": claim_views(trail),
         "review": trail.review,

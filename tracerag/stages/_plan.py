@@ -24,8 +24,10 @@ from tracerag._declare import stamp
 from tracerag._llm import (
     Tries,
     ainvoke_model,
+    concurrency_of,
     is_transient,
     model_name,
+    model_slots,
     record_retry,
     retry_call,
     text_of,
@@ -113,9 +115,11 @@ async def plan(
 
     tries = Tries()
     try:
-        parsed = await retry_call(
-            once, settings.retry, on_retry=on_retry, retry_on=retry_on, tries=tries
-        )
+        # the plan call holds one of the model's call slots too (max_concurrency)
+        async with model_slots(concurrency_of(settings.max_concurrency, base_llm), base_llm):
+            parsed = await retry_call(
+                once, settings.retry, on_retry=on_retry, retry_on=retry_on, tries=tries
+            )
         result = dataclasses.replace(parsed, attempts=tries.count)
     except Exception as exc:
         errors.record_error("plan", exc, attempt=tries.count, final=True)

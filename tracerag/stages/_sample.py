@@ -10,11 +10,12 @@ with the materials (and the plan, when there is one).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -31,8 +32,12 @@ from tracerag._llm import (
     OnRetry,
     Tries,
     call_model,
+    call_model_several,
+    concurrency_of,
+    generates_several,
     invocation_parameters,
     model_name,
+    model_slots,
     provider_name,
     record_retry,
     text_of,
@@ -45,6 +50,7 @@ from tracerag.errors import ConfigurationError, OutputTooLongError, PlanError
 from tracerag.prompts import TASK_ANSWER, TASK_PLAN_AND_ANSWER, prompt_messages
 from tracerag.signals._types import Plan
 from tracerag.stages._plan import parse_plan, split_inline
+from tracerag.stages._stopping import Stopped, Verifier, draw_adaptive
 from tracerag.telemetry import _instruments as metrics
 from tracerag.telemetry._content_capture import capture
 from tracerag.telemetry._providers import get_tracer
@@ -163,17 +169,44 @@ def finish_sample_span(
 
 
 def record_samples(
-    samples: tuple[Sample, ...], span: Span, temperature: float | None
+    samples: tuple[Sample, ...],
+    span: Span,
+    temperature: float | None,
+    stopped: Stopped | None = None,
+    max_samples: int = 0,
+    calls: int | None = None,
 ) -> tuple[str, ...]:
     """The sample stage's span attributes (``SampleSet.SIGNALS``) and the temperature-zero
     warning, if it applies (``temperature``: the one the samples were drawn at; None: the
-    model has none that tracerag knows)."""
-    drawn = SampleSet(samples=samples, temperature=temperature)
+    model has none that tracerag knows; ``stopped``, ``max_samples``, ``calls``: how adaptive
+    sampling went, see ``adaptive_fields``)."""
+    drawn = SampleSet(
+        samples=samples,
+        temperature=temperature,
+        **adaptive_fields(stopped, max_samples, calls),  # type: ignore[arg-type]
+    )
     stamp(span, drawn)
     if not drawn.drawn_at_zero:
         return ()
     span.add_event(semconv.EVENT_WARNING, {semconv.WARNING_MESSAGE: TEMPERATURE_ZERO_WARNING})
     return (TEMPERATURE_ZERO_WARNING,)
+
+
+def adaptive_fields(
+    stopped: Stopped | None, max_samples: int, calls: int | None
+) -> dict[str, object]:
+    """The ``SampleSet`` fields that say how adaptive sampling went (none without ``stopped``)."""
+    if stopped is None:
+        return {}
+    return {
+        "max_samples": max_samples,
+        "rounds": stopped.rounds,
+        "stop_reason": str(stopped.reason),
+        "stop_risk": None if stopped.risk is None else round(stopped.risk, 4),
+        "calls": calls,
+        "min_samples": stopped.min_samples,
+        "risk_bound": stopped.bound,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,8 +238,11 @@ async def draw_samples(
     describe: Describe,
     errors: ErrorLog,
     finish: Callable[[R], Draw] | None = None,
+    *,
+    indices: Sequence[int] | None = None,
 ) -> tuple[Sample, ...]:
-    """Draw ``n`` samples concurrently, each in its own child span; failures are kept.
+    """Draw ``n`` samples concurrently (those numbered ``indices``, default ``0..n-1``), each in
+    its own child span; failures are kept.
 
     ``generate`` gives each sample's Draw (a ``Generate``), or, with ``finish``, what ``finish``
     makes the Draw of (what either raises fails the sample)."""
@@ -252,7 +288,8 @@ async def draw_samples(
             finish_sample_span(child, request_id, result, described)
         return result
 
-    return tuple(await asyncio.gather(*(one(i) for i in range(n))))
+    chosen = range(n) if indices is None else indices
+    return tuple(await asyncio.gather(*(one(i) for i in chosen)))
 
 
 def samples_wanted(state: RequestState, settings: Settings) -> int:
@@ -265,7 +302,8 @@ def samples_wanted(state: RequestState, settings: Settings) -> int:
 async def sample(
     state: RequestState, settings: Settings, span: Span, config: RunnableConfig | None = None
 ) -> SampleSet:
-    """Draw the tier's number of samples from the chat model, each in its own child span."""
+    """Draw the tier's samples from the chat model, each in its own child span: adaptively
+    (``tracerag._adaptive``), several to one call where the model answers a prompt n times."""
     if settings.llm is None:
         raise ConfigurationError("the sample stage needs a chat model")
     llm, applied = with_temperature(settings.llm, settings.temperature)
@@ -278,6 +316,8 @@ async def sample(
     task = TASK_PLAN_AND_ANSWER if inline else TASK_ANSWER
     plan = state.plan if state.plan is not None and state.plan.ok else None
     materials = state.materials
+    # every sample is sent this one prompt, message for message: a provider's prompt cache
+    # sees the same prefix each time
     messages = prompt_messages(
         task, state.standalone_question, materials, plan, prompt=settings.prompt
     )
@@ -296,29 +336,80 @@ async def sample(
 
     # samples often write the same plan word for word: parse each distinct one once
     plans: dict[str | None, Plan] = {}
+    several = generates_several(llm)
+    # the round's one call, when several samples share it: index -> (call, position in it)
+    shared: dict[int, tuple[asyncio.Future[list[AIMessage]], int, int]] = {}
+    calls = 0
 
-    def generate(index: int, on_retry: OnRetry, tries: Tries) -> Awaitable[AIMessage]:
-        return call_model(
-            llm, messages, policy=settings.retry, on_retry=on_retry, config=config, tries=tries
-        )
+    async def one_call(on_retry: OnRetry, tries: Tries) -> AIMessage:
+        async with model_slots(
+            concurrency_of(settings.max_concurrency, settings.llm), settings.llm
+        ):
+            return await call_model(
+                llm, messages, policy=settings.retry, on_retry=on_retry, config=config, tries=tries
+            )
 
-    def finish(message: AIMessage) -> Draw:  # no coroutine more per sample
+    async def several_call(n: int, on_retry: OnRetry, tries: Tries) -> list[AIMessage]:
+        async with model_slots(
+            concurrency_of(settings.max_concurrency, settings.llm), settings.llm
+        ):
+            return await call_model_several(
+                llm,
+                messages,
+                n,
+                policy=settings.retry,
+                on_retry=on_retry,
+                config=config,
+                tries=tries,
+            )
+
+    async def generate(index: int, on_retry: OnRetry, tries: Tries) -> tuple[AIMessage, int]:
+        nonlocal calls
+        if index not in shared:
+            calls += 1
+            return await one_call(on_retry, tries), 1
+        future, position, size = shared[index]
+        if position == 0:  # the round's first sample makes the call the others share
+            calls += 1
+            try:
+                future.set_result(await several_call(size, on_retry, tries))
+            except asyncio.CancelledError:
+                future.cancel()
+                raise
+            except Exception as exc:
+                future.set_exception(exc)
+                raise
+            return future.result()[0], size
+        replies = await asyncio.shield(future)
+        tries.count = 1
+        return replies[position], 0
+
+    def finish(got: tuple[AIMessage, int]) -> Draw:  # no coroutine more per sample
+        message, billed = got
         raw = text_of(message)
-        input_tokens, output_tokens = token_usage(message)
-        call = usage.usage_of(
-            message,
-            stage=usage.STAGE_SAMPLE,
-            model=model_attributes[semconv.GENAI_REQUEST_MODEL],
-            prompt=messages,
-        )
-        usage.note(call)
+        spent: usage.CallUsage | None = None
+        input_tokens: int | None
+        output_tokens: int | None
+        if billed:
+            # the call's usage, billed once: a call for several answers reports them together
+            input_tokens, output_tokens = token_usage(message)
+            call = usage.usage_of(
+                message,
+                stage=usage.STAGE_SAMPLE,
+                model=model_attributes[semconv.GENAI_REQUEST_MODEL],
+                prompt=messages,
+            )
+            spent = dataclasses.replace(call, generations=billed) if billed > 1 else call
+            usage.note(spent)
+        else:
+            input_tokens = output_tokens = None
         if inline:
             plan_text, answer = split_inline(raw)
             plan = plans.get(plan_text)
             if plan is None:
                 plan = plans[plan_text] = _inline_plan(plan_text, retrieved)
-            return Draw(raw, answer, plan, input_tokens, output_tokens, call)
-        return Draw(raw, None, None, input_tokens, output_tokens, call)
+            return Draw(raw, answer, plan, input_tokens, output_tokens, spent)
+        return Draw(raw, None, None, input_tokens, output_tokens, spent)
 
     def describe(index: int, draw: Draw | None) -> Mapping[str, Any]:
         if draw is None or draw.spent is None:
@@ -326,12 +417,25 @@ async def sample(
         return {**model_attributes, **usage.span_attributes(draw.spent)}
 
     errors = ErrorLog()
-    samples = await draw_samples(
-        state, settings, samples_wanted(state, settings), generate, describe, errors, finish
+    wanted = samples_wanted(state, settings)
+
+    async def draw_round(indices: Sequence[int]) -> tuple[Sample, ...]:
+        chosen = list(indices)
+        if several and len(chosen) > 1:
+            future: asyncio.Future[list[AIMessage]] = asyncio.get_running_loop().create_future()
+            for position, index in enumerate(chosen):
+                shared[index] = (future, position, len(chosen))
+        return await draw_samples(
+            state, settings, len(chosen), generate, describe, errors, finish, indices=chosen
+        )
+
+    verifier = Verifier(state, settings, span, errors, positional=True)  # as the set says
+    samples, stopped = await draw_adaptive(
+        state, settings, wanted, draw_round, lambda drawn: verifier.tally(drawn, materials)
     )
     # a model without a temperature field samples at its own setting: none is known
     drawn_at = settings.temperature if applied else None
-    warnings.extend(record_samples(samples, span, drawn_at))
+    warnings.extend(record_samples(samples, span, drawn_at, stopped, wanted, calls))
     return SampleSet(
         samples=samples,
         temperature=drawn_at,
@@ -340,6 +444,8 @@ async def sample(
         positional=True,
         warnings=tuple(warnings),
         errors=errors.freeze(),
+        verified=dict(verifier.reports),
+        **adaptive_fields(stopped, wanted, calls),  # type: ignore[arg-type]
     )
 
 

@@ -123,9 +123,13 @@ async def verify(
     errors = ErrorLog()
     reports: dict[int, CitationReport] = {}
     seen: dict[tuple[str, tuple[str, ...]], CitationReport] = {}
+    # the stopping rule's reports, made against these same materials (the pipeline's samples)
+    already = sampled.verified if not sampled.extra_materials else {}
     with usage_scope() as usage:
         for s in samples:
-            if s.ok:
+            if s.ok and s.index in already:
+                reports[s.index] = already[s.index]
+            elif s.ok:
                 # samples often repeat an answer word for word: verify each distinct one once
                 key = (s.answer or "", tuple(s.material_order))
                 if key not in seen:

@@ -247,6 +247,8 @@ class RequestOutcome:
     confidence: float | None = None
     timings: Mapping[str, float] = field(default_factory=dict)
     n_samples: int | None = None
+    #: why the request's sampling stopped (tracerag._adaptive.StopReason), if it was recorded
+    stop_reason: str | None = None
     citation_coverage: float | None = None
     citation_accuracy: float | None = None
     #: the fabricated citation ids, or their count; None when citations were not verified
@@ -283,7 +285,10 @@ def record_request(outcome: RequestOutcome, *, meter_provider: MeterProvider | N
                 )
         samples = getattr(outcome, "n_samples", None)
         if samples is not None:
-            inst["samples"].record(samples, tier_only)
+            stop = getattr(outcome, "stop_reason", None)
+            inst["samples"].record(
+                samples, {**tier_only, semconv.METRIC_ATTR_STOP: str(stop)} if stop else tier_only
+            )
         coverage = _ratio(getattr(outcome, "citation_coverage", None))
         if coverage is not None:
             inst["coverage"].record(coverage, tier_only)

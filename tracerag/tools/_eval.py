@@ -358,6 +358,18 @@ def summarize_arm(
         cost={
             "tokens_per_request": round(sum(tokens) / len(tokens), 1) if tokens else None,
             "model_calls": sum(int((r.get("usage") or {}).get("calls") or 0) for r in records),
+            # adaptive sampling draws fewer where the route settles early: per request
+            "calls_per_request": round(
+                sum(int((r.get("usage") or {}).get("calls") or 0) for r in records) / len(records),
+                2,
+            )
+            if records
+            else None,
+            "samples_per_request": round(
+                sum(len(r.get("samples") or ()) for r in records) / len(records), 2
+            )
+            if records
+            else None,
             "cost_total": total_cost,
             "cost_per_request": total_cost / len(outcomes) if total_cost is not None else None,
             "cost_per_passed_answer": total_cost / passed
@@ -547,6 +559,13 @@ def render_report(report: Mapping[str, Any]) -> str:
 
     row("confidence <0.6 / mid / >=0.85", bands(b), bands(c))
     row("model calls", _num(b["cost"]["model_calls"]), _num(c["cost"]["model_calls"]))
+    row(
+        "calls / samples per request",
+        f"{_num(b['cost'].get('calls_per_request'), 2)} / "
+        f"{_num(b['cost'].get('samples_per_request'), 2)}",
+        f"{_num(c['cost'].get('calls_per_request'), 2)} / "
+        f"{_num(c['cost'].get('samples_per_request'), 2)}",
+    )
     row(
         "tokens per request",
         _num(b["cost"]["tokens_per_request"], 1),

@@ -319,11 +319,17 @@ def check_versions(
 
 
 def recorded_options(record: AuditRecord | Mapping[str, Any]) -> dict[str, Any]:
-    """The ``RAGPipeline`` options a stored request ran with (samples, temperature, plan, k)."""
+    """The ``RAGPipeline`` options a stored request ran with (samples, adaptive sampling's
+    first round, temperature, plan, k)."""
     record = AuditRecord.parse(record)
     params = record.params
+    n = int(params.get("n_samples") or 1)
+    adaptive = params.get("adaptive")
+    # a record from before adaptive sampling drew every sample (fixed N)
+    first = adaptive.get("min_samples") if isinstance(adaptive, Mapping) else None
     return {
-        "n_samples": int(params.get("n_samples") or 1),
+        "n_samples": n,
+        "min_samples": int(first) if isinstance(first, int) and first >= 1 else n,
         "temperature": float(params.get("temperature", 0.7)),
         "plan": str(params.get("plan_mode") or "separate"),
         "tier": record.tier or "high",

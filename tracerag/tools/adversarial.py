@@ -244,11 +244,14 @@ def demo_records(
     temperature: float = 0.7,
     k: int = 4,
     combiner: Combiner | None = None,
+    min_samples: int | None = None,
 ) -> list[dict[str, Any]]:
     """Audit records of the demo questions answered through ``RAGPipeline`` at each seed.
 
-    ``llm_factory(seed)`` builds the chat model (default: ``ExtractiveChatModel(seed=seed)``).
+    ``llm_factory(seed)`` builds the chat model (default: ``ExtractiveChatModel(seed=seed)``);
+    ``min_samples``: adaptive sampling's first round (None: the default; ``n_samples``: fixed N).
     """
+    from tracerag._adaptive import DEFAULT_MIN_SAMPLES
     from tracerag._pipeline import RAGPipeline
     from tracerag.demo.kb import build_retriever
     from tracerag.demo.models.extractive import ExtractiveChatModel
@@ -266,6 +269,7 @@ def demo_records(
             prompt_version=DEFAULT_PROMPT_VERSION,
             model_version=getattr(llm, "model_name", type(llm).__name__),
             n_samples=n_samples,
+            min_samples=min_samples if min_samples is not None else DEFAULT_MIN_SAMPLES,
             temperature=temperature,
             escalation=_QuietEscalation(),
             combiner=combiner,

@@ -525,6 +525,8 @@ def demo_calibration_rows(
     kinds: Sequence[str] | None = None,
     rates: Sequence[float] = (0.4, 0.8, 1.0),
     n_samples: int = 5,
+    min_samples: int | None = None,
+    paired: bool = False,
 ) -> list[dict[str, Any]]:
     """A synthetic labelled set: demo questions answered clean and with mutated samples.
 
@@ -532,7 +534,12 @@ def demo_calibration_rows(
     extractive model, once as is and once per mutation kind with a share (cycling through
     ``rates``) of the samples mutated. A row is right when the chosen answer is not mutated,
     cites only current materials, and cites a document that answers the question; a refusal
-    is not right (the customer got no answer). Returns rows in the data format.
+    is not right (the customer got no answer). Returns rows in the data format, each with
+    what it took: ``samples_drawn``, ``model_calls``, ``input_tokens``, ``output_tokens`` and
+    its ``decision`` (``min_samples``: adaptive sampling's first round; ``n_samples`` draws
+    every sample, fixed N). ``paired``: a fresh model for each question, so two runs that
+    differ only in ``min_samples`` draw the same first samples for each request (the
+    comparison benchmarks/cost.py makes).
     """
     from tracerag.demo.kb import load_documents
     from tracerag.demo.models.extractive import ExtractiveChatModel
@@ -562,14 +569,24 @@ def demo_calibration_rows(
         runs.append((seed, None, 0.0))
         for i, mutation in enumerate(kinds):
             runs.append((seed, mutation, rates[(seed + i) % len(rates)]))
+    # paired: a fresh model per question (seeded by the run's seed and the question), so a
+    # request's samples do not depend on how many the requests before it drew
+    batches: list[tuple[int, str | None, float, list[str], int]] = []
     for seed, kind, rate in runs:
-        base = ExtractiveChatModel(seed=seed)
+        if paired:
+            batches.extend(
+                (seed, kind, rate, [q], seed * 1000 + i) for i, q in enumerate(questions)
+            )
+        else:
+            batches.append((seed, kind, rate, questions, seed))
+    for seed, kind, rate, asked, model_seed in batches:
+        base = ExtractiveChatModel(seed=model_seed)
         mutating = (
             MutatingChatModel(
                 base=base,
                 kind=kind,
                 rate=rate,
-                seed=seed,
+                seed=model_seed,
                 materials=kb,
                 model_name=base.model_name,
             )
@@ -577,7 +594,13 @@ def demo_calibration_rows(
             else None
         )
         model: BaseChatModel = base if mutating is None else mutating
-        records = demo_records([seed], questions, llm_factory=_always(model), n_samples=n_samples)
+        records = demo_records(
+            [seed],
+            asked,
+            llm_factory=_always(model),
+            n_samples=n_samples,
+            min_samples=min_samples,
+        )
         mutated = mutating.mutated if mutating is not None else {}
         for data in records:
             record = AuditRecord.parse(data)
@@ -589,12 +612,45 @@ def demo_calibration_rows(
                     "seed": seed,
                     "mutation": kind,
                     "mutation_rate": rate,
-                    "signals": _row_signals(detail),
+                    # the samples drawn: a calibration fitted on fixed N meets adaptive rows
+                    "signals": {
+                        **_row_signals(detail),
+                        "n_samples": len(data.get("samples") or ()),
+                    },
                     "heuristic_confidence": record.confidence,
                     "correct": _label(record, mutated, relevant.get(question, ())),
+                    **_cost_of(data),
                 }
             )
     return rows
+
+
+def _cost_of(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What a request took: samples drawn, model calls and tokens, and its route."""
+    usage = data.get("usage") or {}
+    return {
+        "decision": data.get("decision"),
+        "retrieval_shape": (data.get("retrieval") or {}).get("shape"),
+        **_group_of(data),
+        "samples_drawn": len(data.get("samples") or ()),
+        "model_calls": usage.get("calls"),
+        "input_tokens": usage.get("input_tokens"),
+        "output_tokens": usage.get("output_tokens"),
+    }
+
+
+def _group_of(data: Mapping[str, Any]) -> dict[str, int]:
+    """The chosen answer's group: its size and how many of its members verify fully."""
+    signals = data.get("signals") or {}
+    group = (signals.get("selection") or {}).get("group") or []
+    reports = signals.get("citations_by_sample") or {}
+    full = 0
+    for i in group:
+        r = reports.get(str(i)) or {}
+        full += (
+            bool(r.get("valid")) and (r.get("score") or 0) >= 1 and (r.get("coverage") or 0) >= 1
+        )
+    return {"group_size": len(group), "group_verified": full}
 
 
 def _row_signals(detail: Mapping[str, Any]) -> dict[str, Any]:

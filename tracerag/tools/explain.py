@@ -513,6 +513,9 @@ class _Runner:
             "prompt_version": prompt_version,
             "model_version": model_version,
             **recorded_options(record),
+            # every sample drawn: runs that differ only in what they were shown compare
+            # alike, and the calls announced are the calls made
+            "min_samples": recorded_options(record)["n_samples"],
             "tracer_provider": tracer_provider,
             **pipeline_options,
         }

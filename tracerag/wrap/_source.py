@@ -19,13 +19,15 @@ from opentelemetry.trace import Span
 
 from tracerag import _semconv as semconv
 from tracerag import _usage as usage_meter
-from tracerag._llm import OnRetry, Tries, clean_text, retry_call, within
+from tracerag._adaptive import Tally
+from tracerag._llm import OnRetry, Tries, clean_text, model_slots, retry_call, within
 from tracerag._state import (
     ErrorLog,
     RequestInput,
     RequestState,
     Retrieval,
     RunVersions,
+    Sample,
     SampleSet,
     StageRefusal,
 )
@@ -36,10 +38,12 @@ from tracerag.stages._retrieve import fetch, record_materials, to_materials
 from tracerag.stages._sample import (
     TEMPERATURE_ZERO_WARNING,
     Draw,
+    adaptive_fields,
     draw_samples,
     record_samples,
     samples_wanted,
 )
+from tracerag.stages._stopping import Verifier, draw_adaptive
 from tracerag.wrap._capture import RunCapture, model_call_attributes
 from tracerag.wrap._commit import (
     PAUSED_AFTER_ANSWER,
@@ -165,7 +169,7 @@ class ChainSource:
         self, state: RequestState, settings: Settings, span: Span, config: Any = None
     ) -> SampleSet:
         """N answers from the app's runs; each with the materials its answer was shown."""
-        n = samples_wanted(state, settings)
+        n = max_n = samples_wanted(state, settings)
         shared = self._shared(state.request_id, take=True)
         captures = [RunCapture() for _ in range(n)]
         outputs: list[Any] = [None] * n
@@ -179,9 +183,11 @@ class ChainSource:
 
             def attempts(attempt: Attempt) -> Awaitable[Any]:
                 async def once() -> Any:
-                    capture_run.reset()
-                    with scope(shared, capture_run):
-                        return await attempt()
+                    # an attempt holds one of the app's call slots (max_concurrency)
+                    async with model_slots(settings.max_concurrency, self.sampler.chain):
+                        capture_run.reset()
+                        with scope(shared, capture_run):
+                            return await attempt()
 
                 return retry_call(
                     once, settings.retry, on_retry=on_retry, retry_on=is_transient, tries=tries
@@ -220,14 +226,41 @@ class ChainSource:
             return attrs  # the output message is set from the sample itself
 
         errors = ErrorLog()
+        verifier = Verifier(state, settings, span, errors, positional=True, kept=runs.kept)
+
+        def draw_round(indices: Sequence[int]) -> Awaitable[tuple[Sample, ...]]:
+            chosen = list(indices)
+            return draw_samples(
+                state, settings, len(chosen), generate, describe, errors, indices=chosen
+            )
+
+        async def judge(drawn: tuple[Sample, ...]) -> Tally:
+            # the samples so far as the verify stage will see them: with the materials their
+            # runs retrieved, each citing by position in the order its run was shown
+            carried = [
+                self.io.documents(outputs[s.index]) if outputs[s.index] is not None else []
+                for s in drawn
+            ]
+            got = [captures[s.index] for s in drawn]
+            seen = state.materials + run_materials(state.materials, got, carried)
+            ready = tuple(
+                dataclasses.replace(
+                    s, material_order=shown_order(seen, captures[s.index], carried[i])
+                )
+                for i, s in enumerate(drawn)
+            )
+            return await verifier.tally(ready, seen)
+
         paused_in: list[str] = []
         try:
-            drawn = await draw_samples(state, settings, n, generate, describe, errors)
+            drawn, stopped = await draw_adaptive(state, settings, n, draw_round, judge)
             paused_in = await runs.paused_in()
             if not paused_in:  # a turn paused inside a subgraph is refused, not kept
                 await self._note_turn(runs, outputs[0], app_input, config)
         finally:
             await runs.cleanup()
+        n = len(drawn)
+        captures, outputs = captures[:n], outputs[:n]
         carried = [self.io.documents(o) if o is not None else [] for o in outputs]
         extra = run_materials(state.materials, captures, carried)
         materials = state.materials + extra
@@ -247,7 +280,10 @@ class ChainSource:
         zero = temperature == 0.0 and n > 1
         if zero:
             logger.warning("tracerag wrap: %s", TEMPERATURE_ZERO_WARNING)
-        warnings = record_samples(samples, span, temperature) + _unreadable(samples)
+        calls = sum(len(c.calls) for c in captures)
+        warnings = record_samples(samples, span, temperature, stopped, max_n, calls) + _unreadable(
+            samples
+        )
         note_structured(
             {
                 s.answer: data
@@ -271,7 +307,8 @@ class ChainSource:
             errors=errors.freeze(),
             kept=kept,
             sampling=self.sampler.sampling,
-            runs=tuple(runs.kinds),
+            runs=tuple(runs.kinds[:n]),
+            **adaptive_fields(stopped, max_n, calls),  # type: ignore[arg-type]
         )
         interrupts = interrupts_of(outputs[0])
         if interrupts and paused_in:

@@ -31,6 +31,7 @@ from pydantic import PrivateAttr
 from tracerag._llm import ReplyChatModel, text_of
 from tracerag._usage import estimate_tokens
 from tracerag.demo.models._counter import CallCounter
+from tracerag.errors import InputTypeError
 from tracerag.prompts import (
     MATERIAL_BLOCK_RE,
     QUESTION_RE,
@@ -439,6 +440,9 @@ class ExtractiveChatModel(ReplyChatModel):
     temperature: float = 0.7
     max_sentences: int = 2
     seed: int | None = None
+    #: answers to each prompt per call, as the OpenAI-compatible ``n`` (a call's ``n=``
+    #: overrides it): the prompt is read, and its tokens counted, once for all of them
+    n: int = 1
 
     _counter: CallCounter = PrivateAttr(default_factory=CallCounter)
 
@@ -482,25 +486,34 @@ class ExtractiveChatModel(ReplyChatModel):
             return f"PLAN: {plan}\nANSWER: {answer}"
         return answer
 
-    def _result(self, messages: Sequence[BaseMessage], text: str, temperature: float) -> ChatResult:
+    def _result(
+        self, messages: Sequence[BaseMessage], texts: Sequence[str], temperature: float
+    ) -> ChatResult:
+        # one prompt read once, however many answers: the usage an OpenAI-compatible server
+        # reports for ``n`` choices, on each of them
         input_tokens = sum(estimate_tokens(_message_text(m)) for m in messages)
-        output_tokens = estimate_tokens(text)
+        output_tokens = sum(estimate_tokens(text) for text in texts)
         usage = {
             "input_tokens": input_tokens,
             "output_tokens": output_tokens,
             "total_tokens": input_tokens + output_tokens,
         }
-        message = AIMessage(
-            content=text,
-            usage_metadata=usage,
-            response_metadata={
-                "model_name": self.model_name,
-                "temperature": temperature,
-                "finish_reason": "stop",
-            },
-        )
+        generations = [
+            ChatGeneration(
+                message=AIMessage(
+                    content=text,
+                    usage_metadata=dict(usage),
+                    response_metadata={
+                        "model_name": self.model_name,
+                        "temperature": temperature,
+                        "finish_reason": "stop",
+                    },
+                )
+            )
+            for text in texts
+        ]
         return ChatResult(
-            generations=[ChatGeneration(message=message)],
+            generations=generations,
             llm_output={"model_name": self.model_name, "token_usage": usage},
         )
 
@@ -541,7 +554,11 @@ class ExtractiveChatModel(ReplyChatModel):
         if called is not None:
             return called
         temperature = float(kwargs.get("temperature", self.temperature))
-        return self._result(messages, self.respond(messages, temperature), temperature)
+        n = kwargs.get("n") or self.n
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise InputTypeError(f"n must be a positive int, got {n!r}")
+        texts = [self.respond(messages, temperature) for _ in range(n)]
+        return self._result(messages, texts, temperature)
 
     async def _areply(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
         return self._reply(messages, **kwargs)  # cheap: answered on the loop, in call order

@@ -230,6 +230,13 @@ class LocalChatModel(ReplyChatModel):
         description="Penalty on repeating recent tokens (1.0 = none); small models loop without.",
     )
 
+    max_concurrency: int = Field(
+        default=1,
+        ge=1,
+        description="Calls tracerag sends it at once: its llama.cpp engine answers one at a "
+        "time, so further samples queue for a slot (their timeouts start once they hold it).",
+    )
+
     _counter: CallCounter = PrivateAttr(default_factory=CallCounter)
 
     @model_validator(mode="after")
