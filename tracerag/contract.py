@@ -238,6 +238,19 @@ def caller_view(response: Response | Mapping[str, Any]) -> dict[str, Any]:
     return data
 
 
+def caller_stage(event: Mapping[str, Any]) -> dict[str, Any]:
+    """A stage event of a withheld answer as the caller may see it (``caller_view``'s rule).
+
+    The verify stage's signals are measured on the answer: of them only the verdicts
+    (``citation_valid``, ``answers_question``) stay. The other stages' signals are of the
+    request, the retrieval, the plan and the sampling, not of the answer's text: unchanged.
+    """
+    data: dict[str, Any] = json.loads(json.dumps(dict(event)))
+    if data.get("stage") == "verify" and isinstance(data.get("signals"), dict):
+        data["signals"] = {k: v for k, v in data["signals"].items() if k in WITHHELD_VERDICT}
+    return data
+
+
 def caller_response(response: Response) -> Response:
     """The Response the person who asked may see (``caller_view`` as a ``Response``).
 

@@ -69,8 +69,16 @@ PER_REQUEST = {"request_id", "trace_id", "ticket_id"}
 VERDICT = {"/confidence"} | {
     f"/signal_detail/{name}" for name in ("citation_valid", "answers_question", "rule_check")
 }
-VERDICT_PREFIXES = ("/signal_detail/confidence_caps/", "/signal_detail/rules/")
+VERDICT_PREFIXES = (
+    "/signal_detail/confidence_caps/",
+    "/signal_detail/rules/",
+    # the stream's stage events: the verify stage's verdicts, the assemble stage's confidence
+    "/stages/4/signals/citation_valid",
+    "/stages/4/signals/answers_question",
+    "/stages/5/signals/confidence",
+)
 MISSING = "<missing>"
+STAGES = ["register", "retrieve", "plan", "sample", "verify", "assemble"]
 
 
 def _hashes(text: str) -> list[str]:
@@ -207,6 +215,10 @@ def _served(store: Any, answer: str) -> dict[str, dict[str, Any]]:
         events = sse(streamed.text)
         assert events[-1][0] == "response", events[-1]
         out["stream"] = events[-1][1]
+        stages = [data for name, data in events if name == "stage"]
+        assert [e["stage"] for e in stages] == STAGES
+        assert found(stages, answer) == [], found(stages, answer)
+        out["stream stages"] = {"stages": [{**e, "duration_s": None} for e in stages]}
         polled = client.get(f"/v1/requests/{out['answer']['request_id']}")
         assert polled.status_code == 200
         assert found(polled.json(), answer) == [], found(polled.json(), answer)
@@ -227,12 +239,21 @@ def test_every_server_surface_of_a_withheld_answer(tmp_path):
             views = _served(store, answer)
         finally:
             store.close()
+        stages = views.pop("stream stages")
+        (verify,) = [e for e in stages["stages"] if e["stage"] == "verify"]
+        assert set(verify["signals"]) == {"citation_valid", "answers_question"}, verify
         cleaned = {surface: clean(view, answer) for surface, view in views.items()}
+        cleaned["stream stages"] = {
+            "stages": [
+                {k: v for k, v in e.items() if k not in PER_REQUEST} for e in stages["stages"]
+            ]
+        }
         # a replay is the answer it replays, and a stream's response the same view
         assert views["replay"]["request_id"] == views["answer"]["request_id"]
         assert views["stored replay"]["request_id"] == views["answer"]["request_id"]
         for surface in ("replay", "stream", "stored replay"):
             same_but_verdict(cleaned["answer"], cleaned[surface])
-        by_answer.append(cleaned["answer"])
-    for view in by_answer[1:]:
-        same_but_verdict(by_answer[0], view)
+        by_answer.append(cleaned)
+    for other in by_answer[1:]:
+        same_but_verdict(by_answer[0]["answer"], other["answer"])
+        same_but_verdict(by_answer[0]["stream stages"], other["stream stages"])
