@@ -15,9 +15,9 @@ import math
 import secrets
 import urllib.parse
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import (
     HTMLResponse,
     JSONResponse,
@@ -1176,14 +1176,10 @@ async def queue_api(
     request: Request,
     session: Reviewer,
     svc: ServicesDep,
-    status: str | None = None,
-    limit: int = 100,
-    offset: int = 0,
+    status: Literal["pending", "claimed", "decided"] | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
 ) -> JSONResponse:
-    if status is not None and status not in ("pending", "claimed", "decided"):
-        raise ApiError(422, "invalid_input", "status must be pending, claimed or decided")
-    if not (1 <= limit <= 1000) or offset < 0:
-        raise ApiError(422, "invalid_input", "limit is 1..1000 and offset is 0 or more")
     items = await store_call(svc, svc.store.list_queue, status, offset + limit)
     counts = (await store_call(svc, svc.store.metrics)).queue
     total = counts.get(status, 0) if status else sum(counts.values())
@@ -1286,12 +1282,11 @@ async def decide_api(
     },
 )
 async def export_api(
-    session: Reviewer, svc: ServicesDep, format: str = "jsonl", route: str | None = None
+    session: Reviewer,
+    svc: ServicesDep,
+    format: Literal["jsonl", "csv"] = "jsonl",
+    route: Literal["escalate", "review"] | None = None,
 ) -> Response:
-    if format not in EXPORT_FORMATS:
-        raise ApiError(422, "invalid_input", "format is jsonl or csv")
-    if route is not None and route not in (Route.ESCALATE, Route.REVIEW):
-        raise ApiError(422, "invalid_input", "route is escalate or review")
     return StreamingResponse(
         export_stream(svc, format, route),
         media_type=EXPORT_FORMATS[format] + "; charset=utf-8",
