@@ -102,6 +102,8 @@ def fuzz(operation: Any, budget: float) -> list[str]:
     return failures
 
 
+# schemathesis's strategies draw from the `random` module, which Hypothesis warns about
+@pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
 def test_the_server_is_its_openapi_document(api_schema: Any) -> None:
     found: dict[str, list[str]] = {}
     for result in api_schema.get_all_operations():

@@ -387,6 +387,23 @@ def _as_accepted(components: dict[str, Any], svc: Services) -> None:
         "pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$",
     }
 
+    def union(model: str, field: str, required: dict[str, list[str]]) -> dict[str, Any]:
+        """The model as one component per choice of ``field`` (``<Model>_<choice>``), told
+        apart by that field."""
+        base = components[model]
+        mapping = {}
+        for variant in variants(model, field, required):
+            choice = variant["properties"][field]["const"]
+            name = f"{model}_{choice}"
+            components[name] = variant
+            mapping[choice] = f"#/components/schemas/{name}"
+        return {
+            "title": model,
+            "description": base.get("description", ""),
+            "discriminator": {"propertyName": field, "mapping": mapping},
+            "oneOf": [{"$ref": ref} for ref in mapping.values()],
+        }
+
     def variants(model: str, field: str, required: dict[str, list[str]]) -> list[dict[str, Any]]:
         base = components[model]
         out = []
@@ -416,29 +433,19 @@ def _as_accepted(components: dict[str, Any], svc: Services) -> None:
         for option in decision["properties"][field].get("anyOf", []):
             if option.get("type") == "string":
                 option["pattern"] = NO_NUL
-    components["DecisionRequest"] = {
-        "title": "DecisionRequest",
-        "description": decision.get("description", ""),
-        "discriminator": {"propertyName": "action"},
-        "oneOf": variants(
-            "DecisionRequest",
-            "action",
-            {"approve": [], "edit": ["final_answer", "reason"], "reject": ["reason"]},
-        ),
-    }
+    components["DecisionRequest"] = union(
+        "DecisionRequest",
+        "action",
+        {"approve": [], "edit": ["final_answer", "reason"], "reject": ["reason"]},
+    )
     feedback = components["FeedbackRequest"]
     for field in ("comment", "correction", "user_token", "user"):
         for option in feedback["properties"][field].get("anyOf", []):
             if option.get("type") == "string":
                 option["pattern"] = NO_NUL
-    components["FeedbackRequest"] = {
-        "title": "FeedbackRequest",
-        "description": feedback.get("description", ""),
-        "discriminator": {"propertyName": "verdict"},
-        "oneOf": variants(
-            "FeedbackRequest", "verdict", {"confirm": [], "deny": [], "clarify": ["correction"]}
-        ),
-    }
+    components["FeedbackRequest"] = union(
+        "FeedbackRequest", "verdict", {"confirm": [], "deny": [], "clarify": ["correction"]}
+    )
 
 
 def _events_as_sent(components: dict[str, Any]) -> None:

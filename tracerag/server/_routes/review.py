@@ -1178,7 +1178,7 @@ async def queue_api(
     svc: ServicesDep,
     status: Literal["pending", "claimed", "decided"] | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=1_000_000_000)] = 0,
 ) -> JSONResponse:
     items = await store_call(svc, svc.store.list_queue, status, offset + limit)
     counts = (await store_call(svc, svc.store.metrics)).queue
