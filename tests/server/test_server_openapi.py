@@ -104,7 +104,7 @@ def test_the_stream_events_are_a_discriminated_union(doc):
     ):
         op = doc["paths"][path][method]
         stream = op["responses"]["200"]["content"]["text/event-stream"]["schema"]
-        assert stream == {"$ref": "#/components/schemas/StreamEvent"}, path
+        assert stream == {"$ref": "#/components/schemas/StreamEventSent"}, path
     union = doc["components"]["schemas"]["StreamEvent"]
     assert "properties" not in union and "required" not in union
     assert union["discriminator"]["propertyName"] == "event"
@@ -116,9 +116,15 @@ def test_the_stream_events_are_a_discriminated_union(doc):
         message = resolve(doc, {"$ref": ref})
         assert message["properties"]["event"]["const"] == name
         assert set(message["required"]) == {"event", "id", "data"}
-        sent = message["properties"]["data"]  # a line of JSON text on the wire
-        assert sent["type"] == "string" and sent["contentMediaType"] == "application/json"
-        data[name] = resolve(doc, sent["contentSchema"])
+        data[name] = resolve(doc, message["properties"]["data"])
+    # as sent: the same events, each data a line of JSON text of the parsed event's schema
+    sent = doc["components"]["schemas"]["StreamEventSent"]["oneOf"]
+    assert sorted(o["properties"]["event"]["const"] for o in sent) == sorted(mapping)
+    for option in sent:
+        wire = option["properties"]["data"]
+        assert wire["type"] == "string" and wire["contentMediaType"] == "application/json"
+        parsed = resolve(doc, {"$ref": mapping[option["properties"]["event"]["const"]]})
+        assert wire["contentSchema"] == parsed["properties"]["data"]
     assert data["stage"]["properties"]["stage"]["enum"] == [
         "register",
         "retrieve",

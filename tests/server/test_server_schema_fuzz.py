@@ -38,7 +38,7 @@ pytestmark = pytest.mark.integration
 FEEDBACK_KEY = "feedback-key-for-the-fuzz-0123456789abcdef"
 CREDENTIALS = {"X-API-Key": API_KEY, "Authorization": f"Bearer {TOKEN}"}
 #: the wall-clock time one operation may take at most (its examples stop being drawn after)
-SECONDS_PER_OPERATION = 12.0
+SECONDS_PER_OPERATION = 8.0
 
 
 @pytest.fixture(scope="module")

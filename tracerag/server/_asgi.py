@@ -449,19 +449,36 @@ def _as_accepted(components: dict[str, Any], svc: Services) -> None:
 
 
 def _events_as_sent(components: dict[str, Any]) -> None:
-    """A stream event's ``data`` is a line of JSON text on the wire (the SSE ``data:`` field):
-    declared as that string, its content's schema beside it (``contentSchema``)."""
+    """The stream's events as sent (``StreamEventSent``, the ``text/event-stream`` schema):
+    ``data`` is a line of JSON text on the wire (the SSE ``data:`` field), declared as that
+    string with its content's schema beside it (``contentSchema``). ``StreamEvent`` stays the
+    same union once ``data`` is parsed, the type a client's ``JSON.parse`` gives."""
     from tracerag.server._bodies import STREAM_EVENT_MODELS
 
+    variants = []
     for model in STREAM_EVENT_MODELS:
-        properties = components[model.__name__]["properties"]
-        content = properties["data"]
+        parsed = components[model.__name__]
+        properties = dict(parsed["properties"])
         properties["data"] = {
             "type": "string",
             "description": "The event's data: one line of JSON text, of this schema.",
             "contentMediaType": "application/json",
-            "contentSchema": content,
+            "contentSchema": parsed["properties"]["data"],
         }
+        variants.append(
+            {
+                "title": f"{parsed['title']} (as sent)",
+                "type": "object",
+                "properties": properties,
+                "required": parsed["required"],
+            }
+        )
+    components["StreamEventSent"] = {
+        "title": "StreamEventSent",
+        "description": "One event of an answer stream as the wire carries it: `event`, `id` "
+        "and `data` (a line of JSON text) are its SSE fields. Parsed, it is a `StreamEvent`.",
+        "oneOf": variants,
+    }
 
 
 def _open_runs(svc: Services) -> None:

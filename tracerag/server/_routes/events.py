@@ -75,7 +75,7 @@ LAST_EVENT_ID_HEADER = {
 STREAM_200 = {
     "description": "Server-Sent Events; each event's `event` field says which of the union "
     "it is, its `data` is one line of JSON.",
-    "content": {"text/event-stream": {"schema": {"$ref": "#/components/schemas/StreamEvent"}}},
+    "content": {"text/event-stream": {"schema": {"$ref": "#/components/schemas/StreamEventSent"}}},
 }
 REPLAYED_HEADER = {
     "Idempotency-Replayed": {
