@@ -168,3 +168,27 @@ def test_any_wrong_bearer_token_is_a_4xx(client: TestClient, request_id: str, va
         headers={"X-API-Key": API_KEY, "Authorization": b"Bearer " + value},  # type: ignore[dict-item]
     )
     refused(reply)
+
+
+@settings(
+    max_examples=examples(200),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    token=_tokens | _tru1 | st.from_regex(r"\A[0-9]{1,14}\.[0-9a-f]{0,70}\Z"),
+    request_id=st.sampled_from(["", "%FF", "%C3%A9", "%ED%A0%80", "é", "a%00b"])
+    | st.text(st.characters(codec="utf-8", exclude_characters="/?#%"), min_size=1, max_size=20),
+)
+@example(token="1999999999.abc", request_id="%FF")
+def test_any_events_token_that_is_not_one_is_a_401(
+    client: TestClient, request_id: str, token: str
+) -> None:
+    """The events URL's token (its query parameter) and the request id it is checked for."""
+    from urllib.parse import quote
+
+    rid = request_id if "%" in request_id else quote(request_id, safe="")
+    reply = client.get(f"/v1/requests/{rid or 'x'}/events", params={"token": token})
+    assert reply.status_code < 500, (reply.status_code, reply.text)
+    if reply.status_code != 404:  # an id no router path takes (an encoded NUL, a slash)
+        refused(reply)
