@@ -255,3 +255,27 @@ def test_a_desk_path_is_a_safe_next(app, target):
             follow_redirects=False,
         )
         assert reply.headers["location"] == target
+
+
+@pytest.mark.parametrize(
+    ("origin", "host", "allowed"),
+    [
+        ("http://desk.example", "desk.example", True),
+        ("http://desk.example:80", "desk.example", True),
+        ("https://desk.example", "desk.example:443", True),
+        ("http://DESK.example", "desk.example", True),
+        ("http://desk.example:8080", "desk.example", False),
+        ("http://desk.example.evil", "desk.example", False),
+        ("http://evil@desk.example", "desk.example", True),  # userinfo is not the host
+        ("ftp://desk.example", "desk.example", False),
+        ("http://desk.example:notaport", "desk.example", False),
+        ("http://[::1", "desk.example", False),
+    ],
+)
+def test_the_origin_check_compares_host_and_port(app, origin, host, allowed):
+    with TestClient(app, base_url=f"http://{host}") as client:
+        form = signin_form(client, reviewer="a", token=TOKEN)
+        reply = client.post(
+            "/review/signin", data=form, headers={"Origin": origin}, follow_redirects=False
+        )
+        assert (reply.status_code == 303) is allowed, (origin, host, reply.status_code)

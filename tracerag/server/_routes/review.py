@@ -385,10 +385,13 @@ def same_origin(request: Request) -> bool:
         return True
     try:
         parts = urllib.parse.urlsplit(given)
-    except ValueError:
+        here = urllib.parse.urlsplit(f"{parts.scheme}://{request.headers.get('host', '')}")
+        default = {"http": 80, "https": 443}.get(parts.scheme)
+        theirs = (parts.hostname, parts.port or default)
+        ours = (here.hostname, here.port or default)
+    except ValueError:  # a port that is not a number
         return False
-    host = request.headers.get("host", "")
-    return parts.scheme in ("http", "https") and bool(host) and parts.netloc.lower() == host.lower()
+    return default is not None and parts.hostname is not None and theirs == ours
 
 
 @desk.get("/signin")
