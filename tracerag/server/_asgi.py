@@ -439,8 +439,9 @@ def _as_accepted(components: dict[str, Any], svc: Services) -> None:
         {"approve": [], "edit": ["final_answer", "reason"], "reject": ["reason"]},
     )
     feedback = components["FeedbackRequest"]
-    for field in ("comment", "correction", "user_token", "user"):
-        for option in feedback["properties"][field].get("anyOf", []):
+    for field in ("request_id", "comment", "correction", "user_token", "user"):
+        prop = feedback["properties"][field]
+        for option in prop.get("anyOf", [prop]):
             if option.get("type") == "string":
                 option["pattern"] = NO_NUL
     components["FeedbackRequest"] = union(
