@@ -182,8 +182,7 @@ def withheld(response: Response | Mapping[str, Any]) -> bool:
 
 
 #: What ``signal_detail`` keeps in the caller view of a withheld answer: none of these is
-#: computed from the answer's text (the retrieval, the plan, how many samples the model gave,
-#: and the names of the caps that forced the confidence down).
+#: computed from the answer's text (the retrieval, the plan, how many samples the model gave).
 WITHHELD_SIGNALS = frozenset({"retrieval_margin", "plan_ok", "samples_ok", "samples_failed"})
 #: ... and the verdict on the answer, as the decision is: whether its citations hold, whether it
 #: answers the question, whether the rules (named by the application) passed, and which caps
@@ -208,11 +207,11 @@ def caller_view(response: Response | Mapping[str, Any]) -> dict[str, Any]:
     reasons), the evidence, the materials' use of it, and every other signal — the citation and
     consistency scores, the cited ids found fabricated or stale, the rules' details, and the
     relevance judgement (which of the question's words the answer names, the similarity, the
-    reason). Each signal is reset to its "not measured"
-    default, so the view still matches the schema. It is an allow-list: a signal added later
-    stays out of the caller view until it is named here. A Response that ``invoke()``
-    returned is already this view; the full candidate stays with the operator (the ticket, the
-    audit record, the review desk).
+    reason). Each signal is reset to its "not measured" default, so the view still matches the
+    schema. It is an allow-list: a signal added later stays out of the caller view until it is
+    named here. A Response that ``invoke()`` returned is already this view; the full candidate
+    stays with the operator (the ticket, the audit record, the review desk). The stream's
+    verify event of a withheld answer keeps its verdicts only (``caller_stage``).
     """
     data = (
         response.model_dump(mode="json")
