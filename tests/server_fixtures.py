@@ -109,11 +109,24 @@ def csrf_of(html: str) -> str:
     return match.group(1)
 
 
-def sign_in(client: Any, name: str = "alice") -> None:
-    """Sign a TestClient in as a reviewer (cookie)."""
-    reply = client.post(
-        "/review/signin", data={"reviewer": name, "token": TOKEN}, follow_redirects=False
-    )
+def signin_form(client: Any, **fields: str) -> dict[str, str]:
+    """The sign-in form's fields as the desk's page gives them (its CSRF token; the client
+    keeps the form's nonce cookie), with ``fields`` (reviewer, token, next)."""
+    page = client.get("/review/signin")
+    assert page.status_code == 200, page.text
+    return {"csrf": csrf_of(page.text), **fields}
+
+
+def signin_cookie(app: Any, nonce: str = "a-test-nonce-0123456789") -> tuple[dict[str, str], str]:
+    """For a client that keeps no cookies: the sign-in form's nonce cookie (as a header) and the
+    CSRF token that goes with it."""
+    return {"Cookie": f"tracerag_signin={nonce}"}, app.state.services.auth.signin_csrf(nonce)
+
+
+def sign_in(client: Any, name: str = "alice", token: str = TOKEN) -> None:
+    """Sign a TestClient in as a reviewer (cookie), through the sign-in form."""
+    form = signin_form(client, reviewer=name, token=token)
+    reply = client.post("/review/signin", data=form, follow_redirects=False)
     assert reply.status_code == 303, reply.text
 
 

@@ -60,23 +60,15 @@ class ClaimCheck(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    text: str = Field(
-        description="The sentence of the answer. Empty in the caller view of a withheld answer."
-    )
+    text: str = Field(description="The sentence of the answer.")
     cited_ids: list[str]
     verdict: Verdict
     score: float = Field(ge=0.0, le=1.0)
     material_id: str | None = None
     quote: str | None = Field(
-        default=None,
-        description="The material's sentence the claim was checked against. Null in the caller "
-        "view of a withheld answer.",
+        default=None, description="The material's sentence the claim was checked against."
     )
-    reason: str = Field(
-        default="",
-        description="Why the verdict. In the caller view of a withheld answer, empty for "
-        "supported and unsupported claims (the support check's reasons quote the claim).",
-    )
+    reason: str = Field(default="", description="Why the verdict.")
 
 
 class MaterialUse(BaseModel):
@@ -97,7 +89,13 @@ class MaterialUse(BaseModel):
 
 
 class SignalDetail(BaseModel):
-    """The signals behind the confidence. Null means the signal was not measured (e.g. tier)."""
+    """The signals behind the confidence. Null means the signal was not measured (e.g. tier).
+
+    In the caller view of a withheld answer only the retrieval margin, the plan's outcome, the
+    sample counts and the verdicts (citation_valid, answers_question, rule_check, the rules'
+    names and outcomes, the confidence caps) are kept; the rest is at its "not measured"
+    default.
+    """
 
     model_config = ConfigDict(extra="allow")
 
@@ -167,11 +165,18 @@ class Response(BaseModel):
     status: Status
     tier: Literal["high", "medium", "low"] = "high"
     signal_detail: SignalDetail
-    evidence: list[Evidence]
-    claims: list[ClaimCheck] = Field(default_factory=list)
+    evidence: list[Evidence] = Field(
+        description="Empty in the caller view of a withheld answer (as claims and materials)."
+    )
+    claims: list[ClaimCheck] = Field(
+        default_factory=list,
+        description="Each sentence of the answer and its check. Empty in the caller view of a "
+        "withheld answer: their number, ids and verdicts were computed from its text.",
+    )
     materials: list[MaterialUse] = Field(
         default_factory=list,
-        description="Every retrieved material, used or not, with its reason (schema 1.1).",
+        description="Every retrieved material, used or not, with its reason (schema 1.1). Empty "
+        "in the caller view of a withheld answer.",
     )
     versions: Versions
     ticket_id: str | None = None
@@ -199,21 +204,37 @@ def withheld(response: Response | Mapping[str, Any]) -> bool:
     return response.get("answer") is None and response.get("decision") == "escalate"
 
 
-#: Verdicts whose reason names only ids and material metadata, never the claim's words.
-_PLAIN_REASONS = frozenset({"stale", "fabricated_citation", "uncited"})
+#: What ``signal_detail`` keeps in the caller view of a withheld answer: none of these is
+#: computed from the answer's text (the retrieval, the plan, how many samples the model gave).
+WITHHELD_SIGNALS = frozenset({"retrieval_margin", "plan_ok", "samples_ok", "samples_failed"})
+#: ... and the verdict on the answer, as the decision is: whether its citations hold, whether it
+#: answers the question, whether the rules (named by the application) passed, and which caps
+#: forced the confidence down. Yes or no, and names the application chose: no word, count,
+#: length, id or score of the answer's text.
+WITHHELD_VERDICT = frozenset(
+    {"citation_valid", "answers_question", "rule_check", "confidence_caps"}
+)
+RULE_VERDICT = ("name", "passed", "required")
 
 
 def caller_view(response: Response | Mapping[str, Any]) -> dict[str, Any]:
     """The Response as JSON for the person who asked: a withheld answer appears nowhere.
 
-    For an escalated request the claims keep their cited ids, verdicts, scores and the material
-    each one was checked against, but lose their text and quotes, and the support checker's
-    reasons (those of ``supported`` and ``unsupported`` claims quote the claim's words: "days 60
-    not in the supporting sentence"); the reasons built from ids and material metadata alone
-    (``stale``, ``fabricated_citation``, ``uncited``) stay. The evidence list is empty, and the
-    rules keep their names and outcomes but not their details (computed from the answer).
-    Everything else is unchanged. A Response that ``invoke()`` returned is already this view;
-    the full candidate stays with the operator (the ticket, the audit record, the review desk).
+    For an escalated request the caller is told the verdict and nothing else computed from the
+    withheld answer: ``decision``, ``status``, ``confidence``, and in ``signal_detail`` the
+    yes-or-no verdicts (``citation_valid``, ``answers_question``, ``rule_check``, each rule's
+    name and outcome) and the names of the caps that forced the confidence down stay, with what
+    the answer did not make (the ids, the versions, the ticket, the retrieval margin, the
+    plan's outcome and how many samples the model gave). Everything measured on the answer's
+    text goes: the claims (their number, text, cited ids, per-claim verdicts, scores and
+    reasons), the evidence, the materials' use of it, and every other signal — the citation and
+    consistency scores, the cited ids found fabricated or stale, the rules' details, and the
+    relevance judgement (which of the question's words the answer names, the similarity, the
+    reason). Each signal is reset to its "not measured" default, so the view still matches the
+    schema. It is an allow-list: a signal added later stays out of the caller view until it is
+    named here. A Response that ``invoke()`` returned is already this view; the full candidate
+    stays with the operator (the ticket, the audit record, the review desk). The stream's
+    verify event of a withheld answer keeps its verdicts only (``caller_stage``).
     """
     data = (
         response.model_dump(mode="json")
@@ -222,21 +243,35 @@ def caller_view(response: Response | Mapping[str, Any]) -> dict[str, Any]:
     )
     if not withheld(data):
         return data
-    data["claims"] = [
-        {
-            **claim,
-            "text": "",
-            "quote": None,
-            "reason": claim.get("reason", "") if claim.get("verdict") in _PLAIN_REASONS else "",
-        }
-        for claim in data.get("claims") or []
-    ]
+    data["claims"] = []
     data["evidence"] = []
+    data["materials"] = []
     if data.get("structured") is not None:  # a structured answer is the answer's text too
         data["structured"] = None
-    detail = data.get("signal_detail")
-    if isinstance(detail, dict) and detail.get("rules"):
-        detail["rules"] = [{**rule, "detail": ""} for rule in detail["rules"]]
+    given = data.get("signal_detail")
+    detail = given if isinstance(given, Mapping) else {}
+    kept = {k: detail[k] for k in WITHHELD_SIGNALS | WITHHELD_VERDICT if k in detail}
+    rules = detail.get("rules")
+    if isinstance(rules, list):  # each rule's name and outcome; its detail is of the answer
+        kept["rules"] = [
+            {**{k: rule[k] for k in RULE_VERDICT if k in rule}, "detail": ""}
+            for rule in rules
+            if isinstance(rule, Mapping)
+        ]
+    data["signal_detail"] = SignalDetail.model_validate(kept).model_dump(mode="json")
+    return data
+
+
+def caller_stage(event: Mapping[str, Any]) -> dict[str, Any]:
+    """A stage event of a withheld answer as the caller may see it (``caller_view``'s rule).
+
+    The verify stage's signals are measured on the answer: of them only the verdicts
+    (``citation_valid``, ``answers_question``) stay. The other stages' signals are of the
+    request, the retrieval, the plan and the sampling, not of the answer's text: unchanged.
+    """
+    data: dict[str, Any] = json.loads(json.dumps(dict(event)))
+    if data.get("stage") == "verify" and isinstance(data.get("signals"), dict):
+        data["signals"] = {k: v for k, v in data["signals"].items() if k in WITHHELD_VERDICT}
     return data
 
 

@@ -38,7 +38,8 @@ def test_serve_binds_loopback_with_the_token(served, tmp_path, monkeypatch):
     # the served demo retrieval goes through the store's material registry
     assert governs(app.state.answerer.pipeline, app.state.services.registry)
     with TestClient(app) as client:
-        assert client.get("/review").status_code == 401
+        signed_out = client.get("/review", follow_redirects=False)
+        assert signed_out.status_code == 303  # to the sign-in page, and back
         reply = client.post("/v1/answer", json={"question": "登录密码输错几次会锁定账户？"})
         assert reply.status_code == 200 and reply.json()["decision"] == "pass"
 

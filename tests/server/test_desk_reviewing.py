@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
-from server_fixtures import TOKEN, csrf_of, make_app, make_store, sign_in
+from server_fixtures import TOKEN, csrf_of, make_app, make_store, sign_in, signin_form
 from store_fixtures import make_record
 
 from tracerag.server._auth import hash_token
@@ -206,8 +206,8 @@ def test_assignment_filters_the_queue_and_orders_the_next_item(store) -> None:
         store, reviewer_token="", reviewers={"李伟": hash_token(LI), "bo": hash_token(BO)}
     )
     with TestClient(app) as li, TestClient(app) as bo:
-        li.post("/review/signin", data={"token": LI})
-        bo.post("/review/signin", data={"token": BO})
+        li.post("/review/signin", data=signin_form(li, token=LI))
+        bo.post("/review/signin", data=signin_form(bo, token=BO))
         page = bo.get(f"/review/items/{ids[2]}").text
         assert '<option value="李伟"' in page  # named reviewers to choose from
         unknown = bo.post(

@@ -2,7 +2,8 @@
 
 A reviewer signs in with the token, opens an escalated item and approves it, and the frontend
 endpoint then returns the approved answer; a hostile document's ``<script>``/``onerror`` never
-runs; without the token every reviewer route answers 401.
+runs; without the token every reviewer page leads to the sign-in page (and back), and the
+review API answers 401.
 
 Needs ``/usr/bin/chromium`` and the ``playwright`` package (``bash .ci/browser.sh``). Without
 them these tests are skipped locally, and fail under CI (env ``CI`` set).
@@ -113,9 +114,8 @@ def test_reviewer_approves_an_escalated_item_and_the_frontend_gets_the_answer(se
     base, store = served
     rid = escalated(base)
 
-    first = page.goto(f"{base}/review")
-    assert first.status == 401
-    page.click("#signin-link")
+    page.goto(f"{base}/review")  # signed out: to the sign-in page, which comes back here
+    assert page.url == f"{base}/review/signin?next=%2Freview"
     page.fill("#reviewer", "Li Wei")
     page.fill("#token", TOKEN)
     page.click("#signin button[type=submit]")
@@ -168,26 +168,33 @@ def test_a_hostile_document_never_runs_in_the_reviewers_browser(served, page):
     assert page.evaluate("getComputedStyle(document.body).margin") == "0px"
 
 
-def test_without_the_token_every_reviewer_route_answers_401(served, page):
+def test_without_the_token_every_reviewer_route_refuses(served, page):
     base, store = served
     rid = escalated(base)
-    for path in ("/review", f"/review/items/{rid}", "/review/api/queue"):
-        assert page.goto(base + path).status == 401, path
-    assert "Sign in required" in page.content() or "unauthorized" in page.content()
+    for path in ("/review", f"/review/items/{rid}"):
+        page.goto(base + path)
+        assert page.url.startswith(f"{base}/review/signin?next="), path
+        assert page.locator("#signin").count() == 1
+    assert page.goto(f"{base}/review/api/queue").status == 401
+    assert "unauthorized" in page.content()
     request = page.context.request
-    for path, data in (
-        (f"/review/items/{rid}/decision", {"action": "approve"}),
-        (f"/review/api/items/{rid}/decision", {"action": "approve"}),
-        ("/review/signout", {}),
+    for path, data, status in (
+        (f"/review/items/{rid}/decision", {"action": "approve"}, 303),
+        (f"/review/api/items/{rid}/decision", {"action": "approve"}, 401),
+        ("/review/signout", {}, 303),
     ):
-        assert request.post(base + path, form=data).status == 401, path
+        reply = request.post(base + path, form=data, max_redirects=0)
+        assert reply.status == status, path
+        if status == 303:
+            assert reply.headers["location"].startswith("/review/signin?next="), path
     page.goto(f"{base}/review/signin")
     page.fill("#reviewer", "mallory")
     page.fill("#token", "a-guess-that-is-wrong")
     with page.expect_response(f"{base}/review/signin") as answer:
         page.click("#signin button[type=submit]")
     assert answer.value.status == 401
-    assert page.goto(f"{base}/review").status == 401
+    page.goto(f"{base}/review")
+    assert page.url.startswith(f"{base}/review/signin")
     assert store.get_decision(rid) is None
     assert_nothing_ran(page)
 
@@ -301,7 +308,8 @@ def test_a_named_reviewer_signs_in_and_out_for_good(desk, page):
     page.click("header button[type=submit]")
     page.wait_for_url(f"{base}/review/signin")
     page.context.add_cookies(kept)  # replay the session cookie after signing out
-    assert page.goto(f"{base}/review").status == 401
+    page.goto(f"{base}/review")
+    assert page.url.startswith(f"{base}/review/signin?next=")
 
 
 def test_a_second_reviewer_sees_the_claim(desk, browser, page):
@@ -360,9 +368,8 @@ def test_the_desk_fits_a_phone_and_speaks_the_right_language(desk, browser):
     context = browser.new_context(viewport={"width": 360, "height": 740}, is_mobile=True)
     phone = context.new_page()
     try:
-        first = phone.goto(f"{base}/review/items/esc-0005")
-        assert first.status == 401
-        phone.click("#signin-link")
+        phone.goto(f"{base}/review/items/esc-0005")  # signed out: to the sign-in page
+        assert phone.url.startswith(f"{base}/review/signin?next=")
         phone.fill("#reviewer", "alice")
         phone.fill("#token", TOKEN)
         phone.click("#signin button[type=submit]")

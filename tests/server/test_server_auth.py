@@ -11,7 +11,15 @@ import pytest
 pytest.importorskip("fastapi")
 import httpx
 from fastapi.testclient import TestClient
-from server_fixtures import TOKEN, csrf_of, make_app, make_store, sign_in
+from server_fixtures import (
+    TOKEN,
+    csrf_of,
+    make_app,
+    make_store,
+    sign_in,
+    signin_cookie,
+    signin_form,
+)
 
 from tracerag.errors import ConfigurationError
 from tracerag.server._auth import COOKIE_NAME, Throttle, hash_token, read_reviewers_file
@@ -62,6 +70,14 @@ def call_from(app, address: str, method: str, path: str, **kwargs):
     return asyncio.run(go())
 
 
+def signin_from(app, address: str, **form: str):
+    """A sign-in from ``address`` with the form's CSRF token and nonce cookie."""
+    cookie, csrf = signin_cookie(app)
+    return call_from(
+        app, address, "POST", "/review/signin", data={**form, "csrf": csrf}, headers=cookie
+    )
+
+
 def test_sign_out_revokes_the_session_on_the_server(app):
     with TestClient(app) as client:
         sign_in(client)
@@ -74,7 +90,7 @@ def test_sign_out_revokes_the_session_on_the_server(app):
         assert reply.status_code == 303
         client.cookies.clear()
         client.cookies.set(COOKIE_NAME, cookie, path="/review")  # a copy kept by an attacker
-        assert client.get("/review").status_code == 401
+        assert client.get("/review", follow_redirects=False).status_code == 303  # to sign in
     assert app.state.services.auth.live_sessions == 0
 
 
@@ -87,9 +103,8 @@ def test_a_named_token_names_the_reviewer(app, store):
             headers={"Authorization": f"Bearer {LI}"},
         )
         assert reply.status_code == 200, reply.text
-        signed = client.post(
-            "/review/signin", data={"reviewer": "mallory", "token": ALICE}, follow_redirects=False
-        )
+        form = signin_form(client, reviewer="mallory", token=ALICE)
+        signed = client.post("/review/signin", data=form, follow_redirects=False)
         assert signed.status_code == 303
         assert 'signed in as <strong lang="en">alice</strong>' in client.get("/review").text
     assert store.get_decision(rid).reviewer == "李伟"
@@ -111,21 +126,15 @@ def test_failed_sign_ins_lock_out_that_client_only(app, caplog):
     caplog.set_level(logging.WARNING, logger="tracerag.server.security")
     form = {"reviewer": "x", "token": "guess-guess-guess-0000"}
     with TestClient(app):
-        codes = [
-            call_from(app, "127.0.0.2", "POST", "/review/signin", data=form).status_code
-            for _ in range(5)
-        ]
-        assert codes == [401, 401, 401, 401, 429]
-        right = call_from(
-            app, "127.0.0.2", "POST", "/review/signin", data={"reviewer": "x", "token": ALICE}
-        )
+        # free=3: exactly three wrong tokens are answered, the next try is refused
+        codes = [signin_from(app, "127.0.0.2", **form).status_code for _ in range(4)]
+        assert codes == [401, 401, 401, 429]
+        right = signin_from(app, "127.0.0.2", reviewer="x", token=ALICE)
         assert right.status_code == 429 and int(right.headers["retry-after"]) >= 1
-        other = call_from(
-            app, "127.0.0.3", "POST", "/review/signin", data={"reviewer": "x", "token": ALICE}
-        )
+        other = signin_from(app, "127.0.0.3", reviewer="x", token=ALICE)
         assert other.status_code == 303
     failures = [r for r in caplog.records if "failed reviewer" in r.getMessage()]
-    assert len(failures) == 4 and all("127.0.0.2" in r.getMessage() for r in failures)
+    assert len(failures) == 3 and all("127.0.0.2" in r.getMessage() for r in failures)
     assert "locked out" in failures[-1].getMessage()
     assert not any(
         "guess-guess" in r.getMessage() or ALICE in r.getMessage() for r in caplog.records
@@ -139,15 +148,13 @@ def test_bearer_guesses_are_throttled_like_the_form(app, caplog):
     with TestClient(app):
         codes = [
             call_from(app, "127.0.0.4", "GET", "/review/api/queue", headers=wrong).status_code
-            for _ in range(4)
+            for _ in range(3)
         ]
-        assert codes == [401, 401, 401, 401]
+        assert codes == [401, 401, 401]
         locked = call_from(app, "127.0.0.4", "GET", "/review/api/queue", headers=right)
         assert locked.status_code == 429 and locked.json()["error"] == "too_many_requests"
         # the form shares the count: the same client cannot switch paths
-        form = call_from(
-            app, "127.0.0.4", "POST", "/review/signin", data={"reviewer": "x", "token": ALICE}
-        )
+        form = signin_from(app, "127.0.0.4", reviewer="x", token=ALICE)
         assert form.status_code == 429
         app.state.clock.now += 60  # the back-off has passed
         assert (
@@ -161,7 +168,7 @@ def test_the_back_off_grows_and_is_capped():
     clock = Clock()
     throttle = Throttle(free=2, base=1.0, cap=8.0, clock=clock)
     lockouts = [throttle.failed("c") for _ in range(7)]
-    assert lockouts == [None, None, 1.0, 2.0, 4.0, 8.0, 8.0]
+    assert lockouts == [None, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0]  # the 2nd failure locks
     assert throttle.retry_after("c") == 8.0
     clock.now += 8.0
     assert throttle.retry_after("c") is None
@@ -188,7 +195,7 @@ def test_a_csrf_refusal_is_audited_on_the_request(app, store, caplog):
     caplog.set_level(logging.WARNING, logger="tracerag.server.security")
     with TestClient(app) as client:
         rid = escalate(client)
-        client.post("/review/signin", data={"reviewer": "", "token": ALICE})
+        client.post("/review/signin", data=signin_form(client, reviewer="", token=ALICE))
         reply = client.post(
             f"/review/items/{rid}/decision", data={"action": "approve", "csrf": "forged"}
         )
@@ -201,7 +208,7 @@ def test_a_csrf_refusal_is_audited_on_the_request(app, store, caplog):
 
 
 def test_concurrent_guesses_from_one_client_are_counted_one_by_one(app):
-    """64 guesses at once: each is counted as it is checked, so only free + 1 are checked."""
+    """64 guesses at once: each is counted as it is checked, so exactly ``free`` are checked."""
 
     async def main():
         transport = httpx.ASGITransport(app=app, client=("127.0.0.5", 40000))
@@ -220,4 +227,4 @@ def test_concurrent_guesses_from_one_client_are_counted_one_by_one(app):
         replies = asyncio.run(main())
     codes = sorted(r.status_code for r in replies)
     free = app.state.services.auth.throttle.free
-    assert codes.count(401) == free + 1 and codes.count(429) == 64 - free - 1
+    assert codes.count(401) == free and codes.count(429) == 64 - free

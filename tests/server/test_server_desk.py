@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
-from server_fixtures import TOKEN, csrf_of, make_app, make_store, sign_in
+from server_fixtures import TOKEN, csrf_of, make_app, make_store, sign_in, signin_form
 from store_fixtures import make_record
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -235,24 +235,22 @@ def test_a_failed_edit_keeps_what_the_reviewer_wrote(store):
 def test_signing_in_from_an_item_link_returns_to_the_item(store):
     store.append_record(make_record("next-1", decision="escalate"))
     with TestClient(make_app(store)) as client:
-        first = client.get("/review/items/next-1")
-        assert first.status_code == 401
-        link = re.search(
-            r'id="signin-link"[^>]*href="([^"]+)"|href="([^"]+)" id="signin-link"', first.text
-        )
-        target = (link.group(1) or link.group(2)).replace("&amp;", "&")
+        first = client.get("/review/items/next-1?view=full", follow_redirects=False)
+        assert first.status_code == 303  # signed out: to the sign-in page, and back
+        target = first.headers["location"]
+        assert target == "/review/signin?next=%2Freview%2Fitems%2Fnext-1%3Fview%3Dfull"
         form = client.get(target).text
         next_value = re.search(r'name="next" value="([^"]+)"', form).group(1)
-        assert next_value == "/review/items/next-1"
+        assert next_value.replace("&amp;", "&") == "/review/items/next-1?view=full"
         reply = client.post(
             "/review/signin",
-            data={"reviewer": "alice", "token": TOKEN, "next": next_value},
+            data={"reviewer": "alice", "token": TOKEN, "next": next_value, "csrf": csrf_of(form)},
             follow_redirects=False,
         )
-        assert reply.headers["location"] == "/review/items/next-1"
+        assert reply.headers["location"] == "/review/items/next-1?view=full"
         evil = client.post(
             "/review/signin",
-            data={"reviewer": "alice", "token": TOKEN, "next": "//evil.example/x"},
+            data=signin_form(client, reviewer="alice", token=TOKEN, next="//evil.example/x"),
             follow_redirects=False,
         )
         assert evil.headers["location"] == "/review"

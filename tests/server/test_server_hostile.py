@@ -18,6 +18,7 @@ from server_fixtures import (
     make_pipeline,
     make_store,
     running,
+    signin_form,
 )
 
 JSON = {"Content-Type": "application/json"}
@@ -148,7 +149,7 @@ def test_a_store_outage_is_json_with_the_security_headers(store):
         assert_problem(client.get("/v1/requests/anything"), 503, "store_unavailable")
         ready = client.get("/readyz")
         assert ready.status_code == 503 and ready.json()["ready"] is False
-        client.post("/review/signin", data={"reviewer": "alice", "token": TOKEN})
+        client.post("/review/signin", data=signin_form(client, reviewer="alice", token=TOKEN))
         queue = client.get("/review")
         assert_problem(queue, 503, "store_unavailable")
         app.state.answerer.close()

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 from pipeline_fixtures import REPO
-from server_fixtures import TOKEN, free_port
+from server_fixtures import TOKEN, csrf_of, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -89,15 +89,16 @@ def assert_problem(reply: httpx.Response, status: int, error: str) -> dict:
 def test_forwarded_headers_do_not_bypass_the_sign_in_lockout(tmp_path) -> None:
     with serve(tmp_path) as (base, log), httpx.Client(timeout=10) as http:
         statuses = []
+        csrf = csrf_of(http.get(f"{base}/review/signin").text)  # the client keeps its cookie
         for i in range(12):
             reply = http.post(
                 f"{base}/review/signin",
-                data={"reviewer": "mallory", "token": f"wrong-token-{i}"},
+                data={"reviewer": "mallory", "token": f"wrong-token-{i}", "csrf": csrf},
                 headers={"X-Forwarded-For": f"203.0.113.{i + 1}"},
             )
             statuses.append(reply.status_code)
-        # five free failures, then this address is locked out whatever it claims to be
-        assert statuses[:5] == [401] * 5 and set(statuses[6:]) == {429}, statuses
+        # five wrong tokens answered, then this address is locked out whatever it claims to be
+        assert statuses[:5] == [401] * 5 and set(statuses[5:]) == {429}, statuses
         time.sleep(0.5)
         text = log.read_text()
     assert "failed reviewer sign-in from 127.0.0.1" in text
@@ -109,10 +110,11 @@ def test_forwarded_headers_are_believed_from_a_configured_proxy(tmp_path) -> Non
         serve(tmp_path, "--forwarded-allow-ips", "127.0.0.1") as (base, log),
         httpx.Client(timeout=10) as http,
     ):
+        csrf = csrf_of(http.get(f"{base}/review/signin").text)
         for i in range(3):
             reply = http.post(
                 f"{base}/review/signin",
-                data={"reviewer": "mallory", "token": "wrong"},
+                data={"reviewer": "mallory", "token": "wrong", "csrf": csrf},
                 headers={"X-Forwarded-For": f"198.51.100.{i + 1}"},
             )
             assert reply.status_code == 401

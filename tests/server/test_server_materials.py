@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 from langchain_core.documents import Document
-from server_fixtures import TOKEN, csrf_of, make_app, sign_in
+from server_fixtures import TOKEN, csrf_of, make_app, sign_in, signin_form
 
 from tracerag._identity import hash_token
 from tracerag.materials import MaterialRegistry, Use
@@ -67,9 +67,8 @@ def client(scene: MaterialRegistry) -> Iterator[TestClient]:
 
 def sign_in_named(client: TestClient) -> None:
     """Sign in as 李伟 with a named token: the identity a material change needs."""
-    reply = client.post(
-        "/review/signin", data={"reviewer": "", "token": LI_TOKEN}, follow_redirects=False
-    )
+    form = signin_form(client, reviewer="", token=LI_TOKEN)
+    reply = client.post("/review/signin", data=form, follow_redirects=False)
     assert reply.status_code == 303
 
 
@@ -86,7 +85,7 @@ def text(html: str) -> str:
 def test_the_materials_page_lists_pending_writes_conflicts_and_quarantine(
     client: TestClient,
 ) -> None:
-    assert client.get("/review/materials", follow_redirects=False).status_code == 401
+    assert client.get("/review/materials", follow_redirects=False).status_code == 303  # sign in
     sign_in(client)
     html = client.get("/review/materials").text
     shown = text(html)
@@ -137,10 +136,7 @@ def test_approve_reject_and_restore_go_through_the_audited_write_path(
 def test_a_named_reviewer_is_recorded_as_authenticated(
     client: TestClient, scene: MaterialRegistry
 ) -> None:
-    reply = client.post(
-        "/review/signin", data={"reviewer": "", "token": LI_TOKEN}, follow_redirects=False
-    )
-    assert reply.status_code == 303
+    sign_in_named(client)
     assert act(client, "memo-7", "approve", "确认过：7天").status_code == 303
     memo = scene.get("memo-7")
     assert memo.status == "active" and memo.current.operator == "李伟"
@@ -170,10 +166,8 @@ def test_the_shared_token_sees_materials_but_cannot_change_them(
 
 def test_refused_forms_change_nothing(client: TestClient, scene: MaterialRegistry) -> None:
     form = {"material_id": "memo-7", "action": "approve", "reason": "x"}
-    assert (
-        client.post("/review/materials/action", data=form, follow_redirects=False).status_code
-        == 401
-    )
+    signed_out = client.post("/review/materials/action", data=form, follow_redirects=False)
+    assert signed_out.status_code == 303  # to the sign-in page
     sign_in_named(client)
     no_csrf = client.post("/review/materials/action", data=form, follow_redirects=False)
     assert no_csrf.status_code == 403

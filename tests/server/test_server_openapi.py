@@ -7,10 +7,14 @@ import pytest
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis_budget import examples
 from server_fixtures import (
     API_KEY,
     GOOD_ANSWER,
     GOOD_QUESTION,
+    TOKEN,
     make_app,
     make_pipeline,
     make_store,
@@ -56,7 +60,10 @@ def test_every_json_operation_has_a_request_and_response_schema(doc):
         if method == "POST":
             content = op["requestBody"]["content"]
             assert list(content) == ["application/json"], path
-            assert resolve(doc, content["application/json"]["schema"])["properties"], path
+            body = resolve(doc, content["application/json"]["schema"])
+            # an object, or one object per choice (a verdict, a decision's action)
+            for option in [resolve(doc, o) for o in body.get("oneOf", [body])]:
+                assert option["properties"], path
         success = next(s for s in ("200", "202") if s in op["responses"])
         ok = op["responses"][success]["content"]
         schema = next(iter(ok.values()))["schema"]
@@ -97,7 +104,7 @@ def test_the_stream_events_are_a_discriminated_union(doc):
     ):
         op = doc["paths"][path][method]
         stream = op["responses"]["200"]["content"]["text/event-stream"]["schema"]
-        assert stream == {"$ref": "#/components/schemas/StreamEvent"}, path
+        assert stream == {"$ref": "#/components/schemas/StreamEventSent"}, path
     union = doc["components"]["schemas"]["StreamEvent"]
     assert "properties" not in union and "required" not in union
     assert union["discriminator"]["propertyName"] == "event"
@@ -110,6 +117,14 @@ def test_the_stream_events_are_a_discriminated_union(doc):
         assert message["properties"]["event"]["const"] == name
         assert set(message["required"]) == {"event", "id", "data"}
         data[name] = resolve(doc, message["properties"]["data"])
+    # as sent: the same events, each data a line of JSON text of the parsed event's schema
+    sent = doc["components"]["schemas"]["StreamEventSent"]["oneOf"]
+    assert sorted(o["properties"]["event"]["const"] for o in sent) == sorted(mapping)
+    for option in sent:
+        wire = option["properties"]["data"]
+        assert wire["type"] == "string" and wire["contentMediaType"] == "application/json"
+        parsed = resolve(doc, {"$ref": mapping[option["properties"]["event"]["const"]]})
+        assert wire["contentSchema"] == parsed["properties"]["data"]
     assert data["stage"]["properties"]["stage"]["enum"] == [
         "register",
         "retrieve",
@@ -235,3 +250,62 @@ def test_the_stream_sends_a_retry_hint_and_keep_alive_pings(store, monkeypatch):
     assert ": ping" in blocks
     events = [b.split("\n", 1)[0] for b in blocks if b.startswith("event: ")]
     assert events == ["event: stage"] * 6 + ["event: response"]
+
+
+# -- the request schemas say what the server accepts ------------------------------------------
+
+
+@settings(
+    max_examples=examples(300),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    question=st.text(max_size=12)
+    | st.text(st.characters(categories=["Cc", "Cf", "Co", "Cn", "Zs", "Mn", "Me"]), max_size=6)
+    | st.sampled_from(["\u3164", "\u2800 ", "a\x00", "\u200b", "问", " x ", "\U000e0001"])
+)
+def test_the_documented_question_is_the_accepted_one(doc, question):
+    """The question's pattern matches exactly the text the server (and the pipeline) takes."""
+    import re
+
+    from tracerag.server._deps import text_problem, visible
+
+    spec = doc["components"]["schemas"]["AnswerRequest"]["properties"]["question"]
+    documented = re.fullmatch(spec["pattern"], question) is not None
+    accepted = visible(question) and text_problem("question", question) is None
+    assert documented == accepted, repr(question)
+
+
+def test_the_queues_bounds_are_documented_and_a_huge_offset_is_a_422(doc, tmp_path):
+    params = {
+        p["name"]: p["schema"] for p in doc["paths"]["/review/api/queue"]["get"]["parameters"]
+    }
+    assert (params["limit"]["minimum"], params["limit"]["maximum"]) == (1, 1000)
+    assert params["offset"]["minimum"] == 0 and params["offset"]["maximum"] == 1_000_000_000
+    store = make_store(tmp_path)
+    try:
+        with TestClient(make_app(store, make_pipeline([GOOD_ANSWER]))) as client:
+            bearer = {"Authorization": f"Bearer {TOKEN}"}
+            for query in ("offset=851812249183660382617600", "limit=0", "status=open"):
+                reply = client.get(f"/review/api/queue?{query}", headers=bearer)
+                assert reply.status_code == 422, (query, reply.text)
+                assert reply.json()["error"] == "invalid_input"
+            assert client.get("/review/api/queue?offset=5", headers=bearer).status_code == 200
+    finally:
+        store.close()
+
+
+def test_a_decision_and_a_verdict_are_one_schema_per_choice(doc):
+    schemas = doc["components"]["schemas"]
+    decision = schemas["DecisionRequest"]["discriminator"]["mapping"]
+    assert set(decision) == {"approve", "edit", "reject"}
+    edit = schemas["DecisionRequest_edit"]
+    assert {"action", "final_answer", "reason"} <= set(edit["required"])
+    assert "final_answer" not in schemas["DecisionRequest_approve"]["required"]
+    feedback = schemas["FeedbackRequest"]["discriminator"]["mapping"]
+    assert set(feedback) == {"confirm", "deny", "clarify"}
+    assert "correction" in schemas["FeedbackRequest_clarify"]["required"]
+    assert "correction" not in schemas["FeedbackRequest_deny"]["required"]
+    response = doc["paths"]["/v1/schemas/response.json"]["get"]["responses"]["200"]
+    assert list(response["content"]) == ["application/schema+json"]

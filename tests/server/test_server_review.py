@@ -7,6 +7,7 @@ import json
 import re
 import threading
 import time
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -27,6 +28,7 @@ from server_fixtures import (
     make_store,
     running,
     sign_in,
+    signin_form,
 )
 
 from tracerag.server._auth import COOKIE_NAME, ReviewerAuth
@@ -90,7 +92,7 @@ def reviewer_routes(rid: str) -> list[tuple[str, str]]:
     ]
 
 
-def test_every_reviewer_route_is_401_without_the_token(client, store):
+def test_every_reviewer_route_refuses_without_the_token(client, store):
     rid = escalate(client)
     auth_other = ReviewerAuth("another-token-entirely-000000")
     auth = client.app.state.services.auth
@@ -117,21 +119,31 @@ def test_every_reviewer_route_is_401_without_the_token(client, store):
                 path,
                 headers=headers,
                 data={"action": "approve"} if method == "POST" else None,
+                follow_redirects=False,
             )
-            assert reply.status_code == 401, (label, method, path, reply.status_code)
-            assert "Bearer" in reply.headers.get("www-authenticate", "")
+            if path.startswith("/review/api/"):
+                assert reply.status_code == 401, (label, method, path, reply.status_code)
+                assert "Bearer" in reply.headers.get("www-authenticate", "")
+                continue
+            # a page: to the sign-in page, coming back to it (a form's post: to the queue)
+            assert reply.status_code == 303, (label, method, path, reply.status_code)
+            back = path if method == "GET" else "/review"
+            signin = "/review/signin?" + urllib.parse.urlencode({"next": back})
+            assert reply.headers["location"] == signin, (label, method, path)
     client.cookies.clear()
     assert client.get("/review/signin").status_code == 200
     assert store.get_decision(rid) is None
 
 
 def test_sign_in_sets_a_strict_http_only_cookie(client):
-    wrong = client.post("/review/signin", data={"reviewer": "alice", "token": "nope"})
+    wrong = client.post("/review/signin", data=signin_form(client, reviewer="alice", token="no"))
     assert wrong.status_code == 401 and "not right" in wrong.text
-    nameless = client.post("/review/signin", data={"reviewer": "<b>", "token": TOKEN})
+    nameless = client.post("/review/signin", data=signin_form(client, reviewer="<b>", token=TOKEN))
     assert nameless.status_code == 422
     reply = client.post(
-        "/review/signin", data={"reviewer": "alice", "token": TOKEN}, follow_redirects=False
+        "/review/signin",
+        data=signin_form(client, reviewer="alice", token=TOKEN),
+        follow_redirects=False,
     )
     assert reply.status_code == 303 and reply.headers["location"] == "/review"
     cookie = reply.headers["set-cookie"]
@@ -147,7 +159,7 @@ def test_sign_out_ends_the_session(client):
         "/review/signout", data={"csrf": csrf_of(page.text)}, follow_redirects=False
     )
     assert reply.status_code == 303
-    assert client.get("/review").status_code == 401
+    assert client.get("/review", follow_redirects=False).status_code == 303  # to sign in
 
 
 def test_queue_lists_escalated_items_escaped(client):
@@ -420,11 +432,10 @@ def test_an_unreachable_webhook_is_retried_then_audited(store):
 @pytest.mark.integration
 def test_reviewer_routes_over_a_real_socket(store):
     with running(make_app(store, make_pipeline([GOOD_ANSWER]))) as base:
-        assert httpx.get(f"{base}/review").status_code == 401
+        assert httpx.get(f"{base}/review").status_code == 303  # to sign in
         with httpx.Client(base_url=base, follow_redirects=False) as c:
-            assert (
-                c.post("/review/signin", data={"reviewer": "a", "token": TOKEN}).status_code == 303
-            )
+            form = signin_form(c, reviewer="a", token=TOKEN)
+            assert c.post("/review/signin", data=form).status_code == 303
             assert c.get("/review").status_code == 200
 
 

@@ -5,6 +5,7 @@ pipeline and in wrap() alike."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from pipeline_fixtures import FAST_RETRY, QUESTION, format_docs
@@ -126,6 +127,7 @@ def test_the_pipeline_reads_a_numbered_footnote_as_the_material_shown_there(retr
         responses=["Customers may return unused items within 30 days of delivery. [9]"],
         model_name="footnotes",
     )
+    records: list[dict[str, Any]] = []
     off = RAGPipeline(
         retriever,
         beyond,
@@ -133,8 +135,12 @@ def test_the_pipeline_reads_a_numbered_footnote_as_the_material_shown_there(retr
         model_version="footnotes",
         n_samples=3,
         retry=FAST_RETRY,
+        audit=records.append,
     ).invoke(QUESTION)
-    assert off.claims[0].verdict == "fabricated_citation" and off.answer is None
+    assert off.answer is None and off.decision == "escalate"
+    # the withheld answer's claims are the operator's (the record), not the caller's
+    (kept,) = records[-1]["signals"]["citations"]["claims"]
+    assert kept["verdict"] == "fabricated_citation"
 
 
 def test_wrap_and_the_pipeline_agree_on_full_width_footnotes(retriever):

@@ -108,9 +108,12 @@ def test_the_bundled_extractive_model_is_not_called_unsupported_on_the_shipping_
 
 def test_the_general_sentence_still_fails_for_the_laptop_through_the_pipeline():
     llm = ScriptedChatModel(responses=[GENERAL_A], model_name="fixed-answer")
-    response = _pipeline(llm).invoke(LAPTOP_Q)
-    assert [c.verdict for c in response.claims] == ["unsupported"]
+    records: list[dict] = []
+    response = _pipeline(llm, audit=records.append).invoke(LAPTOP_Q)
     assert response.decision == "escalate" and response.answer is None
+    # a withheld answer's claims are the operator's: the audit record keeps the verdict
+    kept = records[-1]["signals"]["citations"]["claims"]
+    assert [c["verdict"] for c in kept] == ["unsupported"]
     # flagged instead of withheld, the caller sees why: the reason names the rival sentence,
     # both values and the sentence the claim rests on
     flagged = _pipeline(llm, thresholds=Thresholds(pass_at=1.0, review_at=0.0)).invoke(LAPTOP_Q)
@@ -142,8 +145,11 @@ def test_the_chinese_twin_still_fails_through_the_pipeline():
             **kwargs,
         )
 
-    response = pipeline().invoke("笔记本电脑的保修期多长？")
-    assert [c.verdict for c in response.claims] == ["unsupported"] and response.answer is None
+    records: list[dict] = []
+    response = pipeline(audit=records.append).invoke("笔记本电脑的保修期多长？")
+    assert response.decision == "escalate" and response.answer is None
+    kept = records[-1]["signals"]["citations"]["claims"]
+    assert [c["verdict"] for c in kept] == ["unsupported"]
     flagged = pipeline(thresholds=Thresholds(pass_at=1.0, review_at=0.0))
     (claim,) = flagged.invoke("笔记本电脑的保修期多长？").claims
     assert claim.verdict == "unsupported"

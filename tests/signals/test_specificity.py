@@ -189,8 +189,8 @@ def test_the_pipeline_routes_the_general_answer_to_the_specific_question(spans, 
         tracer_provider=spans.provider,
     )
     response = pipeline.invoke(LAPTOP_Q)
-    assert response.claims[0].verdict == "unsupported"
     assert response.decision == "escalate" and response.answer is None
+    assert response.claims == []  # the verdicts of a withheld answer: the flagged run below
     # withheld from the caller, handed to a person with the candidate answer
     (ticket,) = pipeline.escalation.tickets
     assert ticket.candidate_answer == GENERAL

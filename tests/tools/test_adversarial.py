@@ -299,11 +299,19 @@ def test_mutating_model_makes_answers_wrong():
 
     base = ExtractiveChatModel(seed=3)
     model = MutatingChatModel(base=base, kind="number", rate=1.0, seed=3)
+    records: list[dict] = []
     pipeline = RAGPipeline(
-        build_retriever(k=4), model, prompt_version="p", model_version="m", n_samples=3
+        build_retriever(k=4),
+        model,
+        prompt_version="p",
+        model_version="m",
+        n_samples=3,
+        audit=lambda record: records.append(record) or True,
     )
     response = pipeline.invoke("How long is the warranty on a laptop?")
     mutated = model.mutated
     assert len(mutated) == 3
     assert all(m.mutated != m.original and m.kind == "number" for m in mutated.values())
-    assert response.signal_detail.citation_score == 0.0  # the changed number is caught
+    assert response.decision == "escalate" and response.answer is None
+    # the changed number is caught (the score is the operator's: the answer is withheld)
+    assert records[0]["response"]["signal_detail"]["citation_score"] == 0.0

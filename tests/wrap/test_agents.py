@@ -101,13 +101,22 @@ def test_a_correct_citation_passes(name, spans, count_searches):
 def test_a_fabricated_citation_escalates(name, spans):
     build, cite, _ = AGENTS[name]
     model = model_for(name, answering("24-month", cite=cite, marker="warranty-2019"))
+    records: list[dict] = []
     wrapped = wrap(
-        build(model), n_samples=N, min_samples=N, retry=FAST_RETRY, tracer_provider=spans.provider
+        build(model),
+        n_samples=N,
+        min_samples=N,
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
+        audit=records.append,
     )
     response = wrapped.invoke({"messages": [("user", AGENT_QUESTION)]})
     assert response.decision == "escalate"
     assert response.answer is None
-    assert response.signal_detail.fabricated_citations == ["warranty-2019"]
+    assert "fabricated citation" in response.signal_detail.confidence_caps
+    assert response.signal_detail.fabricated_citations == []  # the withheld answer's own text
+    kept = records[0]["response"]["signal_detail"]
+    assert kept["fabricated_citations"] == ["warranty-2019"]
 
 
 @pytest.mark.parametrize("name", list(AGENTS))

@@ -64,12 +64,18 @@ def test_prompt_fingerprint_is_stable_and_changes_with_the_prompt(retriever):
 
 def test_wrap_fabricated_position_is_escalated(retriever, spans):
     llm = ScriptedChatModel(responses=["Returns are accepted for 30 days. [42]"])
+    records: list[dict] = []
     response = wrap(
-        standard_chain(retriever, llm), n_samples=2, tracer_provider=spans.provider
+        standard_chain(retriever, llm),
+        n_samples=2,
+        tracer_provider=spans.provider,
+        audit=records.append,
     ).invoke(QUESTION)
     assert response.decision == "escalate"
     assert response.answer is None
-    assert response.signal_detail.fabricated_citations == ["42"]
+    assert "fabricated citation" in response.signal_detail.confidence_caps
+    assert response.signal_detail.fabricated_citations == []  # the withheld answer's own text
+    assert records[0]["response"]["signal_detail"]["fabricated_citations"] == ["42"]
 
 
 def test_wrap_temperature_zero_warns_and_is_uninformative(retriever, spans, caplog):

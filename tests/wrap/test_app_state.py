@@ -434,13 +434,17 @@ def test_a_wrong_structured_answer_escalates_and_appears_nowhere(strategy, wrong
     )
     saver = InMemorySaver()
     agent = rag_agent(model, response_format=STRATEGIES[strategy](CitedAnswer), checkpointer=saver)
-    wrapped = wrap(agent, n_samples=3, retry=FAST_RETRY, audit=None, tracer_provider=spans.provider)
+    records: list[dict] = []
+    wrapped = wrap(
+        agent, n_samples=3, retry=FAST_RETRY, audit=records.append, tracer_provider=spans.provider
+    )
     config = {"configurable": {"thread_id": f"s-{strategy}"}}
     response = wrapped.invoke({"messages": [("user", AGENT_QUESTION)]}, config)
     assert response.decision == "escalate"
     assert response.answer is None and response.structured is None
-    if "marker" in wrong:
-        assert response.signal_detail.fabricated_citations == ["warranty-2019"]
+    if "marker" in wrong:  # the caller is not told what the withheld answer cited; the record is
+        assert response.signal_detail.fabricated_citations == []
+        assert records[-1]["signals"]["citations"]["fabricated"] == ["warranty-2019"]
     assert response.warnings == []  # withheld, not unread
     state = agent.get_state(config).values
     assert state["messages"][-1].content.endswith(f"(ticket {response.ticket_id}).")

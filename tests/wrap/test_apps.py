@@ -83,11 +83,21 @@ def test_well_cited_answer_passes(name, store, spans):
 def test_fabricated_citation_escalates(name, store, spans):
     build, request = APPS[name]
     llm = ScriptedChatModel(responder=fabricate, model_name="scripted-x")
-    wrapped = wrap(build(store, llm), n_samples=2, retry=FAST_RETRY, tracer_provider=spans.provider)
+    records: list[dict] = []
+    wrapped = wrap(
+        build(store, llm),
+        n_samples=2,
+        retry=FAST_RETRY,
+        tracer_provider=spans.provider,
+        audit=records.append,
+    )
     response = wrapped.invoke(request)
     assert response.decision == "escalate"
     assert response.answer is None
-    assert response.signal_detail.fabricated_citations == ["policy-99"]
+    assert "fabricated citation" in response.signal_detail.confidence_caps
+    assert response.signal_detail.fabricated_citations == []  # the withheld answer's own text
+    kept = records[0]["response"]["signal_detail"]  # the operator's copy
+    assert kept["fabricated_citations"] == ["policy-99"]
 
 
 @pytest.mark.parametrize("name", list(APPS))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 import time
 import unicodedata
 from collections.abc import Callable
@@ -46,6 +47,11 @@ from tracerag.errors import AuthenticationError, ConfigurationError, InputError
 TOKEN_PREFIX = "tru1"
 MIN_KEY_CHARS = 32
 MAX_USER_ID_CHARS = 128
+MAX_TOKEN_CHARS = 1024
+#: the parts of a token as ``sign`` writes them: ASCII only (``str.isdigit`` also takes
+#: superscript and full-width digits, which neither ``int`` nor the MAC's ASCII message read)
+_B64URL = re.compile(r"[A-Za-z0-9_-]+")
+_EXPIRES = re.compile(r"[0-9]{1,12}")
 #: principals with authority over materials: no per-material cap on their verdicts
 PERSONS_WITH_AUTHORITY = frozenset({DESK_NAMED, OPERATOR_TOKEN, REVIEW_DECISION})
 
@@ -168,12 +174,19 @@ class UserTokens:
 
     def verify(self, token: str) -> str:
         """The user id a token proves; ``InvalidUserToken`` otherwise."""
-        parts = token.split(".") if isinstance(token, str) and len(token) < 1024 else []
-        if len(parts) != 4 or parts[0] != TOKEN_PREFIX or not parts[2].isdigit():
+        well_formed = isinstance(token, str) and len(token) < MAX_TOKEN_CHARS and token.isascii()
+        parts = token.split(".") if well_formed else []
+        if (
+            len(parts) != 4
+            or parts[0] != TOKEN_PREFIX
+            or not _B64URL.fullmatch(parts[1])
+            or not _EXPIRES.fullmatch(parts[2])
+            or not _B64URL.fullmatch(parts[3])
+        ):
             raise InvalidUserToken("the user token is not a tracerag user token")
         _prefix, ident, expires, mac = parts
         expected = self._mac(ident, expires).encode("ascii")
-        if not hmac.compare_digest(mac.encode("ascii", "replace"), expected):
+        if not hmac.compare_digest(mac.encode("ascii"), expected):
             raise InvalidUserToken("the user token's signature does not match")
         now = self.clock()
         if int(expires) <= now:

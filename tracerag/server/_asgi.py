@@ -38,8 +38,10 @@ Content-Security-Policy (no scripts at all).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -309,6 +311,8 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         "`event:` field); `data` is the event's line of JSON, `id` its `id:` field.",
         **union,
     }
+    _as_accepted(components, svc)
+    _events_as_sent(components)
     # every error is JSON in the one error shape, whatever the route's success media type
     problem_ref = {"$ref": "#/components/schemas/Problem"}
     components["Problem"] = Problem.model_json_schema()
@@ -332,6 +336,150 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         }
     app.openapi_schema = schema
     return schema
+
+
+@functools.cache
+def _not_visible() -> str:
+    """A regex class of the characters a question cannot be made of alone (what
+    ``tracerag.text.is_invisible`` counts as showing nothing: whitespace, control, format,
+    private-use, unassigned and combining characters, blank fillers), listed from the Unicode
+    database this Python has."""
+    from tracerag.text._unicode import is_invisible
+
+    ranges: list[tuple[int, int]] = []
+    for code in range(sys.maxunicode + 1):
+        if 0xD800 <= code <= 0xDFFF or not is_invisible(chr(code)):
+            continue
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1] = (ranges[-1][0], code)
+        else:
+            ranges.append((code, code))
+
+    def char(code: int) -> str:
+        return f"\\u{code:04x}" if code <= 0xFFFF else chr(code)
+
+    return "".join(char(a) if a == b else f"{char(a)}-{char(b)}" for a, b in ranges)
+
+
+#: no NUL (``text_problem``): every text field of a request body
+NO_NUL = "^[^\\u0000]*$"
+
+
+def _as_accepted(components: dict[str, Any], svc: Services) -> None:
+    """Say in the request schemas what the server checks beyond pydantic: a question with a
+    visible character and at most the pipeline's length, no NUL in any text, the shared
+    reviewer's name, and the fields a choice needs (``clarify`` its correction, ``edit`` its
+    final answer, ``edit`` and ``reject`` a reason) as one schema per choice."""
+    answer = components["AnswerRequest"]["properties"]
+    answer["question"].update(
+        minLength=1,
+        maxLength=svc.answerer.max_question_chars,
+        pattern=f"^[^\\u0000]*[^{_not_visible()}][^\\u0000]*$",
+    )
+    for name in ("session_id", "user_id", "channel"):
+        for option in answer[name].get("anyOf", [answer[name]]):
+            if option.get("type") == "string":
+                option["pattern"] = NO_NUL
+
+    visible_text = {
+        "type": "string",
+        "minLength": 1,
+        "pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$",
+    }
+
+    def union(model: str, field: str, required: dict[str, list[str]]) -> dict[str, Any]:
+        """The model as one component per choice of ``field`` (``<Model>_<choice>``), told
+        apart by that field."""
+        base = components[model]
+        mapping = {}
+        for variant in variants(model, field, required):
+            choice = variant["properties"][field]["const"]
+            name = f"{model}_{choice}"
+            components[name] = variant
+            mapping[choice] = f"#/components/schemas/{name}"
+        return {
+            "title": model,
+            "description": base.get("description", ""),
+            "discriminator": {"propertyName": field, "mapping": mapping},
+            "oneOf": [{"$ref": ref} for ref in mapping.values()],
+        }
+
+    def variants(model: str, field: str, required: dict[str, list[str]]) -> list[dict[str, Any]]:
+        base = components[model]
+        out = []
+        for choice, needs in required.items():
+            properties = dict(base["properties"])
+            properties[field] = {"const": choice, "type": "string"}
+            for name in needs:
+                limit = next((o.get("maxLength") for o in properties[name].get("anyOf", [])), None)
+                properties[name] = {**visible_text, **({"maxLength": limit} if limit else {})}
+            out.append(
+                {
+                    **{k: v for k, v in base.items() if k not in ("properties", "required")},
+                    "title": f"{model} ({choice})",
+                    "properties": properties,
+                    "required": sorted({*base.get("required", []), field, *needs}),
+                }
+            )
+        return out
+
+    decision = components["DecisionRequest"]
+    reviewer = decision["properties"]["reviewer"]
+    for option in reviewer.get("anyOf", [reviewer]):
+        if option.get("type") == "string":
+            option["pattern"] = "^[\\w .@+\\-]*[\\w.@+\\-][\\w .@+\\-]*$"
+            option["maxLength"] = 64
+    for field in ("final_answer", "reason"):
+        for option in decision["properties"][field].get("anyOf", []):
+            if option.get("type") == "string":
+                option["pattern"] = NO_NUL
+    components["DecisionRequest"] = union(
+        "DecisionRequest",
+        "action",
+        {"approve": [], "edit": ["final_answer", "reason"], "reject": ["reason"]},
+    )
+    feedback = components["FeedbackRequest"]
+    for field in ("request_id", "comment", "correction", "user_token", "user"):
+        prop = feedback["properties"][field]
+        for option in prop.get("anyOf", [prop]):
+            if option.get("type") == "string":
+                option["pattern"] = NO_NUL
+    components["FeedbackRequest"] = union(
+        "FeedbackRequest", "verdict", {"confirm": [], "deny": [], "clarify": ["correction"]}
+    )
+
+
+def _events_as_sent(components: dict[str, Any]) -> None:
+    """The stream's events as sent (``StreamEventSent``, the ``text/event-stream`` schema):
+    ``data`` is a line of JSON text on the wire (the SSE ``data:`` field), declared as that
+    string with its content's schema beside it (``contentSchema``). ``StreamEvent`` stays the
+    same union once ``data`` is parsed, the type a client's ``JSON.parse`` gives."""
+    from tracerag.server._bodies import STREAM_EVENT_MODELS
+
+    variants = []
+    for model in STREAM_EVENT_MODELS:
+        parsed = components[model.__name__]
+        properties = dict(parsed["properties"])
+        properties["data"] = {
+            "type": "string",
+            "description": "The event's data: one line of JSON text, of this schema.",
+            "contentMediaType": "application/json",
+            "contentSchema": parsed["properties"]["data"],
+        }
+        variants.append(
+            {
+                "title": f"{parsed['title']} (as sent)",
+                "type": "object",
+                "properties": properties,
+                "required": parsed["required"],
+            }
+        )
+    components["StreamEventSent"] = {
+        "title": "StreamEventSent",
+        "description": "One event of an answer stream as the wire carries it: `event`, `id` "
+        "and `data` (a line of JSON text) are its SSE fields. Parsed, it is a `StreamEvent`.",
+        "oneOf": variants,
+    }
 
 
 def _open_runs(svc: Services) -> None:

@@ -8,11 +8,14 @@ decision is then the one the token belongs to — or one shared token
 A reviewer proves a token on every request (``Authorization: Bearer <token>``) or once on the
 sign-in form, which sets a signed (itsdangerous), HttpOnly, SameSite=Strict session cookie.
 Sessions are also kept server-side: signing out revokes the session, so a copied cookie stops
-working. Forms posted with the cookie carry a CSRF token bound to the session.
+working. Forms posted with the cookie carry a CSRF token bound to the session. The sign-in form
+itself carries one bound to a nonce in a SameSite=Strict cookie set with the form
+(``signin_csrf``), and a sign-in whose ``Origin`` is another site is refused: a cross-site form
+cannot sign a victim's browser in as the attacker (login CSRF).
 
-Failed sign-ins and failed Bearer tokens are counted per client address: after a few, the
-client is locked out with a growing back-off (429 with ``Retry-After``). A failure is logged
-with the client address, never with the token.
+Failed sign-ins and failed Bearer tokens are counted per client address: the ``free``-th
+failure (5 by default) locks the client out, then each further one for twice as long (429 with
+``Retry-After``). A failure is logged with the client address, never with the token.
 
 Sessions and the failure counts live in the audit store's database when it has one
 (``SharedSessions``, ``SharedThrottle`` over ``tracerag.server._desk_db``), so every server
@@ -51,6 +54,9 @@ REVIEWER_TOKEN_ENV = "TRACERAG_REVIEWER_TOKEN"
 REVIEWERS_FILE_ENV = "TRACERAG_REVIEWERS_FILE"
 API_KEY_ENV = "TRACERAG_API_KEY"
 COOKIE_NAME = "tracerag_review"
+#: the sign-in form's nonce (its CSRF token is an HMAC of it): SameSite=Strict, the form's path
+SIGNIN_COOKIE = "tracerag_signin"
+SIGNIN_PATH = "/review/signin"
 MIN_TOKEN_CHARS = 16
 MIN_DISTINCT_CHARS = 6
 SESSION_SECONDS = 12 * 3600
@@ -86,7 +92,9 @@ def same_secret(given: str | None, expected: str) -> bool:
     """Constant-time comparison of a presented secret with the configured one."""
     if not given:
         return False
-    return hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
+    return hmac.compare_digest(
+        given.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass")
+    )
 
 
 def read_reviewers_file(path: str | Path) -> dict[str, str]:
@@ -120,9 +128,10 @@ class _Client:
 
 @dataclass(frozen=True)
 class BackOff:
-    """The lockout rule: ``free`` failures within ``window`` seconds cost nothing; each one
-    after that locks the client out for ``base * 2**k`` seconds (k = failures beyond
-    ``free``), at most ``cap``."""
+    """The lockout rule: after ``free`` failures within ``window`` seconds the client is locked
+    out — the ``free``-th failure locks it for ``base`` seconds, each one after that for
+    ``base * 2**k`` (k = failures beyond ``free``), at most ``cap``. So ``free`` wrong tokens
+    are answered, and the next try within the lockout is refused (429)."""
 
     free: int = 5
     window: float = 900.0
@@ -135,9 +144,9 @@ class BackOff:
             state.failures, state.first = 0, now
         state.failures += 1
         over = state.failures - self.free
-        if over <= 0:
+        if over < 0:
             return None
-        lockout = min(self.cap, self.base * 2.0 ** (over - 1))
+        lockout = min(self.cap, self.base * 2.0**over)
         state.locked_until = now + lockout
         return lockout
 
@@ -464,6 +473,17 @@ class ReviewerAuth:
         return int(self.sessions.live(self.clock()))
 
     # -- CSRF ---------------------------------------------------------------------------------
+    def signin_csrf(self, nonce: str) -> str:
+        """The CSRF token of a sign-in form whose nonce cookie holds ``nonce``."""
+        message = b"signin-csrf:" + nonce.encode("utf-8", "surrogatepass")
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+    def check_signin_csrf(self, nonce: str | None, given: str | None) -> bool:
+        """True when a sign-in form's CSRF token belongs to the nonce its cookie carries."""
+        if not nonce or not given or len(nonce) > 200:
+            return False
+        return same_secret(given, self.signin_csrf(nonce))
+
     def csrf_token(self, session: Session) -> str:
         """The CSRF token that forms of this session must carry."""
         mac = hmac.new(self._key, b"csrf:" + session.sid.encode("ascii"), hashlib.sha256)

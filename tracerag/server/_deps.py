@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import unicodedata
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -244,8 +243,11 @@ def validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
 
 
 def visible(text: str) -> bool:
-    """True when the text has a character a person can see."""
-    return any(not ch.isspace() and unicodedata.category(ch) not in ("Cf", "Cc") for ch in text)
+    """True when the text has a character a person can see (``tracerag.text.is_invisible``'s
+    rule, as the pipeline applies it: the OpenAPI document states the same)."""
+    from tracerag.text._unicode import is_invisible
+
+    return not is_invisible(text)
 
 
 def text_problem(name: str, text: str) -> str | None:

@@ -31,7 +31,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
-from tracerag.contract import Response, caller_view
+from tracerag.contract import Response, caller_stage, caller_view, withheld
 from tracerag.errors import ConfigurationError, InputError, TraceragError
 from tracerag.events import StageEvent
 from tracerag.server._run_table import RunTable, StoredRun
@@ -458,19 +458,38 @@ class RunBook:
         return run, False
 
     async def _execute(self, run: Run, data: dict[str, Any], runner: Runner, record: bool) -> None:
+        # the verify stage's signals are measured on the answer: its event waits for the
+        # decision (the next stage, with no model call) and loses them when it withholds it
+        held: list[dict[str, Any]] = []
+
+        def release(hide: bool) -> None:
+            for payload in held:
+                run.add("stage", caller_stage(payload) if hide else payload)
+            held.clear()
+
         def on_stage(event: StageEvent) -> None:
-            run.add("stage", event.to_dict())
+            payload = event.to_dict()
+            if payload["stage"] == "verify":
+                held.append(payload)
+                return
+            if payload["stage"] == "assemble":
+                release(str(payload["signals"].get("decision")) == "escalate")
+            run.add("stage", payload)
 
         try:
             response = await runner(data, on_stage)
+            release(withheld(response))
             run.add("response", caller_view(response))
         except InputError as exc:
+            release(True)  # no decision was made: nothing of the answer is sent
             run.add("error", {"error": "invalid_input", "detail": str(exc)})
         except Exception as exc:
             logger.exception("request %s failed", run.request_id)
+            release(True)
             run.add("error", {"error": "pipeline_failed", "detail": type(exc).__name__})
         finally:
             if not run.done:  # cancelled (shutdown)
+                release(True)
                 run.add("error", {"error": "request_unfinished", "detail": "the server stopped"})
         if record and self.table is not None:
             try:

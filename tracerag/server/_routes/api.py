@@ -179,14 +179,26 @@ async def get_request(request_id: str, svc: ServicesDep) -> JSONResponse:
     return JSONResponse(request_status(trail))
 
 
+class SchemaJSONResponse(JSONResponse):
+    """A JSON Schema, sent as its own media type (RFC draft-bhutton-json-schema)."""
+
+    media_type = "application/schema+json"
+
+
 @router.get(
     "/schemas/response.json",
     summary="The Response JSON Schema (draft 2020-12)",
-    response_model=dict[str, Any],
-    responses={"default": error_responses(500)[500]},
+    response_class=SchemaJSONResponse,
+    responses={
+        200: {
+            "description": "The schema every Response validates against",
+            "content": {"application/schema+json": {"schema": {"type": "object"}}},
+        },
+        "default": error_responses(500)[500],
+    },
 )
-async def response_json_schema() -> JSONResponse:
-    return JSONResponse(response_schema(), media_type="application/schema+json")
+async def response_json_schema() -> SchemaJSONResponse:
+    return SchemaJSONResponse(response_schema())
 
 
 health = APIRouter(tags=["health"])

@@ -62,7 +62,7 @@ IDEMPOTENCY_HEADER = {
     "(a retry, a reconnect), it joins or replays the request it started instead of asking "
     "again. Kept for the server's replay time (10 minutes by default); the same key with "
     "another question is refused (422 `idempotency_key_reused`).",
-    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"},
 }
 LAST_EVENT_ID_HEADER = {
     "name": "Last-Event-ID",
@@ -70,12 +70,12 @@ LAST_EVENT_ID_HEADER = {
     "required": False,
     "description": "The id of the last event received (EventSource sends it on reconnect): "
     "the stream resumes after it, and the request is not asked again.",
-    "schema": {"type": "string", "maxLength": 300},
+    "schema": {"type": "string", "maxLength": 300, "pattern": "^[A-Za-z0-9._-]{1,200}:[!-~]+$"},
 }
 STREAM_200 = {
     "description": "Server-Sent Events; each event's `event` field says which of the union "
     "it is, its `data` is one line of JSON.",
-    "content": {"text/event-stream": {"schema": {"$ref": "#/components/schemas/StreamEvent"}}},
+    "content": {"text/event-stream": {"schema": {"$ref": "#/components/schemas/StreamEventSent"}}},
 }
 REPLAYED_HEADER = {
     "Idempotency-Replayed": {

@@ -12,11 +12,12 @@ import asyncio
 import dataclasses
 import logging
 import math
+import secrets
 import urllib.parse
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import (
     HTMLResponse,
     JSONResponse,
@@ -29,7 +30,14 @@ from starlette.background import BackgroundTasks
 
 from tracerag._routing import Route
 from tracerag.errors import InputError
-from tracerag.server._auth import COOKIE_NAME, NAMED, Session, valid_reviewer_name
+from tracerag.server._auth import (
+    COOKIE_NAME,
+    NAMED,
+    SIGNIN_COOKIE,
+    SIGNIN_PATH,
+    Session,
+    valid_reviewer_name,
+)
 from tracerag.server._bodies import Decision, DecisionRequest, QueuePage, Vote
 from tracerag.server._delivery import decision_payload
 from tracerag.server._deps import (
@@ -112,13 +120,14 @@ def page(
 ) -> HTMLResponse:
     """A desk page rendered with the reviewer's name and CSRF token."""
     assert svc.auth is not None and svc.templates is not None
-    html = svc.templates.get_template(template).render(
-        reviewer=session.reviewer if session else None,
-        csrf=svc.auth.csrf_token(session) if session and session.via == "cookie" else "",
-        when=when,
-        lang_of=lang_of,
-        **values,
-    )
+    context: dict[str, Any] = {
+        "reviewer": session.reviewer if session else None,
+        "csrf": svc.auth.csrf_token(session) if session and session.via == "cookie" else "",
+        "when": when,
+        "lang_of": lang_of,
+        **values,  # the sign-in form brings its own CSRF token
+    }
+    html = svc.templates.get_template(template).render(**context)
     return HTMLResponse(html, status_code=code)
 
 
@@ -149,7 +158,8 @@ def error_page(
 
 
 async def sign_in_required(request: Request, exc: Exception) -> Response:
-    """401: a JSON error for the review API, the sign-in link (back to this page) for people."""
+    """401 in the error shape for the review API; for people, 303 to the sign-in page, which
+    comes back to this page (its path and query) afterwards."""
     assert isinstance(exc, SignInRequired)
     if exc.api:
         return problem(
@@ -158,22 +168,31 @@ async def sign_in_required(request: Request, exc: Exception) -> Response:
             "a reviewer token is required (Authorization: Bearer)",
             {"WWW-Authenticate": 'Bearer realm="tracerag-review"'},
         )
-    target = exc.path if request.method == "GET" else "/review"
-    return error_page(
-        request.app.state.services,
-        401,
-        "Sign in required",
-        "Reviewer pages need a reviewer token.",
-        signin="/review/signin?" + urllib.parse.urlencode({"next": target}),
-    )
+    target = "/review"
+    if request.method in ("GET", "HEAD"):
+        query = request.url.query
+        target = safe_next(exc.path + (f"?{query}" if query else ""))
+    location = SIGNIN_PATH + "?" + urllib.parse.urlencode({"next": target})
+    return RedirectResponse(location, status_code=303)
 
 
 def safe_next(target: str | None) -> str:
-    """Where to go after signing in: a desk path on this site, else the queue."""
-    if not target or not target.startswith("/review") or target.startswith("//"):
-        return "/review"
-    if any(c in target for c in "\\\r\n") or target.startswith("/review/signin"):
-        return "/review"
+    """Where to go after signing in: a desk path of this site, else the queue.
+
+    Only ``/review`` or a path under it (``/review/...``, ``/review?...``) is taken; anything
+    another site could be reached by is the queue instead: ``//host``, a scheme, a backslash
+    (browsers read ``/\\host`` as ``//host``), control characters and spaces (browsers drop
+    tabs and newlines from URLs), characters outside printable ASCII, and the sign-in page.
+    """
+    default = "/review"
+    if not target or len(target) > 2000:
+        return default
+    if not all("!" <= c <= "~" for c in target) or "\\" in target:
+        return default
+    if not (target == default or target.startswith(("/review/", "/review?", "/review#"))):
+        return default
+    if target.startswith(SIGNIN_PATH):
+        return default
     return target
 
 
@@ -334,18 +353,68 @@ async def audit_refusal(svc: Services, request_id: str, actor: str, what: str) -
 # -- sign-in --------------------------------------------------------------------------------
 
 
-@desk.get("/signin")
-async def signin_form(svc: ServicesDep, next: str | None = None) -> Response:
+#: how long a sign-in form (its nonce cookie) may be sent
+SIGNIN_FORM_SECONDS = 3600
+
+
+def signin_page(
+    request: Request,
+    svc: Services,
+    code: int,
+    error: str | None,
+    name: str,
+    target: str,
+    nonce: str | None = None,
+) -> HTMLResponse:
+    """The sign-in form with its CSRF token, and its nonce in a SameSite=Strict cookie: a fresh
+    one, or the nonce of the form just sent when it was this desk's (a wrong token is tried
+    again from the same form)."""
     assert svc.auth is not None
-    return page(
+    nonce = nonce or secrets.token_urlsafe(24)
+    response = page(
         svc,
         "signin.html",
-        session=None,
-        error=None,
-        name="",
-        next=safe_next(next),
+        code,
+        None,
+        error=error,
+        name=name,
+        next=target,
         shared=bool(svc.auth.shared_token),
+        csrf=svc.auth.signin_csrf(nonce),
     )
+    response.set_cookie(
+        SIGNIN_COOKIE,
+        nonce,
+        max_age=SIGNIN_FORM_SECONDS,
+        path=SIGNIN_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=request.app.state.secure_cookies,
+    )
+    return response
+
+
+def same_origin(request: Request) -> bool:
+    """False when the request names another site as its origin (``Origin``, else
+    ``Referer``); True when it names this one or none (a client that is not a browser)."""
+    given = request.headers.get("origin") or request.headers.get("referer")
+    if given is None:
+        return True
+    try:
+        parts = urllib.parse.urlsplit(given)
+        here = urllib.parse.urlsplit(f"{parts.scheme}://{request.headers.get('host', '')}")
+        default = {"http": 80, "https": 443}.get(parts.scheme)
+        theirs = (parts.hostname, parts.port or default)
+        ours = (here.hostname, here.port or default)
+    except ValueError:  # a port that is not a number
+        return False
+    return default is not None and parts.hostname is not None and theirs == ours
+
+
+@desk.get("/signin")
+async def signin_form(request: Request, svc: ServicesDep, next: str | None = None) -> Response:
+    assert svc.auth is not None
+    return signin_page(request, svc, 200, None, "", safe_next(next))
 
 
 @desk.post("/signin")
@@ -357,18 +426,20 @@ async def signin(request: Request, svc: ServicesDep) -> Response:
     name = form.get("reviewer", "").strip()
     target = safe_next(form.get("next"))
 
-    def again(code: int, error: str) -> Response:
-        return page(
-            svc,
-            "signin.html",
-            code,
-            None,
-            error=error,
-            name=name,
-            next=target,
-            shared=bool(auth.shared_token),
-        )
+    nonce: str | None = None  # the form's, once it proved to be this desk's
 
+    def again(code: int, error: str) -> Response:
+        return signin_page(request, svc, code, error, name, target, nonce)
+
+    # login CSRF: a form another site makes a victim's browser send is refused, before the
+    # token is looked at (and before it counts as a guess)
+    if not same_origin(request):
+        security_log.warning("refused a cross-site sign-in from %s", client)
+        return again(403, "This sign-in was not sent from this desk's own page.")
+    if not auth.check_signin_csrf(request.cookies.get(SIGNIN_COOKIE), form.get("csrf")):
+        security_log.warning("refused a sign-in without this desk's form token from %s", client)
+        return again(403, "The sign-in form has expired or was not this desk's: sign in again.")
+    nonce = request.cookies.get(SIGNIN_COOKIE)
     wait = await desk_call(svc, auth.throttle.attempt, client)
     if wait is not None:
         response = again(429, "Too many failed sign-ins from here. Try again in a while.")
@@ -387,6 +458,7 @@ async def signin(request: Request, svc: ServicesDep) -> Response:
     await desk_call(svc, auth.throttle.succeeded, client)
     cookie = await desk_call(svc, auth.issue, name, kind)
     response = RedirectResponse(target, status_code=303)
+    response.delete_cookie(SIGNIN_COOKIE, path=SIGNIN_PATH)
     response.set_cookie(
         COOKIE_NAME,
         cookie,
@@ -1124,14 +1196,10 @@ async def queue_api(
     request: Request,
     session: Reviewer,
     svc: ServicesDep,
-    status: str | None = None,
-    limit: int = 100,
-    offset: int = 0,
+    status: Literal["pending", "claimed", "decided"] | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=1_000_000_000)] = 0,
 ) -> JSONResponse:
-    if status is not None and status not in ("pending", "claimed", "decided"):
-        raise ApiError(422, "invalid_input", "status must be pending, claimed or decided")
-    if not (1 <= limit <= 1000) or offset < 0:
-        raise ApiError(422, "invalid_input", "limit is 1..1000 and offset is 0 or more")
     items = await store_call(svc, svc.store.list_queue, status, offset + limit)
     counts = (await store_call(svc, svc.store.metrics)).queue
     total = counts.get(status, 0) if status else sum(counts.values())
@@ -1234,12 +1302,11 @@ async def decide_api(
     },
 )
 async def export_api(
-    session: Reviewer, svc: ServicesDep, format: str = "jsonl", route: str | None = None
+    session: Reviewer,
+    svc: ServicesDep,
+    format: Literal["jsonl", "csv"] = "jsonl",
+    route: Literal["escalate", "review"] | None = None,
 ) -> Response:
-    if format not in EXPORT_FORMATS:
-        raise ApiError(422, "invalid_input", "format is jsonl or csv")
-    if route is not None and route not in (Route.ESCALATE, Route.REVIEW):
-        raise ApiError(422, "invalid_input", "route is escalate or review")
     return StreamingResponse(
         export_stream(svc, format, route),
         media_type=EXPORT_FORMATS[format] + "; charset=utf-8",
