@@ -193,7 +193,7 @@ def check_request_trace(spans: list[WireSpan], request_id: str, n_samples: int) 
     generations = tree.named(semconv.SPAN_SAMPLE_ONE)
     assert len(generations) == n_samples
     assert all(tree.parent(g) is sample for g in generations)
-    assert len(spans) == 1 + 6 + n_samples
+    assert len(spans) == 1 + 6 + 1 + n_samples
     for span in spans:
         assert span.attributes[semconv.REQUEST_ID] == request_id, span.name
     for generation in generations:  # model spans: OpenInference LLM, GenAI chat, CLIENT

@@ -67,7 +67,7 @@ def check_tree(spans: list[WireSpan], trace_id: str, request_id: str, n_samples:
     generations = tree.named(semconv.SPAN_SAMPLE_ONE)
     assert len(generations) == n_samples
     assert all(tree.parent(g) is sample for g in generations)
-    assert len(tree.spans) == 1 + 6 + n_samples
+    assert len(tree.spans) == 1 + 6 + 1 + n_samples
     for span in tree.spans:
         assert span.attributes[semconv.REQUEST_ID] == request_id, span.name
     (verify,) = tree.named(semconv.SPAN_VERIFY)
