@@ -268,6 +268,11 @@ METRIC_AUDIT_FAILURES = "tracerag.audit.persist_failures"
 METRIC_AUDIT_DROPPED = "tracerag.audit.dropped"
 METRIC_AUDIT_BACKLOG = "tracerag.audit.backlog"
 METRIC_SPANS_DROPPED = "tracerag.spans.dropped"
+# the review desk's queue: how long a queued request waited for a reviewer's decision (recorded
+# where the decision is made), and what waits now (gauges read from the queue's database)
+METRIC_REVIEW_TIME_TO_DECISION = "tracerag.review.time_to_decision"
+METRIC_REVIEW_BACKLOG = "tracerag.review.backlog"
+METRIC_REVIEW_OLDEST = "tracerag.review.oldest_wait"
 
 # Metric attribute keys (short, so Prometheus labels read well: decision, tier, stage, ...)
 METRIC_ATTR_DECISION = "decision"
@@ -275,6 +280,9 @@ METRIC_ATTR_TIER = "tier"
 METRIC_ATTR_STAGE = "stage"
 METRIC_ATTR_ERROR_TYPE = "error_type"
 METRIC_ATTR_REASON = "reason"
+METRIC_ATTR_ROUTE = "route"  # a queued request's route: review | escalate
+METRIC_ATTR_ACTION = "action"  # a reviewer's action: approve | edit | reject
+METRIC_ATTR_STATUS = "status"  # a queued request's status: pending | claimed
 
 # OpenInference prompt template and tags (set through tracerag.tracing helpers)
 OI_PROMPT_TEMPLATE = SpanAttributes.LLM_PROMPT_TEMPLATE

@@ -103,7 +103,7 @@ def test_demo_requests_are_complete_traces_and_their_links_open_them(
     assert len(requests) == 8
     assert len(links) == len(requests)
     for request, link in zip(requests, links, strict=True):
-        spans = jaeger.wait_for_trace(request["trace"], 12)
+        spans = jaeger.wait_for_trace(request["trace"], 1 + 6 + 1 + 5)
         check_request_trace(spans, request["request"], 5)
         assert spans[0].resource["service.name"] == service
         # the printed link is the Jaeger UI's trace route for this trace, served by Jaeger
