@@ -316,3 +316,15 @@ def test_every_slow_part_of_a_first_request_is_in_a_child_span(make_pipeline, sp
     # structural: the slow parts (0.44 s) are inside children; what is left is bookkeeping,
     # a bound far above it (microseconds) and far below the slow parts
     assert uncovered_ns(spans, root) < 0.1 * slow_ns
+
+
+def test_phoenix_gets_the_verdict_once_as_the_roots_confidence(make_pipeline, spans):
+    from tracerag.telemetry._phoenix import PhoenixEvaluationExporter
+
+    response = make_pipeline(scripted([FABRICATED] * 5)).invoke(QUESTION)
+    root = spans.root(response.request_id)
+    records = PhoenixEvaluationExporter.annotations(spans.for_request(response.request_id))
+    on_root = [r for r in records if r["span_id"] == f"{root.context.span_id:016x}"]
+    assert [r["name"] for r in on_root] == ["confidence"]
+    assert on_root[0]["result"] == {"score": response.confidence, "label": "escalate"}
+    assert {"citation_validity", "self_consistency"} <= {r["name"] for r in records}
