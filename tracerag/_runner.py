@@ -68,15 +68,16 @@ async def run(
     """Run the steps under one root span; return the validated Response.
 
     ``record_sink`` replaces the settings' sink for this request (None: keep no record).
-    ``agent``: the name of the agent the front door wraps; the root span is then
-    ``invoke_agent {agent}`` (a pipeline's is ``invoke_workflow tracerag``).
+    ``agent``: the name of the agent the front door wraps (else the run's ``lc_agent_name``,
+    else the mode); the root span of any front door but a pipeline is ``invoke_agent {agent}``
+    (a pipeline's is ``invoke_workflow tracerag``).
     """
     sink = settings.record_sink if record_sink is SETTINGS_SINK else record_sink
     if not request.request_id:
         request = dataclasses.replace(request, request_id=new_request_id())
     tracer = get_tracer(settings.tracer_provider)  # per request: a provider set later is used
     started = time.perf_counter()
-    root_name = _RootName(mode, agent)
+    root_name = _RootName(mode, agent or _agent_of(config))
     with (
         usage.metering() as ledger,
         tracer.start_as_current_span(
@@ -167,6 +168,14 @@ class _RootName:
             attrs[semconv.GENAI_CONVERSATION_ID] = conversation
             attrs[semconv.OI_SESSION_ID] = conversation
         return attrs
+
+
+def _agent_of(config: RunnableConfig | None) -> str | None:
+    """The name of the agent a request runs in, from its run's metadata (``create_agent(name=)``
+    puts ``lc_agent_name`` there), for a front door that names none."""
+    metadata = (config or {}).get("metadata") or {}
+    name = metadata.get("lc_agent_name")
+    return name if isinstance(name, str) and name else None
 
 
 def conversation_id(request: RequestInput, config: RunnableConfig | None) -> str | None:
