@@ -190,13 +190,13 @@ def check_request_trace(spans: list[WireSpan], request_id: str, n_samples: int) 
     assert root.name.startswith(("invoke_workflow tracerag [", "invoke_agent "))
     stages = tree.children(root)
     assert sorted(s.attributes[semconv.SPAN_NAME] for s in stages) == sorted(
-        [*semconv.STAGE_SPANS.values(), semconv.SPAN_DELIVER]
+        semconv.STAGE_SPANS.values()
     )
     (sample,) = tree.named(semconv.SPAN_SAMPLE)
     generations = tree.named(semconv.SPAN_SAMPLE_ONE)
     assert len(generations) == n_samples
     assert all(tree.parent(g) is sample for g in generations)
-    assert len(spans) == 1 + 6 + 1 + n_samples
+    assert len(spans) == 1 + 6 + n_samples
     for span in spans:
         assert span.attributes[semconv.REQUEST_ID] == request_id, span.name
     for generation in generations:  # model spans: OpenInference LLM, GenAI chat, CLIENT

@@ -44,7 +44,6 @@ def test_span_tree_has_six_stages_and_request_id_everywhere(make_pipeline, spans
         sc.SPAN_SAMPLE,
         sc.SPAN_VERIFY,
         sc.SPAN_ASSEMBLE,
-        sc.SPAN_DELIVER,
     ]
     assert all(s.attributes[sc.REQUEST_ID] == rid for s in spans.spans())
     sample_stage = spans.named(sc.SPAN_SAMPLE, rid)[0]

@@ -17,6 +17,7 @@ in ``tracerag.events``; the sync entry points run the loop through ``run_sync``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
@@ -83,6 +84,7 @@ async def run(
         tracer.start_as_current_span(
             root_name.span_name(), record_exception=False, set_status_on_exception=False
         ) as root,
+        contextlib.ExitStack() as last_span,  # the last stage's span, held open to the end
     ):
         span_context = root.get_span_context()
         state = RequestState(
@@ -98,7 +100,8 @@ async def run(
         try:
             for current in steps:
                 step_started = time.perf_counter()
-                state, refusal = await _run_step(current, state, settings, config, on_stage)
+                held = last_span if current is steps[-1] else None
+                state, refusal = await _run_step(current, state, settings, config, on_stage, held)
                 if refusal is not None:
                     raise refusal
         except BaseException as exc:
@@ -108,7 +111,7 @@ async def run(
                 state = state.with_timing(current.name, time.perf_counter() - step_started)
             state = state.with_error("request", exc, final=True)
             state = state.with_timing("request", time.perf_counter() - started)
-            with _deliver_span(tracer, state.request_id):
+            with _deliver_span(tracer, state.request_id, root):
                 spent = _usage(root, ledger, settings)
                 _set_root(root, state, None, root_name)
                 persisted = await _deliver(state, settings, sink, spent)
@@ -116,19 +119,19 @@ async def run(
                 _record_metrics(state, settings, spent)
             raise
         state = state.with_timing("request", time.perf_counter() - started)
-        with _deliver_span(tracer, state.request_id):
-            spent = _usage(root, ledger, settings)
-            persisted = await _deliver(state, settings, sink, spent)
-            notes = _hand_on(state, settings, persisted, root)
-            try:
-                response = _respond(state, persisted, notes)
-            except BaseException as exc:
-                root.record_exception(exc)
-                root.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-                _record_metrics(state, settings, spent)
-                raise
+        # in the last stage's span (assemble's), still open: what it decided is delivered
+        spent = _usage(root, ledger, settings)
+        persisted = await _deliver(state, settings, sink, spent)
+        notes = _hand_on(state, settings, persisted, root)
+        try:
+            response = _respond(state, persisted, notes)
+        except BaseException as exc:
+            root.record_exception(exc)
+            root.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             _record_metrics(state, settings, spent)
-            _set_root(root, state, response, root_name)
+            raise
+        _record_metrics(state, settings, spent)
+        _set_root(root, state, response, root_name)
     return response
 
 
@@ -201,9 +204,11 @@ def prepare() -> None:
         logger.exception("tracerag: could not prepare the Response validator")
 
 
-def _deliver_span(tracer: trace.Tracer, request_id: str) -> Any:
-    """The span of what follows the stages: the record to its sink, the ticket to its handler,
-    the Response validated, the metrics recorded."""
+def _deliver_span(tracer: trace.Tracer, request_id: str, root: Span) -> Any:
+    """Where a failed request's record and ticket are delivered: the last stage's span when it
+    is still open (the failure came in it), else a ``tracerag.deliver`` span of its own."""
+    if trace.get_current_span() is not root:
+        return contextlib.nullcontext()
     span = tracer.start_as_current_span(
         semconv.SPAN_DELIVER, record_exception=False, set_status_on_exception=False
     )
@@ -289,11 +294,14 @@ async def _run_step(
     settings: Settings,
     config: RunnableConfig | None,
     on_stage: StageListener | None = None,
+    held: contextlib.ExitStack | None = None,
 ) -> tuple[RequestState, BaseException | None]:
     """The state with the step's output, and the error refusing the request after it, if any.
 
     The stage's listener hears it inside the stage's span (a request refused by the stage is
     not told of it), so a slow listener's time is in the span of the stage it listened to.
+    With ``held`` the span stays open (and current) after the step, until ``held`` closes: the
+    last stage's span holds the delivery of what the request decided.
     """
     name = semconv.STAGE_SPANS[step.name]
     attrs: dict[str, AttributeValue] = {
@@ -306,9 +314,12 @@ async def _run_step(
     if step.name == Stage.RETRIEVE:  # named by the GenAI conventions (the stage adds its source)
         name = semconv.retrieval_span_name(None)
         attrs[semconv.GENAI_OPERATION_NAME] = semconv.GENAI_OPERATION_RETRIEVAL
-    with get_tracer(settings.tracer_provider).start_as_current_span(
-        name, record_exception=False, set_status_on_exception=False
-    ) as span:
+    with contextlib.ExitStack() as own:
+        span = (held if held is not None else own).enter_context(
+            get_tracer(settings.tracer_provider).start_as_current_span(
+                name, record_exception=False, set_status_on_exception=False
+            )
+        )
         span.set_attributes(attrs)
         if step.fn is None:
             span.set_attribute(semconv.STAGE_SKIP_REASON, step.skip_reason or "skipped")

@@ -109,7 +109,7 @@ def test_demo_requests_are_complete_traces_and_their_links_open_them(
     assert len(requests) == 8
     assert len(links) == len(requests)
     for request, link in zip(requests, links, strict=True):
-        spans = jaeger.wait_for_trace(request["trace"], 1 + 6 + 1 + 5)
+        spans = jaeger.wait_for_trace(request["trace"], 1 + 6 + 5)
         check_request_trace(spans, request["request"], 5)
         assert spans[0].resource["service.name"] == service
         # the printed link is the Jaeger UI's trace route for this trace, served by Jaeger
@@ -163,7 +163,7 @@ def test_wrapped_tutorial_chain_requests_are_complete_traces(
     assert _providers.force_flush(10_000)
     assert len(responses) == 3
     for response in responses:
-        spans = jaeger.wait_for_trace(response.trace_id, 1 + 6 + 1 + 4)
+        spans = jaeger.wait_for_trace(response.trace_id, 1 + 6 + 4)
         tree = check_request_trace(spans, response.request_id, 4)
         (root,) = tree.roots()
         assert root.attributes[semconv.MODE] == "wrap"
@@ -217,7 +217,7 @@ def test_acceptance_load_loses_no_span(
         rag.invoke(f"Within how many days can I return item {i}?") for i in range(requests)
     ]
     assert _providers.force_flush(60_000)
-    per_trace = 1 + 6 + 1 + n
+    per_trace = 1 + 6 + n
     received = 0
     payload = 0
     for response in responses:

@@ -76,7 +76,7 @@ def test_provider_installed_after_the_pipeline_was_built_gets_every_span(retriev
     trace.set_tracer_provider(provider)
     response = rag.invoke(QUESTION)
     spans = exporter.get_finished_spans()
-    assert len(spans) == 1 + 6 + 1 + 3
+    assert len(spans) == 1 + 6 + 3
     assert {f"{s.context.trace_id:032x}" for s in spans} == {response.trace_id}
     (root,) = [s for s in spans if s.parent is None]
     assert root.attributes[semconv.SPAN_NAME] == semconv.SPAN_REQUEST
@@ -130,7 +130,7 @@ def test_explicit_provider_wins_over_a_later_global_one(retriever) -> None:
     other, other_spans = memory_tracer_provider()
     trace.set_tracer_provider(other)
     rag.invoke(QUESTION)
-    assert len(mine_spans.get_finished_spans()) == 1 + 6 + 1 + 2
+    assert len(mine_spans.get_finished_spans()) == 1 + 6 + 2
     assert other_spans.get_finished_spans() == ()
 
 

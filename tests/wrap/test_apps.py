@@ -100,7 +100,6 @@ def test_same_six_stage_trace_with_the_retrieved_materials(name, store, spans):
         sc.SPAN_PLAN,
         sc.SPAN_VERIFY,
         sc.SPAN_ASSEMBLE,
-        sc.SPAN_DELIVER,
     ]
     retrieve = spans.named(sc.SPAN_RETRIEVE, rid)[0].attributes
     sample = spans.named(sc.SPAN_SAMPLE, rid)[0].attributes
