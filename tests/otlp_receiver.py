@@ -283,7 +283,10 @@ class SpanTree:
         return [s for s in self.spans if s.parent_span_id == span.span_id]
 
     def named(self, name: str) -> list[WireSpan]:
-        return [s for s in self.spans if s.name == name]
+        """The spans named ``name`` or whose tracerag name (``tracerag.span``) is ``name``."""
+        return [
+            s for s in self.spans if s.name == name or s.attributes.get("tracerag.span") == name
+        ]
 
     def parent(self, span: WireSpan) -> WireSpan | None:
         return self.by_id.get(span.parent_span_id or "")

@@ -38,7 +38,7 @@ from langchain_core.runnables.schema import StreamEvent
 from tracerag._choices import Stage, check_options
 from tracerag._conversation import rewrite_turn
 from tracerag._routing import EscalationHandler
-from tracerag._runner import SETTINGS_SINK, run
+from tracerag._runner import SETTINGS_SINK, prepare, run
 from tracerag._settings import RecordSink, Settings
 from tracerag._state import RequestInput
 from tracerag._sync import iterate_sync, run_sync
@@ -179,6 +179,7 @@ class StagedRunnable(Runnable[Any, Response]):
         self._settings = settings
         self._source = source
         self._steps = steps_for(settings.tier, settings.plan_mode, source)
+        prepare()  # once per process: no first request pays for (or hides) the set-up
 
     @property
     def settings(self) -> Settings:
@@ -454,6 +455,7 @@ class StagedRunnable(Runnable[Any, Response]):
                 mode=self._source.mode,
                 on_stage=listener,
                 record_sink=record_sink,
+                agent=getattr(self._source, "agent_name", None),  # a Source may name its agent
             )
         finally:
             var_child_runnable_config.reset(token)

@@ -17,6 +17,7 @@ in ``tracerag.events``; the sync entry points run the loop through ``run_sync``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
@@ -27,23 +28,25 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
 
 from tracerag import _semconv as semconv
 from tracerag import _usage as usage
 from tracerag._choices import Stage
 from tracerag._settings import RecordSink, Settings
 from tracerag._state import RequestInput, RequestState, StageRefusal
-from tracerag.contract import Response, caller_response, validate_response
+from tracerag.contract import Response, _schemas, caller_response, validate_response
 from tracerag.errors import ConfigurationError
 from tracerag.events import StageEvent, StageListener, tell
 from tracerag.stages._register import new_request_id
 from tracerag.stages._table import Step
 from tracerag.telemetry import _instruments as metrics
 from tracerag.telemetry._content_capture import capture
+from tracerag.telemetry._evaluations import evaluation
 from tracerag.telemetry._providers import get_tracer
 from tracerag.telemetry._spans import set_span_metadata
 
-__all__ = ["SETTINGS_SINK", "outcome_of", "run"]
+__all__ = ["SETTINGS_SINK", "conversation_id", "outcome_of", "prepare", "run"]
 
 
 logger = logging.getLogger("tracerag")
@@ -61,21 +64,27 @@ async def run(
     mode: str = "pipeline",
     on_stage: StageListener | None = None,
     record_sink: RecordSink | None = SETTINGS_SINK,
+    agent: str | None = None,
 ) -> Response:
     """Run the steps under one root span; return the validated Response.
 
     ``record_sink`` replaces the settings' sink for this request (None: keep no record).
+    ``agent``: the name of the agent the front door wraps (else the run's ``lc_agent_name``,
+    else the mode); the root span of any front door but a pipeline is ``invoke_agent {agent}``
+    (a pipeline's is ``invoke_workflow tracerag``).
     """
     sink = settings.record_sink if record_sink is SETTINGS_SINK else record_sink
     if not request.request_id:
         request = dataclasses.replace(request, request_id=new_request_id())
     tracer = get_tracer(settings.tracer_provider)  # per request: a provider set later is used
     started = time.perf_counter()
+    root_name = _RootName(mode, agent or _agent_of(config))
     with (
         usage.metering() as ledger,
         tracer.start_as_current_span(
-            semconv.SPAN_REQUEST, record_exception=False, set_status_on_exception=False
+            root_name.span_name(), record_exception=False, set_status_on_exception=False
         ) as root,
+        contextlib.ExitStack() as last_span,  # the last stage's span, held open to the end
     ):
         span_context = root.get_span_context()
         state = RequestState(
@@ -84,23 +93,17 @@ async def run(
             if span_context.is_valid
             else None,
         )
-        root.set_attributes(
-            {
-                semconv.OI_SPAN_KIND: semconv.OI_KIND_CHAIN,
-                semconv.MODE: mode,
-                semconv.REQUEST_ID: state.request_id,
-            }
-        )
+        if root.is_recording():
+            root.set_attributes(root_name.attributes(state.request_id, request, config))
         current: Step | None = None
         step_started = started
         try:
             for current in steps:
                 step_started = time.perf_counter()
-                state, refusal = await _run_step(current, state, settings, config)
+                held = last_span if current is steps[-1] else None
+                state, refusal = await _run_step(current, state, settings, config, on_stage, held)
                 if refusal is not None:
                     raise refusal
-                if on_stage is not None:
-                    await _tell(on_stage, current, state)
         except BaseException as exc:
             root.record_exception(exc)
             root.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
@@ -108,13 +111,15 @@ async def run(
                 state = state.with_timing(current.name, time.perf_counter() - step_started)
             state = state.with_error("request", exc, final=True)
             state = state.with_timing("request", time.perf_counter() - started)
-            spent = _usage(root, ledger, settings)
-            _set_root(root, state, None)
-            persisted = await _deliver(state, settings, sink, spent)
-            _hand_on(state, settings, persisted, root)
-            _record_metrics(state, settings, spent)
+            with _deliver_span(tracer, state.request_id, root):
+                spent = _usage(root, ledger, settings)
+                _set_root(root, state, None, root_name)
+                persisted = await _deliver(state, settings, sink, spent)
+                _hand_on(state, settings, persisted, root)
+                _record_metrics(state, settings, spent)
             raise
         state = state.with_timing("request", time.perf_counter() - started)
+        # in the last stage's span (assemble's), still open: what it decided is delivered
         spent = _usage(root, ledger, settings)
         persisted = await _deliver(state, settings, sink, spent)
         notes = _hand_on(state, settings, persisted, root)
@@ -126,8 +131,109 @@ async def run(
             _record_metrics(state, settings, spent)
             raise
         _record_metrics(state, settings, spent)
-        _set_root(root, state, response)
+        _set_root(root, state, response, root_name)
     return response
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _RootName:
+    """The root span's name and GenAI operation: a workflow (RAGPipeline) or an agent."""
+
+    mode: str
+    agent: str | None
+
+    @property
+    def is_agent(self) -> bool:
+        return self.mode != "pipeline"
+
+    def span_name(self, decision: str | None = None) -> str:
+        if self.is_agent:
+            return semconv.agent_span_name(self.agent or self.mode, decision)
+        return semconv.workflow_span_name(decision)
+
+    def attributes(
+        self, request_id: str, request: RequestInput, config: RunnableConfig | None
+    ) -> dict[str, Any]:
+        attrs: dict[str, Any] = {
+            semconv.SPAN_NAME: semconv.SPAN_REQUEST,
+            semconv.OI_SPAN_KIND: semconv.OI_KIND_CHAIN,
+            semconv.MODE: self.mode,
+            semconv.REQUEST_ID: request_id,
+        }
+        if self.is_agent:
+            attrs[semconv.GENAI_OPERATION_NAME] = semconv.GENAI_OPERATION_INVOKE_AGENT
+            attrs[semconv.GENAI_AGENT_NAME] = self.agent or self.mode
+        else:
+            attrs[semconv.GENAI_OPERATION_NAME] = semconv.GENAI_OPERATION_INVOKE_WORKFLOW
+            attrs[semconv.GENAI_WORKFLOW_NAME] = semconv.WORKFLOW_NAME
+        conversation = conversation_id(request, config)
+        if conversation is not None:
+            attrs[semconv.GENAI_CONVERSATION_ID] = conversation
+            attrs[semconv.OI_SESSION_ID] = conversation
+        return attrs
+
+
+def _agent_of(config: RunnableConfig | None) -> str | None:
+    """The name of the agent a request runs in, from its run's metadata (``create_agent(name=)``
+    puts ``lc_agent_name`` there), for a front door that names none."""
+    metadata = (config or {}).get("metadata") or {}
+    name = metadata.get("lc_agent_name")
+    return name if isinstance(name, str) and name else None
+
+
+def conversation_id(request: RequestInput, config: RunnableConfig | None) -> str | None:
+    """The conversation a request belongs to: its ``session_id``, else the LangGraph thread
+    (``configurable.thread_id``) it runs on; None for a request on neither."""
+    if request.session_id:
+        return request.session_id
+    configurable = (config or {}).get("configurable") or {}
+    thread = configurable.get("thread_id")
+    if thread is None or thread == "":
+        return None
+    return str(thread)
+
+
+def prepare() -> None:
+    """Set-up every request needs, done once per process ahead of the first request (the
+    Response validator compiled): the front doors call it when built, so a first request's root
+    span holds no time outside its stage and deliver spans. Never raises: a broken schema is
+    reported by the request's own validation."""
+    try:
+        _schemas("response.schema.json")
+    except Exception:
+        logger.exception("tracerag: could not prepare the Response validator")
+
+
+def _deliver_span(tracer: trace.Tracer, request_id: str, root: Span) -> Any:
+    """Where a failed request's record and ticket are delivered: the last stage's span when it
+    is still open (the failure came in it), else a ``tracerag.deliver`` span of its own."""
+    if trace.get_current_span() is not root:
+        return contextlib.nullcontext()
+    span = tracer.start_as_current_span(
+        semconv.SPAN_DELIVER, record_exception=False, set_status_on_exception=False
+    )
+    return _Stamped(span, request_id)
+
+
+class _Stamped:
+    """A span context manager whose span gets its tracerag name and request id."""
+
+    __slots__ = ("_cm", "_request_id")
+
+    def __init__(self, cm: Any, request_id: str) -> None:
+        self._cm = cm
+        self._request_id = request_id
+
+    def __enter__(self) -> Span:
+        span: Span = self._cm.__enter__()
+        if span.is_recording():
+            span.set_attributes(
+                {semconv.SPAN_NAME: semconv.SPAN_DELIVER, semconv.REQUEST_ID: self._request_id}
+            )
+        return span
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._cm.__exit__(*exc)
 
 
 def _respond(state: RequestState, persisted: bool | None, notes: tuple[str, ...] = ()) -> Response:
@@ -183,24 +289,44 @@ async def _tell(listener: StageListener, step: Step, state: RequestState) -> Non
 
 
 async def _run_step(
-    step: Step, state: RequestState, settings: Settings, config: RunnableConfig | None
+    step: Step,
+    state: RequestState,
+    settings: Settings,
+    config: RunnableConfig | None,
+    on_stage: StageListener | None = None,
+    held: contextlib.ExitStack | None = None,
 ) -> tuple[RequestState, BaseException | None]:
-    """The state with the step's output, and the error refusing the request after it, if any."""
+    """The state with the step's output, and the error refusing the request after it, if any.
+
+    The stage's listener hears it inside the stage's span (a request refused by the stage is
+    not told of it), so a slow listener's time is in the span of the stage it listened to.
+    With ``held`` the span stays open (and current) after the step, until ``held`` closes: the
+    last stage's span holds the delivery of what the request decided.
+    """
     name = semconv.STAGE_SPANS[step.name]
-    with get_tracer(settings.tracer_provider).start_as_current_span(
-        name, record_exception=False, set_status_on_exception=False
-    ) as span:
-        span.set_attributes(
-            {
-                semconv.STAGE: str(step.name),
-                semconv.OI_SPAN_KIND: _KINDS.get(step.name, semconv.OI_KIND_CHAIN),
-                semconv.REQUEST_ID: state.request_id,
-                semconv.STAGE_SKIPPED: step.fn is None,
-            }
+    attrs: dict[str, AttributeValue] = {
+        semconv.SPAN_NAME: name,
+        semconv.STAGE: str(step.name),
+        semconv.OI_SPAN_KIND: _KINDS.get(step.name, semconv.OI_KIND_CHAIN),
+        semconv.REQUEST_ID: state.request_id,
+        semconv.STAGE_SKIPPED: step.fn is None,
+    }
+    if step.name == Stage.RETRIEVE:  # named by the GenAI conventions (the stage adds its source)
+        name = semconv.retrieval_span_name(None)
+        attrs[semconv.GENAI_OPERATION_NAME] = semconv.GENAI_OPERATION_RETRIEVAL
+    with contextlib.ExitStack() as own:
+        span = (held if held is not None else own).enter_context(
+            get_tracer(settings.tracer_provider).start_as_current_span(
+                name, record_exception=False, set_status_on_exception=False
+            )
         )
+        span.set_attributes(attrs)
         if step.fn is None:
             span.set_attribute(semconv.STAGE_SKIP_REASON, step.skip_reason or "skipped")
-            return state.with_skipped(step.name), None
+            state = state.with_skipped(step.name)
+            if on_stage is not None:
+                await _tell(on_stage, step, state)
+            return state, None
         started = time.perf_counter()
         refusal: BaseException | None = None
         try:
@@ -213,7 +339,10 @@ async def _run_step(
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             raise
-        return state.with_output(step.name, output, time.perf_counter() - started), refusal
+        state = state.with_output(step.name, output, time.perf_counter() - started)
+        if refusal is None and on_stage is not None:
+            await _tell(on_stage, step, state)
+        return state, refusal
 
 
 _KINDS = {
@@ -223,12 +352,22 @@ _KINDS = {
 }
 
 
-def _set_root(root: Span, state: RequestState, response: Response | None) -> None:
+def _set_root(
+    root: Span, state: RequestState, response: Response | None, name: _RootName | None = None
+) -> None:
     """The root span's attributes and metadata: those the state's parts declare (the route's
-    once there is a Response), and the Response itself as the caller got it."""
+    once there is a Response), and the Response itself as the caller got it.
+
+    A routed request's root span is renamed to carry its decision
+    (``invoke_workflow tracerag [escalate]``), so a trace list showing root names tells the
+    decisions apart, and gets the verdict as a ``gen_ai.evaluation.result``: the confidence,
+    labelled with the decision.
+    """
     if not root.is_recording():
         return
     try:
+        if response is not None and name is not None:
+            _verdict(root, response, name)
         attrs = state.root_attributes(routed=response is not None)
         if response is not None:
             if response.audit_persisted is not None:
@@ -241,6 +380,19 @@ def _set_root(root: Span, state: RequestState, response: Response | None) -> Non
         set_span_metadata(root, state.root_metadata())
     except Exception:  # tracing never fails a request
         logger.exception("tracerag: could not set root span attributes")
+
+
+def _verdict(root: Span, response: Response, name: _RootName) -> None:
+    """The verdict the caller got, on the root span: in its name, and as an evaluation."""
+    root.update_name(name.span_name(response.decision))
+    confidence = response.confidence
+    explanation = (
+        f"confidence {confidence:.3f}" if confidence is not None else "not scored (tier low)"
+    )
+    explanation += f", routed to {response.decision}"
+    if response.ticket_id:
+        explanation += f" (ticket {response.ticket_id})"
+    evaluation(root, semconv.EVALUATION_VERDICT, confidence, response.decision, explanation)
 
 
 def _usage(root: Span, ledger: usage.UsageLedger, settings: Settings) -> dict[str, Any] | None:

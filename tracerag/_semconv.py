@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _genai
+from opentelemetry.semconv.attributes import error_attributes as _error
 
 # ---------------------------------------------------------------------------------------------
 # Span names: the root and its six stage children (plus one child span per sample).
@@ -22,6 +23,11 @@ SPAN_SAMPLE = "tracerag.sample"
 SPAN_SAMPLE_ONE = "tracerag.sample.generation"
 SPAN_VERIFY = "tracerag.verify"
 SPAN_ASSEMBLE = "tracerag.assemble"
+# The spans the OpenTelemetry GenAI conventions name are named as they give it (the root, the
+# retrieve stage, each sample's model call, the app's tool runs); every span also carries its
+# tracerag name as ``tracerag.span`` (``SPAN_NAME``), so a query by tracerag's names still works.
+SPAN_DELIVER = "tracerag.deliver"  # after the stages: the record, the ticket, the Response
+SPAN_TOOL = "tracerag.tool"  # a tool the wrapped app ran inside a sample's run
 STAGES = ("register", "retrieve", "plan", "sample", "verify", "assemble")
 STAGE_SPANS = {
     "register": SPAN_REGISTER,
@@ -35,6 +41,8 @@ STAGE_SPANS = {
 # ---------------------------------------------------------------------------------------------
 # tracerag.* attributes
 REQUEST_ID = "tracerag.request_id"
+#: the span's tracerag name (``tracerag.request``, ``tracerag.retrieve``, ...) whatever its name
+SPAN_NAME = "tracerag.span"
 STAGE = "tracerag.stage"
 STAGE_SKIPPED = "tracerag.stage.skipped"
 STAGE_SKIP_REASON = "tracerag.stage.skip_reason"
@@ -159,6 +167,8 @@ OI_KIND_CHAIN = OpenInferenceSpanKindValues.CHAIN.value
 OI_KIND_RETRIEVER = OpenInferenceSpanKindValues.RETRIEVER.value
 OI_KIND_LLM = OpenInferenceSpanKindValues.LLM.value
 OI_KIND_EVALUATOR = OpenInferenceSpanKindValues.EVALUATOR.value
+OI_KIND_TOOL = OpenInferenceSpanKindValues.TOOL.value
+OI_TOOL_NAME = SpanAttributes.TOOL_NAME
 OI_INPUT_VALUE = SpanAttributes.INPUT_VALUE
 OI_INPUT_MIME = SpanAttributes.INPUT_MIME_TYPE
 OI_OUTPUT_VALUE = SpanAttributes.OUTPUT_VALUE
@@ -202,6 +212,61 @@ GENAI_EVALUATION_SCORE_VALUE = _genai.GEN_AI_EVALUATION_SCORE_VALUE
 GENAI_EVALUATION_SCORE_LABEL = _genai.GEN_AI_EVALUATION_SCORE_LABEL
 GENAI_EVALUATION_EXPLANATION = _genai.GEN_AI_EVALUATION_EXPLANATION
 GENAI_OPERATION_CHAT = _genai.GenAiOperationNameValues.CHAT.value
+GENAI_OPERATION_RETRIEVAL = _genai.GenAiOperationNameValues.RETRIEVAL.value
+GENAI_OPERATION_INVOKE_WORKFLOW = _genai.GenAiOperationNameValues.INVOKE_WORKFLOW.value
+GENAI_OPERATION_INVOKE_AGENT = _genai.GenAiOperationNameValues.INVOKE_AGENT.value
+GENAI_OPERATION_EXECUTE_TOOL = _genai.GenAiOperationNameValues.EXECUTE_TOOL.value
+GENAI_CONVERSATION_ID = _genai.GEN_AI_CONVERSATION_ID
+GENAI_DATA_SOURCE_ID = _genai.GEN_AI_DATA_SOURCE_ID
+# the number of documents asked of the retriever: the package ships no retrieval-specific name,
+# the retrieval span takes the request's ``gen_ai.request.top_k``
+GENAI_REQUEST_TOP_K = _genai.GEN_AI_REQUEST_TOP_K
+GENAI_RETRIEVAL_DOCUMENTS = _genai.GEN_AI_RETRIEVAL_DOCUMENTS
+GENAI_WORKFLOW_NAME = _genai.GEN_AI_WORKFLOW_NAME
+GENAI_AGENT_NAME = _genai.GEN_AI_AGENT_NAME
+GENAI_TOOL_NAME = _genai.GEN_AI_TOOL_NAME
+GENAI_TOOL_CALL_ID = _genai.GEN_AI_TOOL_CALL_ID
+GENAI_TOOL_TYPE = _genai.GEN_AI_TOOL_TYPE
+ERROR_TYPE = _error.ERROR_TYPE
+#: the instrumentation scope of tracerag's tracers, meters and loggers
+INSTRUMENTATION_NAME = "tracerag"
+#: the workflow name of a RAGPipeline request's root span (``invoke_workflow tracerag``)
+WORKFLOW_NAME = "tracerag"
+#: the evaluation name of the verdict (score: the confidence, label: the decision)
+EVALUATION_VERDICT = "tracerag.verdict"
+#: whether GenAI content (message and document text in ``gen_ai.*`` attributes and events) is
+#: recorded: the OpenTelemetry GenAI instrumentations' switch, off unless set
+GENAI_CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+
+def workflow_span_name(decision: str | None = None) -> str:
+    """``invoke_workflow tracerag``, with ``[decision]`` once the request is routed."""
+    base = f"{GENAI_OPERATION_INVOKE_WORKFLOW} {WORKFLOW_NAME}"
+    return f"{base} [{decision}]" if decision else base
+
+
+def agent_span_name(agent: str | None, decision: str | None = None) -> str:
+    """``invoke_agent {agent}``, with ``[decision]`` once the request is routed."""
+    base = f"{GENAI_OPERATION_INVOKE_AGENT} {agent}" if agent else GENAI_OPERATION_INVOKE_AGENT
+    return f"{base} [{decision}]" if decision else base
+
+
+def retrieval_span_name(data_source: str | None) -> str:
+    """``retrieval {gen_ai.data_source.id}`` (``retrieval`` when the source has no id)."""
+    return (
+        f"{GENAI_OPERATION_RETRIEVAL} {data_source}" if data_source else GENAI_OPERATION_RETRIEVAL
+    )
+
+
+def chat_span_name(model: str | None) -> str:
+    """``chat {gen_ai.request.model}`` (``chat`` when the model is not known)."""
+    return f"{GENAI_OPERATION_CHAT} {model}" if model else GENAI_OPERATION_CHAT
+
+
+def tool_span_name(tool: str | None) -> str:
+    """``execute_tool {gen_ai.tool.name}``."""
+    return f"{GENAI_OPERATION_EXECUTE_TOOL} {tool}" if tool else GENAI_OPERATION_EXECUTE_TOOL
+
 
 # ---------------------------------------------------------------------------------------------
 # Metric instrument names (OpenTelemetry names; Prometheus exposition adds unit/_total suffixes)
@@ -219,6 +284,11 @@ METRIC_AUDIT_FAILURES = "tracerag.audit.persist_failures"
 METRIC_AUDIT_DROPPED = "tracerag.audit.dropped"
 METRIC_AUDIT_BACKLOG = "tracerag.audit.backlog"
 METRIC_SPANS_DROPPED = "tracerag.spans.dropped"
+# the review desk's queue: how long a queued request waited for a reviewer's decision (recorded
+# where the decision is made), and what waits now (gauges read from the queue's database)
+METRIC_REVIEW_TIME_TO_DECISION = "tracerag.review.time_to_decision"
+METRIC_REVIEW_BACKLOG = "tracerag.review.backlog"
+METRIC_REVIEW_OLDEST = "tracerag.review.oldest_wait"
 
 # Metric attribute keys (short, so Prometheus labels read well: decision, tier, stage, ...)
 METRIC_ATTR_DECISION = "decision"
@@ -227,6 +297,9 @@ METRIC_ATTR_STAGE = "stage"
 METRIC_ATTR_ERROR_TYPE = "error_type"
 METRIC_ATTR_REASON = "reason"
 METRIC_ATTR_STOP = "stop_reason"
+METRIC_ATTR_ROUTE = "route"  # a queued request's route: review | escalate
+METRIC_ATTR_ACTION = "action"  # a reviewer's action: approve | edit | reject
+METRIC_ATTR_STATUS = "status"  # a queued request's status: pending | claimed
 
 # OpenInference prompt template and tags (set through tracerag.tracing helpers)
 OI_PROMPT_TEMPLATE = SpanAttributes.LLM_PROMPT_TEMPLATE

@@ -39,6 +39,7 @@ __all__ = [
     "SpanCapture",
     "ToolCallingChatModel",
     "iter_attrs",
+    "tracerag_name",
 ]
 
 
@@ -296,8 +297,10 @@ class SpanCapture:
         ]
 
     def named(self, name: str, request_id: str | None = None) -> list[ReadableSpan]:
+        """The spans named ``name``, or whose tracerag name (``tracerag.span``) is ``name``:
+        ``named("tracerag.request")`` finds the root span, named ``invoke_workflow tracerag``."""
         spans = self.for_request(request_id) if request_id else self.spans()
-        return [s for s in spans if s.name == name]
+        return [s for s in spans if s.name == name or tracerag_name(s) == name]
 
     def root(self, request_id: str) -> ReadableSpan:
         """The ``tracerag.request`` span of a request."""
@@ -325,13 +328,20 @@ class SpanCapture:
                 problems.append(f"span {s.name} lacks request_id {request_id}")
             if s is not root and (s.parent is None or s.parent.span_id not in ids):
                 problems.append(f"span {s.name} is orphaned")
-        stage_names = [c.name for c in self.children(root)]
+        stage_names = [tracerag_name(c) for c in self.children(root)]
         for name in semconv.STAGE_SPANS.values():
             if stage_names.count(name) != 1:
                 problems.append(f"stage span {name} appears {stage_names.count(name)} times")
         other = [s for s in self.for_request(request_id) if s.context.trace_id != trace_id]
         problems.extend(f"span {s.name} is in another trace" for s in other)
         return problems
+
+
+def tracerag_name(span: ReadableSpan) -> str:
+    """A span's tracerag name (``tracerag.request``, ``tracerag.retrieve``, ...): its
+    ``tracerag.span`` attribute, else its name."""
+    value = (span.attributes or {}).get(semconv.SPAN_NAME)
+    return str(value) if value is not None else span.name
 
 
 def iter_attrs(spans: Sequence[ReadableSpan], key: str) -> Iterator[Any]:

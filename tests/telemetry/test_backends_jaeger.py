@@ -4,19 +4,25 @@
   request, and the trace link it prints opens that trace's page;
 - a chain written as LangChain's RAG tutorial writes it, under ``tracerag.wrap()``, the same;
 - issue 9's load (k=20 materials of 4 KB, N=10, 100 requests) loses no span over HTTP or gRPC;
-- metrics sent to Jaeger (which takes traces only) are reported once and stopped.
+- metrics sent to Jaeger (which takes traces only) are reported once and stopped;
+- the search list tells an escalated request from a passed one by its root's name, counts
+  neither as an error, and the tag ``tracerag.decision=escalate`` finds the escalated ones.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import subprocess
 import sys
+import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from jaeger_backend import Jaeger, check_request_trace, get, start_jaeger
@@ -24,7 +30,7 @@ from langchain_core.documents import Document
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnablePassthrough
-from pipeline_fixtures import REPO
+from pipeline_fixtures import FABRICATED, FAST_RETRY, GOOD, PLAN, POLICIES, QUESTION, REPO
 
 from tracerag import RAGPipeline
 from tracerag import _semconv as semconv
@@ -103,7 +109,7 @@ def test_demo_requests_are_complete_traces_and_their_links_open_them(
     assert len(requests) == 8
     assert len(links) == len(requests)
     for request, link in zip(requests, links, strict=True):
-        spans = jaeger.wait_for_trace(request["trace"], 12)
+        spans = jaeger.wait_for_trace(request["trace"], 1 + 6 + 5)
         check_request_trace(spans, request["request"], 5)
         assert spans[0].resource["service.name"] == service
         # the printed link is the Jaeger UI's trace route for this trace, served by Jaeger
@@ -247,3 +253,125 @@ def test_metrics_to_a_traces_only_backend_are_reported_once_and_stopped(
     assert notices[0].levelno == logging.WARNING
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [], [r.getMessage() for r in errors]
+
+
+# -- a verdict you can find ----------------------------------------------------------------------
+# Jaeger's search page lists each trace as ``{service}: {root span name}`` with its duration,
+# span count and error count (spans whose status is ERROR), none of the root's tags. The root's
+# name carries the decision, so the list tells an escalated request from a passed one, and
+# neither counts an error: an escalation is the service working. The tag
+# ``tracerag.decision=escalate`` finds the escalated requests and only them.
+
+
+def search(jaeger: Jaeger, service: str, tags: dict[str, str] | None = None) -> list[Any]:
+    """The traces of Jaeger's search page (``/api/traces``, what its UI lists)."""
+    query = {"service": service, "limit": "100", "lookback": "1h"}
+    if tags:
+        query["tags"] = json.dumps(tags)
+    status, body, _ = get(f"{jaeger.url}/api/traces?{urllib.parse.urlencode(query)}")
+    assert status == 200, body[:300]
+    return list(json.loads(body)["data"] or [])
+
+
+def listed(trace: dict[str, Any]) -> tuple[str, int]:
+    """What the search list shows of a trace: the root span's name and the error count."""
+    spans = trace["spans"]
+    (root,) = [s for s in spans if not s.get("references")]
+    errors = sum(
+        any(t["key"] == "error" and t["value"] in (True, "true") for t in s.get("tags", []))
+        for s in spans
+    )
+    return root["operationName"], errors
+
+
+def tag(span: dict[str, Any], key: str) -> Any:
+    return next((t["value"] for t in span.get("tags", []) if t["key"] == key), None)
+
+
+def verdict_pipeline(answer: str) -> RAGPipeline:
+    from tracerag.demo.kb import build_vectorstore
+
+    docs = [Document(page_content=d.page_content, metadata=dict(d.metadata)) for d in POLICIES]
+    return RAGPipeline(
+        build_vectorstore(docs).as_retriever(search_kwargs={"k": 5}),
+        ScriptedChatModel(responses=[answer], plan_responses=[PLAN]),
+        prompt_version="verdict-1",
+        model_version="scripted",
+        n_samples=3,
+        retry=FAST_RETRY,
+        audit=None,
+    )
+
+
+def wait_for(jaeger: Jaeger, service: str, count: int) -> list[Any]:
+    deadline = time.monotonic() + 30
+    found = search(jaeger, service)
+    while len(found) < count and time.monotonic() < deadline:
+        time.sleep(0.3)
+        found = search(jaeger, service)
+    return found
+
+
+def test_the_search_list_tells_escalated_from_passed_and_the_tag_finds_them(
+    jaeger: Jaeger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = f"tracerag-verdict-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", jaeger.otlp_http)
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", service)
+    passing, escalating = verdict_pipeline(GOOD), verdict_pipeline(FABRICATED)
+    passed = [passing.invoke(QUESTION) for _ in range(3)]
+    escalated = [escalating.invoke(QUESTION) for _ in range(2)]
+    assert {r.decision for r in passed} == {"pass"}
+    assert {r.decision for r in escalated} == {"escalate"}
+    assert _providers.force_flush(10_000)
+
+    everything = wait_for(jaeger, service, 5)
+    assert len(everything) == 5
+    shown = {t["traceID"]: listed(t) for t in everything}
+    for response in passed:
+        assert shown[response.trace_id] == ("invoke_workflow tracerag [pass]", 0)
+    for response in escalated:
+        # told apart by the name the list shows; not counted as an error of the service
+        assert shown[response.trace_id] == ("invoke_workflow tracerag [escalate]", 0)
+
+    found = search(jaeger, service, {semconv.DECISION: "escalate"})
+    assert {t["traceID"] for t in found} == {r.trace_id for r in escalated}
+    for trace in found:
+        (root,) = [s for s in trace["spans"] if not s.get("references")]
+        assert tag(root, semconv.DECISION) == "escalate"
+        assert tag(root, semconv.GENAI_OPERATION_NAME) == "invoke_workflow"
+        assert tag(root, semconv.SPAN_NAME) == semconv.SPAN_REQUEST
+    found = search(jaeger, service, {semconv.DECISION: "pass"})
+    assert {t["traceID"] for t in found} == {r.trace_id for r in passed}
+    # Jaeger lists the operations by name: the decisions are low-cardinality names
+    status, body, _ = get(f"{jaeger.url}/api/services/{service}/operations")
+    assert status == 200
+    operations = set(json.loads(body)["data"])
+    assert {"invoke_workflow tracerag [pass]", "invoke_workflow tracerag [escalate]"} <= operations
+
+
+def test_a_failed_request_is_the_one_the_list_counts_as_an_error(
+    jaeger: Jaeger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tracerag import MissingVersionError
+
+    service = f"tracerag-refused-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", jaeger.otlp_http)
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", service)
+    rag = verdict_pipeline(GOOD)
+    refusing = RAGPipeline(
+        rag.settings.retriever,
+        ScriptedChatModel(responses=[GOOD]),
+        prompt_version="verdict-1",
+        model_version=None,
+        audit=None,
+    )
+    with pytest.raises(MissingVersionError):
+        refusing.invoke(QUESTION)
+    assert _providers.force_flush(10_000)
+    (trace,) = wait_for(jaeger, service, 1)
+    name, errors = listed(trace)
+    assert name == "invoke_workflow tracerag"  # no decision was reached
+    assert errors >= 1

@@ -154,7 +154,7 @@ def demo_run(phoenix: str) -> dict[str, Any]:
                 if exc.code != 404:
                     raise
                 data = []
-            if len(data) >= 12:
+            if len(data) >= 1 + 6 + 5:
                 spans[trace_id] = data
                 pending.discard(trace_id)
         if pending:
@@ -164,7 +164,8 @@ def demo_run(phoenix: str) -> dict[str, Any]:
 
 
 def by_name(spans: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
-    return [s for s in spans if s["name"] == name]
+    """The spans whose tracerag name (``tracerag.span``) is ``name``."""
+    return [s for s in spans if s["attributes"].get(semconv.SPAN_NAME, s["name"]) == name]
 
 
 def test_six_stage_tree_in_phoenix(demo_run: dict[str, Any]) -> None:
@@ -172,9 +173,14 @@ def test_six_stage_tree_in_phoenix(demo_run: dict[str, Any]) -> None:
     for response in demo_run["responses"]:
         spans = demo_run["spans"][response.trace_id]
         (root,) = [s for s in spans if s["parent_id"] is None]
-        assert root["name"] == semconv.SPAN_REQUEST
+        assert root["name"] == f"invoke_workflow tracerag [{response.decision}]"
+        assert root["attributes"][semconv.SPAN_NAME] == semconv.SPAN_REQUEST
         assert root["span_kind"] == "CHAIN"
-        children = {s["name"] for s in spans if s["parent_id"] == root["context"]["span_id"]}
+        children = {
+            s["attributes"][semconv.SPAN_NAME]
+            for s in spans
+            if s["parent_id"] == root["context"]["span_id"]
+        }
         assert children == set(semconv.STAGE_SPANS.values())
         assert all(s["attributes"][semconv.REQUEST_ID] == response.request_id for s in spans)
         assert root["attributes"][semconv.DECISION] == response.decision

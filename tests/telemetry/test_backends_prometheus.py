@@ -26,6 +26,7 @@ import pytest
 from dashboard_queries import label_values_metric, promql_metric_names, queries
 from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
 from otlp_receiver import backend_missing
+from store_fixtures import make_record
 
 from tracerag import RAGPipeline
 from tracerag.demo.kb import build_retriever, load_questions
@@ -208,6 +209,14 @@ def demo_ran(
     # a material registry with a pending write, a conflict, a quarantine and a denied material;
     # its gauges reach the endpoint because it is open (no wiring)
     prometheus.materials = materials_ran(tmp_path_factory.mktemp("materials"), retriever)
+    # the review desk's queue in the registry's audit store: requests wait, reviewers decide
+    # (one decision before the first scrapes see its series, one of the same series after)
+    queue = prometheus.materials.store
+    for i, decision in enumerate(("escalate", "review", "escalate", "review")):
+        queue.append_record(make_record(f"queued-{i}", decision=decision))
+    queue.decide("queued-0", "alice", "approve")
+    time.sleep(3 * SCRAPE_SECONDS)
+    queue.decide("queued-2", "bob", "approve")  # the same series again: its count moves
     provider.force_flush(10_000)
     provider.shutdown()
     prometheus.wait(
@@ -216,6 +225,8 @@ def demo_ran(
     prometheus.wait("sum(tracerag_spans_dropped_total)", bool)
     prometheus.wait("sum(tracerag_materials_quarantined) > 0", bool)
     prometheus.wait("sum(tracerag_materials_conflicts) > 0", bool)
+    prometheus.wait("sum(tracerag_review_backlog) == 2", bool)
+    prometheus.wait("sum(tracerag_review_time_to_decision_seconds_count) == 2", bool)
     time.sleep(3 * SCRAPE_SECONDS)
     yield prometheus
     prometheus.materials.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 from dashboard_queries import (
@@ -20,9 +21,10 @@ from dashboard_queries import (
     promql_metric_names,
     queries,
 )
+from store_fixtures import make_record
 
 from tracerag import _semconv as semconv
-from tracerag.telemetry import _instruments
+from tracerag.telemetry import _instruments, _review
 
 
 def test_promql_parser_helper() -> None:
@@ -73,6 +75,9 @@ def exposed_names(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     _instruments.record_model_error("sample", TimeoutError(), meter_provider=provider)
     _instruments.record_audit_failure("OperationalError", dropped=True, meter_provider=provider)
     _instruments.record_spans_dropped(3, "export_failed", meter_provider=provider)
+    _instruments.record_review_decision("escalate", "reject", 420.0, meter_provider=provider)
+    materials.store.append_record(make_record("queued-1", decision="escalate"))  # one waits
+    _review.observe_review_queue(materials.store, provider)
     names = {sample.name for family in registry.collect() for sample in family.samples}
     provider.shutdown()
     materials.close()
@@ -114,10 +119,7 @@ def test_quality_dashboard_covers_the_issue() -> None:
 
 def test_quality_dashboard_has_a_materials_row() -> None:
     quality = json.loads((DASHBOARDS / "tracerag-quality.json").read_text())
-    rows = [p["title"] for p in quality["panels"] if p["type"] == "row"]
-    assert rows[-1] == "Materials"
-    start = next(i for i, p in enumerate(quality["panels"]) if p["title"] == "Materials")
-    exprs = " ".join(t["expr"] for p in quality["panels"][start:] for t in p.get("targets", []))
+    exprs = " ".join(t["expr"] for p in row_panels(quality, "Materials") for t in p["targets"])
     for name in (
         "tracerag_materials_credibility",
         "tracerag_materials_pending_writes",
@@ -127,6 +129,35 @@ def test_quality_dashboard_has_a_materials_row() -> None:
         "sum by (bucket) (tracerag_materials_credibility",
     ):
         assert name in exprs, name
+
+
+def row_panels(dashboard: dict[str, Any], title: str) -> list[dict[str, Any]]:
+    """The panels under the row ``title`` (up to the next row)."""
+    panels = dashboard["panels"]
+    start = next(i for i, p in enumerate(panels) if p["type"] == "row" and p["title"] == title)
+    found = []
+    for panel in panels[start + 1 :]:
+        if panel["type"] == "row":
+            break
+        found.append(panel)
+    assert found, f"the row {title!r} has no panels"
+    return found
+
+
+def test_quality_dashboard_has_a_samples_and_review_row() -> None:
+    quality = json.loads((DASHBOARDS / "tracerag-quality.json").read_text())
+    panels = row_panels(quality, "Samples and review")
+    exprs = " ".join(t["expr"] for p in panels for t in p["targets"])
+    titles = " ".join(p["title"].lower() for p in panels)
+    for name in (
+        "tracerag_samples_bucket",
+        "max by (status, route) (tracerag_review_backlog",
+        "tracerag_review_oldest_wait_seconds",
+        "tracerag_review_time_to_decision_seconds_bucket",
+    ):
+        assert name in exprs, name
+    for word in ("samples drawn", "backlog", "time to decision"):
+        assert word in titles, word
 
 
 def test_traceql_uses_only_known_attributes() -> None:

@@ -80,7 +80,8 @@ def test_provider_installed_after_the_pipeline_was_built_gets_every_span(retriev
     assert len(spans) == 1 + 6 + 3
     assert {f"{s.context.trace_id:032x}" for s in spans} == {response.trace_id}
     (root,) = [s for s in spans if s.parent is None]
-    assert root.name == semconv.SPAN_REQUEST
+    assert root.attributes[semconv.SPAN_NAME] == semconv.SPAN_REQUEST
+    assert root.name == f"invoke_workflow tracerag [{response.decision}]"
 
 
 def test_meter_provider_installed_after_the_pipeline_was_built_gets_the_metrics(

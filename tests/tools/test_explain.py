@@ -17,7 +17,7 @@ from tracerag.demo.kb import build_retriever, load_documents
 from tracerag.prompts import MATERIAL_BLOCK_RE
 from tracerag.store._base import KIND_EXPLANATION
 from tracerag.store._sqlite import SQLiteAuditStore
-from tracerag.testing import ScriptCall, ScriptedChatModel, SpanCapture
+from tracerag.testing import ScriptCall, ScriptedChatModel, SpanCapture, tracerag_name
 from tracerag.text._quantities import extract_quantities
 from tracerag.tools._replay import ReplayRefused
 from tracerag.tools._show import render_timeline
@@ -311,7 +311,7 @@ def test_the_experiments_form_one_trace_linked_to_the_request(store):
     kinds = [s.attributes[sc.EXPLAIN_EXPERIMENT] for s in experiments]
     assert sorted(kinds) == ["baseline", "counterfactual", "occlusion", "occlusion"]
     in_trace = [s for s in spans.spans() if s.context.trace_id == root.context.trace_id]
-    reruns = [s for s in in_trace if s.name == sc.SPAN_REQUEST]
+    reruns = [s for s in in_trace if tracerag_name(s) == sc.SPAN_REQUEST]
     assert len(reruns) == 4  # every re-run's six stages sit in the explanation's trace
     assert list(root.attributes[sc.EXPLAIN_FLAGS]) == report.flags
 

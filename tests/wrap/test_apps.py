@@ -47,7 +47,7 @@ from wrap_apps import (
 from tracerag import MissingVersionError, validate_response, wrap
 from tracerag import _semconv as sc
 from tracerag.demo.kb import DemoVectorStore, HashingEmbeddings, build_vectorstore
-from tracerag.testing import ScriptedChatModel
+from tracerag.testing import ScriptedChatModel, tracerag_name
 from tracerag.wrap._inspect import graph_nodes
 
 
@@ -115,7 +115,7 @@ def test_same_six_stage_trace_with_the_retrieved_materials(name, store, spans):
     rid = response.request_id
     assert spans.tree_problems(rid) == []
     root = spans.root(rid)
-    assert [c.name for c in spans.children(root)] == [
+    assert [tracerag_name(c) for c in spans.children(root)] == [
         sc.SPAN_REGISTER,
         sc.SPAN_RETRIEVE,
         sc.SPAN_SAMPLE,

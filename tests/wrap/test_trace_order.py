@@ -12,21 +12,22 @@ from pipeline_fixtures import FAST_RETRY, GOOD, PLAN, QUESTION, REPO
 from wrap_apps import AGENT_QUESTION, answering, rag_agent
 
 from tracerag import RAGPipeline, wrap
-from tracerag.testing import ScriptCall, ScriptedChatModel, ToolCallingChatModel
+from tracerag.testing import ScriptCall, ScriptedChatModel, ToolCallingChatModel, tracerag_name
 
 PAGE = (REPO / "docs" / "traces.md").read_text("utf-8")
 
 
 def pictured_orders() -> list[list[str]]:
     """The stage spans of each span tree drawn on the page, in the order drawn."""
-    trees = re.findall(r"```\n(tracerag\.request.*?)```", PAGE, re.S)
+    trees = re.findall(r"```\n(invoke_\w+ .*?)```", PAGE, re.S)
     assert len(trees) == 2, "the page draws the pipeline's trace and a wrapped app's"
-    return [re.findall(r"^[├└]─ (tracerag\.\w+)", tree, re.M) for tree in trees]
+    # each child line names its span, then its tracerag name (the first ``tracerag.*`` on it)
+    return [re.findall(r"^[├└]─ [^\n]*?(tracerag\.\w+)", tree, re.M) for tree in trees]
 
 
 def stage_order(spans, request_id: str) -> list[str]:
     root = spans.root(request_id)
-    return [child.name for child in spans.children(root)]
+    return [tracerag_name(child) for child in spans.children(root)]
 
 
 def test_the_pipeline_picture_is_its_trace(retriever, spans):

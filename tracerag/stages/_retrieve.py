@@ -23,7 +23,7 @@ from tracerag._settings import Settings
 from tracerag._state import ErrorLog, RequestState, Retrieval
 from tracerag.errors import ConfigurationError
 from tracerag.signals._types import Material
-from tracerag.telemetry._spans import set_span_io
+from tracerag.telemetry._spans import data_source_of, describe_retrieval, set_span_io, top_k_of
 from tracerag.text._unicode import fix_surrogates
 
 SCORE_KEYS = ("relevance_score", "score", "_score", "similarity", "similarity_score")
@@ -132,6 +132,12 @@ async def retrieve(
     )
     record_materials(retrieval, span)
     set_span_io(span, input=state.standalone_question)
+    describe_retrieval(
+        span,
+        data_source_of(settings.retriever),
+        settings.k or top_k_of(settings.retriever),
+        [(m.id, m.score, m.text) for m in retrieval.materials],
+    )
     return retrieval
 
 

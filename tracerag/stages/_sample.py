@@ -155,6 +155,7 @@ def finish_sample_span(
     attrs: dict[str, Any] = dict(extra or {})
     attrs.update(
         {
+            semconv.SPAN_NAME: semconv.SPAN_SAMPLE_ONE,
             semconv.REQUEST_ID: request_id,
             semconv.SAMPLE_INDEX: sample.index,
             semconv.SAMPLE_ATTEMPTS: sample.attempts,
@@ -166,6 +167,10 @@ def finish_sample_span(
     if sample.error:
         attrs[semconv.SAMPLE_ERROR] = sample.error
     span.set_attributes(attrs)
+    # the GenAI conventions name a model call ``chat {gen_ai.request.model}``
+    model = attrs.get(semconv.GENAI_REQUEST_MODEL)
+    if model:
+        span.update_name(semconv.chat_span_name(str(model)))
 
 
 def record_samples(
@@ -250,7 +255,9 @@ async def draw_samples(
     request_id = state.request_id
 
     async def one(index: int) -> Sample:
-        with tracer.start_as_current_span(semconv.SPAN_SAMPLE_ONE, kind=MODEL_SPAN_KIND) as child:
+        with tracer.start_as_current_span(
+            semconv.chat_span_name(None), kind=MODEL_SPAN_KIND
+        ) as child:
             on_retry = record_retry(errors, child, "sample", settings.meter_provider, sample=index)
             started = time.perf_counter()
             tries = Tries()

@@ -31,7 +31,11 @@ StageFn = Callable[[RequestState, Settings, Span, "RunnableConfig | None"], Awai
 
 
 class Source(Protocol):
-    """How a front door gets a request's materials and samples."""
+    """How a front door gets a request's materials and samples.
+
+    A source over an agent may also name it (``agent_name: str``, not part of the protocol):
+    the request's root span is then ``invoke_agent {agent_name}``.
+    """
 
     #: ``pipeline`` or ``wrap``: recorded on the root span.
     mode: str

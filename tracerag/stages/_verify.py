@@ -16,7 +16,6 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from opentelemetry.trace import Span
 
-from tracerag import _semconv as semconv
 from tracerag._declare import stamp
 from tracerag._settings import Settings
 from tracerag._state import ErrorLog, RequestState, Sample, SampleSet, Selection, Verification
@@ -26,6 +25,7 @@ from tracerag.signals._relevance import AnswerPart, RelevanceReport
 from tracerag.signals._rules import run_rules
 from tracerag.signals._support import get_backend, usage_scope
 from tracerag.signals._types import Material
+from tracerag.telemetry._evaluations import evaluation
 
 
 def resolver_for(
@@ -268,16 +268,3 @@ def record_signals(verification: Verification, span: Span) -> None:
             "pass" if r.passed else "fail",
             r.detail,
         )
-
-
-def evaluation(span: Span, name: str, score: float, label: str, explanation: str) -> None:
-    """A ``gen_ai.evaluation.result`` event on the span."""
-    span.add_event(
-        semconv.GENAI_EVALUATION_EVENT,
-        {
-            semconv.GENAI_EVALUATION_NAME: name,
-            semconv.GENAI_EVALUATION_SCORE_VALUE: float(score),
-            semconv.GENAI_EVALUATION_SCORE_LABEL: label,
-            semconv.GENAI_EVALUATION_EXPLANATION: explanation,
-        },
-    )

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from tracerag.errors import InputError
@@ -41,6 +42,8 @@ from tracerag.store._base import (
     now_iso,
 )
 from tracerag.store._codec import _normalise, _str_or_none, _valid_text
+from tracerag.telemetry._instruments import record_review_decision
+from tracerag.telemetry._review import watch_review_queue
 
 if TYPE_CHECKING:
     from tracerag.store._sql import Cursor, _Head
@@ -128,6 +131,7 @@ class SQLReviewQueue:
         )
         item = self._queue_item(cur, request_id)
         assert item is not None
+        watch_review_queue(self)
         return item
 
     def enqueue_review(
@@ -222,6 +226,27 @@ class SQLReviewQueue:
             raise NotQueued(request_id)
         return item
 
+    def review_backlog(self) -> tuple[dict[tuple[str, str], int], dict[str, float]]:
+        """What waits in the queue: ``{(status, route): count}`` of undecided items and
+        ``{route: seconds}`` the longest-waiting of each route has waited (its gauges,
+        ``tracerag.telemetry._review``)."""
+        sql = (
+            "SELECT status, route, COUNT(*), MIN(enqueued_at) FROM review_queue "
+            "WHERE status <> 'decided' GROUP BY status, route"
+        )
+        counts: dict[tuple[str, str], int] = {}
+        oldest: dict[str, float] = {}
+        now = datetime.now(timezone.utc)
+        with self._read() as cur:
+            cur.execute(sql, [])
+            rows = cur.fetchall()
+        for status, route, count, first in rows:
+            counts[(str(status), str(route))] = int(count)
+            waited = _seconds_between(first, now)
+            if waited is not None:
+                oldest[str(route)] = max(oldest.get(str(route), 0.0), waited)
+        return counts, oldest
+
     def list_queue(self, status: str | None = None, limit: int = 100) -> list[QueueItem]:
         if status is not None and status not in (*QUEUE_STATUSES, "open"):
             raise InputError(f"status must be one of {QUEUE_STATUSES} or open, not {status!r}")
@@ -234,6 +259,7 @@ class SQLReviewQueue:
             params.append(status)
         sql += f" ORDER BY {_QUEUE_ORDER} LIMIT %s"
         params.append(int(limit))
+        watch_review_queue(self)  # a desk that only reads the queue reports its backlog too
         with self._read() as cur:
             cur.execute(sql, params)
             return [_queue_item_from_row(r) for r in cur.fetchall()]
@@ -483,6 +509,9 @@ class SQLReviewQueue:
                 )
             ],
         )
+        waited = _seconds_between(item.enqueued_at, decided_at)
+        if waited is not None:
+            record_review_decision(item.route, action, waited)
         return ReviewDecision(request_id, reviewer, action, final_answer, reason, decided_at)
 
     def get_decision(self, request_id: str) -> ReviewDecision | None:
@@ -515,6 +544,21 @@ _ENTRY_FIELDS = (
 )
 #: the most a rubric score may be (and the least, negated)
 MAX_SCORE = 1000
+
+
+def _seconds_between(start: Any, end: Any) -> float | None:
+    """Seconds from ``start`` to ``end`` (ISO texts as the store writes them, or datetimes);
+    None when either cannot be read."""
+    try:
+        first = start if isinstance(start, datetime) else datetime.fromisoformat(str(start))
+        last = end if isinstance(end, datetime) else datetime.fromisoformat(str(end))
+        if first.tzinfo is None:
+            first = first.replace(tzinfo=timezone.utc)
+        if last.tzinfo is None:
+            last = last.replace(tzinfo=timezone.utc)
+        return max(0.0, (last - first).total_seconds())
+    except (TypeError, ValueError):
+        return None
 
 
 def _check_judgement(action: str, final_answer: str | None, reason: str | None) -> None:

@@ -254,3 +254,19 @@ __all__ = [
     "set_redactor",
     "truncate",
 ]
+
+
+#: ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` values that put content on spans
+_GENAI_ON_SPANS = frozenset({"true", "1", "yes", "on", "span_only", "span_and_event"})
+
+
+def genai_content_on_spans() -> bool:
+    """Whether GenAI content attributes (``gen_ai.retrieval.documents``) go onto spans.
+
+    Opt-in, as the OpenTelemetry GenAI instrumentations do it:
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` = ``true`` (or ``SPAN_ONLY`` /
+    ``SPAN_AND_EVENT``), read at each call; unset or anything else, they are left out. The text
+    they carry is then still under tracerag's own policy (``capture``: omitted, redacted, cut).
+    """
+    value = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "")
+    return value.strip().lower() in _GENAI_ON_SPANS

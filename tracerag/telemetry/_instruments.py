@@ -51,6 +51,20 @@ STAGE_SECONDS_BUCKETS: tuple[float, ...] = (
 # a request may take longer than any one stage
 REQUEST_SECONDS_BUCKETS: tuple[float, ...] = (*STAGE_SECONDS_BUCKETS, 60.0, 120.0)
 SAMPLES_BUCKETS: tuple[float, ...] = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
+# a queued request waits for a person: minutes to days
+REVIEW_SECONDS_BUCKETS: tuple[float, ...] = (
+    60.0,
+    300.0,
+    900.0,
+    1800.0,
+    3600.0,
+    7200.0,
+    14400.0,
+    28800.0,
+    86400.0,
+    172800.0,
+    604800.0,
+)
 TOKENS_PER_REQUEST_BUCKETS: tuple[float, ...] = (
     250,
     500,
@@ -140,6 +154,16 @@ _GROUPS: dict[str, dict[str, _Spec]] = {
             semconv.METRIC_SPANS_DROPPED,
             "{span}",
             "Spans that could not be exported (failed export, full queue, shutdown)",
+        ),
+    },
+    # The review desk: seconds from a request's queueing to its reviewer's final decision
+    # (Prometheus: tracerag_review_time_to_decision_seconds_*{route, action})
+    "review": {
+        "time_to_decision": _Spec(
+            semconv.METRIC_REVIEW_TIME_TO_DECISION,
+            "s",
+            "Time from a request's queueing for review to the reviewers' decision",
+            REVIEW_SECONDS_BUCKETS,
         ),
     },
     # Token usage and cost (see tracerag.usage): tokens, model calls and money per request, by
@@ -369,6 +393,25 @@ def record_spans_dropped(
         return
     attrs = {semconv.METRIC_ATTR_REASON: _label(reason, "unknown")}
     _add(meter_provider, "spans_dropped", count, attrs, "dropped spans", logging.DEBUG)
+
+
+def record_review_decision(
+    route: str, action: str, seconds: float, *, meter_provider: MeterProvider | None = None
+) -> None:
+    """Record how long a queued request (``route``: review, escalate) waited for its decision
+    (``action``: approve, edit, reject); never raises."""
+    try:
+        if not math.isfinite(seconds) or seconds < 0:
+            return
+        _instruments(meter_provider, "review")["time_to_decision"].record(
+            seconds,
+            {
+                semconv.METRIC_ATTR_ROUTE: _label(route, "unknown"),
+                semconv.METRIC_ATTR_ACTION: _label(action, "unknown"),
+            },
+        )
+    except Exception:
+        logger.warning("tracerag: could not record a review decision", exc_info=True)
 
 
 def record_usage(

@@ -19,8 +19,9 @@ class PhoenixEvaluationExporter(SpanExporter):
     """Sends tracerag's evaluations to Arize Phoenix as span annotations (REST API).
 
     Each ``gen_ai.evaluation.result`` event (citation validity, self-consistency, ...) becomes
-    an annotation of its span, and each ``tracerag.request`` root gets a ``confidence``
-    annotation (score = confidence, label = decision), so they show in Phoenix's evaluation
+    an annotation of its span, and each request's root (``tracerag.span`` =
+    ``tracerag.request``) gets a ``confidence`` annotation (score = confidence, label =
+    decision: the root's ``tracerag.verdict`` evaluation), so they show in Phoenix's evaluation
     columns. Spans themselves still go to Phoenix over OTLP; add both to the provider.
     """
 
@@ -52,8 +53,8 @@ class PhoenixEvaluationExporter(SpanExporter):
                     continue
                 ev = dict(event.attributes or {})
                 name = ev.get(semconv.GENAI_EVALUATION_NAME)
-                if not name:
-                    continue
+                if not name or name == semconv.EVALUATION_VERDICT:
+                    continue  # the verdict is the root's ``confidence`` annotation below
                 result: dict[str, Any] = {}
                 score = ev.get(semconv.GENAI_EVALUATION_SCORE_VALUE)
                 if isinstance(score, (int, float)) and not isinstance(score, bool):
@@ -72,7 +73,8 @@ class PhoenixEvaluationExporter(SpanExporter):
                         "identifier": "tracerag",
                     }
                 )
-            if span.name == semconv.SPAN_REQUEST and semconv.CONFIDENCE in attrs:
+            is_root = attrs.get(semconv.SPAN_NAME, span.name) == semconv.SPAN_REQUEST
+            if is_root and semconv.CONFIDENCE in attrs:
                 result = {"score": float(attrs[semconv.CONFIDENCE])}  # type: ignore[arg-type]
                 if semconv.DECISION in attrs:
                     result["label"] = str(attrs[semconv.DECISION])

@@ -25,6 +25,9 @@ from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.documents import Document
 from langchain_core.messages import BaseMessage
 from langchain_core.prompts import BasePromptTemplate
+from opentelemetry import context as otel_context
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from tracerag import _semconv as semconv
 from tracerag import _usage as usage_meter
@@ -110,14 +113,33 @@ def _model_call(run_id: UUID, kwargs: dict[str, Any]) -> ModelCall:
 
 
 class RunCapture(AsyncCallbackHandler):
-    """Records, for one run, retrieved documents, tool outputs, model calls and prompts."""
+    """Records, for one run, retrieved documents, tool outputs, model calls and prompts.
 
-    def __init__(self) -> None:
+    Given a ``tracer``, each tool the run calls is also a span, ``execute_tool {name}`` (the
+    GenAI conventions' ``execute_tool`` operation, tracerag name ``tracerag.tool``), child of
+    the span current when the tool started (the sample's), stamped with ``request_id``.
+    """
+
+    def __init__(self, tracer: Tracer | None = None, request_id: str | None = None) -> None:
         self._lock = threading.Lock()
+        self._tracer = tracer
+        self._request_id = request_id
+        self._tool_spans: dict[UUID, Span] = {}
+        #: the context tool spans start in: the sample's (``within_current_span``)
+        self._parent: Context | None = None
         self.reset()
 
+    def within_current_span(self) -> None:
+        """Tool spans from now on are children of the span current here (the sample's), even
+        when a tool's callbacks run in another thread."""
+        self._parent = otel_context.get_current()
+
     def reset(self) -> None:
-        """Forget everything (before a retried attempt)."""
+        """Forget everything (before a retried attempt); tool spans still open are ended."""
+        for span in getattr(self, "_tool_spans", {}).values():
+            span.set_status(Status(StatusCode.ERROR, "the attempt was abandoned"))
+            span.end()
+        self._tool_spans = {}
         self.documents: list[Document] = []
         #: relevance scores the searches gave, by ``id()`` of the document in ``documents``
         self.scores: dict[int, float] = {}
@@ -168,9 +190,52 @@ class RunCapture(AsyncCallbackHandler):
         self, serialized: dict[str, Any] | None, input_str: str, *, run_id: UUID, **kwargs: Any
     ) -> None:
         self.tool_calls += 1
-        self._tool_names[run_id] = str((serialized or {}).get("name") or kwargs.get("name") or "")
+        name = str((serialized or {}).get("name") or kwargs.get("name") or "")
+        self._tool_names[run_id] = name
+        if self._tracer is not None:
+            self._start_tool_span(run_id, name, serialized, kwargs)
+
+    def _start_tool_span(
+        self, run_id: UUID, name: str, serialized: dict[str, Any] | None, kwargs: dict[str, Any]
+    ) -> None:
+        assert self._tracer is not None
+        span = self._tracer.start_span(
+            semconv.tool_span_name(name or None), context=self._parent, kind=SpanKind.INTERNAL
+        )
+        if span.is_recording():
+            attrs: dict[str, Any] = {
+                semconv.SPAN_NAME: semconv.SPAN_TOOL,
+                semconv.GENAI_OPERATION_NAME: semconv.GENAI_OPERATION_EXECUTE_TOOL,
+                semconv.GENAI_TOOL_TYPE: "function",
+                semconv.OI_SPAN_KIND: semconv.OI_KIND_TOOL,
+            }
+            if name:
+                attrs[semconv.GENAI_TOOL_NAME] = name
+                attrs[semconv.OI_TOOL_NAME] = name
+            call_id = kwargs.get("tool_call_id")
+            if isinstance(call_id, str) and call_id:
+                attrs[semconv.GENAI_TOOL_CALL_ID] = call_id
+            if self._request_id:
+                attrs[semconv.REQUEST_ID] = self._request_id
+            span.set_attributes(attrs)
+        self._tool_spans[run_id] = span
+
+    def _end_tool_span(self, run_id: UUID, error: BaseException | None = None) -> None:
+        span = self._tool_spans.pop(run_id, None)
+        if span is None:
+            return
+        if error is not None:
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+            span.set_attribute(semconv.ERROR_TYPE, type(error).__qualname__)
+        span.end()
+
+    async def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._tool_names.pop(run_id, None)
+        self._end_tool_span(run_id, error)
 
     async def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end_tool_span(run_id)
         name = self._tool_names.pop(run_id, "") or getattr(output, "name", None) or "tool"
         documents = tool_documents(output)
         if documents:

@@ -44,6 +44,8 @@ from tracerag.stages._sample import (
     samples_wanted,
 )
 from tracerag.stages._stopping import Verifier, draw_adaptive
+from tracerag.telemetry._providers import get_tracer
+from tracerag.telemetry._spans import data_source_of, describe_retrieval, top_k_of
 from tracerag.wrap._capture import RunCapture, model_call_attributes
 from tracerag.wrap._commit import (
     PAUSED_AFTER_ANSWER,
@@ -83,6 +85,12 @@ class ChainSource:
 
     mode = "wrap"
     learns_versions = True
+
+    @property
+    def agent_name(self) -> str:
+        """The wrapped app's name (``create_agent(name=...)``, a graph's ``LangGraph``): the
+        root span is ``invoke_agent {agent_name}``."""
+        return self.chain.get_name()
 
     def __init__(
         self,
@@ -136,6 +144,7 @@ class ChainSource:
         if not self.info.retrievers:
             # the app retrieves inside its own runs (graph nodes, tools): recorded after them
             span.set_attribute(semconv.RETRIEVAL_SOURCE, "runs")
+            describe_retrieval(span, None, None)
             return Retrieval.of((), note=RUNS_NOTE, source="runs")
         shared = self._shared(state.request_id, take=False)
         errors = ErrorLog()
@@ -163,6 +172,14 @@ class ChainSource:
         )
         record_materials(retrieval, span)
         span.set_attribute(semconv.RETRIEVAL_SOURCE, "retriever")
+        sources = [data_source_of(r) for r in self.info.retrievers]
+        ks = [top_k_of(r) for r in self.info.retrievers]
+        describe_retrieval(
+            span,
+            "+".join(dict.fromkeys(s for s in sources if s)) or None,
+            sum(k for k in ks if k is not None) if all(k is not None for k in ks) else None,
+            [(m.id, m.score, m.text) for m in retrieval.materials],
+        )
         return retrieval
 
     async def sample(
@@ -171,7 +188,8 @@ class ChainSource:
         """N answers from the app's runs; each with the materials its answer was shown."""
         n = max_n = samples_wanted(state, settings)
         shared = self._shared(state.request_id, take=True)
-        captures = [RunCapture() for _ in range(n)]
+        tracer = get_tracer(settings.tracer_provider)
+        captures = [RunCapture(tracer, state.request_id) for _ in range(n)]
         outputs: list[Any] = [None] * n
         app_input = self.app_input(state.input)
         registered = state.registration.versions if state.registration is not None else None
@@ -180,6 +198,7 @@ class ChainSource:
 
         async def generate(index: int, on_retry: OnRetry, tries: Tries) -> Draw:
             capture_run = captures[index]
+            capture_run.within_current_span()  # the sample's span: its run's tools go under it
 
             def attempts(attempt: Attempt) -> Awaitable[Any]:
                 async def once() -> Any:
