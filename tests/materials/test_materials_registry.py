@@ -267,7 +267,7 @@ def test_stale_base_version_is_refused(registry: MaterialRegistry) -> None:
         reason="r",
     )
     with pytest.raises(ConcurrentChange):
-        registry._commit(stale.evolve(status="deleted", created_at=""), expect_current=1)
+        registry._writer.commit(stale.evolve(status="deleted", created_at=""), expect_current=1)
     registry.edit(
         "a", content="I think gift cards expire.", operator="y", written_by="memory@1", reason="r"
     )

@@ -7,9 +7,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tracerag.materials._conflict_table import CONFLICT_COLUMNS
 from tracerag.materials._db import RegistryDB
 from tracerag.materials._events import (
-    CONFLICT_COLUMNS,
     conflict_issues,
     derive,
     feedback_issues,
