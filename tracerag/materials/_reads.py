@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -51,16 +52,15 @@ def read_usage(cur: Cursor, v: MaterialVersion) -> Usage:
     return Usage(*(int(x) for x in row)) if row else Usage()
 
 
-def _state(row: Sequence[Any], usage: Usage | None = None) -> MaterialState:
-    """A material now from a ``_STATE_SQL`` row (``usage``: its current version's counters)."""
+def _state(row: Sequence[Any]) -> MaterialState:
+    """A material now from a ``_STATE_SQL`` row (its usage not read)."""
     _mid, ema, outcomes, denials, body, pending = row
     return MaterialState(
         MaterialVersion.from_body(json.loads(body)),
         float(ema),
         int(outcomes),
         int(denials),
-        usage if usage is not None else Usage(),
-        None if pending is None else int(pending),
+        pending=None if pending is None else int(pending),
     )
 
 
@@ -87,7 +87,7 @@ class Reads:
             if row is None:
                 return None
             state = _state(row)
-            return _state(row, read_usage(cur, state.current))
+            return replace(state, usage=read_usage(cur, state.current))
 
     def get(self, material_id: str) -> MaterialState:
         """The material now; raises ``MaterialNotFound``."""

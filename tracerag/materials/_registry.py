@@ -49,7 +49,6 @@ from tracerag.materials._records import (
     Use,
     VerifyReport,
 )
-from tracerag.materials._rerank import CredibilityRetriever
 from tracerag.materials._transitions import Transitions
 from tracerag.materials._usage_log import UsageLog
 from tracerag.materials._verify import chained_events, verify_registry
@@ -58,6 +57,8 @@ from tracerag.store import open_store
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from tracerag.materials._rerank import CredibilityRetriever
 
 
 class MaterialRegistry:
@@ -416,6 +417,10 @@ class MaterialRegistry:
         reranked by credibility, materials seen for the first time registered with their
         provenance. ``options``: ``CredibilityRetriever``'s (``k``, ``weights``, ``rerank``,
         ``register_unseen``)."""
+        # imported here: the retriever brings LangChain's retriever and vector-store modules
+        # (about half a second), which a registry opened by the CLI or the desk never needs
+        from tracerag.materials._rerank import CredibilityRetriever
+
         return CredibilityRetriever(retriever=retriever, registry=self, **options)
 
 

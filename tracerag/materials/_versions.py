@@ -104,13 +104,8 @@ class Versions:
         batch_id: str | None = None,
         **fields: Unpack[MaterialFields],
     ) -> MaterialVersion:
-        """Write a new version of a material with changed content or fields
-        (``MaterialFields``).
-
-        Changed content passes the write gate. A held edit of an active material waits for
-        review beside the version in service (``MaterialState.pending``), which stays in
-        service until the edit is approved.
-        """
+        """A new version with changed content (gated) or fields; a held edit of an active
+        material waits for review beside the version in service (``MaterialRegistry.edit``)."""
         check_options("edit", fields, MaterialFields.__optional_keys__)
         who = require_operator(operator)
         if not reason or not reason.strip():
@@ -151,13 +146,8 @@ class Versions:
         )
 
     def observe(self, documents: Iterable[Any], *, operator: Operator = SYSTEM) -> list[str]:
-        """Register documents not seen before from their metadata (``METADATA_KEYS``).
-
-        Returns the ids registered or re-versioned. A known id whose text changed at the source
-        (since it was last seen there) gets a new version (``change="source_changed"``) with
-        the material's status. First-sight writes are not gated (the knowledge base is the
-        authority for its own documents) but their conflicts are recorded.
-        """
+        """Register documents not seen before, re-version those whose text changed at the
+        source; the ids written (``MaterialRegistry.observe``)."""
         who = require_operator(operator)
         items = [_sighting(doc) for doc in documents]
         seen = self._reads.seen_hashes([mid for mid, _t, _f in items])
