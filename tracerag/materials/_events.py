@@ -35,11 +35,11 @@ from tracerag.materials._conflict_table import CONFLICT_COLUMNS
 from tracerag.materials._credibility import OUTCOMES, ema_update
 from tracerag.materials._db import Cursor
 from tracerag.materials._model import now_iso
+from tracerag.materials._records import CHANGE_KEY
 
 ROW_KEY = "row"
 OUTCOME_KEY = "outcome"
 BASELINE_KEY = "baseline"
-CHANGE_KEY = "material_change"
 FEEDBACK_KEYS = ("feedback", "review_outcome")
 #: the columns of ``materials`` that change what retrieval and feedback do, all chained
 ROW_COLUMNS = (
