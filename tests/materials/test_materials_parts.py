@@ -325,6 +325,21 @@ def test_a_given_verdict_counts_only_for_an_established_principal() -> None:
 
 
 # -- composition ------------------------------------------------------------------------------
+def test_what_the_parts_share_cannot_be_swapped_under_them(registry: MaterialRegistry) -> None:
+    from tracerag.materials import CredibilityPolicy, WriteGate
+
+    for name, value in (
+        ("policy", CredibilityPolicy(quarantine_after=9)),
+        ("gate", WriteGate()),
+        ("store", None),
+        ("db", None),
+        ("read_retention_days", 1),
+    ):
+        with pytest.raises(AttributeError):
+            setattr(registry, name, value)
+    assert registry.policy.quarantine_after == 3  # as the fixture opened it
+
+
 def test_no_part_of_the_registry_imports_the_registry() -> None:
     grimp = pytest.importorskip("grimp")
     graph = grimp.build_graph("tracerag")

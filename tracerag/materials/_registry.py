@@ -76,25 +76,24 @@ class MaterialRegistry:
         metrics: bool = True,
         baseline: bool = True,
     ) -> None:
-        self.store = store
-        self.policy = policy or CredibilityPolicy()
-        self.gate = gate or WriteGate()
-        self.db = db or connect_like(store)
+        self._store = store
+        self._policy = policy or CredibilityPolicy()
+        self._gate = gate or WriteGate()
+        self._db = db or connect_like(store)
         self._owns_store = owns_store
         self._batches = Batches()
-        self._reads = Reads(self.db, self.policy, metrics=metrics)
+        self._reads = Reads(self._db, self._policy, metrics=metrics)
         self._usage = UsageLog(self._reads, read_retention_days=read_retention_days)
-        writer = VersionWriter(
-            store, self._reads, self._batches, policy=self.policy, gate=self.gate, metrics=metrics
+        self._writer = VersionWriter(
+            store, self._reads, self._batches, policy=self._policy, gate=self._gate, metrics=metrics
         )
-        self._writer = writer
-        self._versions = Versions(self._reads, writer, self.gate)
-        self._transitions = Transitions(self._reads, writer, self._batches)
+        self._versions = Versions(self._reads, self._writer, self._gate)
+        self._transitions = Transitions(self._reads, self._writer, self._batches)
         #: credibility outcomes, for a caller that applies them inside its own chained
         #: transaction (``Outcomes.apply_in``; ``tracerag.materials.feedback`` does)
-        self.outcomes = Outcomes(store, writer, self.policy)
+        self.outcomes = Outcomes(store, self._writer, self._policy)
         if baseline:
-            chain_baseline(self.db, store)
+            chain_baseline(self._db, store)
         if metrics:  # its figures go to tracerag's meter (tracerag.materials._gauges)
             watch_registry(self)
 
@@ -115,6 +114,28 @@ class MaterialRegistry:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # the parts share these, so they are read-only: a registry with another store, database,
+    # policy or gate is another registry
+    @property
+    def store(self) -> Any:
+        """The audit store whose chain covers the registry's changes."""
+        return self._store
+
+    @property
+    def db(self) -> RegistryDB:
+        """The registry's connection to its tables (in the store's database)."""
+        return self._db
+
+    @property
+    def policy(self) -> CredibilityPolicy:
+        """How credibility is scored and when a quarantine is proposed."""
+        return self._policy
+
+    @property
+    def gate(self) -> WriteGate:
+        """The write gate new and edited content passes."""
+        return self._gate
 
     @property
     def read_retention_days(self) -> int:
