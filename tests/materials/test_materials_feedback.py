@@ -227,7 +227,9 @@ def test_a_real_pipeline_records_the_shares_feedback_weighs_by(kb: list[Document
     answer = "Customers may return unused items within 30 days of delivery. [returns]"
     pipeline = RAGPipeline(
         build_vectorstore(kb).as_retriever(search_kwargs={"k": 4}),
-        ScriptedChatModel(responses=[answer], plan_responses=['{"material_ids": ["returns"]}']),
+        ScriptedChatModel(
+            responses=[answer], plan_responses=['{"material_ids": ["returns"], "key_facts": []}']
+        ),
         prompt_version="p",
         model_version="m",
         n_samples=2,

@@ -372,7 +372,9 @@ def test_an_answer_citing_a_conflicting_material_goes_to_review(
     def ask() -> object:
         pipeline = RAGPipeline(
             CredibilityRetriever(retriever=Fixed(), registry=registry),
-            ScriptedChatModel(responses=[answer], plan_responses=['{"material_ids": ["r-new"]}']),
+            ScriptedChatModel(
+                responses=[answer], plan_responses=['{"material_ids": ["r-new"], "key_facts": []}']
+            ),
             prompt_version="p",
             model_version="m",
             n_samples=3,
