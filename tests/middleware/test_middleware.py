@@ -244,8 +244,9 @@ def test_composed_in_order_inner_middleware_sees_every_sample_outer_only_the_ver
     agent = rag_agent(llm, middleware=[outer, middleware(spans), inner])
     result = agent.invoke(ask())
     assert result["tracerag"]["decision"] == "escalate"
-    # the inner middleware shaped the tool round and each of the N answering calls
-    assert prompts_inside == ["human"] + ["tool"] * N
+    # the inner middleware shaped the tool round and each answering call drawn
+    assert llm.call_count > 2
+    assert prompts_inside == ["human"] + ["tool"] * (llm.call_count - 1)
     assert all("store's policies" in c.prompt for c in llm.calls)
     # the outer middleware saw the tool round and the replacement, never a sample
     assert len(seen_outside) == 2
