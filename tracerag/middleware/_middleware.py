@@ -54,6 +54,7 @@ from tracerag._llm import (
     model_slots,
     retry_call,
     text_of,
+    within,
 )
 from tracerag._pipeline import PipelineOptions, build_settings
 from tracerag._routing import Ticket
@@ -62,7 +63,12 @@ from tracerag._state import RequestInput, RequestState
 from tracerag._sync import run_sync
 from tracerag._withheld import check_withheld_message, withheld_text
 from tracerag.contract import Response, caller_view
-from tracerag.errors import ConfigurationError, InputError, UnreadableOutputError
+from tracerag.errors import (
+    ConfigurationError,
+    InputError,
+    ModelTimeoutError,
+    UnreadableOutputError,
+)
 from tracerag.events import StageEvent, tell
 from tracerag.middleware._call import CALL_HOOKS
 from tracerag.middleware._review import (
@@ -222,10 +228,15 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
         #: answers another sample's call gave (a call with ``n``): index -> its message
         given: dict[int, AIMessage] = {}
 
-        async def call(index: int, answers: int = 1, slotted: bool = False) -> ModelResponse[Any]:
+        timeout = self.settings.retry.model_timeout
+        # a sample's call is timed from when it holds its slot (``call``), not while it queues
+        untimed = dataclasses.replace(self.settings.retry, model_timeout=None)
+
+        async def call(index: int, answers: int = 1, timed: bool = True) -> ModelResponse[Any]:
             """The answering call for sample ``index``; with ``answers`` > 1, one call that
-            answers samples ``index`` .. ``index + answers - 1`` (the model takes ``n``);
-            ``slotted``: the caller holds one of the model's slots (``max_concurrency``)."""
+            answers samples ``index`` .. ``index + answers - 1`` (the model takes ``n``). It
+            waits for one of the model's slots (``max_concurrency``), then runs within the
+            policy's ``model_timeout`` (``timed``; the agent's own first call is not)."""
             if usage_meter.current_ledger() is None:
                 unmetered.add(index)
             else:
@@ -238,10 +249,14 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
                 quiet_config(node_config, captures[index], choices)
             )
             try:
-                async with contextlib.AsyncExitStack() as slot:
-                    if not slotted:  # one of the model's max_concurrency slots
-                        await slot.enter_async_context(model_slots(limit, agent_model))
-                    got = _as_response(await handler(asked))
+                async with model_slots(limit, agent_model):
+                    got = _as_response(
+                        await within(
+                            functools.partial(handler, asked),
+                            timeout if timed else None,
+                            ModelTimeoutError,
+                        )
+                    )
             finally:
                 var_child_runnable_config.reset(token)
             if choices is not None:
@@ -253,7 +268,9 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
         speculate = self.speculative and first_round > 1 and _after_tools(request.messages)
         # right after tool results, the first round is started at once: in one call where the
         # model takes ``n``, else one call each (only ``min_samples``: the rule may stop there)
-        first = asyncio.ensure_future(call(0, first_round if speculate and several else 1))
+        first = asyncio.ensure_future(
+            call(0, first_round if speculate and several else 1, timed=False)
+        )
         spare: dict[int, asyncio.Future[ModelResponse[Any]]] = {}
         if speculate and not several:
             spare = {i: asyncio.ensure_future(call(i)) for i in range(1, first_round)}
@@ -309,24 +326,15 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
                     got = await task
                 else:
                     captures[index].reset()
-                    got = await call(index, answers, slotted=held)
+                    got = await call(index, answers)
                 message = answer_of(got)
                 responses[index] = got
                 return message
 
-            def retried() -> Awaitable[AIMessage]:
-                return retry_call(
-                    once, self.settings.retry, on_retry=on_retry, retry_on=is_transient, tries=tries
+            try:  # each attempt is timed in ``call``, once it holds its slot
+                return await retry_call(
+                    once, untimed, on_retry=on_retry, retry_on=is_transient, tries=tries
                 )
-
-            held = pending is None
-            try:
-                if not held:
-                    return await retried()
-                # the slot is held across the attempts: a call's timeout runs from when it
-                # holds its slot, so calls queued behind a one-slot server do not time out
-                async with model_slots(limit, agent_model):
-                    return await retried()
             finally:  # the others take what the call gave (a failed call: they draw their own)
                 if leads is not None and not leads.done():
                     leads.set_result(None)
