@@ -311,6 +311,8 @@ async def shapes(latency: float, n: int, rounds: int, tp: TracerProvider) -> Non
         if name == "agent":  # the agent's own middleware: the answering call sampled in place
             verified = TraceragMiddleware(n_samples=n, tracer_provider=tp, audit=None)
             runs["TraceragMiddleware"] = agent_shape(latency, [verified])
+            fixed = TraceragMiddleware(n_samples=n, min_samples=n, tracer_provider=tp, audit=None)
+            runs["middleware, fixed N"] = agent_shape(latency, [fixed])
             after = TraceragMiddleware(
                 n_samples=n, tracer_provider=tp, audit=None, speculative=False
             )
