@@ -6,9 +6,12 @@ does; the middleware changes three things:
 - ``wrap_tool_call``: the vector store searches a tool makes are seen (``_hooks``), so their
   documents are materials even when the tool shows the model only text;
 - ``wrap_model_call``: a model call that calls tools passes through. The answering call (one
-  whose reply calls no tool) is drawn N times from the same request, through the middleware
-  inside this one (the handler), and the request runs the stage table with the turn's source
-  (``_source``): materials from the turn's tool results, the N answers as samples. Nothing of
+  whose reply calls no tool) is drawn again from the same request, through the middleware
+  inside this one (the handler), in adaptive rounds as on every front door (``min_samples``
+  first, more only while the route could still change, at most N; a round in one call where
+  the agent's model takes ``n``; each call in one of the model's ``max_concurrency`` slots),
+  and the request runs the stage table with the turn's source (``_source``): materials from
+  the turn's tool results, the answers as samples. Nothing of
   a sample reaches the caller's callbacks or LangGraph's ``messages`` stream; the reply that
   enters the agent's state is the verified answer (pass, review) or a replacement message
   (escalate), and the turn's ``Response`` (its caller view) is the state's ``tracerag`` key;
@@ -121,12 +124,14 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
     Chinese. ``interrupt_on_escalate`` (True): on a checkpointed thread, interrupt the turn
     for review (``Command(resume={"type": "approve" | "edit" | "reject", ...})``).
     ``speculative`` (True): when the model is called right after tool results (the answering
-    call of a RAG agent), draw the N answers at once; a call that turns out to call tools
-    keeps only its first reply (the others are discarded). ``prompt_version`` and
-    ``model_version`` name the versions (default: learned from the answering calls, as
-    ``wrap()`` learns them). The other options
-    are ``tracerag.PipelineOptions`` (``n_samples``, ``thresholds``, ``escalation``, ``audit``,
-    ``tracer_provider``, …).
+    call of a RAG agent), draw the first round's ``min_samples`` answers at once (in one call
+    with ``n`` where the model takes it); a call that turns out to call tools keeps only its
+    first reply (the others are discarded). Sampling then goes on in rounds only while the
+    route could still change (``min_samples=n_samples``: all N at once, fixed N).
+    ``prompt_version`` and ``model_version`` name the versions (default: learned from the
+    answering calls, as ``wrap()`` learns them). The other options are
+    ``tracerag.PipelineOptions`` (``n_samples``, ``min_samples``, ``max_concurrency``,
+    ``thresholds``, ``escalation``, ``audit``, ``tracer_provider``, …).
     """
 
     state_schema = TraceragState
