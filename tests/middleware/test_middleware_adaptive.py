@@ -413,3 +413,34 @@ def test_a_sample_call_that_holds_its_slot_too_long_still_times_out(spans):
     assert response["signal_detail"]["samples_ok"] == 1
     errors = [s["error"] for s in records[0]["samples"][1:]]
     assert all(e and "ModelTimeoutError" in e for e in errors), errors
+
+
+def test_a_server_that_ignores_n_leaves_no_sample_undrawn():
+    """A server that answers once whatever ``n`` asks: the samples the call owed are drawn
+    one call each, never copies of one answer and never lost."""
+    pytest.importorskip("langchain_openai")
+    from openai_tools import ToolCompletionsServer
+
+    with ToolCompletionsServer.running() as server, httpx.Client(timeout=30) as client:
+        original = server.answer
+        asked_n: list[int] = []
+
+        def one_choice(body):
+            asked_n.append(int(body.get("n") or 1))
+            return original({**body, "n": 1})
+
+        server.answer = one_choice  # type: ignore[method-assign]
+        aclient = httpx.AsyncClient(timeout=30)
+        try:
+            records: list[dict] = []
+            llm = _chat_openai(server.base_url, client, aclient)
+            verified = middleware(audit=records.append, min_samples=N)
+            result = rag_agent(llm, middleware=[verified]).invoke(ask())
+        finally:
+            asyncio.run(aclient.aclose())
+    response = result["tracerag"]
+    assert response["signal_detail"]["samples_ok"] == N
+    # the tool round; the first answering call asked for all five at once and got one; the
+    # other four asked for one each
+    assert asked_n == [1, N, 1, 1, 1, 1]
+    assert adaptive_of(records)["calls"] == N

@@ -227,6 +227,8 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
         captures = [RunCapture() for _ in range(n)]
         agent_model = request.model
         several = isinstance(agent_model, BaseChatModel) and generates_several(agent_model)
+        #: non-empty while the model's calls with ``n`` return the answers asked for
+        takes_n = {True} if several else set()
         limit = concurrency_of(self.settings.max_concurrency, agent_model)
 
         unmetered: set[int] = set()  # calls made before the request's run: noted by its sample
@@ -265,6 +267,8 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
             finally:
                 var_child_runnable_config.reset(token)
             if choices is not None:
+                if len(choices.messages) < answers:  # it ignores ``n``: one call per sample
+                    takes_n.clear()
                 for offset, message in enumerate(choices.messages[1:answers], start=1):
                     given[index + offset] = message
                     _share(captures[index], captures[index + offset], message)
@@ -293,7 +297,7 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
 
         def on_round(indices: Sequence[int]) -> None:
             fresh = [i for i in indices if i != 0 and i not in given and i not in spare]
-            if several and len(fresh) > 1 and fresh == list(range(fresh[0], fresh[-1] + 1)):
+            if takes_n and len(fresh) > 1 and fresh == list(range(fresh[0], fresh[-1] + 1)):
                 future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 for position, index in enumerate(fresh):
                     shared[index] = (future, position, len(fresh))
