@@ -27,6 +27,8 @@ from wrap_apps import AGENT_QUESTION, answering, rag_agent
 from tracerag import RetryPolicy, TraceragMiddleware
 from tracerag import _semconv as sc
 from tracerag.demo.models.extractive import ExtractiveChatModel
+from tracerag.signals._attribution import UNSCORED
+from tracerag.stages._stopping import first_round
 from tracerag.testing import ScriptCall, ToolCallingChatModel
 
 SENTENCE = "Under Clause 6.1, laptops and tablets are covered by an extended 24-month warranty."
@@ -121,7 +123,9 @@ def test_tool_results_without_scores_take_the_cautious_prior(spans):
     result = rag_agent(llm, middleware=[middleware(spans, audit=records.append)]).invoke(ask())
     assert result["tracerag"]["decision"] == "pass"
     adaptive = adaptive_of(records)
-    assert adaptive["drawn"] == 3 < N and adaptive["rounds"] == 2
+    # under the cautious prior two agreeing samples cannot settle even when fully verified:
+    # the first round draws the three that can, at once, instead of two and then one more
+    assert adaptive["drawn"] == 3 < N and adaptive["rounds"] == 1
     assert adaptive["stop_reason"] == "settled"
     assert llm.call_count == 1 + 3
 
@@ -311,7 +315,10 @@ def test_chat_openai_asks_for_a_round_in_one_request_with_n(first):
     adaptive = adaptive_of(records)
     assert len(answering_bodies) == adaptive["rounds"] == adaptive["calls"]
     assert sum(int(b.get("n") or 1) for b in answering_bodies) == adaptive["drawn"]
-    assert int(answering_bodies[0].get("n") or 1) == first
+    # the first round: min_samples, or the fewest a unanimous verified answer settles on
+    expected = first_round(verified.settings, N, None, None, shape=UNSCORED)
+    assert expected >= first
+    assert int(answering_bodies[0].get("n") or 1) == expected
     assert [b["messages"] for b in answering_bodies] == [answering_bodies[0]["messages"]] * len(
         answering_bodies
     )

@@ -82,6 +82,8 @@ from tracerag.middleware._review import (
 )
 from tracerag.middleware._source import OnRound, TurnSource
 from tracerag.middleware._turn import SearchLog, is_answer, turn_of
+from tracerag.signals._attribution import UNSCORED
+from tracerag.stages._stopping import first_round as first_samples
 from tracerag.stages._table import steps_for
 from tracerag.wrap._capture import RunCapture
 from tracerag.wrap._hooks import Shared, instrument, scope
@@ -223,7 +225,8 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
             )
         node_config: RunnableConfig = var_child_runnable_config.get() or {}
         n = self.settings.samples_for_tier()
-        first_round = self.settings.stopping_rule(n).first
+        # started before the turn's retrieval is read: its tool results carry no scores
+        first_round = first_samples(self.settings, n, None, None, shape=UNSCORED)
         captures = [RunCapture() for _ in range(n)]
         agent_model = request.model
         several = isinstance(agent_model, BaseChatModel) and generates_several(agent_model)
