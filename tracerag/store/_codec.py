@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast, overload
 
 from tracerag.store._audit_record import AuditRecord
-from tracerag.store._base import (
+from tracerag.store._chain import jcs_parsed
+from tracerag.store._types import (
     KIND_ERROR,
     KIND_MATERIAL_CHANGE,
     KIND_PLAN,
@@ -28,7 +29,6 @@ from tracerag.store._base import (
     InvalidRecord,
     QueueItem,
 )
-from tracerag.store._chain import jcs_parsed
 
 # Which top-level record keys go into which entry (any other key travels in the response
 # entry under "extra", so nothing in a record is lost).

@@ -16,7 +16,8 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from tracerag.errors import InputError
-from tracerag.store._base import (
+from tracerag.store._codec import _normalise, _str_or_none, _valid_text
+from tracerag.store._types import (
     KIND_REVIEW_ASSIGNED,
     KIND_REVIEW_CLAIMED,
     KIND_REVIEW_COMMENT,
@@ -40,7 +41,6 @@ from tracerag.store._base import (
     ReviewOutcome,
     now_iso,
 )
-from tracerag.store._codec import _normalise, _str_or_none, _valid_text
 
 if TYPE_CHECKING:
     from tracerag.store._sql import Cursor, _Head

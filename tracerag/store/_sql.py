@@ -21,29 +21,6 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from tracerag.store._base import (
-    ACTION_KINDS,
-    KIND_MATERIAL_CHANGE,
-    KIND_QUARANTINED,
-    KIND_REGISTER,
-    KIND_RESPONSE,
-    KIND_REVIEW_CLAIMED,
-    KIND_REVIEW_DECISION,
-    KIND_REVIEW_ENQUEUED,
-    KIND_REVIEW_RELEASED,
-    REVIEW_KINDS,
-    REVIEW_ROUTES,
-    SYSTEM_ACTOR,
-    DuplicateRequest,
-    Entry,
-    InvalidRecord,
-    RequestNotFound,
-    RequestSummary,
-    StoreError,
-    StoreMetrics,
-    now_iso,
-    to_iso,
-)
 from tracerag.store._chain import (
     CHAIN_VERSION,
     CHAIN_VERSION_KEYED,
@@ -67,6 +44,29 @@ from tracerag.store._codec import (
     review_reason,
 )
 from tracerag.store._review_queue import SQLReviewQueue, _action_payload
+from tracerag.store._types import (
+    ACTION_KINDS,
+    KIND_MATERIAL_CHANGE,
+    KIND_QUARANTINED,
+    KIND_REGISTER,
+    KIND_RESPONSE,
+    KIND_REVIEW_CLAIMED,
+    KIND_REVIEW_DECISION,
+    KIND_REVIEW_ENQUEUED,
+    KIND_REVIEW_RELEASED,
+    REVIEW_KINDS,
+    REVIEW_ROUTES,
+    SYSTEM_ACTOR,
+    DuplicateRequest,
+    Entry,
+    InvalidRecord,
+    RequestNotFound,
+    RequestSummary,
+    StoreError,
+    StoreMetrics,
+    now_iso,
+    to_iso,
+)
 
 logger = logging.getLogger("tracerag.audit")
 T = TypeVar("T")

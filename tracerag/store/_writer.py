@@ -75,14 +75,7 @@ from typing import Any
 from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
 from tracerag.store._anchor import HeadAnchor, anchor_path
-from tracerag.store._base import (
-    AuditStore,
-    DuplicateRequest,
-    InvalidRecord,
-    StoreError,
-    StoreReplaced,
-    StoreVanished,
-)
+from tracerag.store._base import AuditStore
 from tracerag.store._committer import JournalCommitter
 from tracerag.store._journal import (
     FRAME_QUARANTINE,
@@ -94,6 +87,13 @@ from tracerag.store._journal import (
     open_journal,
 )
 from tracerag.store._sql import StoreFailing
+from tracerag.store._types import (
+    DuplicateRequest,
+    InvalidRecord,
+    StoreError,
+    StoreReplaced,
+    StoreVanished,
+)
 
 logger = logging.getLogger("tracerag.audit")
 
