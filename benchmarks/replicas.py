@@ -157,16 +157,17 @@ def child_append(
     from audit_store import build_record
 
     from tracerag.store import _sql as sql_module
+    from tracerag.store._chain_log import ChainLog
     from tracerag.store._postgres import PostgresAuditStore
 
     if one_by_one or no_late:
-        shipped = sql_module.SQLAuditStore._append
+        shipped = ChainLog.seal
 
-        def _append(self: Any, cur: Any, head: Any, entries: Any) -> Any:
+        def _seal(self: Any, cur: Any, head: Any, entries: Any) -> Any:
             return shipped(self, _OneByOne(cur), head, entries)
 
         if one_by_one:
-            sql_module.SQLAuditStore._append = _append  # type: ignore[method-assign]
+            ChainLog.seal = _seal  # type: ignore[method-assign]
         if no_late:
             sql_module.SQLAuditStore._join_late = lambda self, batch: None  # type: ignore
 

@@ -1,9 +1,10 @@
 """The review queue: requests routed to a person, claimed, released and decided.
 
-``SQLReviewQueue`` is the SQL implementation, mixed into ``SQLAuditStore``: every change of an
-item is an entry appended to the hash chain in the same transaction as the ``review_queue``
-row it updates, so the table is derived from the chain and ``verify_chain`` checks it against
-the chain. ``ReviewQueue`` is the protocol the server and tools use.
+``SQLReviewQueue`` is the SQL implementation, an object of ``SQLAuditStore`` that owns the
+``review_queue`` table and writes through the store's ``ChainLog``: every change of an item is
+an entry sealed onto the hash chain in the same transaction as the row it updates, so the
+table is derived from the chain and ``verify_chain`` checks it against the chain.
+``ReviewQueue`` (``tracerag.store._base``) is the protocol the server and tools use.
 """
 
 from __future__ import annotations
@@ -12,10 +13,17 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tracerag.errors import InputError
+from tracerag.store._chain_log import (
+    ENTRY_COLUMNS,
+    ChainLog,
+    Cursor,
+    Head,
+    entry_from_row,
+    request_exists,
+)
 from tracerag.store._codec import _normalise, _str_or_none, _valid_text
 from tracerag.store._types import (
     KIND_REVIEW_ASSIGNED,
@@ -42,9 +50,6 @@ from tracerag.store._types import (
     now_iso,
 )
 
-if TYPE_CHECKING:
-    from tracerag.store._sql import Cursor, _Head
-
 _QUEUE_COLUMNS = (
     "q.request_id, q.route, q.reason, q.status, q.enqueued_at, q.claimed_by, q.claimed_at, "
     "q.decided_by, q.decided_at, q.action, q.final_answer, q.decision_reason, "
@@ -56,25 +61,21 @@ _SCORE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,39}$")
 
 
 class SQLReviewQueue:
-    """The review queue over the SQL store's transactions (a mixin of ``SQLAuditStore``)."""
+    """The review queue of one SQL store, written through its chain log.
 
-    row_lock_clause = ""
-    claim_lock_clause = ""
+    ``row_lock_clause`` is appended to single-item reads inside write transactions and
+    ``claim_lock_clause`` to the claim query (PostgreSQL: ``FOR UPDATE [SKIP LOCKED]``).
+    """
 
-    # provided by SQLAuditStore
-    def _write(self) -> AbstractContextManager[tuple[Cursor, _Head]]:
-        raise NotImplementedError
+    def __init__(
+        self, log: ChainLog, *, row_lock_clause: str = "", claim_lock_clause: str = ""
+    ) -> None:
+        self._log = log
+        self.row_lock_clause = row_lock_clause
+        self.claim_lock_clause = claim_lock_clause
 
-    def _read(self) -> AbstractContextManager[Cursor]:
-        raise NotImplementedError
-
-    def _append(self, cur: Cursor, head: _Head, entries: Sequence[Entry]) -> list[Entry]:
-        raise NotImplementedError
-
-    def _exists(self, cur: Cursor, request_id: str) -> bool:
-        raise NotImplementedError
-
-    def _queue_item(self, cur: Cursor, request_id: str, lock: bool = False) -> QueueItem | None:
+    def item_in(self, cur: Cursor, request_id: str, lock: bool = False) -> QueueItem | None:
+        """The queue item of a request, read in the caller's transaction (None: not queued)."""
         clause = f" {self.row_lock_clause}" if lock and self.row_lock_clause else ""
         if clause:
             # FOR UPDATE cannot lock the nullable side of a join; lock the queue row first.
@@ -88,13 +89,14 @@ class SQLReviewQueue:
         row = cur.fetchone()
         return _queue_item_from_row(row) if row else None
 
-    def _enqueue(
-        self, cur: Cursor, head: _Head, request_id: str, reason: str, route: str, actor: str
+    def enqueue_in(
+        self, cur: Cursor, head: Head, request_id: str, reason: str, route: str, actor: str
     ) -> QueueItem:
-        existing = self._queue_item(cur, request_id)
+        """Queue a request in the caller's write transaction (the existing item if queued)."""
+        existing = self.item_in(cur, request_id)
         if existing is not None:
             return existing
-        (entry,) = self._append(
+        (entry,) = self._log.seal(
             cur,
             head,
             [
@@ -126,7 +128,7 @@ class SQLReviewQueue:
                 entry.created_at,
             ),
         )
-        item = self._queue_item(cur, request_id)
+        item = self.item_in(cur, request_id)
         assert item is not None
         return item
 
@@ -135,14 +137,14 @@ class SQLReviewQueue:
     ) -> QueueItem:
         if decision not in REVIEW_ROUTES:
             raise InvalidRecord(f"only {REVIEW_ROUTES} requests are queued, not {decision!r}")
-        with self._write() as (cur, head):
-            if not self._exists(cur, request_id):
+        with self._log.write() as (cur, head):
+            if not request_exists(cur, request_id):
                 raise RequestNotFound(request_id)
-            return self._enqueue(cur, head, request_id, reason, decision, actor)
+            return self.enqueue_in(cur, head, request_id, reason, decision, actor)
 
     def claim_next(self, reviewer: str) -> QueueItem | None:
         _require_actor(reviewer)
-        with self._write() as (cur, head):
+        with self._log.write() as (cur, head):
             cur.execute(
                 "SELECT request_id FROM review_queue WHERE status = 'pending' "
                 f"ORDER BY priority, enqueued_seq LIMIT 1 {self.claim_lock_clause}"
@@ -157,7 +159,7 @@ class SQLReviewQueue:
                 "WHERE request_id = %s AND status = 'pending'",
                 (reviewer, claimed_at, request_id),
             )
-            self._append(
+            self._log.seal(
                 cur,
                 head,
                 [
@@ -176,11 +178,11 @@ class SQLReviewQueue:
                     )
                 ],
             )
-            return self._queue_item(cur, request_id)
+            return self.item_in(cur, request_id)
 
     def release(self, request_id: str, actor: str, reason: str | None = None) -> QueueItem:
         _require_actor(actor)
-        with self._write() as (cur, head):
+        with self._log.write() as (cur, head):
             item = self._locked_item(cur, request_id)
             if item.status == "decided":
                 raise AlreadyDecided(request_id, item.decided_by, item.action)
@@ -191,7 +193,7 @@ class SQLReviewQueue:
                 "WHERE request_id = %s",
                 (request_id,),
             )
-            self._append(
+            self._log.seal(
                 cur,
                 head,
                 [
@@ -210,14 +212,14 @@ class SQLReviewQueue:
                     )
                 ],
             )
-            released = self._queue_item(cur, request_id)
+            released = self.item_in(cur, request_id)
             assert released is not None
             return released
 
     def _locked_item(self, cur: Cursor, request_id: str) -> QueueItem:
-        item = self._queue_item(cur, request_id, lock=True)
+        item = self.item_in(cur, request_id, lock=True)
         if item is None:
-            if not self._exists(cur, request_id):
+            if not request_exists(cur, request_id):
                 raise RequestNotFound(request_id)
             raise NotQueued(request_id)
         return item
@@ -234,7 +236,7 @@ class SQLReviewQueue:
             params.append(status)
         sql += f" ORDER BY {_QUEUE_ORDER} LIMIT %s"
         params.append(int(limit))
-        with self._read() as cur:
+        with self._log.read() as cur:
             cur.execute(sql, params)
             return [_queue_item_from_row(r) for r in cur.fetchall()]
 
@@ -248,7 +250,7 @@ class SQLReviewQueue:
     ) -> ReviewDecision:
         _require_actor(reviewer)
         _check_judgement(action, final_answer, reason)
-        with self._write() as (cur, head):
+        with self._log.write() as (cur, head):
             item = self._open_item(cur, request_id, reviewer)
             return self._settle(cur, head, item, reviewer, action, final_answer, reason, {})
 
@@ -277,7 +279,7 @@ class SQLReviewQueue:
         if not isinstance(required, int) or required < 1:
             raise InvalidRecord("an item needs at least one reviewer")
         marks = _scores(scores)
-        with self._write() as (cur, head):
+        with self._log.write() as (cur, head):
             item = self._open_item(cur, request_id, reviewer)
             votes = self._votes(cur, request_id)
             disputed = len(votes) >= required
@@ -286,7 +288,7 @@ class SQLReviewQueue:
             n = len(votes) + 1
             agreed = all(v.payload.get("action") == action for v in votes)
             if n < required or (n == required and not agreed):
-                self._append(
+                self._log.seal(
                     cur,
                     head,
                     [
@@ -335,9 +337,9 @@ class SQLReviewQueue:
         _require_actor(author)
         if not isinstance(text, str) or not text.strip():
             raise InvalidRecord("a comment needs text")
-        with self._write() as (cur, head):
+        with self._log.write() as (cur, head):
             self._locked_item(cur, request_id)
-            (entry,) = self._append(
+            (entry,) = self._log.seal(
                 cur,
                 head,
                 [
@@ -357,7 +359,7 @@ class SQLReviewQueue:
         _require_actor(actor)
         if assignee is not None:
             _require_actor(assignee)
-        with self._write() as (cur, head):
+        with self._log.write() as (cur, head):
             item = self._locked_item(cur, request_id)
             if item.status == "decided":
                 raise AlreadyDecided(request_id, item.decided_by, item.action)
@@ -370,7 +372,7 @@ class SQLReviewQueue:
             before = _payload(row[0]).get("assignee") if row else None
             if before == assignee:
                 return None
-            (entry,) = self._append(
+            (entry,) = self._log.seal(
                 cur,
                 head,
                 [
@@ -395,11 +397,9 @@ class SQLReviewQueue:
     ) -> list[Entry]:
         """The entries of ``kinds`` (votes, comments, assignments...), in seq order: of the
         given requests, or of every queued item (``open_only``: undecided ones only)."""
-        from tracerag.store._sql import _entry_from_row
-
         if not kinds:
             return []
-        columns = ", ".join(f"e.{c}" for c in _ENTRY_FIELDS)
+        columns = ", ".join(f"e.{c}" for c in ENTRY_COLUMNS.split(", "))
         marks = ", ".join(["%s"] * len(kinds))
         sql = (
             f"SELECT {columns} FROM audit_entries e JOIN review_queue q "
@@ -409,29 +409,24 @@ class SQLReviewQueue:
         if open_only:
             sql += " AND q.status <> 'decided'"
         out = []
-        with self._read() as cur:
+        with self._log.read() as cur:
             if request_ids is None:
                 cur.execute(sql + " ORDER BY e.seq", params)
-                out = [_entry_from_row(r) for r in cur.fetchall()]
+                out = [entry_from_row(r) for r in cur.fetchall()]
             else:
                 ids = list(dict.fromkeys(request_ids))
                 for start in range(0, len(ids), 200):
                     chunk = ids[start : start + 200]
                     where = f" AND e.request_id IN ({', '.join(['%s'] * len(chunk))})"
                     cur.execute(sql + where, params + chunk)
-                    out += [_entry_from_row(r) for r in cur.fetchall()]
+                    out += [entry_from_row(r) for r in cur.fetchall()]
                 out.sort(key=lambda e: e.seq)
         return out
 
     def _votes(self, cur: Cursor, request_id: str) -> list[Entry]:
-        from tracerag.store._sql import _entry_from_row
-
-        cur.execute(
-            f"SELECT {', '.join(_ENTRY_FIELDS)} FROM audit_entries "
-            "WHERE kind = %s AND request_id = %s ORDER BY seq",
-            (KIND_REVIEW_VOTE, request_id),
+        return self._log.entries(
+            cur, "kind = %s AND request_id = %s", (KIND_REVIEW_VOTE, request_id)
         )
-        return [_entry_from_row(r) for r in cur.fetchall()]
 
     def _open_item(self, cur: Cursor, request_id: str, reviewer: str) -> QueueItem:
         """The locked, undecided queue item that ``reviewer`` may judge."""
@@ -445,7 +440,7 @@ class SQLReviewQueue:
     def _settle(
         self,
         cur: Cursor,
-        head: _Head,
+        head: Head,
         item: QueueItem,
         reviewer: str,
         action: str,
@@ -461,7 +456,7 @@ class SQLReviewQueue:
             "WHERE request_id = %s AND status <> 'decided'",
             (reviewer, decided_at, action, final_answer, reason, request_id),
         )
-        self._append(
+        self._log.seal(
             cur,
             head,
             [
@@ -486,9 +481,9 @@ class SQLReviewQueue:
         return ReviewDecision(request_id, reviewer, action, final_answer, reason, decided_at)
 
     def get_decision(self, request_id: str) -> ReviewDecision | None:
-        with self._read() as cur:
-            item = self._queue_item(cur, request_id)
-            if item is None and not self._exists(cur, request_id):
+        with self._log.read() as cur:
+            item = self.item_in(cur, request_id)
+            if item is None and not request_exists(cur, request_id):
                 raise RequestNotFound(request_id)
         if item is None or item.status != "decided":
             return None
@@ -502,17 +497,6 @@ class SQLReviewQueue:
         )
 
 
-_ENTRY_FIELDS = (
-    "seq",
-    "request_id",
-    "kind",
-    "payload",
-    "actor",
-    "created_at",
-    "prev_hash",
-    "hash",
-    "chain_version",
-)
 #: the most a rubric score may be (and the least, negated)
 MAX_SCORE = 1000
 

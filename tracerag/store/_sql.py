@@ -8,7 +8,6 @@ appends, and how migrations are locked (``tracerag.store.migrations`` holds the 
 
 from __future__ import annotations
 
-import dataclasses
 import hmac
 import json
 import logging
@@ -19,28 +18,36 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from tracerag.store._chain import (
-    CHAIN_VERSION,
-    CHAIN_VERSION_KEYED,
     GENESIS_HASH,
     ChainIssue,
     ChainReport,
     ChainVerifier,
     StoredRow,
-    entry_hash,
     head_mac,
     jcs_json,
     key_bytes,
     keyed_since_mac,
 )
+from tracerag.store._chain_log import (
+    ENTRY_COLUMNS,
+    ChainLog,
+    Head,
+    entries_after,
+    entry_from_row,
+    read_head,
+    read_meta,
+    request_exists,
+    stored_row,
+)
+from tracerag.store._chain_log import Cursor as Cursor
 from tracerag.store._codec import (
     RequestTrail,
     _str_or_none,
     _summary_fields,
     entries_from_record,
-    material_change_entry,
     review_reason,
 )
 from tracerag.store._review_queue import SQLReviewQueue, _action_payload
@@ -60,8 +67,11 @@ from tracerag.store._types import (
     DuplicateRequest,
     Entry,
     InvalidRecord,
+    QueueItem,
     RequestNotFound,
     RequestSummary,
+    ReviewDecision,
+    ReviewOutcome,
     StoreError,
     StoreMetrics,
     now_iso,
@@ -72,31 +82,9 @@ logger = logging.getLogger("tracerag.audit")
 T = TypeVar("T")
 
 
-class Cursor(Protocol):
-    """The part of a DB-API cursor the shared SQL uses (``format`` paramstyle: ``%s``)."""
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
-
-    def executemany(self, sql: str, params_seq: Sequence[Sequence[Any]]) -> Any: ...
-
-    def fetchone(self) -> Any: ...
-
-    def fetchall(self) -> list[Any]: ...
-
-
-_ENTRY_COLUMNS = "seq, request_id, kind, payload, actor, created_at, prev_hash, hash, chain_version"
-_INSERT_ENTRY = (
-    f"INSERT INTO audit_entries ({_ENTRY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-)
 _UNSET: Any = object()
-
-
-class _Head:
-    """The chain head while a write transaction holds it."""
-
-    def __init__(self, seq: int, hash_: str) -> None:
-        self.seq, self.hash = seq, hash_
-        self.appended: list[Entry] = []
+#: the chain head a backend's write transaction yields (the name the backends import)
+_Head = Head
 
 
 class StoreFailing(StoreError):
@@ -118,8 +106,12 @@ class _GroupItem:
         self.error: BaseException | None = None
 
 
-class SQLAuditStore(SQLReviewQueue):
-    """The audit store over any SQL database; backends provide connections and locking."""
+class SQLAuditStore:
+    """The audit store over any SQL database; backends provide connections and locking.
+
+    It composes its ``ChainLog`` (entries sealed onto the chain in the backend's write
+    transactions) and its ``SQLReviewQueue`` (which writes through that log).
+    """
 
     #: appended to the claim query (PostgreSQL: ``FOR UPDATE SKIP LOCKED``)
     claim_lock_clause = ""
@@ -129,8 +121,12 @@ class SQLAuditStore(SQLReviewQueue):
     def __init__(self, auto_enqueue: bool = True, chain_key: str | bytes | None = None) -> None:
         self.auto_enqueue = auto_enqueue
         self._key = key_bytes(chain_key)
-        self._meta: dict[str, str] | None = None
-        self._key_checked = False
+        self._log = ChainLog(self._write, self._read, self._key)
+        self._queue = SQLReviewQueue(
+            self._log,
+            row_lock_clause=self.row_lock_clause,
+            claim_lock_clause=self.claim_lock_clause,
+        )
         # group commit of concurrent append_record calls (see append_record)
         self._group_cond = threading.Condition()
         self._group: list[_GroupItem] = []
@@ -180,109 +176,14 @@ class SQLAuditStore(SQLReviewQueue):
     def close(self) -> None:
         raise NotImplementedError
 
-    # -- helpers ------------------------------------------------------------------------------
-    @staticmethod
-    def _read_head(cur: Cursor) -> _Head:
-        cur.execute("SELECT last_seq, last_hash FROM chain_head WHERE id = 1")
-        row = cur.fetchone()
-        if row is None:
-            raise StoreError("the audit store has no chain head row")
-        return _Head(int(row[0]), str(row[1]))
-
-    def _read_meta(self, cur: Cursor) -> dict[str, str]:
-        cur.execute("SELECT key, value FROM store_meta")
-        return {str(k): str(v) for k, v in cur.fetchall()}
-
-    def _meta_cached(self, cur: Cursor) -> dict[str, str]:
-        if self._meta is None:
-            self._meta = self._read_meta(cur)
-        return self._meta
-
-    def _check_key(self, cur: Cursor, head: _Head) -> None:
-        """Refuse to write a keyed chain without its key, or with another key."""
-        if self._key_checked:
-            return
-        meta = self._read_meta(cur)
-        self._meta = meta
-        since = meta.get("keyed_since")
-        if since is not None:
-            if self._key is None:
-                raise StoreError(
-                    "this audit store's chain is keyed: set TRACERAG_CHAIN_KEY to write to it"
-                )
-            since_seq, _, mac = since.partition(":")
-            expected = keyed_since_mac(self._key, meta.get("store_id", ""), int(since_seq))
-            if not hmac.compare_digest(mac, expected):
-                raise StoreError("the chain key does not match this audit store's chain")
-        elif self._key is not None:
-            first = head.seq + 1
-            value = f"{first}:{keyed_since_mac(self._key, meta.get('store_id', ''), first)}"
-            cur.execute(
-                "INSERT INTO store_meta (key, value) VALUES (%s, %s)", ("keyed_since", value)
-            )
-            meta["keyed_since"] = value
-        self._key_checked = True
-
-    def _append(self, cur: Cursor, head: _Head, entries: Sequence[Entry]) -> list[Entry]:
-        """Seal entries onto the chain and insert them (inside a write transaction)."""
-        self._check_key(cur, head)
-        key = self._key
-        version = CHAIN_VERSION_KEYED if key is not None else CHAIN_VERSION
-        sealed: list[Entry] = []
-        rows: list[tuple[Any, ...]] = []
-        for entry in entries:
-            seq = head.seq + 1
-            created_at = now_iso()
-            payload_json = entry.payload_json or jcs_json(entry.payload)
-            # the sealed fields, in the order both the hash and the row take them
-            fields = (seq, entry.request_id, entry.kind, payload_json, entry.actor, created_at)
-            try:
-                digest = entry_hash(head.hash, *fields, version, key)
-            except (ValueError, TypeError, UnicodeError) as exc:
-                raise InvalidRecord(
-                    f"entry of {entry.request_id!r} cannot be sealed: {exc}"
-                ) from exc
-            rows.append((*fields, head.hash, digest, version))
-            sealed.append(
-                dataclasses.replace(
-                    entry,
-                    seq=seq,
-                    created_at=created_at,
-                    prev_hash=head.hash,
-                    hash=digest,
-                    payload_json=payload_json,
-                    chain_version=version,
-                )
-            )
-            head.seq, head.hash = seq, digest
-        if rows:
-            # one statement for all of them: one round trip to a database server (psycopg
-            # pipelines executemany), where the chain head's lock is held meanwhile
-            cur.executemany(_INSERT_ENTRY, rows)
-        head.appended += sealed
-        if sealed:
-            mac = None
-            if key is not None:
-                mac = head_mac(key, self._meta_cached(cur).get("store_id", ""), head.seq, head.hash)
-            cur.execute(
-                "UPDATE chain_head SET last_seq = %s, last_hash = %s, mac = %s WHERE id = 1",
-                (head.seq, head.hash, mac),
-            )
-            counts: dict[str, int] = {}
-            for e in (e for e in sealed if e.kind != KIND_MATERIAL_CHANGE):
-                counts[e.request_id] = counts.get(e.request_id, 0) + 1
-            for request_id, n in counts.items():
-                cur.execute(
-                    "UPDATE requests SET n_entries = n_entries + %s WHERE request_id = %s",
-                    (n, request_id),
-                )
-        return sealed
+    #: the chain head row, read in a backend's write transaction
+    _read_head = staticmethod(read_head)
 
     # -- identity -----------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
         """Who this store is: ``store_id``, ``genesis`` (the chain's first link), ``location``."""
         with self._read() as cur:
-            meta = self._read_meta(cur)
+            meta = read_meta(cur)
         return {
             "store_id": meta.get("store_id"),
             "genesis": meta.get("genesis"),
@@ -293,8 +194,8 @@ class SQLAuditStore(SQLReviewQueue):
     def head(self) -> dict[str, Any]:
         """The chain head now, with the store's identity: what to keep outside as an anchor."""
         with self._read() as cur:
-            meta = self._read_meta(cur)
-            head = self._read_head(cur)
+            meta = read_meta(cur)
+            head = read_head(cur)
         return {
             "store_id": meta.get("store_id"),
             "seq": head.seq,
@@ -319,11 +220,6 @@ class SQLAuditStore(SQLReviewQueue):
         with self._write():
             pass
         self._failed = None  # writable again: append_record need not refuse
-
-    @staticmethod
-    def _exists(cur: Cursor, request_id: str) -> bool:
-        cur.execute("SELECT 1 FROM requests WHERE request_id = %s", (request_id,))
-        return cur.fetchone() is not None
 
     # -- records and actions ------------------------------------------------------------------
     def append_record(self, record: Mapping[str, Any]) -> None:
@@ -433,11 +329,11 @@ class SQLAuditStore(SQLReviewQueue):
                 batch += self._group[:room]
                 del self._group[:room]
 
-    def _insert_group(self, cur: Cursor, head: _Head, batch: list[_GroupItem]) -> None:
+    def _insert_group(self, cur: Cursor, head: Head, batch: list[_GroupItem]) -> None:
         seen: set[str] = set()
         for item in batch:
             request_id = item.entries[0].request_id
-            if request_id in seen or self._exists(cur, request_id):
+            if request_id in seen or request_exists(cur, request_id):
                 item.error = DuplicateRequest(request_id)
                 continue
             seen.add(request_id)
@@ -463,7 +359,7 @@ class SQLAuditStore(SQLReviewQueue):
                 seen: set[str] = set()
                 for i, record, entries in prepared:
                     request_id = entries[0].request_id
-                    if request_id in seen or self._exists(cur, request_id):
+                    if request_id in seen or request_exists(cur, request_id):
                         outcomes[i] = DuplicateRequest(request_id)
                         continue
                     seen.add(request_id)
@@ -472,7 +368,7 @@ class SQLAuditStore(SQLReviewQueue):
         return outcomes
 
     def _insert_record(
-        self, cur: Cursor, head: _Head, record: Mapping[str, Any], entries: list[Entry]
+        self, cur: Cursor, head: Head, record: Mapping[str, Any], entries: list[Entry]
     ) -> None:
         request_id = entries[0].request_id
         # the index holds exactly what the chain says (verify_chain rebuilds it from there)
@@ -498,10 +394,12 @@ class SQLAuditStore(SQLReviewQueue):
                 summary["channel"],
             ),
         )
-        self._append(cur, head, entries)
+        self._log.seal(cur, head, entries)
         decision = summary["decision"]
         if self.auto_enqueue and decision in REVIEW_ROUTES:
-            self._enqueue(cur, head, request_id, review_reason(record), decision, SYSTEM_ACTOR)
+            self._queue.enqueue_in(
+                cur, head, request_id, review_reason(record), decision, SYSTEM_ACTOR
+            )
 
     def append_action(
         self,
@@ -517,12 +415,11 @@ class SQLAuditStore(SQLReviewQueue):
             raise InvalidRecord(f"{kind} entries are written by the review queue operations")
         body = _action_payload(actor, payload, reason)
         with self._write() as (cur, head):
-            if not self._exists(cur, request_id):
+            if not request_exists(cur, request_id):
                 raise RequestNotFound(request_id)
-            (entry,) = self._append(
-                cur, head, [Entry(request_id=request_id, kind=kind, payload=body, actor=actor)]
+            return self._log.seal_one(
+                cur, head, Entry(request_id=request_id, kind=kind, payload=body, actor=actor)
             )
-        return entry
 
     def append_quarantined(
         self, request_id: str, reason: str, raw: str, raw_truncated: bool = False
@@ -541,7 +438,7 @@ class SQLAuditStore(SQLReviewQueue):
             payload_json=text,
         )
         with self._write() as (cur, head):
-            if self._exists(cur, request_id):
+            if request_exists(cur, request_id):
                 raise DuplicateRequest(request_id)
             cur.execute(
                 "INSERT INTO requests (request_id, trace_id, created_at, question, first_seq, "
@@ -549,8 +446,7 @@ class SQLAuditStore(SQLReviewQueue):
                 "VALUES (%s, NULL, %s, NULL, %s, 0, NULL, NULL, NULL, NULL)",
                 (request_id, now_iso(), head.seq + 1),
             )
-            (sealed,) = self._append(cur, head, [entry])
-        return sealed
+            return self._log.seal_one(cur, head, entry)
 
     def append_material_change(
         self,
@@ -559,11 +455,11 @@ class SQLAuditStore(SQLReviewQueue):
         payload: Mapping[str, Any],
         reason: str | None = None,
     ) -> Entry:
-        """Chain one material change: a ``material_change`` entry under the material's id."""
-        entry = material_change_entry(material_id, actor, payload, reason)
-        with self._write() as (cur, head):
-            (sealed,) = self._append(cur, head, [entry])
-        return sealed
+        """Chain one material change: a ``material_change`` entry under the material's id.
+
+        The same door as ``ChainedWrite.material_change``, in a transaction of its own.
+        """
+        return self.chained(lambda tx: tx.material_change(material_id, actor, payload, reason))
 
     def chained(self, work: Callable[[ChainedWrite], T]) -> T:
         """Run ``work`` in one write transaction that holds the chain head.
@@ -575,31 +471,27 @@ class SQLAuditStore(SQLReviewQueue):
         returns; an exception from ``work`` rolls everything back.
         """
         with self._write() as (cur, head):
-            return work(ChainedWrite(self, cur, head))
+            return work(ChainedWrite(self._log, cur, head))
 
     def material_changes(self, material_id: str | None = None) -> list[Entry]:
         """The ``material_change`` entries, of one material or of all, in seq order."""
-        sql = f"SELECT {_ENTRY_COLUMNS} FROM audit_entries WHERE kind = %s"
+        where = "kind = %s"
         params: list[Any] = [KIND_MATERIAL_CHANGE]
         if material_id is not None:
-            sql += " AND request_id = %s"
+            where += " AND request_id = %s"
             params.append(material_id)
         with self._read() as cur:
-            cur.execute(sql + " ORDER BY seq", params)
-            return [_entry_from_row(r) for r in cur.fetchall()]
+            return self._log.entries(cur, where, params)
 
     def get(self, request_id: str) -> RequestTrail:
         with self._read() as cur:
-            cur.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM audit_entries WHERE request_id = %s "
-                "AND kind <> %s ORDER BY seq",
-                (request_id, KIND_MATERIAL_CHANGE),
+            entries = self._log.entries(
+                cur, "request_id = %s AND kind <> %s", (request_id, KIND_MATERIAL_CHANGE)
             )
-            rows = cur.fetchall()
-            if not rows:
+            if not entries:
                 raise RequestNotFound(request_id)
-            review = self._queue_item(cur, request_id)
-        return RequestTrail(request_id, [_entry_from_row(r) for r in rows], review)
+            review = self._queue.item_in(cur, request_id)
+        return RequestTrail(request_id, entries, review)
 
     def list_requests(
         self,
@@ -640,6 +532,71 @@ class SQLAuditStore(SQLReviewQueue):
             for r in rows
         ]
 
+    # -- the review queue (``SQLReviewQueue``, written through the chain log) -----------------
+    def enqueue_review(
+        self, request_id: str, reason: str, decision: str, actor: str = SYSTEM_ACTOR
+    ) -> QueueItem:
+        return self._queue.enqueue_review(request_id, reason, decision, actor)
+
+    def claim_next(self, reviewer: str) -> QueueItem | None:
+        return self._queue.claim_next(reviewer)
+
+    def release(self, request_id: str, actor: str, reason: str | None = None) -> QueueItem:
+        return self._queue.release(request_id, actor, reason)
+
+    def list_queue(self, status: str | None = None, limit: int = 100) -> list[QueueItem]:
+        return self._queue.list_queue(status, limit)
+
+    def decide(
+        self,
+        request_id: str,
+        reviewer: str,
+        action: str,
+        final_answer: str | None = None,
+        reason: str | None = None,
+    ) -> ReviewDecision:
+        return self._queue.decide(request_id, reviewer, action, final_answer, reason)
+
+    def review(
+        self,
+        request_id: str,
+        reviewer: str,
+        action: str,
+        final_answer: str | None = None,
+        reason: str | None = None,
+        *,
+        scores: Mapping[str, float] | None = None,
+        required: int = 1,
+    ) -> ReviewOutcome:
+        """One reviewer's judgement on an item that needs ``required`` reviewers (see
+        ``SQLReviewQueue.review``)."""
+        return self._queue.review(
+            request_id, reviewer, action, final_answer, reason, scores=scores, required=required
+        )
+
+    def comment(self, request_id: str, author: str, text: str) -> Entry:
+        """A reviewer's comment on a queued item (decided ones too), chained."""
+        return self._queue.comment(request_id, author, text)
+
+    def assign(self, request_id: str, assignee: str | None, actor: str) -> Entry | None:
+        """Assign an undecided item to a reviewer (None: unassign); None when it changes
+        nothing. Raises ``AlreadyDecided`` on a decided item."""
+        return self._queue.assign(request_id, assignee, actor)
+
+    def review_entries(
+        self,
+        kinds: Sequence[str],
+        request_ids: Sequence[str] | None = None,
+        *,
+        open_only: bool = False,
+    ) -> list[Entry]:
+        """The entries of ``kinds`` (votes, comments, assignments...), in seq order: of the
+        given requests, or of every queued item (``open_only``: undecided ones only)."""
+        return self._queue.review_entries(kinds, request_ids, open_only=open_only)
+
+    def get_decision(self, request_id: str) -> ReviewDecision | None:
+        return self._queue.get_decision(request_id)
+
     # -- verification -------------------------------------------------------------------------
     def verify_chain(
         self,
@@ -667,7 +624,7 @@ class SQLAuditStore(SQLReviewQueue):
             else list(expect_head)
         )
         with self._snapshot() as cur:
-            meta = self._read_meta(cur)
+            meta = read_meta(cur)
             issues: list[ChainIssue] = []
             store_id = meta.get("store_id")
             genesis = meta.get("genesis") or GENESIS_HASH
@@ -710,9 +667,9 @@ class SQLAuditStore(SQLReviewQueue):
                 )
 
             def find(h: str) -> StoredRow | None:
-                cur.execute(f"SELECT {_ENTRY_COLUMNS} FROM audit_entries WHERE hash = %s", (h,))
+                cur.execute(f"SELECT {ENTRY_COLUMNS} FROM audit_entries WHERE hash = %s", (h,))
                 row = cur.fetchone()
-                return _stored_row(row) if row else None
+                return stored_row(row) if row else None
 
             verifier = ChainVerifier(
                 find,
@@ -725,9 +682,9 @@ class SQLAuditStore(SQLReviewQueue):
             anchor_seqs = {int(a["seq"]) for a in anchors}
             anchor_rows: dict[int, StoredRow] = {}
             last = 0
-            while rows := _entries_after(cur, last, batch):
+            while rows := entries_after(cur, last, batch):
                 for raw in rows:
-                    row = _stored_row(raw)
+                    row = stored_row(raw)
                     verifier.feed(row)
                     derived.feed(row)
                     if row.seq in anchor_seqs:
@@ -850,11 +807,11 @@ class SQLAuditStore(SQLReviewQueue):
         last = after_seq
         while True:
             with self._read() as cur:
-                rows = _entries_after(cur, last, batch)
+                rows = entries_after(cur, last, batch)
             if not rows:
                 return
             for row in rows:
-                yield _entry_from_row(row)
+                yield entry_from_row(row)
             last = rows[-1][0]
 
     def __enter__(self) -> SQLAuditStore:
@@ -867,8 +824,8 @@ class SQLAuditStore(SQLReviewQueue):
 class ChainedWrite:
     """One write transaction of ``SQLAuditStore.chained``: the cursor, and the chain."""
 
-    def __init__(self, store: SQLAuditStore, cursor: Cursor, head: _Head) -> None:
-        self._store = store
+    def __init__(self, log: ChainLog, cursor: Cursor, head: Head) -> None:
+        self._log = log
         self._head = head
         self.cursor = cursor
 
@@ -880,9 +837,9 @@ class ChainedWrite:
         reason: str | None = None,
     ) -> Entry:
         """Seal a ``material_change`` entry under the material's id."""
-        entry = material_change_entry(material_id, actor, payload, reason)
-        (sealed,) = self._store._append(self.cursor, self._head, [entry])
-        return sealed
+        return self._log.material_change(
+            self.cursor, self._head, material_id, actor, payload, reason
+        )
 
     def action(
         self,
@@ -895,12 +852,11 @@ class ChainedWrite:
         """Seal an action on a stored request (as ``append_action``; ``RequestNotFound``)."""
         if kind not in ACTION_KINDS or kind in REVIEW_KINDS:
             raise InvalidRecord(f"{kind!r} is not an action that can be chained here")
-        if not self._store._exists(self.cursor, request_id):
+        if not request_exists(self.cursor, request_id):
             raise RequestNotFound(request_id)
         body = _action_payload(actor, payload, reason)
         entry = Entry(request_id=request_id, kind=kind, payload=body, actor=actor)
-        (sealed,) = self._store._append(self.cursor, self._head, [entry])
-        return sealed
+        return self._log.seal_one(self.cursor, self._head, entry)
 
 
 def _anchor_issues(
@@ -1110,38 +1066,3 @@ def opening(
     except BaseException:
         close()
         raise
-
-
-def _entries_after(cur: Any, seq: int, limit: int) -> list[Any]:
-    """Up to ``limit`` entry rows after ``seq``, in seq order."""
-    cur.execute(
-        f"SELECT {_ENTRY_COLUMNS} FROM audit_entries WHERE seq > %s ORDER BY seq LIMIT %s",
-        (seq, limit),
-    )
-    return list(cur.fetchall())
-
-
-def _stored_row(row: Sequence[Any]) -> StoredRow:
-    r = [str(v) for v in row[1:8]]
-    return StoredRow(int(row[0]), r[0], r[1], r[2], r[3], r[4], r[5], r[6], int(row[8] or 1))
-
-
-def _entry_from_row(row: Sequence[Any]) -> Entry:
-    try:
-        payload = json.loads(row[3])
-        if not isinstance(payload, dict):
-            payload = {"_value": payload}
-    except (TypeError, ValueError):
-        payload = {"_unparseable": row[3]}
-    return Entry(
-        seq=int(row[0]),
-        request_id=row[1],
-        kind=row[2],
-        payload=payload,
-        actor=row[4],
-        created_at=row[5],
-        prev_hash=row[6],
-        hash=row[7],
-        payload_json=row[3] if isinstance(row[3], str) else "",
-        chain_version=int(row[8] or 1),
-    )
