@@ -73,6 +73,7 @@ from tracerag.store._types import (
     ReviewDecision,
     ReviewOutcome,
     StoreError,
+    StoreFailing,
     StoreMetrics,
     now_iso,
     to_iso,
@@ -85,10 +86,6 @@ T = TypeVar("T")
 _UNSET: Any = object()
 #: the chain head a backend's write transaction yields (the name the backends import)
 _Head = Head
-
-
-class StoreFailing(StoreError):
-    """The store failed moments ago (or is being tried again): not waited for now."""
 
 
 #: the most records one group commit writes in one transaction

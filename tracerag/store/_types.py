@@ -178,6 +178,10 @@ class StoreVanished(StoreError):
     """The store's file disappeared or was replaced while it was open."""
 
 
+class StoreFailing(StoreError):
+    """The store failed moments ago (or is being tried again): not waited for now."""
+
+
 class StoreReplaced(StoreError):
     """The store found is not the one written before (another, or a new empty one)."""
 
