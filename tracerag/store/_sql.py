@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import statistics
-import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
@@ -40,6 +38,9 @@ from tracerag.store._codec import (
     entries_from_record,
     review_reason,
 )
+from tracerag.store._group_commit import MAX_GROUP as MAX_GROUP
+from tracerag.store._group_commit import GroupCommit
+from tracerag.store._kept import Kept
 from tracerag.store._review_queue import SQLReviewQueue, _action_payload
 from tracerag.store._types import (
     ACTION_KINDS,
@@ -58,7 +59,6 @@ from tracerag.store._types import (
     ReviewDecision,
     ReviewOutcome,
     StoreError,
-    StoreFailing,
     StoreMetrics,
     now_iso,
     to_iso,
@@ -71,21 +71,6 @@ T = TypeVar("T")
 _UNSET: Any = object()
 #: the chain head a backend's write transaction yields (the name the backends import)
 _Head = Head
-
-
-#: the most records one group commit writes in one transaction
-MAX_GROUP = 256
-
-
-class _GroupItem:
-    """One record waiting for a group commit, and its outcome once ``done``."""
-
-    __slots__ = ("done", "entries", "error", "record")
-
-    def __init__(self, record: Mapping[str, Any], entries: list[Entry]) -> None:
-        self.record, self.entries = record, entries
-        self.done = False
-        self.error: BaseException | None = None
 
 
 class SQLAuditStore:
@@ -110,21 +95,20 @@ class SQLAuditStore:
             claim_lock_clause=self.claim_lock_clause,
         )
         # group commit of concurrent append_record calls (see append_record)
-        self._group_cond = threading.Condition()
-        self._group: list[_GroupItem] = []
-        self._group_leader = False
-        #: transactions that committed records of append_record (fewer than calls: grouped)
-        self.group_commits = 0
-        #: seconds an append_record transaction may take before it is interrupted (a hung
-        #: server or disk; the backends' own timeouts normally fire first); 0: no bound
-        self.commit_timeout = 5.0
-        #: after the store failed a group, for this many seconds (and while another attempt
-        #: is under way) append_record fails at once instead of waiting for the store again
-        self.fail_fast_seconds = 2.0
-        self._failed: tuple[float, BaseException] | None = None  # since when, and why
+        self._commits = GroupCommit(
+            self._write, self._insert_record, self.interrupt, lambda: self.location
+        )
 
     #: True for a store reached over the network (it can be down while the app runs)
     networked = False
+    #: transactions that committed records of append_record (fewer than calls: grouped)
+    group_commits = Kept[int]("_commits", "commits")
+    #: seconds an append_record transaction may take before it is interrupted (a hung
+    #: server or disk; the backends' own timeouts normally fire first); 0: no bound
+    commit_timeout = Kept[float]("_commits")
+    #: after the store failed a group, for this many seconds (and while another attempt is
+    #: under way) append_record fails at once instead of waiting for the store again
+    fail_fast_seconds = Kept[float]("_commits")
 
     @property
     def location(self) -> str:
@@ -201,125 +185,19 @@ class SQLAuditStore:
         """
         with self._write():
             pass
-        self._failed = None  # writable again: append_record need not refuse
+        self._commits.failed = None  # writable again: append_record need not refuse
 
     # -- records and actions ------------------------------------------------------------------
     def append_record(self, record: Mapping[str, Any]) -> None:
         """Store one record; return once it is committed.
 
-        Calls from several threads at once share one transaction (group commit: one commit,
-        one disk sync): the first caller to find no transaction in progress writes everything
-        waiting, and what arrives while its transaction waits for the chain head (held by
-        another process on the same store) joins it once the head is held (at most
-        ``MAX_GROUP`` records); each caller still gets its own outcome (``DuplicateRequest``,
-        ``InvalidRecord``, or the store's failure when the shared transaction failed). A
-        transaction hanging past ``commit_timeout`` is interrupted (it fails). When the store
-        fails a group, the calls that queued behind it fail at once with the same error, and
-        so do new calls (``StoreFailing``) for ``fail_fast_seconds`` and while one call tries
-        the store again: a failing store holds one caller at a time, not every caller.
+        Calls from several threads at once share one transaction (see ``GroupCommit.append``):
+        each caller gets its own outcome (``DuplicateRequest``, ``InvalidRecord``, or the
+        store's failure), a transaction hanging past ``commit_timeout`` is interrupted, and a
+        failing store makes new calls fail at once (``StoreFailing``) for
+        ``fail_fast_seconds``.
         """
-        item = _GroupItem(record, entries_from_record(record))
-        with self._group_cond:
-            failed = self._failed
-            if failed is not None and (
-                self._group_leader or time.monotonic() - failed[0] < self.fail_fast_seconds
-            ):
-                since, why = failed
-                raise StoreFailing(
-                    f"the audit store failed {time.monotonic() - since:.1f}s ago "
-                    f"({type(why).__name__}: {why}); not waiting for it again yet"
-                ) from why
-            self._group.append(item)
-            while self._group_leader and not item.done:
-                self._group_cond.wait()
-            if not item.done:
-                self._group_leader = True
-                batch, self._group = self._group, []
-        if not item.done:
-            timer = None
-            if self.commit_timeout > 0:
-                timer = threading.Timer(self.commit_timeout, self._interrupt_hung)
-                timer.daemon = True
-                timer.start()
-            failure: BaseException | None = None
-            try:
-                failure = self._commit_group(batch)
-            finally:
-                if timer is not None:
-                    timer.cancel()
-                with self._group_cond:
-                    self._group_leader = False
-                    self._failed = None if failure is None else (time.monotonic(), failure)
-                    if failure is not None:
-                        # the store is failing: the callers who queued meanwhile are told now
-                        # instead of each group waiting the store's timeout in turn
-                        for queued in self._group:
-                            queued.error, queued.done = failure, True
-                        self._group = []
-                    self._group_cond.notify_all()
-        if item.error is not None:
-            raise item.error
-
-    def _interrupt_hung(self) -> None:
-        logger.warning(
-            "audit store %s: a commit took more than %.1fs; interrupting it",
-            self.location,
-            self.commit_timeout,
-        )
-        try:
-            self.interrupt()
-        except Exception:
-            logger.warning("could not interrupt the audit store", exc_info=True)
-
-    def _commit_group(self, batch: list[_GroupItem]) -> BaseException | None:
-        """Write a group of records in one transaction; settle each item's outcome.
-
-        Returns the store's failure when the whole group failed with it (else None).
-        """
-        failure: BaseException | None = None
-        try:
-            with self._write() as (cur, head):
-                # the chain head is ours now (other processes wait for it): the records that
-                # arrived while this transaction waited for it join it, instead of waiting for
-                # the lock again in a transaction of their own
-                self._join_late(batch)
-                self._insert_group(cur, head, batch)
-            self.group_commits += 1
-        except InvalidRecord:
-            # a record, not the store: each record in a transaction of its own
-            for item in batch:
-                item.error = None
-                try:
-                    with self._write() as (cur, head):
-                        self._insert_group(cur, head, [item])
-                    self.group_commits += 1
-                except BaseException as exc:
-                    item.error = exc
-        except BaseException as exc:
-            failure = exc
-            for item in batch:
-                item.error = exc
-        for item in batch:
-            item.done = True
-        return failure
-
-    def _join_late(self, batch: list[_GroupItem]) -> None:
-        """Move the records queued since ``batch`` was taken into it (up to ``MAX_GROUP``)."""
-        with self._group_cond:
-            room = MAX_GROUP - len(batch)
-            if room > 0 and self._group:
-                batch += self._group[:room]
-                del self._group[:room]
-
-    def _insert_group(self, cur: Cursor, head: Head, batch: list[_GroupItem]) -> None:
-        seen: set[str] = set()
-        for item in batch:
-            request_id = item.entries[0].request_id
-            if request_id in seen or request_exists(cur, request_id):
-                item.error = DuplicateRequest(request_id)
-                continue
-            seen.add(request_id)
-            self._insert_record(cur, head, item.record, item.entries)
+        self._commits.append(record)
 
     def append_records(self, records: Sequence[Mapping[str, Any]]) -> list[StoreError | None]:
         """Store several records in one transaction (one commit, one disk sync).
@@ -346,7 +224,7 @@ class SQLAuditStore:
                         continue
                     seen.add(request_id)
                     self._insert_record(cur, head, record, entries)
-            self._failed = None  # the store works: append_record need not refuse
+            self._commits.failed = None  # the store works: append_record need not refuse
         return outcomes
 
     def _insert_record(

@@ -69,7 +69,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Generic, TypeVar, overload
+from typing import Any
 
 from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
@@ -80,6 +80,7 @@ from tracerag.store._committer import JournalCommitter
 from tracerag.store._drain import QUARANTINED, REFUSED, Drain, Outcomes
 from tracerag.store._health import StoreHealth
 from tracerag.store._journal import FRAME_QUARANTINE, Journal, JournalError, open_journal
+from tracerag.store._kept import Kept
 from tracerag.store._link import StoreLink
 from tracerag.store._retry import RetryPolicy
 from tracerag.telemetry import _instruments as metrics
@@ -94,33 +95,6 @@ DROP_CLOSED = "writer_closed"
 DROP_JOURNAL = "journal_failed"
 
 _UNSET: Any = object()
-_T = TypeVar("_T")
-
-
-class _Kept(Generic[_T]):
-    """A writer setting kept by one of its parts (read and set through the writer)."""
-
-    def __init__(self, part: str, name: str | None = None) -> None:
-        self.part = part
-        self.name = name or ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = self.name or name
-
-    @overload
-    def __get__(self, writer: None, owner: type) -> _Kept[_T]: ...
-
-    @overload
-    def __get__(self, writer: AuditWriter, owner: type) -> _T: ...
-
-    def __get__(self, writer: AuditWriter | None, owner: type) -> _T | _Kept[_T]:
-        if writer is None:
-            return self
-        value: _T = getattr(getattr(writer, self.part), self.name)
-        return value
-
-    def __set__(self, writer: AuditWriter, value: _T) -> None:
-        setattr(getattr(writer, self.part), self.name, value)
 
 
 class AuditWriter:
@@ -136,20 +110,20 @@ class AuditWriter:
     """
 
     # settings kept by the parts that use them
-    batch_size = _Kept[int]("_drain")
-    batch_bytes = _Kept[int]("_drain")
-    batch_delay = _Kept[float]("_drain")
+    batch_size = Kept[int]("_drain")
+    batch_bytes = Kept[int]("_drain")
+    batch_delay = Kept[float]("_drain")
     #: open the store at start and ping it while idle (every ``probe_interval`` seconds;
     #: while it fails, with a backoff from ``backoff_initial`` up to ``probe_max``), so
     #: ``ready()`` follows the store without traffic and a recovered store is written to at once
-    probe_idle = _Kept[bool]("_drain")
-    op_timeout = _Kept[float]("_health")
-    probe_interval = _Kept[float]("_health")
-    probe_max = _Kept[float]("_health")
-    last_error = _Kept["BaseException | None"]("_health")
-    failures = _Kept[int]("_health")  # failed write attempts (each retry counts)
-    backoff_initial = _Kept[float]("_retry", "initial")
-    backoff_max = _Kept[float]("_retry", "maximum")
+    probe_idle = Kept[bool]("_drain")
+    op_timeout = Kept[float]("_health")
+    probe_interval = Kept[float]("_health")
+    probe_max = Kept[float]("_health")
+    last_error = Kept["BaseException | None"]("_health")
+    failures = Kept[int]("_health")  # failed write attempts (each retry counts)
+    backoff_initial = Kept[float]("_retry", "initial")
+    backoff_max = Kept[float]("_retry", "maximum")
 
     def __init__(
         self,
