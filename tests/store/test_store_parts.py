@@ -1,8 +1,10 @@
 """The audit store's parts, each on its own: the chain log and the review queue that writes
-through it, and the writer's buffer, journal buffer, retry policy, store link and health."""
+through it, the group commit and the chain check; the writer's buffer, journal buffer, retry
+policy, store link and health; and the attributes an owner keeps in a part."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from typing import Any
@@ -19,9 +21,12 @@ from tracerag.store._buffer import (
     request_id_of,
 )
 from tracerag.store._chain import GENESIS_HASH
+from tracerag.store._chain_check import check_chain
 from tracerag.store._chain_log import ChainLog, read_head, request_exists
+from tracerag.store._group_commit import GroupCommit
 from tracerag.store._health import StoreHealth
 from tracerag.store._journal import FRAME_QUARANTINE, FRAME_RECORD, Journal
+from tracerag.store._kept import Kept
 from tracerag.store._link import StoreLink
 from tracerag.store._retry import POISON_PROBE_AFTER, RetryPolicy, is_transient
 from tracerag.store._review_queue import SQLReviewQueue
@@ -233,8 +238,6 @@ def test_only_real_attempts_failing_often_enough_make_a_batch_suspect():
 
 
 def test_store_failures_are_transient_and_record_problems_are_not():
-    import sqlite3
-
     assert is_transient(ConnectionError("down")) and is_transient(StoreError("locked"))
     assert is_transient(sqlite3.OperationalError("database is locked"))
     assert not is_transient(InvalidRecord("bad"))
@@ -373,3 +376,132 @@ def test_the_writer_settings_are_read_and_set_through_the_parts(tmp_path):
     finally:
         writer.close()
         store.close()
+
+
+# -- the group commit --------------------------------------------------------------------------
+class _Inserts:
+    """The group commit's ``insert``: remembers each record, can hold the first transaction
+    open, and can fail."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.entered = threading.Event()
+        self.fail: BaseException | None = None
+
+    def __call__(self, cur: Any, head: Any, record: Any, entries: Any) -> None:
+        self.entered.set()
+        self.hold.wait(5)
+        if self.fail is not None:
+            raise self.fail
+        if record.get("bad"):
+            raise InvalidRecord("a record the store refuses")
+        self.ids.append(record["request_id"])
+
+
+def _group(tmp_path: Any, inserts: _Inserts) -> tuple[GroupCommit, SQLiteAuditStore]:
+    store = sqlite_store(tmp_path)
+    return GroupCommit(store._write, inserts, store.interrupt, lambda: store.location), store
+
+
+def test_calls_that_arrive_during_a_commit_share_the_next_transaction(tmp_path):
+    inserts = _Inserts()
+    commits, store = _group(tmp_path, inserts)
+    inserts.hold.clear()
+    first = threading.Thread(target=commits.append, args=(make_record("req-0"),))
+    first.start()
+    assert inserts.entered.wait(5)  # the leader's transaction is open and held
+    others = [
+        threading.Thread(target=commits.append, args=(make_record(f"req-{i}"),))
+        for i in range(1, 6)
+    ]
+    for t in others:
+        t.start()
+    deadline = time.monotonic() + 5
+    while len(commits._waiting) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    inserts.hold.set()
+    for t in [first, *others]:
+        t.join(5)
+    assert sorted(inserts.ids) == [f"req-{i}" for i in range(6)]
+    assert commits.commits == 2  # the leader's, then one for the five that waited
+    store.close()
+
+
+def test_a_refused_record_fails_alone_and_the_rest_of_its_group_is_written(tmp_path):
+    inserts = _Inserts()
+    commits, store = _group(tmp_path, inserts)
+    with pytest.raises(InvalidRecord):
+        commits.append(make_record("req-bad", bad=True))
+    commits.append(make_record("req-good"))
+    assert inserts.ids == ["req-good"] and commits.failed is None
+    store.close()
+
+
+def test_a_failing_store_is_not_waited_for_again_at_once(tmp_path):
+    inserts = _Inserts()
+    commits, store = _group(tmp_path, inserts)
+    commits.fail_fast_seconds = 60.0
+    inserts.fail = ConnectionError("the disk went away")
+    with pytest.raises(ConnectionError):
+        commits.append(make_record("req-1"))
+    inserts.fail = None
+    with pytest.raises(StoreFailing, match="failed"):
+        commits.append(make_record("req-2"))
+    assert inserts.ids == [] and commits.failed is not None
+    commits.failed = None  # what a successful ping does
+    commits.append(make_record("req-3"))
+    assert inserts.ids == ["req-3"]
+    store.close()
+
+
+# -- checking the chain ------------------------------------------------------------------------
+def test_check_chain_finds_a_changed_entry_a_removed_tail_and_a_foreign_anchor(tmp_path):
+    store = sqlite_store(tmp_path)
+    for i in range(3):
+        store.append_record(make_record(f"req-{i}"))
+    head = store.head()
+    with store._snapshot() as cur:
+        assert check_chain(cur, None).ok
+        assert check_chain(cur, None, [head]).ok
+        ahead = check_chain(cur, None, [{**head, "seq": head["seq"] + 5}])
+        foreign = check_chain(cur, None, [{**head, "store_id": "another-store"}])
+        with_key = check_chain(cur, KEY)
+    assert ahead.removed and "removed" in ahead.summary()
+    assert foreign.removed and not foreign.ok
+    assert not with_key.ok  # a key given for a store never keyed: its keyed chain is gone
+    raw = sqlite3.connect(str(tmp_path / "audit.db"), isolation_level=None)
+    raw.execute("DROP TRIGGER IF EXISTS audit_entries_no_update")  # what an intruder does
+    raw.execute("UPDATE audit_entries SET payload = ? WHERE seq = 2", ('{"x":1}',))
+    raw.close()
+    with store._snapshot() as cur:
+        changed = check_chain(cur, None)
+    assert changed.changed and {i.seq for i in changed.changed} >= {2}
+    store.close()
+
+
+# -- settings kept by a part -------------------------------------------------------------------
+class _Part:
+    def __init__(self) -> None:
+        self.limit = 3
+        self.hidden = 1.5
+
+
+class _Owner:
+    limit = Kept[int]("_part")
+    shown = Kept[float]("_part", "hidden")
+
+    def __init__(self) -> None:
+        self._part = _Part()
+
+
+def test_a_kept_attribute_is_read_and_set_on_the_part():
+    owner = _Owner()
+    assert (owner.limit, owner.shown) == (3, 1.5)
+    owner.limit = 7
+    owner.shown = 2.5
+    assert (owner._part.limit, owner._part.hidden) == (7, 2.5)
+    assert isinstance(_Owner.limit, Kept)
+    with pytest.raises(AttributeError):
+        _Owner.__dict__["limit"].__get__(object(), object)
