@@ -409,11 +409,11 @@ def test_calls_that_arrive_during_a_commit_share_the_next_transaction(tmp_path):
     inserts = _Inserts()
     commits, store = _group(tmp_path, inserts)
     inserts.hold.clear()
-    first = threading.Thread(target=commits.append, args=(make_record("req-0"),))
+    first = threading.Thread(target=commits.append_record, args=(make_record("req-0"),))
     first.start()
     assert inserts.entered.wait(5)  # the leader's transaction is open and held
     others = [
-        threading.Thread(target=commits.append, args=(make_record(f"req-{i}"),))
+        threading.Thread(target=commits.append_record, args=(make_record(f"req-{i}"),))
         for i in range(1, 6)
     ]
     for t in others:
@@ -433,8 +433,8 @@ def test_a_refused_record_fails_alone_and_the_rest_of_its_group_is_written(tmp_p
     inserts = _Inserts()
     commits, store = _group(tmp_path, inserts)
     with pytest.raises(InvalidRecord):
-        commits.append(make_record("req-bad", bad=True))
-    commits.append(make_record("req-good"))
+        commits.append_record(make_record("req-bad", bad=True))
+    commits.append_record(make_record("req-good"))
     assert inserts.ids == ["req-good"] and commits.failed is None
     store.close()
 
@@ -445,13 +445,13 @@ def test_a_failing_store_is_not_waited_for_again_at_once(tmp_path):
     commits.fail_fast_seconds = 60.0
     inserts.fail = ConnectionError("the disk went away")
     with pytest.raises(ConnectionError):
-        commits.append(make_record("req-1"))
+        commits.append_record(make_record("req-1"))
     inserts.fail = None
     with pytest.raises(StoreFailing, match="failed"):
-        commits.append(make_record("req-2"))
+        commits.append_record(make_record("req-2"))
     assert inserts.ids == [] and commits.failed is not None
     commits.failed = None  # what a successful ping does
-    commits.append(make_record("req-3"))
+    commits.append_record(make_record("req-3"))
     assert inserts.ids == ["req-3"]
     store.close()
 

@@ -68,7 +68,7 @@ class GroupCommit:
         #: since when, and why, the store failed (None: it works)
         self.failed: tuple[float, BaseException] | None = None
 
-    def append(self, record: Mapping[str, Any]) -> None:
+    def append_record(self, record: Mapping[str, Any]) -> None:
         """Store one record; return once it is committed.
 
         Calls from several threads at once share one transaction (group commit: one commit,
