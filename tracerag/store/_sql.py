@@ -191,11 +191,11 @@ class SQLAuditStore:
     def append_record(self, record: Mapping[str, Any]) -> None:
         """Store one record; return once it is committed.
 
-        Calls from several threads at once share one transaction (see ``GroupCommit.append_record``):
-        each caller gets its own outcome (``DuplicateRequest``, ``InvalidRecord``, or the
-        store's failure), a transaction hanging past ``commit_timeout`` is interrupted, and a
-        failing store makes new calls fail at once (``StoreFailing``) for
-        ``fail_fast_seconds``.
+        Calls from several threads at once share one transaction (see
+        ``GroupCommit.append_record``): each caller gets its own outcome (``DuplicateRequest``,
+        ``InvalidRecord``, or the store's failure), a transaction hanging past
+        ``commit_timeout`` is interrupted, and a failing store makes new calls fail at once
+        (``StoreFailing``) for ``fail_fast_seconds``.
         """
         self._commits.append_record(record)
 

@@ -110,6 +110,8 @@ class AuditWriter:
     """
 
     # settings kept by the parts that use them
+    max_buffer = Kept[int]("_buffer", "max_items")
+    max_buffer_bytes = Kept[int]("_buffer", "max_bytes")
     batch_size = Kept[int]("_drain")
     batch_bytes = Kept[int]("_drain")
     batch_delay = Kept[float]("_drain")
@@ -152,8 +154,6 @@ class AuditWriter:
     ) -> None:
         if max_buffer < 1:
             raise ConfigurationError("max_buffer must be at least 1")
-        self.max_buffer = max_buffer
-        self.max_buffer_bytes = max_buffer_bytes
         self.on_drop = on_drop
         self.close_timeout = close_timeout
         self.durable_timeout = durable_timeout
