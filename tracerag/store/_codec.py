@@ -351,3 +351,21 @@ def _valid_text(text: str) -> bool:
     except UnicodeError:
         return False
     return True
+
+
+def require_actor(actor: str) -> None:
+    """Refuse an action without a named actor (``InvalidRecord``)."""
+    if not isinstance(actor, str) or not actor.strip() or "\x00" in actor:
+        raise InvalidRecord("every action needs a named actor")
+    if not _valid_text(actor):
+        raise InvalidRecord("the actor's name is not valid Unicode text")
+
+
+def action_payload(
+    actor: str, payload: Mapping[str, Any] | None, reason: str | None
+) -> dict[str, Any]:
+    """The payload of an actor's entry: normalised, with its ``reason``."""
+    require_actor(actor)
+    body: dict[str, Any] = _normalise(dict(payload or {}), "action payload")
+    body["reason"] = reason
+    return body

@@ -24,7 +24,7 @@ from tracerag.store._chain_log import (
     entry_from_row,
     request_exists,
 )
-from tracerag.store._codec import _normalise, _str_or_none, _valid_text
+from tracerag.store._codec import _str_or_none, action_payload, require_actor
 from tracerag.store._types import (
     KIND_REVIEW_ASSIGNED,
     KIND_REVIEW_CLAIMED,
@@ -104,7 +104,7 @@ class SQLReviewQueue:
                     request_id=request_id,
                     kind=KIND_REVIEW_ENQUEUED,
                     actor=actor,
-                    payload=_action_payload(
+                    payload=action_payload(
                         actor,
                         {
                             "route": route,
@@ -143,7 +143,7 @@ class SQLReviewQueue:
             return self.enqueue_in(cur, head, request_id, reason, decision, actor)
 
     def claim_next(self, reviewer: str) -> QueueItem | None:
-        _require_actor(reviewer)
+        require_actor(reviewer)
         with self._log.write() as (cur, head):
             cur.execute(
                 "SELECT request_id FROM review_queue WHERE status = 'pending' "
@@ -167,7 +167,7 @@ class SQLReviewQueue:
                         request_id=request_id,
                         kind=KIND_REVIEW_CLAIMED,
                         actor=reviewer,
-                        payload=_action_payload(
+                        payload=action_payload(
                             reviewer,
                             {
                                 "before": {"status": "pending"},
@@ -181,7 +181,7 @@ class SQLReviewQueue:
             return self.item_in(cur, request_id)
 
     def release(self, request_id: str, actor: str, reason: str | None = None) -> QueueItem:
-        _require_actor(actor)
+        require_actor(actor)
         with self._log.write() as (cur, head):
             item = self._locked_item(cur, request_id)
             if item.status == "decided":
@@ -201,7 +201,7 @@ class SQLReviewQueue:
                         request_id=request_id,
                         kind=KIND_REVIEW_RELEASED,
                         actor=actor,
-                        payload=_action_payload(
+                        payload=action_payload(
                             actor,
                             {
                                 "before": {"status": "claimed", "claimed_by": item.claimed_by},
@@ -248,7 +248,7 @@ class SQLReviewQueue:
         final_answer: str | None = None,
         reason: str | None = None,
     ) -> ReviewDecision:
-        _require_actor(reviewer)
+        require_actor(reviewer)
         _check_judgement(action, final_answer, reason)
         with self._log.write() as (cur, head):
             item = self._open_item(cur, request_id, reviewer)
@@ -274,7 +274,7 @@ class SQLReviewQueue:
         decision (``review_decision``), with the votes and ``agreement`` in its payload. Votes,
         the count and the decision are read and written in one transaction.
         """
-        _require_actor(reviewer)
+        require_actor(reviewer)
         _check_judgement(action, final_answer, reason)
         if not isinstance(required, int) or required < 1:
             raise InvalidRecord("an item needs at least one reviewer")
@@ -296,7 +296,7 @@ class SQLReviewQueue:
                             request_id=request_id,
                             kind=KIND_REVIEW_VOTE,
                             actor=reviewer,
-                            payload=_action_payload(
+                            payload=action_payload(
                                 reviewer,
                                 {
                                     "action": action,
@@ -334,7 +334,7 @@ class SQLReviewQueue:
 
     def comment(self, request_id: str, author: str, text: str) -> Entry:
         """A reviewer's comment on a queued item (decided ones too), chained."""
-        _require_actor(author)
+        require_actor(author)
         if not isinstance(text, str) or not text.strip():
             raise InvalidRecord("a comment needs text")
         with self._log.write() as (cur, head):
@@ -347,7 +347,7 @@ class SQLReviewQueue:
                         request_id=request_id,
                         kind=KIND_REVIEW_COMMENT,
                         actor=author,
-                        payload=_action_payload(author, {"text": text.strip()}, None),
+                        payload=action_payload(author, {"text": text.strip()}, None),
                     )
                 ],
             )
@@ -356,9 +356,9 @@ class SQLReviewQueue:
     def assign(self, request_id: str, assignee: str | None, actor: str) -> Entry | None:
         """Assign an undecided item to a reviewer (None: unassign); None when it changes
         nothing. Raises ``AlreadyDecided`` on a decided item."""
-        _require_actor(actor)
+        require_actor(actor)
         if assignee is not None:
-            _require_actor(assignee)
+            require_actor(assignee)
         with self._log.write() as (cur, head):
             item = self._locked_item(cur, request_id)
             if item.status == "decided":
@@ -380,7 +380,7 @@ class SQLReviewQueue:
                         request_id=request_id,
                         kind=KIND_REVIEW_ASSIGNED,
                         actor=actor,
-                        payload=_action_payload(
+                        payload=action_payload(
                             actor, {"assignee": assignee, "before": before}, None
                         ),
                     )
@@ -464,7 +464,7 @@ class SQLReviewQueue:
                     request_id=request_id,
                     kind=KIND_REVIEW_DECISION,
                     actor=reviewer,
-                    payload=_action_payload(
+                    payload=action_payload(
                         reviewer,
                         {
                             "action": action,
@@ -534,22 +534,6 @@ def _payload(text: Any) -> dict[str, Any]:
 
 def _priority(route: str) -> int:
     return REVIEW_ROUTES.index(route) if route in REVIEW_ROUTES else len(REVIEW_ROUTES)
-
-
-def _require_actor(actor: str) -> None:
-    if not isinstance(actor, str) or not actor.strip() or "\x00" in actor:
-        raise InvalidRecord("every action needs a named actor")
-    if not _valid_text(actor):
-        raise InvalidRecord("the actor's name is not valid Unicode text")
-
-
-def _action_payload(
-    actor: str, payload: Mapping[str, Any] | None, reason: str | None
-) -> dict[str, Any]:
-    _require_actor(actor)
-    body: dict[str, Any] = _normalise(dict(payload or {}), "action payload")
-    body["reason"] = reason
-    return body
 
 
 def _queue_item_from_row(row: Sequence[Any]) -> QueueItem:

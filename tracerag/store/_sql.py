@@ -35,13 +35,14 @@ from tracerag.store._chain_log import Cursor as Cursor
 from tracerag.store._codec import (
     RequestTrail,
     _summary_fields,
+    action_payload,
     entries_from_record,
     review_reason,
 )
 from tracerag.store._group_commit import MAX_GROUP as MAX_GROUP
 from tracerag.store._group_commit import GroupCommit
 from tracerag.store._kept import Kept
-from tracerag.store._review_queue import SQLReviewQueue, _action_payload
+from tracerag.store._review_queue import SQLReviewQueue
 from tracerag.store._types import (
     ACTION_KINDS,
     KIND_MATERIAL_CHANGE,
@@ -273,7 +274,7 @@ class SQLAuditStore:
             raise InvalidRecord(f"unknown action kind {kind!r}; expected one of {ACTION_KINDS}")
         if kind in REVIEW_KINDS:
             raise InvalidRecord(f"{kind} entries are written by the review queue operations")
-        body = _action_payload(actor, payload, reason)
+        body = action_payload(actor, payload, reason)
         with self._write() as (cur, head):
             if not request_exists(cur, request_id):
                 raise RequestNotFound(request_id)
@@ -589,7 +590,7 @@ class ChainedWrite:
             raise InvalidRecord(f"{kind!r} is not an action that can be chained here")
         if not request_exists(self.cursor, request_id):
             raise RequestNotFound(request_id)
-        body = _action_payload(actor, payload, reason)
+        body = action_payload(actor, payload, reason)
         entry = Entry(request_id=request_id, kind=kind, payload=body, actor=actor)
         return self._log.seal_one(self.cursor, self._head, entry)
 
