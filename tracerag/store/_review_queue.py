@@ -74,6 +74,22 @@ class SQLReviewQueue:
         self.row_lock_clause = row_lock_clause
         self.claim_lock_clause = claim_lock_clause
 
+    def _seal(
+        self,
+        cur: Cursor,
+        head: Head,
+        request_id: str,
+        kind: str,
+        actor: str,
+        body: Mapping[str, Any],
+        reason: str | None,
+    ) -> Entry:
+        """Seal an actor's entry on a request: ``body`` and ``reason`` as its payload."""
+        payload = action_payload(actor, body, reason)
+        return self._log.seal_one(
+            cur, head, Entry(request_id=request_id, kind=kind, actor=actor, payload=payload)
+        )
+
     def item_in(self, cur: Cursor, request_id: str, lock: bool = False) -> QueueItem | None:
         """The queue item of a request, read in the caller's transaction (None: not queued)."""
         clause = f" {self.row_lock_clause}" if lock and self.row_lock_clause else ""
@@ -96,25 +112,18 @@ class SQLReviewQueue:
         existing = self.item_in(cur, request_id)
         if existing is not None:
             return existing
-        (entry,) = self._log.seal(
+        entry = self._seal(
             cur,
             head,
-            [
-                Entry(
-                    request_id=request_id,
-                    kind=KIND_REVIEW_ENQUEUED,
-                    actor=actor,
-                    payload=action_payload(
-                        actor,
-                        {
-                            "route": route,
-                            "before": None,
-                            "after": {"status": "pending", "route": route},
-                        },
-                        reason,
-                    ),
-                )
-            ],
+            request_id,
+            KIND_REVIEW_ENQUEUED,
+            actor,
+            {
+                "route": route,
+                "before": None,
+                "after": {"status": "pending", "route": route},
+            },
+            reason,
         )
         cur.execute(
             "INSERT INTO review_queue (request_id, route, priority, reason, status, "
@@ -159,24 +168,17 @@ class SQLReviewQueue:
                 "WHERE request_id = %s AND status = 'pending'",
                 (reviewer, claimed_at, request_id),
             )
-            self._log.seal(
+            self._seal(
                 cur,
                 head,
-                [
-                    Entry(
-                        request_id=request_id,
-                        kind=KIND_REVIEW_CLAIMED,
-                        actor=reviewer,
-                        payload=action_payload(
-                            reviewer,
-                            {
-                                "before": {"status": "pending"},
-                                "after": {"status": "claimed", "claimed_by": reviewer},
-                            },
-                            None,
-                        ),
-                    )
-                ],
+                request_id,
+                KIND_REVIEW_CLAIMED,
+                reviewer,
+                {
+                    "before": {"status": "pending"},
+                    "after": {"status": "claimed", "claimed_by": reviewer},
+                },
+                None,
             )
             return self.item_in(cur, request_id)
 
@@ -193,24 +195,17 @@ class SQLReviewQueue:
                 "WHERE request_id = %s",
                 (request_id,),
             )
-            self._log.seal(
+            self._seal(
                 cur,
                 head,
-                [
-                    Entry(
-                        request_id=request_id,
-                        kind=KIND_REVIEW_RELEASED,
-                        actor=actor,
-                        payload=action_payload(
-                            actor,
-                            {
-                                "before": {"status": "claimed", "claimed_by": item.claimed_by},
-                                "after": {"status": "pending"},
-                            },
-                            reason,
-                        ),
-                    )
-                ],
+                request_id,
+                KIND_REVIEW_RELEASED,
+                actor,
+                {
+                    "before": {"status": "claimed", "claimed_by": item.claimed_by},
+                    "after": {"status": "pending"},
+                },
+                reason,
             )
             released = self.item_in(cur, request_id)
             assert released is not None
@@ -288,27 +283,20 @@ class SQLReviewQueue:
             n = len(votes) + 1
             agreed = all(v.payload.get("action") == action for v in votes)
             if n < required or (n == required and not agreed):
-                self._log.seal(
+                self._seal(
                     cur,
                     head,
-                    [
-                        Entry(
-                            request_id=request_id,
-                            kind=KIND_REVIEW_VOTE,
-                            actor=reviewer,
-                            payload=action_payload(
-                                reviewer,
-                                {
-                                    "action": action,
-                                    "final_answer": final_answer,
-                                    "scores": marks,
-                                    "vote": n,
-                                    "required": required,
-                                },
-                                reason,
-                            ),
-                        )
-                    ],
+                    request_id,
+                    KIND_REVIEW_VOTE,
+                    reviewer,
+                    {
+                        "action": action,
+                        "final_answer": final_answer,
+                        "scores": marks,
+                        "vote": n,
+                        "required": required,
+                    },
+                    reason,
                 )
                 return ReviewOutcome(
                     request_id, reviewer, action, n, required, disputed=n == required
@@ -339,19 +327,9 @@ class SQLReviewQueue:
             raise InvalidRecord("a comment needs text")
         with self._log.write() as (cur, head):
             self._locked_item(cur, request_id)
-            (entry,) = self._log.seal(
-                cur,
-                head,
-                [
-                    Entry(
-                        request_id=request_id,
-                        kind=KIND_REVIEW_COMMENT,
-                        actor=author,
-                        payload=action_payload(author, {"text": text.strip()}, None),
-                    )
-                ],
+            return self._seal(
+                cur, head, request_id, KIND_REVIEW_COMMENT, author, {"text": text.strip()}, None
             )
-            return entry
 
     def assign(self, request_id: str, assignee: str | None, actor: str) -> Entry | None:
         """Assign an undecided item to a reviewer (None: unassign); None when it changes
@@ -372,21 +350,8 @@ class SQLReviewQueue:
             before = _payload(row[0]).get("assignee") if row else None
             if before == assignee:
                 return None
-            (entry,) = self._log.seal(
-                cur,
-                head,
-                [
-                    Entry(
-                        request_id=request_id,
-                        kind=KIND_REVIEW_ASSIGNED,
-                        actor=actor,
-                        payload=action_payload(
-                            actor, {"assignee": assignee, "before": before}, None
-                        ),
-                    )
-                ],
-            )
-            return entry
+            body = {"assignee": assignee, "before": before}
+            return self._seal(cur, head, request_id, KIND_REVIEW_ASSIGNED, actor, body, None)
 
     def review_entries(
         self,
@@ -456,27 +421,20 @@ class SQLReviewQueue:
             "WHERE request_id = %s AND status <> 'decided'",
             (reviewer, decided_at, action, final_answer, reason, request_id),
         )
-        self._log.seal(
+        self._seal(
             cur,
             head,
-            [
-                Entry(
-                    request_id=request_id,
-                    kind=KIND_REVIEW_DECISION,
-                    actor=reviewer,
-                    payload=action_payload(
-                        reviewer,
-                        {
-                            "action": action,
-                            "final_answer": final_answer,
-                            "before": {"status": item.status, "claimed_by": item.claimed_by},
-                            "after": {"status": "decided", "action": action},
-                            **extra,
-                        },
-                        reason,
-                    ),
-                )
-            ],
+            request_id,
+            KIND_REVIEW_DECISION,
+            reviewer,
+            {
+                "action": action,
+                "final_answer": final_answer,
+                "before": {"status": item.status, "claimed_by": item.claimed_by},
+                "after": {"status": "decided", "action": action},
+                **extra,
+            },
+            reason,
         )
         return ReviewDecision(request_id, reviewer, action, final_answer, reason, decided_at)
 
