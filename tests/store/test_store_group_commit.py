@@ -152,7 +152,7 @@ def test_a_commit_hanging_on_a_frozen_postgresql_is_interrupted() -> None:
 
 
 def test_a_store_that_just_failed_is_not_waited_for_again_until_it_is_tried(tmp_path) -> None:
-    from tracerag.store._sql import StoreFailing
+    from tracerag.store import StoreFailing
 
     path = tmp_path / "audit.sqlite"
     sqlite_store = SQLiteAuditStore(str(path), busy_timeout_s=0.5)

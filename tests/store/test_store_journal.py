@@ -140,7 +140,7 @@ class HeldStore:
 
 
 def test_the_memory_buffer_is_bounded_by_bytes_as_well_as_count() -> None:
-    from tracerag.store._writer import encode_record
+    from tracerag.store._buffer import encode_record
 
     big = "x" * 6000
     size = encode_record(make_record("b0", question=big)).size
@@ -582,7 +582,7 @@ def test_a_backlog_of_full_batches_is_drained_without_the_gathering_wait(tmp_pat
 def test_replaying_records_the_store_already_holds_stores_each_once(tmp_path, journaled) -> None:
     """A commit that ended after its record was journaled (the server's commit wait): the
     replay skips what the store holds and chains the rest; nothing is stored twice."""
-    from tracerag.store._writer import encode_record
+    from tracerag.store._buffer import encode_record
 
     path = tmp_path / "a.sqlite"
     journal = open_journal(tmp_path / "journal")
