@@ -169,10 +169,13 @@ def test_review_outcomes_update_credibility_once(
     registry: MaterialRegistry,
     kb: list[Document],
 ) -> None:
-    rid = pipeline(registry, kb).invoke(QUESTION).request_id
+    response = pipeline(registry, kb).invoke(QUESTION)
+    rid = response.request_id
     store = registry.store
-    if store.get_decision(rid) is None and not any(i.request_id == rid for i in store.list_queue()):
-        store.enqueue_review(rid, "test", "review")
+    # the route is pinned: the answer is flagged for review, and the store queued it
+    assert response.decision == "review"
+    assert store.get_decision(rid) is None
+    assert [i.request_id for i in store.list_queue()] == [rid]
     store.decide(rid, "rev-1", "reject", reason="wrong window")
     result = record_review_outcome(rid, registry=registry)
     assert result is not None and result.updates[0].ema_after < result.updates[0].ema_before
