@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from waiting import WaitTimeout, await_until, wait_until
+from server_fixtures import free_port
+from waiting import WaitTimeout, await_until, responds, wait_until
 
 
 def test_returns_the_value_once_the_condition_holds() -> None:
@@ -68,3 +70,27 @@ def test_without_a_name_the_failure_quotes_the_predicate() -> None:
     pending = {"job": "running"}
     with pytest.raises(WaitTimeout, match=r'pending\["job"\] == "done"'):
         wait_until(lambda: pending["job"] == "done", timeout=0.02)
+
+
+class _Health(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/healthz" else 503)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_responds_says_whether_a_server_answers_with_the_status() -> None:
+    assert responds(f"http://127.0.0.1:{free_port()}/healthz", timeout=0.5) is False  # nobody
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        assert wait_until(lambda: responds(f"{base}/healthz"), "the health page") is True
+        assert responds(f"{base}/readyz") is False
+        assert responds(f"{base}/readyz", statuses=frozenset({503})) is True
+    finally:
+        server.shutdown()
+        server.server_close()

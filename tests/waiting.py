@@ -3,7 +3,7 @@
 ``wait_until`` polls a predicate until it holds and fails, naming what it waited for (``what``,
 else the predicate's source line), when it does not hold within ``timeout``; ``await_until`` is
 the same inside an event loop. Both return the predicate's truthy value, to wait for a thing and
-use it.
+use it. ``responds`` is the predicate of a server that is up.
 """
 
 from __future__ import annotations
@@ -73,3 +73,13 @@ async def await_until(
         if time.monotonic() >= deadline:
             raise WaitTimeout(_message(what, predicate, timeout, value))
         await asyncio.sleep(interval)
+
+
+def responds(url: str, statuses: frozenset[int] = frozenset({200}), timeout: float = 2.0) -> bool:
+    """Whether a GET of ``url`` answers with one of ``statuses`` (False while nothing listens)."""
+    import httpx  # the server extra's client: the waits above need no HTTP stack
+
+    try:
+        return httpx.get(url, timeout=timeout).status_code in statuses
+    except httpx.HTTPError:
+        return False

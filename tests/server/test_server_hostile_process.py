@@ -15,7 +15,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +23,7 @@ import httpx
 import pytest
 from pipeline_fixtures import REPO
 from server_fixtures import TOKEN, free_port
-from waiting import wait_until
+from waiting import responds, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -55,16 +54,14 @@ def serve(tmp_path: Path, *options: str) -> Iterator[tuple[str, Path]]:
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
+
+        def up() -> bool:
+            if responds(f"{base}/healthz"):
+                return True
             assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "tracerag serve did not start"
-            time.sleep(0.2)
+            return False
+
+        wait_until(up, "tracerag serve to start", timeout=60, interval=0.2)
         yield base, log
     finally:
         proc.terminate()

@@ -30,6 +30,7 @@ import pytest
 from pipeline_fixtures import REPO
 from server_fixtures import free_port
 from store_fixtures import postgres_dsn
+from waiting import responds, wait_until
 
 from tracerag import cli
 
@@ -133,16 +134,13 @@ def serve(url: str, port: int, log: Path, *options: str) -> subprocess.Popen[byt
 
 
 def wait_up(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
+    def up() -> bool:
+        if responds(f"{base}/healthz"):
+            return True
         assert proc.poll() is None, log.read_text()
-        assert time.monotonic() < deadline, "tracerag serve did not start"
-        time.sleep(0.2)
+        return False
+
+    wait_until(up, "tracerag serve to start", timeout=60, interval=0.2)
 
 
 def wait_readyz(base: str, ready: bool, timeout: float) -> dict:

@@ -169,7 +169,7 @@ def test_store_commits_leave_the_pipelines_executor_free(tmp_path) -> None:
         loop = asyncio.get_running_loop()
         loop.set_default_executor(ThreadPoolExecutor(1))
         persisted = asyncio.ensure_future(answerer.persist_async(make_record("req-frozen")))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # a yield, not a wait: the persist task starts
         try:
             # the pipeline's one executor thread is free while the commit is frozen
             value = await asyncio.wait_for(loop.run_in_executor(None, lambda: 7), HANG / 2)
