@@ -19,7 +19,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,14 +143,15 @@ def wait_up(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
 
 
 def wait_readyz(base: str, ready: bool, timeout: float) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
+    def reached() -> dict | None:
         reply = httpx.get(f"{base}/readyz", timeout=10)
         body = reply.json()
         if (reply.status_code == 200) is ready and (not ready or body["store"]["backlog"] == 0):
             return body
-        assert time.monotonic() < deadline, body
-        time.sleep(0.2)
+        return None
+
+    want = "ready with the backlog written" if ready else "not ready"
+    return wait_until(reached, f"/readyz to say {want}", timeout=timeout, interval=0.2)
 
 
 def ask(base: str, n: int) -> list[dict]:

@@ -22,6 +22,7 @@ import pytest
 from fastapi.testclient import TestClient
 from server_fixtures import GOOD_ANSWER, GOOD_QUESTION, make_app, make_pipeline, running
 from store_fixtures import make_record, stored_request_ids
+from waiting import wait_until
 
 from tracerag import cli
 from tracerag.server._answerer import Answerer
@@ -289,10 +290,13 @@ def test_readyz_comes_back_with_the_store_without_waiting_for_a_request(tmp_path
         finally:
             locker.execute("ROLLBACK")
             locker.close()
-        deadline = time.monotonic() + 5.0
-        while (reply := client.get("/readyz")).status_code != 200:  # no answer asked meanwhile
-            assert time.monotonic() < deadline, reply.json()
-            time.sleep(0.1)
+        # no answer asked meanwhile
+        reply = wait_until(
+            lambda: (r := client.get("/readyz")).status_code == 200 and r,
+            "/readyz to come back with the store",
+            timeout=5.0,
+            interval=0.1,
+        )
         assert reply.json()["store"]["last_error"] is None
         assert app.state.answerer.writer.flush(timeout=HANG)
     assert stored_request_ids(path) == [body["request_id"]]
