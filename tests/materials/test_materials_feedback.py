@@ -172,7 +172,9 @@ def test_review_outcomes_update_credibility_once(
     response = pipeline(registry, kb).invoke(QUESTION)
     rid = response.request_id
     store = registry.store
-    # the scripted answer goes to review, so its record is queued for a person: one path only
+    # the route is pinned by the data: memo-60 (60 days) conflicts with the returns policy
+    # (30 days), so the answer relying on it is flagged for review whatever its confidence
+    assert [(c.material_a, c.material_b) for c in registry.conflicts()] == [("returns", "memo-60")]
     assert response.decision == "review"
     assert store.get_decision(rid) is None
     assert [i.request_id for i in store.list_queue()] == [rid]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from pipeline_fixtures import REPO
 from store_fixtures import make_record, stored_request_ids
+from waiting import wait_until
 
 from tracerag.store import AuditWriter, Journal, StoreMissing, open_store
 from tracerag.store._journal import HEAD_FILE, IDENTITY_FILE, JournalBusy, open_journal, read_frames
@@ -28,11 +29,7 @@ ROOT = REPO
 
 
 def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
+    wait_until(predicate, timeout=timeout)
 
 
 def _opener(path):
