@@ -58,12 +58,19 @@ def connect(
         keepalives_count=3,
         tcp_user_timeout=int(max(1.0, connect_timeout + statement_timeout) * 1000),
     )
-    millis = str(int(statement_timeout * 1000))
-    conn.execute("SELECT set_config('statement_timeout', %s, false)", (millis,))
-    conn.execute("SELECT set_config('lock_timeout', %s, false)", (millis,))
-    if schema:
-        conn.execute(pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(pgsql.Identifier(schema)))
-        conn.execute(pgsql.SQL("SET search_path TO {}").format(pgsql.Identifier(schema)))
+    try:
+        millis = str(int(statement_timeout * 1000))
+        conn.execute("SELECT set_config('statement_timeout', %s, false)", (millis,))
+        conn.execute("SELECT set_config('lock_timeout', %s, false)", (millis,))
+        if schema:
+            name = pgsql.Identifier(schema)
+            # another instance may create it at the same moment (IF NOT EXISTS races)
+            with suppress(psycopg.errors.UniqueViolation):
+                conn.execute(pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(name))
+            conn.execute(pgsql.SQL("SET search_path TO {}").format(name))
+    except BaseException:
+        conn.close()  # a connection that is not set up is not handed out, nor left open
+        raise
     return conn
 
 
