@@ -23,7 +23,7 @@ from tracerag._db import Database, PostgresDB, PostgresSchema, Schema, SQLiteDB,
 from tracerag._db import _postgres as postgres
 from tracerag._db import _sqlite as sqlite
 from tracerag.errors import TraceragError
-from tracerag.store._base import AuditStore, StoreError
+from tracerag.store._base import AuditStore
 
 #: the desk's migrations (``tracerag._db._versions``' format)
 MIGRATIONS: list[tuple[int, list[Step]]] = [
@@ -115,7 +115,7 @@ def _postgres_desk(where: PostgresSchema, max_connections: int = 4) -> PostgresD
     )
     try:
         db.migrate(DESK)
-    except (StoreError, DeskStateError):
+    except TraceragError:  # said already in the project's terms
         db.close()
         raise
     except Exception as exc:

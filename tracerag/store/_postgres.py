@@ -8,7 +8,8 @@ the head lock as well; SKIP LOCKED keeps an item from being handed out twice reg
 Migrations run under a transaction-scoped advisory lock, so instances starting together do not
 race. ``schema=`` keeps the tables in their own schema
 (created if missing); otherwise the connection's ``search_path`` decides, which can also be set
-in the URL (``?options=-csearch_path%3Dmyschema``).
+in the URL (``?options=-csearch_path%3Dmyschema``). Connections, their bounded waits and the
+pool are ``tracerag._db``'s.
 """
 
 from __future__ import annotations
