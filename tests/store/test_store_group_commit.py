@@ -135,7 +135,7 @@ def test_a_commit_hanging_on_a_frozen_postgresql_is_interrupted() -> None:
     pg_store.commit_timeout = 1.0
     pg_store.fail_fast_seconds = 0.0  # try again at once once the server is back
     try:
-        with pg_store._pool.connection() as conn:
+        with pg_store._db.connection() as conn:
             pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
         os.kill(pid, signal.SIGSTOP)  # the server process behind the store's one connection
         try:

@@ -470,7 +470,7 @@ def test_a_frozen_postgresql_connection_is_interrupted_and_answers_go_on(tmp_pat
     caplog.set_level(logging.WARNING, logger="tracerag.audit")
     pg = PostgresBackend(postgres_dsn())
     store = pg.open(max_connections=1, statement_timeout=30.0)
-    with store._pool.connection() as conn:
+    with store._db.connection() as conn:
         pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
     writer = AuditWriter(store, journal=tmp_path / "journal", op_timeout=0.5, **FAST)
     try:
