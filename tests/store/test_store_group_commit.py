@@ -98,7 +98,7 @@ def test_every_caller_of_a_failed_group_commit_gets_the_failure_without_waiting_
         first = threading.Thread(target=one, args=("req-first",))
         first.start()
         # the first waits for the lock; the others queue behind it
-        wait_until(lambda: sqlite_store._group_leader, "the first call to lead a commit")
+        wait_until(lambda: sqlite_store._commits._leader, "the first call to lead a commit")
         later = [threading.Thread(target=one, args=(f"req-{i}",)) for i in range(7)]
         for thread in later:
             thread.start()
