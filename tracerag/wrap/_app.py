@@ -19,9 +19,9 @@ from tracerag._state import Conversation, RequestInput
 from tracerag._withheld import check_withheld_message
 from tracerag.errors import ConfigurationError, InputError
 from tracerag.stages._sample import TEMPERATURE_ZERO_WARNING
+from tracerag.telemetry._instruments import record_turn_resumed, resume_action
 from tracerag.wrap._commit import (
     CURRENT_TURNS,
-    AppInterrupted,
     Turns,
     is_command,
 )
@@ -92,9 +92,15 @@ class WrappedChain(StagedRunnable):
         **kwargs: Any,
     ) -> Response:
         """The request, then what it leaves in the app's own thread or history: committed
-        only now that it is routed, a withheld answer replaced by ``withheld_message``."""
+        only now that it is routed, a withheld answer replaced by ``withheld_message``.
+
+        A turn the app paused (an interrupt it raised) is delivered by the run loop as
+        interrupted, its Response naming the interrupts; a ``Command(resume=...)`` that finishes
+        its turn (answered, or paused again) is counted as resumed (``kind="app"``)."""
+        resumed: str | None = None
         if is_command(input):
             input = await self._resume(input, config)
+            resumed = resume_action(_resume_actions(input.command))
         # the question the withheld message answers in its language (parsing is pure: a bad
         # input raises here as it would in the run)
         question = self.parse_input(input).question
@@ -102,11 +108,12 @@ class WrappedChain(StagedRunnable):
         token = CURRENT_TURNS.set(turns)
         try:
             response = await super()._answer(input, run_manager, config, **kwargs)
-        except AppInterrupted as paused:  # the app paused for a person: the Response says so
-            response = paused.response()
         finally:
             CURRENT_TURNS.reset(token)
-        return await turns.commit(response, self.withheld_message, question)
+        committed = await turns.commit(response, self.withheld_message, question)
+        if resumed is not None:
+            record_turn_resumed("app", resumed, meter_provider=self.settings.meter_provider)
+        return committed
 
     async def _resume(self, command: Any, config: RunnableConfig) -> _Resume:
         """A ``Command(resume=...)`` for the caller's interrupted thread, with the question
@@ -175,6 +182,24 @@ class WrappedChain(StagedRunnable):
         turns, source = kept
         earlier = request.conversation.earlier if request.conversation is not None else ()
         return request.following((*turns, *earlier), source)
+
+
+def _resume_actions(command: Any) -> list[str]:
+    """The actions a ``Command(resume=...)`` takes: the ``type`` of each of its decisions
+    (``HumanInTheLoopMiddleware``: ``{"decisions": [{"type": "approve"}, ...]}``), of the value
+    itself (``{"type": ...}``), or of the values of a resume keyed by interrupt id."""
+    value = getattr(command, "resume", None)
+    values = [value]
+    if isinstance(value, dict) and not ({"decisions", "type"} & value.keys()):
+        values = list(value.values())  # {interrupt id: resume value}
+    actions: list[str] = []
+    for item in values:
+        if not isinstance(item, dict):
+            continue
+        decisions = item.get("decisions")
+        found = decisions if isinstance(decisions, list) else [item]
+        actions += [str(d.get("type")) for d in found if isinstance(d, dict) and "type" in d]
+    return actions
 
 
 @dataclasses.dataclass(frozen=True)

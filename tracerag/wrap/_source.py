@@ -335,7 +335,16 @@ class ChainSource:
         if interrupts and answered_before_pause(outputs[0]):
             raise StageRefusal(ConfigurationError(PAUSED_AFTER_ANSWER), sampled)
         if interrupts:  # the app paused for a person: nothing to verify yet
-            raise StageRefusal(self._interrupted(state, interrupts, learned), sampled)
+            paused = self._interrupted(state, interrupts, learned)
+            sampled = _drawn_before_pause(sampled)
+            span.set_attributes(
+                {
+                    semconv.SAMPLES_DRAWN: len(sampled.samples),
+                    semconv.SAMPLES_OK: 0,
+                    semconv.SAMPLES_FAILED: 0,  # paused, not failed
+                }
+            )
+            raise StageRefusal(paused, sampled)
         missing = [name for name in pending if learned is None or not getattr(learned, name)]
         if missing:  # the record still shows what the runs did and retrieved
             raise StageRefusal(missing_version_error(state.request_id, missing), sampled)
@@ -384,6 +393,24 @@ class ChainSource:
                     "tracerag wrap: a sample stage ran outside a wrapped app's request; "
                     "its turn is not kept in the app's thread or history"
                 )
+
+
+#: What a paused turn's one run gave: no answer yet (not a failure: it waits for a person).
+PAUSED_SAMPLE = "interrupted: the app paused for a person before answering"
+
+
+def _drawn_before_pause(sampled: SampleSet) -> SampleSet:
+    """A paused turn's samples: the app's own run only. The others were never drawn (the turn
+    has no answer to sample yet), so they are neither failed samples nor errors."""
+    first = tuple(dataclasses.replace(s, error=PAUSED_SAMPLE) for s in sampled.samples[:1])
+    unread = set(_unreadable(sampled.samples))
+    return dataclasses.replace(
+        sampled,
+        samples=first,
+        runs=sampled.runs[:1],
+        errors=tuple(e for e in sampled.errors if e.extra.get("sample", 0) == 0),
+        warnings=tuple(w for w in sampled.warnings if w not in unread) + _unreadable(first),
+    )
 
 
 def _unreadable(samples: Sequence[Any]) -> tuple[str, ...]:
