@@ -38,6 +38,7 @@ from tracerag.stages._retrieve import fetch, record_materials, to_materials
 from tracerag.stages._sample import (
     TEMPERATURE_ZERO_WARNING,
     Draw,
+    NotDrawn,
     adaptive_fields,
     draw_samples,
     record_samples,
@@ -218,6 +219,8 @@ class ChainSource:
                 if index == 0:
                     runs.app_run_done()
             outputs[index] = output
+            if index == 0 and interrupts_of(output):  # paused for a person: no answer drawn
+                raise NotDrawn("the app's own run paused at an interrupt before answering")
             usage = capture_run.token_usage
             return Draw(
                 clean_text(self.io.answer(output), settings.retry.max_output_chars),
@@ -395,14 +398,10 @@ class ChainSource:
                 )
 
 
-#: What a paused turn's one run gave: no answer yet (not a failure: it waits for a person).
-PAUSED_SAMPLE = "interrupted: the app paused for a person before answering"
-
-
 def _drawn_before_pause(sampled: SampleSet) -> SampleSet:
     """A paused turn's samples: the app's own run only. The others were never drawn (the turn
     has no answer to sample yet), so they are neither failed samples nor errors."""
-    first = tuple(dataclasses.replace(s, error=PAUSED_SAMPLE) for s in sampled.samples[:1])
+    first = sampled.samples[:1]
     unread = set(_unreadable(sampled.samples))
     return dataclasses.replace(
         sampled,
