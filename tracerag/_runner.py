@@ -543,11 +543,13 @@ def _record_metrics(
 ) -> None:
     try:
         outcome = outcome_of(state)
+        paused = interrupted is not None
         if interrupted is not None:
-            outcome = dataclasses.replace(outcome, interrupted=True)
             metrics.record_turn_interrupted(interrupted, meter_provider=settings.meter_provider)
-        metrics.record_request(outcome, meter_provider=settings.meter_provider)
+        metrics.record_request(outcome, interrupted=paused, meter_provider=settings.meter_provider)
         if spent is not None:
-            metrics.record_usage(outcome, spent, meter_provider=settings.meter_provider)
+            metrics.record_usage(
+                outcome, spent, interrupted=paused, meter_provider=settings.meter_provider
+            )
     except Exception:
         logger.exception("tracerag: metrics failed for request %s", state.request_id)

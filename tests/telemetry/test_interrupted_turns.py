@@ -136,6 +136,9 @@ def test_an_interrupt_the_app_raises_is_an_interrupted_turn_not_a_failed_request
     assert requests == {(("decision", "interrupted"), ("tier", "high")): 1}
     assert meters.counts(sc.METRIC_TURNS_INTERRUPTED) == {(("kind", "app"),): 1}
     assert meters.counts(sc.METRIC_TURNS_RESUMED) == {}
+    calls = meters.counts(sc.METRIC_USAGE_CALLS)  # the app's one model call, paused
+    assert calls and {dict(k)["decision"] for k in calls} == {"interrupted"}
+    assert meters.counts(sc.METRIC_MODEL_ERRORS) == {}  # the samples not drawn did not fail
 
 
 def test_a_resumed_app_turn_is_counted_with_its_action_once_it_finishes(spans, meters):

@@ -302,24 +302,28 @@ class RequestOutcome:
     fabricated: Sequence[str] | int | None = None
     prompt_version: str | None = None
     model_version: str | None = None
-    #: the turn paused for a person (an interrupt): counted under ``decision="interrupted"``,
-    #: neither routed nor failed
-    interrupted: bool = False
 
 
-def _decision(outcome: RequestOutcome) -> str:
-    """The ``decision`` label of a request: its route, ``interrupted``, or ``none`` (failed)."""
-    if getattr(outcome, "interrupted", False):
+def _decision(outcome: RequestOutcome, interrupted: bool) -> str:
+    """The ``decision`` label of a request: its route, ``interrupted`` (a turn paused for a
+    person: neither routed nor failed), or ``none`` (failed)."""
+    if interrupted:
         return semconv.INTERRUPTED
     return _label(getattr(outcome, "decision", None))
 
 
-def record_request(outcome: RequestOutcome, *, meter_provider: MeterProvider | None = None) -> None:
-    """Record one finished request: decision, confidence, durations, samples and citations."""
+def record_request(
+    outcome: RequestOutcome,
+    *,
+    interrupted: bool = False,
+    meter_provider: MeterProvider | None = None,
+) -> None:
+    """Record one finished request: decision, confidence, durations, samples and citations;
+    ``interrupted``: a turn paused for a person, counted under ``decision="interrupted"``."""
     try:
         inst = _instruments(meter_provider)
         tier = _label(getattr(outcome, "tier", None))
-        decision = _decision(outcome)
+        decision = _decision(outcome, interrupted)
         attrs = {semconv.METRIC_ATTR_DECISION: decision, semconv.METRIC_ATTR_TIER: tier}
         tier_only = {semconv.METRIC_ATTR_TIER: tier}
         inst["requests"].add(1, attrs)
@@ -492,6 +496,7 @@ def record_usage(
     outcome: RequestOutcome,
     section: Mapping[str, Any],
     *,
+    interrupted: bool = False,
     meter_provider: MeterProvider | None = None,
 ) -> None:
     """Record one request's ``usage`` section (``tracerag.usage.usage_section``) per stage."""
@@ -499,7 +504,7 @@ def record_usage(
         inst = _instruments(meter_provider, "usage")
         base = {
             semconv.METRIC_ATTR_TIER: _label(outcome.tier),
-            semconv.METRIC_ATTR_DECISION: _decision(outcome),
+            semconv.METRIC_ATTR_DECISION: _decision(outcome, interrupted),
             semconv.METRIC_ATTR_PROMPT_VERSION: _label(outcome.prompt_version),
             semconv.METRIC_ATTR_MODEL_VERSION: _label(outcome.model_version),
         }
