@@ -29,6 +29,7 @@ from tracerag import (
     wrap,
 )
 from tracerag import _semconv as sc
+from tracerag.store import open_store
 from tracerag.telemetry._instruments import resume_action
 from tracerag.testing import ToolCallingChatModel
 
@@ -160,6 +161,63 @@ def test_a_resumed_app_turn_is_counted_with_its_action_once_it_finishes(spans, m
     with pytest.raises(InputError, match="no interrupted turn"):
         wrapped.invoke(APPROVE_TOOL, config)
     assert meters.counts(sc.METRIC_TURNS_RESUMED) == {(("action", "approve"), ("kind", "app")): 1}
+
+
+def test_a_paused_turn_is_stored_as_interrupted_and_not_queued_for_the_desk(
+    spans, meters, tmp_path
+):
+    store = open_store(str(tmp_path / "audit.sqlite"))
+    agent = rag_agent(
+        tool_model(),
+        checkpointer=InMemorySaver(),
+        middleware=[HumanInTheLoopMiddleware(interrupt_on={"retrieve_context": True})],
+    )
+    wrapped = wrap(
+        agent,
+        n_samples=2,
+        retry=FAST_RETRY,
+        audit=store,
+        tracer_provider=spans.provider,
+        meter_provider=meters.provider,
+    )
+    paused = wrapped.invoke(AGENT_QUESTION, {"configurable": {"thread_id": "stored"}})
+    assert paused.audit_persisted is True  # the store took the record: the Response says so
+    assert wrapped.settings.record_sink.writer.flush(timeout=10)
+    record = store.get(paused.request_id).record
+    (interrupt,) = paused.interrupts
+    assert record["interrupted"] == {
+        "kind": "app",
+        "interrupts": [{"id": interrupt.id, "type": None}],
+    }
+    assert record["response"]["interrupts"][0]["id"] == interrupt.id
+    assert record["errors"] == []
+    assert store.list_queue() == []  # the app's own person answers it: no ticket for the desk
+    assert store.verify_chain().ok
+    store.close()
+
+
+def test_a_paused_turn_whose_record_is_lost_says_so(spans, meters):
+    def down(record: dict) -> bool:
+        raise OSError("audit store unavailable")
+
+    agent = rag_agent(
+        tool_model(),
+        checkpointer=InMemorySaver(),
+        middleware=[HumanInTheLoopMiddleware(interrupt_on={"retrieve_context": True})],
+    )
+    wrapped = wrap(
+        agent,
+        n_samples=2,
+        retry=FAST_RETRY,
+        audit=down,
+        tracer_provider=spans.provider,
+        meter_provider=meters.provider,
+    )
+    paused = wrapped.invoke(AGENT_QUESTION, {"configurable": {"thread_id": "lost"}})
+    assert paused.interrupts and paused.audit_persisted is False
+    assert root_of(spans, paused.request_id).attributes[sc.AUDIT_PERSISTED] is False
+    assert meters.counts(sc.METRIC_AUDIT_FAILURES) == {(("reason", "OSError"),): 1}
+    assert meters.counts(sc.METRIC_TURNS_INTERRUPTED) == {(("kind", "app"),): 1}
 
 
 @pytest.mark.parametrize(
