@@ -96,11 +96,11 @@ class WrappedChain(StagedRunnable):
 
         A turn the app paused (an interrupt it raised) is delivered by the run loop as
         interrupted, its Response naming the interrupts; a ``Command(resume=...)`` that finishes
-        its turn (answered, or paused again) is counted as resumed (``kind="app"``)."""
-        resumed: str | None = None
+        its turn (the caller's thread no longer waits at the interrupts it resumed: answered, or
+        paused at new ones) is counted as resumed (``kind="app"``)."""
+        resumed: _Resume | None = None
         if is_command(input):
-            input = await self._resume(input, config)
-            resumed = resume_action(_resume_actions(input.command))
+            input = resumed = await self._resume(input, config)
         # the question the withheld message answers in its language (parsing is pure: a bad
         # input raises here as it would in the run)
         question = self.parse_input(input).question
@@ -111,9 +111,23 @@ class WrappedChain(StagedRunnable):
         finally:
             CURRENT_TURNS.reset(token)
         committed = await turns.commit(response, self.withheld_message, question)
-        if resumed is not None:
-            record_turn_resumed("app", resumed, meter_provider=self.settings.meter_provider)
+        if resumed is not None and await self._left(resumed, config):
+            action = resume_action(_resume_actions(resumed.command))
+            record_turn_resumed("app", action, meter_provider=self.settings.meter_provider)
         return committed
+
+    async def _left(self, resumed: _Resume, config: RunnableConfig) -> bool:
+        """Whether the caller's thread left the interrupts a resume answered (a turn not kept
+        in the thread still waits at them); a thread that cannot be read is not counted."""
+        try:
+            state = await self.chain.aget_state(  # type: ignore[attr-defined]
+                {"configurable": dict(config.get("configurable") or {})}
+            )
+        except Exception:
+            logger.warning("tracerag wrap: cannot read the resumed thread", exc_info=True)
+            return False
+        pending = {i.id for i in getattr(state, "interrupts", ()) or ()}
+        return not (pending & resumed.waiting)
 
     async def _resume(self, command: Any, config: RunnableConfig) -> _Resume:
         """A ``Command(resume=...)`` for the caller's interrupted thread, with the question
@@ -137,7 +151,8 @@ class WrappedChain(StagedRunnable):
                 f"thread {thread!r} has no interrupted turn to resume: call the app with the "
                 "next question instead"
             )
-        return _Resume(command, self.io.question(state.values))
+        waiting = frozenset(i.id for i in state.interrupts)
+        return _Resume(command, self.io.question(state.values), waiting)
 
     def parse_input(self, input: Any) -> RequestInput:
         """The checked request, with the caller's input kept for the app."""
@@ -208,6 +223,8 @@ class _Resume:
 
     command: Any
     question: str
+    #: the ids of the interrupts the thread waits at
+    waiting: frozenset[str] = frozenset()
 
 
 def wrap(
