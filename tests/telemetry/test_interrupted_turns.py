@@ -127,6 +127,14 @@ def test_an_interrupt_the_app_raises_is_an_interrupted_turn_not_a_failed_request
     assert not any(s.status.status_code is StatusCode.ERROR for s in spans.spans())
     (sample,) = spans.named(sc.SPAN_SAMPLE, paused.request_id)
     assert sample.attributes[sc.SAMPLES_FAILED] == 0
+    assert sample.attributes[sc.SAMPLES_DRAWN] == 1
+    assert sample.attributes[sc.SAMPLES_STOP] == "interrupted"
+    adaptive = record["params"]["adaptive"]
+    assert (adaptive["drawn"], adaptive["stop_reason"], adaptive["stop_risk"]) == (
+        1,
+        "interrupted",
+        None,
+    )
     assert not any(
         (e.attributes or {}).get(sc.GENAI_EVALUATION_NAME) == sc.EVALUATION_VERDICT
         for e in root.events

@@ -345,6 +345,7 @@ class ChainSource:
                     semconv.SAMPLES_DRAWN: len(sampled.samples),
                     semconv.SAMPLES_OK: 0,
                     semconv.SAMPLES_FAILED: 0,  # paused, not failed
+                    semconv.SAMPLES_STOP: semconv.INTERRUPTED,
                 }
             )
             raise StageRefusal(paused, sampled)
@@ -407,6 +408,8 @@ def _drawn_before_pause(sampled: SampleSet) -> SampleSet:
         sampled,
         samples=first,
         runs=sampled.runs[:1],
+        stop_reason=semconv.INTERRUPTED,  # not settled, nor every sample drawn
+        stop_risk=None,
         errors=tuple(e for e in sampled.errors if e.extra.get("sample", 0) == 0),
         warnings=tuple(w for w in sampled.warnings if w not in unread) + _unreadable(first),
     )
