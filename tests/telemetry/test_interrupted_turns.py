@@ -301,3 +301,64 @@ def test_a_refused_resume_value_leaves_the_review_waiting_and_uncounted(spans, m
     assert meters.counts(sc.METRIC_TURNS_RESUMED) == {
         (("action", "reject"), ("kind", "answer_review")): 1
     }
+
+
+def test_a_resume_that_pauses_again_is_resumed_and_interrupted_again(spans, meters):
+    """A graph that asks a person twice before answering: each pause is an interrupted turn
+    (its payload's ``type`` recorded), each resume that moves the thread on is counted."""
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.types import interrupt
+    from wrap_apps import KB_DOCUMENTS
+
+    from tracerag.demo.kb import build_vectorstore
+
+    model = tool_model()
+
+    def confirm(state: MessagesState):
+        interrupt({"type": "confirm_identity", "question": "Is this the account holder?"})
+        return {}
+
+    def consent(state: MessagesState):
+        interrupt({"type": "consent"})
+        return {}
+
+    def answer(state: MessagesState):
+        context = "\n".join(f"[{d.metadata['id']}] {d.page_content}" for d in KB_DOCUMENTS)
+        prompt = [{"role": "system", "content": context}, *state["messages"]]
+        return {"messages": [model.invoke(prompt)]}
+
+    builder = StateGraph(MessagesState)
+    for node in (confirm, consent, answer):
+        builder.add_node(node)
+    builder.add_edge(START, "confirm")
+    builder.add_edge("confirm", "consent")
+    builder.add_edge("consent", "answer")
+    records: list[dict] = []
+    wrapped = wrap(
+        builder.compile(checkpointer=InMemorySaver()),
+        retriever=build_vectorstore(KB_DOCUMENTS).as_retriever(),
+        n_samples=2,
+        retry=FAST_RETRY,
+        audit=records.append,
+        tracer_provider=spans.provider,
+        meter_provider=meters.provider,
+    )
+    config = {"configurable": {"thread_id": "twice"}}
+    first = wrapped.invoke(AGENT_QUESTION, config)
+    assert [i.value["type"] for i in first.interrupts] == ["confirm_identity"]
+    assert records[-1]["interrupted"]["interrupts"][0]["type"] == "confirm_identity"
+    root = root_of(spans, first.request_id)
+    assert root.attributes[sc.INTERRUPT_TYPES] == ("confirm_identity",)
+
+    second = wrapped.invoke(Command(resume={"type": "approve"}), config)
+    assert [i.value["type"] for i in second.interrupts] == ["consent"]
+    assert meters.counts(sc.METRIC_TURNS_INTERRUPTED) == {(("kind", "app"),): 2}
+    assert meters.counts(sc.METRIC_TURNS_RESUMED) == {(("action", "approve"), ("kind", "app")): 1}
+
+    done = wrapped.invoke(Command(resume="yes"), config)  # a bare value: action "other"
+    assert not done.interrupts and done.decision == "pass", done.signal_detail
+    assert meters.counts(sc.METRIC_TURNS_INTERRUPTED) == {(("kind", "app"),): 2}
+    assert meters.counts(sc.METRIC_TURNS_RESUMED) == {
+        (("action", "approve"), ("kind", "app")): 1,
+        (("action", "other"), ("kind", "app")): 1,
+    }
