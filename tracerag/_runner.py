@@ -10,6 +10,9 @@ attributes and the metrics are the state's projections (``RequestState.to_record
 ``root_attributes``, ``outcome_fields``). A failure of tracing, storage, metrics, the escalation
 handler or a stage listener never fails the request. A stage that refuses the request after
 finishing its work (``StageRefusal``) has its output kept in the state, and so in the record.
+A turn a stage reports paused for a person (``Interrupted``, say the wrapped app's own
+interrupt) is an outcome of its own: no further stage runs, and the record, the root span and
+the metrics say ``interrupted``, neither routed nor failed.
 
 The LangChain Runnable both front doors are is ``StagedRunnable``; the events listeners hear are
 in ``tracerag.events``; the sync entry points run the loop through ``run_sync``.
