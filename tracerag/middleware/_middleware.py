@@ -42,6 +42,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tracers.langchain import LangChainTracer
 from langgraph.config import get_config, get_stream_writer
+from langgraph.errors import GraphInterrupt
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
 from pydantic import AfterValidator, ValidationError
@@ -85,6 +86,7 @@ from tracerag.middleware._turn import SearchLog, is_answer, turn_of
 from tracerag.signals._attribution import UNSCORED
 from tracerag.stages._stopping import first_round as first_samples
 from tracerag.stages._table import steps_for
+from tracerag.telemetry._instruments import record_turn_interrupted, record_turn_resumed
 from tracerag.wrap._capture import RunCapture
 from tracerag.wrap._hooks import Shared, instrument, scope
 from tracerag.wrap._inspect import retrieval_parts
@@ -486,6 +488,9 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
                     "type[ResumeValue]", Annotated[ResumeValue, AfterValidator(available)]
                 ),
             )
+        except GraphInterrupt:  # the turn pauses here for a person (resumed: counted below)
+            record_turn_interrupted("answer_review", meter_provider=self.settings.meter_provider)
+            raise
         except ValidationError as exc:
             try:
                 raise InputError(refusal_of(exc)) from None
@@ -493,6 +498,9 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
                 _invalid_resume(refused)  # the review still waits: the value is not kept
                 raise
         decision = value.decision()
+        record_turn_resumed(
+            "answer_review", decision.action.value, meter_provider=self.settings.meter_provider
+        )
         if decision.action is ReviewAction.APPROVE:
             text = candidate()
         elif decision.action is ReviewAction.EDIT:
