@@ -73,6 +73,7 @@ INTERNAL = {
     "ApiError": "the server's exception handler answers it in the JSON error shape",
     "SignInRequired": "the server's handler answers it with 401 or the sign-in page",
     "StageRefusal": "the run loop keeps the stage's output, then raises the refusal's error",
+    "NotDrawn": "the sample stage keeps it as a sample not drawn (no error of the request)",
 }
 STAND_INS = {"ScriptedModelError"}
 COMMAND_PARTS = {"tools", "demo"}
