@@ -32,7 +32,6 @@ from tracerag._state import (
     ErrorLog,
     RequestState,
     Retrieval,
-    RunVersions,
     Sample,
     SampleSet,
     StageRefusal,
@@ -51,11 +50,10 @@ from tracerag.stages._sample import (
 from tracerag.stages._stopping import Verifier, draw_adaptive
 from tracerag.wrap._capture import RunCapture, model_call_attributes
 from tracerag.wrap._materials import run_materials, shown_order
-from tracerag.wrap._versions import learn_model, learn_prompt, missing_version_error
+from tracerag.wrap._versions import learn_versions, missing_version_error
 
 if TYPE_CHECKING:
     from tracerag._settings import Settings
-    from tracerag.signals._types import Material
 
 __all__ = ["TOOLS_NOTE", "DrawAnswer", "OnRound", "TurnSource"]
 
@@ -180,7 +178,7 @@ class TurnSource:
         calls = sum(len(c.calls) for c in captures)
         warnings = record_samples(samples, span, temperature, stopped, wanted, calls)
         pending = state.registration.versions_from_runs if state.registration is not None else ()
-        learned = _learn_versions(pending, captures, state.question, materials, span)
+        learned = learn_versions(pending, captures, state.question, materials, span)
         sampled = SampleSet(
             samples=samples,
             temperature=temperature,
@@ -198,35 +196,6 @@ class TurnSource:
         if missing:
             raise StageRefusal(missing_version_error(state.request_id, missing), sampled)
         return sampled
-
-
-def _learn_versions(
-    pending: Sequence[str],
-    captures: Sequence[RunCapture],
-    question: str,
-    materials: Sequence[Material],
-    span: Span,
-) -> RunVersions | None:
-    """The versions not given, as the answering calls show them (as ``wrap()`` learns them)."""
-    if not pending:
-        return None
-    prompt, prompt_source = (None, None)
-    if "prompt" in pending:
-        prompt, prompt_source = learn_prompt(captures, question, materials)
-    model = learn_model(captures) if "model" in pending else None
-    learned = RunVersions(
-        prompt=prompt,
-        model=model,
-        prompt_source=prompt_source,
-        model_source="run" if model else None,
-    )
-    if learned.prompt:
-        span.set_attribute(semconv.VERSION_PROMPT, learned.prompt)
-        span.set_attribute(semconv.VERSION_PROMPT_SOURCE, prompt_source or "")
-    if learned.model:
-        span.set_attribute(semconv.VERSION_MODEL, learned.model)
-        span.set_attribute(semconv.VERSION_MODEL_SOURCE, "run")
-    return learned
 
 
 def _model_attrs(run: RunCapture) -> dict[str, Any]:

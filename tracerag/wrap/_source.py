@@ -66,7 +66,7 @@ from tracerag.wrap._io import ChainIO, independent_copy
 from tracerag.wrap._materials import run_materials, shown_order
 from tracerag.wrap._retryable import is_transient
 from tracerag.wrap._runs import Attempt, RequestRuns, Sampler
-from tracerag.wrap._versions import learn_model, learn_prompt, missing_version_error
+from tracerag.wrap._versions import learn_versions, missing_version_error
 
 if TYPE_CHECKING:
     from tracerag._settings import Settings
@@ -317,7 +317,7 @@ class ChainSource:
         if kept is not None:
             span.set_attribute(semconv.SAMPLE_KEPT, kept)
         pending = state.registration.versions_from_runs if state.registration is not None else ()
-        learned = _learn_versions(pending, captures, state.question, materials, span)
+        learned = learn_versions(pending, captures, state.question, materials, span)
         sampled = SampleSet(
             samples=samples,
             temperature=temperature,
@@ -435,35 +435,6 @@ def _fetched_as_retrieved(retriever: BaseRetriever, found: Sequence[Any]) -> boo
         retriever.search_type in _SEARCHES_AS_RETRIEVER
         and all(score is not None for _, score in found)
     )
-
-
-def _learn_versions(
-    pending: Sequence[str],
-    captures: Sequence[RunCapture],
-    question: str,
-    materials: Sequence[Material],
-    span: Span,
-) -> RunVersions | None:
-    """The pending versions as the runs show them, with how each was obtained."""
-    if not pending:
-        return None
-    prompt, prompt_source = (None, None)
-    if "prompt" in pending:
-        prompt, prompt_source = learn_prompt(captures, question, materials)
-    model = learn_model(captures) if "model" in pending else None
-    learned = RunVersions(
-        prompt=prompt,
-        model=model,
-        prompt_source=prompt_source,
-        model_source="run" if model else None,
-    )
-    if learned.prompt:
-        span.set_attribute(semconv.VERSION_PROMPT, learned.prompt)
-        span.set_attribute(semconv.VERSION_PROMPT_SOURCE, prompt_source or "")
-    if learned.model:
-        span.set_attribute(semconv.VERSION_MODEL, learned.model)
-        span.set_attribute(semconv.VERSION_MODEL_SOURCE, "run")
-    return learned
 
 
 def _record_run_materials(

@@ -25,8 +25,11 @@ from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
+from opentelemetry.trace import Span
 
+from tracerag import _semconv as semconv
 from tracerag._llm import text_of
+from tracerag._state import RunVersions
 from tracerag.errors import MissingVersionError
 from tracerag.prompts import fingerprint
 from tracerag.signals._types import Material
@@ -128,6 +131,36 @@ def learn_model(captures: Iterable[RunCapture]) -> str | None:
     return "+".join(names) or None
 
 
+def learn_versions(
+    pending: Sequence[str],
+    captures: Sequence[RunCapture],
+    question: str,
+    materials: Sequence[Material],
+    span: Span,
+) -> RunVersions | None:
+    """The pending versions as the runs' answering calls show them, with how each was
+    obtained, set on the sample stage's span (wrap() and the middleware learn them alike)."""
+    if not pending:
+        return None
+    prompt, prompt_source = (None, None)
+    if "prompt" in pending:
+        prompt, prompt_source = learn_prompt(captures, question, materials)
+    model = learn_model(captures) if "model" in pending else None
+    learned = RunVersions(
+        prompt=prompt,
+        model=model,
+        prompt_source=prompt_source,
+        model_source="run" if model else None,
+    )
+    if learned.prompt:
+        span.set_attribute(semconv.VERSION_PROMPT, learned.prompt)
+        span.set_attribute(semconv.VERSION_PROMPT_SOURCE, prompt_source or "")
+    if learned.model:
+        span.set_attribute(semconv.VERSION_MODEL, learned.model)
+        span.set_attribute(semconv.VERSION_MODEL_SOURCE, "run")
+    return learned
+
+
 __all__ = [
     "DOCUMENT",
     "METADATA",
@@ -137,6 +170,7 @@ __all__ = [
     "PromptSource",
     "learn_model",
     "learn_prompt",
+    "learn_versions",
     "missing_version_error",
     "model_input_text",
 ]
