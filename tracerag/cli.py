@@ -27,7 +27,7 @@ COMMANDS = [
     "tracerag.tools._audit",
     "tracerag.tools._replay",
     "tracerag.tools.explain",
-    "tracerag.tools._indicators",
+    "tracerag.tools._metrics",
     "tracerag.server._serve",
     "tracerag.tools.calibration",
     "tracerag.tools.adversarial",
@@ -59,7 +59,7 @@ COMMAND_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "metrics": (
         "citation coverage and accuracy, interception, review and escalation rates",
-        ("tracerag.tools._indicators",),
+        ("tracerag.tools._metrics",),
     ),
     "serve": ("serve the answer API and the review desk over HTTP", ("tracerag.server._serve",)),
     "calibrate": (

@@ -23,7 +23,7 @@ from tracerag.prompts import (
 from tracerag.signals._types import Material
 from tracerag.store import open_store
 from tracerag.tools import _eval as ev
-from tracerag.tools._indicators import compute
+from tracerag.tools._metrics import compute
 from tracerag.tools._show import render_timeline
 
 QUESTIONS = REPO / "examples" / "eval" / "questions.jsonl"

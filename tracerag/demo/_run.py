@@ -155,7 +155,7 @@ def render(index: int, question: dict[str, Any], response: Response) -> str:
 def run(args: argparse.Namespace) -> int:
     """Answer the demo questions and print what happened to each."""
     if getattr(args, "scenario", "default") == "bad-material":
-        from tracerag.demo._bad_material import run_scenario
+        from tracerag.demo._scenario_bad_material import run_scenario
 
         return run_scenario(args)
     from tracerag.config import get_config

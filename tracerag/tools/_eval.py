@@ -328,7 +328,7 @@ def summarize_arm(
 ) -> ArmResult:
     """One configuration's summary from its audit records, outcomes and adversarial result."""
     from tracerag.store._codec import RequestTrail, entries_from_record
-    from tracerag.tools._indicators import from_trails
+    from tracerag.tools._metrics import from_trails
 
     quality = from_trails(
         RequestTrail(str(r["request_id"]), entries_from_record(r)) for r in records
