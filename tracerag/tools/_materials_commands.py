@@ -18,16 +18,40 @@ Upkeep: ``pending``, ``conflicts``, ``stats``, ``verify`` (also ``tracerag audit
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
+from tracerag._identity import (
+    OperatorIdentity,
+    UnknownOperator,
+    authenticate_operator,
+    read_token_file,
+)
+from tracerag.config import get_config
+from tracerag.errors import TraceragError
+from tracerag.materials import (
+    ConcurrentChange,
+    InvalidTransition,
+    MaterialNotFound,
+    MaterialRegistry,
+)
+from tracerag.materials._db import MaterialStoreError
+from tracerag.materials._investigate import impact, trace_back
+from tracerag.materials._principal import declared_note
 from tracerag.materials._render import render_trace_back, short, version_lines
+from tracerag.materials.feedback import record_feedback
+from tracerag.store import RequestNotFound
 from tracerag.tools._audit import add_audit_command
-from tracerag.tools._store_args import add_store_argument, open_cli_store
-
-if TYPE_CHECKING:
-    from tracerag._identity import OperatorIdentity
+from tracerag.tools._command import (
+    Subparsers,
+    add_json_argument,
+    add_store_argument,
+    print_json,
+)
+from tracerag.tools._store_args import open_cli_store
 
 ACTIONS = ("approve", "reject", "quarantine", "restore", "delete", "dismiss")
 _ACTION_HELP = {
@@ -39,9 +63,6 @@ _ACTION_HELP = {
 
 def open_registry(url: str | None, **options: Any) -> Any:
     """The material registry beside the command's audit store, or exit with a message."""
-    from tracerag.errors import TraceragError
-    from tracerag.materials import MaterialRegistry
-
     store = open_cli_store(url)
     try:
         return MaterialRegistry(store, owns_store=True, **options)
@@ -50,13 +71,18 @@ def open_registry(url: str | None, **options: Any) -> Any:
         raise SystemExit(f"tracerag: cannot open the material registry: {exc}") from exc
 
 
+@contextmanager
+def cli_registry(args: argparse.Namespace, **options: Any) -> Iterator[MaterialRegistry]:
+    """The registry beside ``args.store``, open for the block."""
+    reg = open_registry(args.store, **options)
+    try:
+        yield reg
+    finally:
+        reg.close()
+
+
 def operator_identity(args: argparse.Namespace) -> OperatorIdentity:
     """The operator the command's token proves; exit 2 with the reason when it proves none."""
-    from pathlib import Path
-
-    from tracerag._identity import UnknownOperator, authenticate_operator, read_token_file
-    from tracerag.config import get_config
-
     config = get_config()
     token = config.operator_token
     if args.operator_token_file:
@@ -76,10 +102,7 @@ def operator_identity(args: argparse.Namespace) -> OperatorIdentity:
 
 def run_show(args: argparse.Namespace) -> int:
     """Print a material now, its history and its read hits."""
-    from tracerag.materials import MaterialNotFound
-
-    reg = open_registry(args.store)
-    try:
+    with cli_registry(args) as reg:
         try:
             state = reg.get(args.material_id)
         except MaterialNotFound as exc:
@@ -111,7 +134,7 @@ def run_show(args: argparse.Namespace) -> int:
                 ],
                 "reads": [h.__dict__ for h in reads],
             }
-            print(json.dumps(out, ensure_ascii=False, indent=2))
+            print_json(out)
             return 0
         v = state.current
         print(f"material {v.material_id}" + (f" — {v.title}" if v.title else ""))
@@ -148,25 +171,18 @@ def run_show(args: argparse.Namespace) -> int:
                 f"decision {h.decision}" + ("  COMPLAINT" if h.complained else "")
             )
         return 0
-    finally:
-        reg.close()
 
 
 def run_impact(args: argparse.Namespace) -> int:
     """Every request that used a material (version), with its decisions."""
-    from tracerag.materials._investigate import impact
-
-    reg = open_registry(args.store)
-    try:
+    with cli_registry(args) as reg:
         rows = impact(reg, args.material_id, args.version)
-    finally:
-        reg.close()
     if args.json:
         out = [
             {**r.hit.__dict__, "review_action": r.review_action, "feedback": list(r.feedback)}
             for r in rows
         ]
-        print(json.dumps(out, ensure_ascii=False, indent=2))
+        print_json(out)
         return 0
     which = f"v{args.version}" if args.version else "any version"
     print(f"{len(rows)} requests used {args.material_id} ({which}):")
@@ -182,13 +198,10 @@ def run_impact(args: argparse.Namespace) -> int:
 
 def run_by_rule(args: argparse.Namespace) -> int:
     """Everything one write rule or model version wrote."""
-    reg = open_registry(args.store)
-    try:
+    with cli_registry(args) as reg:
         rows = reg.by_rule(args.rule)
-    finally:
-        reg.close()
     if args.json:
-        print(json.dumps([s.version.body() for s in rows], ensure_ascii=False, indent=2))
+        print_json([s.version.body() for s in rows])
         return 0
     print(f"{len(rows)} versions written by {args.rule}:")
     for sv in rows:
@@ -203,17 +216,13 @@ def run_by_rule(args: argparse.Namespace) -> int:
 
 def run_action(args: argparse.Namespace) -> int:
     """approve / reject / quarantine / restore / delete one material."""
-    from tracerag.materials import InvalidTransition, MaterialNotFound
-
     who = operator_identity(args)
-    reg = open_registry(args.store)
-    try:
-        v = reg.transition(args.material_id, args.action, operator=who, reason=args.reason)
-    except (MaterialNotFound, InvalidTransition, ValueError) as exc:
-        print(f"tracerag materials {args.action}: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        reg.close()
+    with cli_registry(args) as reg:
+        try:
+            v = reg.transition(args.material_id, args.action, operator=who, reason=args.reason)
+        except (MaterialNotFound, InvalidTransition, ValueError) as exc:
+            print(f"tracerag materials {args.action}: {exc}", file=sys.stderr)
+            return 1
     print(f"{v.material_id} v{v.version}: {v.change} → {v.status} (by {v.operator})")
     if v.status in ("quarantined", "deleted"):
         print(
@@ -226,8 +235,6 @@ def run_action(args: argparse.Namespace) -> int:
 
 def run_edit(args: argparse.Namespace) -> int:
     """A manual edit: a new version (changed text goes through the write gate)."""
-    from tracerag.materials import ConcurrentChange, MaterialNotFound
-
     fields = {
         k: getattr(args, k)
         for k in ("valid_from", "valid_until", "superseded_by", "title")
@@ -237,22 +244,20 @@ def run_edit(args: argparse.Namespace) -> int:
         print("tracerag materials edit: nothing to change", file=sys.stderr)
         return 2
     who = operator_identity(args)
-    reg = open_registry(args.store)
-    try:
-        v = reg.edit(
-            args.material_id,
-            content=args.content,
-            operator=who,
-            written_by="manual",
-            reason=args.reason,
-            **fields,
-        )
-        pending = reg.get(args.material_id).pending
-    except (MaterialNotFound, ConcurrentChange, ValueError) as exc:
-        print(f"tracerag materials edit: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        reg.close()
+    with cli_registry(args) as reg:
+        try:
+            v = reg.edit(
+                args.material_id,
+                content=args.content,
+                operator=who,
+                written_by="manual",
+                reason=args.reason,
+                **fields,
+            )
+            pending = reg.get(args.material_id).pending
+        except (MaterialNotFound, ConcurrentChange, ValueError) as exc:
+            print(f"tracerag materials edit: {exc}", file=sys.stderr)
+            return 1
     held = v.gate and v.gate.get("reasons")
     print(
         f"{v.material_id} v{v.version}: edit → {v.status} (by {v.operator})"
@@ -264,19 +269,15 @@ def run_edit(args: argparse.Namespace) -> int:
 
 def run_rollback(args: argparse.Namespace) -> int:
     """Roll a batch back."""
-    from tracerag.materials._db import MaterialStoreError
-
     who = operator_identity(args)
-    reg = open_registry(args.store)
-    try:
-        result = reg.rollback_batch(
-            args.batch_id, operator=who, reason=args.reason, force=args.force
-        )
-    except MaterialStoreError as exc:
-        print(f"tracerag materials rollback-batch: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        reg.close()
+    with cli_registry(args) as reg:
+        try:
+            result = reg.rollback_batch(
+                args.batch_id, operator=who, reason=args.reason, force=args.force
+            )
+        except MaterialStoreError as exc:
+            print(f"tracerag materials rollback-batch: {exc}", file=sys.stderr)
+            return 1
     print(
         f"rolled back {args.batch_id} as {result.rollback_batch_id}: "
         f"restored {', '.join(result.restored) or 'none'}; "
@@ -289,8 +290,7 @@ def run_rollback(args: argparse.Namespace) -> int:
 
 def run_pending(args: argparse.Namespace) -> int:
     """Writes waiting for review, and quarantines proposed by denials."""
-    reg = open_registry(args.store)
-    try:
+    with cli_registry(args) as reg:
         for state in reg.pending():
             number = state.pending or state.current.version
             sv = reg.version(state.material_id, number)
@@ -300,20 +300,15 @@ def run_pending(args: argparse.Namespace) -> int:
                 f"quarantine proposed of {state.material_id} (v{state.current.version}, "
                 f"{state.denials} denials): {state.proposed_quarantine}"
             )
-    finally:
-        reg.close()
     return 0
 
 
 def run_conflicts(args: argparse.Namespace) -> int:
     """Open conflicts between active materials."""
-    reg = open_registry(args.store)
-    try:
+    with cli_registry(args) as reg:
         rows = reg.conflicts(None if args.all else "open")
-    finally:
-        reg.close()
     if args.json:
-        print(json.dumps([c.to_dict() for c in rows], ensure_ascii=False, indent=2))
+        print_json([c.to_dict() for c in rows])
         return 0
     for c in rows:
         print(
@@ -326,22 +321,16 @@ def run_conflicts(args: argparse.Namespace) -> int:
 
 def run_stats(args: argparse.Namespace) -> int:
     """Figures: materials by status, pending writes, conflicts, credibility distribution."""
-    reg = open_registry(args.store)
-    try:
-        print(json.dumps(reg.stats(), ensure_ascii=False, indent=2))
-    finally:
-        reg.close()
+    with cli_registry(args) as reg:
+        print_json(reg.stats())
     return 0
 
 
 def run_verify(args: argparse.Namespace) -> int:
     """Check the registry's tables against the hash chain; exit 1 on any difference."""
-    reg = open_registry(args.store, baseline=False)
-    try:
+    with cli_registry(args, baseline=False) as reg:
         chain = reg.store.verify_chain()
         report = reg.verify()
-    finally:
-        reg.close()
     print(chain.summary())
     print(report.summary())
     return 0 if chain.ok and report.ok else 1
@@ -349,30 +338,22 @@ def run_verify(args: argparse.Namespace) -> int:
 
 def run_purge(args: argparse.Namespace) -> int:
     """Delete read hits past retention (complained-about requests are kept)."""
-    reg = open_registry(args.store)
-    try:
+    with cli_registry(args) as reg:
         n = reg.purge_reads(days=args.days)
-    finally:
-        reg.close()
     print(f"deleted {n} read hits older than {args.days or reg.read_retention_days} days")
     return 0
 
 
 def run_trace_back(args: argparse.Namespace) -> int:
     """From a request to the materials it used and the writes that produced them."""
-    from tracerag.materials._investigate import trace_back
-    from tracerag.store import RequestNotFound
-
-    reg = open_registry(args.store)
-    try:
-        tb = trace_back(reg, args.request_id)
-    except RequestNotFound as exc:
-        print(f"tracerag trace-back: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        reg.close()
+    with cli_registry(args) as reg:
+        try:
+            tb = trace_back(reg, args.request_id)
+        except RequestNotFound as exc:
+            print(f"tracerag trace-back: {exc}", file=sys.stderr)
+            return 1
     if args.json:
-        print(json.dumps(tb.to_dict(), ensure_ascii=False, indent=2))
+        print_json(tb.to_dict())
     else:
         sys.stdout.write(render_trace_back(tb))
     return 0
@@ -381,9 +362,6 @@ def run_trace_back(args: argparse.Namespace) -> int:
 def feedback_principal(args: argparse.Namespace) -> OperatorIdentity:
     """The operator an operator token proves (the verdict counts), else the ``--operator``
     name as declared (kept as an unverified note that counts for nothing)."""
-    from tracerag.config import get_config
-    from tracerag.materials._principal import declared_note
-
     if args.operator_token_file or get_config().operator_token:
         return operator_identity(args)
     if not args.operator:
@@ -403,28 +381,22 @@ def feedback_principal(args: argparse.Namespace) -> OperatorIdentity:
 
 def run_feedback(args: argparse.Namespace) -> int:
     """Record a verdict on an answer (as ``record_feedback`` does)."""
-    from tracerag.materials._db import MaterialStoreError
-    from tracerag.materials.feedback import record_feedback
-    from tracerag.store import RequestNotFound
-
     who = feedback_principal(args)
-    reg = open_registry(args.store)
-    try:
-        result = record_feedback(
-            args.request_id,
-            args.verdict,
-            args.comment,
-            args.correction,
-            registry=reg,
-            operator=who,
-            declared_user=None if who.authenticated else args.operator,
-        )
-    except (RequestNotFound, MaterialStoreError, ValueError) as exc:
-        print(f"tracerag feedback: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        reg.close()
-    print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
+    with cli_registry(args) as reg:
+        try:
+            result = record_feedback(
+                args.request_id,
+                args.verdict,
+                args.comment,
+                args.correction,
+                registry=reg,
+                operator=who,
+                declared_user=None if who.authenticated else args.operator,
+            )
+        except (RequestNotFound, MaterialStoreError, ValueError) as exc:
+            print(f"tracerag feedback: {exc}", file=sys.stderr)
+            return 1
+    print_json(result.to_dict())
     return 0
 
 
@@ -442,7 +414,7 @@ def _operator(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(subparsers: Subparsers) -> None:
     """Register ``tracerag materials``, ``tracerag trace-back`` and ``tracerag feedback``."""
     m = subparsers.add_parser(
         "materials",
@@ -461,20 +433,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p = sub.add_parser("show", help="current value, version history, read hits")
     p.add_argument("material_id", metavar="MATERIAL_ID")
     p.add_argument("--limit", type=int, default=50, help="read hits shown (default 50)")
-    p.add_argument("--json", action="store_true")
+    add_json_argument(p)
     add_store_argument(p)
     p.set_defaults(func=run_show)
 
     p = sub.add_parser("impact", help="every request that used a material (version)")
     p.add_argument("material_id", metavar="MATERIAL_ID")
     p.add_argument("--version", type=int, default=None)
-    p.add_argument("--json", action="store_true")
+    add_json_argument(p)
     add_store_argument(p)
     p.set_defaults(func=run_impact)
 
     p = sub.add_parser("by-rule", help="everything a write rule or model version wrote")
     p.add_argument("rule", metavar="RULE")
-    p.add_argument("--json", action="store_true")
+    add_json_argument(p)
     add_store_argument(p)
     p.set_defaults(func=run_by_rule)
 
@@ -517,7 +489,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
     p = sub.add_parser("conflicts", help="materials stating different values")
     p.add_argument("--all", action="store_true", help="resolved ones too")
-    p.add_argument("--json", action="store_true")
+    add_json_argument(p)
     add_store_argument(p)
     p.set_defaults(func=run_conflicts)
 
@@ -533,7 +505,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "history, the most likely cause first.",
     )
     t.add_argument("request_id", metavar="REQUEST_ID")
-    t.add_argument("--json", action="store_true")
+    add_json_argument(t)
     add_store_argument(t)
     t.set_defaults(func=run_trace_back)
 
