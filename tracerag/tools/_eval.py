@@ -50,11 +50,24 @@ from typing import Any
 
 from opentelemetry.trace import TracerProvider
 
+from tracerag._llm import model_name
+from tracerag._pipeline import RAGPipeline
 from tracerag._routing import ESCALATE, PASS, REVIEW, Ticket
 from tracerag._settings import TIERS, Tier, TierName
-from tracerag._usage import Price
+from tracerag._usage import Price, load_prices
+from tracerag.demo._run import build_model
+from tracerag.demo.kb import build_retriever
 from tracerag.errors import InputError
-from tracerag.store._base import AuditStore
+from tracerag.prompts import get_prompt
+from tracerag.signals._claims import strip_citations
+from tracerag.signals._support import support
+from tracerag.store._base import KIND_EVALUATION, AuditStore, now_iso
+from tracerag.store._codec import RequestTrail, entries_from_record
+from tracerag.store._open import cli_store_url
+from tracerag.tools._command import Subparsers, add_command, add_json_argument, cli_store
+from tracerag.tools._metrics import from_trails
+from tracerag.tools._store_args import add_store_argument
+from tracerag.tools.adversarial import cases_from_records, run_adversarial
 
 __all__ = [
     "DEFAULT_GATE",
@@ -218,8 +231,6 @@ def answer_matches(expected: str, answer: str | None) -> bool:
     """Whether the answer states the expected answer (lexical support, citations removed)."""
     if not answer or not answer.strip():
         return False
-    from tracerag.signals._claims import strip_citations
-    from tracerag.signals._support import support
 
     return bool(support(expected, strip_citations(answer), backend="lexical").supported)
 
@@ -327,9 +338,6 @@ def summarize_arm(
     adversarial: Mapping[str, Any],
 ) -> ArmResult:
     """One configuration's summary from its audit records, outcomes and adversarial result."""
-    from tracerag.store._codec import RequestTrail, entries_from_record
-    from tracerag.tools._metrics import from_trails
-
     quality = from_trails(
         RequestTrail(str(r["request_id"]), entries_from_record(r)) for r in records
     )
@@ -643,12 +651,9 @@ def run_arm(
     Returns the prompt version and model version recorded, the audit records (tagged with the
     run) and the outcomes.
     """
-    import tracerag.demo._prompt_versions  # noqa: F401  (registers the demo's prompt versions)
-    from tracerag._llm import model_name
-    from tracerag._pipeline import RAGPipeline
-    from tracerag.demo._run import build_model
-    from tracerag.demo.kb import build_retriever
-    from tracerag.prompts import get_prompt
+    # imported here, not at the top: importing it registers the demo's prompt versions, which
+    # only an evaluation run wants
+    import tracerag.demo._prompt_versions  # noqa: F401
 
     prompt = get_prompt(arm.prompt)
     llm = build_model(arm.model, seed)
@@ -683,8 +688,6 @@ def run_arm(
 
 def adversarial_summary(records: Sequence[Mapping[str, Any]], seed: int = 0) -> dict[str, Any]:
     """The adversarial self-test on a configuration's own answers, all mutation kinds together."""
-    from tracerag.tools.adversarial import cases_from_records, run_adversarial
-
     cases = cases_from_records(records, source="evaluation")
     report = run_adversarial(cases, floors={}, seed=seed)
     total = sum(k.total for k in report.kinds.values())
@@ -781,8 +784,6 @@ def store_report(
     actor: str,
 ) -> None:
     """Keep the run in the audit store: its requests, its own record, and its results."""
-    from tracerag.store._base import KIND_EVALUATION, now_iso
-
     for role in ("baseline", "candidate"):
         for record in records.get(role, ()):
             store.append_record(record)
@@ -836,16 +837,14 @@ def _actor() -> str:
 def _run(args: argparse.Namespace) -> int:
     from opentelemetry.sdk.trace import TracerProvider
 
-    from tracerag._usage import load_prices
-
     try:
         questions = load_questions(args.questions)
         baseline, candidate = parse_arm(args.baseline), parse_arm(args.candidate)
         gated = [g.strip() for g in args.gate.split(",") if g.strip()]
         margins = _margins(args.margin_of)
         prices = load_prices(args.prices) if args.prices else None
-        import tracerag.demo._prompt_versions  # noqa: F401  (registers the demo's prompt versions)
-        from tracerag.prompts import get_prompt
+        # registers the demo's prompt versions (a side effect only this run wants)
+        import tracerag.demo._prompt_versions  # noqa: F401
 
         for arm in (baseline, candidate):
             get_prompt(arm.prompt)
@@ -877,15 +876,9 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     stored = None
     if not args.no_store:
-        from tracerag.store._open import cli_store_url
-        from tracerag.tools._store_args import open_cli_store
-
-        store = open_cli_store(args.store, create=True, auto_enqueue=False)
-        try:
+        with cli_store(args, create=True, auto_enqueue=False) as store:
             store_report(store, report, records, _actor())
             stored = cli_store_url(args.store)
-        finally:
-            store.close()
     if args.json:
         out = report.to_dict()
         out["stored"] = stored
@@ -899,12 +892,12 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(subparsers: Subparsers) -> None:
     """Register ``tracerag eval``."""
-    from tracerag.tools._store_args import add_store_argument
-
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "eval",
+        _run,
         help="compare two prompt/model versions on a question set; a release gate",
         description="Answer a question set under a baseline and a candidate configuration and "
         "compare the indicators, routes, confidence, cost and latency side by side. Exit 1 when "
@@ -949,5 +942,4 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--prices", metavar="FILE", help="price table per model (JSON) for the cost")
     add_store_argument(p)
     p.add_argument("--no-store", action="store_true", help="do not keep the run in the store")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(func=_run)
+    add_json_argument(p, "print the report as JSON")

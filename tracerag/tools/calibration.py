@@ -56,9 +56,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tracerag._routing import Thresholds
+from tracerag.demo.kb import load_documents
+from tracerag.demo.models.extractive import ExtractiveChatModel
 from tracerag.errors import ConfigurationError, InputError
+from tracerag.signals._claims import split_claims
 from tracerag.signals._confidence import Combined, HeuristicCombiner, Signals
 from tracerag.signals._rules import RuleResult
+from tracerag.signals._types import Material
 from tracerag.signals.calibrated import (
     CALIBRATION_ENV,
     FEATURES,
@@ -69,7 +73,16 @@ from tracerag.signals.calibrated import (
     heuristic_confidence,
 )
 from tracerag.store._audit_record import AuditRecord
+from tracerag.tools._command import Subparsers, add_command, add_json_argument, cli_store
+from tracerag.tools._desk_dataset import desk_rows
 from tracerag.tools._scoring import DEFAULT_BINS, summarize
+from tracerag.tools._store_args import add_store_argument
+from tracerag.tools.adversarial import (
+    MUTATION_KINDS,
+    MutatingChatModel,
+    demo_records,
+    relevant_documents,
+)
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -257,8 +270,6 @@ def desk_examples(store: AuditStore, route: str | None = None) -> tuple[list[Exa
     The desk only sees answers routed to people, so these labels cover the confidence range
     below the pass threshold; labelled passed answers (a DATA.jsonl) cover the rest.
     """
-    from tracerag.tools._desk_dataset import desk_rows
-
     examples: list[Example] = []
     skipped = 0
     for row in desk_rows(store, route=route):
@@ -495,8 +506,6 @@ def render_comparison(title: str, results: Mapping[str, Mapping[str, Any]], bins
 
 
 def _label(record: AuditRecord, mutated: Mapping[str, Any], relevant: Sequence[str]) -> bool:
-    from tracerag.signals._claims import split_claims
-
     chosen = record.chosen_sample
     answer = chosen.answer if chosen is not None else None
     if not answer:
@@ -541,16 +550,6 @@ def demo_calibration_rows(
     differ only in ``min_samples`` draw the same first samples for each request (the
     comparison benchmarks/cost.py makes).
     """
-    from tracerag.demo.kb import load_documents
-    from tracerag.demo.models.extractive import ExtractiveChatModel
-    from tracerag.signals._types import Material
-    from tracerag.tools.adversarial import (
-        MUTATION_KINDS,
-        MutatingChatModel,
-        demo_records,
-        relevant_documents,
-    )
-
     relevant = relevant_documents()
     questions = list(questions) if questions is not None else list(relevant)
     kb: dict[str, Any] = {
@@ -687,14 +686,9 @@ def _gather(args: argparse.Namespace) -> tuple[list[Example], int, dict[str, Any
         provenance["data"] = Path(args.data).name
         provenance["data_sha256"] = _data_hash(Path(args.data))
     if args.from_desk:
-        from tracerag.tools._store_args import open_cli_store
-
-        store = open_cli_store(args.store)
-        try:
+        with cli_store(args) as store:
             desk, skipped = desk_examples(store, args.route)
             location = getattr(store, "location", "the audit store")
-        finally:
-            store.close()
         if not desk:
             raise InputError(
                 f"the review desk of {location} has no decided item with recorded signals"
@@ -795,12 +789,12 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(subparsers: Subparsers) -> None:
     """Register ``tracerag calibrate``."""
-    from tracerag.tools._store_args import add_store_argument
-
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "calibrate",
+        _run,
         help="fit a confidence calibration to labelled responses",
         description="Fit a calibration to labelled responses (JSON lines, and/or the review "
         "desk's decisions with --from-desk) and compare it with the heuristic: ECE, Brier, "
@@ -835,8 +829,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--l2", type=float, default=1.0, help="L2 penalty of the logistic fit")
     p.add_argument("--pass-at", type=float, default=Thresholds().pass_at)
     p.add_argument("--review-at", type=float, default=Thresholds().review_at)
-    p.add_argument("--json", action="store_true", help="print the calibration file as JSON")
-    p.set_defaults(func=_run)
+    add_json_argument(p, "print the calibration file as JSON")
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
