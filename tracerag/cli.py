@@ -26,7 +26,7 @@ COMMANDS = [
     "tracerag.tools._show",
     "tracerag.tools._audit",
     "tracerag.tools._replay",
-    "tracerag.tools.explain",
+    "tracerag.tools._explain_command",
     "tracerag.tools._metrics",
     "tracerag.server._serve",
     "tracerag.tools.calibration",
@@ -55,7 +55,7 @@ COMMAND_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "explain": (
         "why this answer: occlusion and counterfactual experiments on a stored request",
-        ("tracerag.tools.explain",),
+        ("tracerag.tools._explain_command",),
     ),
     "metrics": (
         "citation coverage and accuracy, interception, review and escalation rates",
