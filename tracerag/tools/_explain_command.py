@@ -6,27 +6,37 @@ One request by id, a sample of a window, or the queue; the reports printed as te
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from pathlib import Path
 from typing import Any
+
+from langchain_core.language_models import BaseChatModel
 
 from tracerag.demo._run import configure_traces
 from tracerag.demo.kb import build_retriever
 from tracerag.store import RequestNotFound
+from tracerag.store._base import AuditStore
 from tracerag.telemetry._providers import force_flush
+from tracerag.tools._command import (
+    Subparsers,
+    add_command,
+    add_json_argument,
+    add_store_argument,
+    cli_store,
+    print_json,
+)
 from tracerag.tools._explain_plan import (
     DEFAULT_MAX_CALLS,
     CostTooHigh,
     ExperimentPlan,
     light_paraphrases,
 )
-from tracerag.tools._explain_runs import explain, explain_queued, explain_window
+from tracerag.tools._explain_runs import Explanation, explain, explain_queued, explain_window
 from tracerag.tools._replay import (
     ReplayRefused,
     add_rerun_arguments,
     configured_model,
 )
-from tracerag.tools._store_args import add_store_argument, open_cli_store
 
 __all__ = ["add_parser", "run"]
 
@@ -40,6 +50,63 @@ def _announce(plan: ExperimentPlan, cap: int) -> None:
         f"{len(plan.paraphrases)} paraphrase); cap {cap}",
         flush=True,
     )
+
+
+def _explain_chosen(
+    args: argparse.Namespace,
+    store: AuditStore,
+    llm: BaseChatModel,
+    paraphrases: list[str],
+    options: dict[str, Any],
+) -> list[Explanation]:
+    """The reports of the requests the command names: the queue, a sample, or one id."""
+    if args.queued:
+        reports, skipped = explain_queued(
+            store,
+            llm,
+            since=args.since,
+            max_calls=args.max_calls,
+            announce=lambda ids, total: print(
+                f"{len(ids)} request(s) queued; model calls: {total} planned; cap {args.max_calls}",
+                flush=True,
+            ),
+            **options,
+        )
+        for line in skipped:
+            print(f"skipped {line}", file=sys.stderr)
+    elif args.sample is not None:
+        reports, skipped = explain_window(
+            store,
+            llm,
+            rate=args.sample,
+            since=args.since,
+            until=args.until,
+            max_calls=args.max_calls,
+            announce=lambda ids, total: print(
+                f"{len(ids)} request(s) sampled; model calls: {total} planned; "
+                f"cap {args.max_calls}",
+                flush=True,
+            ),
+            **options,
+        )
+        for line in skipped:
+            print(f"skipped {line}", file=sys.stderr)
+    else:
+        record = store.get(args.request_id).record
+        if args.paraphrase_auto:
+            paraphrases += light_paraphrases(str(record.get("question") or ""))
+        reports = [
+            explain(
+                store,
+                args.request_id,
+                llm,
+                paraphrases=paraphrases,
+                max_calls=args.max_calls,
+                announce=lambda plan: _announce(plan, args.max_calls),
+                **options,
+            )
+        ]
+    return reports
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,8 +125,6 @@ def run(args: argparse.Namespace) -> int:
         print("tracerag explain: paraphrases are for one REQUEST_ID, not --sample", file=sys.stderr)
         return 2
     if args.traces:
-        from pathlib import Path
-
         configure_traces(Path(args.traces))
     llm, prompt_version, model_version = configured_model(args.model, args.seed)
     retriever = None
@@ -67,7 +132,6 @@ def run(args: argparse.Namespace) -> int:
     if args.paraphrase or args.paraphrase_auto:
         retriever = build_retriever(k=args.k)
         paraphrases = list(args.paraphrase or [])
-    store = open_cli_store(args.store, auto_enqueue=False)
     options: dict[str, Any] = {
         "prompt_version": prompt_version,
         "model_version": model_version,
@@ -77,53 +141,8 @@ def run(args: argparse.Namespace) -> int:
         "actor": args.actor,
     }
     try:
-        if args.queued:
-            reports, skipped = explain_queued(
-                store,
-                llm,
-                since=args.since,
-                max_calls=args.max_calls,
-                announce=lambda ids, total: print(
-                    f"{len(ids)} request(s) queued; model calls: {total} planned; "
-                    f"cap {args.max_calls}",
-                    flush=True,
-                ),
-                **options,
-            )
-            for line in skipped:
-                print(f"skipped {line}", file=sys.stderr)
-        elif args.sample is not None:
-            reports, skipped = explain_window(
-                store,
-                llm,
-                rate=args.sample,
-                since=args.since,
-                until=args.until,
-                max_calls=args.max_calls,
-                announce=lambda ids, total: print(
-                    f"{len(ids)} request(s) sampled; model calls: {total} planned; "
-                    f"cap {args.max_calls}",
-                    flush=True,
-                ),
-                **options,
-            )
-            for line in skipped:
-                print(f"skipped {line}", file=sys.stderr)
-        else:
-            record = store.get(args.request_id).record
-            if args.paraphrase_auto:
-                paraphrases += light_paraphrases(str(record.get("question") or ""))
-            reports = [
-                explain(
-                    store,
-                    args.request_id,
-                    llm,
-                    paraphrases=paraphrases,
-                    max_calls=args.max_calls,
-                    announce=lambda plan: _announce(plan, args.max_calls),
-                    **options,
-                )
-            ]
+        with cli_store(args, auto_enqueue=False) as store:
+            reports = _explain_chosen(args, store, llm, paraphrases, options)
     except RequestNotFound as exc:
         print(f"tracerag explain: {exc}", file=sys.stderr)
         return 1
@@ -134,20 +153,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"tracerag explain: refused: {exc}; raise --max-calls", file=sys.stderr)
         return 4
     finally:
-        store.close()
         force_flush()
     if args.json:
-        print(json.dumps([r.to_dict() for r in reports], ensure_ascii=False, indent=2))
+        print_json([r.to_dict() for r in reports])
     else:
         for r in reports:
             print(r.render(), end="")
     return 0
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(subparsers: Subparsers) -> None:
     """Register ``tracerag explain``."""
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "explain",
+        run,
         help="why this answer: occlusion and counterfactual experiments on a stored request",
         description="Re-run a stored request with its recorded materials and versions, masking "
         "each used material in turn (occlusion) and changing a value the answer states "
@@ -188,5 +208,4 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--k", type=int, default=4, help="materials a fresh retrieval returns")
     add_rerun_arguments(p, "explain")
     p.add_argument("--traces", metavar="FILE", help="also write the spans to this JSON-lines file")
-    p.add_argument("--json", action="store_true", help="print the reports as JSON")
-    p.set_defaults(func=run)
+    add_json_argument(p, "print the reports as JSON")
