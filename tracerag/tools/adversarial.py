@@ -55,7 +55,12 @@ from tracerag.signals._support import SupportBackend, get_backend
 from tracerag.signals._types import Material
 from tracerag.store._audit_record import AuditRecord
 from tracerag.text._negation import is_negated
-from tracerag.text._quantities import Quantity, extract_quantities
+from tracerag.text._quantities import (
+    _EN_UNITS,
+    Quantity,
+    extract_quantities,
+    parse_chinese_number,
+)
 
 __all__ = ["AdversarialReport", "MutatingChatModel", "run_adversarial"]
 
@@ -388,45 +393,12 @@ def _replace(answer: str, claim: Claim, new_segment: str) -> str:
 # -- numbers ------------------------------------------------------------------------------------
 
 _DIGITS_RE = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
-_CN_VALUES = {
-    "一": 1,
-    "二": 2,
-    "两": 2,
-    "三": 3,
-    "四": 4,
-    "五": 5,
-    "六": 6,
-    "七": 7,
-    "八": 8,
-    "九": 9,
-    "十": 10,
-}
-_CN_NUMERALS = {
-    1: "一",
-    2: "两",
-    3: "三",
-    4: "四",
-    5: "五",
-    6: "六",
-    7: "七",
-    8: "八",
-    9: "九",
-    10: "十",
-}
-_EN_VALUES = {
-    "one": 1,
-    "two": 2,
-    "three": 3,
-    "four": 4,
-    "five": 5,
-    "six": 6,
-    "seven": 7,
-    "eight": 8,
-    "nine": 9,
-    "ten": 10,
-    "eleven": 11,
-    "twelve": 12,
-}
+#: The numerals a number mutation rewrites: the everyday ones from one to ten (not the financial
+#: forms such as 壹), their values from the text module's numeral tables.
+_CN_MUTABLE = "一二两三四五六七八九十"
+_CN_VALUES = {c: int(parse_chinese_number(c) or 0) for c in _CN_MUTABLE}
+_CN_NUMERALS = {v: c for c, v in _CN_VALUES.items() if c != "二"}  # 2 in a quantity is 两
+_EN_VALUES = {word: value for word, value in _EN_UNITS.items() if 1 <= value <= 12}
 _EN_NUMERALS = {v: k for k, v in _EN_VALUES.items()}
 _EN_WORD_RE = re.compile(r"\b(" + "|".join(_EN_VALUES) + r")\b", re.IGNORECASE)
 _CN_NUM_RE = re.compile("[" + "".join(_CN_VALUES) + "]")
