@@ -30,7 +30,7 @@ COMMANDS = [
     "tracerag.tools._metrics",
     "tracerag.server._serve",
     "tracerag.tools.calibration",
-    "tracerag.tools.adversarial",
+    "tracerag.tools._adversarial_command",
     "tracerag.tools._eval",
     "tracerag.tools._materials_commands",
     "tracerag.tools._desk_dataset",
@@ -45,7 +45,7 @@ COMMAND_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
         "check the audit log (verify, ...)",
         (
             "tracerag.tools._audit",
-            "tracerag.tools.adversarial",
+            "tracerag.tools._adversarial_command",
             "tracerag.tools._materials_commands",
         ),
     ),
@@ -91,7 +91,7 @@ COMMAND_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
 #: ``tracerag audit NAME``: the module that adds NAME to the audit group (with the group's own).
 AUDIT_TABLE: dict[str, str] = {
     "verify": "tracerag.tools._audit",
-    "adversarial": "tracerag.tools.adversarial",
+    "adversarial": "tracerag.tools._adversarial_command",
     "materials": "tracerag.tools._materials_commands",
 }
 
