@@ -39,6 +39,7 @@ __all__ = [
 ]
 
 
+#: The extractive model's seeds the demo cases are answered with.
 DEFAULT_SEEDS = (1, 2, 3)
 
 #: More questions about the demo knowledge base (beside the demo's own), each with the documents

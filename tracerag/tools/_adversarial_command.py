@@ -1,4 +1,4 @@
-"""The tracerag audit adversarial command: its options, the cases it reads, the gate.
+"""The ``tracerag audit adversarial`` command: its options, the cases it reads, the gate.
 
 The floors per kind and the false-alarm ceiling decide the exit code.
 """
@@ -6,7 +6,6 @@ The floors per kind and the false-alarm ceiling decide the exit code.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 
@@ -20,12 +19,9 @@ from tracerag.tools._adversarial_report import (
     run_adversarial,
 )
 from tracerag.tools._audit import add_audit_command
+from tracerag.tools._command import Subparsers, add_json_argument, print_json
 
 __all__ = ["add_parser", "parse_floors"]
-
-
-# ----------------------------------------------------------------------------------------------
-# Command line
 
 
 def parse_floors(texts: Sequence[str] | None) -> dict[str, float]:
@@ -75,8 +71,7 @@ def _run(args: argparse.Namespace) -> int:
         source=source,
     )
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, ensure_ascii=False, indent=2)
-        print()
+        print_json(report.to_dict())
     else:
         print(report.render(show_misses=args.show_misses))
     return 0 if report.ok else 1
@@ -113,13 +108,13 @@ def _configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the mutations")
     p.add_argument("--show-misses", type=int, default=3, help="missed mutations shown per kind")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_json_argument(p, "print the report as JSON")
     p.set_defaults(func=_run)
 
 
 _HELP = "mutate real answers and check that the citation verifier catches them"
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(subparsers: Subparsers) -> None:
     """Register ``tracerag audit adversarial`` in the ``tracerag audit`` group."""
     add_audit_command("adversarial", _HELP, _configure)

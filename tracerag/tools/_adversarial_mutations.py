@@ -1,7 +1,7 @@
 """Every mutation kind of a claim, and the chat model that answers with one.
 
 Fabricated and moved citations, changed entities, added or removed negations (numbers and
-dates come from the quantities module); MutatingChatModel wraps a model so its answers
+dates come from the quantities module); ``MutatingChatModel`` wraps a model so its answers
 carry a chosen mutation.
 """
 

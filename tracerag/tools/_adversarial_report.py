@@ -1,6 +1,6 @@
 """Scoring the adversarial self-test: interception per mutation kind and false alarms.
 
-run_adversarial verifies every mutated answer and every clean one; the report compares
+``run_adversarial`` verifies every mutated answer and every clean one; the report compares
 the rates with their floors and renders them.
 """
 
