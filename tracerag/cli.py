@@ -172,6 +172,8 @@ def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
 
 
 def _audit_group() -> object:
+    # a command module, imported only once the audit group was asked for: `tracerag --help`
+    # and `--version` import none (see the module's docstring)
     from tracerag.tools._audit import audit_group
 
     return audit_group()
