@@ -47,6 +47,7 @@ from tracerag.store import RequestNotFound
 from tracerag.tools._audit import add_audit_command
 from tracerag.tools._command import (
     Subparsers,
+    add_command,
     add_json_argument,
     add_store_argument,
     print_json,
@@ -429,38 +430,53 @@ def add_parser(subparsers: Subparsers) -> None:
 
     m.set_defaults(func=_help)
     sub = m.add_subparsers(dest="materials_command", metavar="MATERIALS_COMMAND")
+    _add_reads(sub)
+    _add_changes(sub)
+    _add_upkeep(sub)
+    _add_trace_back(subparsers)
+    _add_feedback(subparsers)
 
-    p = sub.add_parser("show", help="current value, version history, read hits")
+
+def _add_reads(sub: Subparsers) -> None:
+    """``materials show``, ``impact`` and ``by-rule``: investigation, nothing written."""
+    p = add_command(sub, "show", run_show, help="current value, version history, read hits")
     p.add_argument("material_id", metavar="MATERIAL_ID")
     p.add_argument("--limit", type=int, default=50, help="read hits shown (default 50)")
     add_json_argument(p)
     add_store_argument(p)
-    p.set_defaults(func=run_show)
 
-    p = sub.add_parser("impact", help="every request that used a material (version)")
+    p = add_command(sub, "impact", run_impact, help="every request that used a material (version)")
     p.add_argument("material_id", metavar="MATERIAL_ID")
     p.add_argument("--version", type=int, default=None)
     add_json_argument(p)
     add_store_argument(p)
-    p.set_defaults(func=run_impact)
 
-    p = sub.add_parser("by-rule", help="everything a write rule or model version wrote")
+    p = add_command(
+        sub, "by-rule", run_by_rule, help="everything a write rule or model version wrote"
+    )
     p.add_argument("rule", metavar="RULE")
     add_json_argument(p)
     add_store_argument(p)
-    p.set_defaults(func=run_by_rule)
 
+
+def _add_changes(sub: Subparsers) -> None:
+    """The audited changes: the transitions, ``edit`` and ``rollback-batch``."""
     for action in ACTIONS:
-        p = sub.add_parser(
-            action, help=_ACTION_HELP.get(action, f"{action} a material (a new, audited version)")
+        p = add_command(
+            sub,
+            action,
+            run_action,
+            help=_ACTION_HELP.get(action, f"{action} a material (a new, audited version)"),
         )
+        p.set_defaults(action=action)
         p.add_argument("material_id", metavar="MATERIAL_ID")
         _operator(p)
         p.add_argument("--reason", required=True, help="why (recorded)")
         add_store_argument(p)
-        p.set_defaults(func=run_action, action=action)
 
-    p = sub.add_parser("edit", help="a manual edit (a new, audited version; text is gated)")
+    p = add_command(
+        sub, "edit", run_edit, help="a manual edit (a new, audited version; text is gated)"
+    )
     p.add_argument("material_id", metavar="MATERIAL_ID")
     p.add_argument("--content", default=None, help="the new text")
     for name in ("valid-from", "valid-until", "superseded-by", "title"):
@@ -468,38 +484,41 @@ def add_parser(subparsers: Subparsers) -> None:
     _operator(p)
     p.add_argument("--reason", required=True, help="why (recorded)")
     add_store_argument(p)
-    p.set_defaults(func=run_edit)
 
-    p = sub.add_parser("rollback-batch", help="restore what a batch changed")
+    p = add_command(sub, "rollback-batch", run_rollback, help="restore what a batch changed")
     p.add_argument("batch_id", metavar="BATCH_ID")
     _operator(p)
     p.add_argument("--reason", required=True)
     p.add_argument("--force", action="store_true", help="also materials changed since")
     add_store_argument(p)
-    p.set_defaults(func=run_rollback)
 
+
+def _add_upkeep(sub: Subparsers) -> None:
+    """``pending``, ``stats``, ``verify``, ``conflicts`` and ``purge-reads``."""
     for name, func, text in (
         ("pending", run_pending, "writes waiting for review and proposed quarantines"),
         ("stats", run_stats, "materials by status, pending writes, conflicts, credibility"),
         ("verify", run_verify, "check the registry against the hash chain"),
     ):
-        p = sub.add_parser(name, help=text)
+        p = add_command(sub, name, func, help=text)
         add_store_argument(p)
-        p.set_defaults(func=func)
 
-    p = sub.add_parser("conflicts", help="materials stating different values")
+    p = add_command(sub, "conflicts", run_conflicts, help="materials stating different values")
     p.add_argument("--all", action="store_true", help="resolved ones too")
     add_json_argument(p)
     add_store_argument(p)
-    p.set_defaults(func=run_conflicts)
 
-    p = sub.add_parser("purge-reads", help="delete read hits past retention")
+    p = add_command(sub, "purge-reads", run_purge, help="delete read hits past retention")
     p.add_argument("--days", type=int, default=None, help="retention (default 30)")
     add_store_argument(p)
-    p.set_defaults(func=run_purge)
 
-    t = subparsers.add_parser(
+
+def _add_trace_back(subparsers: Subparsers) -> None:
+    """``tracerag trace-back``: from a request to the writes behind its materials."""
+    t = add_command(
+        subparsers,
         "trace-back",
+        run_trace_back,
         help="from a request to the writes behind its materials",
         description="Request → materials used → the writes that produced them → their change "
         "history, the most likely cause first.",
@@ -507,16 +526,19 @@ def add_parser(subparsers: Subparsers) -> None:
     t.add_argument("request_id", metavar="REQUEST_ID")
     add_json_argument(t)
     add_store_argument(t)
-    t.set_defaults(func=run_trace_back)
 
-    f = subparsers.add_parser("feedback", help="record confirm / deny / clarify on an answer")
+
+def _add_feedback(subparsers: Subparsers) -> None:
+    """``tracerag feedback``: a verdict on an answer."""
+    f = add_command(
+        subparsers, "feedback", run_feedback, help="record confirm / deny / clarify on an answer"
+    )
     f.add_argument("request_id", metavar="REQUEST_ID")
     f.add_argument("verdict", choices=["confirm", "deny", "clarify"])
     f.add_argument("--comment", default=None)
     f.add_argument("--correction", default=None, help="the right answer (clarify)")
     _operator(f)
     add_store_argument(f)
-    f.set_defaults(func=run_feedback)
 
 
 def _configure_audit(parser: argparse.ArgumentParser) -> None:
