@@ -35,7 +35,7 @@ from tracerag.tools._command import (
     cli_store,
 )
 from tracerag.tools._eval import render_report
-from tracerag.tools.explain import render_attribution, render_explanations
+from tracerag.tools._explain_render import render_attribution, render_explanations
 
 INDENT = "  "
 STAGE_ORDER = ("register", "retrieve", "plan", "sample", "verify", "assemble", "request")

@@ -34,6 +34,8 @@ public face.
 
 from __future__ import annotations
 
+# The parts' names, importable from here as before (``X as X``: an explicit re-export; the
+# documented ones are in __all__).
 from tracerag.tools._adversarial_cases import (
     DEFAULT_ENTITY_GROUPS as DEFAULT_ENTITY_GROUPS,
 )

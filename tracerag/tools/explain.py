@@ -31,6 +31,8 @@ and ``_explain_command`` (``tracerag explain``). This module is their public fac
 
 from __future__ import annotations
 
+# The parts' names, importable from here as before (``X as X``: an explicit re-export; the
+# documented ones are in __all__).
 from tracerag.tools._explain_plan import (
     DEFAULT_MAX_CALLS as DEFAULT_MAX_CALLS,
 )
