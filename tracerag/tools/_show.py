@@ -34,7 +34,7 @@ from tracerag.tools._command import (
     add_store_argument,
     cli_store,
 )
-from tracerag.tools._eval import render_report
+from tracerag.tools._eval_compare import render_report
 from tracerag.tools._explain_render import render_attribution, render_explanations
 
 INDENT = "  "
