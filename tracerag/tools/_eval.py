@@ -47,7 +47,13 @@ from tracerag._usage import load_prices
 from tracerag.errors import InputError
 from tracerag.prompts import get_prompt
 from tracerag.store._open import cli_store_url
-from tracerag.tools._command import Subparsers, add_command, add_json_argument, cli_store
+from tracerag.tools._command import (
+    Subparsers,
+    add_command,
+    add_json_argument,
+    add_store_argument,
+    cli_store,
+)
 from tracerag.tools._eval_results import (
     DEFAULT_GATE,
     DEFAULT_MARGIN,
@@ -56,7 +62,6 @@ from tracerag.tools._eval_results import (
     parse_arm,
 )
 from tracerag.tools._eval_run import evaluate, store_report
-from tracerag.tools._store_args import add_store_argument
 
 __all__ = ["add_parser"]
 

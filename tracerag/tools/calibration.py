@@ -73,10 +73,15 @@ from tracerag.signals.calibrated import (
     heuristic_confidence,
 )
 from tracerag.store._audit_record import AuditRecord
-from tracerag.tools._command import Subparsers, add_command, add_json_argument, cli_store
+from tracerag.tools._command import (
+    Subparsers,
+    add_command,
+    add_json_argument,
+    add_store_argument,
+    cli_store,
+)
 from tracerag.tools._desk_dataset import desk_rows
 from tracerag.tools._scoring import DEFAULT_BINS, summarize
-from tracerag.tools._store_args import add_store_argument
 from tracerag.tools.adversarial import (
     MUTATION_KINDS,
     MutatingChatModel,
