@@ -29,7 +29,7 @@ COMMANDS = [
     "tracerag.tools._explain_command",
     "tracerag.tools._metrics",
     "tracerag.server._serve",
-    "tracerag.tools.calibration",
+    "tracerag.tools._calibration_command",
     "tracerag.tools._adversarial_command",
     "tracerag.tools._eval",
     "tracerag.tools._materials_commands",
@@ -64,7 +64,7 @@ COMMAND_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
     "serve": ("serve the answer API and the review desk over HTTP", ("tracerag.server._serve",)),
     "calibrate": (
         "fit a confidence calibration to labelled responses",
-        ("tracerag.tools.calibration",),
+        ("tracerag.tools._calibration_command",),
     ),
     "eval": (
         "compare two prompt/model versions on a question set; a release gate",
