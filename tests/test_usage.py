@@ -358,7 +358,7 @@ def test_usage_metrics_by_stage_tier_and_versions(make_pipeline):
 
 def test_tracerag_metrics_reports_tokens_and_cost_per_request(make_pipeline, tmp_path):
     from tracerag.store import open_store
-    from tracerag.tools._indicators import compute
+    from tracerag.tools._metrics import compute
 
     store = open_store(str(tmp_path / "audit.sqlite"), auto_enqueue=False)
     try:

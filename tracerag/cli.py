@@ -26,11 +26,11 @@ COMMANDS = [
     "tracerag.tools._show",
     "tracerag.tools._audit",
     "tracerag.tools._replay",
-    "tracerag.tools.explain",
-    "tracerag.tools._indicators",
+    "tracerag.tools._explain_command",
+    "tracerag.tools._metrics",
     "tracerag.server._serve",
-    "tracerag.tools.calibration",
-    "tracerag.tools.adversarial",
+    "tracerag.tools._calibration_command",
+    "tracerag.tools._adversarial_command",
     "tracerag.tools._eval",
     "tracerag.tools._materials_commands",
     "tracerag.tools._desk_dataset",
@@ -45,7 +45,7 @@ COMMAND_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
         "check the audit log (verify, ...)",
         (
             "tracerag.tools._audit",
-            "tracerag.tools.adversarial",
+            "tracerag.tools._adversarial_command",
             "tracerag.tools._materials_commands",
         ),
     ),
@@ -55,16 +55,16 @@ COMMAND_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "explain": (
         "why this answer: occlusion and counterfactual experiments on a stored request",
-        ("tracerag.tools.explain",),
+        ("tracerag.tools._explain_command",),
     ),
     "metrics": (
         "citation coverage and accuracy, interception, review and escalation rates",
-        ("tracerag.tools._indicators",),
+        ("tracerag.tools._metrics",),
     ),
     "serve": ("serve the answer API and the review desk over HTTP", ("tracerag.server._serve",)),
     "calibrate": (
         "fit a confidence calibration to labelled responses",
-        ("tracerag.tools.calibration",),
+        ("tracerag.tools._calibration_command",),
     ),
     "eval": (
         "compare two prompt/model versions on a question set; a release gate",
@@ -91,7 +91,7 @@ COMMAND_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
 #: ``tracerag audit NAME``: the module that adds NAME to the audit group (with the group's own).
 AUDIT_TABLE: dict[str, str] = {
     "verify": "tracerag.tools._audit",
-    "adversarial": "tracerag.tools.adversarial",
+    "adversarial": "tracerag.tools._adversarial_command",
     "materials": "tracerag.tools._materials_commands",
 }
 
@@ -172,6 +172,8 @@ def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
 
 
 def _audit_group() -> object:
+    # a command module, imported only once the audit group was asked for: `tracerag --help`
+    # and `--version` import none (see the module's docstring)
     from tracerag.tools._audit import audit_group
 
     return audit_group()

@@ -10,7 +10,7 @@ from store_fixtures import make_record
 
 from tracerag import cli
 from tracerag.store._sqlite import SQLiteAuditStore
-from tracerag.tools._indicators import compute, interception_reasons, parse_since
+from tracerag.tools._metrics import compute, interception_reasons, parse_since
 
 
 def record(

@@ -22,8 +22,9 @@ from tracerag.prompts import (
 )
 from tracerag.signals._types import Material
 from tracerag.store import open_store
-from tracerag.tools import _eval as ev
-from tracerag.tools._indicators import compute
+from tracerag.tools import _eval_compare as evc
+from tracerag.tools import _eval_results as ev
+from tracerag.tools._metrics import compute
 from tracerag.tools._show import render_timeline
 
 QUESTIONS = REPO / "examples" / "eval" / "questions.jsonl"
@@ -112,19 +113,19 @@ def test_load_questions(tmp_path):
 def test_gate_checks_direction_and_margin():
     base = {"coverage": 0.90, "accuracy": 0.80, "interception": 0.9, "review": 0.10,
             "escalation": 0.20}  # fmt: skip
-    same = ev.gate(base, dict(base))
+    same = evc.gate(base, dict(base))
     assert same == []
     within = {**base, "coverage": 0.885, "escalation": 0.215}
-    assert ev.gate(base, within) == []
+    assert evc.gate(base, within) == []
     worse = {**base, "coverage": 0.85, "escalation": 0.30, "review": 0.0}
-    failed = {f["indicator"]: f for f in ev.gate(base, worse)}
+    failed = {f["indicator"]: f for f in evc.gate(base, worse)}
     assert set(failed) == {"coverage", "escalation"}  # fewer reviews is not worse
     assert "worse by 5.0 pt" in failed["coverage"]["why"]
-    assert ev.gate(base, worse, margins={"coverage": 0.06, "escalation": 0.2}) == []
-    assert ev.gate(base, worse, indicators=["accuracy"]) == []
-    unmeasured = ev.gate(base, {**base, "interception": None})
+    assert evc.gate(base, worse, margins={"coverage": 0.06, "escalation": 0.2}) == []
+    assert evc.gate(base, worse, indicators=["accuracy"]) == []
+    unmeasured = evc.gate(base, {**base, "interception": None})
     assert [f["indicator"] for f in unmeasured] == ["interception"]
-    assert ev.gate({**base, "accuracy": None}, {**base, "accuracy": None}) == []
+    assert evc.gate({**base, "accuracy": None}, {**base, "accuracy": None}) == []
 
 
 def test_changed_decisions_keep_both_request_ids():
@@ -133,7 +134,7 @@ def test_changed_decisions_keep_both_request_ids():
 
     base = [outcome("a", "r1", "pass"), outcome("b", "r2", "review")]
     cand = [outcome("a", "r3", "pass"), outcome("b", "r4", "escalate")]
-    assert ev.changed_decisions(base, cand) == [
+    assert evc.changed_decisions(base, cand) == [
         {
             "question_id": "b",
             "baseline": "review",

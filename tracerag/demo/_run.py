@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracerag._adaptive import DEFAULT_MIN_SAMPLES
+from tracerag.config import get_config
+from tracerag.demo._store import checked_file, made_parent, writable_store
+from tracerag.telemetry._links import trace_ui_link
 
 if TYPE_CHECKING:  # the command's parser is built without the pipeline's imports
     from langchain_core.language_models import BaseChatModel
@@ -36,6 +39,8 @@ DEFAULT_SEED = 1
 
 def build_model(name: str, seed: int | None) -> BaseChatModel:
     """The chat model the demo runs: ``extractive`` (no weights) or ``local`` (GGUF)."""
+    # the models import LangChain: imported when one is built, so that `tracerag demo --help`
+    # imports none (a test checks it); the local one needs an optional extra besides
     if name == "extractive":
         from tracerag.demo.models.extractive import ExtractiveChatModel
 
@@ -55,6 +60,7 @@ def build_model(name: str, seed: int | None) -> BaseChatModel:
 
 def configure_traces(path: Path) -> str:
     """Send traces to OTLP when OTEL_* says so, and always to a JSON-lines file; say where."""
+    # the OpenTelemetry SDK, imported when traces are configured: `tracerag demo --help` stays light
     from tracerag.telemetry._providers import configure
 
     endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
@@ -69,6 +75,7 @@ def configure_traces(path: Path) -> str:
 
 def store_target(args: argparse.Namespace) -> str:
     """The audit store the demo writes to (``--store``, ``TRACERAG_STORE``, the CLI default)."""
+    # the store imports pydantic: not imported by `tracerag demo --help` (a test checks it)
     from tracerag.store._open import cli_store_url
 
     return cli_store_url(args.store)
@@ -76,13 +83,13 @@ def store_target(args: argparse.Namespace) -> str:
 
 def build_pipeline(args: argparse.Namespace) -> RAGPipeline:
     """The demo pipeline over the bundled knowledge base."""
+    # the pipeline imports LangChain: not imported by `tracerag demo --help` (a test checks it)
+    from tracerag._llm import model_name
     from tracerag._pipeline import RAGPipeline
     from tracerag.demo.kb import build_retriever
     from tracerag.prompts import DEFAULT_PROMPT_VERSION
 
     llm = build_model(args.model, args.seed)
-    from tracerag._llm import model_name
-
     return RAGPipeline(
         build_retriever(k=4),
         llm,
@@ -144,8 +151,6 @@ def render(index: int, question: dict[str, Any], response: Response) -> str:
             f"{question.get('why', '')})"
         )
     lines.append(f"    request_id: {response.request_id}  trace_id: {response.trace_id}")
-    from tracerag.telemetry._links import trace_ui_link
-
     link = trace_ui_link(response.trace_id)  # only when TRACERAG_TRACE_UI names a trace UI
     if link:
         lines.append(f"    trace: {link}")
@@ -154,12 +159,12 @@ def render(index: int, question: dict[str, Any], response: Response) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Answer the demo questions and print what happened to each."""
+    # the scenario, the knowledge base and the OpenTelemetry SDK are imported when the demo
+    # runs, so that `tracerag demo --help` imports no LangChain (a test checks it)
     if getattr(args, "scenario", "default") == "bad-material":
-        from tracerag.demo._bad_material import run_scenario
+        from tracerag.demo._scenario_bad_material import run_scenario
 
         return run_scenario(args)
-    from tracerag.config import get_config
-    from tracerag.demo._store import checked_file, made_parent, writable_store
     from tracerag.demo.kb import load_questions
     from tracerag.telemetry._providers import force_flush
 

@@ -71,6 +71,8 @@ def writable_store(target: str, *, default: bool) -> str:
     Opening it first means a file that is not an audit store is refused before anything (a
     journal beside it, an answer) is made.
     """
+    # the store imports pydantic: imported when the demo runs, not by `tracerag demo --help`
+    # (which imports this module; a test checks it imports no pydantic)
     from tracerag.store import open_store
     from tracerag.store._open import sqlite_path
 

@@ -12,13 +12,22 @@ import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tracerag.tools._store_args import add_store_argument, open_cli_store
-
-if TYPE_CHECKING:
-    from tracerag.materials._records import VerifyReport
-    from tracerag.store._base import AuditStore
+from tracerag.config import get_config
+from tracerag.materials import MaterialRegistry
+from tracerag.materials._db import registry_present
+from tracerag.materials._records import VerifyReport
+from tracerag.store._base import AuditStore
+from tracerag.store._journal import HEAD_FILE, REFUSED_FILE, inspect_journal
+from tracerag.store._open import cli_store_url, journal_dir_for
+from tracerag.tools._command import (
+    Subparsers,
+    add_json_argument,
+    add_store_argument,
+    cli_store,
+    print_json,
+)
 
 Configure = Callable[[argparse.ArgumentParser], None]
 
@@ -74,8 +83,6 @@ def _read_head_file(path: Path, source: str) -> dict[str, Any]:
 
 def _heads_in(directory: Path) -> list[Path]:
     """``head.json`` of a journal (or anchor) directory and of its numbered slots."""
-    from tracerag.store._journal import HEAD_FILE
-
     dirs = [
         directory,
         *sorted(
@@ -100,9 +107,6 @@ def _expected_heads(value: str | None, store_url: str) -> tuple[list[dict[str, A
     when given; else every head exported to ``TRACERAG_AUDIT_ANCHOR`` and into the store's
     journal directory (and its numbered slots).
     """
-    from tracerag.config import get_config
-    from tracerag.store._open import journal_dir_for
-
     if value is not None:
         files = _anchor_files(value)
         if files:
@@ -131,9 +135,6 @@ def _expected_heads(value: str | None, store_url: str) -> tuple[list[dict[str, A
 
 def _journal_findings(store_url: str, key: str | None) -> tuple[list[str], list[str]]:
     """Refused and not-authentic frames in the store's journal: (findings, notes)."""
-    from tracerag.store._journal import REFUSED_FILE, inspect_journal
-    from tracerag.store._open import journal_dir_for
-
     journal = journal_dir_for(store_url)
     if not journal or not Path(journal).expanduser().is_dir():
         return [], []
@@ -164,17 +165,11 @@ def run_verify(args: argparse.Namespace) -> int:
     Exit 0 when intact and everything could be checked, 1 on any finding, 3 when nothing was
     found but something could not be checked (no anchor, or keyed entries without the key).
     """
-    from tracerag.config import get_config
-    from tracerag.store._open import cli_store_url
-
     url = cli_store_url(args.store)
     anchors, looked = _expected_heads(args.expect_head, url)
-    store = open_cli_store(args.store)
-    try:
+    with cli_store(args) as store:
         report = store.verify_chain(expect_head=anchors or None)
         materials = _verify_materials(store)
-    finally:
-        store.close()
     findings, journal_notes = _journal_findings(url, get_config().chain_key)
     ok = report.ok and (materials is None or materials.ok) and not findings
     complete = report.complete and (materials is None or materials.complete)
@@ -186,7 +181,7 @@ def run_verify(args: argparse.Namespace) -> int:
         out["journal"] = findings
         out["anchors"] = [a["source"] for a in anchors]
         out["exit_status"] = status
-        print(json.dumps(out, ensure_ascii=False, indent=2))
+        print_json(out)
         return status
     for anchor in anchors:
         print(f"anchored to head seq {anchor['seq']} from {anchor['source']}")
@@ -214,9 +209,6 @@ def run_verify(args: argparse.Namespace) -> int:
 def _verify_materials(store: AuditStore) -> VerifyReport | None:
     """The material registry's tables checked against the chain (None when the database holds
     no registry: a registry row with no chained origin is a finding, not a reason to skip)."""
-    from tracerag.materials import MaterialRegistry
-    from tracerag.materials._db import registry_present
-
     if not registry_present(store):
         return None
     registry = MaterialRegistry(store, metrics=False, baseline=False)
@@ -228,7 +220,7 @@ def _verify_materials(store: AuditStore) -> VerifyReport | None:
 
 def _configure_verify(parser: argparse.ArgumentParser) -> None:
     add_store_argument(parser)
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_json_argument(parser, "print the report as JSON")
     parser.add_argument(
         "--expect-head",
         metavar="FILE|DIR|SEQ:HASH",
@@ -250,7 +242,7 @@ add_audit_command(
 )
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(subparsers: Subparsers) -> None:
     """Register the ``tracerag audit`` group."""
     global _audit_group
 

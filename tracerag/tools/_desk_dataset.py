@@ -41,6 +41,14 @@ from tracerag.store._base import (
     RequestNotFound,
 )
 from tracerag.store._codec import RequestTrail
+from tracerag.tools._command import (
+    Subparsers,
+    add_command,
+    add_json_argument,
+    add_store_argument,
+    cli_store,
+    print_json,
+)
 
 __all__ = [
     "LABELS",
@@ -423,38 +431,29 @@ def _counted_reviews(row: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from tracerag.tools._store_args import open_cli_store
-
-    store = open_cli_store(args.store)
-    try:
-        rows = desk_rows(store, status=args.status, route=args.route, since=args.since)
-        with contextlib.ExitStack() as stack:
-            out: IO[str] = (
-                stack.enter_context(open(args.out, "w", encoding="utf-8", newline=""))
-                if args.out
-                else sys.stdout
-            )
-            n = write_csv(rows, out) if args.format == "csv" else write_jsonl(rows, out)
-    except TraceragError as exc:
-        print(f"tracerag desk export: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        store.close()
+    with cli_store(args) as store:
+        try:
+            rows = desk_rows(store, status=args.status, route=args.route, since=args.since)
+            with contextlib.ExitStack() as stack:
+                out: IO[str] = (
+                    stack.enter_context(open(args.out, "w", encoding="utf-8", newline=""))
+                    if args.out
+                    else sys.stdout
+                )
+                n = write_csv(rows, out) if args.format == "csv" else write_jsonl(rows, out)
+        except TraceragError as exc:
+            print(f"tracerag desk export: {exc}", file=sys.stderr)
+            return 2
     where = args.out or "standard output"
     print(f"tracerag desk export: {n} review item(s) to {where}", file=sys.stderr)
     return 0
 
 
 def _run_agreement(args: argparse.Namespace) -> int:
-    from tracerag.tools._store_args import open_cli_store
-
-    store = open_cli_store(args.store)
-    try:
+    with cli_store(args) as store:
         result = agreement(desk_rows(store, route=args.route))
-    finally:
-        store.close()
     if args.json:
-        print(json.dumps(result, ensure_ascii=False, indent=2))
+        print_json(result)
         return 0
     if not result["items"]:
         print("no item was judged by two or more reviewers")
@@ -473,10 +472,8 @@ def _run_agreement(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(subparsers: Subparsers) -> None:
     """Register ``tracerag desk``."""
-    from tracerag.tools._store_args import add_store_argument
-
     p = subparsers.add_parser(
         "desk",
         help="the review desk's decisions as a labelled dataset; reviewer agreement",
@@ -484,7 +481,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "CSV: claim, evidence, decision, reviewers' scores), or report how far reviewers agree.",
     )
     sub = p.add_subparsers(dest="desk_command", metavar="COMMAND", required=True)
-    export = sub.add_parser("export", help="write the decisions as a labelled dataset")
+    export = add_command(
+        sub, "export", _run_export, help="write the decisions as a labelled dataset"
+    )
     add_store_argument(export)
     export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
     export.add_argument("--out", default=None, help="file to write (default: standard output)")
@@ -496,9 +495,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     export.add_argument("--route", default=None, help="one queue (escalate, review)")
     export.add_argument("--since", default=None, help="decisions from this ISO time on")
-    export.set_defaults(func=_run_export)
-    agree = sub.add_parser("agreement", help="how far reviewers of the same item agree")
+    agree = add_command(
+        sub, "agreement", _run_agreement, help="how far reviewers of the same item agree"
+    )
     add_store_argument(agree)
     agree.add_argument("--route", default=None, help="one queue (escalate, review)")
-    agree.add_argument("--json", action="store_true")
-    agree.set_defaults(func=_run_agreement)
+    add_json_argument(agree)

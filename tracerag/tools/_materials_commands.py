@@ -18,16 +18,41 @@ Upkeep: ``pending``, ``conflicts``, ``stats``, ``verify`` (also ``tracerag audit
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
+from tracerag._identity import (
+    OperatorIdentity,
+    UnknownOperator,
+    authenticate_operator,
+    read_token_file,
+)
+from tracerag.config import get_config
+from tracerag.errors import TraceragError
+from tracerag.materials import (
+    ConcurrentChange,
+    InvalidTransition,
+    MaterialNotFound,
+    MaterialRegistry,
+)
+from tracerag.materials._db import MaterialStoreError
+from tracerag.materials._investigate import impact, trace_back
+from tracerag.materials._principal import declared_note
 from tracerag.materials._render import render_trace_back, short, version_lines
+from tracerag.materials.feedback import record_feedback
+from tracerag.store import RequestNotFound
 from tracerag.tools._audit import add_audit_command
-from tracerag.tools._store_args import add_store_argument, open_cli_store
-
-if TYPE_CHECKING:
-    from tracerag._identity import OperatorIdentity
+from tracerag.tools._command import (
+    Subparsers,
+    add_command,
+    add_json_argument,
+    add_store_argument,
+    print_json,
+)
+from tracerag.tools._store_args import open_cli_store
 
 ACTIONS = ("approve", "reject", "quarantine", "restore", "delete", "dismiss")
 _ACTION_HELP = {
@@ -39,9 +64,6 @@ _ACTION_HELP = {
 
 def open_registry(url: str | None, **options: Any) -> Any:
     """The material registry beside the command's audit store, or exit with a message."""
-    from tracerag.errors import TraceragError
-    from tracerag.materials import MaterialRegistry
-
     store = open_cli_store(url)
     try:
         return MaterialRegistry(store, owns_store=True, **options)
@@ -50,13 +72,18 @@ def open_registry(url: str | None, **options: Any) -> Any:
         raise SystemExit(f"tracerag: cannot open the material registry: {exc}") from exc
 
 
+@contextmanager
+def cli_registry(args: argparse.Namespace, **options: Any) -> Iterator[MaterialRegistry]:
+    """The registry beside ``args.store``, open for the block."""
+    reg = open_registry(args.store, **options)
+    try:
+        yield reg
+    finally:
+        reg.close()
+
+
 def operator_identity(args: argparse.Namespace) -> OperatorIdentity:
     """The operator the command's token proves; exit 2 with the reason when it proves none."""
-    from pathlib import Path
-
-    from tracerag._identity import UnknownOperator, authenticate_operator, read_token_file
-    from tracerag.config import get_config
-
     config = get_config()
     token = config.operator_token
     if args.operator_token_file:
@@ -76,10 +103,7 @@ def operator_identity(args: argparse.Namespace) -> OperatorIdentity:
 
 def run_show(args: argparse.Namespace) -> int:
     """Print a material now, its history and its read hits."""
-    from tracerag.materials import MaterialNotFound
-
-    reg = open_registry(args.store)
-    try:
+    with cli_registry(args) as reg:
         try:
             state = reg.get(args.material_id)
         except MaterialNotFound as exc:
@@ -111,7 +135,7 @@ def run_show(args: argparse.Namespace) -> int:
                 ],
                 "reads": [h.__dict__ for h in reads],
             }
-            print(json.dumps(out, ensure_ascii=False, indent=2))
+            print_json(out)
             return 0
         v = state.current
         print(f"material {v.material_id}" + (f" — {v.title}" if v.title else ""))
@@ -148,25 +172,18 @@ def run_show(args: argparse.Namespace) -> int:
                 f"decision {h.decision}" + ("  COMPLAINT" if h.complained else "")
             )
         return 0
-    finally:
-        reg.close()
 
 
 def run_impact(args: argparse.Namespace) -> int:
     """Every request that used a material (version), with its decisions."""
-    from tracerag.materials._investigate import impact
-
-    reg = open_registry(args.store)
-    try:
+    with cli_registry(args) as reg:
         rows = impact(reg, args.material_id, args.version)
-    finally:
-        reg.close()
     if args.json:
         out = [
             {**r.hit.__dict__, "review_action": r.review_action, "feedback": list(r.feedback)}
             for r in rows
         ]
-        print(json.dumps(out, ensure_ascii=False, indent=2))
+        print_json(out)
         return 0
     which = f"v{args.version}" if args.version else "any version"
     print(f"{len(rows)} requests used {args.material_id} ({which}):")
@@ -182,13 +199,10 @@ def run_impact(args: argparse.Namespace) -> int:
 
 def run_by_rule(args: argparse.Namespace) -> int:
     """Everything one write rule or model version wrote."""
-    reg = open_registry(args.store)
-    try:
+    with cli_registry(args) as reg:
         rows = reg.by_rule(args.rule)
-    finally:
-        reg.close()
     if args.json:
-        print(json.dumps([s.version.body() for s in rows], ensure_ascii=False, indent=2))
+        print_json([s.version.body() for s in rows])
         return 0
     print(f"{len(rows)} versions written by {args.rule}:")
     for sv in rows:
@@ -203,17 +217,13 @@ def run_by_rule(args: argparse.Namespace) -> int:
 
 def run_action(args: argparse.Namespace) -> int:
     """approve / reject / quarantine / restore / delete one material."""
-    from tracerag.materials import InvalidTransition, MaterialNotFound
-
     who = operator_identity(args)
-    reg = open_registry(args.store)
-    try:
-        v = reg.transition(args.material_id, args.action, operator=who, reason=args.reason)
-    except (MaterialNotFound, InvalidTransition, ValueError) as exc:
-        print(f"tracerag materials {args.action}: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        reg.close()
+    with cli_registry(args) as reg:
+        try:
+            v = reg.transition(args.material_id, args.action, operator=who, reason=args.reason)
+        except (MaterialNotFound, InvalidTransition, ValueError) as exc:
+            print(f"tracerag materials {args.action}: {exc}", file=sys.stderr)
+            return 1
     print(f"{v.material_id} v{v.version}: {v.change} → {v.status} (by {v.operator})")
     if v.status in ("quarantined", "deleted"):
         print(
@@ -226,8 +236,6 @@ def run_action(args: argparse.Namespace) -> int:
 
 def run_edit(args: argparse.Namespace) -> int:
     """A manual edit: a new version (changed text goes through the write gate)."""
-    from tracerag.materials import ConcurrentChange, MaterialNotFound
-
     fields = {
         k: getattr(args, k)
         for k in ("valid_from", "valid_until", "superseded_by", "title")
@@ -237,22 +245,20 @@ def run_edit(args: argparse.Namespace) -> int:
         print("tracerag materials edit: nothing to change", file=sys.stderr)
         return 2
     who = operator_identity(args)
-    reg = open_registry(args.store)
-    try:
-        v = reg.edit(
-            args.material_id,
-            content=args.content,
-            operator=who,
-            written_by="manual",
-            reason=args.reason,
-            **fields,
-        )
-        pending = reg.get(args.material_id).pending
-    except (MaterialNotFound, ConcurrentChange, ValueError) as exc:
-        print(f"tracerag materials edit: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        reg.close()
+    with cli_registry(args) as reg:
+        try:
+            v = reg.edit(
+                args.material_id,
+                content=args.content,
+                operator=who,
+                written_by="manual",
+                reason=args.reason,
+                **fields,
+            )
+            pending = reg.get(args.material_id).pending
+        except (MaterialNotFound, ConcurrentChange, ValueError) as exc:
+            print(f"tracerag materials edit: {exc}", file=sys.stderr)
+            return 1
     held = v.gate and v.gate.get("reasons")
     print(
         f"{v.material_id} v{v.version}: edit → {v.status} (by {v.operator})"
@@ -264,19 +270,15 @@ def run_edit(args: argparse.Namespace) -> int:
 
 def run_rollback(args: argparse.Namespace) -> int:
     """Roll a batch back."""
-    from tracerag.materials._db import MaterialStoreError
-
     who = operator_identity(args)
-    reg = open_registry(args.store)
-    try:
-        result = reg.rollback_batch(
-            args.batch_id, operator=who, reason=args.reason, force=args.force
-        )
-    except MaterialStoreError as exc:
-        print(f"tracerag materials rollback-batch: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        reg.close()
+    with cli_registry(args) as reg:
+        try:
+            result = reg.rollback_batch(
+                args.batch_id, operator=who, reason=args.reason, force=args.force
+            )
+        except MaterialStoreError as exc:
+            print(f"tracerag materials rollback-batch: {exc}", file=sys.stderr)
+            return 1
     print(
         f"rolled back {args.batch_id} as {result.rollback_batch_id}: "
         f"restored {', '.join(result.restored) or 'none'}; "
@@ -289,8 +291,7 @@ def run_rollback(args: argparse.Namespace) -> int:
 
 def run_pending(args: argparse.Namespace) -> int:
     """Writes waiting for review, and quarantines proposed by denials."""
-    reg = open_registry(args.store)
-    try:
+    with cli_registry(args) as reg:
         for state in reg.pending():
             number = state.pending or state.current.version
             sv = reg.version(state.material_id, number)
@@ -300,20 +301,15 @@ def run_pending(args: argparse.Namespace) -> int:
                 f"quarantine proposed of {state.material_id} (v{state.current.version}, "
                 f"{state.denials} denials): {state.proposed_quarantine}"
             )
-    finally:
-        reg.close()
     return 0
 
 
 def run_conflicts(args: argparse.Namespace) -> int:
     """Open conflicts between active materials."""
-    reg = open_registry(args.store)
-    try:
+    with cli_registry(args) as reg:
         rows = reg.conflicts(None if args.all else "open")
-    finally:
-        reg.close()
     if args.json:
-        print(json.dumps([c.to_dict() for c in rows], ensure_ascii=False, indent=2))
+        print_json([c.to_dict() for c in rows])
         return 0
     for c in rows:
         print(
@@ -326,22 +322,16 @@ def run_conflicts(args: argparse.Namespace) -> int:
 
 def run_stats(args: argparse.Namespace) -> int:
     """Figures: materials by status, pending writes, conflicts, credibility distribution."""
-    reg = open_registry(args.store)
-    try:
-        print(json.dumps(reg.stats(), ensure_ascii=False, indent=2))
-    finally:
-        reg.close()
+    with cli_registry(args) as reg:
+        print_json(reg.stats())
     return 0
 
 
 def run_verify(args: argparse.Namespace) -> int:
     """Check the registry's tables against the hash chain; exit 1 on any difference."""
-    reg = open_registry(args.store, baseline=False)
-    try:
+    with cli_registry(args, baseline=False) as reg:
         chain = reg.store.verify_chain()
         report = reg.verify()
-    finally:
-        reg.close()
     print(chain.summary())
     print(report.summary())
     return 0 if chain.ok and report.ok else 1
@@ -349,30 +339,22 @@ def run_verify(args: argparse.Namespace) -> int:
 
 def run_purge(args: argparse.Namespace) -> int:
     """Delete read hits past retention (complained-about requests are kept)."""
-    reg = open_registry(args.store)
-    try:
+    with cli_registry(args) as reg:
         n = reg.purge_reads(days=args.days)
-    finally:
-        reg.close()
     print(f"deleted {n} read hits older than {args.days or reg.read_retention_days} days")
     return 0
 
 
 def run_trace_back(args: argparse.Namespace) -> int:
     """From a request to the materials it used and the writes that produced them."""
-    from tracerag.materials._investigate import trace_back
-    from tracerag.store import RequestNotFound
-
-    reg = open_registry(args.store)
-    try:
-        tb = trace_back(reg, args.request_id)
-    except RequestNotFound as exc:
-        print(f"tracerag trace-back: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        reg.close()
+    with cli_registry(args) as reg:
+        try:
+            tb = trace_back(reg, args.request_id)
+        except RequestNotFound as exc:
+            print(f"tracerag trace-back: {exc}", file=sys.stderr)
+            return 1
     if args.json:
-        print(json.dumps(tb.to_dict(), ensure_ascii=False, indent=2))
+        print_json(tb.to_dict())
     else:
         sys.stdout.write(render_trace_back(tb))
     return 0
@@ -381,9 +363,6 @@ def run_trace_back(args: argparse.Namespace) -> int:
 def feedback_principal(args: argparse.Namespace) -> OperatorIdentity:
     """The operator an operator token proves (the verdict counts), else the ``--operator``
     name as declared (kept as an unverified note that counts for nothing)."""
-    from tracerag.config import get_config
-    from tracerag.materials._principal import declared_note
-
     if args.operator_token_file or get_config().operator_token:
         return operator_identity(args)
     if not args.operator:
@@ -403,28 +382,22 @@ def feedback_principal(args: argparse.Namespace) -> OperatorIdentity:
 
 def run_feedback(args: argparse.Namespace) -> int:
     """Record a verdict on an answer (as ``record_feedback`` does)."""
-    from tracerag.materials._db import MaterialStoreError
-    from tracerag.materials.feedback import record_feedback
-    from tracerag.store import RequestNotFound
-
     who = feedback_principal(args)
-    reg = open_registry(args.store)
-    try:
-        result = record_feedback(
-            args.request_id,
-            args.verdict,
-            args.comment,
-            args.correction,
-            registry=reg,
-            operator=who,
-            declared_user=None if who.authenticated else args.operator,
-        )
-    except (RequestNotFound, MaterialStoreError, ValueError) as exc:
-        print(f"tracerag feedback: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        reg.close()
-    print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
+    with cli_registry(args) as reg:
+        try:
+            result = record_feedback(
+                args.request_id,
+                args.verdict,
+                args.comment,
+                args.correction,
+                registry=reg,
+                operator=who,
+                declared_user=None if who.authenticated else args.operator,
+            )
+        except (RequestNotFound, MaterialStoreError, ValueError) as exc:
+            print(f"tracerag feedback: {exc}", file=sys.stderr)
+            return 1
+    print_json(result.to_dict())
     return 0
 
 
@@ -442,7 +415,7 @@ def _operator(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(subparsers: Subparsers) -> None:
     """Register ``tracerag materials``, ``tracerag trace-back`` and ``tracerag feedback``."""
     m = subparsers.add_parser(
         "materials",
@@ -457,38 +430,53 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
     m.set_defaults(func=_help)
     sub = m.add_subparsers(dest="materials_command", metavar="MATERIALS_COMMAND")
+    _add_reads(sub)
+    _add_changes(sub)
+    _add_upkeep(sub)
+    _add_trace_back(subparsers)
+    _add_feedback(subparsers)
 
-    p = sub.add_parser("show", help="current value, version history, read hits")
+
+def _add_reads(sub: Subparsers) -> None:
+    """``materials show``, ``impact`` and ``by-rule``: investigation, nothing written."""
+    p = add_command(sub, "show", run_show, help="current value, version history, read hits")
     p.add_argument("material_id", metavar="MATERIAL_ID")
     p.add_argument("--limit", type=int, default=50, help="read hits shown (default 50)")
-    p.add_argument("--json", action="store_true")
+    add_json_argument(p)
     add_store_argument(p)
-    p.set_defaults(func=run_show)
 
-    p = sub.add_parser("impact", help="every request that used a material (version)")
+    p = add_command(sub, "impact", run_impact, help="every request that used a material (version)")
     p.add_argument("material_id", metavar="MATERIAL_ID")
     p.add_argument("--version", type=int, default=None)
-    p.add_argument("--json", action="store_true")
+    add_json_argument(p)
     add_store_argument(p)
-    p.set_defaults(func=run_impact)
 
-    p = sub.add_parser("by-rule", help="everything a write rule or model version wrote")
+    p = add_command(
+        sub, "by-rule", run_by_rule, help="everything a write rule or model version wrote"
+    )
     p.add_argument("rule", metavar="RULE")
-    p.add_argument("--json", action="store_true")
+    add_json_argument(p)
     add_store_argument(p)
-    p.set_defaults(func=run_by_rule)
 
+
+def _add_changes(sub: Subparsers) -> None:
+    """The audited changes: the transitions, ``edit`` and ``rollback-batch``."""
     for action in ACTIONS:
-        p = sub.add_parser(
-            action, help=_ACTION_HELP.get(action, f"{action} a material (a new, audited version)")
+        p = add_command(
+            sub,
+            action,
+            run_action,
+            help=_ACTION_HELP.get(action, f"{action} a material (a new, audited version)"),
         )
+        p.set_defaults(action=action)
         p.add_argument("material_id", metavar="MATERIAL_ID")
         _operator(p)
         p.add_argument("--reason", required=True, help="why (recorded)")
         add_store_argument(p)
-        p.set_defaults(func=run_action, action=action)
 
-    p = sub.add_parser("edit", help="a manual edit (a new, audited version; text is gated)")
+    p = add_command(
+        sub, "edit", run_edit, help="a manual edit (a new, audited version; text is gated)"
+    )
     p.add_argument("material_id", metavar="MATERIAL_ID")
     p.add_argument("--content", default=None, help="the new text")
     for name in ("valid-from", "valid-until", "superseded-by", "title"):
@@ -496,55 +484,61 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _operator(p)
     p.add_argument("--reason", required=True, help="why (recorded)")
     add_store_argument(p)
-    p.set_defaults(func=run_edit)
 
-    p = sub.add_parser("rollback-batch", help="restore what a batch changed")
+    p = add_command(sub, "rollback-batch", run_rollback, help="restore what a batch changed")
     p.add_argument("batch_id", metavar="BATCH_ID")
     _operator(p)
     p.add_argument("--reason", required=True)
     p.add_argument("--force", action="store_true", help="also materials changed since")
     add_store_argument(p)
-    p.set_defaults(func=run_rollback)
 
+
+def _add_upkeep(sub: Subparsers) -> None:
+    """``pending``, ``stats``, ``verify``, ``conflicts`` and ``purge-reads``."""
     for name, func, text in (
         ("pending", run_pending, "writes waiting for review and proposed quarantines"),
         ("stats", run_stats, "materials by status, pending writes, conflicts, credibility"),
         ("verify", run_verify, "check the registry against the hash chain"),
     ):
-        p = sub.add_parser(name, help=text)
+        p = add_command(sub, name, func, help=text)
         add_store_argument(p)
-        p.set_defaults(func=func)
 
-    p = sub.add_parser("conflicts", help="materials stating different values")
+    p = add_command(sub, "conflicts", run_conflicts, help="materials stating different values")
     p.add_argument("--all", action="store_true", help="resolved ones too")
-    p.add_argument("--json", action="store_true")
+    add_json_argument(p)
     add_store_argument(p)
-    p.set_defaults(func=run_conflicts)
 
-    p = sub.add_parser("purge-reads", help="delete read hits past retention")
+    p = add_command(sub, "purge-reads", run_purge, help="delete read hits past retention")
     p.add_argument("--days", type=int, default=None, help="retention (default 30)")
     add_store_argument(p)
-    p.set_defaults(func=run_purge)
 
-    t = subparsers.add_parser(
+
+def _add_trace_back(subparsers: Subparsers) -> None:
+    """``tracerag trace-back``: from a request to the writes behind its materials."""
+    t = add_command(
+        subparsers,
         "trace-back",
+        run_trace_back,
         help="from a request to the writes behind its materials",
         description="Request → materials used → the writes that produced them → their change "
         "history, the most likely cause first.",
     )
     t.add_argument("request_id", metavar="REQUEST_ID")
-    t.add_argument("--json", action="store_true")
+    add_json_argument(t)
     add_store_argument(t)
-    t.set_defaults(func=run_trace_back)
 
-    f = subparsers.add_parser("feedback", help="record confirm / deny / clarify on an answer")
+
+def _add_feedback(subparsers: Subparsers) -> None:
+    """``tracerag feedback``: a verdict on an answer."""
+    f = add_command(
+        subparsers, "feedback", run_feedback, help="record confirm / deny / clarify on an answer"
+    )
     f.add_argument("request_id", metavar="REQUEST_ID")
     f.add_argument("verdict", choices=["confirm", "deny", "clarify"])
     f.add_argument("--comment", default=None)
     f.add_argument("--correction", default=None, help="the right answer (clarify)")
     _operator(f)
     add_store_argument(f)
-    f.set_defaults(func=run_feedback)
 
 
 def _configure_audit(parser: argparse.ArgumentParser) -> None:

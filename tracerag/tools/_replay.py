@@ -32,12 +32,26 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
 
+from tracerag._llm import model_name
+from tracerag._pipeline import RAGPipeline
 from tracerag.config import get_config
 from tracerag.contract import Response
+from tracerag.demo._run import build_model
 from tracerag.errors import TraceragError
+from tracerag.prompts import DEFAULT_PROMPT_VERSION
+from tracerag.stages._retrieve import content_id
+from tracerag.store import RequestNotFound
 from tracerag.store._audit_record import AuditRecord, RecordMaterial
 from tracerag.store._base import KIND_OPERATOR_ACTION, AuditStore
 from tracerag.store._codec import RequestTrail
+from tracerag.tools._command import (
+    Subparsers,
+    add_command,
+    add_json_argument,
+    add_store_argument,
+    cli_store,
+    emit,
+)
 
 MODEL_ENV = "TRACERAG_MODEL"
 MODELS = ("extractive", "local")
@@ -55,8 +69,6 @@ def material_documents(
     materials: Sequence[RecordMaterial | Mapping[str, Any]],
 ) -> list[tuple[Document, Any]]:
     """The stored materials as (Document, score) pairs, in retrieved order."""
-    from tracerag.stages._retrieve import content_id
-
     typed = [RecordMaterial.model_validate(m) for m in materials]
     pairs: list[tuple[Document, Any]] = []
     ordered = sorted(enumerate(typed), key=lambda im: (im[1].rank is None, im[1].rank, im[0]))
@@ -354,8 +366,6 @@ def replay(
     or model version differs from ``prompt_version``/``model_version`` and ``force`` is False.
     ``pipeline_options`` go to ``RAGPipeline`` (thresholds, rules, support_backend, ...).
     """
-    from tracerag._pipeline import RAGPipeline
-
     trail: RequestTrail = store.get(request_id)
     record = trail.audit
     recorded = record.versions.model_dump(exclude_unset=True)
@@ -414,10 +424,6 @@ def replay(
 
 def configured_model(name: str | None, seed: int | None = None) -> tuple[Any, str, str]:
     """The configured chat model with its prompt and model versions (``--model``/TRACERAG_MODEL)."""
-    from tracerag._llm import model_name
-    from tracerag.demo._run import build_model
-    from tracerag.prompts import DEFAULT_PROMPT_VERSION
-
     name = name or get_config().model or "extractive"
     if name not in MODELS:
         raise SystemExit(f"unknown model {name!r} (from --model or {MODEL_ENV}): choose {MODELS}")
@@ -427,34 +433,25 @@ def configured_model(name: str | None, seed: int | None = None) -> tuple[Any, st
 
 def run(args: argparse.Namespace) -> int:
     """Replay one stored request and print what changed."""
-    from tracerag.store import RequestNotFound
-    from tracerag.tools._store_args import open_cli_store
-
     llm, prompt_version, model_version = configured_model(args.model, args.seed)
-    store = open_cli_store(args.store, auto_enqueue=False)
-    try:
-        result = replay(
-            store,
-            args.request_id,
-            llm,
-            prompt_version=prompt_version,
-            model_version=model_version,
-            force=args.force,
-            actor=args.actor,
-        )
-    except RequestNotFound as exc:
-        print(f"tracerag replay: {exc}", file=sys.stderr)
-        return 1
-    except ReplayRefused as exc:
-        print(f"tracerag replay: refused: {exc}", file=sys.stderr)
-        return 3
-    finally:
-        store.close()
-    if args.json:
-        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
-    else:
-        print(result.render(), end="")
-    return 0
+    with cli_store(args, auto_enqueue=False) as store:
+        try:
+            result = replay(
+                store,
+                args.request_id,
+                llm,
+                prompt_version=prompt_version,
+                model_version=model_version,
+                force=args.force,
+                actor=args.actor,
+            )
+        except RequestNotFound as exc:
+            print(f"tracerag replay: {exc}", file=sys.stderr)
+            return 1
+        except ReplayRefused as exc:
+            print(f"tracerag replay: refused: {exc}", file=sys.stderr)
+            return 3
+    return emit(result, as_json=args.json)
 
 
 def _default_actor() -> str:
@@ -481,12 +478,12 @@ def add_rerun_arguments(p: argparse.ArgumentParser, verb: str) -> None:
     p.add_argument("--actor", default=_default_actor(), help="who runs it (for the audit log)")
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(subparsers: Subparsers) -> None:
     """Register ``tracerag replay``."""
-    from tracerag.tools._store_args import add_store_argument
-
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "replay",
+        run,
         help="re-run a stored request with its materials and parameters; show what changed",
         description="Re-run a stored request with the same materials (no new retrieval), "
         "parameters and versions, store the replay linked to the original, and print what "
@@ -495,5 +492,4 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("request_id", metavar="REQUEST_ID")
     add_store_argument(p)
     add_rerun_arguments(p, "replay")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=run)
+    add_json_argument(p, "print the result as JSON")

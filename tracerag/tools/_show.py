@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tracerag._routing import Route
+from tracerag.store import RequestNotFound
 from tracerag.store._audit_record import AuditRecord
 from tracerag.store._base import (
     KIND_EVALUATION,
@@ -26,8 +27,15 @@ from tracerag.store._base import (
     KIND_REVIEW_VOTE,
 )
 from tracerag.store._codec import RequestTrail
-from tracerag.tools._store_args import add_store_argument, open_cli_store
-from tracerag.tools.explain import render_attribution, render_explanations
+from tracerag.tools._command import (
+    Subparsers,
+    add_command,
+    add_json_argument,
+    add_store_argument,
+    cli_store,
+)
+from tracerag.tools._eval_compare import render_report
+from tracerag.tools._explain_render import render_attribution, render_explanations
 
 INDENT = "  "
 STAGE_ORDER = ("register", "retrieve", "plan", "sample", "verify", "assemble", "request")
@@ -271,8 +279,6 @@ def _usage(rec: AuditRecord) -> list[str]:
 
 def _evaluation(trail: RequestTrail) -> list[str]:
     """The report of an evaluation run (``tracerag eval``) kept under this id, if any."""
-    from tracerag.tools._eval import render_report
-
     out: list[str] = []
     for entry in trail.of_kind(KIND_EVALUATION):
         report = {k: v for k, v in entry.payload.items() if k not in {"reason", "actor"}}
@@ -385,24 +391,22 @@ def render_json(trail: RequestTrail) -> str:
 
 def run_show(args: argparse.Namespace) -> int:
     """Print one request's trail as a timeline or JSON."""
-    from tracerag.store import RequestNotFound
-
-    store = open_cli_store(args.store)
-    try:
-        trail = store.get(args.request_id)
-    except RequestNotFound as exc:
-        print(f"tracerag show: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        store.close()
+    with cli_store(args) as store:
+        try:
+            trail = store.get(args.request_id)
+        except RequestNotFound as exc:
+            print(f"tracerag show: {exc}", file=sys.stderr)
+            return 1
     sys.stdout.write(render_json(trail) + "\n" if args.json else render_timeline(trail))
     return 0
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Subparsers) -> None:
     """Register ``tracerag show``."""
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "show",
+        run_show,
         help="show one request's audit trail as a timeline",
         description="Show everything stored for one request, in the order an investigator "
         "reads it: versions, question, retrieved materials, plan, samples, verdicts, outcome, "
@@ -410,5 +414,4 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("request_id", metavar="REQUEST_ID")
     add_store_argument(p)
-    p.add_argument("--json", action="store_true", help="print the trail as JSON")
-    p.set_defaults(func=run_show)
+    add_json_argument(p, "print the trail as JSON")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from tracerag.errors import TraceragError
@@ -20,6 +21,8 @@ def add_store_argument(parser: argparse.ArgumentParser) -> None:
 
 def open_cli_store(url: str | None, *, create: bool = False, **options: Any) -> Any:
     """Open an existing audit store for a command, or exit 1 with one clear line."""
+    # the store imports pydantic: imported when a command opens it, not when a parser adds
+    # --store (``tracerag serve --help`` builds its parser from this module)
     from tracerag.store import open_store
     from tracerag.store._open import cli_store_url
 
@@ -39,6 +42,4 @@ def _one_line(exc: BaseException) -> str:
 
 def _shown(target: str) -> str:
     """The store location without a password."""
-    import re
-
     return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", target)

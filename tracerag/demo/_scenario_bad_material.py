@@ -18,6 +18,17 @@ from typing import Any
 
 from langchain_core.documents import Document
 
+from tracerag import RAGPipeline
+from tracerag.demo._store import writable_store
+from tracerag.demo.kb import build_vectorstore, load_documents
+from tracerag.demo.models.extractive import ExtractiveChatModel
+from tracerag.materials import MaterialRegistry, Provenance, answer_conflicts
+from tracerag.materials._investigate import trace_back
+from tracerag.materials._render import render_trace_back
+from tracerag.materials._rerank import CredibilityRetriever
+from tracerag.materials.feedback import record_feedback, record_usage
+from tracerag.store import open_store
+
 BAD_ID = "returns-partner-feed"
 BAD_TEXT = (
     "Opened items in resalable condition can be returned within 60 days of delivery, "
@@ -40,16 +51,6 @@ def _say(text: str = "") -> None:
 
 def run_scenario(args: argparse.Namespace) -> int:
     """Play the scenario against a fresh audit store and print each step."""
-    from tracerag import RAGPipeline
-    from tracerag.demo.kb import build_vectorstore, load_documents
-    from tracerag.demo.models.extractive import ExtractiveChatModel
-    from tracerag.materials import MaterialRegistry, Provenance, answer_conflicts
-    from tracerag.materials._investigate import trace_back
-    from tracerag.materials._render import render_trace_back
-    from tracerag.materials._rerank import CredibilityRetriever
-    from tracerag.materials.feedback import record_feedback, record_usage
-    from tracerag.store import open_store
-
     logger = logging.getLogger("tracerag")
     level = logger.level
     logger.setLevel(logging.ERROR)  # the scenario's own lines, not the library's, for its run
@@ -59,7 +60,6 @@ def run_scenario(args: argparse.Namespace) -> int:
             with contextlib.suppress(FileNotFoundError):
                 Path(str(DEFAULT_STORE) + suffix).unlink()
         url = str(DEFAULT_STORE)
-    from tracerag.demo._store import writable_store
 
     writable_store(url, default=not args.store)  # one line and exit 1 if it cannot be written
     registry = MaterialRegistry(open_store(url), owns_store=True)

@@ -26,7 +26,6 @@ evaluation run (``tracerag eval``) are not counted at all.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 from collections.abc import Iterable, Iterator, Mapping
@@ -36,8 +35,16 @@ from typing import Any
 
 from tracerag._routing import Route
 from tracerag.errors import InputError
-from tracerag.store._base import AuditStore
+from tracerag.store._base import AuditStore, to_iso
 from tracerag.store._codec import RequestTrail
+from tracerag.tools._command import (
+    Subparsers,
+    add_command,
+    add_json_argument,
+    add_store_argument,
+    cli_store,
+    emit,
+)
 
 INTERCEPTED_VERDICTS = ("fabricated_citation", "unsupported", "stale")
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
@@ -292,8 +299,6 @@ def _accumulate(out: Indicators, trails: Iterable[tuple[RequestTrail, Any]]) -> 
 
 
 def _iso(value: datetime | str | None) -> str | None:
-    from tracerag.store._base import to_iso
-
     return to_iso(value)
 
 
@@ -302,32 +307,23 @@ def _iso(value: datetime | str | None) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the indicators over the window."""
-    from tracerag.tools._store_args import open_cli_store
-
     try:
         since = parse_since(args.since)
         until = parse_since(args.until)
     except ValueError as exc:
         print(f"tracerag metrics: {exc}")
         return 2
-    store = open_cli_store(args.store)
-    try:
+    with cli_store(args) as store:
         result = compute(store, since, until, limit=args.limit)
-    finally:
-        store.close()
-    if args.json:
-        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
-    else:
-        print(result.render(), end="")
-    return 0
+    return emit(result, as_json=args.json)
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(subparsers: Subparsers) -> None:
     """Register ``tracerag metrics``."""
-    from tracerag.tools._store_args import add_store_argument
-
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "metrics",
+        run,
         help="citation coverage and accuracy, interception, review and escalation rates",
         description="Quality indicators over the requests stored in a time window.",
     )
@@ -342,5 +338,4 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument(
         "--limit", type=int, default=DEFAULT_LIMIT, help="most requests read (default 100000)"
     )
-    p.add_argument("--json", action="store_true", help="print the indicators as JSON")
-    p.set_defaults(func=run)
+    add_json_argument(p, "print the indicators as JSON")
