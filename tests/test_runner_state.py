@@ -143,7 +143,7 @@ def test_stages_and_the_runner_never_read_the_environment() -> None:
     sources += [package / "store" / "_audit_record.py"]
     sources += [package / name for name in ("_runnable.py", "_sync.py", "_declare.py")]
     sources += [package / name for name in ("_choices.py", "events.py")]
-    wrap_modules = sorted((package / "wrap").glob("*.py"))
+    wrap_modules = sorted((package / "wrapping").glob("*.py"))
     assert len(wrap_modules) >= 8  # the package and its private modules
     sources += wrap_modules
     for path in sources:

@@ -8,8 +8,6 @@ Public names load on first use, so ``import tracerag`` stays cheap.
 
 from __future__ import annotations
 
-import sys
-import types
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +17,7 @@ _EXPORTS = {
     "RAGPipeline": "tracerag._pipeline",
     "PipelineOptions": "tracerag._pipeline",
     "RAGPipelineOptions": "tracerag._pipeline",
-    "wrap": "tracerag.wrap",
+    "wrap": "tracerag.wrapping",
     "TraceragMiddleware": "tracerag.middleware",
     "Response": "tracerag.contract",
     "Evidence": "tracerag.contract",
@@ -63,7 +61,7 @@ _EXPORTS = {
     "register_backend": "tracerag.signals._support",
     "Rule": "tracerag.signals._rules",
     "Equivalence": "tracerag.signals._consistency",
-    "WrappedChain": "tracerag.wrap",
+    "WrappedChain": "tracerag.wrapping",
     "StageEvent": "tracerag.events",
     "Stage": "tracerag._choices",
     "Tier": "tracerag._choices",
@@ -156,23 +154,6 @@ def __dir__() -> list[str]:
     return __all__
 
 
-class _Package(types.ModuleType):
-    """tracerag's module: importing its ``wrap`` package keeps ``tracerag.wrap`` the function.
-
-    Python binds a package's submodule as an attribute of the package once it is imported, so
-    ``from tracerag import WrappedChain, wrap`` (or any earlier ``from tracerag.wrap import …``)
-    would otherwise leave ``tracerag.wrap`` the ``tracerag.wrap`` package, not ``wrap()``.
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == value.__name__:
-            value = getattr(value, name)  # the submodule that defines the export: the export
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-
-
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag._choices import PlanMode, Route, Stage, Tier
     from tracerag._pipeline import PipelineOptions, RAGPipeline, RAGPipelineOptions
@@ -212,4 +193,4 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag.store import AuditStore, AuditWriter, StoreError, open_store
     from tracerag.store._audit_record import AuditRecord
     from tracerag.tracing import configure, trace_link
-    from tracerag.wrap import WrappedChain, wrap
+    from tracerag.wrapping import WrappedChain, wrap

@@ -114,17 +114,17 @@ async def run(
             with _deliver_span(tracer, state.request_id, root):
                 spent = _usage(root, ledger, settings)
                 _set_root(root, state, None, root_name)
-                persisted = await _deliver(state, settings, sink, spent)
-                _hand_on(state, settings, persisted, root)
+                persisted = await _send_record_to_sink(state, settings, sink, spent)
+                _give_ticket_to_handler(state, settings, persisted, root)
                 _record_metrics(state, settings, spent)
             raise
         state = state.with_timing("request", time.perf_counter() - started)
         # in the last stage's span (assemble's), still open: what it decided is delivered
         spent = _usage(root, ledger, settings)
-        persisted = await _deliver(state, settings, sink, spent)
-        notes = _hand_on(state, settings, persisted, root)
+        persisted = await _send_record_to_sink(state, settings, sink, spent)
+        notes = _give_ticket_to_handler(state, settings, persisted, root)
         try:
-            response = _respond(state, persisted, notes)
+            response = _caller_response_of(state, persisted, notes)
         except BaseException as exc:
             root.record_exception(exc)
             root.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
@@ -236,7 +236,9 @@ class _Stamped:
         return self._cm.__exit__(*exc)
 
 
-def _respond(state: RequestState, persisted: bool | None, notes: tuple[str, ...] = ()) -> Response:
+def _caller_response_of(
+    state: RequestState, persisted: bool | None, notes: tuple[str, ...] = ()
+) -> Response:
     """The caller's Response: what the decision says, less a withheld answer's text."""
     decision = state.decision
     if decision is None:
@@ -248,7 +250,7 @@ def _respond(state: RequestState, persisted: bool | None, notes: tuple[str, ...]
     return response
 
 
-def _hand_on(
+def _give_ticket_to_handler(
     state: RequestState, settings: Settings, persisted: bool | None, root: Span
 ) -> tuple[str, ...]:
     """Hand the request's ticket (if any) to the escalation handler, with its record's fate.
@@ -278,7 +280,7 @@ def _hand_on(
     return ()
 
 
-async def _tell(listener: StageListener, step: Step, state: RequestState) -> None:
+async def _announce_stage(listener: StageListener, step: Step, state: RequestState) -> None:
     event = StageEvent(
         stage=step.name,
         skipped=step.fn is None,
@@ -325,7 +327,7 @@ async def _run_step(
             span.set_attribute(semconv.STAGE_SKIP_REASON, step.skip_reason or "skipped")
             state = state.with_skipped(step.name)
             if on_stage is not None:
-                await _tell(on_stage, step, state)
+                await _announce_stage(on_stage, step, state)
             return state, None
         started = time.perf_counter()
         refusal: BaseException | None = None
@@ -341,7 +343,7 @@ async def _run_step(
             raise
         state = state.with_output(step.name, output, time.perf_counter() - started)
         if refusal is None and on_stage is not None:
-            await _tell(on_stage, step, state)
+            await _announce_stage(on_stage, step, state)
         return state, refusal
 
 
@@ -407,7 +409,7 @@ def _usage(root: Span, ledger: usage.UsageLedger, settings: Settings) -> dict[st
         return None
 
 
-async def _deliver(
+async def _send_record_to_sink(
     state: RequestState,
     settings: Settings,
     sink: RecordSink | None,

@@ -64,10 +64,10 @@ from tracerag.middleware._review import (
 from tracerag.middleware._source import TurnSource
 from tracerag.middleware._turn import SearchLog, is_answer, turn_of
 from tracerag.stages._table import steps_for
-from tracerag.wrap._capture import RunCapture
-from tracerag.wrap._hooks import Shared, instrument, scope
-from tracerag.wrap._inspect import retrieval_parts
-from tracerag.wrap._retryable import is_transient
+from tracerag.wrapping._capture import RunCapture
+from tracerag.wrapping._hooks import Shared, instrument, scope
+from tracerag.wrapping._inspect import retrieval_parts
+from tracerag.wrapping._retryable import is_transient
 
 if TYPE_CHECKING:
     from langgraph.runtime import Runtime

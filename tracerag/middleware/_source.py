@@ -36,9 +36,9 @@ from tracerag.stages._sample import (
     record_samples,
     samples_wanted,
 )
-from tracerag.wrap._capture import RunCapture, model_call_attributes
-from tracerag.wrap._materials import run_materials, shown_order
-from tracerag.wrap._versions import learn_model, learn_prompt, missing_version_error
+from tracerag.wrapping._capture import RunCapture, model_call_attributes
+from tracerag.wrapping._documents import run_materials, shown_order
+from tracerag.wrapping._versions import learn_model, learn_prompt, missing_version_error
 
 if TYPE_CHECKING:
     from tracerag._settings import Settings

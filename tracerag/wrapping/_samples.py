@@ -65,7 +65,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableSequence
 from langchain_core.runnables.base import RunnableBindingBase
 
 from tracerag.errors import ConfigurationError, UnreadableOutputError
-from tracerag.wrap._commit import (
+from tracerag.wrapping._commit import (
     ThreadTurn,
     history_runnable,
     message_ids,
