@@ -7,7 +7,7 @@ output into a new state. No stage changes what an earlier stage produced.
 Each part of the state declares what it says and where each value goes in a class-level
 ``SIGNALS`` table (see ``tracerag._declare``): its stage span's attributes, the stage event's
 signals, the audit record, the metrics, the root span. ``to_record()`` (the JSON-able audit
-record; ``tracerag.AuditRecord`` is its typed reader), ``root_attributes()``,
+record; ``tracerag.store.AuditRecord`` is its typed reader), ``root_attributes()``,
 ``root_metadata()`` and ``outcome_fields()`` are derived from those tables, as are a stage
 span's attributes (``tracerag._declare.span_attributes``) and a stage event's signals.
 """

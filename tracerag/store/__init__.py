@@ -6,6 +6,7 @@ audit trail page of the documentation says what each guarantees.
 
 from __future__ import annotations
 
+from tracerag.store._audit_record import AuditRecord
 from tracerag.store._base import (
     AlreadyDecided,
     AlreadyReviewed,
@@ -34,6 +35,7 @@ from tracerag.store._writer import AuditWriter
 
 __all__ = [
     "AlreadyDecided",
+    "AuditRecord",
     "AlreadyReviewed",
     "AuditStore",
     "AuditWriter",
