@@ -98,7 +98,8 @@ def store_sink(audit: object) -> Sink | None:
     if hasattr(audit, "append_record"):
         from tracerag.store._writer import AuditWriter
 
-        return writer_sink(AuditWriter(audit, on_drop=_on_drop))
+        store: Any = audit  # an AuditStore by its shape
+        return writer_sink(AuditWriter(store, on_drop=_on_drop))
     if callable(audit):
         sink: Sink = audit
         return sink
