@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from tracerag import _sinks
 from tracerag.config import reset_config
@@ -102,7 +102,7 @@ def test_a_registered_resolver_is_asked_first_and_can_be_undone():
 
 
 def test_a_value_no_resolver_knows_is_a_configuration_error():
-    with pytest.raises(ConfigurationError, match="audit must be 'auto'.*got int"):
+    with pytest.raises(ConfigurationError, match=r"audit must be 'auto'.*got int"):
         _sinks.resolve_sink(42)  # type: ignore[arg-type]
 
 

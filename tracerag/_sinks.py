@@ -18,8 +18,8 @@ from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
 
 __all__ = [
-    "AuditTarget",
     "ENTRY_POINT_GROUP",
+    "AuditTarget",
     "RecordStore",
     "RecordWriter",
     "SinkResolver",

@@ -35,8 +35,8 @@ from tracerag.store._writer import AuditWriter
 
 __all__ = [
     "AlreadyDecided",
-    "AuditRecord",
     "AlreadyReviewed",
+    "AuditRecord",
     "AuditStore",
     "AuditWriter",
     "ChainIssue",
