@@ -126,6 +126,4 @@ def resolve_sink(audit: AuditTarget) -> RecordSink | None:
 
 def _is_plain_sink(audit: object) -> bool:
     """A callable that is not a writer or store an application resolver should wrap."""
-    return callable(audit) and not (
-        hasattr(audit, "submit") or hasattr(audit, "append_record")
-    )
+    return callable(audit) and not (hasattr(audit, "submit") or hasattr(audit, "append_record"))
