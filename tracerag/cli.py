@@ -172,6 +172,7 @@ def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
 
 
 def _audit_group() -> object:
+    # only once the audit command's module is imported: --help and --version stay light
     from tracerag.tools._audit import audit_group
 
     return audit_group()

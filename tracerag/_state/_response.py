@@ -17,12 +17,13 @@ from tracerag._declare import (
     OMIT,
     Signal,
 )
+from tracerag.contract import Response
 from tracerag.telemetry._content_capture import capture
 
 if TYPE_CHECKING:
     from tracerag._routing import Ticket
     from tracerag._state._record import RequestState
-    from tracerag.contract import ClaimCheck, Evidence, MaterialUse, Response, SignalDetail
+    from tracerag.contract import ClaimCheck, Evidence, MaterialUse, SignalDetail
     from tracerag.contract import Versions as ResponseVersions
     from tracerag.signals._attribution import Attribution
 from tracerag._state._outputs import StageError
@@ -147,13 +148,9 @@ class Decision:
         self, request_id: str, trace_id: str | None, audit_persisted: bool | None
     ) -> Response:
         """The Response, validated (its one construction)."""
-        from tracerag.contract import Response
-
         return Response(**self._fields(request_id, trace_id), audit_persisted=audit_persisted)
 
     def response_record(self, request_id: str, trace_id: str | None) -> dict[str, Any]:
         """The Response as the audit record keeps it, before the record is persisted."""
-        from tracerag.contract import Response
-
         draft = Response.model_construct(**self._fields(request_id, trace_id))
         return draft.model_dump(mode="json")
