@@ -250,63 +250,13 @@ def _statements(
     return own, rivals
 
 
-#: The kinds of value whose presence can stand for the question's words: a plain number says
-#: too little (most answers have one).
-_ANSWERING_KINDS = ("duration", "date", "money", "percent")
-
-# What a question asks for, by its wording: the kinds of value that answer it.
-_ASKS: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
-    (re.compile(pattern, re.IGNORECASE), frozenset(kinds))
-    for pattern, kinds in (
-        # English
-        (
-            r"\bhow\s+(?:long|soon|quickly|fast|late|early)\b"
-            r"|\bhow\s+many\s+(?:(?:business|working|calendar)\s+)?"
-            r"(?:days|weeks|months|years|hours|minutes)\b",
-            {"duration", "date"},
-        ),
-        (
-            r"\bwhen\b|\bwhat\s+(?:date|day|time|year|month)\b|\bwhich\s+(?:date|day|year|month)\b"
-            r"|\bdeadline\b|\buntil\s+when\b",
-            {"date", "duration"},
-        ),
-        (
-            r"\bhow\s+much\b|\b(?:price|prices|cost|costs|fee|fees|charge|charges|charged)\b",
-            {"money", "percent"},
-        ),
-        (r"\bwhat\s+(?:percentage|percent|share|proportion)\b", {"percent"}),
-        # Chinese
-        (
-            r"多久|多长时间|多少天|几天|几个月|多少个月|几年|多少年|几个小时|几小时|多少小时|几周"
-            r"|几个工作日|多长",
-            {"duration", "date"},
-        ),
-        (r"什么时候|何时|哪天|哪一天|几号|几月|哪年|哪一年|截止|期限", {"date", "duration"}),
-        (
-            r"多少钱|几元|多少元|花多少|付多少|收多少|多贵"
-            r"|(?:费用|价格|价钱|收费|运费|服务费)(?:是|要|为)?(?:多少|几)",
-            {"money", "percent"},
-        ),
-        (r"百分之几|几折|多少折|百分比", {"percent"}),
-    )
-)
-
-
-def asks_for(question: str) -> tuple[str, ...]:
-    """The kinds of value the question asks for (``duration``, ``date``, ``money``,
-    ``percent``), in that order."""
-    kinds: set[str] = set()
-    for pattern, found in _ASKS:
-        if pattern.search(question):
-            kinds |= found
-    return tuple(k for k in _ANSWERING_KINDS if k in kinds)
-
-
 def _asks_for_value(question: str, q: Quantity, claim_terms: frozenset[str]) -> bool:
     """The question asks for a value of the claim's kind (by its wording, by a noun that names
     a value, by asking "what X" of an X the claim gives the value of) or states one: only then
     can another value of the material be the one that answers it. An open question ("what is
     the returns policy?") is answered by any true case of it."""
+    from tracerag.signals._relevance import asks_for  # it reads this module's asking words
+
     if q.kind in asks_for(question) or _VALUE_NOUN_RE.search(question):
         return True
     for m in _WH_RE.finditer(question):
