@@ -19,15 +19,17 @@ Fixed N against adaptive sampling (``--adaptive``): the same requests answered w
 sample drawn (``min_samples=N``) and adaptively (the default ``min_samples`` and stop risk),
 paired: each request gets a fresh model seeded by its run's seed and its question, so the
 adaptive request's samples are the first ones of the fixed request's. Per front door — the
-pipeline over the demo retriever and ``wrap()`` around LangChain's RAG agent (``create_agent``
-with a retrieval tool) — model calls, tokens billed and wall time per request, calls on
+pipeline over the demo retriever, ``wrap()`` around LangChain's RAG agent (``create_agent``
+with a retrieval tool) and the same agent with ``TraceragMiddleware`` (``--doors`` picks
+some) — model calls, tokens billed and wall time per request, calls on
 requests that pass, and how often the route (and the chosen answer) agrees with fixed N; on the
 demo questions and on the labelled calibration set (``demo_calibration_rows``: the demo and
 probe questions, clean and with mutated samples), the AUROC of the confidence against the
 labels. ``--fit-prior`` refits the agreement prior (``tracerag._adaptive``) on the labelled
 set at fixed N and prints it by retrieval shape.
 
-    python benchmarks/cost.py --adaptive [--seeds 1,2] [--json]      (a few minutes)
+    python benchmarks/cost.py --adaptive [--seeds 1,2] [--doors pipeline,wrap,middleware]
+        [--json]                                                      (a few minutes)
     python benchmarks/cost.py --fit-prior
     python benchmarks/cost.py --calibration      (logistic fitted at fixed N, used adaptively)
 """
@@ -41,6 +43,7 @@ import sys
 import time
 from typing import Any
 
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from opentelemetry.sdk.trace import TracerProvider
 
 from tracerag import RAGPipeline
@@ -177,7 +180,7 @@ def labelled_pairs(seeds: list[int], kinds: list[str] | None, n: int) -> dict[st
     return out
 
 
-def _agent(model: Any) -> Any:
+def _agent(model: Any, middleware: list[Any] | None = None) -> Any:
     """LangChain's RAG agent over the demo knowledge base: ``create_agent`` with a
     ``content_and_artifact`` retrieval tool (the tutorial's)."""
     from langchain.agents import create_agent
@@ -197,6 +200,7 @@ def _agent(model: Any) -> Any:
     return create_agent(
         model,
         [retrieve_context],
+        middleware=middleware or (),
         system_prompt=(
             "You have access to a tool that retrieves context from the store's policies. Use "
             "the tool to help answer user queries, and cite each source you use by its id."
@@ -247,6 +251,57 @@ def wrap_pairs(questions: list[str], seeds: list[int], n: int) -> dict[str, Any]
     return out
 
 
+def middleware_pairs(
+    questions: list[str], seeds: list[int], n: int, *, one_per_call: bool = False
+) -> dict[str, Any]:
+    """The same agent with ``TraceragMiddleware`` at fixed N and adaptively, a fresh seeded
+    model per request (``one_per_call``: behind a model without ``n``). The agent's
+    tool-calling call is counted with the answering ones (the turn's every call, as
+    wrap(agent) counts its runs' calls)."""
+    from tracerag import TraceragMiddleware
+
+    def model_of(seed: int) -> Any:
+        base = ExtractiveChatModel(seed=seed)
+        return _OnePerCallTools(base=base) if one_per_call else base
+
+    out: dict[str, Any] = {}
+    for mode, first in (("fixed", n), ("adaptive", None)):
+        records: list[dict[str, Any]] = []
+        tool_rounds: list[tuple[int, int]] = []
+        started = time.perf_counter()
+        for seed in seeds:
+            for i, question in enumerate(questions):
+                verified = TraceragMiddleware(
+                    n_samples=n,
+                    escalation=_KeepTickets(),
+                    audit=records.append,
+                    tracer_provider=TracerProvider(),
+                    **({"min_samples": first} if first is not None else {}),
+                )
+                agent = _agent(model_of(seed * 1000 + i), [verified])
+                result = agent.invoke({"messages": [{"role": "user", "content": question}]})
+                usage = result["messages"][1].usage_metadata or {}  # the tool-calling call
+                tool_rounds.append((usage.get("input_tokens", 0), usage.get("output_tokens", 0)))
+        wall = time.perf_counter() - started
+        rows = [
+            {
+                "question": r["question"],
+                "decision": r["decision"],
+                "model_calls": 1 + r["usage"]["calls"],
+                "samples_drawn": len(r["samples"]),
+                "input_tokens": tool_in + r["usage"]["input_tokens"],
+                "output_tokens": tool_out + r["usage"]["output_tokens"],
+                "heuristic_confidence": r["confidence"],
+                "correct": r["decision"] == "pass",  # no labels here: AUROC not reported
+            }
+            for r, (tool_in, tool_out) in zip(records, tool_rounds, strict=True)
+        ]
+        out[mode] = {**_summary(rows, wall), "auroc": None}
+        out[f"{mode}_rows"] = rows
+    out.update(_agreement(out.pop("fixed_rows"), out.pop("adaptive_rows")))
+    return out
+
+
 class _OnePerCall(ReplyChatModel):
     """The extractive model behind a chat model that answers once per call (no ``n``), as
     most providers' LangChain models do: every sample is a call of its own."""
@@ -262,6 +317,13 @@ class _OnePerCall(ReplyChatModel):
     def _reply(self, messages: list[Any], **kwargs: Any) -> Any:
         kwargs.pop("n", None)
         return self.base._reply(messages, **{"temperature": self.temperature, **kwargs})
+
+
+class _OnePerCallTools(_OnePerCall):
+    """``_OnePerCall`` for an agent: it binds the agent's tools as the extractive model does."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
 
 def one_per_call_pairs(questions: list[str], seeds: list[int], n: int) -> dict[str, Any]:
@@ -304,22 +366,30 @@ def one_per_call_pairs(questions: list[str], seeds: list[int], n: int) -> dict[s
     return out
 
 
-def adaptive_report(seeds: list[int], n: int) -> dict[str, Any]:
-    """Every comparison of the section, in one run."""
+#: the front doors ``--adaptive`` compares (``--doors`` picks some)
+DOORS = ("pipeline", "wrap", "middleware")
+
+
+def adaptive_report(seeds: list[int], n: int, doors: tuple[str, ...] = DOORS) -> dict[str, Any]:
+    """Every comparison of the section, in one run (those of ``doors``)."""
     from tracerag.demo.kb import load_questions
 
     bundled = [q["question"] for q in load_questions()]
-    return {
-        "n": n,
-        "seeds": seeds,
-        "pipeline, demo questions": labelled_pairs(seeds, [], n),
-        "pipeline (one answer per call), demo questions": one_per_call_pairs(
+    report: dict[str, Any] = {"n": n, "seeds": seeds}
+    if "pipeline" in doors:
+        report["pipeline, demo questions"] = labelled_pairs(seeds, [], n)
+        report["pipeline (one answer per call), demo questions"] = one_per_call_pairs(
             demo_questions(), seeds, n
-        ),
-        "pipeline, labelled calibration set": labelled_pairs(seeds, None, n),
-        "wrap(agent), bundled demo questions": wrap_pairs(bundled, seeds, n),
-        "middleware": "not measured: the TraceragMiddleware front door has not landed",
-    }
+        )
+        report["pipeline, labelled calibration set"] = labelled_pairs(seeds, None, n)
+    if "wrap" in doors:
+        report["wrap(agent), bundled demo questions"] = wrap_pairs(bundled, seeds, n)
+    if "middleware" in doors:
+        report["middleware(agent), bundled demo questions"] = middleware_pairs(bundled, seeds, n)
+        report["middleware(agent, one answer per call), bundled demo questions"] = middleware_pairs(
+            bundled, seeds, n, one_per_call=True
+        )
+    return report
 
 
 def render_adaptive(report: dict[str, Any]) -> str:
@@ -463,6 +533,9 @@ def main(argv: list[str] | None = None) -> int:
         help="calibrations fitted at fixed N and adaptively, measured both ways",
     )
     parser.add_argument("--samples", type=int, default=5, help="N for --adaptive (default 5)")
+    parser.add_argument(
+        "--doors", default=",".join(DOORS), help="front doors for --adaptive (default: all)"
+    )
     args = parser.parse_args(argv)
     if args.calibration:
         seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
@@ -480,7 +553,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.adaptive:
         seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
-        report = adaptive_report(seeds, args.samples)
+        doors = tuple(d.strip() for d in args.doors.split(",") if d.strip())
+        unknown = sorted(set(doors) - set(DOORS))
+        if unknown:
+            parser.error(f"unknown front doors {unknown}; choose from {', '.join(DOORS)}")
+        report = adaptive_report(seeds, args.samples, doors)
         if args.json:
             json.dump(report, sys.stdout, indent=2, ensure_ascii=False)
             print()

@@ -11,8 +11,9 @@ Per app shape — an LCEL chain, a LangGraph StateGraph (LangChain's RAG tutoria
 agent (``create_agent`` with a ``content_and_artifact`` retrieval tool) — it reports, for one
 bare run and for ``wrap()`` with ``sampling="answer"`` (the default) and ``sampling="app"`` (and,
 for the agent, ``create_agent(..., middleware=[TraceragMiddleware(...)])``: the answering model
-call sampled N times inside the agent, the tool run once; with ``speculative=False`` the N-1
-extra answers are drawn only once the first has called no tool), the model calls, tool calls and
+call sampled inside the agent in adaptive rounds, the tool run once, beside it at fixed N
+(``min_samples=N``: all N at once); with ``speculative=False`` the extra answers are drawn only
+once the first has called no tool), the model calls, tool calls and
 vector store searches per request, and the wall time as a ratio to one bare run of the same shape
 (``--shape-rounds`` rounds, interleaved). The calls are counted where they happen: by the model,
 inside the tool, and in the store's search.
@@ -311,6 +312,8 @@ async def shapes(latency: float, n: int, rounds: int, tp: TracerProvider) -> Non
         if name == "agent":  # the agent's own middleware: the answering call sampled in place
             verified = TraceragMiddleware(n_samples=n, tracer_provider=tp, audit=None)
             runs["TraceragMiddleware"] = agent_shape(latency, [verified])
+            fixed = TraceragMiddleware(n_samples=n, min_samples=n, tracer_provider=tp, audit=None)
+            runs["middleware, fixed N"] = agent_shape(latency, [fixed])
             after = TraceragMiddleware(
                 n_samples=n, tracer_provider=tp, audit=None, speculative=False
             )

@@ -156,19 +156,20 @@ def child_append(
 
     from audit_store import build_record
 
-    from tracerag.store import _sql as sql_module
+    from tracerag.store._chain_log import ChainLog
+    from tracerag.store._group_commit import GroupCommit
     from tracerag.store._postgres import PostgresAuditStore
 
     if one_by_one or no_late:
-        shipped = sql_module.SQLAuditStore._append
+        shipped = ChainLog.seal
 
-        def _append(self: Any, cur: Any, head: Any, entries: Any) -> Any:
+        def _seal(self: Any, cur: Any, head: Any, entries: Any) -> Any:
             return shipped(self, _OneByOne(cur), head, entries)
 
         if one_by_one:
-            sql_module.SQLAuditStore._append = _append  # type: ignore[method-assign]
+            ChainLog.seal = _seal  # type: ignore[method-assign]
         if no_late:
-            sql_module.SQLAuditStore._join_late = lambda self, batch: None  # type: ignore
+            GroupCommit._join_late = lambda self, batch: None  # type: ignore
 
     # time each write transaction from the moment it holds the chain head (its first
     # statement, SELECT ... FOR UPDATE) to the end of its commit: the head is busy meanwhile

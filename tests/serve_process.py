@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-import httpx
 from pipeline_fixtures import REPO
 from server_fixtures import free_port
+from waiting import WaitTimeout, responds, wait_until
 
 TOKEN = "reviewer-token-for-tests-0123456789"
 API_KEY = "frontend-key-for-tests-0123"
@@ -53,21 +53,19 @@ def serve_process(
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def up() -> bool:
             if proc.poll() is not None:
                 raise RuntimeError(
                     f"tracerag serve exited ({proc.returncode}):\n"
                     + log.read_text("utf-8", "replace")[-3000:]
                 )
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("tracerag serve did not start in time")
-            time.sleep(0.2)
+            return responds(f"{base}/healthz")
+
+        try:
+            wait_until(up, "tracerag serve to start", timeout=timeout, interval=0.2)
+        except WaitTimeout as exc:
+            raise RuntimeError(f"tracerag serve did not start in time: {exc}") from exc
         yield base
     finally:
         proc.terminate()
@@ -147,7 +145,7 @@ class CuttingProxy:
                             self.cuts += 1
                         # the events arrived; then the connection drops (FIN, not a reset
                         # that could discard them before the page read them)
-                        time.sleep(0.5)
+                        time.sleep(0.5)  # sleep is the behaviour: the drop comes a moment later
                         client.shutdown(socket.SHUT_WR)
                         break
                 client.sendall(data)

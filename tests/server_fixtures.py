@@ -9,13 +9,13 @@ import os
 import re
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from langchain_core.documents import Document
 from pipeline_fixtures import FAST_RETRY, POLICIES
+from waiting import WaitTimeout, responds, wait_until
 
 from tracerag._pipeline import RAGPipeline
 from tracerag.store._sqlite import SQLiteAuditStore
@@ -140,7 +140,6 @@ def free_port() -> int:
 @contextmanager
 def running(app: Any, timeout: float = 20.0) -> Iterator[str]:
     """Serve an app with uvicorn on 127.0.0.1 in a background thread; yields its base URL."""
-    import httpx
     import uvicorn
 
     port = free_port()
@@ -149,17 +148,17 @@ def running(app: Any, timeout: float = 20.0) -> Iterator[str]:
     thread = threading.Thread(target=server.run, name="test-uvicorn", daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(base + "/healthz", timeout=1.0).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or not thread.is_alive():
-            server.should_exit = True
-            raise RuntimeError("the test server did not start")
-        time.sleep(0.05)
+
+    def up() -> bool:
+        if not thread.is_alive():
+            raise RuntimeError("the test server did not start: its thread ended")
+        return responds(base + "/healthz", timeout=1.0)
+
+    try:
+        wait_until(up, "the test server to start", timeout=timeout, interval=0.05)
+    except (WaitTimeout, RuntimeError) as exc:
+        server.should_exit = True
+        raise RuntimeError(f"the test server did not start: {exc}") from exc
     try:
         yield base
     finally:

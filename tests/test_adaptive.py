@@ -513,3 +513,41 @@ def test_the_enumeration_helper_agrees_with_a_hand_count():
     # P(next agrees) under Beta(2, 1) is 2/3; disagreeing makes it 1/2 -> review, or overtaken
     assert enumerated_risk(tally, 2, (1.0, 1.0)) == pytest.approx(1 / 3, abs=1e-3)
     assert change_risk(tally, 2, (1.0, 1.0)) == pytest.approx(1 / 3)
+
+
+# -- the first round: no fewer than the best case needs to settle ---------------------------
+
+
+def _rule_settings(**options: object) -> Settings:
+    return Settings(retriever=None, llm=None, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("shape", ["unscored", "clustered", "clear", None])
+def test_the_first_round_is_the_fewest_a_unanimous_verified_answer_settles_on(shape):
+    from tracerag.stages._stopping import FULLY_VERIFIED, first_round, route_at_for
+
+    settings = _rule_settings()
+    n = settings.n_samples
+    first = first_round(settings, n, None, True, shape=shape)
+    rule = settings.stopping_rule(n, shape)
+    assert rule.first <= first <= n  # never fewer than min_samples, never more than n
+
+    def settles(k: int) -> bool:
+        best = route_at_for(settings, None, True, FULLY_VERIFIED, (), k)
+        return next_round(Tally(k, k, 0, best), rule).more == 0
+
+    if first < n:
+        assert settles(first)
+    # one fewer could not settle even the best case (or it is min_samples itself)
+    assert first == rule.first or not settles(first - 1)
+
+
+def test_the_cautious_prior_draws_three_at_once_and_the_scored_one_two():
+    from tracerag.stages._stopping import first_round
+
+    settings = _rule_settings()
+    assert first_round(settings, 5, None, True, shape="unscored") == 3
+    assert first_round(settings, 5, None, True, shape="clear") == 2
+    # fixed mode draws every sample in the first round, whatever the prior
+    fixed = _rule_settings(min_samples=5)
+    assert first_round(fixed, 5, None, True, shape="unscored") == 5

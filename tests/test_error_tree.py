@@ -62,6 +62,10 @@ PROPAGATED = {
     ("append_record", "item.error"): "the group commit's failure, raised in each writer "
     "whose record was in the group",
     ("migrate", "refuse"): "the schema's own SchemaTooNew class, passed by the caller",
+    ("connection", "self._closed_error"): "the database user's own error for a closed "
+    "database (StoreError, MaterialStoreError, DeskStateError, RunTableError), passed by it",
+    ("_conn", "self._closed_error"): "the database user's own error for a closed database "
+    "(StoreError, MaterialStoreError, DeskStateError, RunTableError), passed by it",
 }
 
 #: classes outside the tree that are raised and caught inside tracerag -> who handles them
@@ -69,6 +73,7 @@ INTERNAL = {
     "ApiError": "the server's exception handler answers it in the JSON error shape",
     "SignInRequired": "the server's handler answers it with 401 or the sign-in page",
     "StageRefusal": "the run loop keeps the stage's output, then raises the refusal's error",
+    "NotDrawn": "the sample stage keeps it as a sample not drawn (no error of the request)",
 }
 STAND_INS = {"ScriptedModelError"}
 COMMAND_PARTS = {"tools", "demo"}

@@ -37,7 +37,7 @@ class Probe:
             for i in range(self.n):
                 if self.fail_after is not None and i == self.fail_after:
                     raise LookupError(f"failed after {i} items")
-                await asyncio.sleep(0.002)
+                await asyncio.sleep(0.002)  # sleep is the behaviour: items arrive over time
                 self.threads.add(threading.current_thread().name)
                 yield i, marker.get(), inside.get()
         except asyncio.CancelledError:

@@ -430,13 +430,13 @@ def test_a_bounded_call_that_finishes_in_time_leaves_no_timer_behind():
     from tracerag._llm import within
 
     async def quick() -> str:
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # a yield: the call suspends once, as a real one does
         return "ok"
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         assert await within(quick, 30.0, ModelTimeoutError) == "ok"
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # a yield, not a wait: the call's done callbacks run
         live = [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
         assert live == []
 

@@ -4,9 +4,9 @@ that is down never fails a request and never loses a record silently."""
 from __future__ import annotations
 
 import logging
-import time
 
 from pipeline_fixtures import FABRICATED, GOOD, QUESTION, scripted
+from waiting import wait_until
 
 from tracerag.store import open_store
 from tracerag.store._writer import AuditWriter
@@ -60,12 +60,9 @@ def test_store_down_still_answers_and_says_so(make_pipeline, caplog):
     pipeline = make_pipeline(scripted([GOOD]), audit=writer)
     with caplog.at_level(logging.ERROR, logger="tracerag.audit"):
         first = pipeline.invoke(QUESTION)
-        writer_had_failure = False
-        for _ in range(200):
-            if not writer.healthy:
-                writer_had_failure = True
-                break
-            time.sleep(0.01)
+        writer_had_failure = wait_until(
+            lambda: not writer.healthy, "the writer to find the store down", timeout=2
+        )
         second = pipeline.invoke(QUESTION)
         third = pipeline.invoke(QUESTION)
     assert first.decision == second.decision == third.decision == "pass"

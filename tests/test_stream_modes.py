@@ -29,6 +29,7 @@ from langchain_core.messages import AIMessageChunk
 from langchain_core.retrievers import BaseRetriever
 from pipeline_fixtures import FAST_RETRY, GOOD, POLICIES, QUESTION, scripted
 from pydantic import BaseModel
+from waiting import await_until
 from wrap_apps import AGENT_QUESTION, answering, lcel_chain, rag_agent
 
 from tracerag import RAGPipeline, Response, wrap
@@ -492,11 +493,14 @@ def test_v3_takes_the_call_hooks_only(make_pipeline):
 class StalledRetriever(BaseRetriever):
     """A retriever that does not answer for a minute: a request is stopped while it waits."""
 
+    entered: int = 0  # calls that are waiting (or waited): what a test waits on
+
     def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
         raise AssertionError("the pipeline retrieves asynchronously")
 
     async def _aget_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
-        await asyncio.sleep(60)
+        self.entered += 1
+        await asyncio.sleep(60)  # sleep is the behaviour: the stall the request is stopped in
         return []
 
 
@@ -548,8 +552,9 @@ def test_aborting_a_v3_run_stops_a_reader_waiting_on_a_stage(caplog):
     """``abort()`` from another task while a reader waits on the stalled retriever: the reader's
     loop ends with what it had, the request is cancelled at once and its record says so."""
     records: list[dict[str, Any]] = []
+    stalled = StalledRetriever()
     app = RAGPipeline(
-        StalledRetriever(),
+        stalled,
         scripted([GOOD]),
         prompt_version="p1",
         model_version="scripted",
@@ -567,9 +572,8 @@ def test_aborting_a_v3_run_stops_a_reader_waiting_on_a_stage(caplog):
                 got.append(update)
 
         reading = asyncio.ensure_future(reader())
-        while not got:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)  # the reader now waits on the retrieve stage
+        await await_until(lambda: got, "the first update")
+        await await_until(lambda: stalled.entered, "the reader to wait on the retrieve stage")
         await run.abort()
         await asyncio.wait_for(reading, 5)
         return got

@@ -31,7 +31,7 @@ def test_the_ticket_follows_the_record_and_says_it_was_persisted(make_pipeline):
     records: list[dict] = []
 
     async def sink(record):
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # sleep is the behaviour: a slow sink the ticket waits for
         records.append(record)
         order.append("sink")
         return True

@@ -49,6 +49,7 @@ from tracerag.events import (
     STAGE_EVENT,
     V3_MODES,
     AsyncRequestStream,
+    CallerStages,
     RequestStream,
     StageEvent,
     StageListener,
@@ -148,13 +149,15 @@ class _CallerEvents:
         self._manager = manager
         self._run_id = run_id
         self._listener = listener
+        self._order = CallerStages()
 
     async def __call__(self, event: StageEvent) -> None:
-        try:
-            await self._dispatch(event)
-        except Exception:  # a handler with raise_error: logged, the request goes on
-            logger.exception("tracerag: a callback handler failed on %s", event.stage)
-        if self._listener is not None:
+        for told in self._order.take(event):  # the verify stage's once the route is known
+            try:
+                await self._dispatch(told)
+            except Exception:  # a handler with raise_error: logged, the request goes on
+                logger.exception("tracerag: a callback handler failed on %s", told.stage)
+        if self._listener is not None:  # the caller's own hook hears every stage as it ends
             await tell(self._listener, event)
 
     async def _dispatch(self, event: StageEvent) -> None:

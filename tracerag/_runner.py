@@ -10,6 +10,9 @@ attributes and the metrics are the state's projections (``RequestState.to_record
 ``root_attributes``, ``outcome_fields``). A failure of tracing, storage, metrics, the escalation
 handler or a stage listener never fails the request. A stage that refuses the request after
 finishing its work (``StageRefusal``) has its output kept in the state, and so in the record.
+A turn a stage reports paused for a person (``Interrupted``, say the wrapped app's own
+interrupt) is an outcome of its own: no further stage runs, and the record, the root span and
+the metrics say ``interrupted``, neither routed nor failed.
 
 The LangChain Runnable both front doors are is ``StagedRunnable``; the events listeners hear are
 in ``tracerag.events``; the sync entry points run the loop through ``run_sync``.
@@ -17,12 +20,13 @@ in ``tracerag.events``; the sync entry points run the loop through ``run_sync``.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import inspect
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -35,7 +39,13 @@ from tracerag import _usage as usage
 from tracerag._choices import Stage
 from tracerag._settings import RecordSink, Settings
 from tracerag._state import RequestInput, RequestState, StageRefusal
-from tracerag.contract import Response, _schemas, caller_response, validate_response
+from tracerag.contract import (
+    AppInterrupt,
+    Response,
+    _schemas,
+    caller_response,
+    validate_response,
+)
 from tracerag.errors import ConfigurationError
 from tracerag.events import StageEvent, StageListener, tell
 from tracerag.stages._register import new_request_id
@@ -46,13 +56,49 @@ from tracerag.telemetry._evaluations import evaluation
 from tracerag.telemetry._providers import get_tracer
 from tracerag.telemetry._spans import set_span_metadata
 
-__all__ = ["SETTINGS_SINK", "conversation_id", "outcome_of", "prepare", "run"]
+__all__ = ["SETTINGS_SINK", "Interrupted", "conversation_id", "outcome_of", "prepare", "run"]
 
 
 logger = logging.getLogger("tracerag")
 
 #: ``run``'s default ``record_sink``: the one the settings name.
 SETTINGS_SINK: Any = object()
+
+
+class Interrupted(Exception, abc.ABC):
+    """A stage's word that the turn paused for a person (an interrupt): an outcome of its own,
+    neither routed nor failed. A stage raises it in a ``StageRefusal`` (its output is kept);
+    ``run`` then runs no further stage and delivers the turn as interrupted: the record's
+    ``interrupted`` section names the interrupts (ids and payload types) and its ``response``
+    the Response the caller gets (``response()``), with no request error; the root span is
+    named ``... [interrupted]``, its decision attribute says so and its status stays unset; the
+    request metrics count it under ``decision="interrupted"`` and the interrupted turns by
+    ``kind``."""
+
+    kind: metrics.InterruptKind = "app"
+
+    def __init__(self, interrupts: Sequence[AppInterrupt], message: str) -> None:
+        super().__init__(message)
+        self.interrupts = tuple(interrupts)
+
+    @abc.abstractmethod
+    def response(self) -> Response:
+        """The Response the caller gets for the paused turn."""
+
+    def section(self) -> dict[str, Any]:
+        """The record's ``interrupted`` section: the kind, and each interrupt's id and payload
+        type (its ``type`` field, None when it has none)."""
+        return {
+            "kind": self.kind,
+            "interrupts": [{"id": i.id, "type": interrupt_type(i)} for i in self.interrupts],
+        }
+
+
+def interrupt_type(interrupt: AppInterrupt) -> str | None:
+    """An interrupt's payload type: its ``type`` field (``answer_review``), else None."""
+    value = interrupt.value
+    kind = value.get("type") if isinstance(value, Mapping) else None
+    return kind if isinstance(kind, str) and kind else None
 
 
 async def run(
@@ -97,11 +143,15 @@ async def run(
             root.set_attributes(root_name.attributes(state.request_id, request, config))
         current: Step | None = None
         step_started = started
+        paused: Interrupted | None = None
         try:
             for current in steps:
                 step_started = time.perf_counter()
                 held = last_span if current is steps[-1] else None
                 state, refusal = await _run_step(current, state, settings, config, on_stage, held)
+                if isinstance(refusal, Interrupted):  # paused for a person: no further stage
+                    paused = refusal
+                    break
                 if refusal is not None:
                     raise refusal
         except BaseException as exc:
@@ -119,6 +169,9 @@ async def run(
                 _record_metrics(state, settings, spent)
             raise
         state = state.with_timing("request", time.perf_counter() - started)
+        if paused is not None:
+            with _deliver_span(tracer, state.request_id, root):
+                return await _interrupted(paused, state, settings, sink, root, ledger, root_name)
         # in the last stage's span (assemble's), still open: what it decided is delivered
         spent = _usage(root, ledger, settings)
         persisted = await _send_record_to_sink(state, settings, sink, spent)
@@ -132,6 +185,48 @@ async def run(
             raise
         _record_metrics(state, settings, spent)
         _set_root(root, state, response, root_name)
+    return response
+
+
+async def _interrupted(
+    paused: Interrupted,
+    state: RequestState,
+    settings: Settings,
+    sink: RecordSink | None,
+    root: Span,
+    ledger: usage.UsageLedger,
+    name: _RootName,
+) -> Response:
+    """Deliver a turn paused for a person: its record (interrupted, with the Response), the
+    root span (named and marked interrupted, no error), its metrics; return its Response."""
+    spent = _usage(root, ledger, settings)
+    response = paused.response()
+    extra = {"response": response.model_dump(mode="json"), "interrupted": paused.section()}
+    persisted = await _send_record_to_sink(state, settings, sink, spent, extra)
+    if persisted is not None:
+        response = response.model_copy(update={"audit_persisted": persisted})
+        validate_response(response)
+    if root.is_recording():
+        try:
+            root.update_name(name.span_name(semconv.INTERRUPTED))
+            attrs = state.root_attributes(routed=False)
+            attrs.update(
+                {
+                    semconv.DECISION: semconv.INTERRUPTED,
+                    semconv.STATUS: response.status,
+                    semconv.INTERRUPT_KIND: paused.kind,
+                    semconv.INTERRUPT_COUNT: len(paused.interrupts),
+                    semconv.INTERRUPT_IDS: [i.id or "" for i in paused.interrupts],
+                    semconv.INTERRUPT_TYPES: [interrupt_type(i) or "" for i in paused.interrupts],
+                }
+            )
+            if persisted is not None:
+                attrs[semconv.AUDIT_PERSISTED] = persisted
+            root.set_attributes(attrs)
+            set_span_metadata(root, {**state.root_metadata(), "decision": semconv.INTERRUPTED})
+        except Exception:  # tracing never fails a request
+            logger.exception("tracerag: could not set root span attributes")
+    _record_metrics(state, settings, spent, interrupted=paused.kind)
     return response
 
 
@@ -335,8 +430,11 @@ async def _run_step(
             output = await step.fn(state, settings, span, config)
         except StageRefusal as refused:  # the stage's output is kept; the request still fails
             output, refusal = refused.output, refused.error
-            span.record_exception(refusal)
-            span.set_status(Status(StatusCode.ERROR, f"{type(refusal).__name__}: {refusal}"))
+            if isinstance(refusal, Interrupted):  # paused for a person: no error
+                span.set_attribute(semconv.INTERRUPT_KIND, refusal.kind)
+            else:
+                span.record_exception(refusal)
+                span.set_status(Status(StatusCode.ERROR, f"{type(refusal).__name__}: {refusal}"))
         except BaseException as exc:
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
@@ -414,14 +512,18 @@ async def _send_record_to_sink(
     settings: Settings,
     sink: RecordSink | None,
     spent: dict[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> bool | None:
-    """Hand the finished record to the sink: True if it took it, None without a sink."""
+    """Hand the finished record (with the sections in ``extra``) to the sink: True if it took
+    it, None without a sink."""
     if sink is None:
         return None
     try:
         record = state.to_record()
         if spent is not None:
             record["usage"] = spent
+        if extra:
+            record.update(extra)
         accepted = sink(record)
         if inspect.isawaitable(accepted):
             accepted = await accepted
@@ -438,12 +540,21 @@ def outcome_of(state: RequestState) -> metrics.RequestOutcome:
 
 
 def _record_metrics(
-    state: RequestState, settings: Settings, spent: dict[str, Any] | None = None
+    state: RequestState,
+    settings: Settings,
+    spent: dict[str, Any] | None = None,
+    *,
+    interrupted: metrics.InterruptKind | None = None,
 ) -> None:
     try:
         outcome = outcome_of(state)
-        metrics.record_request(outcome, meter_provider=settings.meter_provider)
+        paused = interrupted is not None
+        if interrupted is not None:
+            metrics.record_turn_interrupted(interrupted, meter_provider=settings.meter_provider)
+        metrics.record_request(outcome, interrupted=paused, meter_provider=settings.meter_provider)
         if spent is not None:
-            metrics.record_usage(outcome, spent, meter_provider=settings.meter_provider)
+            metrics.record_usage(
+                outcome, spent, interrupted=paused, meter_provider=settings.meter_provider
+            )
     except Exception:
         logger.exception("tracerag: metrics failed for request %s", state.request_id)

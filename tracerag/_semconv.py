@@ -152,6 +152,13 @@ CONFIDENCE_CAP = "tracerag.confidence.cap"
 CHOSEN_SAMPLE = "tracerag.answer.sample_index"
 AUDIT_PERSISTED = "tracerag.audit.persisted"
 ERROR_COUNT = "tracerag.error.count"
+# a turn paused for a person (an interrupt): not a route and not a failure. The root span's
+# decision attribute and name say ``interrupted``; the interrupts' ids and payload types
+INTERRUPTED = "interrupted"
+INTERRUPT_KIND = "tracerag.interrupt.kind"
+INTERRUPT_COUNT = "tracerag.interrupt.count"
+INTERRUPT_IDS = "tracerag.interrupt.ids"
+INTERRUPT_TYPES = "tracerag.interrupt.types"
 
 EVENT_RETRY = "tracerag.retry"
 EVENT_ESCALATED = "tracerag.escalated"
@@ -289,6 +296,11 @@ METRIC_SPANS_DROPPED = "tracerag.spans.dropped"
 METRIC_REVIEW_TIME_TO_DECISION = "tracerag.review.time_to_decision"
 METRIC_REVIEW_BACKLOG = "tracerag.review.backlog"
 METRIC_REVIEW_OLDEST = "tracerag.review.oldest_wait"
+# turns paused for a person (an interrupt) and turns resumed from one, by kind (app: an interrupt
+# a wrapped app raised; answer_review: TraceragMiddleware's review of a withheld answer) and,
+# for resumes, the action taken (approve | edit | reject | respond | mixed | other)
+METRIC_TURNS_INTERRUPTED = "tracerag.turns.interrupted"
+METRIC_TURNS_RESUMED = "tracerag.turns.resumed"
 
 # Metric attribute keys (short, so Prometheus labels read well: decision, tier, stage, ...)
 METRIC_ATTR_DECISION = "decision"
@@ -300,6 +312,7 @@ METRIC_ATTR_STOP = "stop_reason"
 METRIC_ATTR_ROUTE = "route"  # a queued request's route: review | escalate
 METRIC_ATTR_ACTION = "action"  # a reviewer's action: approve | edit | reject
 METRIC_ATTR_STATUS = "status"  # a queued request's status: pending | claimed
+METRIC_ATTR_KIND = "kind"  # an interrupted turn's kind: app | answer_review
 
 # OpenInference prompt template and tags (set through tracerag.tracing helpers)
 OI_PROMPT_TEMPLATE = SpanAttributes.LLM_PROMPT_TEMPLATE

@@ -21,7 +21,7 @@ import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from tracerag._choices import Route, Stage
 from tracerag._declare import stream_signals
 from tracerag._state import RequestState
-from tracerag.contract import Response
+from tracerag.contract import WITHHELD_VERDICT, Response
 from tracerag.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ __all__ = [
     "STAGE_EVENT",
     "STREAM_MODES",
     "AsyncRequestStream",
+    "CallerStages",
     "RequestStream",
     "StageEvent",
     "StageListener",
@@ -68,6 +69,9 @@ class StageEvent:
     skipped: bool
     duration_s: float | None
     state: RequestState
+    #: the route withheld the answer: the verify stage's signals, measured on that answer, are
+    #: kept to its verdicts (``contract.WITHHELD_VERDICT``), as the caller view keeps them
+    withheld: bool = False
 
     @property
     def request_id(self) -> str:
@@ -86,7 +90,10 @@ class StageEvent:
         """The stage's key signals, JSON-able (empty when it was skipped): those its output
         declares for the stream (``SIGNALS``, ``stream=``)."""
         output = None if self.skipped else self.output
-        return stream_signals(output) if output is not None else {}
+        found = stream_signals(output) if output is not None else {}
+        if self.withheld and self.stage is Stage.VERIFY:
+            return {k: v for k, v in found.items() if k in WITHHELD_VERDICT}
+        return found
 
     def to_dict(self) -> dict[str, Any]:
         """The event as a stream sends it: stage, ids, skipped, duration and signals."""
@@ -98,6 +105,33 @@ class StageEvent:
             "duration_s": self.duration_s,
             "signals": self.signals(),
         }
+
+
+class CallerStages:
+    """A request's stage events in the order and form a caller may see them.
+
+    The verify stage's signals are measured on the candidate answer (its citation scores, the
+    ids it cited), and whether that answer is released is known only once assemble has routed
+    it: the verify event waits for the assemble event and is told then, kept to its verdicts
+    when the answer is withheld. A request that fails before assemble routes nothing, and its
+    verify event is never told: nothing measured on an answer no one released reaches the
+    caller. Every other event is told as it comes.
+    """
+
+    def __init__(self) -> None:
+        self._held: StageEvent | None = None
+
+    def take(self, event: StageEvent) -> list[StageEvent]:
+        """The events to tell the caller now, in order."""
+        if event.stage is Stage.VERIFY and not event.skipped:
+            self._held = event
+            return []
+        if event.stage is Stage.ASSEMBLE and self._held is not None:
+            held, self._held = self._held, None
+            if released_answer(event.state) is None:
+                held = replace(held, withheld=True)
+            return [held, event]
+        return [event]
 
 
 #: Called with each ``StageEvent``; may be async. What it raises is logged, never re-raised.
@@ -213,9 +247,14 @@ class StreamProjection:
         self._modes = modes
         self._values: dict[str, Any] = {}
         self._step = 0
+        self._order = CallerStages()
 
     def stage(self, event: StageEvent) -> list[tuple[StreamMode, Any]]:
-        """The chunks one stage event makes, in the order of the modes asked for."""
+        """The chunks one stage event makes, in the order of the modes asked for (the verify
+        stage's once the route is known: ``CallerStages``)."""
+        return [part for told in self._order.take(event) for part in self._told(told)]
+
+    def _told(self, event: StageEvent) -> list[tuple[StreamMode, Any]]:
         self._step += 1
         signals = event.signals()
         if not self._values:

@@ -111,9 +111,9 @@ def test_removing_a_material_change_entry_is_detected(
 
 def _registry_v1(backend: Backend) -> None:
     """The registry's tables as a tracerag before registry events were chained made them."""
+    from tracerag._db import migrate
     from tracerag.materials._db import MIGRATIONS
     from tracerag.materials._db import MaterialStoreError as Refuse
-    from tracerag.store._migrations import migrate
 
     if isinstance(backend, PostgresBackend):
         conn = backend.connect()
@@ -131,7 +131,7 @@ def _registry_v1(backend: Backend) -> None:
         finally:
             conn.close()
         return
-    from tracerag.store._sqlite import QmarkCursor
+    from tracerag._db import QmarkCursor
 
     conn = backend.connect()
     try:

@@ -54,7 +54,9 @@ def scene(backend: Backend, documents: list[Document]) -> dict[str, Any]:
 
     rag = RAGPipeline(
         CredibilityRetriever(retriever=inner, registry=reg),
-        ScriptedChatModel(responses=[BAD + " [memo-60]"], plan_responses=['{"material_ids": []}']),
+        ScriptedChatModel(
+            responses=[BAD + " [memo-60]"], plan_responses=['{"material_ids": [], "key_facts": []}']
+        ),
         prompt_version="p1",
         model_version="scripted",
         n_samples=2,

@@ -169,10 +169,15 @@ def test_review_outcomes_update_credibility_once(
     registry: MaterialRegistry,
     kb: list[Document],
 ) -> None:
-    rid = pipeline(registry, kb).invoke(QUESTION).request_id
+    response = pipeline(registry, kb).invoke(QUESTION)
+    rid = response.request_id
     store = registry.store
-    if store.get_decision(rid) is None and not any(i.request_id == rid for i in store.list_queue()):
-        store.enqueue_review(rid, "test", "review")
+    # the route is pinned by the data: memo-60 (60 days) conflicts with the returns policy
+    # (30 days), so the answer relying on it is flagged for review whatever its confidence
+    assert [(c.material_a, c.material_b) for c in registry.conflicts()] == [("returns", "memo-60")]
+    assert response.decision == "review"
+    assert store.get_decision(rid) is None
+    assert [i.request_id for i in store.list_queue()] == [rid]
     store.decide(rid, "rev-1", "reject", reason="wrong window")
     result = record_review_outcome(rid, registry=registry)
     assert result is not None and result.updates[0].ema_after < result.updates[0].ema_before
@@ -224,7 +229,9 @@ def test_a_real_pipeline_records_the_shares_feedback_weighs_by(kb: list[Document
     answer = "Customers may return unused items within 30 days of delivery. [returns]"
     pipeline = RAGPipeline(
         build_vectorstore(kb).as_retriever(search_kwargs={"k": 4}),
-        ScriptedChatModel(responses=[answer], plan_responses=['{"material_ids": ["returns"]}']),
+        ScriptedChatModel(
+            responses=[answer], plan_responses=['{"material_ids": ["returns"], "key_facts": []}']
+        ),
         prompt_version="p",
         model_version="m",
         n_samples=2,

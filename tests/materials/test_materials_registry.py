@@ -267,7 +267,7 @@ def test_stale_base_version_is_refused(registry: MaterialRegistry) -> None:
         reason="r",
     )
     with pytest.raises(ConcurrentChange):
-        registry._commit(stale.evolve(status="deleted", created_at=""), expect_current=1)
+        registry._writer.commit(stale.evolve(status="deleted", created_at=""), expect_current=1)
     registry.edit(
         "a", content="I think gift cards expire.", operator="y", written_by="memory@1", reason="r"
     )
@@ -372,7 +372,9 @@ def test_an_answer_citing_a_conflicting_material_goes_to_review(
     def ask() -> object:
         pipeline = RAGPipeline(
             CredibilityRetriever(retriever=Fixed(), registry=registry),
-            ScriptedChatModel(responses=[answer], plan_responses=['{"material_ids": ["r-new"]}']),
+            ScriptedChatModel(
+                responses=[answer], plan_responses=['{"material_ids": ["r-new"], "key_facts": []}']
+            ),
             prompt_version="p",
             model_version="m",
             n_samples=3,

@@ -133,14 +133,18 @@ def test_a_column_edit_names_the_column_and_what_the_chain_says(
     assert "material_versions.operator is 'mallory', its chained body says 'lead'" in out
 
 
-def test_a_write_landing_between_verify_reads_is_not_reported_as_tampering(store) -> None:
+def test_a_write_landing_between_verify_reads_is_not_reported_as_tampering(
+    store, monkeypatch
+) -> None:
     """The registry's tables and the chain are read apart: a material registered between the
     two reads (as the server registers what it answers from, while an operator verifies) must
     not look like an entry without its row. Verify reads again and checks one moment."""
+    import tracerag.materials._verify as module
+
     registry = MaterialRegistry(store, metrics=False)
     try:
         registry.register("returns", "Returns within 30 days.", operator="ops", written_by="ops")
-        original = registry._chained_events
+        original = module.chained_events
         writes = iter(["privacy"])
 
         def chain_read_with_a_write_before(*args: Any, **kwargs: Any) -> Any:
@@ -150,7 +154,7 @@ def test_a_write_landing_between_verify_reads_is_not_reported_as_tampering(store
                 )
             return original(*args, **kwargs)
 
-        registry._chained_events = chain_read_with_a_write_before  # type: ignore[method-assign]
+        monkeypatch.setattr(module, "chained_events", chain_read_with_a_write_before)
         report = registry.verify()
         assert report.ok and report.complete, report.issues
         assert report.checked == 2  # the second read saw both materials
@@ -167,14 +171,14 @@ def test_verify_says_not_checked_when_writes_never_pause(store, monkeypatch) -> 
     registry = MaterialRegistry(store, metrics=False)
     try:
         registry.register("returns", "Returns within 30 days.", operator="ops", written_by="ops")
-        original = registry._chained_events
+        original = module.chained_events
         count = iter(range(100))
 
         def chain_read_after_a_write(*args: Any, **kwargs: Any) -> Any:
             registry.register(f"m{next(count)}", "Text.", operator="ops", written_by="ops")
             return original(*args, **kwargs)
 
-        registry._chained_events = chain_read_after_a_write  # type: ignore[method-assign]
+        monkeypatch.setattr(module, "chained_events", chain_read_after_a_write)
         report = registry.verify()
         assert report.ok and not report.complete
         assert "NOT CHECKED" in report.summary() and "3 reads" in report.summary()

@@ -26,6 +26,7 @@ import pytest
 from pipeline_fixtures import REPO
 from server_fixtures import TOKEN, free_port
 from store_fixtures import PG_ENV
+from waiting import responds, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -72,16 +73,11 @@ def start(store: str, port: int, log: Path) -> subprocess.Popen[bytes]:
 
 
 def wait_ready(base: str, proc: subprocess.Popen[bytes], timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
+    def ready() -> bool:
         assert proc.poll() is None, "tracerag serve exited"
-        try:
-            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "tracerag serve did not start"
-        time.sleep(0.2)
+        return responds(f"{base}/readyz")
+
+    wait_until(ready, "tracerag serve to be ready", timeout=timeout, interval=0.2)
 
 
 @pytest.fixture(params=["postgres", "sqlite"])

@@ -63,6 +63,13 @@ def sign_in(client: TestClient, name: str) -> str:
     return cookie_of(client)
 
 
+def _file_of(db) -> str:
+    """The file a desk database's connection has open (SQLite's own answer)."""
+    with db.read() as cur:
+        cur.execute("PRAGMA database_list")
+        return next(str(row[2]) for row in cur.fetchall() if row[1] == "main")
+
+
 def test_the_desk_keeps_its_state_in_the_store(replicas) -> None:
     a, b = replicas
     for client in (a, b):
@@ -70,6 +77,18 @@ def test_the_desk_keeps_its_state_in_the_store(replicas) -> None:
         assert isinstance(svc.auth.sessions, SharedSessions)
         assert isinstance(svc.auth.throttle, SharedThrottle)
         assert isinstance(svc.claims, SharedClaimBoard)
+        # all three on the app's own connection to the store's file
+        assert svc.auth.sessions.db is svc.auth.throttle.db is svc.claims.db is svc.desk_db
+    one, two = (client.app.state.services for client in (a, b))
+    assert one.desk_db is not two.desk_db
+    assert _file_of(one.desk_db) == _file_of(two.desk_db)  # two connections, one file
+    # what one writes the other reads: a session and a claim
+    one.auth.sessions.add("key-1", "alice", "session", expires=2e9, now=1e9)
+    assert two.auth.sessions.find("key-1", now=1e9) == ("alice", "session", 2e9)
+    assert one.claims.get("esc-1") is None
+    one.claims.take("esc-1", "alice", session="key-1")
+    claim = two.claims.get("esc-1")
+    assert claim is not None and claim.reviewer == "alice"
 
 
 def test_a_memory_store_keeps_desk_state_in_the_process() -> None:

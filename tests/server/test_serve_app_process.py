@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -111,17 +110,23 @@ def test_two_processes_share_keys_streams_and_decisions(tmp_path, shared_store):
         replies: dict[str, httpx.Response] = {}
         headers = {**KEY, "Idempotency-Key": "order-4711-question-1"}
 
+        under_way = threading.Event()  # a's first event arrived: its run holds the key
+        texts: dict[str, str] = {}
+
         def ask(name: str, base: str) -> None:
-            replies[name] = http.post(
-                f"{base}/v1/answer/stream", json={"question": PASSES}, headers=headers
-            )
+            url, body = f"{base}/v1/answer/stream", {"question": PASSES}
+            with http.stream("POST", url, json=body, headers=headers) as reply:
+                replies[name], texts[name] = reply, ""
+                for chunk in reply.iter_text():
+                    texts[name] += chunk
+                    under_way.set()
 
         first = threading.Thread(target=ask, args=("a", a))
         first.start()
-        time.sleep(0.05)
+        assert under_way.wait(60), "a's stream sent nothing"
         ask("b", b)
         first.join()
-        got_a, got_b = events(replies["a"].text), events(replies["b"].text)
+        got_a, got_b = events(texts["a"]), events(texts["b"])
         assert [e[0] for e in got_a] == ["stage"] * 6 + ["response"]
         assert got_b == got_a
         assert replies["b"].headers["idempotency-replayed"] == "true"
@@ -133,7 +138,6 @@ def test_two_processes_share_keys_streams_and_decisions(tmp_path, shared_store):
         decided: list[httpx.Response] = []
 
         def reviewer() -> None:
-            time.sleep(1.0)
             decided.append(
                 http.post(
                     f"{a}/review/api/items/{ticket['request_id']}/decision",
@@ -142,9 +146,15 @@ def test_two_processes_share_keys_streams_and_decisions(tmp_path, shared_store):
                 )
             )
 
+        # the reviewer decides once b's stream has given the response and waits for the decision
         thread = threading.Thread(target=reviewer)
-        thread.start()
-        followed = events(http.get(f"{b}{ticket['events_url']}").text)
+        text = ""
+        with http.stream("GET", f"{b}{ticket['events_url']}") as stream:
+            for chunk in stream.iter_text():
+                text += chunk
+                if "event: response" in text and not thread.is_alive() and not decided:
+                    thread.start()
+        followed = events(text)
         thread.join()
         assert decided[0].status_code == 200
         assert [e[0] for e in followed][-2:] == ["response", "decision"]

@@ -15,7 +15,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,8 +23,15 @@ import httpx
 import pytest
 from pipeline_fixtures import REPO
 from server_fixtures import TOKEN, csrf_of, free_port
+from waiting import responds, wait_until
 
 pytestmark = pytest.mark.integration
+
+
+def logged(log: Path, line: str, times: int = 1) -> str:
+    """The server's log once ``line`` is in it ``times`` times, else "" (nothing yet)."""
+    text = log.read_text()
+    return text if text.count(line) >= times else ""
 
 
 @contextmanager
@@ -48,16 +54,14 @@ def serve(tmp_path: Path, *options: str) -> Iterator[tuple[str, Path]]:
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
+
+        def up() -> bool:
+            if responds(f"{base}/healthz"):
+                return True
             assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "tracerag serve did not start"
-            time.sleep(0.2)
+            return False
+
+        wait_until(up, "tracerag serve to start", timeout=60, interval=0.2)
         yield base, log
     finally:
         proc.terminate()
@@ -99,8 +103,10 @@ def test_forwarded_headers_do_not_bypass_the_sign_in_lockout(tmp_path) -> None:
             statuses.append(reply.status_code)
         # five wrong tokens answered, then this address is locked out whatever it claims to be
         assert statuses[:5] == [401] * 5 and set(statuses[5:]) == {429}, statuses
-        time.sleep(0.5)
-        text = log.read_text()
+        text = wait_until(
+            lambda: logged(log, "failed reviewer sign-in from 127.0.0.1"),
+            "the failed sign-in in the log",
+        )
     assert "failed reviewer sign-in from 127.0.0.1" in text
     assert "203.0.113." not in text  # no made-up address reached the log
 
@@ -118,8 +124,10 @@ def test_forwarded_headers_are_believed_from_a_configured_proxy(tmp_path) -> Non
                 headers={"X-Forwarded-For": f"198.51.100.{i + 1}"},
             )
             assert reply.status_code == 401
-        time.sleep(0.5)
-        text = log.read_text()
+        text = wait_until(
+            lambda: logged(log, "failed reviewer sign-in from 198.51.100.1"),
+            "the failed sign-in in the log",
+        )
     assert "failed reviewer sign-in from 198.51.100.1" in text  # the proxy's word is taken
 
 
@@ -168,8 +176,10 @@ def test_hostile_bodies_ids_and_headers_get_json_4xx_and_one_log_line(tmp_path) 
         # still serving
         reply = http.post(f"{base}/v1/answer", json={"question": "How long is the warranty?"})
         assert reply.status_code == 200
-        time.sleep(0.5)
-        text = log.read_text()
+        text = wait_until(
+            lambda: logged(log, "Invalid HTTP request received.", times=4),
+            "the four refused requests in the log",
+        )
     assert "Traceback" not in text and "internal_error" not in text
     assert "x" * 1000 not in text
     assert text.count("Invalid HTTP request received.") == 4  # one line each

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from pipeline_fixtures import REPO
 from server_fixtures import free_port
+from waiting import responds, wait_until
 
 from tracerag.store._sqlite import SQLiteAuditStore
 
@@ -54,15 +55,7 @@ def serve(store: Path, port: int) -> subprocess.Popen[bytes]:
 
 
 def wait_ready(base: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "tracerag serve did not start"
-        time.sleep(0.2)
+    wait_until(lambda: responds(f"{base}/healthz"), "tracerag serve to start", timeout=timeout)
 
 
 def test_kill_9_under_load_loses_no_answer_reported_persisted(tmp_path) -> None:
@@ -98,16 +91,15 @@ def test_kill_9_under_load_loses_no_answer_reported_persisted(tmp_path) -> None:
         for t in threads:
             t.start()
         deadline = time.monotonic() + 60
-        while len(answered) < 20:
-            assert time.monotonic() < deadline, f"only {len(answered)} answers"
-            time.sleep(0.05)
+        wait_until(lambda: len(answered) >= 20, "20 answers", timeout=60, interval=0.05)
         # another process locks the store: answers must now be journaled to say persisted
         lock = sqlite3.connect(str(store_path), timeout=30, isolation_level=None)
         lock.execute("BEGIN EXCLUSIVE")
         during = len(persisted)
-        while len(persisted) < during + 10:  # kill it with journaled answers outstanding
-            assert time.monotonic() < deadline + 60, f"only {len(persisted) - during} more"
-            time.sleep(0.05)
+        # kill it with journaled answers outstanding
+        more = "10 more answers said persisted"
+        left = deadline + 60 - time.monotonic()
+        wait_until(lambda: len(persisted) >= during + 10, more, timeout=left, interval=0.05)
         server.send_signal(signal.SIGKILL)
         server.wait(timeout=10)
         stop.set()
@@ -131,13 +123,12 @@ def test_kill_9_under_load_loses_no_answer_reported_persisted(tmp_path) -> None:
     again = serve(store_path, port)
     try:
         wait_ready(base)
-        deadline = time.monotonic() + 60
-        while True:
-            state = httpx.get(f"{base}/readyz", timeout=5).json()["store"]
-            if state.get("backlog", 0) == 0:
-                break
-            assert time.monotonic() < deadline, f"journal not drained: {state}"
-            time.sleep(0.2)
+        wait_until(
+            lambda: httpx.get(f"{base}/readyz", timeout=5).json()["store"].get("backlog", 0) == 0,
+            "the journal to be drained into the store",
+            timeout=60,
+            interval=0.2,
+        )
     finally:
         again.send_signal(signal.SIGTERM)
         again.wait(timeout=30)

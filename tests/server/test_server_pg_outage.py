@@ -19,7 +19,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ import pytest
 from pipeline_fixtures import REPO
 from server_fixtures import free_port
 from store_fixtures import postgres_dsn
+from waiting import responds, wait_until
 
 from tracerag import cli
 
@@ -133,27 +133,25 @@ def serve(url: str, port: int, log: Path, *options: str) -> subprocess.Popen[byt
 
 
 def wait_up(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
+    def up() -> bool:
+        if responds(f"{base}/healthz"):
+            return True
         assert proc.poll() is None, log.read_text()
-        assert time.monotonic() < deadline, "tracerag serve did not start"
-        time.sleep(0.2)
+        return False
+
+    wait_until(up, "tracerag serve to start", timeout=60, interval=0.2)
 
 
 def wait_readyz(base: str, ready: bool, timeout: float) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
+    def reached() -> dict | None:
         reply = httpx.get(f"{base}/readyz", timeout=10)
         body = reply.json()
         if (reply.status_code == 200) is ready and (not ready or body["store"]["backlog"] == 0):
             return body
-        assert time.monotonic() < deadline, body
-        time.sleep(0.2)
+        return None
+
+    want = "ready with the backlog written" if ready else "not ready"
+    return wait_until(reached, f"/readyz to say {want}", timeout=timeout, interval=0.2)
 
 
 def ask(base: str, n: int) -> list[dict]:

@@ -22,6 +22,7 @@ import pytest
 from fastapi.testclient import TestClient
 from server_fixtures import GOOD_ANSWER, GOOD_QUESTION, make_app, make_pipeline, running
 from store_fixtures import make_record, stored_request_ids
+from waiting import wait_until
 
 from tracerag import cli
 from tracerag.server._answerer import Answerer
@@ -169,7 +170,7 @@ def test_store_commits_leave_the_pipelines_executor_free(tmp_path) -> None:
         loop = asyncio.get_running_loop()
         loop.set_default_executor(ThreadPoolExecutor(1))
         persisted = asyncio.ensure_future(answerer.persist_async(make_record("req-frozen")))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # a yield, not a wait: the persist task starts
         try:
             # the pipeline's one executor thread is free while the commit is frozen
             value = await asyncio.wait_for(loop.run_in_executor(None, lambda: 7), HANG / 2)
@@ -289,10 +290,13 @@ def test_readyz_comes_back_with_the_store_without_waiting_for_a_request(tmp_path
         finally:
             locker.execute("ROLLBACK")
             locker.close()
-        deadline = time.monotonic() + 5.0
-        while (reply := client.get("/readyz")).status_code != 200:  # no answer asked meanwhile
-            assert time.monotonic() < deadline, reply.json()
-            time.sleep(0.1)
+        # no answer asked meanwhile
+        reply = wait_until(
+            lambda: (r := client.get("/readyz")).status_code == 200 and r,
+            "/readyz to come back with the store",
+            timeout=5.0,
+            interval=0.1,
+        )
         assert reply.json()["store"]["last_error"] is None
         assert app.state.answerer.writer.flush(timeout=HANG)
     assert stored_request_ids(path) == [body["request_id"]]

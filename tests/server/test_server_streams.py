@@ -29,6 +29,7 @@ from server_fixtures import (
     make_pipeline,
     make_store,
 )
+from waiting import await_until, wait_until
 
 from tracerag.server._run_table import open_run_table
 from tracerag.server._runs import RunBook
@@ -256,7 +257,8 @@ def test_a_caller_waits_on_its_stream_for_the_reviewers_decision(store):
         decided: list[Any] = []
 
         def reviewer() -> None:
-            time.sleep(0.3)
+            watch = client.app.state.services.decisions
+            wait_until(lambda: watch.waiting, "the stream to wait for the decision")
             decided.append(decide(client, rid, final_answer="Refunds take 5 business days."))
 
         start = time.monotonic()
@@ -330,7 +332,8 @@ def test_a_key_reaches_another_replica_through_the_store(tmp_path):
 
             first = threading.Thread(target=ask, args=("a", a))
             first.start()
-            time.sleep(0.3)
+            table_b = b.app.state.services.runs.table
+            wait_until(lambda: table_b.count() == 1, "a's run to be claimed in the shared table")
             under_way = store_b.list_requests() == []  # a has not stored its record yet
             ask("b", b)
             first.join()
@@ -391,7 +394,8 @@ def test_a_decision_taken_on_another_replica_reaches_the_waiting_stream(tmp_path
             results: list[Any] = []
 
             def on_b() -> None:
-                time.sleep(0.5)
+                watch = a.app.state.services.decisions
+                wait_until(lambda: watch.waiting, "a's stream to wait for the decision")
                 results.append(decide(b, ticket["request_id"], action="approve"))
 
             thread = threading.Thread(target=on_b)
@@ -422,8 +426,14 @@ async def _answer_runs(book: RunBook, n: int, key_prefix: str | None = None) -> 
         run, _ = await book.start({"question": f"q{i}?"}, runner, key=key)
         await run.final()
         ids.append(run.request_id)
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # a yield, not a wait: the runs' done callbacks run
     return ids
+
+
+def all_expired(book: RunBook) -> bool:
+    """Every run the book keeps ended more than its time to live ago."""
+    now = time.monotonic()
+    return all(r.ended_at is not None and now - r.ended_at > book.ttl for r in book.runs.values())
 
 
 def test_the_run_book_keeps_at_most_its_bound_and_forgets_after_its_time(store):
@@ -432,7 +442,7 @@ def test_the_run_book_keeps_at_most_its_bound_and_forgets_after_its_time(store):
         ids = await _answer_runs(book, 20, "k")
         assert len(book.runs) == 5 and list(book.runs) == ids[-5:]
         assert book.stats()["keys"] == 5
-        await asyncio.sleep(0.4)
+        await await_until(lambda: all_expired(book), "the kept runs to outlive their time")
         await _answer_runs(book, 1)
         assert len(book.runs) == 1  # the others expired
 
@@ -465,7 +475,7 @@ def test_concurrent_requests_with_one_key_run_once(store):
 
         async def runner(data: dict[str, Any], on_stage: Any) -> Any:
             calls.append(data["request_id"])
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # sleep is the behaviour: a slow run the others join
             return {"request_id": data["request_id"], "decision": "pass"}
 
         results = await asyncio.gather(
@@ -567,7 +577,8 @@ def test_after_its_events_expired_a_stream_gives_the_response_and_the_decision(s
     with TestClient(make_app(store, make_pipeline(), replay_seconds=0.2)) as client:
         rid = client.post("/v1/answer", json={"question": EVIL_QUESTION}).json()["request_id"]
         assert decide(client, rid, action="reject").status_code == 200
-        time.sleep(0.3)
+        book = client.app.state.services.runs
+        wait_until(lambda: all_expired(book), "the run's events to outlive the replay window")
         client.app.state.services.runs.runs.clear()  # as after a restart
         table = client.app.state.services.runs.table
         assert table.get(rid, time.time()) is None  # a plain answer is not kept there
@@ -609,7 +620,7 @@ def test_a_decision_wait_outlives_a_failing_store(store, caplog):
     async def scenario() -> dict[str, Any]:
         watch = DecisionWatch(Flaky(), None, request_status, poll_interval=0.05)  # type: ignore[arg-type]
         waiting = asyncio.create_task(watch.wait(rid))
-        await asyncio.sleep(0.3)
+        await await_until(lambda: Flaky.failures == 0, "the store to fail six times")
         assert not waiting.done()
         await asyncio.to_thread(store.decide, rid, "alice", "reject", None, "off topic")
         status = await asyncio.wait_for(waiting, 10)

@@ -191,7 +191,7 @@ def test_a_caller_page_receives_the_reviewers_decision_without_polling(served, s
     response = waiting["seen"][-1]["data"]
     assert response["decision"] == "escalate" and response["answer"] is None
     assert page.page.inner_text("#state") == "withheld (pending_human_review)"
-    time.sleep(1.5)  # the page just waits: nothing is sent meanwhile
+    time.sleep(1.5)  # sleep is the behaviour: the page just waits, nothing is sent meanwhile
     decided = httpx.post(
         f"{base}/review/api/items/{rid}/decision",
         json={

@@ -21,6 +21,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pipeline_fixtures import POLICIES
 from pydantic import PrivateAttr
 from server_fixtures import make_app, make_store
+from waiting import WaitTimeout, await_until
 
 import tracerag
 from tracerag._llm import ReplyChatModel
@@ -120,11 +121,10 @@ class ThreadRecordingLexical(LexicalSupport):
 
 async def _when(events: list[str], event: str, limit: int = 2000) -> None:
     """Wait (yielding to the loop) until ``event`` is recorded."""
-    for _ in range(limit):
-        if event in events:
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"{event!r} never happened; events: {events}")
+    try:
+        await await_until(lambda: event in events, repr(event), timeout=limit * 0.005)
+    except WaitTimeout as exc:
+        raise WaitTimeout(f"{exc}; events: {events}") from None
 
 
 def test_judge_is_exported_at_top_level_and_not_registered_by_its_constructor():

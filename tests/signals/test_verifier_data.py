@@ -42,6 +42,7 @@ def data(verifier_data):
 
 
 def test_features_are_finite_and_complete_on_real_pairs(data):
+    assert data, "no labelled data set was loaded"
     for name, pairs in data.items():
         assert pairs, f"{name} has no pairs"
         for p in pairs[:25]:

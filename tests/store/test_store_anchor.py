@@ -9,12 +9,12 @@ head by default, and a store emptied with its triggers disabled and its head res
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 from store_fixtures import Backend, PostgresBackend, make_record
 from tamper import KEY, genesis
+from waiting import wait_until
 
 from tracerag import cli
 from tracerag.store import AuditWriter
@@ -23,11 +23,7 @@ FAST = {"backoff_initial": 0.01, "backoff_max": 0.05}
 
 
 def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
+    wait_until(predicate, timeout=timeout, interval=0.02)
 
 
 def store_url(backend: Backend) -> str:

@@ -9,6 +9,7 @@ import time
 
 import pytest
 from store_fixtures import backend, make_record, store  # noqa: F401
+from waiting import wait_until
 
 from tracerag.store._base import DuplicateRequest, StoreError
 from tracerag.store._sqlite import SQLiteAuditStore
@@ -57,7 +58,7 @@ def test_a_group_waiting_on_a_locked_store_commits_once_the_lock_is_gone(tmp_pat
             lock = sqlite3.connect(str(path), isolation_level=None)
             lock.execute("BEGIN EXCLUSIVE")
             locked.set()
-            time.sleep(1.0)
+            time.sleep(1.0)  # sleep is the behaviour: the lock is held while the group waits
             lock.execute("ROLLBACK")
             lock.close()
 
@@ -96,7 +97,8 @@ def test_every_caller_of_a_failed_group_commit_gets_the_failure_without_waiting_
         t = time.monotonic()
         first = threading.Thread(target=one, args=("req-first",))
         first.start()
-        time.sleep(0.3)  # the first waits for the lock; the others queue behind it
+        # the first waits for the lock; the others queue behind it
+        wait_until(lambda: sqlite_store._commits._leader, "the first call to lead a commit")
         later = [threading.Thread(target=one, args=(f"req-{i}",)) for i in range(7)]
         for thread in later:
             thread.start()
@@ -133,7 +135,7 @@ def test_a_commit_hanging_on_a_frozen_postgresql_is_interrupted() -> None:
     pg_store.commit_timeout = 1.0
     pg_store.fail_fast_seconds = 0.0  # try again at once once the server is back
     try:
-        with pg_store._pool.connection() as conn:
+        with pg_store._db.connection() as conn:
             pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
         os.kill(pid, signal.SIGSTOP)  # the server process behind the store's one connection
         try:
@@ -152,7 +154,7 @@ def test_a_commit_hanging_on_a_frozen_postgresql_is_interrupted() -> None:
 
 
 def test_a_store_that_just_failed_is_not_waited_for_again_until_it_is_tried(tmp_path) -> None:
-    from tracerag.store._sql import StoreFailing
+    from tracerag.store import StoreFailing
 
     path = tmp_path / "audit.sqlite"
     sqlite_store = SQLiteAuditStore(str(path), busy_timeout_s=0.5)
@@ -167,7 +169,7 @@ def test_a_store_that_just_failed_is_not_waited_for_again_until_it_is_tried(tmp_
             sqlite_store.append_record(make_record("req-2"))
         assert time.monotonic() - t < 0.2  # told at once
         lock.execute("ROLLBACK")
-        time.sleep(1.1)  # the window is over: the next call tries the store again
+        time.sleep(1.1)  # sleep is the behaviour: the window is over, the next call tries again
         sqlite_store.append_record(make_record("req-3"))
         assert [s.request_id for s in sqlite_store.list_requests(limit=10)] == ["req-3"]
     finally:

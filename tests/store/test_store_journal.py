@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from pipeline_fixtures import REPO
 from store_fixtures import make_record, stored_request_ids
+from waiting import wait_until
 
 from tracerag.store import AuditWriter, Journal, StoreMissing, open_store
 from tracerag.store._journal import HEAD_FILE, IDENTITY_FILE, JournalBusy, open_journal, read_frames
@@ -28,11 +29,7 @@ ROOT = REPO
 
 
 def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
+    wait_until(predicate, timeout=timeout)
 
 
 def _opener(path):
@@ -140,7 +137,7 @@ class HeldStore:
 
 
 def test_the_memory_buffer_is_bounded_by_bytes_as_well_as_count() -> None:
-    from tracerag.store._writer import encode_record
+    from tracerag.store._buffer import encode_record
 
     big = "x" * 6000
     size = encode_record(make_record("b0", question=big)).size
@@ -473,7 +470,7 @@ def test_a_frozen_postgresql_connection_is_interrupted_and_answers_go_on(tmp_pat
     caplog.set_level(logging.WARNING, logger="tracerag.audit")
     pg = PostgresBackend(postgres_dsn())
     store = pg.open(max_connections=1, statement_timeout=30.0)
-    with store._pool.connection() as conn:
+    with store._db.connection() as conn:
         pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
     writer = AuditWriter(store, journal=tmp_path / "journal", op_timeout=0.5, **FAST)
     try:
@@ -582,7 +579,7 @@ def test_a_backlog_of_full_batches_is_drained_without_the_gathering_wait(tmp_pat
 def test_replaying_records_the_store_already_holds_stores_each_once(tmp_path, journaled) -> None:
     """A commit that ended after its record was journaled (the server's commit wait): the
     replay skips what the store holds and chains the rest; nothing is stored twice."""
-    from tracerag.store._writer import encode_record
+    from tracerag.store._buffer import encode_record
 
     path = tmp_path / "a.sqlite"
     journal = open_journal(tmp_path / "journal")

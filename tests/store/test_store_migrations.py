@@ -145,6 +145,7 @@ def test_backends_have_the_same_migration_versions() -> None:
 
 
 def test_one_migration_list_serves_both_dialects() -> None:
+    from tracerag._db import DIALECTS, statements
     from tracerag.store import _migrations as migrations
     from tracerag.store import _postgres as postgres
     from tracerag.store import _sqlite as sqlite
@@ -155,14 +156,14 @@ def test_one_migration_list_serves_both_dialects() -> None:
         for step in steps:
             if callable(step):
                 continue
-            sqls = {d: migrations.statements(step, d) for d in migrations.DIALECTS}
+            sqls = {d: statements(step, d) for d in DIALECTS}
             assert any(sqls.values())
             for sql in (s for group in sqls.values() for s in group):
                 assert "{" not in sql and "%s" not in sql  # types resolved, no parameters
 
 
 def test_the_format_paramstyle_is_translated_token_by_token() -> None:
-    from tracerag.store._sqlite import to_qmark
+    from tracerag._db import to_qmark
 
     assert to_qmark("a = %s AND b LIKE 'x%%' AND c = %s") == "a = ? AND b LIKE 'x%' AND c = ?"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 from datetime import datetime, timedelta, timezone
@@ -147,6 +148,24 @@ def test_any_json_record_round_trips(extra: dict, samples: list, errors: list) -
 
 def test_store_satisfies_the_protocol(store) -> None:
     assert isinstance(store, AuditStore)
+    # isinstance on a runtime-checkable Protocol sees only that the names exist: every method
+    # also takes the protocol's parameters, in order and of the same kind; more only with defaults
+    members = {
+        name
+        for cls in AuditStore.__mro__
+        if cls.__module__.startswith("tracerag.")
+        for name in vars(cls)
+        if not name.startswith("_")
+    }
+    assert {"append_record", "get", "verify_chain", "enqueue_review", "decide"} <= members
+    for name in sorted(members):
+        want = list(inspect.signature(getattr(AuditStore, name)).parameters.values())
+        got = list(inspect.signature(getattr(type(store), name)).parameters.values())
+        assert [(p.name, p.kind) for p in got[: len(want)]] == [(p.name, p.kind) for p in want], (
+            name
+        )
+        extra = [p.name for p in got[len(want) :] if p.default is inspect.Parameter.empty]
+        assert extra == [], f"{name} requires more than the protocol gives: {extra}"
 
 
 def test_append_and_get_returns_everything(store) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from store_fixtures import make_record
+from waiting import wait_until
 
 from tracerag.store import AuditWriter, DuplicateRequest, InvalidRecord
 from tracerag.store._sqlite import SQLiteAuditStore
@@ -47,11 +48,7 @@ class FakeStore:
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.005)
+    wait_until(predicate, timeout=timeout, interval=0.005)
 
 
 class Drops:

@@ -194,9 +194,11 @@ def demo_ran(
     half = len(questions) // 2
     for question in questions[:half]:
         demo.invoke(question)
+    resume_app_turn = interrupted_turns(provider)  # one app turn and one answer review paused
     time.sleep(3 * SCRAPE_SECONDS)  # let Prometheus see the counters move between scrapes
     for question in questions[half:]:
         demo.invoke(question)
+    resume_app_turn()  # the app's turn resumed: the answer review still waits
     # the first half's questions include answers that pass; one of them again after the first
     # scrapes, so per-passed-answer panels (cost per passed answer) see passes within the window
     for question in questions[:half]:
@@ -228,9 +230,61 @@ def demo_ran(
     prometheus.wait("sum(tracerag_materials_conflicts) > 0", bool)
     prometheus.wait("sum(tracerag_review_backlog) == 2", bool)
     prometheus.wait("sum(tracerag_review_time_to_decision_seconds_count) == 2", bool)
+    prometheus.wait("sum(tracerag_turns_interrupted_total) == 2", bool)
+    prometheus.wait("sum(tracerag_turns_resumed_total) == 1", bool)
     time.sleep(3 * SCRAPE_SECONDS)
     yield prometheus
     prometheus.materials.close()
+
+
+def interrupted_turns(provider: SDKTracerProvider) -> Any:
+    """Pause a wrapped agent's turn at its own interrupt (HumanInTheLoopMiddleware) and a
+    TraceragMiddleware agent's escalated turn for an answer review; return what resumes the
+    first. Both count on the process's meter provider, which the endpoint reads."""
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+    from pipeline_fixtures import FAST_RETRY
+    from wrap_apps import AGENT_QUESTION, answering, rag_agent
+
+    from tracerag import InMemoryEscalationHandler, TraceragMiddleware, wrap
+    from tracerag.testing import ToolCallingChatModel
+
+    def tool_model(claim: str | None = None) -> ToolCallingChatModel:
+        return ToolCallingChatModel(
+            responder=answering("24-month", claim=claim), model_name="tool-model-1"
+        )
+
+    gate = HumanInTheLoopMiddleware(interrupt_on={"retrieve_context": True})
+    app = wrap(
+        rag_agent(tool_model(), checkpointer=InMemorySaver(), middleware=[gate]),
+        n_samples=2,
+        retry=FAST_RETRY,
+        audit=None,
+        tracer_provider=provider,
+    )
+    app_thread = {"configurable": {"thread_id": "paused-app"}}
+    assert app.invoke(AGENT_QUESTION, app_thread).interrupts
+    review = TraceragMiddleware(
+        n_samples=2,
+        retry=FAST_RETRY,
+        audit=None,
+        escalation=InMemoryEscalationHandler(),
+        tracer_provider=provider,
+    )
+    wrong = "Under Clause 6.1, laptops and tablets are covered by an extended 36-month warranty."
+    agent = rag_agent(tool_model(wrong), middleware=[review], checkpointer=InMemorySaver())
+    paused = agent.invoke(
+        {"messages": [{"role": "user", "content": AGENT_QUESTION}]},
+        {"configurable": {"thread_id": "paused-review"}},
+    )
+    assert paused["__interrupt__"][0].value["type"] == "answer_review"
+
+    def resume() -> None:
+        done = app.invoke(Command(resume={"decisions": [{"type": "approve"}]}), app_thread)
+        assert not done.interrupts
+
+    return resume
 
 
 def materials_ran(directory: Path, retriever: Any) -> Any:

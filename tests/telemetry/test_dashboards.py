@@ -76,6 +76,8 @@ def exposed_names(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     _instruments.record_audit_failure("OperationalError", dropped=True, meter_provider=provider)
     _instruments.record_spans_dropped(3, "export_failed", meter_provider=provider)
     _instruments.record_review_decision("escalate", "reject", 420.0, meter_provider=provider)
+    _instruments.record_turn_interrupted("answer_review", meter_provider=provider)
+    _instruments.record_turn_resumed("answer_review", "approve", meter_provider=provider)
     materials.store.append_record(make_record("queued-1", decision="escalate"))  # one waits
     _review.observe_review_queue(materials.store, provider)
     names = {sample.name for family in registry.collect() for sample in family.samples}
@@ -154,9 +156,11 @@ def test_quality_dashboard_has_a_samples_and_review_row() -> None:
         "max by (status, route) (tracerag_review_backlog",
         "tracerag_review_oldest_wait_seconds",
         "tracerag_review_time_to_decision_seconds_bucket",
+        "tracerag_turns_interrupted_total",
+        "tracerag_turns_resumed_total",
     ):
         assert name in exprs, name
-    for word in ("samples drawn", "backlog", "time to decision"):
+    for word in ("samples drawn", "backlog", "time to decision", "interrupted turns waiting"):
         assert word in titles, word
 
 

@@ -1,17 +1,23 @@
-"""The registry's conflicts table: the conflicts a version opens, stored, resolved and listed."""
+"""The registry's conflicts table: the conflicts a version opens, stored, resolved and listed.
+
+``CONFLICT_COLUMNS`` are the columns a conflict is stored, chained and verified by; the write
+path asks ``conflict_candidates`` before its transaction and ``opened_conflicts`` inside it.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from tracerag.materials._conflicts import find_conflicts
 from tracerag.materials._db import Cursor, RegistryDB
-from tracerag.materials._model import MaterialVersion, now_iso
+from tracerag.materials._model import MaterialState, MaterialVersion, now_iso
 from tracerag.materials._records import ConflictRecord
 
-CONFLICT_FIELDS = (
+#: a conflict as stored, chained (a version's ``conflicts``) and re-derived from the chain
+CONFLICT_COLUMNS = (
     "conflict_id",
     "material_a",
     "version_a",
@@ -58,6 +64,47 @@ def candidates_among(
     return [(c, versions.get(c.material_b, 0)) for c in found]
 
 
+def conflict_candidates(
+    db: RegistryDB,
+    new: MaterialVersion,
+    find: Callable[[str], MaterialState | None],
+    min_overlap: float,
+) -> list[tuple[Any, int]]:
+    """The conflicts a version going into service would open (with the other material's
+    version), or [] when it opens none (not active, stale, or the same text in service);
+    ``find``: the material now, if registered."""
+    if new.status != "active" or new.stale_reason() is not None:
+        return []
+    in_service = find(new.material_id)
+    if in_service is not None and (in_service.status, in_service.current.content_hash) == (
+        "active",
+        new.content_hash,
+    ):
+        return []
+    return candidates_among(new, active_texts(db, new.material_id), min_overlap)
+
+
+def opened_conflicts(
+    cur: Cursor,
+    db: RegistryDB,
+    new: MaterialVersion,
+    row: dict[str, Any] | None,
+    *,
+    serves: bool,
+    candidates: list[tuple[Any, int]] | None,
+    min_overlap: float,
+) -> list[dict[str, Any]]:
+    """The conflicts a version opens as it is committed (``row``: the material's columns
+    before it): none unless it goes into service active, fresh and with changed text.
+    ``candidates`` found before the transaction are used; else they are looked for here."""
+    changed = row is None or (row["status"], row["content_hash"]) != ("active", new.content_hash)
+    if not (serves and changed and new.status == "active" and new.stale_reason() is None):
+        return []
+    if candidates is None:  # not looked for before the transaction
+        candidates = candidates_among(new, active_texts(db, new.material_id, cur), min_overlap)
+    return [conflict_row(new, c, version_b) for c, version_b in candidates]
+
+
 def conflict_row(v: MaterialVersion, c: Any, version_b: int) -> dict[str, Any]:
     """A conflict a version opens, as stored and chained (its id names the version)."""
     conflict_id = hashlib.sha256(
@@ -82,7 +129,7 @@ def insert_conflicts(cur: Cursor, opened: list[dict[str, Any]]) -> None:
             "INSERT INTO material_conflicts (conflict_id, material_a, version_a, "
             "material_b, version_b, slot_key, value_a, value_b, status, created_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'open', ?) ON CONFLICT DO NOTHING",
-            (*(c[k] for k in CONFLICT_FIELDS), now_iso()),
+            (*(c[k] for k in CONFLICT_COLUMNS), now_iso()),
         )
 
 
@@ -98,11 +145,11 @@ def resolve_conflicts(cur: Cursor, material_id: str, resolution: str) -> None:
 def open_conflicts_of(cur: Cursor, material_id: str) -> list[dict[str, Any]]:
     """The open conflicts a material opened (as ``material_a``), as stored and chained."""
     cur.execute(
-        f"SELECT {', '.join(CONFLICT_FIELDS)} FROM material_conflicts "
+        f"SELECT {', '.join(CONFLICT_COLUMNS)} FROM material_conflicts "
         "WHERE status = 'open' AND material_a = ?",
         (material_id,),
     )
-    return [dict(zip(CONFLICT_FIELDS, r, strict=True)) for r in cur.fetchall()]
+    return [dict(zip(CONFLICT_COLUMNS, r, strict=True)) for r in cur.fetchall()]
 
 
 def list_conflicts(
@@ -134,3 +181,17 @@ def list_conflicts(
     with db.read() as cur:
         cur.execute(sql, params)
         return [ConflictRecord(*r) for r in cur.fetchall()]
+
+
+__all__ = [
+    "CONFLICT_COLUMNS",
+    "active_texts",
+    "candidates_among",
+    "conflict_candidates",
+    "conflict_row",
+    "insert_conflicts",
+    "list_conflicts",
+    "open_conflicts_of",
+    "opened_conflicts",
+    "resolve_conflicts",
+]

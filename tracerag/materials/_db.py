@@ -1,39 +1,40 @@
 """The registry's own tables, beside the audit store's in the same database.
 
-``connect_like(store)`` opens a connection to the database an open audit store uses (the
-SQLite file, or the PostgreSQL DSN and schema) and applies the registry's migrations, kept in
-their own ``material_schema_version`` table. Registry writes are serialised: SQLite by
-``BEGIN IMMEDIATE``, PostgreSQL by locking the one ``material_head`` row.
+``connect_like(store)`` opens the database an open audit store uses (the SQLite file, or the
+PostgreSQL DSN and schema; connections are ``tracerag._db``'s) and applies the registry's
+migrations, kept in their own ``material_schema_version`` table. Registry writes are
+serialised: SQLite by ``BEGIN IMMEDIATE``, PostgreSQL by locking the one ``material_head`` row.
+Reads have a connection of their own: a write waiting for the database does not hold up
+retrieval, which only reads.
 """
 
 from __future__ import annotations
 
 import sqlite3
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any, Protocol
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 
+from tracerag._db import (
+    Cursor,
+    Database,
+    PostgresDB,
+    PostgresSchema,
+    Schema,
+    SQLiteDB,
+    Step,
+    locate,
+)
+from tracerag._db import FormatCursor as ChainCursor
+from tracerag._db import _postgres as postgres
+from tracerag._db import _sqlite as sqlite
 from tracerag.errors import ConfigurationError, TraceragError
-from tracerag.store._migrations import Step, migrate
-from tracerag.store._sqlite import QmarkCursor, transaction
 
 
 class MaterialStoreError(TraceragError):
     """The material registry failed or refused an operation."""
 
 
-class Cursor(Protocol):
-    """The part of a DB-API cursor the registry uses (``?`` placeholders)."""
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
-
-    def fetchone(self) -> Any: ...
-
-    def fetchall(self) -> list[Any]: ...
-
-
-#: the registry's migrations, in the audit store's format (``tracerag.store.migrations``)
+#: the registry's migrations (``tracerag._db._versions``' format)
 MIGRATIONS: list[tuple[int, list[Step]]] = [
     (
         1,
@@ -169,186 +170,74 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
+REGISTRY = Schema(
+    name="material registry",
+    version_table="material_schema_version",
+    migrations=MIGRATIONS,
+    refuse=MaterialStoreError,
+    lock="tracerag.materials.schema",
+    lock_per_schema=False,
+)
+
+
+def _closed() -> MaterialStoreError:
+    return MaterialStoreError("the material registry is closed")
+
 
 class RegistryDB:
-    """Connections to the registry's tables: ``write()`` and ``read()`` give a cursor."""
+    """Transactions on the registry's tables: ``write()`` and ``read()`` give a cursor taking
+    ``?`` parameters; a write holds the registry's lock (SQLite ``BEGIN IMMEDIATE``,
+    PostgreSQL the ``material_head`` row)."""
 
-    dialect: str
-
-    def write(self) -> Any:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def read(self) -> Any:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def close(self) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
-
-
-class SQLiteRegistryDB(RegistryDB):
-    """The registry's tables in the audit store's SQLite file."""
-
-    dialect = "sqlite"
-
-    def __init__(self, path: str, busy_timeout_s: float = 30.0) -> None:
-        if path == ":memory:":
-            raise ConfigurationError(
-                "the material registry needs a file or server audit store, not :memory:"
-            )
-        self._lock = threading.RLock()
-        self._conn = sqlite3.connect(
-            path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
-        )
-        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-        self._conn.execute("PRAGMA synchronous=FULL")
-        self.schema_version = self._migrate()
-        # reads have a connection of their own: a write waiting for the database (locked by
-        # another process) does not hold up retrieval, which only reads (WAL: readers go on)
-        self._read_lock = threading.RLock()
-        self._read_conn = sqlite3.connect(
-            path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
-        )
-        self._read_conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-
-    def _migrate(self) -> int:
-        with self._lock, transaction(self._conn, "BEGIN IMMEDIATE") as cur:
-            return _migrate(QmarkCursor(cur), self.dialect)
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self.dialect = db.dialect
+        self.schema_version = db.migrate(REGISTRY)
 
     @contextmanager
     def write(self) -> Iterator[Cursor]:
-        with self._lock, transaction(self._conn, "BEGIN IMMEDIATE") as cur:
-            yield cur
-
-    @contextmanager
-    def read(self) -> Iterator[Cursor]:
-        with self._read_lock, transaction(self._read_conn, "BEGIN") as cur:
-            yield cur
-
-    def close(self) -> None:
-        with self._lock, self._read_lock:
-            self._conn.close()
-            self._read_conn.close()
-
-
-class _PgCursor:
-    def __init__(self, cur: Any) -> None:
-        self._cur = cur
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._cur.execute(sql.replace("?", "%s"), params or None)
-
-    def fetchone(self) -> Any:
-        return self._cur.fetchone()
-
-    def fetchall(self) -> list[Any]:
-        rows: list[Any] = self._cur.fetchall()
-        return rows
-
-
-class PostgresRegistryDB(RegistryDB):
-    """The registry's tables in the audit store's PostgreSQL database and schema."""
-
-    dialect = "postgres"
-
-    def __init__(self, dsn: str, schema: str | None = None) -> None:
-        from tracerag.store._postgres import connect
-
-        self._dsn, self._schema = dsn, schema
-        self._lock = threading.RLock()
-        self._read_lock = threading.RLock()
-        self._closed = False
-        self._conn = connect(dsn, schema)
-        with self._conn.transaction(), self._conn.cursor() as raw:
-            raw.execute("SELECT pg_advisory_xact_lock(hashtext('tracerag.materials.schema'))")
-            self.schema_version = _migrate(raw, self.dialect)
-        # reads have a connection of their own: a write waiting for a lock does not hold them
-        self._read_conn = connect(dsn, schema)
-
-    def _connection(self, read: bool) -> Any:
-        """A connection, made again when the server dropped the last one (an outage)."""
-        from tracerag.store._postgres import connect
-
-        conn = self._read_conn if read else self._conn
-        if not self._closed and (conn.closed or conn.broken):
-            conn = connect(self._dsn, self._schema)
-            if read:
-                self._read_conn = conn
-            else:
-                self._conn = conn
-        return conn
-
-    @contextmanager
-    def write(self) -> Iterator[Cursor]:
-        with self._lock:
-            conn = self._connection(read=False)
-            with conn.transaction(), conn.cursor() as raw:
-                cur = _PgCursor(raw)
+        with self._db.write() as cur:
+            if self.dialect == "postgres":
                 cur.execute("SELECT generation FROM material_head WHERE id = 1 FOR UPDATE")
-                yield cur
+            yield cur
 
-    @contextmanager
-    def read(self) -> Iterator[Cursor]:
-        with self._read_lock:
-            conn = self._connection(read=True)
-            with conn.transaction(), conn.cursor() as raw:
-                yield _PgCursor(raw)
+    def read(self) -> AbstractContextManager[Cursor]:
+        return self._db.read()
 
     def close(self) -> None:
-        with self._lock, self._read_lock:
-            self._closed = True
-            self._conn.close()
-            self._read_conn.close()
+        self._db.close()
 
 
-def _migrate(cur: Any, dialect: str) -> int:
-    """Apply the registry's pending migrations (``cur`` takes ``format``-style parameters)."""
-    return migrate(
-        cur,
-        dialect,
-        MIGRATIONS,
-        version_table="material_schema_version",
-        schema="material registry",
-        refuse=MaterialStoreError,
+def _sqlite_db(path: str, busy_timeout_s: float = 30.0) -> SQLiteDB:
+    def opener() -> sqlite3.Connection:
+        return sqlite.open_file(path, busy_timeout_s=busy_timeout_s, synchronous="FULL")
+
+    return SQLiteDB(opener, closed_error=_closed, separate_reads=True, paramstyle="qmark")
+
+
+def _postgres_db(where: PostgresSchema) -> PostgresDB:
+    return PostgresDB(
+        lambda: postgres.connect(where.dsn, where.schema),
+        max_connections=1,  # one writer (the head row serialises them anyway), one reader
+        separate_reads=True,
+        closed_error=_closed,
+        paramstyle="qmark",
     )
 
 
-class ChainCursor:
-    """The cursor of a store's chained transaction (``SQLAuditStore.chained``), taking the
-    registry's ``?`` parameters."""
-
-    def __init__(self, cur: Any) -> None:
-        self._cur = cur
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._cur.execute(sql.replace("?", "%s"), tuple(params))
-
-    def fetchone(self) -> Any:
-        return self._cur.fetchone()
-
-    def fetchall(self) -> list[Any]:
-        rows: list[Any] = self._cur.fetchall()
-        return rows
-
-
-def registry_present(store: Any) -> bool:
+def registry_present(store: object) -> bool:
     """True when the database of an open audit store holds the registry's tables (checked
     without creating them)."""
-    dsn = getattr(store, "dsn", None)
-    if dsn:
-        from tracerag.store._postgres import connect
-
-        conn = connect(dsn, getattr(store, "schema", None))
+    where = locate(store)
+    if isinstance(where, PostgresSchema):
+        conn = postgres.connect(where.dsn, where.schema)
         try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT to_regclass('material_schema_version')")
-                row = cur.fetchone()
-            return bool(row and row[0])
+            return postgres.has_table(conn, "material_schema_version")
         finally:
             conn.close()
-    path = getattr(store, "path", None)
-    if not path or path == ":memory:":
+    if where is None:
         return False
-    conn2 = sqlite3.connect(path, timeout=30)
+    conn2 = sqlite.connect(where.path, busy_timeout_s=30.0)
     try:
         row = conn2.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'material_schema_version'"
@@ -358,25 +247,28 @@ def registry_present(store: Any) -> bool:
         conn2.close()
 
 
-def connect_like(store: Any) -> RegistryDB:
+def connect_like(store: object) -> RegistryDB:
     """Registry tables in the same database as an open audit store."""
-    dsn = getattr(store, "dsn", None)
-    if dsn:
-        return PostgresRegistryDB(dsn, getattr(store, "schema", None))
-    path = getattr(store, "path", None)
-    if path:
-        return SQLiteRegistryDB(str(path))
+    where = locate(store)
+    if isinstance(where, PostgresSchema):
+        return RegistryDB(_postgres_db(where))
+    if where is not None:
+        return RegistryDB(_sqlite_db(where.path))
+    if getattr(store, "path", None) == ":memory:":
+        raise ConfigurationError(
+            "the material registry needs a file or server audit store, not :memory:"
+        )
     raise ConfigurationError(f"cannot find the database of {store!r} for the material registry")
 
 
 __all__ = [
     "MIGRATIONS",
+    "REGISTRY",
     "SCHEMA_VERSION",
     "ChainCursor",
+    "Cursor",
     "MaterialStoreError",
-    "PostgresRegistryDB",
     "RegistryDB",
-    "SQLiteRegistryDB",
     "connect_like",
     "registry_present",
 ]

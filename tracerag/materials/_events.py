@@ -30,14 +30,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracerag._identity import OperatorIdentity
+from tracerag.materials._conflict_table import CONFLICT_COLUMNS
 from tracerag.materials._credibility import OUTCOMES, ema_update
 from tracerag.materials._db import Cursor
 from tracerag.materials._model import now_iso
+from tracerag.materials._records import CHANGE_KEY
 
 ROW_KEY = "row"
 OUTCOME_KEY = "outcome"
 BASELINE_KEY = "baseline"
-CHANGE_KEY = "material_change"
 FEEDBACK_KEYS = ("feedback", "review_outcome")
 #: the columns of ``materials`` that change what retrieval and feedback do, all chained
 ROW_COLUMNS = (
@@ -48,16 +50,6 @@ ROW_COLUMNS = (
     "outcomes",
     "denials",
     "pending_version",
-)
-CONFLICT_COLUMNS = (
-    "conflict_id",
-    "material_a",
-    "version_a",
-    "material_b",
-    "version_b",
-    "slot_key",
-    "value_a",
-    "value_b",
 )
 EMA_TOLERANCE = 1e-12
 
@@ -434,16 +426,36 @@ def outcome_issues(
     return issues
 
 
+def chained_changes(events: Mapping[int, Any]) -> dict[int, Any]:
+    """The events (by seq) that write a version: those with a ``material_change`` body."""
+    return {seq: e for seq, e in events.items() if isinstance(e.payload.get(CHANGE_KEY), dict)}
+
+
+def identities_of(events: Mapping[int, Any]) -> dict[int, dict[str, Any]]:
+    """Per version, who made the change and how that was established, with its seq (a change
+    chained before identities were recorded is ``declared`` under its entry's actor)."""
+    out: dict[int, dict[str, Any]] = {}
+    for seq, entry in chained_changes(events).items():
+        change = entry.payload[CHANGE_KEY]
+        identity = entry.payload.get("identity")
+        if not isinstance(identity, dict):
+            identity = OperatorIdentity(entry.actor).to_dict()
+        out[int(change.get("version") or 0)] = {**identity, "audit_seq": seq}
+    return out
+
+
 __all__ = [
     "BASELINE_KEY",
     "OUTCOME_KEY",
     "ROW_COLUMNS",
     "ROW_KEY",
     "Derived",
+    "chained_changes",
     "conflict_issues",
     "derive",
     "feedback_issues",
     "feedback_payload",
+    "identities_of",
     "outcome_issues",
     "read_row",
     "row_issues",

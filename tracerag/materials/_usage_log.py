@@ -1,7 +1,7 @@
-"""Usage of material versions: read hits, counters, outcomes, feedback log, retention.
+"""Usage of material versions: read hits, counters, complaints, the feedback log, retention.
 
-``UsageLog`` is the part of ``MaterialRegistry`` that records how materials are used and judged;
-it works on the registry's tables through ``self.db``.
+``UsageLog`` records how materials are used and judged, in the registry's tables; it sees a
+material as it is through the registry's ``Reads``.
 """
 
 from __future__ import annotations
@@ -9,21 +9,20 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tracerag._routing import Route
 from tracerag.errors import InputError
-from tracerag.materials._credibility import CredibilityPolicy
-from tracerag.materials._db import Cursor, RegistryDB
+from tracerag.materials._db import Cursor
 from tracerag.materials._model import (
     USAGE_COUNTERS,
-    MaterialState,
     MaterialVersion,
     Usage,
     iso,
     now_iso,
     utcnow,
 )
+from tracerag.materials._reads import Reads, read_usage
 from tracerag.materials._records import (
     MaterialNotFound,
     ReadHit,
@@ -32,27 +31,12 @@ from tracerag.materials._records import (
 
 
 class UsageLog:
-    """Read hits, usage counters, outcomes and the feedback log of a registry."""
+    """Read hits, usage counters, complaints and the feedback log of a registry's materials."""
 
-    db: RegistryDB
-    policy: CredibilityPolicy
-    read_retention_days: int
-
-    if TYPE_CHECKING:  # what it uses of the registry it is part of
-
-        def get(self, material_id: str) -> MaterialState: ...
-
-        def version_for(self, material_id: str, text_hash: str | None = None) -> int | None: ...
-
-    @staticmethod
-    def _usage(cur: Cursor, v: MaterialVersion) -> Usage:
-        cur.execute(
-            f"SELECT {', '.join(USAGE_COUNTERS)} FROM material_usage "
-            "WHERE material_id = ? AND version = ?",
-            (v.material_id, v.version),
-        )
-        row = cur.fetchone()
-        return Usage(*(int(x) for x in row)) if row else Usage()
+    def __init__(self, reads: Reads, *, read_retention_days: int) -> None:
+        self._materials = reads
+        self.db = reads.db
+        self.read_retention_days = read_retention_days
 
     def _usage_of(self, material_id: str, version: int) -> Usage:
         with self.db.read() as cur:
@@ -63,11 +47,13 @@ class UsageLog:
             row = cur.fetchone()
             if row is None:
                 raise MaterialNotFound(f"{material_id}@{version}")
-            return self._usage(cur, MaterialVersion.from_body(json.loads(row[0])))
+            return read_usage(cur, MaterialVersion.from_body(json.loads(row[0])))
 
     def usage(self, material_id: str, version: int | None = None) -> Usage:
         """The usage counters of one version (the current one by default)."""
-        return self._usage_of(material_id, version or self.get(material_id).current.version)
+        return self._usage_of(
+            material_id, version or self._materials.get(material_id).current.version
+        )
 
     def record_use(
         self,
@@ -86,7 +72,7 @@ class UsageLog:
         logged = 0
         resolved = []
         for use in uses:
-            version = use.version or self.version_for(use.material_id, use.content_hash)
+            version = use.version or self._materials.version_for(use.material_id, use.content_hash)
             if version is not None:
                 resolved.append((use, version))
         with self.db.write() as cur:

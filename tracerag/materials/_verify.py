@@ -7,9 +7,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tracerag.materials._conflict_table import CONFLICT_COLUMNS
 from tracerag.materials._db import RegistryDB
 from tracerag.materials._events import (
-    CONFLICT_COLUMNS,
+    chained_changes,
     conflict_issues,
     derive,
     feedback_issues,
@@ -139,7 +140,7 @@ def verify_registry(
 def _version_issues(rows: list[Any], events: dict[int, Any]) -> list[str]:
     """Every stored version against its chained entry, every chained version against a row."""
     issues: list[str] = []
-    chained = {seq: e for seq, e in events.items() if isinstance(e.payload.get(CHANGE_KEY), dict)}
+    chained = chained_changes(events)
     seen: set[int] = set()
     for mid, version, body, body_hash, seq, ahash, *columns in rows:
         name = f"{mid}@{version}"

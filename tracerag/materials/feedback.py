@@ -31,16 +31,17 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from langchain_core.documents import Document
 
 from tracerag._identity import REVIEW_DECISION, OperatorIdentity
 from tracerag.errors import InputError
-from tracerag.materials._db import ChainCursor, MaterialStoreError
+from tracerag.materials._db import ChainCursor, Cursor, MaterialStoreError
 from tracerag.materials._events import read_row
 from tracerag.materials._model import Provenance, content_hash, iso, parse_time, utcnow
+from tracerag.materials._operator import Operator
 from tracerag.materials._principal import (
     FeedbackLimits,
     capped,
@@ -48,7 +49,7 @@ from tracerag.materials._principal import (
     principal_of,
 )
 from tracerag.materials._records import Use
-from tracerag.materials._registry import MaterialRegistry, Operator
+from tracerag.materials._registry import MaterialRegistry
 from tracerag.store._audit_record import AuditRecord
 from tracerag.store._base import KIND_EXPLANATION_REQUESTED
 
@@ -239,6 +240,277 @@ def _spared(registry: MaterialRegistry, shares: Mapping[str, float]) -> set[str]
     return spared
 
 
+@dataclass(frozen=True)
+class GivenVerdict:
+    """One verdict as given, fixed before its transaction: who gave it on which request, the
+    materials it moves (each with its share, its version and whether a denial counts) and the
+    limits it is held to."""
+
+    request_id: str
+    verdict: str
+    who: OperatorIdentity
+    limits: FeedbackLimits | None
+    comment: str | None
+    correction: str | None
+    declared_user: str | None
+    key: str
+    shares: dict[str, float]
+    versions: dict[str, int | None]
+    spared: frozenset[str]
+    now: datetime
+    feedback_id: str = field(default_factory=lambda: "fb-" + uuid.uuid4().hex[:16])
+
+    @property
+    def counts(self) -> bool:
+        """Whether the principal is established by more than the caller's word."""
+        return counts(self.who)
+
+    @property
+    def principal(self) -> str | None:
+        """The principal it counts for (None: an unverified note)."""
+        return self.who.name if self.counts else None
+
+    @property
+    def created(self) -> str:
+        return iso(self.now) or ""
+
+    def since(self, seconds: float) -> str:
+        """The time ``seconds`` before it was given."""
+        return iso(self.now - timedelta(seconds=seconds)) or ""
+
+
+def _given(
+    registry: MaterialRegistry,
+    record: Mapping[str, Any],
+    request_id: str,
+    verdict: str,
+    who: OperatorIdentity,
+    *,
+    limits: FeedbackLimits | None,
+    comment: str | None,
+    correction: str | None,
+    declared_user: str | None,
+    key: str,
+) -> GivenVerdict:
+    """The verdict on ``record``'s answer, with the materials it relied on (registered first)."""
+    _ensure_registered(registry, record)
+    materials = _materials(record)
+    shares = relied_on(record)
+    return GivenVerdict(
+        request_id,
+        verdict,
+        who,
+        limits,
+        comment,
+        correction,
+        declared_user,
+        key,
+        shares,
+        {mid: _version(registry, materials[mid]) for mid in shares},
+        frozenset(_spared(registry, shares)),
+        utcnow(),
+    )
+
+
+def _check_allowed(cur: Cursor, v: GivenVerdict) -> None:
+    """``DuplicateFeedback`` for a principal's second verdict on the request; within the
+    limits, ``FeedbackLimited`` past a principal's rate or a request's unverified notes."""
+    who, limits = v.who, v.limits
+    if v.counts:
+        cur.execute(
+            "SELECT 1 FROM material_feedback WHERE request_id = ? AND (principal = ? OR "
+            "(method = 'legacy' AND operator = ?))",
+            (v.request_id, who.name, who.name),
+        )
+        if cur.fetchone() is not None:
+            raise DuplicateFeedback(
+                f"{who.name} already gave a verdict on request {v.request_id!r}"
+            )
+        if limits is None:
+            return
+        cur.execute(
+            "SELECT COUNT(*), MIN(created_at) FROM material_feedback "
+            "WHERE principal = ? AND created_at >= ?",
+            (who.name, v.since(limits.principal_window)),
+        )
+        n, oldest = cur.fetchone()
+        if int(n) >= limits.per_principal:
+            first = parse_time(oldest) or v.now
+            wait = (first - v.now).total_seconds() + limits.principal_window
+            raise FeedbackLimited(
+                f"{who.name} gave {n} verdicts in the last "
+                f"{limits.principal_window:.0f} s (the limit is {limits.per_principal})",
+                max(1.0, wait),
+            )
+    elif limits is not None:
+        cur.execute(
+            "SELECT COUNT(*) FROM material_feedback WHERE request_id = ? "
+            "AND principal IS NULL AND method <> 'legacy'",
+            (v.request_id,),
+        )
+        if int(cur.fetchone()[0]) >= limits.notes_per_request:
+            raise FeedbackLimited(
+                f"request {v.request_id!r} keeps at most {limits.notes_per_request} "
+                "unverified notes",
+                limits.principal_window,
+            )
+
+
+def _held_back(cur: Cursor, v: GivenVerdict, material_id: str) -> str | None:
+    """Why the verdict does not move this material (a note; the principal moved it within
+    the window; the material had its share of verdicts), or None."""
+    if not v.counts:
+        return NOTE_REASON
+    limits = v.limits
+    if limits is None:
+        return None
+    cur.execute(
+        "SELECT 1 FROM material_feedback_effects WHERE principal = ? AND "
+        "material_id = ? AND counted = 1 AND created_at >= ?",
+        (v.who.name, material_id, v.since(limits.material_window)),
+    )
+    if cur.fetchone() is not None:
+        return "this principal's verdicts moved this material within the window"
+    if capped(v.who):
+        cur.execute(
+            "SELECT COUNT(*) FROM material_feedback_effects WHERE material_id = ? "
+            "AND counted = 1 AND created_at >= ?",
+            (material_id, v.since(limits.material_window)),
+        )
+        if int(cur.fetchone()[0]) >= limits.per_material:
+            return "the material received as many counted verdicts as it may in the window"
+    return None
+
+
+def _move_materials(
+    tx: Any, cur: Cursor, registry: MaterialRegistry, v: GivenVerdict, result: FeedbackResult
+) -> dict[str, dict[str, Any]]:
+    """Apply the verdict to each registered material it relied on (or say why not), into
+    ``result``; returns what it did to each, as chained."""
+    effects: dict[str, dict[str, Any]] = {}
+    for mid, share in v.shares.items():
+        row = read_row(cur, mid)
+        if row is None:
+            continue  # not registered (it could not be): nothing to move
+        version = v.versions.get(mid)
+        why = _held_back(cur, v, mid)
+        if why is not None:
+            effects[mid] = {"version": version, "share": share, "counted": False, "why": why}
+            result.updates.append(
+                MaterialUpdate(
+                    mid, version, share, row["ema"], row["ema"], row["status"], False, why
+                )
+            )
+            continue
+        before, after, proposed = registry.outcomes.apply_in(
+            tx,
+            mid,
+            v.verdict,
+            weight=share,
+            version=version,
+            counter=_COUNTERS.get(v.verdict),
+            count_denial=mid not in v.spared,
+            identity=v.who,
+            context={"feedback_id": v.feedback_id, "request_id": v.request_id},
+        )
+        effects[mid] = {"version": version, "share": share, "counted": True}
+        status = "active" if proposed else after["status"]
+        result.updates.append(
+            MaterialUpdate(mid, version, share, before["ema"], after["ema"], status)
+        )
+        if proposed:
+            result.proposed.append(mid)
+    result.counted = any(e["counted"] for e in effects.values())
+    if not result.counted:
+        reasons = [e["why"] for e in effects.values() if e.get("why")]
+        result.note = reasons[0] if reasons else "the answer relied on no registered material"
+    return effects
+
+
+def _chain_verdict(
+    tx: Any, v: GivenVerdict, result: FeedbackResult, effects: dict[str, dict[str, Any]]
+) -> Any:
+    """Seal the verdict (under ``v.key``) in its request's trail."""
+    return tx.action(
+        v.request_id,
+        "operator_action",
+        v.who.name,
+        {
+            v.key: {
+                "feedback_id": v.feedback_id,
+                "verdict": v.verdict,
+                "comment": v.comment,
+                "correction": v.correction,
+                "principal": v.principal,
+                "method": v.who.method,
+                "identity": v.who.to_dict(),
+                "counted": result.counted,
+                "declared_user": v.declared_user,
+                "materials": effects,
+                "proposed_quarantine": result.proposed,
+            }
+        },
+        v.comment,
+    )
+
+
+def _store_verdict(
+    cur: Cursor,
+    v: GivenVerdict,
+    result: FeedbackResult,
+    effects: dict[str, dict[str, Any]],
+    audit_seq: int,
+) -> None:
+    """The verdict's rows: the feedback, its effects, and a counted complaint."""
+    cur.execute(
+        "INSERT INTO material_feedback (feedback_id, request_id, verdict, comment, "
+        "correction, operator, created_at, audit_seq, principal, method, counted, "
+        "declared_user) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            v.feedback_id,
+            v.request_id,
+            v.verdict,
+            v.comment,
+            v.correction,
+            v.who.name,
+            v.created,
+            audit_seq,
+            v.principal,
+            v.who.method,
+            int(result.counted),
+            v.declared_user,
+        ),
+    )
+    for mid, effect in effects.items():
+        cur.execute(
+            "INSERT INTO material_feedback_effects (feedback_id, material_id, principal, "
+            "counted, created_at) VALUES (?, ?, ?, ?, ?)",
+            (v.feedback_id, mid, v.principal, int(effect["counted"]), v.created),
+        )
+    if result.counted and v.verdict in COMPLAINTS:
+        cur.execute(
+            "INSERT INTO material_complaints (request_id, verdict, created_at) "
+            "VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+            (v.request_id, v.verdict, v.created),
+        )
+
+
+def _apply(registry: MaterialRegistry, v: GivenVerdict) -> FeedbackResult:
+    """Apply one verdict in one chained transaction (see the module's docstring)."""
+    result = FeedbackResult(v.request_id, v.verdict, v.feedback_id, v.principal, v.who.method)
+
+    def work(tx: Any) -> None:
+        cur = ChainCursor(tx.cursor)
+        _check_allowed(cur, v)
+        effects = _move_materials(tx, cur, registry, v, result)
+        entry = _chain_verdict(tx, v, result, effects)
+        result.audit_seq = entry.seq
+        _store_verdict(cur, v, result, effects, entry.seq)
+
+    registry.store.chained(work)
+    return result
+
+
 def _verdict(
     registry: MaterialRegistry,
     record: Mapping[str, Any],
@@ -252,171 +524,20 @@ def _verdict(
     declared_user: str | None = None,
     key: str = "feedback",
 ) -> FeedbackResult:
-    """Apply one verdict in one chained transaction (see the module's docstring)."""
-    count = counts(who)
-    _ensure_registered(registry, record)
-    materials = _materials(record)
-    shares = relied_on(record)
-    spared = _spared(registry, shares)
-    versions = {mid: _version(registry, materials[mid]) for mid in shares}
-    now = utcnow()
-    created = iso(now) or ""
-    feedback_id = "fb-" + uuid.uuid4().hex[:16]
-    principal = who.name if count else None
-    result = FeedbackResult(request_id, verdict, feedback_id, principal, who.method)
-
-    def since(seconds: float) -> str:
-        return iso(now - timedelta(seconds=seconds)) or ""
-
-    def work(tx: Any) -> None:
-        cur = ChainCursor(tx.cursor)
-        if count:
-            cur.execute(
-                "SELECT 1 FROM material_feedback WHERE request_id = ? AND (principal = ? OR "
-                "(method = 'legacy' AND operator = ?))",
-                (request_id, who.name, who.name),
-            )
-            if cur.fetchone() is not None:
-                raise DuplicateFeedback(
-                    f"{who.name} already gave a verdict on request {request_id!r}"
-                )
-            if limits is not None:
-                cur.execute(
-                    "SELECT COUNT(*), MIN(created_at) FROM material_feedback "
-                    "WHERE principal = ? AND created_at >= ?",
-                    (who.name, since(limits.principal_window)),
-                )
-                n, oldest = cur.fetchone()
-                if int(n) >= limits.per_principal:
-                    first = parse_time(oldest) or now
-                    wait = (first - now).total_seconds() + limits.principal_window
-                    raise FeedbackLimited(
-                        f"{who.name} gave {n} verdicts in the last "
-                        f"{limits.principal_window:.0f} s (the limit is {limits.per_principal})",
-                        max(1.0, wait),
-                    )
-        elif limits is not None:
-            cur.execute(
-                "SELECT COUNT(*) FROM material_feedback WHERE request_id = ? "
-                "AND principal IS NULL AND method <> 'legacy'",
-                (request_id,),
-            )
-            if int(cur.fetchone()[0]) >= limits.notes_per_request:
-                raise FeedbackLimited(
-                    f"request {request_id!r} keeps at most {limits.notes_per_request} "
-                    "unverified notes",
-                    limits.principal_window,
-                )
-        effects: dict[str, dict[str, Any]] = {}
-        for mid, share in shares.items():
-            row = read_row(cur, mid)
-            if row is None:
-                continue  # not registered (it could not be): nothing to move
-            why = None if count else NOTE_REASON
-            if why is None and limits is not None:
-                cur.execute(
-                    "SELECT 1 FROM material_feedback_effects WHERE principal = ? AND "
-                    "material_id = ? AND counted = 1 AND created_at >= ?",
-                    (who.name, mid, since(limits.material_window)),
-                )
-                if cur.fetchone() is not None:
-                    why = "this principal's verdicts moved this material within the window"
-                elif capped(who):
-                    cur.execute(
-                        "SELECT COUNT(*) FROM material_feedback_effects WHERE material_id = ? "
-                        "AND counted = 1 AND created_at >= ?",
-                        (mid, since(limits.material_window)),
-                    )
-                    if int(cur.fetchone()[0]) >= limits.per_material:
-                        why = "the material received as many counted verdicts as it may "
-                        why += "in the window"
-            version = versions.get(mid)
-            if why is not None:
-                effects[mid] = {"version": version, "share": share, "counted": False, "why": why}
-                result.updates.append(
-                    MaterialUpdate(
-                        mid, version, share, row["ema"], row["ema"], row["status"], False, why
-                    )
-                )
-                continue
-            before, after, proposed = registry._outcome_in(
-                tx,
-                mid,
-                verdict,
-                weight=share,
-                version=version,
-                counter=_COUNTERS.get(verdict),
-                count_denial=mid not in spared,
-                identity=who,
-                context={"feedback_id": feedback_id, "request_id": request_id},
-            )
-            effects[mid] = {"version": version, "share": share, "counted": True}
-            status = "active" if proposed else after["status"]
-            result.updates.append(
-                MaterialUpdate(mid, version, share, before["ema"], after["ema"], status)
-            )
-            if proposed:
-                result.proposed.append(mid)
-        result.counted = any(e["counted"] for e in effects.values())
-        if not result.counted:
-            reasons = [e["why"] for e in effects.values() if e.get("why")]
-            result.note = reasons[0] if reasons else "the answer relied on no registered material"
-        entry = tx.action(
-            request_id,
-            "operator_action",
-            who.name,
-            {
-                key: {
-                    "feedback_id": feedback_id,
-                    "verdict": verdict,
-                    "comment": comment,
-                    "correction": correction,
-                    "principal": principal,
-                    "method": who.method,
-                    "identity": who.to_dict(),
-                    "counted": result.counted,
-                    "declared_user": declared_user,
-                    "materials": effects,
-                    "proposed_quarantine": result.proposed,
-                }
-            },
-            comment,
-        )
-        result.audit_seq = entry.seq
-        cur.execute(
-            "INSERT INTO material_feedback (feedback_id, request_id, verdict, comment, "
-            "correction, operator, created_at, audit_seq, principal, method, counted, "
-            "declared_user) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                feedback_id,
-                request_id,
-                verdict,
-                comment,
-                correction,
-                who.name,
-                created,
-                entry.seq,
-                principal,
-                who.method,
-                int(result.counted),
-                declared_user,
-            ),
-        )
-        for mid, effect in effects.items():
-            cur.execute(
-                "INSERT INTO material_feedback_effects (feedback_id, material_id, principal, "
-                "counted, created_at) VALUES (?, ?, ?, ?, ?)",
-                (feedback_id, mid, principal, int(effect["counted"]), created),
-            )
-        if result.counted and verdict in COMPLAINTS:
-            cur.execute(
-                "INSERT INTO material_complaints (request_id, verdict, created_at) "
-                "VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                (request_id, verdict, created),
-            )
-
-    registry.store.chained(work)
-    return result
+    """Apply one verdict on ``record``'s answer in one chained transaction."""
+    given = _given(
+        registry,
+        record,
+        request_id,
+        verdict,
+        who,
+        limits=limits,
+        comment=comment,
+        correction=correction,
+        declared_user=declared_user,
+        key=key,
+    )
+    return _apply(registry, given)
 
 
 def record_feedback(

@@ -6,9 +6,12 @@ does; the middleware changes three things:
 - ``wrap_tool_call``: the vector store searches a tool makes are seen (``_hooks``), so their
   documents are materials even when the tool shows the model only text;
 - ``wrap_model_call``: a model call that calls tools passes through. The answering call (one
-  whose reply calls no tool) is drawn N times from the same request, through the middleware
-  inside this one (the handler), and the request runs the stage table with the turn's source
-  (``_source``): materials from the turn's tool results, the N answers as samples. Nothing of
+  whose reply calls no tool) is drawn again from the same request, through the middleware
+  inside this one (the handler), in adaptive rounds as on every front door (``min_samples``
+  first, more only while the route could still change, at most N; a round in one call where
+  the agent's model takes ``n``; each call in one of the model's ``max_concurrency`` slots),
+  and the request runs the stage table with the turn's source (``_source``): materials from
+  the turn's tool results, the answers as samples. Nothing of
   a sample reaches the caller's callbacks or LangGraph's ``messages`` stream; the reply that
   enters the agent's state is the verified answer (pass, review) or a replacement message
   (escalate), and the turn's ``Response`` (its caller view) is the state's ``tracerag`` key;
@@ -23,20 +26,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import ExtendedModelResponse, OmitFromInput
-from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+from langchain_core.callbacks import AsyncCallbackHandler, BaseCallbackHandler, BaseCallbackManager
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tracers.langchain import LangChainTracer
 from langgraph.config import get_config, get_stream_writer
+from langgraph.errors import GraphInterrupt
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
 from pydantic import AfterValidator, ValidationError
@@ -44,7 +50,16 @@ from typing_extensions import NotRequired, Unpack
 
 from tracerag import _usage as usage_meter
 from tracerag._choices import Stage, check_options
-from tracerag._llm import OnRetry, Tries, retry_call, text_of
+from tracerag._llm import (
+    OnRetry,
+    Tries,
+    concurrency_of,
+    generates_several,
+    model_slots,
+    retry_call,
+    text_of,
+    within,
+)
 from tracerag._pipeline import PipelineOptions, build_settings
 from tracerag._routing import Ticket
 from tracerag._runner import SETTINGS_SINK, run
@@ -52,7 +67,12 @@ from tracerag._state import RequestInput, RequestState
 from tracerag._sync import run_sync
 from tracerag._withheld import check_withheld_message, withheld_text
 from tracerag.contract import Response, caller_view
-from tracerag.errors import ConfigurationError, InputError, UnreadableOutputError
+from tracerag.errors import (
+    ConfigurationError,
+    InputError,
+    ModelTimeoutError,
+    UnreadableOutputError,
+)
 from tracerag.events import StageEvent, tell
 from tracerag.middleware._call import CALL_HOOKS
 from tracerag.middleware._review import (
@@ -61,9 +81,12 @@ from tracerag.middleware._review import (
     interrupt_payload,
     refusal_of,
 )
-from tracerag.middleware._source import TurnSource
+from tracerag.middleware._source import OnRound, TurnSource
 from tracerag.middleware._turn import SearchLog, is_answer, turn_of
+from tracerag.signals._attribution import UNSCORED
+from tracerag.stages._stopping import first_round as first_samples
 from tracerag.stages._table import steps_for
+from tracerag.telemetry._instruments import record_turn_interrupted, record_turn_resumed
 from tracerag.wrapping._capture import RunCapture
 from tracerag.wrapping._hooks import Shared, instrument, scope
 from tracerag.wrapping._inspect import retrieval_parts
@@ -105,12 +128,14 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
     Chinese. ``interrupt_on_escalate`` (True): on a checkpointed thread, interrupt the turn
     for review (``Command(resume={"type": "approve" | "edit" | "reject", ...})``).
     ``speculative`` (True): when the model is called right after tool results (the answering
-    call of a RAG agent), draw the N answers at once; a call that turns out to call tools
-    keeps only its first reply (the others are discarded). ``prompt_version`` and
-    ``model_version`` name the versions (default: learned from the answering calls, as
-    ``wrap()`` learns them). The other options
-    are ``tracerag.PipelineOptions`` (``n_samples``, ``thresholds``, ``escalation``, ``audit``,
-    ``tracer_provider``, …).
+    call of a RAG agent), draw the first round's ``min_samples`` answers at once (in one call
+    with ``n`` where the model takes it); a call that turns out to call tools keeps only its
+    first reply (the others are discarded). Sampling then goes on in rounds only while the
+    route could still change (``min_samples=n_samples``: all N at once, fixed N).
+    ``prompt_version`` and ``model_version`` name the versions (default: learned from the
+    answering calls, as ``wrap()`` learns them). The other options are
+    ``tracerag.PipelineOptions`` (``n_samples``, ``min_samples``, ``max_concurrency``,
+    ``thresholds``, ``escalation``, ``audit``, ``tracer_provider``, …).
     """
 
     state_schema = TraceragState
@@ -202,25 +227,67 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
             )
         node_config: RunnableConfig = var_child_runnable_config.get() or {}
         n = self.settings.samples_for_tier()
+        # started before the turn's retrieval is read: its tool results carry no scores
+        first_round = first_samples(self.settings, n, None, None, shape=UNSCORED)
         captures = [RunCapture() for _ in range(n)]
+        agent_model = request.model
+        several = isinstance(agent_model, BaseChatModel) and generates_several(agent_model)
+        #: non-empty while the model's calls with ``n`` return the answers asked for
+        takes_n = {True} if several else set()
+        limit = concurrency_of(self.settings.max_concurrency, agent_model)
 
         unmetered: set[int] = set()  # calls made before the request's run: noted by its sample
+        #: answers another sample's call gave (a call with ``n``): index -> its message
+        given: dict[int, AIMessage] = {}
 
-        async def call(index: int) -> ModelResponse[Any]:
+        timeout = self.settings.retry.model_timeout
+        # a sample's call is timed from when it holds its slot (``call``), not while it queues
+        untimed = dataclasses.replace(self.settings.retry, model_timeout=None)
+
+        async def call(index: int, answers: int = 1, timed: bool = True) -> ModelResponse[Any]:
+            """The answering call for sample ``index``; with ``answers`` > 1, one call that
+            answers samples ``index`` .. ``index + answers - 1`` (the model takes ``n``). It
+            waits for one of the model's slots (``max_concurrency``), then runs within the
+            policy's ``model_timeout`` (``timed``; the agent's own first call is not)."""
             if usage_meter.current_ledger() is None:
                 unmetered.add(index)
             else:
                 unmetered.discard(index)
-            token = var_child_runnable_config.set(quiet_config(node_config, captures[index]))
+            choices = _Choices() if answers > 1 else None
+            asked = request
+            if choices is not None:
+                asked = request.override(model=agent_model.model_copy(update={"n": answers}))
+            token = var_child_runnable_config.set(
+                quiet_config(node_config, captures[index], choices)
+            )
             try:
-                return _as_response(await handler(request))
+                async with model_slots(limit, agent_model):
+                    got = _as_response(
+                        await within(
+                            functools.partial(handler, asked),
+                            timeout if timed else None,
+                            ModelTimeoutError,
+                        )
+                    )
             finally:
                 var_child_runnable_config.reset(token)
+            if choices is not None:
+                if len(choices.messages) < answers:  # it ignores ``n``: one call per sample
+                    takes_n.clear()
+                for offset, message in enumerate(choices.messages[1:answers], start=1):
+                    given[index + offset] = message
+                    _share(captures[index], captures[index + offset], message)
+            return got
 
-        first = asyncio.ensure_future(call(0))
+        speculate = self.speculative and first_round > 1 and _after_tools(request.messages)
+        # right after tool results, the first round is started at once: in one call where the
+        # model takes ``n``, else one call each (only ``min_samples``: the rule may stop there)
+        first = asyncio.ensure_future(
+            call(0, first_round if speculate and several else 1, timed=False)
+        )
         spare: dict[int, asyncio.Future[ModelResponse[Any]]] = {}
-        if self.speculative and n > 1 and _after_tools(request.messages):
-            spare = {i: asyncio.ensure_future(call(i)) for i in range(1, n)}
+        if speculate and not several:
+            spare = {i: asyncio.ensure_future(call(i)) for i in range(1, first_round)}
         try:
             opened = await first
         except BaseException:
@@ -230,34 +297,66 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
             await _cancel(spare)
             return opened
         responses: dict[int, ModelResponse[Any]] = {0: opened}
+        #: a round's one call, shared by its samples: index -> (call, position in it, size)
+        shared: dict[int, tuple[asyncio.Future[None], int, int]] = {}
+
+        def on_round(indices: Sequence[int]) -> None:
+            fresh = [i for i in indices if i != 0 and i not in given and i not in spare]
+            if takes_n and len(fresh) > 1 and fresh == list(range(fresh[0], fresh[-1] + 1)):
+                future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                for position, index in enumerate(fresh):
+                    shared[index] = (future, position, len(fresh))
+
+        def answer_of(got: ModelResponse[Any] | AIMessage | None) -> AIMessage:
+            message = _last_ai(got) if isinstance(got, ModelResponse) else got
+            if not is_answer(message):
+                raise UnreadableOutputError(
+                    "the sample called a tool instead of answering from the turn's results"
+                )
+            return cast(AIMessage, message)
 
         async def draw(index: int, on_retry: OnRetry, tries: Tries) -> AIMessage:
             if index == 0:
                 return cast(AIMessage, _last_ai(opened))
+            if index in shared and shared[index][1] > 0:  # a later sample of a shared call
+                future, _, _ = shared.pop(index)
+                await asyncio.shield(future)
+                if index in given:
+                    tries.count = 1
+            if index in given:
+                message = answer_of(given.pop(index))
+                responses[index] = ModelResponse(result=[message])
+                return message
             pending = spare.pop(index, None)
+            answers = 1
+            leads: asyncio.Future[None] | None = None
+            if index in shared:  # the first sample of a shared call makes it for the others
+                leads, _, answers = shared.pop(index)
 
             async def once() -> AIMessage:
                 nonlocal pending
-                if pending is not None:
+                if pending is not None:  # started at once with the first (it holds its slot)
                     task, pending = pending, None
                     got = await task
                 else:
                     captures[index].reset()
-                    got = await call(index)
-                message = _last_ai(got)
-                if not is_answer(message):
-                    raise UnreadableOutputError(
-                        "the sample called a tool instead of answering from the turn's results"
-                    )
+                    got = await call(index, answers)
+                message = answer_of(got)
                 responses[index] = got
-                return cast(AIMessage, message)
+                return message
 
-            return await retry_call(
-                once, self.settings.retry, on_retry=on_retry, retry_on=is_transient, tries=tries
-            )
+            try:  # each attempt is timed in ``call``, once it holds its slot
+                return await retry_call(
+                    once, untimed, on_retry=on_retry, retry_on=is_transient, tries=tries
+                )
+            finally:  # the others take what the call gave (a failed call: they draw their own)
+                if leads is not None and not leads.done():
+                    leads.set_result(None)
 
         try:
-            response, state = await self._verify(request, node_config, draw, captures, unmetered)
+            response, state = await self._verify(
+                request, node_config, draw, captures, unmetered, on_round
+            )
         finally:
             await _cancel(spare)
         return self._release(request, response, state, responses)
@@ -269,10 +368,11 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
         draw: Callable[[int, OnRetry, Tries], Awaitable[AIMessage]],
         captures: list[RunCapture],
         unmetered: set[int],
+        on_round: OnRound | None = None,
     ) -> tuple[Response, RequestState | None]:
         """The turn through the stage table: its Response and its final state."""
         turn = turn_of(request.messages, self._searches)
-        source = TurnSource(turn, draw, captures, unmetered)
+        source = TurnSource(turn, draw, captures, unmetered, on_round)
         steps = steps_for(self.settings.tier, self.settings.plan_mode, source)
         thread = (node_config.get("configurable") or {}).get("thread_id")
         hooks = CALL_HOOKS.get()
@@ -388,6 +488,9 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
                     "type[ResumeValue]", Annotated[ResumeValue, AfterValidator(available)]
                 ),
             )
+        except GraphInterrupt:  # the turn pauses here for a person (resumed: counted below)
+            record_turn_interrupted("answer_review", meter_provider=self.settings.meter_provider)
+            raise
         except ValidationError as exc:
             try:
                 raise InputError(refusal_of(exc)) from None
@@ -395,6 +498,9 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
                 _invalid_resume(refused)  # the review still waits: the value is not kept
                 raise
         decision = value.decision()
+        record_turn_resumed(
+            "answer_review", decision.action.value, meter_provider=self.settings.meter_provider
+        )
         if decision.action is ReviewAction.APPROVE:
             text = candidate()
         elif decision.action is ReviewAction.EDIT:
@@ -435,10 +541,12 @@ class TraceragMiddleware(AgentMiddleware[TraceragState, Any, Any]):
 # -- helpers --------------------------------------------------------------------------------
 
 
-def quiet_config(config: RunnableConfig, capture: RunCapture | None = None) -> RunnableConfig:
+def quiet_config(
+    config: RunnableConfig, capture: RunCapture | None = None, *more: BaseCallbackHandler | None
+) -> RunnableConfig:
     """The node's config for calls no caller may hear: its callbacks cut to LangSmith's tracer
-    (and a capture). LangGraph's ``messages`` stream and ``astream_events`` are callback
-    handlers too: nothing a sample draws reaches them."""
+    (and a capture, and the handlers ``more``). LangGraph's ``messages`` stream and
+    ``astream_events`` are callback handlers too: nothing a sample draws reaches them."""
     callbacks = config.get("callbacks")
     kept: list[BaseCallbackHandler] = []
     if isinstance(callbacks, BaseCallbackManager):
@@ -450,6 +558,7 @@ def quiet_config(config: RunnableConfig, capture: RunCapture | None = None) -> R
             kept.append(handler)
     if capture is not None:
         kept.append(capture)
+    kept.extend(h for h in more if h is not None)
     quiet = cast(RunnableConfig, dict(config))
     if isinstance(callbacks, BaseCallbackManager):
         manager = callbacks.copy()
@@ -458,6 +567,35 @@ def quiet_config(config: RunnableConfig, capture: RunCapture | None = None) -> R
     else:
         quiet["callbacks"] = kept
     return quiet
+
+
+class _Choices(AsyncCallbackHandler):
+    """Every answer a call with ``n`` gave (a chat model's ``invoke`` returns the first only)."""
+
+    def __init__(self) -> None:
+        self.messages: list[AIMessage] = []
+
+    async def on_llm_end(self, response: Any, **kwargs: Any) -> None:
+        generations = getattr(response, "generations", None) or []
+        found = [getattr(g, "message", None) for g in (generations[0] if generations else [])]
+        self.messages = [m for m in found if isinstance(m, AIMessage)]
+
+
+def _share(source: RunCapture, target: RunCapture, message: AIMessage) -> None:
+    """``target`` records the call ``source`` made as the one that wrote ``message``: what it
+    was shown (for its citations, the versions) and not what it spent (billed once, on
+    ``source``)."""
+    target.reset()
+    call = source.last_call
+    if call is not None:
+        target.model_calls.append(
+            dataclasses.replace(
+                call, output=text_of(message), input_tokens=None, output_tokens=None
+            )
+        )
+    target.documents = list(source.documents)
+    target.prompt_texts = list(source.prompt_texts)
+    target.last_prompt_text = source.last_prompt_text
 
 
 def request_question(request: ModelRequest[Any]) -> str:

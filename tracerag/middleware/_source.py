@@ -4,10 +4,12 @@ The same stage table as every front door (``tracerag.stages._table``) runs with 
 
 - retrieve: the materials are what the tools the agent called in this turn returned (``_turn``):
   documents (artifacts and store searches), else the tools' text; nothing is retrieved again;
-- sample: the N answers are the agent's answering model call, drawn N times from the same
-  request (``Draw`` callables the middleware gives), each recorded by its own ``RunCapture``
-  (model name, parameters, what it was shown, token usage), so a ``[n]`` citation is the n-th
-  material that call was shown and the versions are learned as ``wrap()`` learns them.
+- sample: the answers are the agent's answering model call, drawn from the same request
+  (``Draw`` callables the middleware gives) in adaptive rounds as on every front door
+  (``tracerag.stages._stopping``): ``min_samples`` first, more only while the route could
+  still change, at most N. Each is recorded by its own ``RunCapture`` (model name,
+  parameters, what it was shown, token usage), so a ``[n]`` citation is the n-th material
+  that call was shown and the versions are learned as ``wrap()`` learns them.
 """
 
 from __future__ import annotations
@@ -24,18 +26,29 @@ from opentelemetry.trace import Span
 
 from tracerag import _semconv as semconv
 from tracerag import _usage as usage_meter
+from tracerag._adaptive import Tally
 from tracerag._llm import OnRetry, Tries, clean_text, text_of
-from tracerag._state import ErrorLog, RequestState, Retrieval, RunVersions, SampleSet, StageRefusal
+from tracerag._state import (
+    ErrorLog,
+    RequestState,
+    Retrieval,
+    RunVersions,
+    Sample,
+    SampleSet,
+    StageRefusal,
+)
 from tracerag.middleware._turn import Turn
 from tracerag.stages._plan import implied_plan
 from tracerag.stages._retrieve import record_materials
 from tracerag.stages._sample import (
     TEMPERATURE_ZERO_WARNING,
     Draw,
+    adaptive_fields,
     draw_samples,
     record_samples,
     samples_wanted,
 )
+from tracerag.stages._stopping import Verifier, draw_adaptive
 from tracerag.wrapping._capture import RunCapture, model_call_attributes
 from tracerag.wrapping._documents import run_materials, shown_order
 from tracerag.wrapping._versions import learn_model, learn_prompt, missing_version_error
@@ -44,13 +57,15 @@ if TYPE_CHECKING:
     from tracerag._settings import Settings
     from tracerag.signals._types import Material
 
-__all__ = ["TOOLS_NOTE", "DrawAnswer", "TurnSource"]
+__all__ = ["TOOLS_NOTE", "DrawAnswer", "OnRound", "TurnSource"]
 
 logger = logging.getLogger("tracerag.middleware")
 
 TOOLS_NOTE = "materials are what the agent's tools returned in this turn"
 #: One answer of the answering model call: ``(index, on_retry, tries) -> AIMessage``.
 DrawAnswer = Callable[[int, OnRetry, Tries], Awaitable[AIMessage]]
+#: Told the samples of a round before they are drawn (so one call can answer them all).
+OnRound = Callable[[Sequence[int]], None]
 
 
 class TurnSource:
@@ -65,9 +80,11 @@ class TurnSource:
         draw: DrawAnswer,
         captures: Sequence[RunCapture],
         unmetered: Collection[int] = (),
+        on_round: OnRound | None = None,
     ) -> None:
         self.turn = turn
         self._draw = draw
+        self._on_round = on_round
         self.captures = list(captures)
         #: samples whose calls were made before the request's run (the agent's own answering
         #: call, the answers drawn at once with it): their usage is noted by the sample stage
@@ -89,15 +106,17 @@ class TurnSource:
     async def sample(
         self, state: RequestState, settings: Settings, span: Span, config: RunnableConfig | None
     ) -> SampleSet:
-        """The answering call's N answers, each with the order it was shown the materials."""
-        n = samples_wanted(state, settings)
-        captures = self.captures[:n]
+        """The answering call's answers in adaptive rounds (at most N), each with the order it
+        was shown the materials."""
+        wanted = samples_wanted(state, settings)
+        captures = self.captures[:wanted]
         registered = state.registration.versions if state.registration is not None else None
 
         async def generate(index: int, on_retry: OnRetry, tries: Tries) -> Draw:
             message = await self._draw(index, on_retry, tries)
             usage = captures[index].token_usage
-            reported = message.usage_metadata
+            # a sample that shared another's call was not billed: that call's usage is its
+            reported = message.usage_metadata if captures[index].calls else None
             return Draw(
                 clean_text(text_of(message), settings.retry.max_output_chars),
                 input_tokens=usage.get(
@@ -120,11 +139,31 @@ class TurnSource:
             return attrs
 
         errors = ErrorLog()
-        drawn = await draw_samples(state, settings, n, generate, describe, errors)
+        materials = state.materials
+        verifier = Verifier(state, settings, span, errors, positional=True)
+
+        def draw_round(indices: Sequence[int]) -> Awaitable[tuple[Sample, ...]]:
+            chosen = list(indices)
+            if self._on_round is not None:
+                self._on_round(chosen)
+            return draw_samples(
+                state, settings, len(chosen), generate, describe, errors, indices=chosen
+            )
+
+        async def judge(drawn: tuple[Sample, ...]) -> Tally:
+            # as the verify stage will see them: citing by position in the order shown
+            ready = tuple(
+                dataclasses.replace(s, material_order=shown_order(materials, captures[s.index], []))
+                for s in drawn
+            )
+            return await verifier.tally(ready, materials)
+
+        drawn, stopped = await draw_adaptive(state, settings, wanted, draw_round, judge)
+        n = len(drawn)
+        captures = captures[:n]
         for index in sorted(i for i in self._unmetered if i < n):
             for spent in captures[index].calls:
                 usage_meter.note(spent)
-        materials = state.materials
         samples = tuple(
             implied_plan(
                 dataclasses.replace(s, material_order=shown_order(materials, captures[i], [])),
@@ -137,7 +176,9 @@ class TurnSource:
         zero = temperature == 0.0 and n > 1
         if zero:
             logger.warning("tracerag middleware: %s", TEMPERATURE_ZERO_WARNING)
-        warnings = record_samples(samples, span, temperature)
+        # a call that answered several samples is on the capture of the first of them only
+        calls = sum(len(c.calls) for c in captures)
+        warnings = record_samples(samples, span, temperature, stopped, wanted, calls)
         pending = state.registration.versions_from_runs if state.registration is not None else ()
         learned = _learn_versions(pending, captures, state.question, materials, span)
         sampled = SampleSet(
@@ -150,6 +191,8 @@ class TurnSource:
             errors=errors.freeze(),
             sampling="answer",
             runs=tuple("model-call" for _ in samples),
+            verified=dict(verifier.reports),
+            **adaptive_fields(stopped, wanted, calls),  # type: ignore[arg-type]
         )
         missing = [name for name in pending if learned is None or not getattr(learned, name)]
         if missing:

@@ -8,7 +8,8 @@ one blocks a decision on another, and failed sign-ins count towards one lockout.
 These rows are working state, not evidence: they are not chained (a decision, a vote, a
 comment or an assignment is, in the audit log). Their migrations are kept in their own
 ``desk_schema_version`` table. Writes are short transactions that never take the audit chain's
-lock: SQLite ``BEGIN IMMEDIATE`` on a connection of its own, PostgreSQL a small pool.
+lock: SQLite ``BEGIN IMMEDIATE`` on a connection of its own, PostgreSQL a small pool (both
+``tracerag._db``'s, opened again after a close).
 
 A store without a shared database (SQLite ``:memory:``, a store object of another kind) keeps
 desk state in the process instead (``desk_db_like`` returns None).
@@ -17,17 +18,14 @@ desk state in the process instead (``desk_db_like`` returns None).
 from __future__ import annotations
 
 import sqlite3
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
-from typing import Any
 
+from tracerag._db import Database, PostgresDB, PostgresSchema, Schema, SQLiteDB, Step, locate
+from tracerag._db import _postgres as postgres
+from tracerag._db import _sqlite as sqlite
 from tracerag.errors import TraceragError
-from tracerag.store._base import AuditStore, StoreError
-from tracerag.store._migrations import Step, migrate
-from tracerag.store._sqlite import QmarkCursor, transaction
+from tracerag.store._base import AuditStore
 
-#: the desk's migrations, in the audit store's format (``tracerag.store.migrations``)
+#: the desk's migrations (``tracerag._db._versions``' format)
 MIGRATIONS: list[tuple[int, list[Step]]] = [
     (
         1,
@@ -74,173 +72,74 @@ class DeskStateError(TraceragError):
     """The desk's shared state could not be read or written."""
 
 
-def _migrate(cur: Any, dialect: str) -> int:
-    return migrate(
-        cur,
-        dialect,
-        MIGRATIONS,
-        version_table="desk_schema_version",
-        schema="review desk",
-        refuse=DeskStateError,
-    )
+DESK = Schema(
+    name="review desk",
+    version_table="desk_schema_version",
+    migrations=MIGRATIONS,
+    refuse=DeskStateError,
+    lock="tracerag.desk.schema",
+)
+
+#: transactions on the desk's tables (cursors take ``%s`` parameters); ``close()`` closes the
+#: connections, and a later transaction opens one again (an app started again)
+DeskDB = Database
 
 
-class DeskDB:
-    """Transactions on the desk's tables; cursors take ``%s`` parameters."""
-
-    dialect: str = ""
-
-    def write(self) -> AbstractContextManager[Any]:  # pragma: no cover - interface
-        """A cursor in a transaction that may write (serialised with other desk writers)."""
-        raise NotImplementedError
-
-    def read(self) -> AbstractContextManager[Any]:  # pragma: no cover - interface
-        """A cursor for reads."""
-        raise NotImplementedError
-
-    def close(self) -> None:  # pragma: no cover - interface
-        """Close the connections; a later transaction opens one again (an app started again)."""
-        raise NotImplementedError
+def _closed() -> DeskStateError:
+    return DeskStateError("the desk's tables are closed")
 
 
-class SQLiteDeskDB(DeskDB):
-    """The desk's tables in the audit store's SQLite file, on a connection of their own."""
+def _sqlite_desk(path: str, busy_timeout_s: float = 5.0) -> SQLiteDB:
+    def opener() -> sqlite3.Connection:
+        # working state: a session or a claim lost to a power cut costs a sign-in
+        return sqlite.open_file(path, busy_timeout_s=busy_timeout_s, synchronous="NORMAL")
 
-    dialect = "sqlite"
-
-    def __init__(self, path: str, busy_timeout_s: float = 5.0) -> None:
-        self.path = path
-        self._lock = threading.RLock()
-        self._busy_timeout_s = busy_timeout_s
-        self._conn: sqlite3.Connection | None = None
+    try:
+        db = SQLiteDB(opener, closed_error=_closed, reopen=True)
         try:
-            with self._lock, transaction(self._connection(), "BEGIN IMMEDIATE") as cur:
-                self.schema_version = _migrate(QmarkCursor(cur), self.dialect)
-        except sqlite3.Error as exc:
-            self.close()
-            raise DeskStateError(f"cannot open the desk's tables in {path}: {exc}") from exc
-
-    def _connection(self) -> sqlite3.Connection:
-        """The open connection (under the lock), opened again after a close."""
-        if self._conn is None:
-            conn = sqlite3.connect(
-                self.path,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=self._busy_timeout_s,
-            )
-            try:
-                conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
-                # working state: a session or a claim lost to a power cut costs a sign-in
-                conn.execute("PRAGMA synchronous=NORMAL")
-            except BaseException:
-                conn.close()
-                raise
-            self._conn = conn
-        return self._conn
-
-    @contextmanager
-    def write(self) -> Iterator[Any]:
-        with self._lock, transaction(self._connection(), "BEGIN IMMEDIATE") as cur:
-            yield QmarkCursor(cur)
-
-    @contextmanager
-    def read(self) -> Iterator[Any]:
-        with self._lock, transaction(self._connection()) as cur:
-            yield QmarkCursor(cur)
-
-    def close(self) -> None:
-        with self._lock:
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                conn.close()
-
-
-class _PgCursor:
-    def __init__(self, cur: Any) -> None:
-        self._cur = cur
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._cur.execute(sql, params or None)
-
-    def fetchone(self) -> Any:
-        return self._cur.fetchone()
-
-    def fetchall(self) -> list[Any]:
-        rows: list[Any] = self._cur.fetchall()
-        return rows
-
-
-class PostgresDeskDB(DeskDB):
-    """The desk's tables in the audit store's PostgreSQL database and schema (a small pool)."""
-
-    dialect = "postgres"
-
-    def __init__(self, dsn: str, schema: str | None = None, max_connections: int = 4) -> None:
-        from tracerag.store._postgres import _Pool, connect
-
-        def new_pool() -> Any:
-            return _Pool(lambda: connect(dsn, schema), max_connections)
-
-        self._new_pool = new_pool
-        self._pool_lock = threading.Lock()
-        self._pool: Any = new_pool()
-        try:
-            with self._pool.connection() as conn, conn.transaction(), conn.cursor() as raw:
-                raw.execute(
-                    "SELECT pg_advisory_xact_lock(hashtext(coalesce(current_schema(), '') "
-                    "|| 'tracerag.desk.schema'))"
-                )
-                self.schema_version = _migrate(raw, self.dialect)
-        except (StoreError, DeskStateError):
-            self._pool.close()
+            db.migrate(DESK)
+        except BaseException:
+            db.close()
             raise
-        except Exception as exc:
-            self._pool.close()
-            raise DeskStateError(f"cannot open the desk's tables: {exc}") from exc
+    except sqlite3.Error as exc:
+        raise DeskStateError(f"cannot open the desk's tables in {path}: {exc}") from exc
+    return db
 
-    def _open_pool(self) -> Any:
-        """The pool, a new one after a close."""
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = self._new_pool()
-            return self._pool
 
-    @contextmanager
-    def write(self) -> Iterator[Any]:
-        with self._open_pool().connection() as conn, conn.transaction(), conn.cursor() as raw:
-            yield _PgCursor(raw)
-
-    @contextmanager
-    def read(self) -> Iterator[Any]:
-        with self._open_pool().connection() as conn, conn.transaction(), conn.cursor() as raw:
-            yield _PgCursor(raw)
-
-    def close(self) -> None:
-        with self._pool_lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
+def _postgres_desk(where: PostgresSchema, max_connections: int = 4) -> PostgresDB:
+    db = PostgresDB(
+        lambda: postgres.connect(where.dsn, where.schema),
+        max_connections=max_connections,
+        closed_error=_closed,
+        reopen=True,
+    )
+    try:
+        db.migrate(DESK)
+    except TraceragError:  # said already in the project's terms
+        db.close()
+        raise
+    except Exception as exc:
+        db.close()
+        raise DeskStateError(f"cannot open the desk's tables: {exc}") from exc
+    return db
 
 
 def desk_db_like(store: AuditStore) -> DeskDB | None:
     """The desk's tables in the database of an open audit store; None when the store has no
     database another process could share (SQLite ``:memory:``, a store of another kind)."""
-    dsn = getattr(store, "dsn", None)
-    if isinstance(dsn, str) and dsn:
-        return PostgresDeskDB(dsn, getattr(store, "schema", None))
-    path = getattr(store, "path", None)
-    if isinstance(path, str) and path and path != ":memory:":
-        return SQLiteDeskDB(path)
+    where = locate(store)
+    if isinstance(where, PostgresSchema):
+        return _postgres_desk(where)
+    if where is not None:
+        return _sqlite_desk(where.path)
     return None
 
 
 __all__ = [
+    "DESK",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "DeskDB",
     "DeskStateError",
-    "PostgresDeskDB",
-    "SQLiteDeskDB",
     "desk_db_like",
 ]

@@ -9,8 +9,9 @@ caller's stream that the pipeline never gave. Rows expire (``expires_at``, secon
 epoch) and are purged by the replicas.
 
 The table lives beside the audit store's (the SQLite file, or the PostgreSQL DSN and schema),
-with its own migrations in ``answer_run_schema_version``. ``open_run_table(store)`` opens it,
-or returns None for a store without a database of its own (``:memory:``, a custom store).
+with its own migrations in ``answer_run_schema_version`` (connections are ``tracerag._db``'s).
+``open_run_table(store)`` opens it, or returns None for a store without a database of its own
+(``:memory:``, a custom store).
 """
 
 from __future__ import annotations
@@ -18,16 +19,15 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from tracerag._db import Database, PostgresDB, PostgresSchema, Schema, SQLiteDB, Step, locate
+from tracerag._db import _postgres as postgres
+from tracerag._db import _sqlite as sqlite
 from tracerag.errors import TraceragError
 from tracerag.store._base import AuditStore
-from tracerag.store._migrations import Step, migrate
-from tracerag.store._sqlite import QmarkCursor, transaction
 
 logger = logging.getLogger("tracerag.server")
 
@@ -36,6 +36,7 @@ STATEMENT_TIMEOUT = 2.0
 #: the most request ids asked about in one decision query
 DECIDED_CHUNK = 500
 
+#: the run table's migrations (``tracerag._db._versions``' format)
 MIGRATIONS: list[tuple[int, list[Step]]] = [
     (
         1,
@@ -58,6 +59,16 @@ class RunTableError(TraceragError):
     """The answer-run table refused or failed an operation."""
 
 
+RUNS = Schema(
+    name="answer runs",
+    version_table="answer_run_schema_version",
+    migrations=MIGRATIONS,
+    refuse=RunTableError,
+    lock="tracerag.answer_runs.schema",
+    lock_per_schema=False,
+)
+
+
 @dataclass(frozen=True)
 class StoredRun:
     """One row: ``events`` is None while the run is under way (or its replica stopped)."""
@@ -66,14 +77,6 @@ class StoredRun:
     fingerprint: str
     events: list[tuple[str, Any]] | None
     created_at: float
-
-
-class _Cursor(Protocol):
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
-
-    def fetchone(self) -> Any: ...
-
-    def fetchall(self) -> list[Any]: ...
 
 
 def _events_from(text: str | None) -> list[tuple[str, Any]] | None:
@@ -103,18 +106,15 @@ _COLUMNS = "request_id, fingerprint, events, created_at"
 
 
 class RunTable:
-    """The ``answer_runs`` table; every method blocks (call it from a thread)."""
+    """The ``answer_runs`` table in a database; every method blocks (call it from a thread)."""
 
-    dialect: str
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self.dialect = db.dialect
+        db.migrate(RUNS)
 
-    def _write(self) -> AbstractContextManager[_Cursor]:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def _read(self) -> AbstractContextManager[_Cursor]:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def close(self) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
+    def close(self) -> None:
+        self._db.close()
 
     def claim(
         self,
@@ -128,7 +128,7 @@ class RunTable:
 
         Returns None when this run was recorded. A key's run that expired is forgotten first.
         """
-        with self._write() as cur:
+        with self._db.write() as cur:
             if key is not None:
                 cur.execute(
                     "DELETE FROM answer_runs WHERE idem_key = %s AND expires_at <= %s", (key, now)
@@ -155,14 +155,14 @@ class RunTable:
                 raise RunTableError(f"not an event name: {name!r}")
             items.append(f'["{name}",{"null" if name == "response" else text}]')
         text = "[" + ",".join(items) + "]"
-        with self._write() as cur:
+        with self._db.write() as cur:
             cur.execute(
                 "UPDATE answer_runs SET events = %s WHERE request_id = %s", (text, request_id)
             )
 
     def get(self, request_id: str, now: float) -> StoredRun | None:
         """The run of a request (None when unknown or expired)."""
-        with self._read() as cur:
+        with self._db.read() as cur:
             cur.execute(
                 f"SELECT {_COLUMNS} FROM answer_runs WHERE request_id = %s AND expires_at > %s",
                 (request_id, now),
@@ -171,14 +171,14 @@ class RunTable:
 
     def purge(self, now: float) -> int:
         """Forget expired runs; how many were removed."""
-        with self._write() as cur:
+        with self._db.write() as cur:
             done = cur.execute("DELETE FROM answer_runs WHERE expires_at <= %s", (now,))
             removed = getattr(done, "rowcount", -1)
         return int(removed) if removed is not None else -1
 
     def count(self) -> int:
         """Rows kept now (expired ones not yet purged included)."""
-        with self._read() as cur:
+        with self._db.read() as cur:
             cur.execute("SELECT COUNT(*) FROM answer_runs")
             row = cur.fetchone()
         return int(row[0]) if row else 0
@@ -187,7 +187,7 @@ class RunTable:
         """Which of these requests a reviewer has decided (the audit store's review queue)."""
         decided: set[str] = set()
         ids = list(request_ids)
-        with self._read() as cur:
+        with self._db.read() as cur:
             for start in range(0, len(ids), DECIDED_CHUNK):
                 chunk = ids[start : start + DECIDED_CHUNK]
                 marks = ", ".join(["%s"] * len(chunk))
@@ -200,109 +200,39 @@ class RunTable:
         return decided
 
 
-class SQLiteRunTable(RunTable):
-    """The table in the audit store's SQLite file, on a connection of its own."""
-
-    dialect = "sqlite"
-
-    def __init__(self, path: str, busy_timeout_s: float = STATEMENT_TIMEOUT) -> None:
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(
-            path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
-        )
-        try:
-            self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-            # runs are replays, not the audit trail: a power loss may forget the newest
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            with self._lock, transaction(self._conn, "BEGIN IMMEDIATE") as raw:
-                _migrate(QmarkCursor(raw), self.dialect)
-        except BaseException:
-            self._conn.close()
-            raise
-
-    @contextmanager
-    def _write(self) -> Iterator[_Cursor]:
-        with self._lock, transaction(self._conn, "BEGIN IMMEDIATE") as raw:
-            yield QmarkCursor(raw)
-
-    @contextmanager
-    def _read(self) -> Iterator[_Cursor]:
-        with self._lock, transaction(self._conn) as raw:
-            yield QmarkCursor(raw)
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+def _closed() -> RunTableError:
+    return RunTableError("the answer-run table is closed")
 
 
-class PostgresRunTable(RunTable):
-    """The table in the audit store's PostgreSQL database and schema; one connection, made
-    again after it broke."""
+def _sqlite_runs(path: str, busy_timeout_s: float = STATEMENT_TIMEOUT) -> SQLiteDB:
+    def opener() -> sqlite3.Connection:
+        # runs are replays, not the audit trail: a power loss may forget the newest
+        return sqlite.open_file(path, busy_timeout_s=busy_timeout_s, synchronous="NORMAL")
 
-    dialect = "postgres"
-
-    def __init__(self, dsn: str, schema: str | None = None) -> None:
-        self._dsn = dsn
-        self._schema = schema
-        self._lock = threading.Lock()
-        self._conn: Any = None
-        with self._connection() as conn, conn.transaction(), conn.cursor() as raw:
-            raw.execute("SELECT pg_advisory_xact_lock(hashtext('tracerag.answer_runs.schema'))")
-            _migrate(raw, self.dialect)
-
-    @contextmanager
-    def _connection(self) -> Iterator[Any]:
-        from tracerag.store._postgres import connect
-
-        with self._lock:
-            if self._conn is None or self._conn.closed:
-                self._conn = connect(
-                    self._dsn,
-                    self._schema,
-                    connect_timeout=STATEMENT_TIMEOUT,
-                    statement_timeout=STATEMENT_TIMEOUT,
-                )
-            try:
-                yield self._conn
-            except BaseException:
-                if self._conn is not None and (self._conn.closed or self._conn.broken):
-                    self._conn = None
-                raise
-
-    @contextmanager
-    def _write(self) -> Iterator[_Cursor]:
-        with self._connection() as conn, conn.transaction(), conn.cursor() as raw:
-            yield raw
-
-    @contextmanager
-    def _read(self) -> Iterator[_Cursor]:
-        with self._connection() as conn, conn.transaction(), conn.cursor() as raw:
-            yield raw
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+    return SQLiteDB(opener, closed_error=_closed)
 
 
-def _migrate(cur: Any, dialect: str) -> int:
-    return migrate(
-        cur,
-        dialect,
-        MIGRATIONS,
-        version_table="answer_run_schema_version",
-        schema="answer runs",
-        refuse=RunTableError,
+def _postgres_runs(where: PostgresSchema) -> PostgresDB:
+    return PostgresDB(
+        lambda: postgres.connect(
+            where.dsn,
+            where.schema,
+            connect_timeout=STATEMENT_TIMEOUT,
+            statement_timeout=STATEMENT_TIMEOUT,
+        ),
+        max_connections=1,  # one connection, made again after it broke
+        closed_error=_closed,
     )
 
 
 def open_run_table(store: AuditStore) -> RunTable | None:
     """The run table in the database of an open audit store; None when it has none."""
-    dsn = getattr(store, "dsn", None)
-    if isinstance(dsn, str) and dsn:
-        return PostgresRunTable(dsn, getattr(store, "schema", None))
-    path = getattr(store, "path", None)
-    if isinstance(path, str) and path and path != ":memory:" and not path.startswith("file:"):
-        return SQLiteRunTable(path)
-    return None
+    where = locate(store)
+    if where is None:
+        return None
+    db = _postgres_runs(where) if isinstance(where, PostgresSchema) else _sqlite_runs(where.path)
+    try:
+        return RunTable(db)
+    except BaseException:
+        db.close()
+        raise

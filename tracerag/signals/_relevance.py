@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from tracerag.errors import ConfigurationError
-from tracerag.signals._specificity import _asks
+from tracerag.text._asking import asks, asks_for
 from tracerag.text._quantities import extract_quantities
 from tracerag.text._words import is_stopword, stem, token_set, tokenize_spans
 
@@ -70,47 +70,6 @@ __all__ = [
 DEFAULT_MIN_SIMILARITY = 0.15
 
 Method = Literal["lexical", "embeddings", "none"]
-
-#: The kinds of value whose presence can stand for the question's words: a plain number says
-#: too little (most answers have one).
-_ANSWERING_KINDS = ("duration", "date", "money", "percent")
-
-# What a question asks for, by its wording: the kinds of value that answer it.
-_ASKS: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
-    (re.compile(pattern, re.IGNORECASE), frozenset(kinds))
-    for pattern, kinds in (
-        # English
-        (
-            r"\bhow\s+(?:long|soon|quickly|fast|late|early)\b"
-            r"|\bhow\s+many\s+(?:(?:business|working|calendar)\s+)?"
-            r"(?:days|weeks|months|years|hours|minutes)\b",
-            {"duration", "date"},
-        ),
-        (
-            r"\bwhen\b|\bwhat\s+(?:date|day|time|year|month)\b|\bwhich\s+(?:date|day|year|month)\b"
-            r"|\bdeadline\b|\buntil\s+when\b",
-            {"date", "duration"},
-        ),
-        (
-            r"\bhow\s+much\b|\b(?:price|prices|cost|costs|fee|fees|charge|charges|charged)\b",
-            {"money", "percent"},
-        ),
-        (r"\bwhat\s+(?:percentage|percent|share|proportion)\b", {"percent"}),
-        # Chinese
-        (
-            r"多久|多长时间|多少天|几天|几个月|多少个月|几年|多少年|几个小时|几小时|多少小时|几周"
-            r"|几个工作日|多长",
-            {"duration", "date"},
-        ),
-        (r"什么时候|何时|哪天|哪一天|几号|几月|哪年|哪一年|截止|期限", {"date", "duration"}),
-        (
-            r"多少钱|几元|多少元|花多少|付多少|收多少|多贵"
-            r"|(?:费用|价格|价钱|收费|运费|服务费)(?:是|要|为)?(?:多少|几)",
-            {"money", "percent"},
-        ),
-        (r"百分之几|几折|多少折|百分比", {"percent"}),
-    )
-)
 
 # An English word that names something: capitalised inside the question (not its first word,
 # not "I"), an acronym, or a number.
@@ -185,7 +144,7 @@ def _subject(question: str) -> list[tuple[str, tuple[int, int]]]:
     seen: dict[str, tuple[int, int]] = {}
     for token in tokenize_spans(question):
         term = token.text
-        if term in seen or is_stopword(term) or _asks(term) or term in _LIGHT_VERBS:
+        if term in seen or is_stopword(term) or asks(term) or term in _LIGHT_VERBS:
             continue
         seen[term] = (token.start, token.end)
     return list(seen.items())
@@ -229,16 +188,6 @@ def _names(question: str) -> list[tuple[str, str]]:
                 if not is_stopword(token.text):
                     out.setdefault(token.text, word)
     return list(out.items())
-
-
-def asks_for(question: str) -> tuple[str, ...]:
-    """The kinds of value the question asks for (``duration``, ``date``, ``money``,
-    ``percent``), in that order."""
-    kinds: set[str] = set()
-    for pattern, found in _ASKS:
-        if pattern.search(question):
-            kinds |= found
-    return tuple(k for k in _ANSWERING_KINDS if k in kinds)
 
 
 class _Side:

@@ -29,22 +29,12 @@ from functools import lru_cache
 
 from tracerag.signals._lexical import _material_view, _MaterialView
 from tracerag.signals._support import Support
+from tracerag.text._asking import asks, asks_for
 from tracerag.text._quantities import Quantity, extract_quantities, quantities_match
 from tracerag.text._words import content_terms, stem, tokenize_spans
 
 __all__ = ["SpecificityConflict", "check_specificity", "question_subject"]
 
-# Words that ask rather than name: stemmed as ``tokenize`` stems them.
-_EN_ASKING_TEXT = """
-how long much many often far big old soon late early what which who whom whose when where why
-whether tell know explain describe get need want like please can could would should may might
-take cost last
-"""
-_EN_ASKING = frozenset(_EN_ASKING_TEXT.split()) | frozenset(
-    stem(w) for w in _EN_ASKING_TEXT.split()
-)
-# A Chinese bigram holding one of these characters asks (多长, 多久, 几个, 什么, 哪里, 怎么 ...).
-_ZH_ASKING = frozenset("多少几哪什么怎谁吗呢久啥如何")
 # Claim quantities that can have a rival value (plain numbers say too little).
 _RIVAL_KINDS = frozenset({"money", "percent", "date", "duration"})
 # Nouns that name a value a question asks for ("what discount", "the minimum order"), beyond
@@ -128,12 +118,6 @@ class SpecificityConflict:
         )
 
 
-def _asks(term: str) -> bool:
-    if term.isascii():
-        return term in _EN_ASKING
-    return any(ch in _ZH_ASKING for ch in term)
-
-
 @lru_cache(maxsize=1024)
 def question_subject(question: str, claim: str) -> tuple[str, ...]:
     """The question's content terms that the claim does not repeat and that do not only ask
@@ -143,7 +127,7 @@ def question_subject(question: str, claim: str) -> tuple[str, ...]:
         dict.fromkeys(
             t
             for t in content_terms(question)
-            if t not in said and not _asks(t) and not t.replace(".", "").isdigit()
+            if t not in said and not asks(t) and not t.replace(".", "").isdigit()
         )
     )
 
@@ -185,7 +169,7 @@ def _question_terms(question: str, used: frozenset[str]) -> frozenset[str]:
     return frozenset(
         t
         for t in content_terms(question)
-        if t in used and t != said and not _asks(t) and not t.replace(".", "").isdigit()
+        if t in used and t != said and not asks(t) and not t.replace(".", "").isdigit()
     )
 
 
@@ -255,7 +239,6 @@ def _asks_for_value(question: str, q: Quantity, claim_terms: frozenset[str]) -> 
     a value, by asking "what X" of an X the claim gives the value of) or states one: only then
     can another value of the material be the one that answers it. An open question ("what is
     the returns policy?") is answered by any true case of it."""
-    from tracerag.signals._relevance import asks_for  # it reads this module's asking words
 
     if q.kind in asks_for(question) or _VALUE_NOUN_RE.search(question):
         return True

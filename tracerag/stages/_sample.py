@@ -144,11 +144,21 @@ def usage_attributes(sample: Sample) -> dict[str, Any]:
     return attrs
 
 
+class NotDrawn(Exception):
+    """A sample not drawn after all (say, the turn paused for a person before it could be): no
+    model call failed, so it is no error of the request, no model error and no span error; the
+    sample keeps the reason, prefixed ``not drawn:``."""
+
+
+#: The prefix of a not-drawn sample's ``error``.
+NOT_DRAWN = "not drawn: "
+
+
 def finish_sample_span(
     span: Span, request_id: str, sample: Sample, extra: Mapping[str, Any] | None = None
 ) -> None:
     """All attributes of a finished sample span, set in one call."""
-    if sample.error:
+    if sample.error and not sample.error.startswith(NOT_DRAWN):
         span.set_status(Status(StatusCode.ERROR, sample.error))
     if not span.is_recording():
         return
@@ -267,6 +277,8 @@ async def draw_samples(
             try:
                 got = await generate(index, on_retry, tries)
                 draw = finish(got) if finish is not None else cast(Draw, got)
+            except NotDrawn as exc:  # nothing failed: the sample was never drawn
+                error = f"{NOT_DRAWN}{exc}"
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
                 if isinstance(exc, OutputTooLongError):

@@ -20,7 +20,7 @@ from tracerag._adaptive import StopReason, Tally, Verdict, next_round
 from tracerag._choices import Route
 from tracerag._routing import decide
 from tracerag._settings import Settings
-from tracerag._state import ErrorLog, RequestState, Sample
+from tracerag._state import ErrorLog, RequestState, Retrieval, Sample
 from tracerag.signals._citations import CitationReport
 from tracerag.signals._confidence import Signals
 from tracerag.signals._consistency import score_consistency
@@ -29,7 +29,7 @@ from tracerag.signals._support import usage_scope
 from tracerag.signals._types import Material
 from tracerag.stages._verify import _verified, select
 
-__all__ = ["Stopped", "Verifier", "draw_adaptive"]
+__all__ = ["FULLY_VERIFIED", "Stopped", "Verifier", "draw_adaptive", "first_round", "route_at_for"]
 
 
 @dataclass(frozen=True)
@@ -121,39 +121,47 @@ class Verifier:
     def _route_at(
         self, report: CitationReport | _Perfect, rules: tuple[object, ...], drawn: int
     ) -> Callable[[float], Route]:
-        settings = self.settings
         state = self.state
-        retrieval = state.retrieval
         plan_ok = state.plan.ok if state.plan is not None else None
-        known: dict[float, Route] = {}
+        return route_at_for(self.settings, state.retrieval, plan_ok, report, rules, drawn)
 
-        def route_at(share: float) -> Route:
-            share = round(share, 6)
-            if share not in known:
-                rest = [p for p in (share, 1.0 - share) if p > 0]
-                signals = Signals(
-                    citation_score=report.score,
-                    fabricated=bool(report.fabricated),
-                    self_consistency=share,
-                    consistency_informative=not self._zero,
-                    plan_ok=plan_ok,
-                    rules=rules,  # type: ignore[arg-type]
-                    retrieval_margin=retrieval.score_margin if retrieval is not None else None,
-                    retrieval_top_score=retrieval.top_score if retrieval is not None else None,
-                    samples_ok=max(1, drawn),
-                    n_samples=drawn,
-                    semantic_entropy=-sum(p * math.log(p) for p in rest),
-                    citation_coverage=report.coverage,
-                )
-                value = settings.combiner(signals, cap=settings.thresholds.cap).value
-                known[share] = decide(value, settings.thresholds, tier=settings.tier)
-            return known[share]
 
-        return route_at
+def route_at_for(
+    settings: Settings,
+    retrieval: Retrieval | None,
+    plan_ok: bool | None,
+    report: CitationReport | _Perfect,
+    rules: tuple[object, ...],
+    drawn: int,
+) -> Callable[[float], Route]:
+    """The route a candidate with these citation signals, rules and plan would get at a given
+    share of ``drawn`` samples agreeing with it: the settings' combiner and thresholds."""
+    known: dict[float, Route] = {}
+    informative = settings.temperature != 0.0
 
-    @property
-    def _zero(self) -> bool:
-        return self.settings.temperature == 0.0
+    def route_at(share: float) -> Route:
+        share = round(share, 6)
+        if share not in known:
+            rest = [p for p in (share, 1.0 - share) if p > 0]
+            signals = Signals(
+                citation_score=report.score,
+                fabricated=bool(report.fabricated),
+                self_consistency=share,
+                consistency_informative=informative,
+                plan_ok=plan_ok,
+                rules=rules,  # type: ignore[arg-type]
+                retrieval_margin=retrieval.score_margin if retrieval is not None else None,
+                retrieval_top_score=retrieval.top_score if retrieval is not None else None,
+                samples_ok=max(1, drawn),
+                n_samples=drawn,
+                semantic_entropy=-sum(p * math.log(p) for p in rest),
+                citation_coverage=report.coverage,
+            )
+            value = settings.combiner(signals, cap=settings.thresholds.cap).value
+            known[share] = decide(value, settings.thresholds, tier=settings.tier)
+        return known[share]
+
+    return route_at
 
 
 @dataclass(frozen=True)
@@ -172,6 +180,32 @@ DrawRound = Callable[[Sequence[int]], Awaitable[tuple[Sample, ...]]]
 Judge = Callable[[tuple[Sample, ...]], Awaitable[Tally]]
 
 
+def first_round(
+    settings: Settings,
+    wanted: int,
+    retrieval: Retrieval | None,
+    plan_ok: bool | None,
+    *,
+    shape: str | None = None,
+) -> int:
+    """How many samples the first round draws: ``min_samples``, or more where fewer could not
+    settle even the best case — the fewest ``k`` after which ``k`` samples, every one agreeing
+    and fully verified, would let sampling stop (docs/confidence.md, "The first round"). A
+    passing request then settles in one round instead of waiting for a second; the samples
+    drawn at once are ones the rule would have asked for next anyway."""
+    if retrieval is not None:  # ``shape``: the one expected where nothing is retrieved yet
+        shape = retrieval.shape
+    rule = settings.stopping_rule(wanted, shape)
+    least = rule.first
+    if rule.fixed:
+        return least
+    for k in range(least, wanted):
+        best = route_at_for(settings, retrieval, plan_ok, FULLY_VERIFIED, (), k)
+        if next_round(Tally(k, k, 0, best), rule).more == 0:
+            return k
+    return wanted
+
+
 async def draw_adaptive(
     state: RequestState, settings: Settings, wanted: int, draw_round: DrawRound, judge: Judge
 ) -> tuple[tuple[Sample, ...], Stopped]:
@@ -180,7 +214,9 @@ async def draw_adaptive(
     retrieval shape)."""
     shape = state.retrieval.shape if state.retrieval is not None else None
     rule = settings.stopping_rule(wanted, shape)
-    drawn: tuple[Sample, ...] = await draw_round(range(rule.first))
+    plan_ok = state.plan.ok if state.plan is not None else None
+    first = first_round(settings, wanted, state.retrieval, plan_ok)
+    drawn: tuple[Sample, ...] = await draw_round(range(first))
     rounds = 1
     if rule.fixed:
         return drawn, Stopped(rounds, StopReason.FIXED, 0.0, rule.first, rule.stop_risk)

@@ -21,6 +21,7 @@ from tracerag.store._base import (
     ReviewDecision,
     SchemaTooNew,
     StoreError,
+    StoreFailing,
     StoreMetrics,
     StoreMissing,
     StoreReplaced,
@@ -30,7 +31,6 @@ from tracerag.store._chain import ChainIssue, ChainReport
 from tracerag.store._codec import RequestTrail
 from tracerag.store._journal import Journal, JournalBusy, JournalError
 from tracerag.store._open import open_store
-from tracerag.store._sql import StoreFailing
 from tracerag.store._writer import AuditWriter
 
 __all__ = [

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, overload
 import rfc8785
 
 from tracerag.errors import ConfigurationError
-from tracerag.store._base import InvalidRecord
+from tracerag.store._types import InvalidRecord
 
 GENESIS_HASH = "0" * 64
 CHAIN_V1 = 1

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast, overload
 
 from tracerag.store._audit_record import AuditRecord
-from tracerag.store._base import (
+from tracerag.store._chain import jcs_parsed
+from tracerag.store._types import (
     KIND_ERROR,
     KIND_MATERIAL_CHANGE,
     KIND_PLAN,
@@ -28,7 +29,6 @@ from tracerag.store._base import (
     InvalidRecord,
     QueueItem,
 )
-from tracerag.store._chain import jcs_parsed
 
 # Which top-level record keys go into which entry (any other key travels in the response
 # entry under "extra", so nothing in a record is lost).
@@ -351,3 +351,21 @@ def _valid_text(text: str) -> bool:
     except UnicodeError:
         return False
     return True
+
+
+def require_actor(actor: str) -> None:
+    """Refuse an action without a named actor (``InvalidRecord``)."""
+    if not isinstance(actor, str) or not actor.strip() or "\x00" in actor:
+        raise InvalidRecord("every action needs a named actor")
+    if not _valid_text(actor):
+        raise InvalidRecord("the actor's name is not valid Unicode text")
+
+
+def action_payload(
+    actor: str, payload: Mapping[str, Any] | None, reason: str | None
+) -> dict[str, Any]:
+    """The payload of an actor's entry: normalised, with its ``reason``."""
+    require_actor(actor)
+    body: dict[str, Any] = _normalise(dict(payload or {}), "action payload")
+    body["reason"] = reason
+    return body

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tracerag.store._base import StoreError
+from tracerag.store._types import StoreError
 
 logger = logging.getLogger("tracerag.audit")
 

@@ -1,11 +1,8 @@
 """The audit store's schema: one list of migrations for SQLite and PostgreSQL.
 
-Each migration is a version and its steps, applied in one transaction with its
-``schema_version`` row. A step is SQL for both dialects (``{bigint}`` and ``{double}`` stand
-for the column types that differ), a mapping ``{"sqlite": ..., "postgres": ...}`` where the SQL
-differs (a dialect may be absent: nothing to do there), or a function ``(cursor, dialect)`` for
-values computed in Python. Backends only lock (SQLite ``BEGIN IMMEDIATE``, PostgreSQL a
-transaction-scoped advisory lock) and call ``apply``.
+Each migration is a version and its steps (in the format of ``tracerag._db._versions``),
+applied in one transaction with its ``schema_version`` row. ``AUDIT`` is the schema the backends
+migrate (SQLite under ``BEGIN IMMEDIATE``, PostgreSQL under a transaction-scoped advisory lock).
 
 Version 3 gives the store an identity (``store_meta``: ``store_id``, ``genesis``,
 ``created_at``), records the canonicalisation version of each entry (``chain_version``), and on
@@ -21,20 +18,11 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
-from tracerag.errors import ConfigurationError
+from tracerag._db import Schema, Step, create_version_table
 from tracerag.store._base import SchemaTooNew, now_iso
 from tracerag.store._chain import GENESIS_HASH
-
-Step = Union[str, Mapping[str, str], Callable[[Any, str], None]]  # noqa: UP007
-
-DIALECTS = ("sqlite", "postgres")
-TYPES = {
-    "sqlite": {"bigint": "INTEGER", "double": "REAL"},
-    "postgres": {"bigint": "BIGINT", "double": "DOUBLE PRECISION"},
-}
 
 
 def genesis_for(store_id: str) -> str:
@@ -178,13 +166,7 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
                     "postgres": f"""CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON {table}
                FOR EACH STATEMENT EXECUTE FUNCTION tracerag_no_truncate()"""
                 }
-                for table in (
-                    "audit_entries",
-                    "chain_head",
-                    "requests",
-                    "review_queue",
-                    "store_meta",
-                )
+                for table in _AUDIT_TABLES
             ),
         ],
     ),
@@ -196,83 +178,13 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
-def create_version_table(name: str) -> str:
-    """The SQL that creates a table of applied schema versions named ``name``."""
-    return (
-        f"CREATE TABLE IF NOT EXISTS {name} (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
-    )
-
-
 CREATE_SCHEMA_VERSION = create_version_table("schema_version")
 
-
-def statements(step: Step, dialect: str) -> Sequence[str]:
-    """The SQL of a textual step in a dialect (empty when the step does nothing there)."""
-    if isinstance(step, str):
-        return [step.format(**TYPES[dialect])]
-    if isinstance(step, Mapping):
-        sql = step.get(dialect)
-        return [sql.format(**TYPES[dialect])] if sql else []
-    return []
-
-
-def migrate(
-    cur: Any,
-    dialect: str,
-    migrations: Sequence[tuple[int, Sequence[Step]]],
-    *,
-    version_table: str,
-    schema: str,
-    refuse: type[Exception],
-    target: int | None = None,
-) -> int:
-    """Apply the pending ``migrations`` up to ``target`` (default: the last) inside the
-    caller's lock, each with its row in ``version_table``.
-
-    ``cur`` takes ``format``-style parameters. Returns the new version; raises ``refuse`` when
-    the database holds a newer version of ``schema`` than ``migrations`` reach.
-    """
-    if dialect not in DIALECTS:
-        raise ConfigurationError(f"unknown SQL dialect {dialect!r}")
-    latest = migrations[-1][0]
-    target = latest if target is None else target
-    cur.execute(create_version_table(version_table))
-    cur.execute(f"SELECT MAX(version) FROM {version_table}")
-    current = int(cur.fetchone()[0] or 0)
-    if current > latest:
-        raise refuse(
-            f"{schema} schema version {current} is newer than this tracerag "
-            f"supports ({latest}); upgrade tracerag"
-        )
-    for version, steps in migrations:
-        if current < version <= target:
-            for step in steps:
-                if callable(step):
-                    step(cur, dialect)
-                    continue
-                for sql in statements(step, dialect):
-                    cur.execute(sql)
-            cur.execute(
-                f"INSERT INTO {version_table} (version, applied_at) VALUES (%s, %s)",
-                (version, now_iso()),
-            )
-            current = version
-    return current
-
-
-def apply(cur: Any, dialect: str, target: int | None = None) -> int:
-    """Apply the audit store's pending migrations up to ``target`` (default: latest) inside
-    the caller's lock.
-
-    ``cur`` takes ``format``-style parameters. Returns the new version; raises
-    ``SchemaTooNew`` when the database is newer than this code.
-    """
-    return migrate(
-        cur,
-        dialect,
-        MIGRATIONS,
-        version_table="schema_version",
-        schema="audit database",
-        refuse=SchemaTooNew,
-        target=target,
-    )
+#: the audit tables' schema, as the backends migrate it
+AUDIT = Schema(
+    name="audit database",
+    version_table="schema_version",
+    migrations=MIGRATIONS,
+    refuse=SchemaTooNew,
+    lock="tracerag.audit.schema",
+)

@@ -8,17 +8,19 @@ the head lock as well; SKIP LOCKED keeps an item from being handed out twice reg
 Migrations run under a transaction-scoped advisory lock, so instances starting together do not
 race. ``schema=`` keeps the tables in their own schema
 (created if missing); otherwise the connection's ``search_path`` decides, which can also be set
-in the URL (``?options=-csearch_path%3Dmyschema``).
+in the URL (``?options=-csearch_path%3Dmyschema``). Connections, their bounded waits and the
+pool are ``tracerag._db``'s.
 """
 
 from __future__ import annotations
 
-import os
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from tracerag._db import PostgresDB
+from tracerag._db import _postgres as postgres
+from tracerag._db._postgres import connect
 from tracerag.store import _migrations as migrations
 from tracerag.store._base import InvalidRecord, StoreError, StoreMissing
 from tracerag.store._migrations import SCHEMA_VERSION
@@ -28,14 +30,10 @@ __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "PostgresAuditStore", "connect", "mig
 
 try:  # psycopg is an optional dependency
     import psycopg
-    from psycopg import sql as pgsql
 except ImportError:  # pragma: no cover - exercised only without the extra
     psycopg = None  # type: ignore[assignment]
-    pgsql = None  # type: ignore[assignment]
 
 MIGRATIONS = migrations.MIGRATIONS
-
-_MIGRATION_LOCK = "tracerag.audit.schema"
 
 
 def _require_psycopg() -> None:
@@ -51,129 +49,11 @@ def migrate(conn: Any, target: int | None = None) -> int:
 
     ``conn`` is an autocommit psycopg connection whose search_path selects the schema.
     """
-    with conn.transaction(), conn.cursor() as cur:
-        cur.execute(
-            "SELECT pg_advisory_xact_lock(hashtext(coalesce(current_schema(), '') || %s))",
-            (_MIGRATION_LOCK,),
-        )
-        return migrations.apply(cur, "postgres", target)
+    return postgres.migrate(conn, migrations.AUDIT, target)
 
 
-def _has_schema(conn: Any) -> bool:
-    row = conn.execute("SELECT to_regclass('schema_version') IS NOT NULL").fetchone()
-    return bool(row and row[0])
-
-
-def connect(
-    dsn: str,
-    schema: str | None = None,
-    connect_timeout: float = 5.0,
-    statement_timeout: float = 5.0,
-) -> Any:
-    """An autocommit psycopg connection with bounded waits, its search_path set to ``schema``.
-
-    ``connect_timeout`` bounds connecting; ``statement_timeout`` bounds each statement and each
-    lock wait on the server; TCP keepalives and ``tcp_user_timeout`` notice a dead peer.
-    """
-    _require_psycopg()
-    conn = psycopg.connect(
-        dsn,
-        autocommit=True,
-        connect_timeout=max(1, int(connect_timeout)),
-        keepalives=1,
-        keepalives_idle=5,
-        keepalives_interval=2,
-        keepalives_count=3,
-        tcp_user_timeout=int(max(1.0, connect_timeout + statement_timeout) * 1000),
-    )
-    millis = str(int(statement_timeout * 1000))
-    conn.execute("SELECT set_config('statement_timeout', %s, false)", (millis,))
-    conn.execute("SELECT set_config('lock_timeout', %s, false)", (millis,))
-    if schema:
-        conn.execute(pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(pgsql.Identifier(schema)))
-        conn.execute(pgsql.SQL("SET search_path TO {}").format(pgsql.Identifier(schema)))
-    return conn
-
-
-class _Pool:
-    """A small thread-safe connection pool; broken connections are discarded."""
-
-    def __init__(self, factory: Callable[[], Any], max_size: int) -> None:
-        self._factory = factory
-        self._max = max_size
-        self._idle: list[Any] = []
-        self._busy: set[Any] = set()
-        self._size = 0
-        self._cond = threading.Condition()
-        self._closed = False
-
-    @contextmanager
-    def connection(self) -> Iterator[Any]:
-        with self._cond:
-            while True:
-                if self._closed:
-                    raise StoreError("the audit store is closed")
-                if self._idle:
-                    conn = self._idle.pop()
-                    break
-                if self._size < self._max:
-                    self._size += 1
-                    conn = None
-                    break
-                self._cond.wait()
-        if conn is None:
-            try:
-                conn = self._factory()
-            except BaseException:
-                with self._cond:
-                    self._size -= 1
-                    self._cond.notify()
-                raise
-        with self._cond:
-            self._busy.add(conn)
-        ok = False
-        try:
-            yield conn
-            ok = True
-        finally:
-            with self._cond:
-                self._busy.discard(conn)
-            broken = conn.closed or getattr(conn, "broken", False)
-            if not ok and not broken:
-                # after an error, keep the connection only if it is idle and usable
-                broken = conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
-            with self._cond:
-                if broken or self._closed:
-                    self._size -= 1
-                    with suppress(Exception):
-                        conn.close()
-                else:
-                    self._idle.append(conn)
-                self._cond.notify()
-
-    def interrupt(self) -> None:
-        """Shut down the sockets of the connections in use; their waits end with an error."""
-        import socket
-
-        with self._cond:
-            busy = list(self._busy)
-        for conn in busy:
-            with suppress(Exception):
-                sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                finally:
-                    sock.close()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            idle, self._idle = self._idle, []
-            self._size -= len(idle)
-            self._cond.notify_all()
-        for conn in idle:
-            with suppress(Exception):
-                conn.close()
+def _closed() -> StoreError:
+    return StoreError("the audit store is closed")
 
 
 class PostgresAuditStore(SQLAuditStore):
@@ -199,14 +79,16 @@ class PostgresAuditStore(SQLAuditStore):
         super().__init__(auto_enqueue=auto_enqueue, chain_key=chain_key)
         self.dsn = dsn
         self.schema = schema
-        self._pool = _Pool(
-            lambda: connect(dsn, schema, connect_timeout, statement_timeout), max_connections
+        self._db = PostgresDB(
+            lambda: connect(dsn, schema, connect_timeout, statement_timeout),
+            max_connections=max_connections,
+            closed_error=_closed,
         )
         with (
-            opening(self._pool.close, psycopg.Error, "cannot open the PostgreSQL audit store"),
-            self._pool.connection() as conn,
+            opening(self._db.close, psycopg.Error, "cannot open the PostgreSQL audit store"),
+            self._db.connection() as conn,
         ):
-            if not create and not _has_schema(conn):
+            if not create and not postgres.has_table(conn, "schema_version"):
                 raise StoreMissing(
                     f"no audit store in {self.location} (the audit tables do not exist)"
                 )
@@ -226,11 +108,11 @@ class PostgresAuditStore(SQLAuditStore):
 
     def interrupt(self) -> None:
         """Break the connections in use (a hung server): their operations fail at once."""
-        self._pool.interrupt()
+        self._db.interrupt()
 
     @contextmanager
     def _write(self) -> Iterator[tuple[Cursor, _Head]]:
-        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        with self._db.write() as cur:
             cur.execute("SELECT last_seq, last_hash FROM chain_head WHERE id = 1 FOR UPDATE")
             row = cur.fetchone()
             if row is None:
@@ -242,7 +124,7 @@ class PostgresAuditStore(SQLAuditStore):
 
     @contextmanager
     def _read(self) -> Iterator[Cursor]:
-        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        with self._db.read() as cur:
             # one snapshot for multi-query reads (verification, metrics)
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             yield cur
@@ -250,10 +132,10 @@ class PostgresAuditStore(SQLAuditStore):
     @property
     def closed(self) -> bool:
         """True once ``close()`` was called."""
-        return self._pool._closed
+        return self._db.closed
 
     def close(self) -> None:
-        self._pool.close()
+        self._db.close()
 
     def __repr__(self) -> str:
         schema = f", schema={self.schema!r}" if self.schema else ""

@@ -1,9 +1,10 @@
 """The review queue: requests routed to a person, claimed, released and decided.
 
-``SQLReviewQueue`` is the SQL implementation, mixed into ``SQLAuditStore``: every change of an
-item is an entry appended to the hash chain in the same transaction as the ``review_queue``
-row it updates, so the table is derived from the chain and ``verify_chain`` checks it against
-the chain. ``ReviewQueue`` is the protocol the server and tools use.
+``SQLReviewQueue`` is the SQL implementation, an object of ``SQLAuditStore`` that owns the
+``review_queue`` table and writes through the store's ``ChainLog``: every change of an item is
+an entry sealed onto the hash chain in the same transaction as the row it updates, so the
+table is derived from the chain and ``verify_chain`` checks it against the chain.
+``ReviewQueue`` (``tracerag.store._base``) is the protocol the server and tools use.
 """
 
 from __future__ import annotations
@@ -11,13 +12,21 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tracerag.errors import InputError
-from tracerag.store._base import (
+from tracerag.store._chain_log import (
+    ENTRY_COLUMNS,
+    ChainLog,
+    Cursor,
+    Head,
+    entry_from_row,
+    request_exists,
+)
+from tracerag.store._codec import _str_or_none, action_payload, require_actor
+from tracerag.store._types import (
     KIND_REVIEW_ASSIGNED,
     KIND_REVIEW_CLAIMED,
     KIND_REVIEW_COMMENT,
@@ -41,12 +50,8 @@ from tracerag.store._base import (
     ReviewOutcome,
     now_iso,
 )
-from tracerag.store._codec import _normalise, _str_or_none, _valid_text
 from tracerag.telemetry._instruments import record_review_decision
 from tracerag.telemetry._review import watch_review_queue
-
-if TYPE_CHECKING:
-    from tracerag.store._sql import Cursor, _Head
 
 _QUEUE_COLUMNS = (
     "q.request_id, q.route, q.reason, q.status, q.enqueued_at, q.claimed_by, q.claimed_at, "
@@ -59,25 +64,49 @@ _SCORE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,39}$")
 
 
 class SQLReviewQueue:
-    """The review queue over the SQL store's transactions (a mixin of ``SQLAuditStore``)."""
+    """The review queue of one SQL store, written through its chain log.
 
-    row_lock_clause = ""
-    claim_lock_clause = ""
+    ``row_lock_clause`` is appended to single-item reads inside write transactions and
+    ``claim_lock_clause`` to the claim query (PostgreSQL: ``FOR UPDATE [SKIP LOCKED]``).
+    """
 
-    # provided by SQLAuditStore
-    def _write(self) -> AbstractContextManager[tuple[Cursor, _Head]]:
-        raise NotImplementedError
+    def __init__(
+        self,
+        log: ChainLog,
+        *,
+        row_lock_clause: str = "",
+        claim_lock_clause: str = "",
+        location: Callable[[], str] = lambda: "<audit store>",
+    ) -> None:
+        self._log = log
+        self.row_lock_clause = row_lock_clause
+        self.claim_lock_clause = claim_lock_clause
+        self._location = location
 
-    def _read(self) -> AbstractContextManager[Cursor]:
-        raise NotImplementedError
+    @property
+    def location(self) -> str:
+        """Where the queue's database is (its store's location): one database watched by
+        several stores of a process reports its backlog once."""
+        return self._location()
 
-    def _append(self, cur: Cursor, head: _Head, entries: Sequence[Entry]) -> list[Entry]:
-        raise NotImplementedError
+    def _seal(
+        self,
+        cur: Cursor,
+        head: Head,
+        request_id: str,
+        kind: str,
+        actor: str,
+        body: Mapping[str, Any],
+        reason: str | None,
+    ) -> Entry:
+        """Seal an actor's entry on a request: ``body`` and ``reason`` as its payload."""
+        payload = action_payload(actor, body, reason)
+        return self._log.seal_one(
+            cur, head, Entry(request_id=request_id, kind=kind, actor=actor, payload=payload)
+        )
 
-    def _exists(self, cur: Cursor, request_id: str) -> bool:
-        raise NotImplementedError
-
-    def _queue_item(self, cur: Cursor, request_id: str, lock: bool = False) -> QueueItem | None:
+    def item_in(self, cur: Cursor, request_id: str, lock: bool = False) -> QueueItem | None:
+        """The queue item of a request, read in the caller's transaction (None: not queued)."""
         clause = f" {self.row_lock_clause}" if lock and self.row_lock_clause else ""
         if clause:
             # FOR UPDATE cannot lock the nullable side of a join; lock the queue row first.
@@ -91,31 +120,25 @@ class SQLReviewQueue:
         row = cur.fetchone()
         return _queue_item_from_row(row) if row else None
 
-    def _enqueue(
-        self, cur: Cursor, head: _Head, request_id: str, reason: str, route: str, actor: str
+    def enqueue_in(
+        self, cur: Cursor, head: Head, request_id: str, reason: str, route: str, actor: str
     ) -> QueueItem:
-        existing = self._queue_item(cur, request_id)
+        """Queue a request in the caller's write transaction (the existing item if queued)."""
+        existing = self.item_in(cur, request_id)
         if existing is not None:
             return existing
-        (entry,) = self._append(
+        entry = self._seal(
             cur,
             head,
-            [
-                Entry(
-                    request_id=request_id,
-                    kind=KIND_REVIEW_ENQUEUED,
-                    actor=actor,
-                    payload=_action_payload(
-                        actor,
-                        {
-                            "route": route,
-                            "before": None,
-                            "after": {"status": "pending", "route": route},
-                        },
-                        reason,
-                    ),
-                )
-            ],
+            request_id,
+            KIND_REVIEW_ENQUEUED,
+            actor,
+            {
+                "route": route,
+                "before": None,
+                "after": {"status": "pending", "route": route},
+            },
+            reason,
         )
         cur.execute(
             "INSERT INTO review_queue (request_id, route, priority, reason, status, "
@@ -129,7 +152,7 @@ class SQLReviewQueue:
                 entry.created_at,
             ),
         )
-        item = self._queue_item(cur, request_id)
+        item = self.item_in(cur, request_id)
         assert item is not None
         watch_review_queue(self)
         return item
@@ -139,14 +162,14 @@ class SQLReviewQueue:
     ) -> QueueItem:
         if decision not in REVIEW_ROUTES:
             raise InvalidRecord(f"only {REVIEW_ROUTES} requests are queued, not {decision!r}")
-        with self._write() as (cur, head):
-            if not self._exists(cur, request_id):
+        with self._log.write() as (cur, head):
+            if not request_exists(cur, request_id):
                 raise RequestNotFound(request_id)
-            return self._enqueue(cur, head, request_id, reason, decision, actor)
+            return self.enqueue_in(cur, head, request_id, reason, decision, actor)
 
     def claim_next(self, reviewer: str) -> QueueItem | None:
-        _require_actor(reviewer)
-        with self._write() as (cur, head):
+        require_actor(reviewer)
+        with self._log.write() as (cur, head):
             cur.execute(
                 "SELECT request_id FROM review_queue WHERE status = 'pending' "
                 f"ORDER BY priority, enqueued_seq LIMIT 1 {self.claim_lock_clause}"
@@ -161,30 +184,23 @@ class SQLReviewQueue:
                 "WHERE request_id = %s AND status = 'pending'",
                 (reviewer, claimed_at, request_id),
             )
-            self._append(
+            self._seal(
                 cur,
                 head,
-                [
-                    Entry(
-                        request_id=request_id,
-                        kind=KIND_REVIEW_CLAIMED,
-                        actor=reviewer,
-                        payload=_action_payload(
-                            reviewer,
-                            {
-                                "before": {"status": "pending"},
-                                "after": {"status": "claimed", "claimed_by": reviewer},
-                            },
-                            None,
-                        ),
-                    )
-                ],
+                request_id,
+                KIND_REVIEW_CLAIMED,
+                reviewer,
+                {
+                    "before": {"status": "pending"},
+                    "after": {"status": "claimed", "claimed_by": reviewer},
+                },
+                None,
             )
-            return self._queue_item(cur, request_id)
+            return self.item_in(cur, request_id)
 
     def release(self, request_id: str, actor: str, reason: str | None = None) -> QueueItem:
-        _require_actor(actor)
-        with self._write() as (cur, head):
+        require_actor(actor)
+        with self._log.write() as (cur, head):
             item = self._locked_item(cur, request_id)
             if item.status == "decided":
                 raise AlreadyDecided(request_id, item.decided_by, item.action)
@@ -195,33 +211,26 @@ class SQLReviewQueue:
                 "WHERE request_id = %s",
                 (request_id,),
             )
-            self._append(
+            self._seal(
                 cur,
                 head,
-                [
-                    Entry(
-                        request_id=request_id,
-                        kind=KIND_REVIEW_RELEASED,
-                        actor=actor,
-                        payload=_action_payload(
-                            actor,
-                            {
-                                "before": {"status": "claimed", "claimed_by": item.claimed_by},
-                                "after": {"status": "pending"},
-                            },
-                            reason,
-                        ),
-                    )
-                ],
+                request_id,
+                KIND_REVIEW_RELEASED,
+                actor,
+                {
+                    "before": {"status": "claimed", "claimed_by": item.claimed_by},
+                    "after": {"status": "pending"},
+                },
+                reason,
             )
-            released = self._queue_item(cur, request_id)
+            released = self.item_in(cur, request_id)
             assert released is not None
             return released
 
     def _locked_item(self, cur: Cursor, request_id: str) -> QueueItem:
-        item = self._queue_item(cur, request_id, lock=True)
+        item = self.item_in(cur, request_id, lock=True)
         if item is None:
-            if not self._exists(cur, request_id):
+            if not request_exists(cur, request_id):
                 raise RequestNotFound(request_id)
             raise NotQueued(request_id)
         return item
@@ -237,7 +246,7 @@ class SQLReviewQueue:
         counts: dict[tuple[str, str], int] = {}
         oldest: dict[str, float] = {}
         now = datetime.now(timezone.utc)
-        with self._read() as cur:
+        with self._log.read() as cur:
             cur.execute(sql, [])
             rows = cur.fetchall()
         for status, route, count, first in rows:
@@ -260,7 +269,7 @@ class SQLReviewQueue:
         sql += f" ORDER BY {_QUEUE_ORDER} LIMIT %s"
         params.append(int(limit))
         watch_review_queue(self)  # a desk that only reads the queue reports its backlog too
-        with self._read() as cur:
+        with self._log.read() as cur:
             cur.execute(sql, params)
             return [_queue_item_from_row(r) for r in cur.fetchall()]
 
@@ -272,9 +281,9 @@ class SQLReviewQueue:
         final_answer: str | None = None,
         reason: str | None = None,
     ) -> ReviewDecision:
-        _require_actor(reviewer)
+        require_actor(reviewer)
         _check_judgement(action, final_answer, reason)
-        with self._write() as (cur, head):
+        with self._log.write() as (cur, head):
             item = self._open_item(cur, request_id, reviewer)
             return self._settle(cur, head, item, reviewer, action, final_answer, reason, {})
 
@@ -298,12 +307,12 @@ class SQLReviewQueue:
         decision (``review_decision``), with the votes and ``agreement`` in its payload. Votes,
         the count and the decision are read and written in one transaction.
         """
-        _require_actor(reviewer)
+        require_actor(reviewer)
         _check_judgement(action, final_answer, reason)
         if not isinstance(required, int) or required < 1:
             raise InvalidRecord("an item needs at least one reviewer")
         marks = _scores(scores)
-        with self._write() as (cur, head):
+        with self._log.write() as (cur, head):
             item = self._open_item(cur, request_id, reviewer)
             votes = self._votes(cur, request_id)
             disputed = len(votes) >= required
@@ -312,27 +321,20 @@ class SQLReviewQueue:
             n = len(votes) + 1
             agreed = all(v.payload.get("action") == action for v in votes)
             if n < required or (n == required and not agreed):
-                self._append(
+                self._seal(
                     cur,
                     head,
-                    [
-                        Entry(
-                            request_id=request_id,
-                            kind=KIND_REVIEW_VOTE,
-                            actor=reviewer,
-                            payload=_action_payload(
-                                reviewer,
-                                {
-                                    "action": action,
-                                    "final_answer": final_answer,
-                                    "scores": marks,
-                                    "vote": n,
-                                    "required": required,
-                                },
-                                reason,
-                            ),
-                        )
-                    ],
+                    request_id,
+                    KIND_REVIEW_VOTE,
+                    reviewer,
+                    {
+                        "action": action,
+                        "final_answer": final_answer,
+                        "scores": marks,
+                        "vote": n,
+                        "required": required,
+                    },
+                    reason,
                 )
                 return ReviewOutcome(
                     request_id, reviewer, action, n, required, disputed=n == required
@@ -358,32 +360,22 @@ class SQLReviewQueue:
 
     def comment(self, request_id: str, author: str, text: str) -> Entry:
         """A reviewer's comment on a queued item (decided ones too), chained."""
-        _require_actor(author)
+        require_actor(author)
         if not isinstance(text, str) or not text.strip():
             raise InvalidRecord("a comment needs text")
-        with self._write() as (cur, head):
+        with self._log.write() as (cur, head):
             self._locked_item(cur, request_id)
-            (entry,) = self._append(
-                cur,
-                head,
-                [
-                    Entry(
-                        request_id=request_id,
-                        kind=KIND_REVIEW_COMMENT,
-                        actor=author,
-                        payload=_action_payload(author, {"text": text.strip()}, None),
-                    )
-                ],
+            return self._seal(
+                cur, head, request_id, KIND_REVIEW_COMMENT, author, {"text": text.strip()}, None
             )
-            return entry
 
     def assign(self, request_id: str, assignee: str | None, actor: str) -> Entry | None:
         """Assign an undecided item to a reviewer (None: unassign); None when it changes
         nothing. Raises ``AlreadyDecided`` on a decided item."""
-        _require_actor(actor)
+        require_actor(actor)
         if assignee is not None:
-            _require_actor(assignee)
-        with self._write() as (cur, head):
+            require_actor(assignee)
+        with self._log.write() as (cur, head):
             item = self._locked_item(cur, request_id)
             if item.status == "decided":
                 raise AlreadyDecided(request_id, item.decided_by, item.action)
@@ -396,21 +388,8 @@ class SQLReviewQueue:
             before = _payload(row[0]).get("assignee") if row else None
             if before == assignee:
                 return None
-            (entry,) = self._append(
-                cur,
-                head,
-                [
-                    Entry(
-                        request_id=request_id,
-                        kind=KIND_REVIEW_ASSIGNED,
-                        actor=actor,
-                        payload=_action_payload(
-                            actor, {"assignee": assignee, "before": before}, None
-                        ),
-                    )
-                ],
-            )
-            return entry
+            body = {"assignee": assignee, "before": before}
+            return self._seal(cur, head, request_id, KIND_REVIEW_ASSIGNED, actor, body, None)
 
     def review_entries(
         self,
@@ -421,11 +400,9 @@ class SQLReviewQueue:
     ) -> list[Entry]:
         """The entries of ``kinds`` (votes, comments, assignments...), in seq order: of the
         given requests, or of every queued item (``open_only``: undecided ones only)."""
-        from tracerag.store._sql import _entry_from_row
-
         if not kinds:
             return []
-        columns = ", ".join(f"e.{c}" for c in _ENTRY_FIELDS)
+        columns = ", ".join(f"e.{c}" for c in ENTRY_COLUMNS.split(", "))
         marks = ", ".join(["%s"] * len(kinds))
         sql = (
             f"SELECT {columns} FROM audit_entries e JOIN review_queue q "
@@ -435,29 +412,24 @@ class SQLReviewQueue:
         if open_only:
             sql += " AND q.status <> 'decided'"
         out = []
-        with self._read() as cur:
+        with self._log.read() as cur:
             if request_ids is None:
                 cur.execute(sql + " ORDER BY e.seq", params)
-                out = [_entry_from_row(r) for r in cur.fetchall()]
+                out = [entry_from_row(r) for r in cur.fetchall()]
             else:
                 ids = list(dict.fromkeys(request_ids))
                 for start in range(0, len(ids), 200):
                     chunk = ids[start : start + 200]
                     where = f" AND e.request_id IN ({', '.join(['%s'] * len(chunk))})"
                     cur.execute(sql + where, params + chunk)
-                    out += [_entry_from_row(r) for r in cur.fetchall()]
+                    out += [entry_from_row(r) for r in cur.fetchall()]
                 out.sort(key=lambda e: e.seq)
         return out
 
     def _votes(self, cur: Cursor, request_id: str) -> list[Entry]:
-        from tracerag.store._sql import _entry_from_row
-
-        cur.execute(
-            f"SELECT {', '.join(_ENTRY_FIELDS)} FROM audit_entries "
-            "WHERE kind = %s AND request_id = %s ORDER BY seq",
-            (KIND_REVIEW_VOTE, request_id),
+        return self._log.entries(
+            cur, "kind = %s AND request_id = %s", (KIND_REVIEW_VOTE, request_id)
         )
-        return [_entry_from_row(r) for r in cur.fetchall()]
 
     def _open_item(self, cur: Cursor, request_id: str, reviewer: str) -> QueueItem:
         """The locked, undecided queue item that ``reviewer`` may judge."""
@@ -471,7 +443,7 @@ class SQLReviewQueue:
     def _settle(
         self,
         cur: Cursor,
-        head: _Head,
+        head: Head,
         item: QueueItem,
         reviewer: str,
         action: str,
@@ -487,27 +459,20 @@ class SQLReviewQueue:
             "WHERE request_id = %s AND status <> 'decided'",
             (reviewer, decided_at, action, final_answer, reason, request_id),
         )
-        self._append(
+        self._seal(
             cur,
             head,
-            [
-                Entry(
-                    request_id=request_id,
-                    kind=KIND_REVIEW_DECISION,
-                    actor=reviewer,
-                    payload=_action_payload(
-                        reviewer,
-                        {
-                            "action": action,
-                            "final_answer": final_answer,
-                            "before": {"status": item.status, "claimed_by": item.claimed_by},
-                            "after": {"status": "decided", "action": action},
-                            **extra,
-                        },
-                        reason,
-                    ),
-                )
-            ],
+            request_id,
+            KIND_REVIEW_DECISION,
+            reviewer,
+            {
+                "action": action,
+                "final_answer": final_answer,
+                "before": {"status": item.status, "claimed_by": item.claimed_by},
+                "after": {"status": "decided", "action": action},
+                **extra,
+            },
+            reason,
         )
         waited = _seconds_between(item.enqueued_at, decided_at)
         if waited is not None:
@@ -515,9 +480,9 @@ class SQLReviewQueue:
         return ReviewDecision(request_id, reviewer, action, final_answer, reason, decided_at)
 
     def get_decision(self, request_id: str) -> ReviewDecision | None:
-        with self._read() as cur:
-            item = self._queue_item(cur, request_id)
-            if item is None and not self._exists(cur, request_id):
+        with self._log.read() as cur:
+            item = self.item_in(cur, request_id)
+            if item is None and not request_exists(cur, request_id):
                 raise RequestNotFound(request_id)
         if item is None or item.status != "decided":
             return None
@@ -531,17 +496,6 @@ class SQLReviewQueue:
         )
 
 
-_ENTRY_FIELDS = (
-    "seq",
-    "request_id",
-    "kind",
-    "payload",
-    "actor",
-    "created_at",
-    "prev_hash",
-    "hash",
-    "chain_version",
-)
 #: the most a rubric score may be (and the least, negated)
 MAX_SCORE = 1000
 
@@ -594,22 +548,6 @@ def _payload(text: Any) -> dict[str, Any]:
 
 def _priority(route: str) -> int:
     return REVIEW_ROUTES.index(route) if route in REVIEW_ROUTES else len(REVIEW_ROUTES)
-
-
-def _require_actor(actor: str) -> None:
-    if not isinstance(actor, str) or not actor.strip() or "\x00" in actor:
-        raise InvalidRecord("every action needs a named actor")
-    if not _valid_text(actor):
-        raise InvalidRecord("the actor's name is not valid Unicode text")
-
-
-def _action_payload(
-    actor: str, payload: Mapping[str, Any] | None, reason: str | None
-) -> dict[str, Any]:
-    _require_actor(actor)
-    body: dict[str, Any] = _normalise(dict(payload or {}), "action payload")
-    body["reason"] = reason
-    return body
 
 
 def _queue_item_from_row(row: Sequence[Any]) -> QueueItem:

@@ -8,118 +8,78 @@ appends, and how migrations are locked (``tracerag.store.migrations`` holds the 
 
 from __future__ import annotations
 
-import dataclasses
-import hmac
 import json
 import logging
-import math
 import statistics
-import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
-from tracerag.store._base import (
+from tracerag.store._chain import (
+    ChainReport,
+    jcs_json,
+    key_bytes,
+)
+from tracerag.store._chain_check import check_chain
+from tracerag.store._chain_log import (
+    ChainLog,
+    Head,
+    entries_after,
+    entry_from_row,
+    read_head,
+    read_meta,
+    request_exists,
+)
+from tracerag.store._chain_log import Cursor as Cursor
+from tracerag.store._codec import (
+    RequestTrail,
+    _summary_fields,
+    action_payload,
+    entries_from_record,
+    review_reason,
+)
+from tracerag.store._group_commit import MAX_GROUP as MAX_GROUP
+from tracerag.store._group_commit import GroupCommit
+from tracerag.store._kept import Kept
+from tracerag.store._review_queue import SQLReviewQueue
+from tracerag.store._types import (
     ACTION_KINDS,
     KIND_MATERIAL_CHANGE,
     KIND_QUARANTINED,
-    KIND_REGISTER,
     KIND_RESPONSE,
-    KIND_REVIEW_CLAIMED,
-    KIND_REVIEW_DECISION,
-    KIND_REVIEW_ENQUEUED,
-    KIND_REVIEW_RELEASED,
     REVIEW_KINDS,
     REVIEW_ROUTES,
     SYSTEM_ACTOR,
     DuplicateRequest,
     Entry,
     InvalidRecord,
+    QueueItem,
     RequestNotFound,
     RequestSummary,
+    ReviewDecision,
+    ReviewOutcome,
     StoreError,
     StoreMetrics,
     now_iso,
     to_iso,
 )
-from tracerag.store._chain import (
-    CHAIN_VERSION,
-    CHAIN_VERSION_KEYED,
-    GENESIS_HASH,
-    ChainIssue,
-    ChainReport,
-    ChainVerifier,
-    StoredRow,
-    entry_hash,
-    head_mac,
-    jcs_json,
-    key_bytes,
-    keyed_since_mac,
-)
-from tracerag.store._codec import (
-    RequestTrail,
-    _str_or_none,
-    _summary_fields,
-    entries_from_record,
-    material_change_entry,
-    review_reason,
-)
-from tracerag.store._review_queue import SQLReviewQueue, _action_payload
 
 logger = logging.getLogger("tracerag.audit")
 T = TypeVar("T")
 
 
-class Cursor(Protocol):
-    """The part of a DB-API cursor the shared SQL uses (``format`` paramstyle: ``%s``)."""
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
-
-    def executemany(self, sql: str, params_seq: Sequence[Sequence[Any]]) -> Any: ...
-
-    def fetchone(self) -> Any: ...
-
-    def fetchall(self) -> list[Any]: ...
-
-
-_ENTRY_COLUMNS = "seq, request_id, kind, payload, actor, created_at, prev_hash, hash, chain_version"
-_INSERT_ENTRY = (
-    f"INSERT INTO audit_entries ({_ENTRY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-)
 _UNSET: Any = object()
+#: the chain head a backend's write transaction yields (the name the backends import)
+_Head = Head
 
 
-class _Head:
-    """The chain head while a write transaction holds it."""
+class SQLAuditStore:
+    """The audit store over any SQL database; backends provide connections and locking.
 
-    def __init__(self, seq: int, hash_: str) -> None:
-        self.seq, self.hash = seq, hash_
-        self.appended: list[Entry] = []
-
-
-class StoreFailing(StoreError):
-    """The store failed moments ago (or is being tried again): not waited for now."""
-
-
-#: the most records one group commit writes in one transaction
-MAX_GROUP = 256
-
-
-class _GroupItem:
-    """One record waiting for a group commit, and its outcome once ``done``."""
-
-    __slots__ = ("done", "entries", "error", "record")
-
-    def __init__(self, record: Mapping[str, Any], entries: list[Entry]) -> None:
-        self.record, self.entries = record, entries
-        self.done = False
-        self.error: BaseException | None = None
-
-
-class SQLAuditStore(SQLReviewQueue):
-    """The audit store over any SQL database; backends provide connections and locking."""
+    It composes its ``ChainLog`` (entries sealed onto the chain in the backend's write
+    transactions) and its ``SQLReviewQueue`` (which writes through that log).
+    """
 
     #: appended to the claim query (PostgreSQL: ``FOR UPDATE SKIP LOCKED``)
     claim_lock_clause = ""
@@ -129,24 +89,28 @@ class SQLAuditStore(SQLReviewQueue):
     def __init__(self, auto_enqueue: bool = True, chain_key: str | bytes | None = None) -> None:
         self.auto_enqueue = auto_enqueue
         self._key = key_bytes(chain_key)
-        self._meta: dict[str, str] | None = None
-        self._key_checked = False
+        self._log = ChainLog(self._write, self._read, self._key)
+        self._queue = SQLReviewQueue(
+            self._log,
+            row_lock_clause=self.row_lock_clause,
+            claim_lock_clause=self.claim_lock_clause,
+            location=lambda: self.location,
+        )
         # group commit of concurrent append_record calls (see append_record)
-        self._group_cond = threading.Condition()
-        self._group: list[_GroupItem] = []
-        self._group_leader = False
-        #: transactions that committed records of append_record (fewer than calls: grouped)
-        self.group_commits = 0
-        #: seconds an append_record transaction may take before it is interrupted (a hung
-        #: server or disk; the backends' own timeouts normally fire first); 0: no bound
-        self.commit_timeout = 5.0
-        #: after the store failed a group, for this many seconds (and while another attempt
-        #: is under way) append_record fails at once instead of waiting for the store again
-        self.fail_fast_seconds = 2.0
-        self._failed: tuple[float, BaseException] | None = None  # since when, and why
+        self._commits = GroupCommit(
+            self._write, self._insert_record, self.interrupt, lambda: self.location
+        )
 
     #: True for a store reached over the network (it can be down while the app runs)
     networked = False
+    #: transactions that committed records of append_record (fewer than calls: grouped)
+    group_commits = Kept[int]("_commits", "commits")
+    #: seconds an append_record transaction may take before it is interrupted (a hung
+    #: server or disk; the backends' own timeouts normally fire first); 0: no bound
+    commit_timeout = Kept[float]("_commits")
+    #: after the store failed a group, for this many seconds (and while another attempt is
+    #: under way) append_record fails at once instead of waiting for the store again
+    fail_fast_seconds = Kept[float]("_commits")
 
     @property
     def location(self) -> str:
@@ -180,109 +144,14 @@ class SQLAuditStore(SQLReviewQueue):
     def close(self) -> None:
         raise NotImplementedError
 
-    # -- helpers ------------------------------------------------------------------------------
-    @staticmethod
-    def _read_head(cur: Cursor) -> _Head:
-        cur.execute("SELECT last_seq, last_hash FROM chain_head WHERE id = 1")
-        row = cur.fetchone()
-        if row is None:
-            raise StoreError("the audit store has no chain head row")
-        return _Head(int(row[0]), str(row[1]))
-
-    def _read_meta(self, cur: Cursor) -> dict[str, str]:
-        cur.execute("SELECT key, value FROM store_meta")
-        return {str(k): str(v) for k, v in cur.fetchall()}
-
-    def _meta_cached(self, cur: Cursor) -> dict[str, str]:
-        if self._meta is None:
-            self._meta = self._read_meta(cur)
-        return self._meta
-
-    def _check_key(self, cur: Cursor, head: _Head) -> None:
-        """Refuse to write a keyed chain without its key, or with another key."""
-        if self._key_checked:
-            return
-        meta = self._read_meta(cur)
-        self._meta = meta
-        since = meta.get("keyed_since")
-        if since is not None:
-            if self._key is None:
-                raise StoreError(
-                    "this audit store's chain is keyed: set TRACERAG_CHAIN_KEY to write to it"
-                )
-            since_seq, _, mac = since.partition(":")
-            expected = keyed_since_mac(self._key, meta.get("store_id", ""), int(since_seq))
-            if not hmac.compare_digest(mac, expected):
-                raise StoreError("the chain key does not match this audit store's chain")
-        elif self._key is not None:
-            first = head.seq + 1
-            value = f"{first}:{keyed_since_mac(self._key, meta.get('store_id', ''), first)}"
-            cur.execute(
-                "INSERT INTO store_meta (key, value) VALUES (%s, %s)", ("keyed_since", value)
-            )
-            meta["keyed_since"] = value
-        self._key_checked = True
-
-    def _append(self, cur: Cursor, head: _Head, entries: Sequence[Entry]) -> list[Entry]:
-        """Seal entries onto the chain and insert them (inside a write transaction)."""
-        self._check_key(cur, head)
-        key = self._key
-        version = CHAIN_VERSION_KEYED if key is not None else CHAIN_VERSION
-        sealed: list[Entry] = []
-        rows: list[tuple[Any, ...]] = []
-        for entry in entries:
-            seq = head.seq + 1
-            created_at = now_iso()
-            payload_json = entry.payload_json or jcs_json(entry.payload)
-            # the sealed fields, in the order both the hash and the row take them
-            fields = (seq, entry.request_id, entry.kind, payload_json, entry.actor, created_at)
-            try:
-                digest = entry_hash(head.hash, *fields, version, key)
-            except (ValueError, TypeError, UnicodeError) as exc:
-                raise InvalidRecord(
-                    f"entry of {entry.request_id!r} cannot be sealed: {exc}"
-                ) from exc
-            rows.append((*fields, head.hash, digest, version))
-            sealed.append(
-                dataclasses.replace(
-                    entry,
-                    seq=seq,
-                    created_at=created_at,
-                    prev_hash=head.hash,
-                    hash=digest,
-                    payload_json=payload_json,
-                    chain_version=version,
-                )
-            )
-            head.seq, head.hash = seq, digest
-        if rows:
-            # one statement for all of them: one round trip to a database server (psycopg
-            # pipelines executemany), where the chain head's lock is held meanwhile
-            cur.executemany(_INSERT_ENTRY, rows)
-        head.appended += sealed
-        if sealed:
-            mac = None
-            if key is not None:
-                mac = head_mac(key, self._meta_cached(cur).get("store_id", ""), head.seq, head.hash)
-            cur.execute(
-                "UPDATE chain_head SET last_seq = %s, last_hash = %s, mac = %s WHERE id = 1",
-                (head.seq, head.hash, mac),
-            )
-            counts: dict[str, int] = {}
-            for e in (e for e in sealed if e.kind != KIND_MATERIAL_CHANGE):
-                counts[e.request_id] = counts.get(e.request_id, 0) + 1
-            for request_id, n in counts.items():
-                cur.execute(
-                    "UPDATE requests SET n_entries = n_entries + %s WHERE request_id = %s",
-                    (n, request_id),
-                )
-        return sealed
+    #: the chain head row, read in a backend's write transaction
+    _read_head = staticmethod(read_head)
 
     # -- identity -----------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
         """Who this store is: ``store_id``, ``genesis`` (the chain's first link), ``location``."""
         with self._read() as cur:
-            meta = self._read_meta(cur)
+            meta = read_meta(cur)
         return {
             "store_id": meta.get("store_id"),
             "genesis": meta.get("genesis"),
@@ -293,8 +162,8 @@ class SQLAuditStore(SQLReviewQueue):
     def head(self) -> dict[str, Any]:
         """The chain head now, with the store's identity: what to keep outside as an anchor."""
         with self._read() as cur:
-            meta = self._read_meta(cur)
-            head = self._read_head(cur)
+            meta = read_meta(cur)
+            head = read_head(cur)
         return {
             "store_id": meta.get("store_id"),
             "seq": head.seq,
@@ -318,130 +187,19 @@ class SQLAuditStore(SQLReviewQueue):
         """
         with self._write():
             pass
-        self._failed = None  # writable again: append_record need not refuse
-
-    @staticmethod
-    def _exists(cur: Cursor, request_id: str) -> bool:
-        cur.execute("SELECT 1 FROM requests WHERE request_id = %s", (request_id,))
-        return cur.fetchone() is not None
+        self._commits.failed = None  # writable again: append_record need not refuse
 
     # -- records and actions ------------------------------------------------------------------
     def append_record(self, record: Mapping[str, Any]) -> None:
         """Store one record; return once it is committed.
 
-        Calls from several threads at once share one transaction (group commit: one commit,
-        one disk sync): the first caller to find no transaction in progress writes everything
-        waiting, and what arrives while its transaction waits for the chain head (held by
-        another process on the same store) joins it once the head is held (at most
-        ``MAX_GROUP`` records); each caller still gets its own outcome (``DuplicateRequest``,
-        ``InvalidRecord``, or the store's failure when the shared transaction failed). A
-        transaction hanging past ``commit_timeout`` is interrupted (it fails). When the store
-        fails a group, the calls that queued behind it fail at once with the same error, and
-        so do new calls (``StoreFailing``) for ``fail_fast_seconds`` and while one call tries
-        the store again: a failing store holds one caller at a time, not every caller.
+        Calls from several threads at once share one transaction (see
+        ``GroupCommit.append_record``): each caller gets its own outcome (``DuplicateRequest``,
+        ``InvalidRecord``, or the store's failure), a transaction hanging past
+        ``commit_timeout`` is interrupted, and a failing store makes new calls fail at once
+        (``StoreFailing``) for ``fail_fast_seconds``.
         """
-        item = _GroupItem(record, entries_from_record(record))
-        with self._group_cond:
-            failed = self._failed
-            if failed is not None and (
-                self._group_leader or time.monotonic() - failed[0] < self.fail_fast_seconds
-            ):
-                since, why = failed
-                raise StoreFailing(
-                    f"the audit store failed {time.monotonic() - since:.1f}s ago "
-                    f"({type(why).__name__}: {why}); not waiting for it again yet"
-                ) from why
-            self._group.append(item)
-            while self._group_leader and not item.done:
-                self._group_cond.wait()
-            if not item.done:
-                self._group_leader = True
-                batch, self._group = self._group, []
-        if not item.done:
-            timer = None
-            if self.commit_timeout > 0:
-                timer = threading.Timer(self.commit_timeout, self._interrupt_hung)
-                timer.daemon = True
-                timer.start()
-            failure: BaseException | None = None
-            try:
-                failure = self._commit_group(batch)
-            finally:
-                if timer is not None:
-                    timer.cancel()
-                with self._group_cond:
-                    self._group_leader = False
-                    self._failed = None if failure is None else (time.monotonic(), failure)
-                    if failure is not None:
-                        # the store is failing: the callers who queued meanwhile are told now
-                        # instead of each group waiting the store's timeout in turn
-                        for queued in self._group:
-                            queued.error, queued.done = failure, True
-                        self._group = []
-                    self._group_cond.notify_all()
-        if item.error is not None:
-            raise item.error
-
-    def _interrupt_hung(self) -> None:
-        logger.warning(
-            "audit store %s: a commit took more than %.1fs; interrupting it",
-            self.location,
-            self.commit_timeout,
-        )
-        try:
-            self.interrupt()
-        except Exception:
-            logger.warning("could not interrupt the audit store", exc_info=True)
-
-    def _commit_group(self, batch: list[_GroupItem]) -> BaseException | None:
-        """Write a group of records in one transaction; settle each item's outcome.
-
-        Returns the store's failure when the whole group failed with it (else None).
-        """
-        failure: BaseException | None = None
-        try:
-            with self._write() as (cur, head):
-                # the chain head is ours now (other processes wait for it): the records that
-                # arrived while this transaction waited for it join it, instead of waiting for
-                # the lock again in a transaction of their own
-                self._join_late(batch)
-                self._insert_group(cur, head, batch)
-            self.group_commits += 1
-        except InvalidRecord:
-            # a record, not the store: each record in a transaction of its own
-            for item in batch:
-                item.error = None
-                try:
-                    with self._write() as (cur, head):
-                        self._insert_group(cur, head, [item])
-                    self.group_commits += 1
-                except BaseException as exc:
-                    item.error = exc
-        except BaseException as exc:
-            failure = exc
-            for item in batch:
-                item.error = exc
-        for item in batch:
-            item.done = True
-        return failure
-
-    def _join_late(self, batch: list[_GroupItem]) -> None:
-        """Move the records queued since ``batch`` was taken into it (up to ``MAX_GROUP``)."""
-        with self._group_cond:
-            room = MAX_GROUP - len(batch)
-            if room > 0 and self._group:
-                batch += self._group[:room]
-                del self._group[:room]
-
-    def _insert_group(self, cur: Cursor, head: _Head, batch: list[_GroupItem]) -> None:
-        seen: set[str] = set()
-        for item in batch:
-            request_id = item.entries[0].request_id
-            if request_id in seen or self._exists(cur, request_id):
-                item.error = DuplicateRequest(request_id)
-                continue
-            seen.add(request_id)
-            self._insert_record(cur, head, item.record, item.entries)
+        self._commits.append_record(record)
 
     def append_records(self, records: Sequence[Mapping[str, Any]]) -> list[StoreError | None]:
         """Store several records in one transaction (one commit, one disk sync).
@@ -463,16 +221,16 @@ class SQLAuditStore(SQLReviewQueue):
                 seen: set[str] = set()
                 for i, record, entries in prepared:
                     request_id = entries[0].request_id
-                    if request_id in seen or self._exists(cur, request_id):
+                    if request_id in seen or request_exists(cur, request_id):
                         outcomes[i] = DuplicateRequest(request_id)
                         continue
                     seen.add(request_id)
                     self._insert_record(cur, head, record, entries)
-            self._failed = None  # the store works: append_record need not refuse
+            self._commits.failed = None  # the store works: append_record need not refuse
         return outcomes
 
     def _insert_record(
-        self, cur: Cursor, head: _Head, record: Mapping[str, Any], entries: list[Entry]
+        self, cur: Cursor, head: Head, record: Mapping[str, Any], entries: list[Entry]
     ) -> None:
         request_id = entries[0].request_id
         # the index holds exactly what the chain says (verify_chain rebuilds it from there)
@@ -498,10 +256,12 @@ class SQLAuditStore(SQLReviewQueue):
                 summary["channel"],
             ),
         )
-        self._append(cur, head, entries)
+        self._log.seal(cur, head, entries)
         decision = summary["decision"]
         if self.auto_enqueue and decision in REVIEW_ROUTES:
-            self._enqueue(cur, head, request_id, review_reason(record), decision, SYSTEM_ACTOR)
+            self._queue.enqueue_in(
+                cur, head, request_id, review_reason(record), decision, SYSTEM_ACTOR
+            )
 
     def append_action(
         self,
@@ -515,14 +275,13 @@ class SQLAuditStore(SQLReviewQueue):
             raise InvalidRecord(f"unknown action kind {kind!r}; expected one of {ACTION_KINDS}")
         if kind in REVIEW_KINDS:
             raise InvalidRecord(f"{kind} entries are written by the review queue operations")
-        body = _action_payload(actor, payload, reason)
+        body = action_payload(actor, payload, reason)
         with self._write() as (cur, head):
-            if not self._exists(cur, request_id):
+            if not request_exists(cur, request_id):
                 raise RequestNotFound(request_id)
-            (entry,) = self._append(
-                cur, head, [Entry(request_id=request_id, kind=kind, payload=body, actor=actor)]
+            return self._log.seal_one(
+                cur, head, Entry(request_id=request_id, kind=kind, payload=body, actor=actor)
             )
-        return entry
 
     def append_quarantined(
         self, request_id: str, reason: str, raw: str, raw_truncated: bool = False
@@ -541,7 +300,7 @@ class SQLAuditStore(SQLReviewQueue):
             payload_json=text,
         )
         with self._write() as (cur, head):
-            if self._exists(cur, request_id):
+            if request_exists(cur, request_id):
                 raise DuplicateRequest(request_id)
             cur.execute(
                 "INSERT INTO requests (request_id, trace_id, created_at, question, first_seq, "
@@ -549,8 +308,7 @@ class SQLAuditStore(SQLReviewQueue):
                 "VALUES (%s, NULL, %s, NULL, %s, 0, NULL, NULL, NULL, NULL)",
                 (request_id, now_iso(), head.seq + 1),
             )
-            (sealed,) = self._append(cur, head, [entry])
-        return sealed
+            return self._log.seal_one(cur, head, entry)
 
     def append_material_change(
         self,
@@ -559,11 +317,11 @@ class SQLAuditStore(SQLReviewQueue):
         payload: Mapping[str, Any],
         reason: str | None = None,
     ) -> Entry:
-        """Chain one material change: a ``material_change`` entry under the material's id."""
-        entry = material_change_entry(material_id, actor, payload, reason)
-        with self._write() as (cur, head):
-            (sealed,) = self._append(cur, head, [entry])
-        return sealed
+        """Chain one material change: a ``material_change`` entry under the material's id.
+
+        The same door as ``ChainedWrite.material_change``, in a transaction of its own.
+        """
+        return self.chained(lambda tx: tx.material_change(material_id, actor, payload, reason))
 
     def chained(self, work: Callable[[ChainedWrite], T]) -> T:
         """Run ``work`` in one write transaction that holds the chain head.
@@ -575,31 +333,27 @@ class SQLAuditStore(SQLReviewQueue):
         returns; an exception from ``work`` rolls everything back.
         """
         with self._write() as (cur, head):
-            return work(ChainedWrite(self, cur, head))
+            return work(ChainedWrite(self._log, cur, head))
 
     def material_changes(self, material_id: str | None = None) -> list[Entry]:
         """The ``material_change`` entries, of one material or of all, in seq order."""
-        sql = f"SELECT {_ENTRY_COLUMNS} FROM audit_entries WHERE kind = %s"
+        where = "kind = %s"
         params: list[Any] = [KIND_MATERIAL_CHANGE]
         if material_id is not None:
-            sql += " AND request_id = %s"
+            where += " AND request_id = %s"
             params.append(material_id)
         with self._read() as cur:
-            cur.execute(sql + " ORDER BY seq", params)
-            return [_entry_from_row(r) for r in cur.fetchall()]
+            return self._log.entries(cur, where, params)
 
     def get(self, request_id: str) -> RequestTrail:
         with self._read() as cur:
-            cur.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM audit_entries WHERE request_id = %s "
-                "AND kind <> %s ORDER BY seq",
-                (request_id, KIND_MATERIAL_CHANGE),
+            entries = self._log.entries(
+                cur, "request_id = %s AND kind <> %s", (request_id, KIND_MATERIAL_CHANGE)
             )
-            rows = cur.fetchall()
-            if not rows:
+            if not entries:
                 raise RequestNotFound(request_id)
-            review = self._queue_item(cur, request_id)
-        return RequestTrail(request_id, [_entry_from_row(r) for r in rows], review)
+            review = self._queue.item_in(cur, request_id)
+        return RequestTrail(request_id, entries, review)
 
     def list_requests(
         self,
@@ -640,6 +394,74 @@ class SQLAuditStore(SQLReviewQueue):
             for r in rows
         ]
 
+    # -- the review queue (``SQLReviewQueue``, written through the chain log) -----------------
+    def enqueue_review(
+        self, request_id: str, reason: str, decision: str, actor: str = SYSTEM_ACTOR
+    ) -> QueueItem:
+        return self._queue.enqueue_review(request_id, reason, decision, actor)
+
+    def claim_next(self, reviewer: str) -> QueueItem | None:
+        return self._queue.claim_next(reviewer)
+
+    def release(self, request_id: str, actor: str, reason: str | None = None) -> QueueItem:
+        return self._queue.release(request_id, actor, reason)
+
+    def list_queue(self, status: str | None = None, limit: int = 100) -> list[QueueItem]:
+        return self._queue.list_queue(status, limit)
+
+    def review_backlog(self) -> tuple[dict[tuple[str, str], int], dict[str, float]]:
+        return self._queue.review_backlog()
+
+    def decide(
+        self,
+        request_id: str,
+        reviewer: str,
+        action: str,
+        final_answer: str | None = None,
+        reason: str | None = None,
+    ) -> ReviewDecision:
+        return self._queue.decide(request_id, reviewer, action, final_answer, reason)
+
+    def review(
+        self,
+        request_id: str,
+        reviewer: str,
+        action: str,
+        final_answer: str | None = None,
+        reason: str | None = None,
+        *,
+        scores: Mapping[str, float] | None = None,
+        required: int = 1,
+    ) -> ReviewOutcome:
+        """One reviewer's judgement on an item that needs ``required`` reviewers (see
+        ``SQLReviewQueue.review``)."""
+        return self._queue.review(
+            request_id, reviewer, action, final_answer, reason, scores=scores, required=required
+        )
+
+    def comment(self, request_id: str, author: str, text: str) -> Entry:
+        """A reviewer's comment on a queued item (decided ones too), chained."""
+        return self._queue.comment(request_id, author, text)
+
+    def assign(self, request_id: str, assignee: str | None, actor: str) -> Entry | None:
+        """Assign an undecided item to a reviewer (None: unassign); None when it changes
+        nothing. Raises ``AlreadyDecided`` on a decided item."""
+        return self._queue.assign(request_id, assignee, actor)
+
+    def review_entries(
+        self,
+        kinds: Sequence[str],
+        request_ids: Sequence[str] | None = None,
+        *,
+        open_only: bool = False,
+    ) -> list[Entry]:
+        """The entries of ``kinds`` (votes, comments, assignments...), in seq order: of the
+        given requests, or of every queued item (``open_only``: undecided ones only)."""
+        return self._queue.review_entries(kinds, request_ids, open_only=open_only)
+
+    def get_decision(self, request_id: str) -> ReviewDecision | None:
+        return self._queue.get_decision(request_id)
+
     # -- verification -------------------------------------------------------------------------
     def verify_chain(
         self,
@@ -667,132 +489,7 @@ class SQLAuditStore(SQLReviewQueue):
             else list(expect_head)
         )
         with self._snapshot() as cur:
-            meta = self._read_meta(cur)
-            issues: list[ChainIssue] = []
-            store_id = meta.get("store_id")
-            genesis = meta.get("genesis") or GENESIS_HASH
-            if not store_id:
-                issues.append(
-                    ChainIssue("removed", None, None, "the store has no identity (store_meta)")
-                )
-            keyed_since: int | None = None
-            since = meta.get("keyed_since")
-            if since is not None:
-                seq_text, _, mac = since.partition(":")
-                try:
-                    keyed_since = int(seq_text)
-                except ValueError:
-                    keyed_since = None
-                if chain_key is not None and (
-                    keyed_since is None
-                    or not hmac.compare_digest(
-                        mac, keyed_since_mac(chain_key, store_id or "", keyed_since)
-                    )
-                ):
-                    issues.append(
-                        ChainIssue(
-                            "changed",
-                            None,
-                            None,
-                            "the keyed-chain marker does not match the chain key (changed, or "
-                            "another key)",
-                        )
-                    )
-            elif chain_key is not None:
-                issues.append(
-                    ChainIssue(
-                        "removed",
-                        None,
-                        None,
-                        "the chain key is given but the store has no keyed entries: its keyed "
-                        "chain was removed or re-sealed without the key (or it was never keyed)",
-                    )
-                )
-
-            def find(h: str) -> StoredRow | None:
-                cur.execute(f"SELECT {_ENTRY_COLUMNS} FROM audit_entries WHERE hash = %s", (h,))
-                row = cur.fetchone()
-                return _stored_row(row) if row else None
-
-            verifier = ChainVerifier(
-                find,
-                max_issues=max_issues,
-                genesis=genesis,
-                key=chain_key,
-                keyed_since=keyed_since,
-            )
-            derived = _DerivedState()
-            anchor_seqs = {int(a["seq"]) for a in anchors}
-            anchor_rows: dict[int, StoredRow] = {}
-            last = 0
-            while rows := _entries_after(cur, last, batch):
-                for raw in rows:
-                    row = _stored_row(raw)
-                    verifier.feed(row)
-                    derived.feed(row)
-                    if row.seq in anchor_seqs:
-                        anchor_rows[row.seq] = row
-                last = rows[-1][0]
-            cur.execute("SELECT last_seq, last_hash, mac FROM chain_head WHERE id = 1")
-            head_row = cur.fetchone()
-            if head_row is None:
-                raise StoreError("the audit store has no chain head row")
-            head_seq, head_hash, mac = int(head_row[0]), str(head_row[1]), head_row[2]
-            cur.execute(
-                "SELECT r.request_id, r.n_entries, COUNT(e.seq) FROM requests r "
-                "LEFT JOIN audit_entries e ON e.request_id = r.request_id AND e.kind <> %s "
-                "GROUP BY r.request_id, r.n_entries HAVING COUNT(e.seq) <> r.n_entries "
-                "ORDER BY r.request_id",
-                (KIND_MATERIAL_CHANGE,),
-            )
-            counts = [(str(r[0]), int(r[1]), int(r[2])) for r in cur.fetchall()]
-            cur.execute(
-                "SELECT request_id, trace_id, question, decision, confidence, tier, channel, "
-                "first_seq FROM requests"
-            )
-            request_rows = cur.fetchall()
-            cur.execute(
-                "SELECT request_id, route, reason, status, claimed_by, decided_by, action, "
-                "final_answer, decision_reason FROM review_queue"
-            )
-            queue_rows = cur.fetchall()
-        report = verifier.finish(head_seq, head_hash, counts)
-        report.store_id = store_id
-        report.store_keyed = since is not None
-        if chain_key is not None:
-            report.keyed = True
-            if keyed_since is not None and head_seq >= keyed_since:
-                expected = head_mac(chain_key, store_id or "", head_seq, head_hash)
-                if not (isinstance(mac, str) and hmac.compare_digest(mac, expected)):
-                    issues.append(
-                        ChainIssue(
-                            "changed",
-                            head_seq,
-                            None,
-                            "the chain head was moved by someone without the chain key (its "
-                            "MAC does not match): entries after it were removed, or forged",
-                        )
-                    )
-            elif keyed_since is not None and head_seq < keyed_since:
-                issues.append(
-                    ChainIssue(
-                        "removed",
-                        head_seq + 1,
-                        None,
-                        f"the chain is keyed from seq {keyed_since} but the head is at seq "
-                        f"{head_seq}: entries were removed",
-                    )
-                )
-        if anchors:
-            report.anchored = True
-            report.anchor_seq = max(anchor_seqs)
-            for anchor in anchors:
-                seq = int(anchor["seq"])
-                issues += _anchor_issues(anchor, store_id, head_seq, anchor_rows.get(seq))
-        issues += derived.compare(request_rows, queue_rows)
-        for issue in issues:
-            verifier._issue(issue)
-        return report
+            return check_chain(cur, chain_key, anchors, batch, max_issues)
 
     # -- metrics ------------------------------------------------------------------------------
     def metrics(
@@ -850,11 +547,11 @@ class SQLAuditStore(SQLReviewQueue):
         last = after_seq
         while True:
             with self._read() as cur:
-                rows = _entries_after(cur, last, batch)
+                rows = entries_after(cur, last, batch)
             if not rows:
                 return
             for row in rows:
-                yield _entry_from_row(row)
+                yield entry_from_row(row)
             last = rows[-1][0]
 
     def __enter__(self) -> SQLAuditStore:
@@ -867,8 +564,8 @@ class SQLAuditStore(SQLReviewQueue):
 class ChainedWrite:
     """One write transaction of ``SQLAuditStore.chained``: the cursor, and the chain."""
 
-    def __init__(self, store: SQLAuditStore, cursor: Cursor, head: _Head) -> None:
-        self._store = store
+    def __init__(self, log: ChainLog, cursor: Cursor, head: Head) -> None:
+        self._log = log
         self._head = head
         self.cursor = cursor
 
@@ -880,9 +577,9 @@ class ChainedWrite:
         reason: str | None = None,
     ) -> Entry:
         """Seal a ``material_change`` entry under the material's id."""
-        entry = material_change_entry(material_id, actor, payload, reason)
-        (sealed,) = self._store._append(self.cursor, self._head, [entry])
-        return sealed
+        return self._log.material_change(
+            self.cursor, self._head, material_id, actor, payload, reason
+        )
 
     def action(
         self,
@@ -895,191 +592,11 @@ class ChainedWrite:
         """Seal an action on a stored request (as ``append_action``; ``RequestNotFound``)."""
         if kind not in ACTION_KINDS or kind in REVIEW_KINDS:
             raise InvalidRecord(f"{kind!r} is not an action that can be chained here")
-        if not self._store._exists(self.cursor, request_id):
+        if not request_exists(self.cursor, request_id):
             raise RequestNotFound(request_id)
-        body = _action_payload(actor, payload, reason)
+        body = action_payload(actor, payload, reason)
         entry = Entry(request_id=request_id, kind=kind, payload=body, actor=actor)
-        (sealed,) = self._store._append(self.cursor, self._head, [entry])
-        return sealed
-
-
-def _anchor_issues(
-    expect: Mapping[str, Any], store_id: str | None, head_seq: int, row: StoredRow | None
-) -> list[ChainIssue]:
-    """What an outside anchor says about the chain."""
-    issues = []
-    seq, hash_ = int(expect["seq"]), str(expect.get("hash") or "")
-    want_id = expect.get("store_id")
-    if want_id and want_id != store_id:
-        issues.append(
-            ChainIssue(
-                "removed",
-                None,
-                None,
-                f"this is not the anchored store: store_id {store_id}, anchor {want_id} "
-                "(the store was replaced or recreated)",
-            )
-        )
-    if head_seq < seq:
-        issues.append(
-            ChainIssue(
-                "removed",
-                head_seq + 1,
-                None,
-                f"the chain ends at seq {head_seq} but the anchor saw seq {seq}: "
-                "entries were removed",
-                seq,
-            )
-        )
-    elif seq > 0 and row is None:
-        issues.append(ChainIssue("removed", seq, None, "the anchored entry is missing"))
-    elif row is not None and hash_ and row.hash != hash_:
-        issues.append(
-            ChainIssue(
-                "changed",
-                seq,
-                row.request_id,
-                "the anchored entry's hash differs from the anchor: the chain up to it was "
-                "rewritten",
-            )
-        )
-    return issues
-
-
-class _DerivedState:
-    """What the ``requests`` and ``review_queue`` tables must hold, rebuilt from the entries."""
-
-    def __init__(self) -> None:
-        self.requests: dict[str, dict[str, Any]] = {}
-        self.queue: dict[str, dict[str, Any]] = {}
-
-    def feed(self, row: StoredRow) -> None:
-        try:
-            payload = json.loads(row.payload_json)
-        except ValueError:
-            return  # reported by the hash check
-        if not isinstance(payload, dict) or row.kind == KIND_MATERIAL_CHANGE:
-            return  # a material change belongs to no request
-        req = self.requests.setdefault(row.request_id, {"first_seq": row.seq, "fields": {}})
-        if row.kind == KIND_REGISTER or row.kind == KIND_RESPONSE:
-            req["fields"].update(payload)
-        elif row.kind in REVIEW_KINDS:
-            self._review(row, payload)
-
-    def _review(self, row: StoredRow, payload: dict[str, Any]) -> None:
-        item = self.queue.get(row.request_id)
-        if row.kind == KIND_REVIEW_ENQUEUED:
-            if item is None:
-                self.queue[row.request_id] = {
-                    "route": payload.get("route"),
-                    "reason": _str_or_none(payload.get("reason")),
-                    "status": "pending",
-                    "claimed_by": None,
-                    "decided_by": None,
-                    "action": None,
-                    "final_answer": None,
-                    "decision_reason": None,
-                }
-            return
-        if item is None:
-            return
-        if row.kind == KIND_REVIEW_CLAIMED:
-            item.update(status="claimed", claimed_by=row.actor)
-        elif row.kind == KIND_REVIEW_RELEASED:
-            item.update(status="pending", claimed_by=None)
-        elif row.kind == KIND_REVIEW_DECISION:
-            item.update(
-                status="decided",
-                decided_by=row.actor,
-                action=payload.get("action"),
-                final_answer=payload.get("final_answer"),
-                decision_reason=payload.get("reason"),
-            )
-
-    def compare(self, request_rows: list[Any], queue_rows: list[Any]) -> list[ChainIssue]:
-        issues: list[ChainIssue] = []
-        inserted = "a request row with no entries in the chain"
-        for rid, r, want in _matched_rows(request_rows, self.requests, inserted, issues):
-            fields = _summary_fields(want["fields"])
-            have = {
-                "trace_id": r[1],
-                "question": r[2],
-                "decision": r[3],
-                "confidence": r[4],
-                "tier": r[5],
-                "channel": r[6],
-            }
-            for name, expected in fields.items():
-                got = have[name]
-                if name == "confidence" and expected is not None and got is not None:
-                    same = math.isclose(float(got), expected, rel_tol=1e-9, abs_tol=1e-12)
-                else:
-                    same = got == expected
-                if not same:
-                    issues.append(_changed(rid, f"requests.{name}", got, expected))
-            if int(r[7]) != want["first_seq"]:
-                issues.append(
-                    ChainIssue(
-                        "changed",
-                        None,
-                        rid,
-                        f"requests.first_seq is {r[7]} but its first entry is seq "
-                        f"{want['first_seq']}",
-                    )
-                )
-        issues += [
-            ChainIssue("removed", None, rid, "the request's row in requests was deleted")
-            for rid in _missing_rows(request_rows, self.requests)
-        ]
-        columns = (
-            "route",
-            "reason",
-            "status",
-            "claimed_by",
-            "decided_by",
-            "action",
-            "final_answer",
-            "decision_reason",
-        )
-        inserted = "a review item that the chain never enqueued"
-        for rid, q, want_item in _matched_rows(queue_rows, self.queue, inserted, issues):
-            for name, got in zip(columns, q[1:], strict=True):
-                if got != want_item[name]:
-                    issues.append(_changed(rid, f"review_queue.{name}", got, want_item[name]))
-        issues += [
-            ChainIssue(
-                "removed",
-                None,
-                rid,
-                f"the review item ({self.queue[rid]['status']}) was deleted from review_queue",
-            )
-            for rid in _missing_rows(queue_rows, self.queue)
-        ]
-        return issues
-
-
-def _matched_rows(
-    rows: list[Any], expected: Mapping[str, Any], inserted: str, issues: list[ChainIssue]
-) -> Iterator[tuple[str, Any, Any]]:
-    """Each table row (keyed by its first column) with what the chain says it holds; a row
-    the chain does not know is an ``inserted`` issue."""
-    for row in rows:
-        rid = str(row[0])
-        want = expected.get(rid)
-        if want is None:
-            issues.append(ChainIssue("inserted", None, rid, inserted))
-        else:
-            yield rid, row, want
-
-
-def _missing_rows(rows: list[Any], expected: Mapping[str, Any]) -> list[str]:
-    """The keys the chain knows that no table row has, in the chain's order."""
-    present = {str(row[0]) for row in rows}
-    return [rid for rid in expected if rid not in present]
-
-
-def _changed(rid: str, column: str, got: Any, expected: Any) -> ChainIssue:
-    return ChainIssue("changed", None, rid, f"{column} is {got!r} but the chain says {expected!r}")
+        return self._log.seal_one(self.cursor, self._head, entry)
 
 
 def _window(
@@ -1110,38 +627,3 @@ def opening(
     except BaseException:
         close()
         raise
-
-
-def _entries_after(cur: Any, seq: int, limit: int) -> list[Any]:
-    """Up to ``limit`` entry rows after ``seq``, in seq order."""
-    cur.execute(
-        f"SELECT {_ENTRY_COLUMNS} FROM audit_entries WHERE seq > %s ORDER BY seq LIMIT %s",
-        (seq, limit),
-    )
-    return list(cur.fetchall())
-
-
-def _stored_row(row: Sequence[Any]) -> StoredRow:
-    r = [str(v) for v in row[1:8]]
-    return StoredRow(int(row[0]), r[0], r[1], r[2], r[3], r[4], r[5], r[6], int(row[8] or 1))
-
-
-def _entry_from_row(row: Sequence[Any]) -> Entry:
-    try:
-        payload = json.loads(row[3])
-        if not isinstance(payload, dict):
-            payload = {"_value": payload}
-    except (TypeError, ValueError):
-        payload = {"_unparseable": row[3]}
-    return Entry(
-        seq=int(row[0]),
-        request_id=row[1],
-        kind=row[2],
-        payload=payload,
-        actor=row[4],
-        created_at=row[5],
-        prev_hash=row[6],
-        hash=row[7],
-        payload_json=row[3] if isinstance(row[3], str) else "",
-        chain_version=int(row[8] or 1),
-    )

@@ -6,7 +6,8 @@ transactions, so several processes may share the file; within a process one conn
 shared under a lock, so the store is safe to use from any thread. Every wait for a lock held
 by another process is bounded by ``busy_timeout_s`` (default 5 s), after which the operation
 fails (and the writer retries it). Plain ``UPDATE``/``DELETE`` on the log is refused by
-triggers (defence in depth; the hash chain is what makes tampering evident).
+triggers (defence in depth; the hash chain is what makes tampering evident). The connections,
+pragmas and transactions are ``tracerag._db``'s.
 
 ``create=False`` opens only an existing audit store: a missing file, a file without the audit
 tables, a directory or a file that is not a database raise ``StoreMissing``/``StoreError``.
@@ -15,17 +16,14 @@ While open, ``check()`` notices that the file was deleted or replaced (``StoreVa
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 import sqlite3
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from tracerag.errors import ConfigurationError
+from tracerag._db import SQLiteDB
+from tracerag._db import _sqlite as sqlite
 from tracerag.store import _migrations as migrations
 from tracerag.store._base import StoreError, StoreMissing, StoreVanished
 from tracerag.store._migrations import SCHEMA_VERSION
@@ -33,60 +31,6 @@ from tracerag.store._sql import Cursor, SQLAuditStore, _Head, opening
 
 MIGRATIONS = migrations.MIGRATIONS
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteAuditStore", "migrate", "schema_version"]
-
-_FORMAT_TOKEN = re.compile(r"%[s%]")
-
-
-@functools.lru_cache(maxsize=512)
-def to_qmark(sql: str) -> str:
-    """A ``format``-paramstyle statement in ``qmark`` style: ``%s`` → ``?``, ``%%`` → ``%``."""
-    return _FORMAT_TOKEN.sub(lambda m: "?" if m.group(0) == "%s" else "%", sql)
-
-
-class QmarkCursor:
-    """An sqlite3 cursor taking the shared SQL's ``format``-style parameters."""
-
-    def __init__(self, cur: sqlite3.Cursor) -> None:
-        self._cur = cur
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        if params:
-            return self._cur.execute(to_qmark(sql), params)
-        return self._cur.execute(sql)
-
-    def executemany(self, sql: str, params_seq: Sequence[Sequence[Any]]) -> Any:
-        return self._cur.executemany(to_qmark(sql), params_seq)
-
-    def fetchone(self) -> Any:
-        return self._cur.fetchone()
-
-    def fetchall(self) -> list[Any]:
-        return self._cur.fetchall()
-
-    def close(self) -> None:
-        self._cur.close()
-
-
-@contextmanager
-def transaction(conn: sqlite3.Connection, begin: str = "BEGIN") -> Iterator[sqlite3.Cursor]:
-    """A cursor in one transaction on an autocommit connection: committed when the block ends,
-    rolled back when the block (or the commit) fails."""
-    cur = conn.cursor()
-    cur.execute(begin)
-    try:
-        yield cur
-    except BaseException:
-        cur.execute("ROLLBACK")
-        raise
-    else:
-        try:
-            cur.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                cur.execute("ROLLBACK")
-            raise
-    finally:
-        cur.close()
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
@@ -96,11 +40,9 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return int(row[0] or 0)
 
 
-def _has_schema(conn: sqlite3.Connection) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
-    ).fetchone()
-    return row is not None
+def _has_schema(cur: Cursor) -> bool:
+    cur.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'")
+    return cur.fetchone() is not None
 
 
 def migrate(conn: sqlite3.Connection, target: int | None = None) -> int:
@@ -108,8 +50,11 @@ def migrate(conn: sqlite3.Connection, target: int | None = None) -> int:
 
     ``conn`` must be in autocommit mode (``isolation_level=None``).
     """
-    with transaction(conn, "BEGIN IMMEDIATE") as cur:
-        return migrations.apply(QmarkCursor(cur), "sqlite", target)
+    return sqlite.migrate(conn, migrations.AUDIT, target)
+
+
+def _closed() -> StoreError:
+    return StoreError("the audit store is closed")
 
 
 class SQLiteAuditStore(SQLAuditStore):
@@ -127,10 +72,12 @@ class SQLiteAuditStore(SQLAuditStore):
     ) -> None:
         super().__init__(auto_enqueue=auto_enqueue, chain_key=chain_key)
         self.path = str(path)
+        self._busy_timeout_s = busy_timeout_s
         self._file_id: tuple[int, int] | None = None
-        if self.path == ":memory:":
+        memory = self.path == ":memory:"
+        if memory:
             create = True  # nothing to find, nothing left behind
-        if self.path != ":memory:":
+        else:
             target = Path(self.path).expanduser()
             self.path = str(target)
             if target.is_dir():
@@ -139,54 +86,55 @@ class SQLiteAuditStore(SQLAuditStore):
                 raise StoreMissing(f"no audit store at {self.path} (the file does not exist)")
             if create:
                 target.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.RLock()
+        self._db = SQLiteDB(
+            lambda: self._connect(synchronous, create=create),
+            closed_error=_closed,
+        )
+        with opening(
+            self._db.close, sqlite3.DatabaseError, f"{self.path} is not a usable SQLite audit store"
+        ):
+            if not create:
+                with self._db.read() as cur:
+                    if not _has_schema(cur):
+                        raise StoreMissing(f"{self.path} holds no audit store (no audit tables)")
+            self.schema_version = self._db.migrate(migrations.AUDIT)
+            if not memory:
+                st = os.stat(self.path)
+                self._file_id = (st.st_dev, st.st_ino)
+
+    def _connect(self, synchronous: str, *, create: bool) -> sqlite3.Connection:
+        """The store's connection: WAL (a file), ``synchronous``, bounded busy waits."""
+        memory = self.path == ":memory:"
         try:
-            self._conn = sqlite3.connect(
-                self.path if create or self.path == ":memory:" else _uri(self.path, "rw"),
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=busy_timeout_s,
-                uri=not create and self.path != ":memory:",
+            conn = sqlite.connect(
+                self.path, busy_timeout_s=self._busy_timeout_s, mode="rwc" if create else "rw"
             )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the SQLite audit store {self.path}: {exc}") from exc
         with opening(
-            self._conn.close,
-            sqlite3.DatabaseError,
-            f"{self.path} is not a usable SQLite audit store",
+            conn.close, sqlite3.DatabaseError, f"{self.path} is not a usable SQLite audit store"
         ):
-            if self.path != ":memory:":
-                mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
-                    raise StoreError(f"could not put {self.path} in WAL mode (got {mode})")
-            if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
-                raise ConfigurationError(f"unknown synchronous level {synchronous!r}")
-            self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
-            self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-            self._conn.execute("PRAGMA foreign_keys=ON")
-            if not create and not _has_schema(self._conn):
-                raise StoreMissing(f"{self.path} holds no audit store (no audit tables)")
-            self.schema_version = migrate(self._conn)
-            if self.path != ":memory:":
-                st = os.stat(self.path)
-                self._file_id = (st.st_dev, st.st_ino)
-        self._closed = False
+            mode = sqlite.configure(
+                conn,
+                busy_timeout_s=self._busy_timeout_s,
+                synchronous=synchronous,
+                wal=not memory,
+                foreign_keys=True,
+            )
+            if not memory and mode != "wal":
+                raise StoreError(f"could not put {self.path} in WAL mode (got {mode})")
+        return conn
 
     @contextmanager
     def _write(self) -> Iterator[tuple[Cursor, _Head]]:
-        with self._lock:
-            self._check_open()
-            with transaction(self._conn, "BEGIN IMMEDIATE") as raw:
-                cur = QmarkCursor(raw)
-                yield cur, self._read_head(cur)
+        with self._db.write() as cur:
+            yield cur, self._read_head(cur)
 
     @contextmanager
     def _read(self) -> Iterator[Cursor]:
-        with self._lock:
-            self._check_open()
-            # one consistent snapshot for multi-query reads
-            with transaction(self._conn) as raw:
-                yield QmarkCursor(raw)
+        # one consistent snapshot for multi-query reads
+        with self._db.read() as cur:
+            yield cur
 
     @contextmanager
     def _snapshot(self) -> Iterator[Cursor]:
@@ -195,22 +143,17 @@ class SQLiteAuditStore(SQLAuditStore):
                 yield cur
             return
         self._check_open()
-        # A separate read-only connection: in WAL mode it reads a consistent snapshot while
-        # this store's connection goes on writing.
-        conn = sqlite3.connect(_uri(self.path, "ro"), uri=True, isolation_level=None)
-        try:
-            with transaction(conn) as raw:
-                yield QmarkCursor(raw)
-        finally:
-            conn.close()
+        # a connection of its own: it reads one snapshot while this store's goes on writing
+        with sqlite.read_only(self.path, busy_timeout_s=self._busy_timeout_s) as cur:
+            yield cur
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise StoreError("the audit store is closed")
+        if self._db.closed:
+            raise _closed()
 
     def interrupt(self) -> None:
         """Make the statement in progress fail now (``sqlite3.OperationalError``)."""
-        self._conn.interrupt()
+        self._db.interrupt()
 
     def check(self) -> None:
         """Raise ``StoreVanished`` if the file was deleted or replaced since it was opened."""
@@ -230,17 +173,10 @@ class SQLiteAuditStore(SQLAuditStore):
     @property
     def closed(self) -> bool:
         """True once ``close()`` was called."""
-        return self._closed
+        return self._db.closed
 
     def close(self) -> None:
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._conn.close()
+        self._db.close()
 
     def __repr__(self) -> str:
         return f"SQLiteAuditStore({self.path!r})"
-
-
-def _uri(path: str, mode: str) -> str:
-    return Path(path).resolve().as_uri() + f"?mode={mode}"

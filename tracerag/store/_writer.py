@@ -51,150 +51,50 @@ The store's identity (``store_id`` and chain genesis, see ``SQLAuditStore.identi
 remembered — in the journal directory when there is one — and every later open must find the
 same store: a store that vanished or was replaced by another (an empty one included) is never
 written to; the records wait in the journal and the writer reports not ready.
+
+The writer composes its parts, each a module of its own: the buffer or journal
+(``_buffer``), the drain loop (``_drain``), the retry policy (``_retry``), the store's health
+and the watchdog (``_health``), the store link and its identity (``_link``), the head export
+(``_anchor``) and the journal's group commit (``_committer``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
-import contextlib
-import inspect
-import itertools
 import json
 import logging
-import random
-import sqlite3
 import threading
 import time
-import uuid
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
 from tracerag.store._anchor import HeadAnchor, anchor_path
-from tracerag.store._base import (
-    AuditStore,
-    DuplicateRequest,
-    InvalidRecord,
-    StoreError,
-    StoreReplaced,
-    StoreVanished,
-)
+from tracerag.store._base import AuditStore
+from tracerag.store._buffer import Item, JournalBuffer, MemoryBuffer, encode_record, request_id_of
 from tracerag.store._committer import JournalCommitter
-from tracerag.store._journal import (
-    FRAME_QUARANTINE,
-    FRAME_RECORD,
-    IDENTITY_FILE,
-    Frame,
-    Journal,
-    JournalError,
-    open_journal,
-)
-from tracerag.store._sql import StoreFailing
+from tracerag.store._drain import QUARANTINED, REFUSED, Drain, Outcomes
+from tracerag.store._health import StoreHealth
+from tracerag.store._journal import FRAME_QUARANTINE, Journal, JournalError, open_journal
+from tracerag.store._kept import Kept
+from tracerag.store._link import StoreLink
+from tracerag.store._retry import RetryPolicy
+from tracerag.telemetry import _instruments as metrics
 
 logger = logging.getLogger("tracerag.audit")
 
 DropHook = Callable[[Mapping[str, Any], str], None]
 
 DROP_BUFFER_FULL = "buffer_full"
-DROP_INVALID = "invalid_record"
 DROP_SHUTDOWN = "shutdown"
 DROP_CLOSED = "writer_closed"
 DROP_JOURNAL = "journal_failed"
 
-QUARANTINED = "quarantined"
-#: the outcome of a journal frame the chain key does not vouch for: kept aside, never sealed
-REFUSED = "refused"
-#: the type of an item read from a journal frame that is not authentic
-FRAME_REFUSED = b"X"
 _UNSET: Any = object()
-#: the longest escaped copy of a poisoned record kept in its quarantined entry
-MAX_QUARANTINE_RAW = 256 * 1024
-#: failed attempts on one batch before the writer asks the store whether it is the record
-POISON_PROBE_AFTER = 3
-
-
-def _request_id(record: Any) -> str | None:
-    if isinstance(record, Mapping):
-        rid = record.get("request_id")
-        if isinstance(rid, str) and rid.strip() and "\x00" not in rid:
-            return rid
-    return None
-
-
-@dataclass
-class _Item:
-    """One accepted record: its encoded form and where it sits in the journal."""
-
-    request_id: str
-    type: bytes
-    payload: bytes
-    position: tuple[int, int] | None = None
-    record: Any = None  # the payload decoded, once read back from the journal
-    accepted_at: float = 0.0  # monotonic time it was accepted (in memory)
-    frame: Frame | None = None  # the journal frame, kept for a refused one
-
-    @property
-    def size(self) -> int:
-        return len(self.payload)
-
-
-def encode_record(record: Any) -> _Item:
-    """The record as journal payload, or its quarantine form when it cannot be encoded."""
-    rid = _request_id(record)
-    try:
-        if not isinstance(record, Mapping):
-            raise InvalidRecord(f"an audit record must be a mapping, not {type(record).__name__}")
-        if rid is None:
-            raise InvalidRecord("an audit record needs a non-empty string request_id")
-        text = json.dumps(record, ensure_ascii=False, allow_nan=True, separators=(",", ":"))
-        return _Item(rid, FRAME_RECORD, text.encode("utf-8"))
-    except (TypeError, ValueError, UnicodeError, RecursionError, InvalidRecord) as exc:
-        return quarantine_item(record, rid, f"{type(exc).__name__}: {exc}")
-
-
-def quarantine_item(record: Any, request_id: str | None, reason: str) -> _Item:
-    """A quarantine frame for a record: the reason and an ASCII-escaped copy of it."""
-    rid = request_id or f"<no request_id>-{uuid.uuid4().hex}"
-    try:
-        raw = json.dumps(record, ensure_ascii=True, allow_nan=True, default=repr)
-    except (TypeError, ValueError, RecursionError):
-        raw = ascii(record)
-    truncated = len(raw) > MAX_QUARANTINE_RAW
-    body = {
-        "request_id": rid,
-        "reason": reason[:2000],
-        "raw": raw[:MAX_QUARANTINE_RAW],
-        "raw_truncated": truncated,
-    }
-    return _Item(rid, FRAME_QUARANTINE, json.dumps(body, ensure_ascii=True).encode("ascii"))
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for failures of the store (retry later), False for problems of the record itself."""
-    if isinstance(exc, InvalidRecord):
-        return False
-    if isinstance(exc, (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.ProgrammingError)):
-        return False
-    try:
-        import psycopg
-
-        if isinstance(exc, psycopg.DataError):
-            return False
-        if isinstance(exc, psycopg.Error):
-            return True
-    except ImportError:  # pragma: no cover - without the postgres extra
-        pass
-    return isinstance(exc, (StoreError, OSError, sqlite3.Error, TimeoutError))
-
-
-def _metrics() -> Any:
-    from tracerag.telemetry import _instruments as metrics
-
-    return metrics
 
 
 class AuditWriter:
@@ -208,6 +108,24 @@ class AuditWriter:
     key, else ``TRACERAG_CHAIN_KEY``); ``anchor`` is where the chain head is exported (a file or
     a directory; default ``TRACERAG_AUDIT_ANCHOR``, else the journal directory; False: nowhere).
     """
+
+    # settings kept by the parts that use them
+    max_buffer = Kept[int]("_buffer", "max_items")
+    max_buffer_bytes = Kept[int]("_buffer", "max_bytes")
+    batch_size = Kept[int]("_drain")
+    batch_bytes = Kept[int]("_drain")
+    batch_delay = Kept[float]("_drain")
+    #: open the store at start and ping it while idle (every ``probe_interval`` seconds;
+    #: while it fails, with a backoff from ``backoff_initial`` up to ``probe_max``), so
+    #: ``ready()`` follows the store without traffic and a recovered store is written to at once
+    probe_idle = Kept[bool]("_drain")
+    op_timeout = Kept[float]("_health")
+    probe_interval = Kept[float]("_health")
+    probe_max = Kept[float]("_health")
+    last_error = Kept["BaseException | None"]("_health")
+    failures = Kept[int]("_health")  # failed write attempts (each retry counts)
+    backoff_initial = Kept[float]("_retry", "initial")
+    backoff_max = Kept[float]("_retry", "maximum")
 
     def __init__(
         self,
@@ -236,43 +154,13 @@ class AuditWriter:
     ) -> None:
         if max_buffer < 1:
             raise ConfigurationError("max_buffer must be at least 1")
-        if hasattr(store, "append_record"):
-            self._store: Any = store
-            self._open: Callable[..., AuditStore] | None = None
-            self._open_takes_create = False
-        else:
-            self._store = None
-            self._open = store
-            try:
-                params = inspect.signature(store).parameters
-                self._open_takes_create = "create" in params or any(
-                    p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
-                )
-            except (TypeError, ValueError):
-                self._open_takes_create = False
-        self.max_buffer = max_buffer
-        self.max_buffer_bytes = max_buffer_bytes
-        self.batch_size = max(1, batch_size)
-        self.batch_bytes = max(1, batch_bytes)
-        #: journaled, how long the drain lets records gather before a store commit (they are
-        #: durable already; fewer, larger commits cost the store and the disk less)
-        self.batch_delay = batch_delay
         self.on_drop = on_drop
         self.close_timeout = close_timeout
         self.durable_timeout = durable_timeout
-        self.op_timeout = op_timeout
-        self.backoff_initial = backoff_initial
-        self.backoff_max = backoff_max
-        #: open the store at start and ping it while idle (every ``probe_interval`` seconds;
-        #: while it fails, with a backoff from ``backoff_initial`` up to ``probe_max``), so
-        #: ``ready()`` follows the store without traffic and a recovered store is written to
-        #: at once
-        self.probe_idle = probe_idle
-        self.probe_interval = probe_interval
-        self.probe_max = probe_max
         self._remember = max(remember, 2 * max_buffer)
         if chain_key is _UNSET:
-            chain_key = getattr(self._store, "chain_key", None) or get_config().chain_key
+            given = store if hasattr(store, "append_record") else None
+            chain_key = getattr(given, "chain_key", None) or get_config().chain_key
         if journal is not None and not isinstance(journal, Journal):
             journal = open_journal(journal, key=chain_key)
         self.journal: Journal | None = journal
@@ -282,31 +170,51 @@ class AuditWriter:
                 "the audit chain head is not exported (no journal and no TRACERAG_AUDIT_ANCHOR): "
                 "without an anchor, tracerag audit verify cannot see the newest entries removed"
             )
-        self._buffer: deque[_Item] = deque()
-        self._buffer_bytes = 0
-        self._cursor: tuple[int, int] | None = journal.first_position() if journal else None
+        self._buffer = MemoryBuffer(max_buffer, max_buffer_bytes)
+        self._records: MemoryBuffer | JournalBuffer = (
+            self._buffer if journal is None else JournalBuffer(journal)
+        )
         self._status: OrderedDict[str, bool | None] = OrderedDict()
         self._cond = threading.Condition()
-        self._wake = threading.Event()  # cuts a backoff sleep short on close/abort
-        self._busy = False
+        self._stop = threading.Event()  # set on abort: cuts every wait of the parts short
         self._closing = False
         self._closed = False
-        self._abort = False
-        self._failing = False
-        self._failing_since: float | None = None
-        self._op_started: float | None = None
-        self._identity: dict[str, Any] | None = (
-            journal.read_json(IDENTITY_FILE) if journal is not None else None
-        )
-        self.last_error: BaseException | None = None
         self.written = 0
         self.dropped = 0
         self.quarantined = 0
         self.refused = 0  # journal frames refused as not authentic (kept aside)
-        self.failures = 0  # failed write attempts (each retry counts)
         self.durable_timeouts = 0  # submit_durable waits that ended without a commit
         self.recovered = journal.recovered if journal is not None else 0
         self._backlog = 0
+        self._link = StoreLink(store, journal)
+        self._retry = RetryPolicy(backoff_initial, backoff_max)
+        self._health = StoreHealth(
+            self._link,
+            self._retry,
+            self._cond,
+            self._stop,
+            op_timeout=op_timeout,
+            probe_interval=probe_interval,
+            probe_max=probe_max,
+            pending=lambda: self._backlog,
+            journaled=journal is not None,
+        )
+        self._drain = Drain(
+            self._records,
+            self._link,
+            self._health,
+            self._retry,
+            self._cond,
+            self._stop,
+            settle=self._settle,
+            export_head=self._export_head,
+            closing=lambda: self._closing,
+            pending=lambda: self._backlog,
+            batch_size=batch_size,
+            batch_bytes=batch_bytes,
+            batch_delay=batch_delay,
+            probe_idle=probe_idle,
+        )
         if journal is not None and journal.recovered:
             self._backlog_add(journal.recovered)
             logger.warning(
@@ -314,18 +222,20 @@ class AuditWriter:
                 journal.directory,
                 journal.recovered,
             )
-        self._op_seq = 0
-        self._next_probe = 0.0
-        self._idle_failures = 0
         # event-loop submissions waiting for the journal committer (see asubmit_durable)
         self._committer: JournalCommitter | None = (
             JournalCommitter(journal, self._journal_unsynced, f"{name}-journal")
             if journal is not None
             else None
         )
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._drain.run, name=name, daemon=True)
         self._thread.start()
-        self._watchdog = threading.Thread(target=self._watch, name=f"{name}-watchdog", daemon=True)
+        self._watchdog = threading.Thread(
+            target=self._health.watch,
+            args=(lambda: self._stop.is_set() or self._closed,),
+            name=f"{name}-watchdog",
+            daemon=True,
+        )
         self._watchdog.start()
         atexit.register(self._atexit)
 
@@ -364,14 +274,14 @@ class AuditWriter:
             return False
         if self.journal is not None:
             return True
-        rid = _request_id(record)
+        rid = request_id_of(record)
         if rid is None:
             return False
         wait = self.durable_timeout if timeout is None else timeout
         now = time.monotonic()
         deadline = now + wait
         with self._cond:
-            head = self._buffer[0] if self._buffer else None
+            head = self._buffer.head()
             if head is not None and head.request_id != rid and head.accepted_at < now - wait:
                 # the store has been stuck for a whole wait already: do not wait again (one
                 # stalled store must not stall every answer in turn)
@@ -381,7 +291,7 @@ class AuditWriter:
                 if state is not None:
                     return state is True
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._failing or self._closed:
+                if remaining <= 0 or self._health.failing or self._closed:
                     if remaining <= 0:
                         self.durable_timeouts += 1
                     return False
@@ -396,8 +306,6 @@ class AuditWriter:
         them). The write is kept off the loop too: a ``write`` to a file being synced can block
         in the kernel until the sync ends, which would stall every request of the loop.
         """
-        import asyncio
-
         loop = asyncio.get_running_loop()
         if self.journal is None or self._committer is None:
             return await loop.run_in_executor(None, self.submit_durable, record)
@@ -434,18 +342,12 @@ class AuditWriter:
         with self._cond:
             if self._closing or self._closed:
                 reason = DROP_CLOSED
-            elif self.journal is None and (
-                len(self._buffer) >= self.max_buffer
-                or self._buffer_bytes + item.size > self.max_buffer_bytes
-            ):
+            elif self.journal is None and self._buffer.refuses(item):
                 reason = DROP_BUFFER_FULL
         ticket = 0
-        if reason is None and self.journal is not None:
+        if reason is None and isinstance(self._records, JournalBuffer):
             try:
-                if sync:
-                    self.journal.append(item.type, item.payload)
-                else:
-                    ticket = self.journal.write(item.type, item.payload)
+                ticket = self._records.put(item, sync)
             except (JournalError, OSError) as exc:
                 reason = f"{DROP_JOURNAL}: {exc}"
         if reason is not None:
@@ -453,9 +355,7 @@ class AuditWriter:
             return False
         with self._cond:
             if self.journal is None:
-                item.accepted_at = time.monotonic()
-                self._buffer.append(item)
-                self._buffer_bytes += item.size
+                self._buffer.put(item)
             self._set_status(item.request_id, None)
             self._cond.notify_all()
         self._backlog_add(1)
@@ -468,7 +368,7 @@ class AuditWriter:
 
         Raises whatever the store raises (``DuplicateRequest``, ``InvalidRecord``, ...).
         """
-        store = self._ensure_store()
+        store = self._link.ensure()
         store.append_record(record)
         with self._cond:
             self.written += 1
@@ -483,12 +383,7 @@ class AuditWriter:
     def healthy(self) -> bool:
         """False while the store is failing, the buffer is full, or the writer is closed."""
         with self._cond:
-            return not (self._failing or self._closing or self._full())
-
-    def _full(self) -> bool:
-        if self.journal is not None:
-            return self.journal.size >= self.journal.max_bytes
-        return len(self._buffer) >= self.max_buffer or self._buffer_bytes >= self.max_buffer_bytes
+            return not (self._health.failing or self._closing or self._records.full())
 
     def ready(self) -> bool:
         """True when the store is open, is the expected one, writes succeed and none hangs."""
@@ -498,31 +393,27 @@ class AuditWriter:
         """The writer's state for a readiness probe or an operator."""
         with self._cond:
             now = time.monotonic()
-            hanging = (
-                now - self._op_started
-                if self._op_started is not None and now - self._op_started > self.op_timeout
-                else None
-            )
-            store_open = self._store is not None
+            health = self._health
+            hanging = health.hanging(now)
+            failing_for = health.failing_for(now)
+            store_open = self._link.store is not None
             out = {
                 "ready": (
                     store_open
-                    and not self._failing
+                    and not health.failing
                     and not self._closing
-                    and not self._full()
+                    and not self._records.full()
                     and hanging is None
                 ),
                 "store_open": store_open,
-                "failing": self._failing,
-                "failing_for_s": None
-                if self._failing_since is None
-                else round(now - self._failing_since, 3),
+                "failing": health.failing,
+                "failing_for_s": None if failing_for is None else round(failing_for, 3),
                 "last_error": None
                 if self.last_error is None
                 else f"{type(self.last_error).__name__}: {self.last_error}",
                 "operation_hanging_s": None if hanging is None else round(hanging, 3),
                 "backlog": self._backlog,
-                "buffered_bytes": self._buffer_bytes,
+                "buffered_bytes": self._buffer.bytes,
                 "journal": str(self.journal.directory) if self.journal else None,
                 "journal_bytes": self.journal.size if self.journal else None,
                 "journal_keyed": self.journal.keyed if self.journal else None,
@@ -548,7 +439,7 @@ class AuditWriter:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             self._cond.notify_all()
-            while self._backlog > 0 or self._busy:
+            while self._backlog > 0 or self._drain.busy:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
@@ -572,15 +463,12 @@ class AuditWriter:
             self._committer.stop(timeout)
         drained = self.flush(timeout)
         with self._cond:
-            self._abort = True
-            self._wake.set()
+            self._stop.set()
             self._cond.notify_all()
         self._thread.join(max(1.0, timeout))
         with self._cond:
             self._closed = True
-            leftover = list(self._buffer)
-            self._buffer.clear()
-            self._buffer_bytes = 0
+            leftover = self._buffer.take_all()
             backlog = self._backlog
         for item in leftover:
             self._drop_item(item, DROP_SHUTDOWN, None)
@@ -593,10 +481,8 @@ class AuditWriter:
             )
         self._export_head(force=True)
         if self.journal is not None:
-            self.journal.close(drained=backlog == 0 and not self._has_work())
-        with contextlib.suppress(Exception):
-            if self._open is not None and self._store is not None:
-                self._store.close()
+            self.journal.close(drained=backlog == 0 and not self._drain.has_work())
+        self._link.close()
         atexit.unregister(self._atexit)
         return drained and not leftover and (self.journal is None or backlog == 0)
 
@@ -620,11 +506,11 @@ class AuditWriter:
         with self._cond:
             self._backlog += n
         try:
-            _metrics().record_audit_backlog(n)
+            metrics.record_audit_backlog(n)
         except Exception:  # pragma: no cover - metrics never break the writer
             logger.debug("could not record the audit backlog", exc_info=True)
 
-    def _drop_item(self, item: _Item, reason: str, record: Mapping[str, Any] | None) -> None:
+    def _drop_item(self, item: Item, reason: str, record: Mapping[str, Any] | None) -> None:
         with self._cond:
             self.dropped += 1
             self._set_status(item.request_id, False)
@@ -637,7 +523,7 @@ class AuditWriter:
             total,
         )
         try:
-            _metrics().record_audit_failure(reason.split(":", 1)[0], dropped=True)
+            metrics.record_audit_failure(reason.split(":", 1)[0], dropped=True)
         except Exception:  # pragma: no cover
             logger.debug("could not count a dropped record", exc_info=True)
         if self.on_drop is not None:
@@ -651,211 +537,9 @@ class AuditWriter:
             except Exception:
                 logger.exception("on_drop hook failed for request_id=%s", item.request_id)
 
-    # -- the store ----------------------------------------------------------------------------
-    def _ensure_store(self) -> Any:
-        if self._store is None:
-            assert self._open is not None
-            if self._identity is not None and self._open_takes_create:
-                store = self._open(create=False)
-            else:
-                store = self._open()
-            try:
-                self._check_identity(store)
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    store.close()
-                raise
-            self._store = store
-        else:
-            check = getattr(self._store, "check", None)
-            if check is not None:
-                check()  # raises when the store vanished under us
-        return self._store
-
-    def _check_identity(self, store: Any) -> None:
-        identity_of = getattr(store, "identity", None)
-        if identity_of is None:
-            return
-        found = identity_of()
-        expected = self._identity
-        if expected is None:
-            self._identity = found
-            if self.journal is not None:
-                self.journal.write_json(IDENTITY_FILE, found)
-            return
-        if found.get("store_id") != expected.get("store_id") or found.get(
-            "genesis"
-        ) != expected.get("genesis"):
-            raise StoreReplaced(
-                f"the audit store at {found.get('location')} is not the one written before "
-                f"(store_id {found.get('store_id')}, expected {expected.get('store_id')}): "
-                "it was replaced or recreated; records are kept"
-                + (f" in the journal {self.journal.directory}" if self.journal else "")
-                + " and not written to it"
-            )
-
-    def _discard_store(self) -> None:
-        """Forget a store that vanished or was replaced; it is reopened (never created)."""
-        if self._open is None:
-            return
-        store, self._store = self._store, None
-        if store is not None:
-            with contextlib.suppress(Exception):
-                store.close()
-
     def _export_head(self, force: bool = False) -> None:
         """Export the store's chain head to the anchor (see ``HeadAnchor.export``)."""
-        self._head_anchor.export(self._store, self._timed, force=force)
-
-    # -- background thread --------------------------------------------------------------------
-    def _peek(self) -> list[_Item]:
-        if self.journal is None:
-            with self._cond:
-                items: list[_Item] = []
-                size = 0
-                for item in itertools.islice(self._buffer, self.batch_size):
-                    if items and size + item.size > self.batch_bytes:
-                        break
-                    items.append(item)
-                    size += item.size
-                return items
-        assert self._cursor is not None
-        frames = self.journal.read(
-            *self._cursor, max_frames=self.batch_size, max_bytes=self.batch_bytes
-        )
-        items = []
-        for f in frames:
-            decoded: Any = None
-            with contextlib.suppress(ValueError):
-                decoded = json.loads(f.payload)
-            rid = decoded.get("request_id") if isinstance(decoded, dict) else None
-            if not f.authentic:
-                items.append(_Item(str(rid or ""), FRAME_REFUSED, f.payload, (f.segment, f.end)))
-                items[-1].frame = f
-                continue
-            record = decoded if f.type == FRAME_RECORD else None
-            items.append(_Item(str(rid or ""), f.type, f.payload, (f.segment, f.end), record))
-        return items
-
-    def _ack(self, items: list[_Item]) -> None:
-        if not items:
-            return
-        if self.journal is None:
-            with self._cond:
-                for item in items:
-                    if self._buffer and self._buffer[0] is item:
-                        self._buffer.popleft()
-                        self._buffer_bytes -= item.size
-        else:
-            last = items[-1].position
-            assert last is not None
-            self._cursor = last
-            self.journal.release(*last)
-
-    def _has_work(self) -> bool:
-        if self.journal is None:
-            return bool(self._buffer)
-        assert self._cursor is not None
-        return self.journal.pending_after(*self._cursor) > 0
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                if self._abort:
-                    return
-                work = self._has_work()
-                if not work:
-                    idle = 0.5 if self._closing else 1.0
-                    if self._failing and self.probe_idle:
-                        # degraded: wake for the next probe, not a whole idle second later
-                        idle = min(idle, max(0.01, self._next_probe - time.monotonic()))
-                    self._cond.wait(idle)
-                    if self._abort:
-                        return
-                    work = self._has_work()
-                self._busy = work
-            if work:
-                if (
-                    self.journal is not None
-                    and self.batch_delay > 0
-                    and not self._closing
-                    and self._cursor is not None
-                    and self.journal.pending_after(*self._cursor) < self.batch_bytes
-                ):
-                    # gather a fuller batch; a backlog of a full batch or more (at full load,
-                    # after an outage) is written at once, else the wait caps the drain rate
-                    self._wake.wait(self.batch_delay)
-                try:
-                    items = self._peek()
-                except JournalError as exc:  # pragma: no cover - a corrupt segment mid-journal
-                    logger.error("audit journal unreadable: %s", exc)
-                    items = []
-                outcomes = self._write_with_retry(items) if items else []
-                if outcomes is None:  # aborted: records stay in the buffer or the journal
-                    with self._cond:
-                        self._busy = False
-                        self._cond.notify_all()
-                    return
-                self._ack(items)
-                self._settle(items, outcomes)
-            if not work and not self._closing and self.probe_idle:
-                self._probe_idle()
-            if self._store is not None:
-                self._export_head()
-            with self._cond:
-                self._busy = False
-                self._cond.notify_all()
-
-    def _probe_idle(self) -> None:
-        """While idle, keep readiness true to the store: open it, ping it, notice it vanish.
-
-        Healthy, the store is pinged every ``probe_interval`` seconds; failing, with a short
-        backoff (``backoff_initial`` doubling up to ``probe_max``), so a store that comes back
-        is known to be back within about ``probe_max`` seconds, with or without traffic.
-        """
-        now = time.monotonic()
-        if now < self._next_probe:
-            return
-        if self._probe_store():
-            self._next_probe = time.monotonic() + self.probe_interval
-            if self._idle_failures or self._failing:
-                self._idle_failures = 0
-                self._recovered()
-            return
-        self._idle_failures += 1
-        self._next_probe = time.monotonic() + self._probe_delay(self._idle_failures)
-
-    def _probe_delay(self, failures: int) -> float:
-        exponent = min(max(0, failures - 1), 30)
-        return float(min(self.probe_max, self.backoff_initial * (2.0**exponent)))
-
-    def _probe_store(self) -> bool:
-        """Open the store if needed and ping it; False (the store marked failing) if it fails."""
-        try:
-            store = self._timed(self._ensure_store)
-            ping = getattr(store, "ping", None)
-            if ping is not None:
-                self._timed(ping)
-            return True
-        except Exception as exc:
-            with self._cond:
-                first = not self._failing
-                if first:
-                    self._failing_since = time.monotonic()
-                self._failing = True
-                changed = type(exc) is not type(self.last_error)
-                self.last_error = exc
-                self._cond.notify_all()
-            if isinstance(exc, (StoreReplaced, StoreVanished)):
-                self._discard_store()
-            (logger.warning if first or changed else logger.debug)(
-                "audit store not answering (%d pending%s): %s: %s",
-                self._backlog,
-                ", kept in the journal" if self.journal is not None else "",
-                type(exc).__name__,
-                exc,
-            )
-            return False
+        self._head_anchor.export(self._link.store, self._health.timed, force=force)
 
     def report_failure(self, exc: BaseException) -> None:
         """A store failure seen outside the writer (a direct commit that failed or hung).
@@ -863,37 +547,10 @@ class AuditWriter:
         The writer then reports not ready and probes the store (see ``probe_max``) until it
         answers again.
         """
-        with self._cond:
-            if not self._failing:
-                self._failing_since = time.monotonic()
-            self._failing = True
-            self.last_error = exc
-            self._next_probe = time.monotonic() + self.backoff_initial
-            self._cond.notify_all()
+        self._health.report(exc)
 
-    def _wait_to_retry(self, delay: float) -> None:
-        """Wait ``delay`` before retrying a batch, cut short once a store that was down
-        answers again (probed with a short backoff meanwhile)."""
-        deadline = time.monotonic() + delay
-        probes = 0
-        was_down = False
-        while not self._abort:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            probes += 1
-            self._wake.wait(min(remaining, self._probe_delay(probes)))
-            if self._abort or time.monotonic() >= deadline:
-                return
-            if self._probe_store():
-                if was_down:
-                    self._recovered()
-                    return  # back: retry now, not at the end of a long backoff
-            else:
-                was_down = True
-
-    def _settle(self, items: list[_Item], outcomes: list[str | None]) -> None:
-        drops: list[tuple[_Item, str]] = []
+    def _settle(self, items: list[Item], outcomes: Outcomes) -> None:
+        drops: list[tuple[Item, str]] = []
         with self._cond:
             for item, outcome in zip(items, outcomes, strict=True):
                 if outcome is None:
@@ -910,216 +567,3 @@ class AuditWriter:
         self._backlog_add(-len(items))
         for item, reason in drops:
             self._drop_item(item, reason, None)
-
-    def _write_with_retry(self, items: list[_Item]) -> list[str | None] | None:
-        """Write a batch until it is written; None if the writer is aborted meanwhile."""
-        attempt = 0
-        while True:
-            if self._abort:
-                return None
-            try:
-                outcomes = self._write_once(items)
-            except Exception as exc:
-                if not is_transient(exc):
-                    # a record, not the store: find it by writing one at a time
-                    self._recovered()
-                    if len(items) > 1:
-                        return self._write_each(items)
-                    return [self._quarantine(items[0], f"{type(exc).__name__}: {exc}")]
-                attempt += 1
-                delay = min(self.backoff_max, self.backoff_initial * 2 ** min(attempt - 1, 30))
-                delay += random.uniform(0, self.backoff_initial)
-                self._failed(exc, items, attempt, delay)
-                if isinstance(exc, (StoreReplaced, StoreVanished)):
-                    self._discard_store()
-                # a store refusing without trying (it failed moments ago) says nothing of the
-                # record: only failures of real attempts make it a suspect
-                suspect = attempt >= POISON_PROBE_AFTER and not isinstance(exc, StoreFailing)
-                if suspect and len(items) == 1 and self._store_answers():
-                    return [self._quarantine(items[0], f"{type(exc).__name__}: {exc}")]
-                if suspect and len(items) > 1 and self._store_answers():
-                    return self._write_each(items)
-                self._wait_to_retry(delay)
-                continue
-            self._recovered()
-            return outcomes
-
-    def _write_each(self, items: list[_Item]) -> list[str | None] | None:
-        """Write ``items`` one at a time (to find the record the store refuses); None: stopped."""
-        out: list[str | None] = []
-        for item in items:
-            one = self._write_with_retry([item])
-            if one is None:
-                return None
-            out += one
-        return out
-
-    def _store_answers(self) -> bool:
-        ping = getattr(self._store, "ping", None) if self._store is not None else None
-        if ping is None:
-            return False
-        try:
-            self._timed(ping)
-            return True
-        except Exception:
-            return False
-
-    def _watch(self) -> None:
-        """Interrupt a store operation that hangs past ``op_timeout`` (e.g. a frozen server)."""
-        interrupted = -1
-        while True:
-            with self._cond:
-                if self._abort or self._closed:
-                    return
-                started, op = self._op_started, self._op_seq
-            if (
-                started is not None
-                and op != interrupted
-                and time.monotonic() - started > self.op_timeout
-            ):
-                interrupted = op
-                logger.warning(
-                    "audit store operation hanging for more than %.1fs: interrupting it "
-                    "(records are kept%s)",
-                    self.op_timeout,
-                    " in the journal" if self.journal is not None else " in memory",
-                )
-                interrupt = getattr(self._store, "interrupt", None)
-                if interrupt is not None:
-                    try:
-                        interrupt()
-                    except Exception:
-                        logger.warning("could not interrupt the audit store", exc_info=True)
-            self._wake.wait(min(1.0, max(0.05, self.op_timeout / 4)))
-
-    def _timed(self, fn: Callable[..., Any], *args: Any) -> Any:
-        with self._cond:
-            self._op_started = time.monotonic()
-            self._op_seq += 1
-        try:
-            return fn(*args)
-        finally:
-            with self._cond:
-                self._op_started = None
-
-    def _write_once(self, items: list[_Item]) -> list[str | None]:
-        """One attempt: None per record written (or already stored), else its outcome."""
-        store = self._timed(self._ensure_store)
-        outcomes: list[str | None] = [None] * len(items)
-        run: list[tuple[int, dict[str, Any]]] = []  # consecutive records, written together
-
-        def write_run() -> None:
-            if len(run) > 1 and hasattr(store, "append_records"):
-                results = self._timed(store.append_records, [r for _, r in run])
-                for (i, _), result in zip(run, results, strict=True):
-                    if isinstance(result, InvalidRecord):
-                        outcomes[i] = self._quarantine(items[i], f"InvalidRecord: {result}")
-            else:
-                for i, record in run:
-                    try:
-                        self._timed(store.append_record, record)
-                    except DuplicateRequest:
-                        logger.info(
-                            "audit record request_id=%s was already stored", items[i].request_id
-                        )
-                    except InvalidRecord as exc:
-                        outcomes[i] = self._quarantine(items[i], f"InvalidRecord: {exc}")
-            run.clear()
-
-        # in submission order: a quarantined record takes its place in the chain
-        for i, item in enumerate(items):
-            if item.type == FRAME_REFUSED:
-                write_run()
-                outcomes[i] = self._refuse(item)
-                continue
-            if item.type == FRAME_RECORD:
-                try:
-                    record = item.record if item.record is not None else json.loads(item.payload)
-                except ValueError as exc:
-                    write_run()
-                    outcomes[i] = self._quarantine(item, f"undecodable: {exc}")
-                    continue
-                run.append((i, record))
-            else:
-                write_run()
-                outcomes[i] = self._quarantine(item, None)
-        write_run()
-        return outcomes
-
-    def _refuse(self, item: _Item) -> str:
-        """Keep a journal frame the chain key does not vouch for aside; it is never sealed."""
-        assert self.journal is not None and item.frame is not None
-        self.journal.set_aside(item.frame)
-        logger.error(
-            "audit journal %s: a record (request_id=%s, %d bytes) is NOT authentic (no valid "
-            "tag under the chain key): REFUSED, kept aside in %s and not written to the store",
-            self.journal.directory,
-            (item.request_id or "?")[:200],
-            len(item.payload),
-            self.journal.directory / "refused.frames",
-        )
-        return REFUSED
-
-    def _quarantine(self, item: _Item, reason: str | None) -> str:
-        """Store a poisoned record as a quarantined entry; the outcome for that record."""
-        if item.type == FRAME_QUARANTINE:
-            body = json.loads(item.payload)
-        else:
-            try:
-                record: Any = json.loads(item.payload)
-            except ValueError:
-                record = item.payload.decode("utf-8", "backslashreplace")
-            body = json.loads(quarantine_item(record, item.request_id, reason or "").payload)
-        if reason is not None and item.type == FRAME_RECORD:
-            logger.error("audit record request_id=%s QUARANTINED: %s", item.request_id, reason)
-        store = self._store
-        append = getattr(store, "append_quarantined", None)
-        if append is None:
-            return f"{DROP_INVALID}: {body['reason']}"
-        try:
-            self._timed(
-                append, body["request_id"], body["reason"], body["raw"], body["raw_truncated"]
-            )
-        except DuplicateRequest:
-            pass
-        except Exception as exc:
-            if is_transient(exc):
-                raise
-            return f"{DROP_INVALID}: {body['reason']}; quarantine refused: {exc}"
-        return QUARANTINED
-
-    def _failed(self, exc: BaseException, items: list[_Item], attempt: int, delay: float) -> None:
-        with self._cond:
-            self.failures += 1
-            if not self._failing:
-                self._failing_since = time.monotonic()
-            self._failing = True
-            self.last_error = exc
-            self._cond.notify_all()
-            pending = self._backlog
-        try:
-            _metrics().record_audit_failure(type(exc).__name__)
-        except Exception:  # pragma: no cover
-            logger.debug("could not count an audit failure", exc_info=True)
-        ids = items[0].request_id if items else "(none pending)"
-        if len(items) > 1:
-            ids += f" (+{len(items) - 1} more in the batch)"
-        logger.warning(
-            "audit store write failed for request_id=%s (attempt %d, %d pending%s), "
-            "retrying in %.1fs: %s: %s",
-            ids,
-            attempt,
-            pending,
-            ", kept in the journal" if self.journal is not None else "",
-            delay,
-            type(exc).__name__,
-            exc,
-        )
-
-    def _recovered(self) -> None:
-        with self._cond:
-            if self._failing:
-                logger.warning("audit store writing again (%d pending)", self._backlog)
-            self._failing = False
-            self._failing_since = None
-            self.last_error = None

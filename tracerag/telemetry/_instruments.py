@@ -8,7 +8,7 @@ import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from opentelemetry.metrics import Meter, MeterProvider
 
@@ -79,6 +79,14 @@ TOKENS_PER_REQUEST_BUCKETS: tuple[float, ...] = (
 )
 
 _lock = threading.Lock()
+
+#: What paused a turn: an interrupt the wrapped app raised itself (``app``), or
+#: ``TraceragMiddleware``'s review of a withheld answer (``answer_review``).
+InterruptKind = Literal["app", "answer_review"]
+INTERRUPT_KINDS: frozenset[str] = frozenset({"app", "answer_review"})
+#: The actions a resume is counted under (LangChain's HumanInTheLoopMiddleware decisions and
+#: the answer review's); a resume whose decisions differ is ``mixed``, anything else ``other``.
+RESUME_ACTIONS: frozenset[str] = frozenset({"approve", "edit", "reject", "respond"})
 
 
 @dataclass(frozen=True)
@@ -164,6 +172,21 @@ _GROUPS: dict[str, dict[str, _Spec]] = {
             "s",
             "Time from a request's queueing for review to the reviewers' decision",
             REVIEW_SECONDS_BUCKETS,
+        ),
+    },
+    # Turns paused for a person and turns resumed (Prometheus: tracerag_turns_interrupted_total
+    # {kind}, tracerag_turns_resumed_total{kind, action}): interrupted minus resumed is what
+    # waits, as far as the counters' window reaches
+    "turns": {
+        "interrupted": _Spec(
+            semconv.METRIC_TURNS_INTERRUPTED,
+            "{turn}",
+            "Turns paused for a person (an interrupt), by kind",
+        ),
+        "resumed": _Spec(
+            semconv.METRIC_TURNS_RESUMED,
+            "{turn}",
+            "Interrupted turns resumed and finished, by kind and action",
         ),
     },
     # Token usage and cost (see tracerag.usage): tokens, model calls and money per request, by
@@ -281,12 +304,26 @@ class RequestOutcome:
     model_version: str | None = None
 
 
-def record_request(outcome: RequestOutcome, *, meter_provider: MeterProvider | None = None) -> None:
-    """Record one finished request: decision, confidence, durations, samples and citations."""
+def _decision(outcome: RequestOutcome, interrupted: bool) -> str:
+    """The ``decision`` label of a request: its route, ``interrupted`` (a turn paused for a
+    person: neither routed nor failed), or ``none`` (failed)."""
+    if interrupted:
+        return semconv.INTERRUPTED
+    return _label(getattr(outcome, "decision", None))
+
+
+def record_request(
+    outcome: RequestOutcome,
+    *,
+    interrupted: bool = False,
+    meter_provider: MeterProvider | None = None,
+) -> None:
+    """Record one finished request: decision, confidence, durations, samples and citations;
+    ``interrupted``: a turn paused for a person, counted under ``decision="interrupted"``."""
     try:
         inst = _instruments(meter_provider)
         tier = _label(getattr(outcome, "tier", None))
-        decision = _label(getattr(outcome, "decision", None))
+        decision = _decision(outcome, interrupted)
         attrs = {semconv.METRIC_ATTR_DECISION: decision, semconv.METRIC_ATTR_TIER: tier}
         tier_only = {semconv.METRIC_ATTR_TIER: tier}
         inst["requests"].add(1, attrs)
@@ -414,10 +451,52 @@ def record_review_decision(
         logger.warning("tracerag: could not record a review decision", exc_info=True)
 
 
+def _kind(kind: str) -> str:
+    return kind if kind in INTERRUPT_KINDS else "other"
+
+
+def record_turn_interrupted(
+    kind: InterruptKind, *, meter_provider: MeterProvider | None = None
+) -> None:
+    """Count one turn paused for a person (``kind``: app, answer_review); never raises."""
+    try:
+        _instruments(meter_provider, "turns")["interrupted"].add(
+            1, {semconv.METRIC_ATTR_KIND: _kind(kind)}
+        )
+    except Exception:
+        logger.warning("tracerag: could not record an interrupted turn", exc_info=True)
+
+
+def resume_action(actions: Sequence[str]) -> str:
+    """The ``action`` a resume is counted under: the one action its decisions take, ``mixed``
+    when they differ, ``other`` for none or one outside ``RESUME_ACTIONS`` (a bounded label)."""
+    found = {a if a in RESUME_ACTIONS else "other" for a in actions}
+    if not found:
+        return "other"
+    if len(found) > 1:
+        return "mixed"
+    return found.pop()
+
+
+def record_turn_resumed(
+    kind: InterruptKind, action: str, *, meter_provider: MeterProvider | None = None
+) -> None:
+    """Count one interrupted turn resumed and finished (``action``: approve, edit, reject,
+    respond, mixed, other); never raises."""
+    try:
+        label = action if action == "mixed" else resume_action([action])
+        _instruments(meter_provider, "turns")["resumed"].add(
+            1, {semconv.METRIC_ATTR_KIND: _kind(kind), semconv.METRIC_ATTR_ACTION: label}
+        )
+    except Exception:
+        logger.warning("tracerag: could not record a resumed turn", exc_info=True)
+
+
 def record_usage(
     outcome: RequestOutcome,
     section: Mapping[str, Any],
     *,
+    interrupted: bool = False,
     meter_provider: MeterProvider | None = None,
 ) -> None:
     """Record one request's ``usage`` section (``tracerag.usage.usage_section``) per stage."""
@@ -425,7 +504,7 @@ def record_usage(
         inst = _instruments(meter_provider, "usage")
         base = {
             semconv.METRIC_ATTR_TIER: _label(outcome.tier),
-            semconv.METRIC_ATTR_DECISION: _label(outcome.decision),
+            semconv.METRIC_ATTR_DECISION: _decision(outcome, interrupted),
             semconv.METRIC_ATTR_PROMPT_VERSION: _label(outcome.prompt_version),
             semconv.METRIC_ATTR_MODEL_VERSION: _label(outcome.model_version),
         }

@@ -19,9 +19,9 @@ from tracerag._state import Conversation, RequestInput
 from tracerag._withheld import check_withheld_message
 from tracerag.errors import ConfigurationError, InputError
 from tracerag.stages._sample import TEMPERATURE_ZERO_WARNING
+from tracerag.telemetry._instruments import record_turn_resumed, resume_action
 from tracerag.wrapping._commit import (
     CURRENT_TURNS,
-    AppInterrupted,
     Turns,
     is_command,
 )
@@ -92,9 +92,15 @@ class WrappedChain(StagedRunnable):
         **kwargs: Any,
     ) -> Response:
         """The request, then what it leaves in the app's own thread or history: committed
-        only now that it is routed, a withheld answer replaced by ``withheld_message``."""
+        only now that it is routed, a withheld answer replaced by ``withheld_message``.
+
+        A turn the app paused (an interrupt it raised) is delivered by the run loop as
+        interrupted, its Response naming the interrupts; a ``Command(resume=...)`` that finishes
+        its turn (the caller's thread no longer waits at the interrupts it resumed: answered, or
+        paused at new ones) is counted as resumed (``kind="app"``)."""
+        resumed: _Resume | None = None
         if is_command(input):
-            input = await self._resume(input, config)
+            input = resumed = await self._resume(input, config)
         # the question the withheld message answers in its language (parsing is pure: a bad
         # input raises here as it would in the run)
         question = self.parse_input(input).question
@@ -102,11 +108,26 @@ class WrappedChain(StagedRunnable):
         token = CURRENT_TURNS.set(turns)
         try:
             response = await super()._answer(input, run_manager, config, **kwargs)
-        except AppInterrupted as paused:  # the app paused for a person: the Response says so
-            response = paused.response()
         finally:
             CURRENT_TURNS.reset(token)
-        return await turns.commit(response, self.withheld_message, question)
+        committed = await turns.commit(response, self.withheld_message, question)
+        if resumed is not None and await self._left(resumed, config):
+            action = resume_action(_resume_actions(resumed.command))
+            record_turn_resumed("app", action, meter_provider=self.settings.meter_provider)
+        return committed
+
+    async def _left(self, resumed: _Resume, config: RunnableConfig) -> bool:
+        """Whether the caller's thread left the interrupts a resume answered (a turn not kept
+        in the thread still waits at them); a thread that cannot be read is not counted."""
+        try:
+            state = await self.chain.aget_state(  # type: ignore[attr-defined]
+                {"configurable": dict(config.get("configurable") or {})}
+            )
+        except Exception:
+            logger.warning("tracerag wrap: cannot read the resumed thread", exc_info=True)
+            return False
+        pending = {i.id for i in getattr(state, "interrupts", ()) or ()}
+        return not (pending & resumed.waiting)
 
     async def _resume(self, command: Any, config: RunnableConfig) -> _Resume:
         """A ``Command(resume=...)`` for the caller's interrupted thread, with the question
@@ -130,7 +151,8 @@ class WrappedChain(StagedRunnable):
                 f"thread {thread!r} has no interrupted turn to resume: call the app with the "
                 "next question instead"
             )
-        return _Resume(command, self.io.question(state.values))
+        waiting = frozenset(i.id for i in state.interrupts)
+        return _Resume(command, self.io.question(state.values), waiting)
 
     def parse_input(self, input: Any) -> RequestInput:
         """The checked request, with the caller's input kept for the app."""
@@ -177,12 +199,32 @@ class WrappedChain(StagedRunnable):
         return request.following((*turns, *earlier), source)
 
 
+def _resume_actions(command: Any) -> list[str]:
+    """The actions a ``Command(resume=...)`` takes: the ``type`` of each of its decisions
+    (``HumanInTheLoopMiddleware``: ``{"decisions": [{"type": "approve"}, ...]}``), of the value
+    itself (``{"type": ...}``), or of the values of a resume keyed by interrupt id."""
+    value = getattr(command, "resume", None)
+    values = [value]
+    if isinstance(value, dict) and not ({"decisions", "type"} & value.keys()):
+        values = list(value.values())  # {interrupt id: resume value}
+    actions: list[str] = []
+    for item in values:
+        if not isinstance(item, dict):
+            continue
+        decisions = item.get("decisions")
+        found = decisions if isinstance(decisions, list) else [item]
+        actions += [str(d.get("type")) for d in found if isinstance(d, dict) and "type" in d]
+    return actions
+
+
 @dataclasses.dataclass(frozen=True)
 class _Resume:
     """A caller's ``Command(resume=...)`` and the question of the turn it resumes."""
 
     command: Any
     question: str
+    #: the ids of the interrupts the thread waits at
+    waiting: frozenset[str] = frozenset()
 
 
 def wrap(

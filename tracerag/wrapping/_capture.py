@@ -12,6 +12,7 @@ answering call was shown them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import warnings
@@ -298,17 +299,16 @@ class RunCapture(AsyncCallbackHandler):
             call.input_tokens = int(usage["input_tokens"])
         if usage.get("output_tokens") is not None:
             call.output_tokens = int(usage["output_tokens"])
-        self.calls.append(
-            usage_meter.note(
-                usage_meter.usage_of(
-                    message if message is not None else first.text,
-                    stage=usage_meter.STAGE_SAMPLE,
-                    model=call.name,
-                    prompt=call.messages or "\n".join(call.prompts),
-                    llm_output=getattr(response, "llm_output", None),
-                )
-            )
+        spent = usage_meter.usage_of(
+            message if message is not None else first.text,
+            stage=usage_meter.STAGE_SAMPLE,
+            model=call.name,
+            prompt=call.messages or "\n".join(call.prompts),
+            llm_output=getattr(response, "llm_output", None),
         )
+        if len(generations[0]) > 1:  # one prompt answered several times (``n``): billed once
+            spent = dataclasses.replace(spent, generations=len(generations[0]))
+        self.calls.append(usage_meter.note(spent))
 
     # -- summaries ---------------------------------------------------------------------------
     @property

@@ -36,6 +36,7 @@ from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from pydantic import BaseModel
 
+from tracerag._runner import Interrupted
 from tracerag._withheld import withheld_text
 from tracerag.contract import (
     AppInterrupt,
@@ -333,9 +334,12 @@ INTERRUPTED_WARNING = (
 )
 
 
-class AppInterrupted(Exception):
-    """The app's own run paused at an interrupt: the request gives a Response saying so
-    (``WrappedChain``), never an escalation of an empty answer. Never reaches the caller."""
+class AppInterrupted(Interrupted):
+    """The app's own run paused at an interrupt: the run loop delivers the turn as interrupted
+    (not failed) and gives the Response saying so, never an escalation of an empty answer.
+    Never reaches the caller."""
+
+    kind = "app"
 
     def __init__(
         self,
@@ -346,8 +350,9 @@ class AppInterrupted(Exception):
         versions: Versions,
         tier: str,
     ) -> None:
-        super().__init__(f"the app interrupted the turn ({len(interrupts)} interrupt(s))")
-        self.interrupts = tuple(interrupts)
+        super().__init__(
+            interrupts, f"the app interrupted the turn ({len(interrupts)} interrupt(s))"
+        )
         self.request_id = request_id
         self.trace_id = trace_id
         self.versions = versions

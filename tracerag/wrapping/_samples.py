@@ -64,7 +64,8 @@ from langchain_core.messages import ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSequence
 from langchain_core.runnables.base import RunnableBindingBase
 
-from tracerag.errors import ConfigurationError, UnreadableOutputError
+from tracerag.errors import ConfigurationError
+from tracerag.stages._sample import NotDrawn
 from tracerag.wrapping._commit import (
     ThreadTurn,
     history_runnable,
@@ -563,7 +564,7 @@ class RequestRuns:
         while True:
             point = await self._where_to_fork()
             if point is None and self.interrupted:
-                raise UnreadableOutputError(  # the turn waits for a person: no answer to sample
+                raise NotDrawn(  # the turn waits for a person: no answer to sample
                     "the app's own run paused at an interrupt: this turn has no answer to sample"
                 )
             if point is None:

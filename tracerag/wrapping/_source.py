@@ -38,6 +38,7 @@ from tracerag.stages._retrieve import fetch, record_materials, to_materials
 from tracerag.stages._sample import (
     TEMPERATURE_ZERO_WARNING,
     Draw,
+    NotDrawn,
     adaptive_fields,
     draw_samples,
     record_samples,
@@ -218,6 +219,8 @@ class ChainSource:
                 if index == 0:
                     runs.app_run_done()
             outputs[index] = output
+            if index == 0 and interrupts_of(output):  # paused for a person: no answer drawn
+                raise NotDrawn("the app's own run paused at an interrupt before answering")
             usage = capture_run.token_usage
             return Draw(
                 clean_text(self.io.answer(output), settings.retry.max_output_chars),
@@ -335,7 +338,17 @@ class ChainSource:
         if interrupts and answered_before_pause(outputs[0]):
             raise StageRefusal(ConfigurationError(PAUSED_AFTER_ANSWER), sampled)
         if interrupts:  # the app paused for a person: nothing to verify yet
-            raise StageRefusal(self._interrupted(state, interrupts, learned), sampled)
+            paused = self._interrupted(state, interrupts, learned)
+            sampled = _drawn_before_pause(sampled)
+            span.set_attributes(
+                {
+                    semconv.SAMPLES_DRAWN: len(sampled.samples),
+                    semconv.SAMPLES_OK: 0,
+                    semconv.SAMPLES_FAILED: 0,  # paused, not failed
+                    semconv.SAMPLES_STOP: semconv.INTERRUPTED,
+                }
+            )
+            raise StageRefusal(paused, sampled)
         missing = [name for name in pending if learned is None or not getattr(learned, name)]
         if missing:  # the record still shows what the runs did and retrieved
             raise StageRefusal(missing_version_error(state.request_id, missing), sampled)
@@ -384,6 +397,22 @@ class ChainSource:
                     "tracerag wrap: a sample stage ran outside a wrapped app's request; "
                     "its turn is not kept in the app's thread or history"
                 )
+
+
+def _drawn_before_pause(sampled: SampleSet) -> SampleSet:
+    """A paused turn's samples: the app's own run only. The others were never drawn (the turn
+    has no answer to sample yet), so they are neither failed samples nor errors."""
+    first = sampled.samples[:1]
+    unread = set(_unreadable(sampled.samples))
+    return dataclasses.replace(
+        sampled,
+        samples=first,
+        runs=sampled.runs[:1],
+        stop_reason=semconv.INTERRUPTED,  # not settled, nor every sample drawn
+        stop_risk=None,
+        errors=tuple(e for e in sampled.errors if e.extra.get("sample", 0) == 0),
+        warnings=tuple(w for w in sampled.warnings if w not in unread) + _unreadable(first),
+    )
 
 
 def _unreadable(samples: Sequence[Any]) -> tuple[str, ...]:
