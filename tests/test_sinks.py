@@ -149,3 +149,13 @@ def test_building_a_pipeline_without_a_store_imports_no_application_package():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_a_declared_resolver_that_cannot_be_loaded_is_a_configuration_error(monkeypatch):
+    broken = _sinks.EntryPoint(
+        name="broken", value="tracerag_no_such_module:resolve", group=_sinks.ENTRY_POINT_GROUP
+    )
+    monkeypatch.setattr(_sinks, "entry_points", lambda group: [broken])
+    monkeypatch.setattr(_sinks, "_declared", None)
+    with pytest.raises(ConfigurationError, match=r"'broken'.*could not be loaded.*ModuleNotFound"):
+        _sinks.resolve_sink("sqlite:///nowhere.sqlite")

@@ -92,8 +92,19 @@ def _declared_resolvers() -> list[SinkResolver]:
         if _declared is None:
             found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
             found.setdefault(_OWN_ENTRY_POINT.name, _OWN_ENTRY_POINT)
-            _declared = [ep.load() for _, ep in sorted(found.items())]
+            _declared = [_load(ep) for _, ep in sorted(found.items())]
         return list(_declared)
+
+
+def _load(entry_point: EntryPoint) -> SinkResolver:
+    try:
+        resolver: SinkResolver = entry_point.load()
+    except Exception as exc:
+        raise ConfigurationError(
+            f"the audit sink resolver {entry_point.name!r} ({entry_point.value}) declared in "
+            f"{ENTRY_POINT_GROUP!r} could not be loaded: {type(exc).__name__}: {exc}"
+        ) from exc
+    return resolver
 
 
 def sink_resolvers() -> tuple[SinkResolver, ...]:
