@@ -30,7 +30,7 @@ from verifier_data import Pair
 from tracerag.demo.kb import load_documents
 from tracerag.text._sentences import split_sentences
 from tracerag.text._structure import is_declarative
-from tracerag.text._tokens import is_stopword
+from tracerag.text._words import is_stopword
 
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 _DIGITS = re.compile(r"\d+")

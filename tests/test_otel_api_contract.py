@@ -21,6 +21,7 @@ SDK = ("opentelemetry.sdk", "opentelemetry.exporter")
 SET_UP = {
     "tracerag/telemetry/_providers.py": "configure(): tracer providers and span processors",
     "tracerag/telemetry/_export.py": "the OTLP and console span exporters configure() sets up",
+    "tracerag/telemetry/_lifecycle.py": "the Resource of every provider configure() makes",
     "tracerag/telemetry/_meters.py": "configure_metrics(), the Prometheus endpoint",
     "tracerag/telemetry/_phoenix.py": "sending evaluations to Phoenix over OTLP",
     "tracerag/testing.py": "the in-memory span exporter of the testing helpers",

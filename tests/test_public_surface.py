@@ -134,8 +134,25 @@ def test_the_top_level_exports_nothing_from_the_demo() -> None:
     assert "ExtractiveChatModel" not in tracerag.__all__
 
 
-def test_store_error_is_exported_from_the_top() -> None:
+def test_store_error_is_exported_from_the_store_and_the_top_says_where() -> None:
     from tracerag.store import StoreError
 
-    assert tracerag.StoreError is StoreError and "StoreError" in tracerag.__all__
+    assert "StoreError" not in tracerag.__all__
     assert issubclass(StoreError, tracerag.TraceragError)
+    with pytest.raises(AttributeError, match=r"from tracerag\.store import StoreError"):
+        tracerag.StoreError  # noqa: B018
+
+
+@pytest.mark.parametrize("name", ["AuditRecord", "AuditStore", "AuditWriter", "open_store"])
+def test_the_audit_store_names_live_in_the_store_not_the_library(name: str) -> None:
+    import tracerag.store
+
+    assert name in tracerag.store.__all__ and getattr(tracerag.store, name) is not None
+    assert name not in tracerag.__all__ and name not in dir(tracerag)
+    with pytest.raises(AttributeError, match=rf"tracerag\.{name} is the audit store's"):
+        getattr(tracerag, name)
+
+
+def test_an_unknown_top_level_name_is_a_plain_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="has no attribute 'nothing_here'"):
+        tracerag.nothing_here  # noqa: B018

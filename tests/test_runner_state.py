@@ -139,11 +139,14 @@ async def test_a_refused_request_is_recorded_with_its_id(make_pipeline) -> None:
 def test_stages_and_the_runner_never_read_the_environment() -> None:
     package = REPO / "tracerag"
     sources = [*sorted((package / "stages").glob("*.py"))]
-    sources += [package / name for name in ("_runner.py", "_state.py", "_pipeline.py")]
+    sources += [package / name for name in ("_runner.py", "_pipeline.py")]
+    state_modules = sorted((package / "_state").glob("*.py"))
+    assert len(state_modules) >= 5  # the package and its input, outputs, response and record
+    sources += state_modules
     sources += [package / "store" / "_audit_record.py"]
     sources += [package / name for name in ("_runnable.py", "_sync.py", "_declare.py")]
     sources += [package / name for name in ("_choices.py", "events.py")]
-    wrap_modules = sorted((package / "wrap").glob("*.py"))
+    wrap_modules = sorted((package / "wrapping").glob("*.py"))
     assert len(wrap_modules) >= 8  # the package and its private modules
     sources += wrap_modules
     for path in sources:

@@ -9,7 +9,6 @@ Public names load on first use, so ``import tracerag`` stays cheap.
 from __future__ import annotations
 
 import sys
-import types
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +18,7 @@ _EXPORTS = {
     "RAGPipeline": "tracerag._pipeline",
     "PipelineOptions": "tracerag._pipeline",
     "RAGPipelineOptions": "tracerag._pipeline",
-    "wrap": "tracerag.wrap",
+    "wrap": "tracerag.wrapping",
     "TraceragMiddleware": "tracerag.middleware",
     "Response": "tracerag.contract",
     "Evidence": "tracerag.contract",
@@ -54,7 +53,6 @@ _EXPORTS = {
     "UnknownPromptError": "tracerag.errors",
     "MissingDependencyError": "tracerag.errors",
     "AuthenticationError": "tracerag.errors",
-    "StoreError": "tracerag.store",
     "Combiner": "tracerag.signals._confidence",
     "HeuristicCombiner": "tracerag.signals._confidence",
     "Signals": "tracerag.signals._confidence",
@@ -63,16 +61,12 @@ _EXPORTS = {
     "register_backend": "tracerag.signals._support",
     "Rule": "tracerag.signals._rules",
     "Equivalence": "tracerag.signals._consistency",
-    "WrappedChain": "tracerag.wrap",
+    "WrappedChain": "tracerag.wrapping",
     "StageEvent": "tracerag.events",
     "Stage": "tracerag._choices",
     "Tier": "tracerag._choices",
     "PlanMode": "tracerag._choices",
     "Route": "tracerag._choices",
-    "AuditRecord": "tracerag.store._audit_record",
-    "AuditStore": "tracerag.store",
-    "AuditWriter": "tracerag.store",
-    "open_store": "tracerag.store",
     "configure": "tracerag.tracing",
     "configure_metrics": "tracerag.metrics",
     "trace_link": "tracerag.tracing",
@@ -80,9 +74,6 @@ _EXPORTS = {
 
 __all__ = [
     "AnswerRelevance",
-    "AuditRecord",
-    "AuditStore",
-    "AuditWriter",
     "AuthenticationError",
     "CalibratedCombiner",
     "CallError",
@@ -117,7 +108,6 @@ __all__ = [
     "Signals",
     "Stage",
     "StageEvent",
-    "StoreError",
     "Support",
     "SupportBackend",
     "Thresholds",
@@ -132,7 +122,6 @@ __all__ = [
     "__version__",
     "configure",
     "configure_metrics",
-    "open_store",
     "register_backend",
     "response_schema",
     "rule",
@@ -143,9 +132,24 @@ __all__ = [
 ]
 
 
+#: The audit store's names, exported here before the library and the application were told
+#: apart: where they are imported from now.
+_MOVED = {
+    name: "tracerag.store"
+    for name in ("AuditRecord", "AuditStore", "AuditWriter", "StoreError", "open_store")
+}
+
+
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
+        if name in _MOVED:
+            raise AttributeError(
+                f"tracerag.{name} is the audit store's: import it from {_MOVED[name]} "
+                f"(from {_MOVED[name]} import {name})",
+                name=name,
+                obj=sys.modules[__name__],
+            )
         raise AttributeError(f"module 'tracerag' has no attribute {name!r}")
     value = getattr(import_module(module), name)
     globals()[name] = value
@@ -154,23 +158,6 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return __all__
-
-
-class _Package(types.ModuleType):
-    """tracerag's module: importing its ``wrap`` package keeps ``tracerag.wrap`` the function.
-
-    Python binds a package's submodule as an attribute of the package once it is imported, so
-    ``from tracerag import WrappedChain, wrap`` (or any earlier ``from tracerag.wrap import …``)
-    would otherwise leave ``tracerag.wrap`` the ``tracerag.wrap`` package, not ``wrap()``.
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == value.__name__:
-            value = getattr(value, name)  # the submodule that defines the export: the export
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
@@ -209,7 +196,5 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from tracerag.signals._rules import Rule, RuleResult, rule
     from tracerag.signals._support import Support, SupportBackend, register_backend, support
     from tracerag.signals.calibrated import CalibratedCombiner
-    from tracerag.store import AuditStore, AuditWriter, StoreError, open_store
-    from tracerag.store._audit_record import AuditRecord
     from tracerag.tracing import configure, trace_link
-    from tracerag.wrap import WrappedChain, wrap
+    from tracerag.wrapping import WrappedChain, wrap

@@ -35,6 +35,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from tracerag import _semconv as semconv
 from tracerag._settings import RetryPolicy
 from tracerag.errors import (
     CallError,
@@ -45,6 +46,7 @@ from tracerag.errors import (
     RetrieverTimeoutError,
     TraceragError,
 )
+from tracerag.telemetry import _instruments as metrics
 from tracerag.text._unicode import fix_surrogates
 
 if TYPE_CHECKING:
@@ -113,9 +115,6 @@ class _RetryRecord:
         self.extra = extra
 
     def __call__(self, attempt: int, error: BaseException) -> None:
-        from tracerag import _semconv as semconv
-        from tracerag.telemetry import _instruments as metrics
-
         self.ctx.record_error(self.stage, error, attempt=attempt, retried=True, **self.extra)
         self.span.add_event(
             semconv.EVENT_RETRY, {semconv.RETRY_ATTEMPT: attempt, semconv.RETRY_ERROR: repr(error)}

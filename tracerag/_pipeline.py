@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
@@ -15,7 +15,8 @@ from tracerag._adaptive import AgreementPrior
 from tracerag._choices import PlanMode, PlanModeName, Tier, TierName, check_options
 from tracerag._routing import EscalationHandler, InMemoryEscalationHandler, Thresholds
 from tracerag._runnable import StagedRunnable
-from tracerag._settings import RecordSink, RetryPolicy, Settings
+from tracerag._settings import RetryPolicy, Settings
+from tracerag._sinks import AuditTarget, resolve_sink
 from tracerag._usage import Price, load_prices
 from tracerag.errors import ConfigurationError
 from tracerag.prompts import PromptVersion
@@ -27,17 +28,9 @@ from tracerag.signals._rules import Rule
 from tracerag.signals._support import SupportBackend
 from tracerag.signals.calibrated import default_combiner
 from tracerag.stages._table import ModelSource, Step, steps_for
-from tracerag.store._sink import resolve_sink
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
-
-    from tracerag.store import AuditStore, AuditWriter
-
-#: Where audit records go (``audit=``, see ``tracerag.store._sink``): ``"auto"`` (the store named by
-#: ``TRACERAG_STORE``, else none), a store URL or path, an ``AuditStore``, an ``AuditWriter``,
-#: a callable ``(record) -> accepted``, or ``None``/``False`` for no audit trail.
-AuditTarget: TypeAlias = "str | AuditStore | AuditWriter | RecordSink | Literal[False] | None"
 
 __all__ = [
     "AuditTarget",
@@ -66,7 +59,7 @@ class PipelineOptions(TypedDict, total=False):
     ``equivalence``: when two sampled answers agree. ``combiner``: signals to confidence
     (default: the one ``TRACERAG_CALIBRATION`` names, else ``heuristic-v1``). ``retry``: a
     ``RetryPolicy``. ``tracer_provider`` and ``meter_provider`` (None: the ones in force at each
-    request). ``audit`` ("auto"): where audit records go (see ``tracerag.store._sink``).
+    request). ``audit`` ("auto"): where audit records go (see ``tracerag._sinks``).
     ``review_clustered_retrieval`` (False), ``relevance_floor`` and ``retrieval_shape``: see
     ``tracerag.signals._attribution``. ``prices``: a price table per model (a mapping or a JSON
     file, see ``tracerag._usage``) for the cost of each request. ``answer_relevance``: how to

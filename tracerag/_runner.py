@@ -164,8 +164,8 @@ async def run(
             with _deliver_span(tracer, state.request_id, root):
                 spent = _usage(root, ledger, settings)
                 _set_root(root, state, None, root_name)
-                persisted = await _deliver(state, settings, sink, spent)
-                _hand_on(state, settings, persisted, root)
+                persisted = await _send_record_to_sink(state, settings, sink, spent)
+                _give_ticket_to_handler(state, settings, persisted, root)
                 _record_metrics(state, settings, spent)
             raise
         state = state.with_timing("request", time.perf_counter() - started)
@@ -174,10 +174,10 @@ async def run(
                 return await _interrupted(paused, state, settings, sink, root, ledger, root_name)
         # in the last stage's span (assemble's), still open: what it decided is delivered
         spent = _usage(root, ledger, settings)
-        persisted = await _deliver(state, settings, sink, spent)
-        notes = _hand_on(state, settings, persisted, root)
+        persisted = await _send_record_to_sink(state, settings, sink, spent)
+        notes = _give_ticket_to_handler(state, settings, persisted, root)
         try:
-            response = _respond(state, persisted, notes)
+            response = _caller_response_of(state, persisted, notes)
         except BaseException as exc:
             root.record_exception(exc)
             root.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
@@ -202,7 +202,7 @@ async def _interrupted(
     spent = _usage(root, ledger, settings)
     response = paused.response()
     extra = {"response": response.model_dump(mode="json"), "interrupted": paused.section()}
-    persisted = await _deliver(state, settings, sink, spent, extra)
+    persisted = await _send_record_to_sink(state, settings, sink, spent, extra)
     if persisted is not None:
         response = response.model_copy(update={"audit_persisted": persisted})
         validate_response(response)
@@ -331,7 +331,9 @@ class _Stamped:
         return self._cm.__exit__(*exc)
 
 
-def _respond(state: RequestState, persisted: bool | None, notes: tuple[str, ...] = ()) -> Response:
+def _caller_response_of(
+    state: RequestState, persisted: bool | None, notes: tuple[str, ...] = ()
+) -> Response:
     """The caller's Response: what the decision says, less a withheld answer's text."""
     decision = state.decision
     if decision is None:
@@ -343,7 +345,7 @@ def _respond(state: RequestState, persisted: bool | None, notes: tuple[str, ...]
     return response
 
 
-def _hand_on(
+def _give_ticket_to_handler(
     state: RequestState, settings: Settings, persisted: bool | None, root: Span
 ) -> tuple[str, ...]:
     """Hand the request's ticket (if any) to the escalation handler, with its record's fate.
@@ -373,7 +375,7 @@ def _hand_on(
     return ()
 
 
-async def _tell(listener: StageListener, step: Step, state: RequestState) -> None:
+async def _announce_stage(listener: StageListener, step: Step, state: RequestState) -> None:
     event = StageEvent(
         stage=step.name,
         skipped=step.fn is None,
@@ -420,7 +422,7 @@ async def _run_step(
             span.set_attribute(semconv.STAGE_SKIP_REASON, step.skip_reason or "skipped")
             state = state.with_skipped(step.name)
             if on_stage is not None:
-                await _tell(on_stage, step, state)
+                await _announce_stage(on_stage, step, state)
             return state, None
         started = time.perf_counter()
         refusal: BaseException | None = None
@@ -439,7 +441,7 @@ async def _run_step(
             raise
         state = state.with_output(step.name, output, time.perf_counter() - started)
         if refusal is None and on_stage is not None:
-            await _tell(on_stage, step, state)
+            await _announce_stage(on_stage, step, state)
         return state, refusal
 
 
@@ -505,7 +507,7 @@ def _usage(root: Span, ledger: usage.UsageLedger, settings: Settings) -> dict[st
         return None
 
 
-async def _deliver(
+async def _send_record_to_sink(
     state: RequestState,
     settings: Settings,
     sink: RecordSink | None,

@@ -54,7 +54,7 @@ VERSION_TRACERAG = "tracerag.version.tracerag"
 # wrap(): the versions (["prompt", "model"]) neither given nor found in the app, learned from runs
 VERSION_FROM_RUNS = "tracerag.version.from_runs"
 # how each version was obtained: prompt "argument" | "template" | "run-template" | "model-input",
-# model "argument" | "app" | "run" (tracerag.wrap._versions)
+# model "argument" | "app" | "run" (tracerag.wrapping._versions)
 VERSION_PROMPT_SOURCE = "tracerag.version.prompt_source"
 VERSION_MODEL_SOURCE = "tracerag.version.model_source"
 CHANNEL = "tracerag.channel"

@@ -27,7 +27,7 @@ ones are answered inside tracerag (by the server) and reach no caller::
     │   ├── ContextWindowError (ValueError too)       tracerag.demo.models.local
     │   ├── OutputTooLongError
     │   └── UnreadableOutputError (TypeError too)
-    ├── StoreError
+    ├── StoreError                                    tracerag.store
     │   ├── AlreadyDecided                            tracerag.store
     │   ├── AlreadyReviewed                           tracerag.store
     │   ├── ClaimedByOther                            tracerag.store

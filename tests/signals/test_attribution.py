@@ -35,7 +35,7 @@ from tracerag.signals._attribution import (
 )
 from tracerag.signals._citations import verify_citations
 from tracerag.signals._types import Material
-from tracerag.text._tokens import token_set, tokenize
+from tracerag.text._words import token_set, tokenize
 
 TODAY = date(2026, 6, 1)
 

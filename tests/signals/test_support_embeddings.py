@@ -8,7 +8,7 @@ from tracerag.errors import CallError
 from tracerag.signals._embeddings import EmbeddingSupport, minilm_available
 from tracerag.signals._support import get_backend
 from tracerag.text._sentences import split_sentences
-from tracerag.text._tokens import content_terms
+from tracerag.text._words import content_terms
 
 POLICY = (
     "Returns are accepted within 30 days of delivery. "

@@ -13,7 +13,7 @@ from tracerag import RAGPipeline
 from tracerag import _semconv as semconv
 from tracerag.demo.kb import build_retriever, load_questions
 from tracerag.demo.models.extractive import ExtractiveChatModel
-from tracerag.telemetry import _content_capture, _export, _providers
+from tracerag.telemetry import _content_capture, _export, _instruments, _providers
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,9 @@ def exporting_provider(endpoint: str, protocol: str = "http/protobuf") -> SDKTra
     provider = SDKTracerProvider(resource=_providers.make_resource("tracerag-wire-test"))
     provider.add_span_processor(
         _export.batch_processor(
-            _export.otlp_span_exporter(endpoint, protocol=protocol), schedule_delay_millis=50
+            _export.otlp_span_exporter(endpoint, protocol=protocol),
+            schedule_delay_millis=50,
+            on_drop=_instruments.record_spans_dropped,
         )
     )
     return provider

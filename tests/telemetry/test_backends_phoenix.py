@@ -29,7 +29,7 @@ from tracerag import RAGPipeline
 from tracerag import _semconv as semconv
 from tracerag.demo.kb import build_retriever, load_questions
 from tracerag.demo.models.extractive import ExtractiveChatModel
-from tracerag.telemetry import _export, _links, _phoenix, _providers
+from tracerag.telemetry import _export, _instruments, _links, _phoenix, _providers
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +124,9 @@ def demo_run(phoenix: str) -> dict[str, Any]:
     )
     provider.add_span_processor(
         _export.batch_processor(
-            _export.otlp_span_exporter(f"{phoenix}/v1/traces"), schedule_delay_millis=100
+            _export.otlp_span_exporter(f"{phoenix}/v1/traces"),
+            schedule_delay_millis=100,
+            on_drop=_instruments.record_spans_dropped,
         )
     )
     provider.add_span_processor(_phoenix.phoenix_evaluations(phoenix))

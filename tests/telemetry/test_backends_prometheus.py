@@ -172,6 +172,7 @@ def demo_ran(
         _export.batch_processor(
             _export.otlp_span_exporter(f"http://127.0.0.1:{dead}", timeout=0.5),
             schedule_delay_millis=50,
+            on_drop=_instruments.record_spans_dropped,
         )
     )
     common = {

@@ -21,7 +21,7 @@ from pipeline_fixtures import REPO
 from waiting import wait_until
 
 from tracerag import _semconv as semconv
-from tracerag.telemetry import _export, _instruments, _meters, _providers
+from tracerag.telemetry import _export, _instruments, _lifecycle, _meters, _providers
 
 OTEL_VARS = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -244,7 +244,12 @@ def test_full_batch_queue_counts_drops_without_blocking(
     exporter = BlockingExporter()
     provider = SDKTracerProvider()
     provider.add_span_processor(
-        _export.batch_processor(exporter, max_queue_size=8, schedule_delay_millis=5)
+        _export.batch_processor(
+            exporter,
+            max_queue_size=8,
+            schedule_delay_millis=5,
+            on_drop=_instruments.record_spans_dropped,
+        )
     )
     tracer = _providers.get_tracer(provider)
     with tracer.start_as_current_span("first"):
@@ -274,6 +279,7 @@ def test_sdk_processor_metrics_count_queue_full_drops(
             max_queue_size=8,
             schedule_delay_millis=5,
             meter_provider=_meters.get_meter_provider(),
+            on_drop=_instruments.record_spans_dropped,
         )
     )
     tracer = _providers.get_tracer(provider)
@@ -303,10 +309,62 @@ def test_raising_exporter_is_counted(metric_reader: InMemoryMetricReader) -> Non
             pass
 
     provider = SDKTracerProvider()
-    provider.add_span_processor(_export.batch_processor(Broken(), schedule_delay_millis=5))
+    provider.add_span_processor(
+        _export.batch_processor(
+            Broken(), schedule_delay_millis=5, on_drop=_instruments.record_spans_dropped
+        )
+    )
     make_request_spans(provider)
     provider.force_flush(5_000)
     assert counter_total(metric_reader, semconv.METRIC_SPANS_DROPPED) == 7
+
+
+class Broken(SpanExporter):
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        raise ConnectionError("down")
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_a_processor_without_on_drop_counts_its_drops_but_records_no_metric(
+    metric_reader: InMemoryMetricReader,
+) -> None:
+    before = _export.dropped_spans()
+    provider = SDKTracerProvider()
+    provider.add_span_processor(_export.batch_processor(Broken(), schedule_delay_millis=5))
+    make_request_spans(provider)
+    provider.force_flush(5_000)
+    assert _export.dropped_spans() - before == 7
+    assert counter_total(metric_reader, semconv.METRIC_SPANS_DROPPED) == 0
+
+
+def test_on_drop_is_told_each_loss_and_its_failure_never_breaks_export() -> None:
+    told: list[tuple[int, str]] = []
+
+    def on_drop(count: int, reason: str) -> None:
+        told.append((count, reason))
+        raise RuntimeError("a broken metric")
+
+    provider = SDKTracerProvider()
+    provider.add_span_processor(
+        _export.batch_processor(Broken(), schedule_delay_millis=5, on_drop=on_drop)
+    )
+    make_request_spans(provider)
+    assert provider.force_flush(5_000) is not None
+    assert sum(count for count, _ in told) == 7
+    assert {reason for _, reason in told} == {"export_failed"}
+    provider.shutdown()
+
+
+def test_tracerag_s_own_providers_record_drops_as_the_metric() -> None:
+    provider = _providers._build_provider([Broken()], schedule_delay_millis=5)
+    try:
+        processors = provider._active_span_processor._span_processors
+        assert [p.exporter.on_drop for p in processors] == [_instruments.record_spans_dropped]
+    finally:
+        _lifecycle.forget_at_exit(provider)
+        provider.shutdown()
 
 
 def test_bad_protocol_is_rejected() -> None:
@@ -343,7 +401,7 @@ def test_exit_with_a_dead_collector_is_bounded_and_counts_the_loss(tmp_path) -> 
     script.write_text(SHUTDOWN_SCRIPT)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["PYTHONPATH"] = str(root)
-    env.pop(_export.SHUTDOWN_TIMEOUT_ENV, None)
+    env.pop(_lifecycle.SHUTDOWN_TIMEOUT_ENV, None)
     for flush_first in (False, True):
         done = subprocess.run(
             [sys.executable, str(script), str(unused_port())] + (["flush"] if flush_first else []),

@@ -27,7 +27,7 @@ try:  # the function InMemoryVectorStore scores with (private: searches fall bac
 except ImportError:  # pragma: no cover - another langchain-core
     _cosine_similarity = None  # type: ignore[assignment]
 
-from tracerag.text._tokens import content_terms
+from tracerag.text._words import content_terms
 
 __all__ = [
     "DemoVectorStore",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracerag.text._quantities import extract_quantities
-from tracerag.text._tokens import content_terms
+from tracerag.text._words import content_terms
 
 COMPARED_KINDS = frozenset({"money", "percent", "date", "duration"})
 DEFAULT_MIN_OVERLAP = 0.5

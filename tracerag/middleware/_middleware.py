@@ -87,10 +87,10 @@ from tracerag.signals._attribution import UNSCORED
 from tracerag.stages._stopping import first_round as first_samples
 from tracerag.stages._table import steps_for
 from tracerag.telemetry._instruments import record_turn_interrupted, record_turn_resumed
-from tracerag.wrap._capture import RunCapture
-from tracerag.wrap._hooks import Shared, instrument, scope
-from tracerag.wrap._inspect import retrieval_parts
-from tracerag.wrap._retryable import is_transient
+from tracerag.wrapping._capture import RunCapture
+from tracerag.wrapping._hooks import Shared, instrument, scope
+from tracerag.wrapping._inspect import retrieval_parts
+from tracerag.wrapping._retryable import is_transient
 
 if TYPE_CHECKING:
     from langgraph.runtime import Runtime

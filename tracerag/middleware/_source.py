@@ -48,9 +48,9 @@ from tracerag.stages._sample import (
     samples_wanted,
 )
 from tracerag.stages._stopping import Verifier, draw_adaptive
-from tracerag.wrap._capture import RunCapture, model_call_attributes
-from tracerag.wrap._materials import run_materials, shown_order
-from tracerag.wrap._versions import learn_versions, missing_version_error
+from tracerag.wrapping._capture import RunCapture, model_call_attributes
+from tracerag.wrapping._documents import run_materials, shown_order
+from tracerag.wrapping._versions import learn_versions, missing_version_error
 
 if TYPE_CHECKING:
     from tracerag._settings import Settings

@@ -18,7 +18,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 
 from tracerag._llm import text_of
 from tracerag.errors import InputError
-from tracerag.wrap._capture import RunCapture, tool_documents, tool_text
+from tracerag.wrapping._capture import RunCapture, tool_documents, tool_text
 
 __all__ = ["SearchLog", "Turn", "is_answer", "turn_of"]
 

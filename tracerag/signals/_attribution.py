@@ -32,7 +32,7 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from tracerag.errors import ConfigurationError
-from tracerag.text._tokens import content_terms, token_set
+from tracerag.text._words import content_terms, token_set
 
 # the router's decisions (tracerag._routing), named here so signals import nothing above them
 PASS = "pass"

@@ -15,7 +15,7 @@ import unicodedata
 from dataclasses import dataclass, field
 
 from tracerag.text._sentences import split_sentences
-from tracerag.text._tokens import content_terms
+from tracerag.text._words import content_terms
 
 # an id: ASCII or full-width letters and digits, CJK characters, and . - : / # inside
 _FULL_WIDTH = "\uff10-\uff19\uff21-\uff3a\uff41-\uff5a"

@@ -18,7 +18,7 @@ from typing import Any
 from tracerag.signals._claims import strip_citations
 from tracerag.text._negation import is_negated
 from tracerag.text._quantities import extract_quantities
-from tracerag.text._tokens import content_terms
+from tracerag.text._words import content_terms
 
 Equivalence = Callable[[str, str], bool]
 

@@ -69,7 +69,7 @@ from tracerag.signals._support import (
     register_backend,
 )
 from tracerag.text._sentences import split_sentences
-from tracerag.text._tokens import content_terms
+from tracerag.text._words import content_terms
 
 __all__ = [
     "DEFAULT_CHECKER_CHUNK_CHARS",

@@ -33,7 +33,7 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 
 from tracerag.errors import ConfigurationError
-from tracerag.signals._embeddings import EmbeddingSupport, minilm_available
+from tracerag.signals._embeddings import EmbeddingSupport, MiniLMEmbeddings, minilm_available
 from tracerag.signals._lexical import (
     LexicalParams,
     LexicalSupport,
@@ -359,8 +359,6 @@ class LearnedSupport(SyncSupportBackend):
 
 
 def _with_minilm() -> LearnedSupport:
-    from tracerag.signals._embeddings import MiniLMEmbeddings
-
     return LearnedSupport(embeddings=MiniLMEmbeddings(), name="learned-embeddings")
 
 

@@ -44,7 +44,7 @@ from tracerag.text._structure import (
     is_declarative,
     opposite,
 )
-from tracerag.text._tokens import is_stopword, tokenize, tokenize_spans
+from tracerag.text._words import is_stopword, tokenize, tokenize_spans
 
 __all__ = ["CHEAP_CHARS", "DEFAULT_THRESHOLD", "LexicalParams", "LexicalSupport"]
 

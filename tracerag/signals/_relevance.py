@@ -52,7 +52,7 @@ from typing import Any, Literal
 from tracerag.errors import ConfigurationError
 from tracerag.text._asking import asks, asks_for
 from tracerag.text._quantities import extract_quantities
-from tracerag.text._tokens import is_stopword, stem, token_set, tokenize_spans
+from tracerag.text._words import is_stopword, stem, token_set, tokenize_spans
 
 __all__ = [
     "DEFAULT_MIN_SIMILARITY",

@@ -31,7 +31,7 @@ from tracerag.signals._lexical import _material_view, _MaterialView
 from tracerag.signals._support import Support
 from tracerag.text._asking import asks, asks_for
 from tracerag.text._quantities import Quantity, extract_quantities, quantities_match
-from tracerag.text._tokens import content_terms, stem, tokenize_spans
+from tracerag.text._words import content_terms, stem, tokenize_spans
 
 __all__ = ["SpecificityConflict", "check_specificity", "question_subject"]
 

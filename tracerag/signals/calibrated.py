@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tracerag._routing import Thresholds
+from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
 from tracerag.signals._confidence import Combined, Combiner, HeuristicCombiner, Signals, finish
 
@@ -261,8 +262,6 @@ def default_combiner(path: str | None = None) -> Combiner:
     """The combiner of the calibration file at ``path`` (else ``TRACERAG_CALIBRATION``), or
     ``heuristic-v1`` when neither names one."""
     if path is None:
-        from tracerag.config import get_config
-
         path = get_config().calibration
     if not path:
         return HeuristicCombiner()

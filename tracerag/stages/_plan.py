@@ -37,7 +37,7 @@ from tracerag._settings import Settings
 from tracerag._state import ErrorLog, PlanResult, RequestState, Sample
 from tracerag.contract import validate_with
 from tracerag.errors import ConfigurationError, ContractError, PlanError
-from tracerag.prompts import TASK_PLAN, prompt_messages
+from tracerag.prompts import ANSWER_LINE_RE, PLAN_LINE_RE, TASK_PLAN, prompt_messages
 from tracerag.signals._claims import citation_ids, strip_citations
 from tracerag.signals._types import Material, Plan
 from tracerag.stages._verify import resolver_for
@@ -134,8 +134,6 @@ async def plan(
 
 def split_inline(raw: str) -> tuple[str | None, str]:
     """``(plan_text, answer)`` from an inline sample; plan_text is None when absent."""
-    from tracerag.prompts import ANSWER_LINE_RE, PLAN_LINE_RE
-
     plan_match = PLAN_LINE_RE.search(raw)
     answer_match = ANSWER_LINE_RE.search(raw)
     plan_text = plan_match.group("plan") if plan_match else None

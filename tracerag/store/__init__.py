@@ -6,6 +6,7 @@ audit trail page of the documentation says what each guarantees.
 
 from __future__ import annotations
 
+from tracerag.store._audit_record import AuditRecord
 from tracerag.store._base import (
     AlreadyDecided,
     AlreadyReviewed,
@@ -35,6 +36,7 @@ from tracerag.store._writer import AuditWriter
 __all__ = [
     "AlreadyDecided",
     "AlreadyReviewed",
+    "AuditRecord",
     "AuditStore",
     "AuditWriter",
     "ChainIssue",

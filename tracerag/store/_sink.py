@@ -32,7 +32,6 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from tracerag.errors import ConfigurationError
 from tracerag.telemetry import _instruments as metrics
 
 #: ``(record) -> accepted``; the runner awaits a sink that returns an awaitable.
@@ -85,15 +84,13 @@ def writer_sink(writer: Any) -> Sink:
     return submit
 
 
-def resolve_sink(audit: Any) -> Sink | None:
-    """The record sink for a pipeline's ``audit`` argument (see module docstring)."""
-    if audit is None or audit is False:
-        return None
-    if audit == "auto":
-        from tracerag.config import get_config
+def store_sink(audit: object) -> Sink | None:
+    """The sink for a store URL or path, an AuditStore or an AuditWriter; None for other values.
 
-        store = get_config().store
-        return writer_sink(writer_for(store)) if store else None
+    tracerag's resolver in the ``tracerag.audit_sinks`` entry-point group: the pipeline's
+    ``audit=`` reaches it through ``tracerag._sinks.resolve_sink`` (``"auto"`` arrives as the
+    URL ``TRACERAG_STORE`` names).
+    """
     if isinstance(audit, str):
         return writer_sink(writer_for(audit))
     if hasattr(audit, "submit") and hasattr(audit, "healthy"):
@@ -101,11 +98,9 @@ def resolve_sink(audit: Any) -> Sink | None:
     if hasattr(audit, "append_record"):
         from tracerag.store._writer import AuditWriter
 
-        return writer_sink(AuditWriter(audit, on_drop=_on_drop))
+        store: Any = audit  # an AuditStore by its shape
+        return writer_sink(AuditWriter(store, on_drop=_on_drop))
     if callable(audit):
         sink: Sink = audit
         return sink
-    raise ConfigurationError(
-        f"audit must be 'auto', a store URL, an AuditStore, an AuditWriter, a callable or None; "
-        f"got {type(audit).__name__}"
-    )
+    return None

@@ -6,9 +6,9 @@ a shutdown that never holds the process, and metrics that stop when the backend 
   3 MiB, ``TRACERAG_OTLP_MAX_BATCH_BYTES``), below the 4 MiB gRPC message limit that Jaeger and
   the OpenTelemetry Collector apply by default. Spans that a failed export loses, and spans that
   never left (queue full, still queued when shutdown gave up) are counted: ``dropped_spans()``
-  and the ``tracerag.spans.dropped`` metric. Shutdown waits at most ``shutdown_timeout``
-  seconds (default 2, ``TRACERAG_EXPORT_SHUTDOWN_TIMEOUT``), so a dead collector cannot delay
-  the process's exit by the exporters' retry schedule.
+  and ``on_drop`` (tracerag's providers pass the ``tracerag.spans.dropped`` metric). Shutdown
+  waits at most ``shutdown_timeout`` seconds (default 2, ``TRACERAG_EXPORT_SHUTDOWN_TIMEOUT``),
+  so a dead collector cannot delay the process's exit by the exporters' retry schedule.
 - ``MetricsEndpointCheck``: wraps an OTLP metric exporter; before the first export it asks the
   endpoint whether it takes metrics at all. A traces-only backend (Jaeger answers HTTP 404 or
   gRPC UNIMPLEMENTED) is reported once, with the fix, and metrics export stops.
@@ -19,120 +19,40 @@ The SDK's own processor metrics (``otel.sdk.processor.span.processed{error.type}
 
 from __future__ import annotations
 
-import atexit
-import inspect
 import json
 import logging
 import os
 import threading
-import time
 import urllib.error
 import urllib.request
-import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from tracerag.config import get_config
 from tracerag.errors import ConfigurationError
 from tracerag.telemetry._env import env_value
+from tracerag.telemetry._lifecycle import (
+    SHUTDOWN_TIMEOUT_ENV,
+    default_max_batch_bytes,
+    default_shutdown_timeout,
+    otlp_exporter_options,
+)
 
 logger = logging.getLogger("tracerag.tracing")
 
 Protocol = Literal["http/protobuf", "grpc"]
-MAX_BATCH_BYTES_ENV = "TRACERAG_OTLP_MAX_BATCH_BYTES"
-SHUTDOWN_TIMEOUT_ENV = "TRACERAG_EXPORT_SHUTDOWN_TIMEOUT"
-_CONFIG_FIELD = {
-    MAX_BATCH_BYTES_ENV: "otlp_max_batch_bytes",
-    SHUTDOWN_TIMEOUT_ENV: "export_shutdown_timeout",
-}
-DEFAULT_MAX_BATCH_BYTES = 3 * 1024 * 1024
-DEFAULT_SHUTDOWN_TIMEOUT = 2.0
+
+#: Told of spans lost (``count``, ``reason``) besides ``dropped_spans()``: tracerag's providers
+#: pass the ``tracerag.spans.dropped`` metric (``_instruments.record_spans_dropped``).
+OnDrop = Callable[[int, str], object]
 
 _dropped = 0
 _dropped_lock = threading.Lock()
-
-
-def _env_number(name: str, default: float) -> float:
-    value = (getattr(get_config(), _CONFIG_FIELD[name]) or "").strip()
-    if not value:
-        return default
-    try:
-        number = float(value)
-    except ValueError:
-        logger.warning("tracerag: %s=%r is not a number; using %s", name, value, default)
-        return default
-    return number if number > 0 else default
-
-
-def default_max_batch_bytes() -> int:
-    """The export batch size limit in bytes (``TRACERAG_OTLP_MAX_BATCH_BYTES``, default 3 MiB)."""
-    return int(_env_number(MAX_BATCH_BYTES_ENV, DEFAULT_MAX_BATCH_BYTES))
-
-
-def default_shutdown_timeout() -> float:
-    """Seconds shutdown waits for exports (``TRACERAG_EXPORT_SHUTDOWN_TIMEOUT``, default 2)."""
-    return _env_number(SHUTDOWN_TIMEOUT_ENV, DEFAULT_SHUTDOWN_TIMEOUT)
-
-
-# ---------------------------------------------------------------------------------------------
-# Exit: tracerag's own providers shut down together, within one bounded wait
-
-_exit_lock = threading.Lock()
-_exit_providers: weakref.WeakSet[Any] = weakref.WeakSet()
-_exit_registered = False
-
-
-def shutdown_at_exit(provider: Any) -> None:
-    """Shut ``provider`` down when the process exits, together with tracerag's other
-    providers, waiting at most ``TRACERAG_EXPORT_SHUTDOWN_TIMEOUT`` seconds for all of them."""
-    global _exit_registered
-    with _exit_lock:
-        _exit_providers.add(provider)
-        if not _exit_registered:
-            atexit.register(shutdown_providers)
-            _exit_registered = True
-
-
-def forget_at_exit(provider: Any) -> None:
-    """Take back ``shutdown_at_exit`` for a provider that was shut down already."""
-    with _exit_lock:
-        _exit_providers.discard(provider)
-
-
-def shutdown_providers(timeout: float | None = None) -> None:
-    """Shut down every provider registered with ``shutdown_at_exit``, in parallel, waiting at
-    most ``timeout`` seconds (default ``TRACERAG_EXPORT_SHUTDOWN_TIMEOUT``); never raises."""
-    seconds = timeout if timeout is not None else default_shutdown_timeout()
-    with _exit_lock:
-        providers = list(_exit_providers)
-        _exit_providers.clear()
-    workers = [
-        threading.Thread(
-            target=_shutdown_one, args=(p, seconds), name="tracerag-shutdown", daemon=True
-        )
-        for p in providers
-    ]
-    for worker in workers:
-        worker.start()
-    deadline = time.monotonic() + seconds + 0.25
-    for worker in workers:
-        worker.join(max(0.0, deadline - time.monotonic()))
-
-
-def _shutdown_one(provider: Any, seconds: float) -> None:
-    try:
-        if "timeout_millis" in inspect.signature(provider.shutdown).parameters:
-            provider.shutdown(timeout_millis=seconds * 1000)  # a MeterProvider
-        else:
-            provider.shutdown()  # a TracerProvider: tracerag's processors bound themselves
-    except Exception as exc:
-        logger.warning("tracerag: telemetry shutdown did not finish in %.1f s: %s", seconds, exc)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,17 +64,17 @@ def dropped_spans() -> int:
     return _dropped
 
 
-def count_dropped(count: int, reason: str) -> None:
-    """Add ``count`` lost spans (``reason``) to ``dropped_spans()`` and the metric."""
+def count_dropped(count: int, reason: str, on_drop: OnDrop | None = None) -> None:
+    """Add ``count`` lost spans (``reason``) to ``dropped_spans()`` and tell ``on_drop``."""
     global _dropped
     if count <= 0:
         return
     with _dropped_lock:
         _dropped += count
+    if on_drop is None:
+        return
     try:
-        from tracerag.telemetry._instruments import record_spans_dropped
-
-        record_spans_dropped(count, reason)
+        on_drop(count, reason)
     except Exception:  # metrics must never break export
         logger.debug("tracerag: could not record dropped spans", exc_info=True)
 
@@ -212,8 +132,15 @@ def split_batch(spans: Sequence[ReadableSpan], max_bytes: int) -> list[list[Read
 class TraceragSpanExporter(SpanExporter):
     """Wraps an exporter: splits batches to fit ``max_batch_bytes`` and counts lost spans."""
 
-    def __init__(self, exporter: SpanExporter, *, max_batch_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        *,
+        max_batch_bytes: int | None = None,
+        on_drop: OnDrop | None = None,
+    ) -> None:
         self.exporter = exporter
+        self.on_drop = on_drop
         self.max_batch_bytes = max_batch_bytes or default_max_batch_bytes()
         self._lock = threading.Lock()
         self.settled = 0  # spans whose export finished, delivered or not
@@ -244,7 +171,7 @@ class TraceragSpanExporter(SpanExporter):
             if failed:
                 self.failed += len(chunk)
         if failed:
-            count_dropped(len(chunk), "export_failed")
+            count_dropped(len(chunk), "export_failed", self.on_drop)
         return result
 
     def stop_accounting(self) -> None:
@@ -266,7 +193,8 @@ class TraceragSpanExporter(SpanExporter):
 class TraceragBatchSpanProcessor(SpanProcessor):
     """The SDK's BatchSpanProcessor with batches that fit, lost spans counted, and a bounded
     shutdown (see the module docstring). Add it (as ``batch_processor(exporter, ...)``) to a
-    TracerProvider of your own to give it tracerag's export behaviour."""
+    TracerProvider of your own to give it tracerag's export behaviour; ``on_drop`` is told of
+    every span lost (tracerag's providers pass the ``tracerag.spans.dropped`` metric)."""
 
     def __init__(
         self,
@@ -278,11 +206,14 @@ class TraceragBatchSpanProcessor(SpanProcessor):
         max_batch_bytes: int | None = None,
         shutdown_timeout: float | None = None,
         meter_provider: Any = None,
+        on_drop: OnDrop | None = None,
     ) -> None:
         if max_export_batch_size is None and max_queue_size is not None:
             default_batch = int(os.environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "512"))
             max_export_batch_size = min(default_batch, max_queue_size)
-        self.exporter = TraceragSpanExporter(exporter, max_batch_bytes=max_batch_bytes)
+        self.exporter = TraceragSpanExporter(
+            exporter, max_batch_bytes=max_batch_bytes, on_drop=on_drop
+        )
         self.shutdown_timeout = (
             shutdown_timeout if shutdown_timeout is not None else default_shutdown_timeout()
         )
@@ -323,7 +254,7 @@ class TraceragBatchSpanProcessor(SpanProcessor):
             if lost > 0:
                 self._accounted += lost
         if lost > 0:
-            count_dropped(lost, reason)
+            count_dropped(lost, reason, self.exporter.on_drop)
         return max(0, lost)
 
     def force_flush(self, timeout_millis: int | None = None) -> bool:
@@ -396,19 +327,6 @@ batch_processor = TraceragBatchSpanProcessor
 # OTLP exporters
 
 
-def otlp_exporter_options(
-    headers: Mapping[str, str] | str | None, timeout: float | None
-) -> dict[str, Any]:
-    """The keyword arguments an OTLP exporter takes for the given headers and timeout."""
-    kwargs: dict[str, Any] = {}
-    parsed = parse_headers(headers)
-    if parsed is not None:
-        kwargs["headers"] = parsed
-    if timeout is not None:
-        kwargs["timeout"] = timeout
-    return kwargs
-
-
 def otlp_protocol(protocol: str | None, signal: str = "TRACES") -> Protocol:
     """``http/protobuf`` or ``grpc``: the argument, else ``OTEL_EXPORTER_OTLP_{signal}_PROTOCOL``
     / ``OTEL_EXPORTER_OTLP_PROTOCOL``, else ``http/protobuf``."""
@@ -422,20 +340,6 @@ def otlp_protocol(protocol: str | None, signal: str = "TRACES") -> Protocol:
     if value == "grpc":
         return "grpc"
     raise ConfigurationError(f"unsupported OTLP protocol {value!r}: use 'http/protobuf' or 'grpc'")
-
-
-def parse_headers(headers: Mapping[str, str] | str | None) -> dict[str, str] | None:
-    """Headers from a mapping or the ``k=v,k2=v2`` form (values URL-decoded)."""
-    if headers is None:
-        return None
-    if isinstance(headers, str):
-        out: dict[str, str] = {}
-        for part in headers.split(","):
-            if "=" in part:
-                key, value = part.split("=", 1)
-                out[unquote(key.strip()).lower()] = unquote(value.strip())
-        return out
-    return {str(k): str(v) for k, v in headers.items()}
 
 
 def signal_url(endpoint: str, path: str) -> str:

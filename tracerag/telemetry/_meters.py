@@ -23,6 +23,15 @@ except ImportError:  # pragma: no cover - an API without the placeholder class
 
 from tracerag._version import __version__
 from tracerag.errors import MissingDependencyError
+from tracerag.telemetry._env import env_exporters
+from tracerag.telemetry._lifecycle import (
+    default_shutdown_timeout,
+    forget_at_exit,
+    make_resource,
+    otlp_exporter_options,
+    parse_headers,
+    shutdown_at_exit,
+)
 
 logger = logging.getLogger("tracerag.metrics")
 
@@ -137,12 +146,10 @@ class _OtlpMetrics:
 def _otlp_metric_reader(options: _OtlpMetrics) -> Any:
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-    from tracerag.telemetry._export import (
+    from tracerag.telemetry._export import (  # imports the SDK: only making a provider does
         MetricsEndpointCheck,
         metrics_endpoint,
-        otlp_exporter_options,
         otlp_protocol,
-        parse_headers,
         signal_url,
     )
 
@@ -231,8 +238,6 @@ def _build_meter_provider(
 ) -> tuple[MeterProvider, PrometheusServer | None]:
     from opentelemetry.sdk.metrics import MeterProvider as SDKMeterProvider
 
-    from tracerag.telemetry._providers import make_resource
-
     all_readers: list[Any] = list(readers)
     server_parts = None
     if prometheus_port is not None:
@@ -252,8 +257,6 @@ def _build_meter_provider(
         resource=make_resource(service_name, resource_attributes),
         shutdown_on_exit=False,  # shut down at exit with a bounded wait instead
     )
-    from tracerag.telemetry._export import shutdown_at_exit
-
     shutdown_at_exit(provider)
     server = None
     if server_parts is not None:
@@ -273,8 +276,6 @@ def _build_meter_provider(
 def shutdown_bounded(provider: Any, timeout: float | None = None) -> None:
     """Shut down a MeterProvider, waiting for its last export at most ``timeout`` seconds
     (default ``TRACERAG_EXPORT_SHUTDOWN_TIMEOUT``, 2 s); never raises."""
-    from tracerag.telemetry._export import default_shutdown_timeout, forget_at_exit
-
     forget_at_exit(provider)
     seconds = timeout if timeout is not None else default_shutdown_timeout()
     try:
@@ -290,8 +291,6 @@ def start_prometheus_server(port: int, addr: str = "127.0.0.1") -> PrometheusSer
     MeterProvider passed to ``record_*`` or ``RAGPipeline`` bypasses it: add a
     ``PrometheusMetricReader`` to that provider instead.
     """
-    from tracerag.telemetry._env import env_exporters
-
     global _configured
     env_otlp = env_exporters("METRICS") or []
     provider, server = _build_meter_provider(
@@ -313,8 +312,6 @@ def prometheus_servers() -> list[PrometheusServer]:
 def configure_metrics_from_env() -> MeterProvider | None:
     """A MeterProvider from ``TRACERAG_PROMETHEUS_PORT`` and the ``OTEL_*`` variables, or None
     when they ask for no metrics export."""
-    from tracerag.telemetry._env import env_exporters
-
     wanted = env_exporters("METRICS") or []
     port_text = (get_config().prometheus_port or "").strip()
     prometheus_port: int | None = None

@@ -31,8 +31,17 @@ from opentelemetry.trace import Tracer, TracerProvider
 
 from tracerag._version import __version__
 from tracerag.config import Once
+from tracerag.telemetry import _content_capture
+from tracerag.telemetry._env import env_exporters, env_value
+from tracerag.telemetry._instruments import record_spans_dropped
+from tracerag.telemetry._lifecycle import (
+    default_shutdown_timeout,
+    forget_at_exit,
+    make_resource,
+    shutdown_at_exit,
+)
 
-if TYPE_CHECKING:  # the SDK is imported where a provider is made, never to look one up
+if TYPE_CHECKING:  # types only
     from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
@@ -41,7 +50,6 @@ if TYPE_CHECKING:  # the SDK is imported where a provider is made, never to look
 logger = logging.getLogger("tracerag.tracing")
 
 INSTRUMENTATION_NAME = "tracerag"
-DEFAULT_SERVICE_NAME = "tracerag"
 
 _lock = threading.Lock()
 _configured: TracerProvider | None = None  # made by configure()
@@ -92,8 +100,6 @@ def default_provider() -> TracerProvider | None:
 def force_flush(timeout_millis: int | None = None) -> bool:
     """Export what tracerag's own providers still hold, waiting at most ``timeout_millis``
     (default ``TRACERAG_EXPORT_SHUTDOWN_TIMEOUT``, 2 s); True when nothing failed or timed out."""
-    from tracerag.telemetry._export import default_shutdown_timeout
-
     millis = int(default_shutdown_timeout() * 1000) if timeout_millis is None else timeout_millis
     ok = True
     for provider in (_configured, _from_env.made):
@@ -108,9 +114,6 @@ def configure_from_env() -> TracerProvider:
     With no exporter named by the environment the provider records spans (so trace ids exist)
     but exports none; this is logged once.
     """
-    from tracerag.telemetry._env import env_exporters
-    from tracerag.telemetry._export import otlp_span_exporter
-
     global _default_notice_logged
     wanted = env_exporters("TRACES")
     if wanted is None:
@@ -125,6 +128,8 @@ def configure_from_env() -> TracerProvider:
     unknown = [n for n in wanted if n not in {"otlp", "console", "none"}]
     if unknown:
         logger.warning("tracerag: unsupported OTEL_TRACES_EXPORTER value(s) %s ignored", unknown)
+    from tracerag.telemetry._export import otlp_span_exporter  # the SDK: making a provider
+
     exporters = [otlp_span_exporter()] if "otlp" in wanted else []
     provider = _build_provider(exporters + _local_exporters(console="console" in wanted))
     if "otlp" in wanted:
@@ -164,9 +169,6 @@ def configure(
     the wait for exports at shutdown (default 2 s). ``set_global`` also installs the provider
     as the OpenTelemetry global one.
     """
-    from tracerag.telemetry._env import env_value
-    from tracerag.telemetry._export import otlp_span_exporter
-
     global _configured
     if otlp is None:
         otlp = (
@@ -175,6 +177,8 @@ def configure(
             is not None
             or not (console or file is not None)
         )
+    from tracerag.telemetry._export import otlp_span_exporter  # the SDK: making a provider
+
     exporters = (
         [otlp_span_exporter(endpoint, protocol=protocol, headers=headers, timeout=timeout)]
         if otlp
@@ -197,8 +201,6 @@ def configure(
 
 def reset() -> None:
     """Shut down and forget tracerag's own TracerProviders (test isolation)."""
-    from tracerag.telemetry._export import forget_at_exit
-
     global _configured, _default_notice_logged
     with _lock:
         providers = [p for p in (_configured, _from_env.reset()) if p is not None]
@@ -212,35 +214,17 @@ def reset() -> None:
 
 def reset_for_tests() -> None:
     """Shut down and forget tracerag's own TracerProviders and capture settings."""
-    from tracerag.telemetry import _content_capture
-    from tracerag.telemetry._export import forget_metrics_notices
-
     reset()
     _content_capture.reset()
+    from tracerag.telemetry._export import forget_metrics_notices  # the SDK: tests make providers
+
     forget_metrics_notices()
-
-
-def make_resource(
-    service_name: str | None = None, attributes: Mapping[str, Any] | None = None
-) -> Any:
-    """The SDK Resource for tracerag's providers: OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME,
-    then the given values; ``service.name`` falls back to ``tracerag``."""
-    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-
-    attrs: dict[str, Any] = dict(attributes or {})
-    if service_name:
-        attrs[SERVICE_NAME] = service_name
-    resource = Resource.create(attrs)
-    name = str(resource.attributes.get(SERVICE_NAME, ""))
-    if not name or name.startswith("unknown_service"):
-        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
-    return resource
 
 
 def _local_exporters(
     *, console: bool = False, file: str | os.PathLike[str] | IO[str] | None = None
 ) -> list[SpanExporter]:
-    from tracerag.telemetry._export import JsonLinesSpanExporter
+    from tracerag.telemetry._export import JsonLinesSpanExporter  # the SDK: making a provider
 
     exporters: list[SpanExporter] = []
     if console:
@@ -258,7 +242,7 @@ def _build_provider(
     """A provider sending spans to each of ``exporters`` through tracerag's batch processor."""
     from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
 
-    from tracerag.telemetry._export import batch_processor, shutdown_at_exit
+    from tracerag.telemetry._export import batch_processor  # the SDK: making a provider
 
     provider = SDKTracerProvider(
         resource=resource if resource is not None else make_resource(),
@@ -266,5 +250,7 @@ def _build_provider(
     )
     shutdown_at_exit(provider)
     for exporter in exporters:
-        provider.add_span_processor(batch_processor(exporter, **batch_options))
+        provider.add_span_processor(
+            batch_processor(exporter, on_drop=record_spans_dropped, **batch_options)
+        )
     return provider

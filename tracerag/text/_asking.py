@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from tracerag.text._tokens import stem
+from tracerag.text._words import stem
 
 __all__ = ["asks", "asks_for"]
 

@@ -9,7 +9,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from tracerag.text._sentences import CITATION_MARKER_RE
-from tracerag.text._tokens import is_stopword, tokenize_spans
+from tracerag.text._words import is_stopword, tokenize_spans
 
 __all__ = [
     "Comparison",

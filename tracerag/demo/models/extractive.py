@@ -42,7 +42,7 @@ from tracerag.prompts import (
 )
 from tracerag.text._quantities import extract_quantities
 from tracerag.text._sentences import split_sentences
-from tracerag.text._tokens import content_terms
+from tracerag.text._words import content_terms
 
 __all__ = ["ExtractiveChatModel"]
 

@@ -33,7 +33,7 @@ from tracerag._state import RunVersions
 from tracerag.errors import MissingVersionError
 from tracerag.prompts import fingerprint
 from tracerag.signals._types import Material
-from tracerag.wrap._capture import ModelCall, RunCapture
+from tracerag.wrapping._capture import ModelCall, RunCapture
 
 PromptSource = Literal["argument", "template", "run-template", "model-input"]
 ModelSource = Literal["argument", "app", "run"]

@@ -80,7 +80,7 @@ def test_wrap_fabricated_position_is_escalated(retriever, spans):
 
 def test_wrap_temperature_zero_warns_and_is_uninformative(retriever, spans, caplog):
     llm = ScriptedChatModel(responder=positional_answer, temperature=0.0)
-    with caplog.at_level("WARNING", logger="tracerag.wrap"):
+    with caplog.at_level("WARNING", logger="tracerag.wrapping"):
         wrapped = wrap(
             standard_chain(retriever, llm),
             n_samples=3,

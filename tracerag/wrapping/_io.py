@@ -31,7 +31,7 @@ from pydantic import BaseModel, RootModel
 
 from tracerag._llm import text_of
 from tracerag.errors import InputError, UnreadableOutputError
-from tracerag.wrap._commit import CITED_ID_FIELDS
+from tracerag.wrapping._commit import CITED_ID_FIELDS
 
 DEFAULT_INPUT_KEYS = ("question", "input", "query")
 DEFAULT_OUTPUT_KEYS = ("answer", "output", "result", "text")

@@ -9,7 +9,7 @@ from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from tracerag.errors import InputError
-from tracerag.wrap._io import ChainIO, independent_copy, input_fields, question_field
+from tracerag.wrapping._io import ChainIO, independent_copy, input_fields, question_field
 
 DOCS = [Document(page_content="a", id="1"), Document(page_content="b", id="2")]
 

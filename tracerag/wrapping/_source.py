@@ -47,8 +47,8 @@ from tracerag.stages._sample import (
 from tracerag.stages._stopping import Verifier, draw_adaptive
 from tracerag.telemetry._providers import get_tracer
 from tracerag.telemetry._spans import data_source_of, describe_retrieval, top_k_of
-from tracerag.wrap._capture import RunCapture, model_call_attributes
-from tracerag.wrap._commit import (
+from tracerag.wrapping._capture import RunCapture, model_call_attributes
+from tracerag.wrapping._commit import (
     PAUSED_AFTER_ANSWER,
     AppInterrupted,
     Turn,
@@ -60,19 +60,19 @@ from tracerag.wrap._commit import (
     paused_in_subgraph,
     withheld_pieces,
 )
-from tracerag.wrap._hooks import Shared, scope
-from tracerag.wrap._inspect import ChainInfo
-from tracerag.wrap._io import ChainIO, independent_copy
-from tracerag.wrap._materials import run_materials, shown_order
-from tracerag.wrap._retryable import is_transient
-from tracerag.wrap._runs import Attempt, RequestRuns, Sampler
-from tracerag.wrap._versions import learn_versions, missing_version_error
+from tracerag.wrapping._documents import run_materials, shown_order
+from tracerag.wrapping._hooks import Shared, scope
+from tracerag.wrapping._inspect import ChainInfo
+from tracerag.wrapping._io import ChainIO, independent_copy
+from tracerag.wrapping._retryable import is_transient
+from tracerag.wrapping._samples import Attempt, RequestRuns, Sampler
+from tracerag.wrapping._versions import learn_versions, missing_version_error
 
 if TYPE_CHECKING:
     from tracerag._settings import Settings
     from tracerag.signals._types import Material
 
-logger = logging.getLogger("tracerag.wrap")
+logger = logging.getLogger("tracerag.wrapping")
 
 RUNS_NOTE = "no retriever found in the app; materials are what its runs retrieved"
 #: Requests whose retrieval is kept between their retrieve and sample stages, at most.

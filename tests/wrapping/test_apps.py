@@ -48,7 +48,7 @@ from tracerag import MissingVersionError, validate_response, wrap
 from tracerag import _semconv as sc
 from tracerag.demo.kb import DemoVectorStore, HashingEmbeddings, build_vectorstore
 from tracerag.testing import ScriptedChatModel, tracerag_name
-from tracerag.wrap._inspect import graph_nodes
+from tracerag.wrapping._inspect import graph_nodes
 
 
 @pytest.fixture

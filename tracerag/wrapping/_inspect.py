@@ -29,7 +29,7 @@ from langchain_core.vectorstores import VectorStore
 
 from tracerag._llm import model_name
 from tracerag.prompts import fingerprint
-from tracerag.wrap._capture import prompt_text
+from tracerag.wrapping._capture import prompt_text
 
 
 @dataclass

@@ -8,8 +8,8 @@ from langchain_core.documents import Document
 from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
 from tracerag.stages._retrieve import to_materials
-from tracerag.wrap._capture import ModelCall, RunCapture
-from tracerag.wrap._materials import run_materials, shown_order
+from tracerag.wrapping._capture import ModelCall, RunCapture
+from tracerag.wrapping._documents import run_materials, shown_order
 
 A = Document(page_content="Returns are accepted within 30 days.", metadata={"id": "returns"})
 B = Document(page_content="Laptops carry a 24-month warranty.", metadata={"id": "warranty"})

@@ -14,8 +14,8 @@ from langgraph.graph import START, StateGraph
 
 from tracerag.contract import Response
 from tracerag.errors import ConfigurationError
-from tracerag.wrap._io import ChainIO
-from tracerag.wrap._runs import Sampler, graph_nodes, run_once_nodes, with_callback
+from tracerag.wrapping._io import ChainIO
+from tracerag.wrapping._samples import Sampler, graph_nodes, run_once_nodes, with_callback
 
 
 class Counter(BaseCallbackHandler):
@@ -225,7 +225,8 @@ def test_tracerag_does_not_import_langgraph():
     import sys
 
     code = (
-        "import sys, tracerag.wrap, tracerag.wrap._runs, tracerag.wrap._io, tracerag.wrap._capture;"
+        "import sys, tracerag.wrapping, tracerag.wrapping._samples, tracerag.wrapping._io;"
+        "import tracerag.wrapping._capture;"
         "assert not [m for m in sys.modules if m.startswith(('langgraph', 'langchain_classic'))]"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -318,9 +319,9 @@ def test_forks_from_a_call_that_asked_for_tools_are_given_up_and_started_again()
     "imports",
     [
         "from tracerag import WrappedChain, wrap",
-        "import tracerag.wrap; from tracerag import wrap",
-        "from tracerag.wrap import Sampling; import tracerag; wrap = tracerag.wrap",
-        "import tracerag; wrap = tracerag.wrap; import tracerag.wrap._runs",
+        "import tracerag.wrapping; from tracerag import wrap",
+        "from tracerag.wrapping import Sampling; import tracerag; wrap = tracerag.wrap",
+        "import tracerag; wrap = tracerag.wrap; import tracerag.wrapping._samples",
     ],
 )
 def test_tracerag_wrap_is_the_function_whatever_was_imported_first(imports):
@@ -328,5 +329,21 @@ def test_tracerag_wrap_is_the_function_whatever_was_imported_first(imports):
     import sys
 
     code = f"{imports}\nimport tracerag, types\nassert isinstance(wrap, types.FunctionType)\n"
-    code += "assert tracerag.wrap is wrap and wrap.__name__ == 'wrap'"
+    code += "assert tracerag.wrap is wrap and wrap.__name__ == 'wrap'\n"
+    code += "import tracerag.wrapping as package\n"
+    code += "assert isinstance(package, types.ModuleType) and package.wrap is wrap\n"
+    code += "assert tracerag.wrapping is package and type(tracerag) is types.ModuleType"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_wrap_function_is_not_a_package_and_the_package_is_wrapping():
+    import types
+
+    import tracerag
+    import tracerag.wrapping
+
+    assert isinstance(tracerag.wrap, types.FunctionType)
+    assert tracerag.wrap is tracerag.wrapping.wrap
+    assert type(tracerag) is types.ModuleType  # no module-class swap keeps the name
+    assert tracerag.wrapping.__name__ == "tracerag.wrapping"
+    assert "wrap" not in {m.name for m in __import__("pkgutil").iter_modules(tracerag.__path__)}

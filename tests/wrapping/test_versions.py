@@ -12,8 +12,8 @@ from langchain_core.runnables import RunnableLambda
 from tracerag.prompts import fingerprint
 from tracerag.signals._types import Material
 from tracerag.testing import ScriptedChatModel
-from tracerag.wrap._capture import ModelCall, RunCapture, prompt_text
-from tracerag.wrap._versions import (
+from tracerag.wrapping._capture import ModelCall, RunCapture, prompt_text
+from tracerag.wrapping._versions import (
     learn_model,
     learn_prompt,
     missing_version_error,

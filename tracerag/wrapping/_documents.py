@@ -23,7 +23,7 @@ from langchain_core.messages import BaseMessage
 from tracerag._llm import text_of
 from tracerag.signals._types import Material
 from tracerag.stages._retrieve import to_materials
-from tracerag.wrap._capture import ModelCall, RunCapture
+from tracerag.wrapping._capture import ModelCall, RunCapture
 
 #: How much of a material's text is looked for in a prompt (whitespace folded).
 PROBE_CHARS = 160

@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracerag.text._tokens import content_terms, tokenize
+from tracerag.text._words import content_terms, tokenize
 
 
 def test_english_words_are_lowercased_and_stemmed() -> None:

@@ -20,16 +20,16 @@ from tracerag._withheld import check_withheld_message
 from tracerag.errors import ConfigurationError, InputError
 from tracerag.stages._sample import TEMPERATURE_ZERO_WARNING
 from tracerag.telemetry._instruments import record_turn_resumed, resume_action
-from tracerag.wrap._commit import (
+from tracerag.wrapping._commit import (
     CURRENT_TURNS,
     Turns,
     is_command,
 )
-from tracerag.wrap._hooks import instrument
-from tracerag.wrap._inspect import ChainInfo, inspect_chain, retrieval_parts
-from tracerag.wrap._io import MESSAGES_KEY, ChainIO, user_turns
-from tracerag.wrap._runs import SAMPLING_MODES, Sampler, Sampling, checkpointer_of
-from tracerag.wrap._source import ChainSource
+from tracerag.wrapping._hooks import instrument
+from tracerag.wrapping._inspect import ChainInfo, inspect_chain, retrieval_parts
+from tracerag.wrapping._io import MESSAGES_KEY, ChainIO, user_turns
+from tracerag.wrapping._samples import SAMPLING_MODES, Sampler, Sampling, checkpointer_of
+from tracerag.wrapping._source import ChainSource
 
 if TYPE_CHECKING:
     from langchain_core.callbacks import AsyncCallbackManagerForChainRun
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from tracerag._settings import Settings
     from tracerag.contract import Response
 
-logger = logging.getLogger("tracerag.wrap")
+logger = logging.getLogger("tracerag.wrapping")
 
 
 class WrappedChain(StagedRunnable):

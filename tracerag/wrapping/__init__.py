@@ -33,7 +33,7 @@ temperature 0 the samples cannot disagree: a warning is logged and put on the sp
 Response, and self-consistency is reported as uninformative.
 """
 
-from tracerag.wrap._app import WrappedChain, wrap
-from tracerag.wrap._runs import Sampling
+from tracerag.wrapping._app import WrappedChain, wrap
+from tracerag.wrapping._samples import Sampling
 
 __all__ = ["Sampling", "WrappedChain", "wrap"]

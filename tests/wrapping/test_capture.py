@@ -16,7 +16,7 @@ from tracerag import _semconv as sc
 from tracerag.prompts import fingerprint
 from tracerag.telemetry._content_capture import set_capture_content
 from tracerag.testing import ScriptedChatModel
-from tracerag.wrap._capture import (
+from tracerag.wrapping._capture import (
     RunCapture,
     model_call_attributes,
     prompt_text,

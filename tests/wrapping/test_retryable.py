@@ -14,7 +14,7 @@ from tracerag._llm import Tries, retry_call
 from tracerag._settings import RetryPolicy
 from tracerag.errors import ConfigurationError
 from tracerag.testing import ScriptedModelError
-from tracerag.wrap._retryable import is_deterministic, is_transient
+from tracerag.wrapping._retryable import is_deterministic, is_transient
 
 FAST = RetryPolicy(attempts=3, initial_wait=0.001, max_wait=0.01, jitter=0.0)
 

@@ -66,7 +66,7 @@ from langchain_core.runnables.base import RunnableBindingBase
 
 from tracerag.errors import ConfigurationError
 from tracerag.stages._sample import NotDrawn
-from tracerag.wrap._commit import (
+from tracerag.wrapping._commit import (
     ThreadTurn,
     history_runnable,
     message_ids,

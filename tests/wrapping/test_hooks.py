@@ -12,9 +12,9 @@ from langchain_core.runnables import RunnableLambda
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from tracerag.demo.kb import HashingEmbeddings
-from tracerag.wrap._capture import RunCapture
-from tracerag.wrap._hooks import Shared, instrument, is_instrumented, scope
-from tracerag.wrap._inspect import retrieval_parts
+from tracerag.wrapping._capture import RunCapture
+from tracerag.wrapping._hooks import Shared, instrument, is_instrumented, scope
+from tracerag.wrapping._inspect import retrieval_parts
 
 DOCS = [
     Document(page_content="Returns are accepted within 30 days.", metadata={"id": "returns"}),
