@@ -121,7 +121,7 @@ def _append_entry(backend, request_id: str, kind: str, payload_json: str, actor:
 
 
 def _row(backend, material_id: str) -> dict:
-    from tracerag.materials._events import ROW_COLUMNS, row_of
+    from tracerag.materials._chained_rows import ROW_COLUMNS, row_of
 
     values = _one(
         backend,

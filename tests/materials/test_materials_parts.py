@@ -24,6 +24,7 @@ from tracerag.materials import (
 )
 from tracerag.materials._baseline import baseline_pending
 from tracerag.materials._batches import Batches
+from tracerag.materials._chained_rows import chained_changes, identities_of, read_row
 from tracerag.materials._commit import base_row, clear_abandoned, row_after
 from tracerag.materials._conflict_table import (
     CONFLICT_COLUMNS,
@@ -31,7 +32,6 @@ from tracerag.materials._conflict_table import (
     open_conflicts_of,
     opened_conflicts,
 )
-from tracerag.materials._events import chained_changes, identities_of, read_row
 from tracerag.materials._model import iso, utcnow
 from tracerag.materials._operator import require_operator
 from tracerag.materials._outcomes import moved
@@ -348,13 +348,13 @@ def test_no_part_of_the_registry_imports_the_registry() -> None:
         "_batches",
         "_commit",
         "_conflict_table",
-        "_events",
+        "_chained_rows",
         "_operator",
         "_outcomes",
         "_reads",
         "_transitions",
         "_usage_log",
-        "_verify",
+        "_reconcile",
         "_versions",
     ]
     for part in parts:

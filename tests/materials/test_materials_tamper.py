@@ -139,7 +139,7 @@ def test_a_write_landing_between_verify_reads_is_not_reported_as_tampering(
     """The registry's tables and the chain are read apart: a material registered between the
     two reads (as the server registers what it answers from, while an operator verifies) must
     not look like an entry without its row. Verify reads again and checks one moment."""
-    import tracerag.materials._verify as module
+    import tracerag.materials._reconcile as module
 
     registry = MaterialRegistry(store, metrics=False)
     try:
@@ -165,7 +165,7 @@ def test_a_write_landing_between_verify_reads_is_not_reported_as_tampering(
 def test_verify_says_not_checked_when_writes_never_pause(store, monkeypatch) -> None:
     """A registry written to during every read is not called intact, nor tampered: NOT CHECKED,
     and `tracerag audit verify` exits 3."""
-    import tracerag.materials._verify as module
+    import tracerag.materials._reconcile as module
 
     monkeypatch.setattr(module, "VERIFY_READS", 3)
     registry = MaterialRegistry(store, metrics=False)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from tracerag.materials._chained_rows import BASELINE_KEY, ROW_KEY, event_material, table_rows
 from tracerag.materials._conflict_table import open_conflicts_of
 from tracerag.materials._db import ChainCursor, RegistryDB
-from tracerag.materials._events import BASELINE_KEY, ROW_KEY, event_material, table_rows
+from tracerag.materials._reconcile import chained_events
 from tracerag.materials._records import SYSTEM
-from tracerag.materials._verify import chained_events
 from tracerag.store._base import StoreError
 
 logger = logging.getLogger("tracerag.materials")

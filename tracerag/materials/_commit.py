@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from tracerag._identity import OperatorIdentity
 from tracerag.materials._batches import Batches
+from tracerag.materials._chained_rows import ROW_KEY, Row, read_row, write_row
 from tracerag.materials._conflict_table import (
     conflict_candidates,
     insert_conflicts,
@@ -20,7 +21,6 @@ from tracerag.materials._conflict_table import (
 )
 from tracerag.materials._credibility import CredibilityPolicy
 from tracerag.materials._db import ChainCursor, Cursor, RegistryDB
-from tracerag.materials._events import ROW_KEY, Row, read_row, write_row
 from tracerag.materials._gate import WriteGate
 from tracerag.materials._gauges import ensure_instruments
 from tracerag.materials._model import MaterialVersion, now_iso, parse_time, utcnow
@@ -135,7 +135,7 @@ def change_payload(
     opened: list[dict[str, Any]],
     after: Row,
 ) -> dict[str, Any]:
-    """The ``material_change`` entry's payload of a version (``_events`` replays it)."""
+    """The ``material_change`` entry's payload of a version (``_chained_rows`` replays it)."""
     return {
         CHANGE_KEY: {
             "material_id": new.material_id,

@@ -12,6 +12,7 @@ from typing import Any
 
 from tracerag._identity import OperatorIdentity
 from tracerag.errors import InputError
+from tracerag.materials._chained_rows import OUTCOME_KEY, ROW_KEY, Row, read_row, write_row
 from tracerag.materials._commit import VersionWriter
 from tracerag.materials._credibility import (
     OUTCOMES,
@@ -20,7 +21,6 @@ from tracerag.materials._credibility import (
     should_quarantine,
 )
 from tracerag.materials._db import ChainCursor, Cursor
-from tracerag.materials._events import OUTCOME_KEY, ROW_KEY, Row, read_row, write_row
 from tracerag.materials._model import PROPOSE_QUARANTINE, MaterialVersion
 from tracerag.materials._operator import SYSTEM_IDENTITY
 from tracerag.materials._records import QUARANTINE_RULE, SYSTEM, MaterialNotFound

@@ -28,17 +28,18 @@ from typing import TYPE_CHECKING, Any
 
 from tracerag.materials._baseline import chain_baseline
 from tracerag.materials._batches import Batches
+from tracerag.materials._chained_rows import identities_of
 from tracerag.materials._commit import VersionWriter
 from tracerag.materials._conflict_table import list_conflicts
 from tracerag.materials._credibility import CredibilityPolicy
 from tracerag.materials._db import RegistryDB, connect_like
-from tracerag.materials._events import identities_of
 from tracerag.materials._gate import WriteGate
 from tracerag.materials._gauges import unwatch_registry, watch_registry
 from tracerag.materials._model import MaterialFields, MaterialState, MaterialVersion, Usage
 from tracerag.materials._operator import Operator, require_operator
 from tracerag.materials._outcomes import Outcomes
 from tracerag.materials._reads import Reads
+from tracerag.materials._reconcile import chained_events, verify_registry
 from tracerag.materials._records import (
     DEFAULT_READ_RETENTION_DAYS,
     SYSTEM,
@@ -51,7 +52,6 @@ from tracerag.materials._records import (
 )
 from tracerag.materials._transitions import Transitions
 from tracerag.materials._usage_log import UsageLog
-from tracerag.materials._verify import chained_events, verify_registry
 from tracerag.materials._versions import Versions
 from tracerag.store import open_store
 

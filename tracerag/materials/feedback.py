@@ -38,8 +38,8 @@ from langchain_core.documents import Document
 
 from tracerag._identity import REVIEW_DECISION, OperatorIdentity
 from tracerag.errors import InputError
+from tracerag.materials._chained_rows import read_row
 from tracerag.materials._db import ChainCursor, Cursor, MaterialStoreError
-from tracerag.materials._events import read_row
 from tracerag.materials._model import Provenance, content_hash, iso, parse_time, utcnow
 from tracerag.materials._operator import Operator
 from tracerag.materials._principal import (

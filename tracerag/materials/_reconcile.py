@@ -7,9 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tracerag.materials._conflict_table import CONFLICT_COLUMNS
-from tracerag.materials._db import RegistryDB
-from tracerag.materials._events import (
+from tracerag.materials._chained_rows import (
     chained_changes,
     conflict_issues,
     derive,
@@ -19,6 +17,8 @@ from tracerag.materials._events import (
     row_issues,
     table_rows,
 )
+from tracerag.materials._conflict_table import CONFLICT_COLUMNS
+from tracerag.materials._db import RegistryDB
 from tracerag.materials._records import CHANGE_KEY, MATERIALS_LOG, VerifyReport, body_digest
 from tracerag.store._base import KIND_MATERIAL_CHANGE
 
@@ -77,7 +77,7 @@ def verify_registry(
     Every stored version against its chained entry (body, hash and every column that
     repeats a body field); every chained change against a stored version; the columns of
     ``materials`` and the open conflicts re-derived by replaying the chained registry
-    events (``tracerag.materials._events``); the verdicts and their effects against their
+    events (``tracerag.materials._chained_rows``); the verdicts and their effects against their
     chained entries. ``events_of`` reads the chain's registry events (default:
     ``chained_events(store)``).
     """
