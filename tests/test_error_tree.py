@@ -282,7 +282,7 @@ def test_the_docs_table_is_the_tree_with_the_servers_answers(index):
 
 def test_every_tree_class_a_caller_can_meet_is_exported(index):
     internal = {
-        "tracerag.server._runs.KeyReused",  # answered as 422 idempotency_key_reused
+        "tracerag.server._run_book.KeyReused",  # answered as 422 idempotency_key_reused
         "tracerag.server._run_table.RunTableError",  # answered as 503 store_unavailable
         "tracerag.server._desk_db.DeskStateError",  # answered as 503 store_unavailable
         "tracerag.server._target.AppTargetError",  # tracerag serve --app prints it

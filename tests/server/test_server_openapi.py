@@ -23,7 +23,7 @@ from server_fixtures import (
 from tracerag.contract import response_schema
 from tracerag.errors import ConfigurationError
 from tracerag.server._error_shape import ERROR_CODES
-from tracerag.server._routes import events as event_routes
+from tracerag.server._routes import sse as sse_routes
 
 ORIGIN = "http://127.0.0.1:5173"
 
@@ -241,7 +241,7 @@ def test_cors_origins_from_the_environment(store, monkeypatch):
 
 
 def test_the_stream_sends_a_retry_hint_and_keep_alive_pings(store, monkeypatch):
-    monkeypatch.setattr(event_routes, "PING_SECONDS", 0.05)
+    monkeypatch.setattr(sse_routes, "PING_SECONDS", 0.05)
     pipeline = make_pipeline([GOOD_ANSWER], latency=0.3)  # each model call outlasts a ping
     with TestClient(make_app(store, pipeline)) as client:
         text = client.post("/v1/answer/stream", json={"question": GOOD_QUESTION}).text

@@ -10,7 +10,7 @@ Frontends (``X-API-Key`` when ``TRACERAG_API_KEY`` is set; bodies ``application/
 - ``POST /v1/requests`` — start a request; its ``events_url`` is the same stream for a
   browser's ``EventSource`` (``GET /v1/requests/{id}/events``, see ``routes/events.py``);
 - ``Idempotency-Key`` on the POSTs and ``Last-Event-ID`` on reconnect resume the same request
-  instead of asking again (``tracerag.server._runs``);
+  instead of asking again (``tracerag.server._run_book``);
 - ``GET /v1/requests/{id}`` — the outcome: state, decision and the answer the caller may show;
 - ``GET /v1/client/tracerag-stream.js`` — a small fetch-stream helper that resumes drops;
 - ``GET /v1/openapi.json`` and ``GET /v1/schemas/response.json`` — the API and the Response
@@ -79,8 +79,8 @@ from tracerag.server._delivery import DecisionHook, Delivery
 from tracerag.server._deps import Services, SignInRequired
 from tracerag.server._desk_config import DeskConfig
 from tracerag.server._error_shape import Problem, install_handlers
-from tracerag.server._materials import usage_recorder
 from tracerag.server._middleware import ApiCors, DeclaredBodyLimit, SecurityHeaders
+from tracerag.server._registry_wiring import usage_recorder
 from tracerag.server._review_claims import (
     CLAIM_SECONDS,
     ClaimBoard,
@@ -88,8 +88,23 @@ from tracerag.server._review_claims import (
     SharedSkips,
     Skips,
 )
-from tracerag.server._runs import DEFAULT_MAX_RUNS, DEFAULT_TTL, DecisionWatch, RunBook
-from tracerag.server._tokens import DEFAULT_TOKEN_SECONDS, StreamTokens
+from tracerag.server._routes import (
+    api as api_routes,
+)
+from tracerag.server._routes import (
+    desk_export,
+    desk_items,
+    desk_materials,
+    desk_queue,
+    desk_signin,
+    review_api,
+)
+from tracerag.server._routes import feedback as feedback_routes
+from tracerag.server._routes import sse as sse_routes
+from tracerag.server._routes.desk_form import FormRefused, form_refused
+from tracerag.server._routes.desk_views import WhyCache
+from tracerag.server._run_book import DEFAULT_MAX_RUNS, DEFAULT_TTL, DecisionWatch, RunBook
+from tracerag.server._signed_urls import DEFAULT_TOKEN_SECONDS, StreamTokens
 from tracerag.store._base import AuditStore, StoreError
 
 if TYPE_CHECKING:
@@ -732,9 +747,7 @@ def create_app(
         feedback_limits=feedback_limits or _default_limits(),
     )
     answerer.after_record = usage_recorder(svc)
-    from tracerag.server._routes.api import request_status
-
-    svc.decisions = DecisionWatch(audit_store, None, request_status)
+    svc.decisions = DecisionWatch(audit_store, None, api_routes.request_status)
     if review_desk:
         try:
             _shared_desk_state(svc, audit_store)
@@ -778,12 +791,8 @@ def create_app(
     app.state.secure_cookies = secure_cookies
     install_handlers(app)
 
-    from tracerag.server._routes import api as api_routes
-    from tracerag.server._routes import events as event_routes
-    from tracerag.server._routes import feedback as feedback_routes
-
     app.include_router(api_routes.router)
-    app.include_router(event_routes.router)
+    app.include_router(sse_routes.router)
     app.include_router(feedback_routes.router)
     app.include_router(api_routes.health)
 
@@ -809,16 +818,18 @@ def create_app(
         return JSONResponse({"service": "tracerag", "answer": "/v1/answer"})
 
     if review_desk:
-        from tracerag.server._routes import review as review_routes
-
-        app.state.why_cache = review_routes.WhyCache()
-        app.include_router(review_routes.desk)
-        app.include_router(review_routes.api)
-        from tracerag.server._routes import materials as material_routes
-
-        app.include_router(material_routes.materials)
-
-        app.add_exception_handler(SignInRequired, review_routes.sign_in_required)
+        app.state.why_cache = WhyCache()
+        for router in (
+            desk_signin.router,
+            desk_queue.router,
+            desk_items.router,
+            desk_export.router,
+            review_api.router,
+            desk_materials.materials,
+        ):
+            app.include_router(router)
+        app.add_exception_handler(SignInRequired, desk_signin.sign_in_required)
+        app.add_exception_handler(FormRefused, form_refused)
 
     app.add_middleware(RequestBodyLimitMiddleware, max_body_size=max_body_bytes)
     app.add_middleware(DeclaredBodyLimit, limit=max_body_bytes)

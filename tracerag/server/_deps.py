@@ -20,8 +20,8 @@ from tracerag.server._bodies import AnswerRequest
 from tracerag.server._delivery import Delivery
 from tracerag.server._error_shape import ApiError
 from tracerag.server._review_claims import ClaimBoard, Skips
-from tracerag.server._runs import DecisionWatch, RunBook, key_problem
-from tracerag.server._tokens import StreamTokens
+from tracerag.server._run_book import DecisionWatch, RunBook, key_problem
+from tracerag.server._signed_urls import StreamTokens
 from tracerag.store._base import AuditStore, StoreError
 
 if TYPE_CHECKING:

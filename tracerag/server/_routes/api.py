@@ -26,7 +26,7 @@ from tracerag.server._deps import (
     store_call,
 )
 from tracerag.server._error_shape import ApiError, error_responses
-from tracerag.server._routes.events import (
+from tracerag.server._routes.sse import (
     ANSWER_BODY,
     IDEMPOTENCY_HEADER,
     LAST_EVENT_ID_HEADER,
@@ -38,7 +38,7 @@ from tracerag.server._routes.events import (
     run_of,
     stream_response,
 )
-from tracerag.server._runs import fingerprint, parse_event_id
+from tracerag.server._run_book import fingerprint, parse_event_id
 from tracerag.store._base import RequestNotFound
 from tracerag.store._codec import RequestTrail
 

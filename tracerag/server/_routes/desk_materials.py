@@ -1,7 +1,7 @@
 """The desk's materials view: pending writes to approve or reject (with the write gate's
 reasons), quarantines the denial rule proposed to confirm or dismiss, open conflicts,
 quarantined materials to restore, and each material's history. Whether quarantined materials
-are out of this server's retrieval is said as it is (``tracerag.server._materials``).
+are out of this server's retrieval is said as it is (``tracerag.server._registry_wiring``).
 
 Approve, reject and restore go through the registry's audited write path, exactly as
 ``tracerag materials approve|reject|restore`` do, under the signed-in reviewer's identity and
@@ -23,8 +23,8 @@ from tracerag._identity import DESK_NAMED, OperatorIdentity, fingerprint
 from tracerag.server._auth import NAMED, Session
 from tracerag.server._deps import Reviewer, Services, ServicesDep, form_of, store_call, text_problem
 from tracerag.server._error_shape import ApiError
-from tracerag.server._materials import retrieval_governed
-from tracerag.server._routes.review import error_page, page
+from tracerag.server._registry_wiring import retrieval_governed
+from tracerag.server._routes.desk_pages import error_page, page
 from tracerag.server._views import MATERIAL_ACTIONS, material_history, materials_overview
 
 if TYPE_CHECKING:

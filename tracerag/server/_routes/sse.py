@@ -37,7 +37,7 @@ from tracerag.server._deps import (
     require_api_key,
 )
 from tracerag.server._error_shape import ApiError, error_responses
-from tracerag.server._runs import Event, KeyReused, Run, parse_event_id
+from tracerag.server._run_book import Event, KeyReused, Run, parse_event_id
 
 logger = logging.getLogger("tracerag.server")
 security_log = logging.getLogger("tracerag.server.security")
