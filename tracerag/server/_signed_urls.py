@@ -1,4 +1,4 @@
-"""Event-stream tokens: what a browser's ``EventSource`` shows instead of the API key.
+"""Signed events URLs: what a browser's ``EventSource`` shows instead of the API key.
 
 ``EventSource`` cannot send headers, so a page cannot give ``X-API-Key`` (and must not hold
 it). The backend that holds the key starts a request (``POST /v1/requests``) and hands the
@@ -7,44 +7,65 @@ one request, until it expires. A URL ends up in logs (proxies, the browser's his
 such a log line gives away is read access to one request's caller view for the token's life,
 never the key, never another request, never a way to ask a question.
 
-A token is ``<expiry>.<signature>``: HMAC-SHA256 over the request id and the expiry, with a
-key derived from the API key, so every replica sharing the API key accepts it and changing
-the API key revokes every token.
+A token is itsdangerous's ``TimestampSigner`` signature of the request id without the id
+itself: ``<timestamp>.<signature>`` (HMAC-SHA256, keyed by the API key), checked in constant
+time against the request id of the URL and refused once its life is over. Every replica
+sharing the API key accepts it, and changing the API key revokes every token.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import time
+
+from itsdangerous import BadSignature, TimestampSigner
 
 #: seconds an events URL is good for, by default
 DEFAULT_TOKEN_SECONDS = 3600.0
-_CONTEXT = b"tracerag events token v1\x00"
+_SALT = "tracerag events token v2"
+_MAX_TOKEN_CHARS = 200
+
+
+class _SignerAt(TimestampSigner):
+    """A signer whose clock reads ``at`` (a token made or checked at a given time)."""
+
+    def __init__(self, key: str, at: float) -> None:
+        super().__init__(key, salt=_SALT, digest_method=hashlib.sha256)
+        self.at = int(at)
+
+    def get_timestamp(self) -> int:
+        return self.at
 
 
 class StreamTokens:
-    """Makes and checks the tokens of one API key."""
+    """Makes and checks the events-URL tokens of one API key."""
 
     def __init__(self, api_key: str, seconds: float = DEFAULT_TOKEN_SECONDS) -> None:
-        self._key = hmac.new(api_key.encode("utf-8"), _CONTEXT, hashlib.sha256).digest()
+        self._key = api_key
         self.seconds = seconds
 
-    def _sign(self, request_id: str, expires: int) -> str:
-        message = f"{request_id}\x00{expires}".encode()
-        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+    def _signer(self, now: float | None) -> TimestampSigner:
+        return _SignerAt(self._key, time.time() if now is None else now)
 
     def make(self, request_id: str, now: float | None = None) -> tuple[str, int]:
         """A token for the events of ``request_id`` and when it expires (epoch seconds)."""
-        expires = int((time.time() if now is None else now) + self.seconds)
-        return f"{expires}.{self._sign(request_id, expires)}", expires
+        signer = self._signer(now)
+        signed = signer.sign(request_id).decode("ascii")
+        token = signed[len(request_id) + 1 :]  # the URL names the request: the token does not
+        return token, int(signer.get_timestamp() + self.seconds)
 
     def check(self, request_id: str, token: str, now: float | None = None) -> bool:
-        """True when ``token`` was made for ``request_id`` and has not expired."""
-        expiry, dot, signature = token.partition(".")
-        if not (dot and token.isascii() and expiry.isdigit() and len(expiry) <= 12):
+        """True when ``token`` was made for ``request_id`` and has not expired. A token signed
+        by a replica whose clock runs ahead is taken, as its expiry is what counts."""
+        if not (token.isascii() and len(token) <= _MAX_TOKEN_CHARS and token.count(".") == 1):
             return False
-        expires = int(expiry)
-        if expires <= (time.time() if now is None else now):
+        try:
+            value, signed = self._signer(now).unsign(
+                f"{request_id}.{token}", return_timestamp=True
+            )
+        except BadSignature:  # a wrong signature, another key's or another request's
             return False
-        return hmac.compare_digest(signature, self._sign(request_id, expires))
+        expires = signed.timestamp() + self.seconds
+        return value == request_id.encode("utf-8") and expires > (time.time() if now is None else now)
+
+__all__ = ["DEFAULT_TOKEN_SECONDS", "StreamTokens"]
