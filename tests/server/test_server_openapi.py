@@ -3,6 +3,7 @@ an exact allow-list, and the stream's retry hint and keep-alive."""
 
 from __future__ import annotations
 
+import fastapi.routing
 import pytest
 
 pytest.importorskip("fastapi")
@@ -23,7 +24,6 @@ from server_fixtures import (
 from tracerag.contract import response_schema
 from tracerag.errors import ConfigurationError
 from tracerag.server._error_shape import ERROR_CODES
-from tracerag.server._routes import sse as sse_routes
 
 ORIGIN = "http://127.0.0.1:5173"
 
@@ -241,7 +241,8 @@ def test_cors_origins_from_the_environment(store, monkeypatch):
 
 
 def test_the_stream_sends_a_retry_hint_and_keep_alive_pings(store, monkeypatch):
-    monkeypatch.setattr(sse_routes, "PING_SECONDS", 0.05)
+    # the keep-alive pings are FastAPI's (EventSourceResponse): its interval, shortened
+    monkeypatch.setattr(fastapi.routing, "_PING_INTERVAL", 0.05)
     pipeline = make_pipeline([GOOD_ANSWER], latency=0.3)  # each model call outlasts a ping
     with TestClient(make_app(store, pipeline)) as client:
         text = client.post("/v1/answer/stream", json={"question": GOOD_QUESTION}).text

@@ -328,6 +328,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     }
     _as_accepted(components, svc)
     _events_as_sent(components)
+    _streams_as_sent(schema)
     # every error is JSON in the one error shape, whatever the route's success media type
     problem_ref = {"$ref": "#/components/schemas/Problem"}
     components["Problem"] = Problem.model_json_schema()
@@ -462,6 +463,15 @@ def _as_accepted(components: dict[str, Any], svc: Services) -> None:
     components["FeedbackRequest"] = union(
         "FeedbackRequest", "verdict", {"confirm": [], "deny": [], "clarify": ["correction"]}
     )
+
+
+def _streams_as_sent(schema: dict[str, Any]) -> None:
+    """A stream's ``text/event-stream`` content says its events as sent (``StreamEventSent``,
+    declared by each route), not FastAPI's generic ``itemSchema`` of any SSE event."""
+    for path in schema.get("paths", {}).values():
+        for op in path.values():
+            for reply in op.get("responses", {}).values():
+                reply.get("content", {}).get("text/event-stream", {}).pop("itemSchema", None)
 
 
 def _events_as_sent(components: dict[str, Any]) -> None:
@@ -790,6 +800,7 @@ def create_app(
     app.state.review_desk = review_desk
     app.state.secure_cookies = secure_cookies
     install_handlers(app)
+    app.add_exception_handler(sse_routes.NothingToSend, sse_routes.nothing_to_send)
 
     app.include_router(api_routes.router)
     app.include_router(sse_routes.router)

@@ -164,8 +164,8 @@ def error_statuses() -> dict[type[TraceragError], tuple[int, ErrorCode]]:
         MaterialStoreError,
     )
     from tracerag.server._desk_db import DeskStateError
-    from tracerag.server._run_table import RunTableError
     from tracerag.server._run_book import KeyReused
+    from tracerag.server._run_table import RunTableError
     from tracerag.store import (
         AlreadyDecided,
         AlreadyReviewed,

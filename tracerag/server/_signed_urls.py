@@ -60,12 +60,13 @@ class StreamTokens:
         if not (token.isascii() and len(token) <= _MAX_TOKEN_CHARS and token.count(".") == 1):
             return False
         try:
-            value, signed = self._signer(now).unsign(
-                f"{request_id}.{token}", return_timestamp=True
-            )
+            value, signed = self._signer(now).unsign(f"{request_id}.{token}", return_timestamp=True)
         except BadSignature:  # a wrong signature, another key's or another request's
             return False
         expires = signed.timestamp() + self.seconds
-        return value == request_id.encode("utf-8") and expires > (time.time() if now is None else now)
+        return value == request_id.encode("utf-8") and expires > (
+            time.time() if now is None else now
+        )
+
 
 __all__ = ["DEFAULT_TOKEN_SECONDS", "StreamTokens"]
