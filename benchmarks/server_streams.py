@@ -258,8 +258,8 @@ async def decision(a: str, b: str, n: int) -> dict[str, Any]:
 
 def table_ops(captured: list[list[tuple[str, str, Any]]], n: int = 500) -> dict[str, Any]:
     """CPU and wall time of one key claim and one run's events stored, on a SQLite table."""
-    from tracerag.server._run_table import open_run_table
     from tracerag.server._run_book import encode
+    from tracerag.server._run_table import open_run_table
     from tracerag.store._sqlite import SQLiteAuditStore
 
     shape = [(name, encode(data)) for name, _, data in captured[0]]

@@ -30,8 +30,8 @@ from server_fixtures import (
     make_store,
 )
 
-from tracerag.server._run_table import open_run_table
 from tracerag.server._run_book import RunBook
+from tracerag.server._run_table import open_run_table
 from tracerag.server._signed_urls import StreamTokens
 from tracerag.store._sqlite import SQLiteAuditStore
 

@@ -24,6 +24,8 @@ __all__ = ["create_app", "uvicorn_options"]
 
 
 def __getattr__(name: str) -> Any:
+    # lazy: importing tracerag.server costs nothing until the app is built, and FastAPI (the
+    # optional ``server`` extra) is needed only then
     if name == "create_app":
         from tracerag.server._asgi import create_app
 

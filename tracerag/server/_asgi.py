@@ -54,8 +54,10 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import JsonSchemaMode
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
+from tracerag._runnable import StagedRunnable
 from tracerag.config import get_config
 from tracerag.errors import ConfigurationError, TraceragError
+from tracerag.materials import FeedbackLimits, MaterialRegistry, UserTokens
 from tracerag.server._answerer import Answerer, DemoOptions, demo_pipeline
 from tracerag.server._auth import (
     COOKIE_NAME,
@@ -65,10 +67,13 @@ from tracerag.server._auth import (
     REVIEWERS_FILE_ENV,
     SESSION_SECONDS,
     ReviewerAuth,
+    SharedSessions,
+    SharedThrottle,
     read_reviewers_file,
     token_problem,
 )
 from tracerag.server._bodies import (
+    STREAM_EVENT_MODELS,
     AnswerRequest,
     DecisionRequest,
     EventsTicket,
@@ -78,6 +83,7 @@ from tracerag.server._bodies import (
 from tracerag.server._delivery import DecisionHook, Delivery
 from tracerag.server._deps import Services, SignInRequired
 from tracerag.server._desk_config import DeskConfig
+from tracerag.server._desk_db import desk_db_like
 from tracerag.server._error_shape import Problem, install_handlers
 from tracerag.server._middleware import ApiCors, DeclaredBodyLimit, SecurityHeaders
 from tracerag.server._registry_wiring import usage_recorder
@@ -104,8 +110,12 @@ from tracerag.server._routes import sse as sse_routes
 from tracerag.server._routes.desk_form import FormRefused, form_refused
 from tracerag.server._routes.desk_views import WhyCache
 from tracerag.server._run_book import DEFAULT_MAX_RUNS, DEFAULT_TTL, DecisionWatch, RunBook
+from tracerag.server._run_table import open_run_table
 from tracerag.server._signed_urls import DEFAULT_TOKEN_SECONDS, StreamTokens
+from tracerag.store import open_store
 from tracerag.store._base import AuditStore, StoreError
+from tracerag.store._open import journal_dir_for
+from tracerag.text._unicode import is_invisible
 
 if TYPE_CHECKING:
     import jinja2
@@ -169,7 +179,7 @@ def _template_env() -> jinja2.Environment:
     """The review desk's templates, compiled once per process and shared by every app."""
     global _templates
     if _templates is None:
-        import jinja2
+        import jinja2  # the desk's pages only: an app without the desk never loads it
 
         _templates = jinja2.Environment(
             loader=jinja2.PackageLoader("tracerag.server", "templates"),
@@ -217,9 +227,6 @@ def _desk_config(value: DeskConfig | Mapping[str, Any] | str | None) -> DeskConf
 def _shared_desk_state(svc: Services, store: AuditStore) -> None:
     """Keep desk sessions, claims, skips and the sign-in lockout in the store's database, so
     every server process on the store shares them (in this process when it has none)."""
-    from tracerag.server._auth import SharedSessions, SharedThrottle
-    from tracerag.server._desk_db import desk_db_like
-
     assert svc.auth is not None and svc.claims is not None
     try:
         db = desk_db_like(store)
@@ -360,8 +367,6 @@ def _not_visible() -> str:
     ``tracerag.text.is_invisible`` counts as showing nothing: whitespace, control, format,
     private-use, unassigned and combining characters, blank fillers), listed from the Unicode
     database this Python has."""
-    from tracerag.text._unicode import is_invisible
-
     ranges: list[tuple[int, int]] = []
     for code in range(sys.maxunicode + 1):
         if 0xD800 <= code <= 0xDFFF or not is_invisible(chr(code)):
@@ -479,8 +484,6 @@ def _events_as_sent(components: dict[str, Any]) -> None:
     ``data`` is a line of JSON text on the wire (the SSE ``data:`` field), declared as that
     string with its content's schema beside it (``contentSchema``). ``StreamEvent`` stays the
     same union once ``data`` is parsed, the type a client's ``JSON.parse`` gives."""
-    from tracerag.server._bodies import STREAM_EVENT_MODELS
-
     variants = []
     for model in STREAM_EVENT_MODELS:
         parsed = components[model.__name__]
@@ -510,8 +513,6 @@ def _events_as_sent(components: dict[str, Any]) -> None:
 def _open_runs(svc: Services) -> None:
     """Open the answer-run table beside the store, so replicas share streams and keys (a store
     without a database of its own keeps them in this process, and says so)."""
-    from tracerag.server._run_table import open_run_table
-
     assert svc.runs is not None and svc.decisions is not None
     try:
         table = open_run_table(svc.store)
@@ -537,8 +538,6 @@ def path_is_readiness(op: dict[str, Any]) -> bool:
 
 def _feedback_tokens(key: str | None) -> UserTokens | None:
     """The signed user tokens of ``POST /v1/feedback`` (None: no key, no end-user verdicts)."""
-    from tracerag.materials import UserTokens
-
     value = (key if key is not None else get_config().feedback_key or "").strip()
     if not value:
         return None
@@ -549,16 +548,12 @@ def _feedback_tokens(key: str | None) -> UserTokens | None:
 
 
 def _default_limits() -> FeedbackLimits:
-    from tracerag.materials import FeedbackLimits
-
     return FeedbackLimits()
 
 
 def _registry_for(store: AuditStore) -> MaterialRegistry | None:
     """The material registry beside the store, or None when the store cannot hold one (the
     demo pipeline then retrieves without it, and the desk says so)."""
-    from tracerag.materials import MaterialRegistry
-
     try:
         return MaterialRegistry(store)
     except Exception as exc:
@@ -584,8 +579,6 @@ def _journal_for(
     store: AuditStore, journal: str | os.PathLike[str] | Literal[False] | None
 ) -> str | None:
     """The audit journal's directory for the server's store (None: no journal)."""
-    from tracerag.store._open import journal_dir_for
-
     if journal is False:
         return None
     if journal is not None and str(journal).strip():
@@ -610,8 +603,6 @@ def _journal_for(
 def _served(pipeline: Any) -> Any:
     """A ``create_agent`` app with ``TraceragMiddleware`` as the server runs it; anything else
     as it is."""
-    from tracerag._runnable import StagedRunnable
-
     if isinstance(pipeline, StagedRunnable) or not hasattr(pipeline, "nodes"):
         return pipeline
     try:
@@ -714,8 +705,6 @@ def create_app(
 
     owned_store = store is None or isinstance(store, str)
     if store is None or isinstance(store, str):
-        from tracerag.store import open_store
-
         audit_store = open_store(store)
     elif hasattr(store, "append_record"):
         audit_store = store

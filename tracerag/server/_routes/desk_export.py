@@ -3,6 +3,7 @@ stream that the desk and the review API both send (``tracerag desk export`` writ
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -27,6 +28,14 @@ from tracerag.store._base import (
     KIND_REVIEW_VOTE,
     RequestNotFound,
 )
+from tracerag.tools._desk_dataset import (
+    BATCH,
+    LABELS,
+    agreement,
+    counted_judgements,
+    csv_text,
+    desk_row,
+)
 
 logger = logging.getLogger("tracerag.server")
 security_log = logging.getLogger("tracerag.server.security")
@@ -39,8 +48,6 @@ EXPORT_FORMATS = {"jsonl": "application/x-ndjson", "csv": "text/csv"}
 
 def export_summary(svc: Services) -> dict[str, Any]:
     """Counts and reviewer agreement over the decided items (blocking)."""
-    from tracerag.tools._desk_dataset import LABELS, agreement, counted_judgements
-
     counts = dict(svc.store.metrics().queue)
     entries = svc.store.review_entries((KIND_REVIEW_VOTE, KIND_REVIEW_DECISION))
     by_item: dict[str, list[Any]] = {}
@@ -79,10 +86,6 @@ async def export_page(request: Request, session: Reviewer, svc: ServicesDep) -> 
 
 async def export_stream(svc: Services, fmt: str, route: str | None) -> AsyncIterator[str]:
     """The decided items as JSON lines or CSV, read from the store in batches."""
-    import json
-
-    from tracerag.tools._desk_dataset import BATCH, csv_text, desk_row
-
     assert svc.desk is not None
     dims = [d.name for d in svc.desk.dimensions]
     if fmt == "csv":

@@ -20,6 +20,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from tracerag._identity import DESK_NAMED, OperatorIdentity, fingerprint
+from tracerag.materials import (
+    ConcurrentChange,
+    InvalidTransition,
+    MaterialNotFound,
+)
 from tracerag.server._auth import NAMED, Session
 from tracerag.server._deps import Reviewer, Services, ServicesDep, form_of, store_call, text_problem
 from tracerag.server._error_shape import ApiError
@@ -89,8 +94,6 @@ async def history_response(
     error: str | None = None,
     entered: dict[str, str] | None = None,
 ) -> Response:
-    from tracerag.materials import MaterialNotFound
-
     registry = await _registry(svc)
     try:
         context = await store_call(svc, material_history, registry, material_id)
@@ -124,12 +127,6 @@ async def history_page(request: Request, session: Reviewer, svc: ServicesDep) ->
 async def action_form(request: Request, session: Reviewer, svc: ServicesDep) -> Response:
     """Approve or reject a pending write, confirm (quarantine) or dismiss a proposed
     quarantine, or restore a quarantined material."""
-    from tracerag.materials import (
-        ConcurrentChange,
-        InvalidTransition,
-        MaterialNotFound,
-    )
-
     assert svc.auth is not None
     form = await form_of(request, svc)
     material_id = form.get("material_id", "").strip()

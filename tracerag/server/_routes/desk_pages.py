@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import urllib.parse
+from datetime import datetime, timezone
 from typing import Any
 
 from fastapi.responses import (
@@ -70,8 +71,6 @@ def error_page(
 
 
 def when_epoch(seconds: float) -> str:
-    from datetime import datetime, timezone
-
     return when(datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat())
 
 

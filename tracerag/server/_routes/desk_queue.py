@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -174,8 +175,6 @@ async def queue_page(request: Request, session: Reviewer, svc: ServicesDep) -> R
 
 def expire_store_claims(svc: Services) -> int:
     """Release store-level claims older than the claim expiry; how many were released."""
-    from datetime import datetime, timedelta, timezone
-
     assert svc.claims is not None
     cutoff = datetime.now(timezone.utc) - timedelta(seconds=svc.claims.seconds)
     released = 0

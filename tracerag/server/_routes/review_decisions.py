@@ -10,6 +10,7 @@ from typing import Any
 from starlette.background import BackgroundTasks
 
 from tracerag.errors import InputError
+from tracerag.materials.feedback import record_review_outcome
 from tracerag.server._delivery import decision_payload
 from tracerag.server._deps import (
     Services,
@@ -151,8 +152,6 @@ def _resume(svc: Services, resume: Any, payload: dict[str, Any]) -> None:
 
 def _learn_from_decision(svc: Services, request_id: str) -> None:
     """A reviewer's decision moves the credibility of the materials the answer relied on."""
-    from tracerag.materials.feedback import record_review_outcome
-
     try:
         record_review_outcome(request_id, registry=svc.materials())
     except Exception as exc:  # the decision stands; the registry catches up on the next one
