@@ -42,8 +42,8 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Iterable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -612,6 +612,132 @@ def _served(pipeline: Any) -> Any:
     return served_agent(pipeline) or pipeline
 
 
+def _desk_auth(
+    review_desk: bool,
+    reviewer_token: str | None,
+    reviewers: Mapping[str, str] | str | None,
+    session_seconds: int,
+) -> ReviewerAuth | None:
+    """The desk's reviewer credentials (None without a desk); a desk never runs open."""
+    if not review_desk:
+        return None
+    token = (
+        reviewer_token if reviewer_token is not None else get_config().reviewer_token or ""
+    ).strip()
+    auth = _reviewer_auth(token, reviewers, session_seconds)
+    if auth is None:
+        raise ConfigurationError(
+            "the review desk needs reviewer credentials and will not run open: set "
+            f"{REVIEWER_TOKEN_ENV} (a token of at least {MIN_TOKEN_CHARS} characters) or "
+            f"{REVIEWERS_FILE_ENV}, or serve the answer API alone with review_desk=False "
+            "(tracerag serve --no-review-desk)"
+        )
+    return auth
+
+
+def _delivery_for(on_decision: DecisionHook | str | Delivery | None) -> Delivery:
+    """Who is told of each review decision (default env ``TRACERAG_DECISION_WEBHOOK``)."""
+    if on_decision is None:
+        on_decision = get_config().decision_webhook
+    try:
+        return on_decision if isinstance(on_decision, Delivery) else Delivery(on_decision)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from exc
+
+
+def _audit_store(store: AuditStore | str | None) -> tuple[AuditStore, bool]:
+    """The server's audit store, and whether the app opened it (and so closes it)."""
+    if store is None or isinstance(store, str):
+        return open_store(store), True
+    if hasattr(store, "append_record"):
+        return store, False
+    raise ConfigurationError(
+        f"store is an AuditStore or a store URL or path, not {type(store).__name__}"
+    )
+
+
+def _lifespan(
+    svc: Services, owned_store: bool
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's life: the registry and the run table opened at start; at the end, the
+    background work awaited and everything the app opened closed."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(_open_materials, svc)
+        await asyncio.to_thread(_open_runs, svc)
+        yield
+        if svc.background:
+            await asyncio.wait(svc.background, timeout=30)
+        assert svc.decisions is not None and svc.runs is not None
+        await svc.decisions.close()
+        await svc.runs.close()
+        svc.answerer.close()
+        if svc.registry is not None and svc.owns_registry:
+            svc.registry.close()
+        if svc.desk_db is not None:  # the app opened it, on its own store or the caller's
+            svc.desk_db.close()
+        if owned_store:
+            svc.store.close()
+
+    return lifespan
+
+
+async def _stylesheet() -> Response:
+    css = resources.files("tracerag.server").joinpath("static/review.css").read_text("utf-8")
+    return Response(css, media_type="text/css", headers={"Cache-Control": "max-age=3600"})
+
+
+async def _stream_helper() -> Response:
+    # under /v1 for CORS: a page on an allowed origin imports it as a module
+    js = resources.files("tracerag.server").joinpath("static/tracerag-stream.js")
+    return Response(
+        js.read_text("utf-8"),
+        media_type="text/javascript",
+        headers={"Cache-Control": "max-age=3600"},
+    )
+
+
+def _include_routes(app: FastAPI, review_desk: bool) -> None:
+    """The answer API, its streams, feedback and health; with the desk, its pages, its JSON
+    API and the material pages."""
+    for router in (api_routes.router, sse_routes.router, feedback_routes.router):
+        app.include_router(router)
+    app.include_router(api_routes.health)
+    app.add_api_route("/static/review.css", _stylesheet, include_in_schema=False)
+    app.add_api_route("/v1/client/tracerag-stream.js", _stream_helper, include_in_schema=False)
+
+    async def home() -> Response:
+        if review_desk:
+            return RedirectResponse("/review", status_code=303)
+        return JSONResponse({"service": "tracerag", "answer": "/v1/answer"})
+
+    app.add_api_route("/", home, include_in_schema=False)
+    if not review_desk:
+        return
+    app.state.why_cache = WhyCache()
+    for router in (
+        desk_signin.router,
+        desk_queue.router,
+        desk_items.router,
+        desk_export.router,
+        review_api.router,
+        desk_materials.materials,
+    ):
+        app.include_router(router)
+    app.add_exception_handler(SignInRequired, desk_signin.sign_in_required)
+    app.add_exception_handler(FormRefused, form_refused)
+
+
+def _add_middleware(app: FastAPI, max_body_bytes: int, origins: list[str]) -> None:
+    """Body limits, CORS for the listed origins, and the security headers (outermost)."""
+    app.add_middleware(RequestBodyLimitMiddleware, max_body_size=max_body_bytes)
+    app.add_middleware(DeclaredBodyLimit, limit=max_body_bytes)
+    if origins:
+        app.add_middleware(ApiCors, origins=origins)
+    app.add_middleware(SecurityHeaders)
+
+
 def create_app(
     pipeline: Runnable[Any, RAGResponse] | None = None,
     store: AuditStore | str | None = None,
@@ -677,24 +803,9 @@ def create_app(
     the sign-in lockout live in the store's database, so several server processes on one store
     are interchangeable. Raises ``ConfigurationError`` on an unusable configuration.
     """
-    token = (
-        reviewer_token if reviewer_token is not None else get_config().reviewer_token or ""
-    ).strip()
-    auth = _reviewer_auth(token, reviewers, session_seconds) if review_desk else None
-    if review_desk and auth is None:
-        raise ConfigurationError(
-            "the review desk needs reviewer credentials and will not run open: set "
-            f"{REVIEWER_TOKEN_ENV} (a token of at least {MIN_TOKEN_CHARS} characters) or "
-            f"{REVIEWERS_FILE_ENV}, or serve the answer API alone with review_desk=False "
-            "(tracerag serve --no-review-desk)"
-        )
+    auth = _desk_auth(review_desk, reviewer_token, reviewers, session_seconds)
     key = (api_key if api_key is not None else get_config().api_key or "").strip() or None
-    if on_decision is None:
-        on_decision = get_config().decision_webhook
-    try:
-        delivery = on_decision if isinstance(on_decision, Delivery) else Delivery(on_decision)
-    except ValueError as exc:
-        raise ConfigurationError(str(exc)) from exc
+    delivery = _delivery_for(on_decision)
     origins = cors_origins_from(cors_origins)
     trace = trace_ui_from(trace_ui)
     if not (replay_seconds > 0 and max_runs >= 1 and events_token_seconds > 0):
@@ -703,81 +814,51 @@ def create_app(
         )
     desk = _desk_config(desk_config) if review_desk else None
 
-    owned_store = store is None or isinstance(store, str)
-    if store is None or isinstance(store, str):
-        audit_store = open_store(store)
-    elif hasattr(store, "append_record"):
-        audit_store = store
-    else:
-        raise ConfigurationError(
-            f"store is an AuditStore or a store URL or path, not {type(store).__name__}"
-        )
+    audit_store, owned_store = _audit_store(store)
     try:
         journal_dir = _journal_for(audit_store, journal)
-    except ConfigurationError:
+        tokens = _feedback_tokens(feedback_key)
+        registry = None
+        if pipeline is None:  # the demo pipeline retrieves through the store's material registry
+            registry = _registry_for(audit_store)
+            pipeline = demo_pipeline(model, registry=registry, **(demo_options or {}))
+        answerer = Answerer(
+            _served(pipeline), audit_store, journal=journal_dir, commit_wait=commit_wait
+        )
+        svc = Services(
+            store=audit_store,
+            answerer=answerer,
+            delivery=delivery,
+            review_desk=review_desk,
+            api_key=key,
+            auth=auth,
+            templates=_template_env() if review_desk else None,
+            claims=ClaimBoard(claim_seconds) if review_desk else None,
+            skips=Skips() if review_desk else None,
+            desk=desk,
+            trace_ui=trace,
+            body_timeout=body_timeout,
+            runs=RunBook(audit_store, None, scope=key or "", ttl=replay_seconds, max_runs=max_runs),
+            tokens=StreamTokens(key, events_token_seconds) if key else None,
+            registry=registry,
+            owns_registry=registry is not None,
+            feedback_tokens=tokens,
+            feedback_limits=feedback_limits or _default_limits(),
+        )
+        answerer.after_record = usage_recorder(svc)
+        svc.decisions = DecisionWatch(audit_store, None, api_routes.request_status)
+        if review_desk:
+            _shared_desk_state(svc, audit_store)
+    except BaseException:
         if owned_store:
             audit_store.close()
         raise
-    tokens = _feedback_tokens(feedback_key)
-    registry = None
-    if pipeline is None:  # the demo pipeline retrieves through the store's material registry
-        registry = _registry_for(audit_store)
-        pipeline = demo_pipeline(model, registry=registry, **(demo_options or {}))
-    pipeline = _served(pipeline)
-    answerer = Answerer(pipeline, audit_store, journal=journal_dir, commit_wait=commit_wait)
-    svc = Services(
-        store=audit_store,
-        answerer=answerer,
-        delivery=delivery,
-        review_desk=review_desk,
-        api_key=key,
-        auth=auth,
-        templates=_template_env() if review_desk else None,
-        claims=ClaimBoard(claim_seconds) if review_desk else None,
-        skips=Skips() if review_desk else None,
-        desk=desk,
-        trace_ui=trace,
-        body_timeout=body_timeout,
-        runs=RunBook(audit_store, None, scope=key or "", ttl=replay_seconds, max_runs=max_runs),
-        tokens=StreamTokens(key, events_token_seconds) if key else None,
-        registry=registry,
-        owns_registry=registry is not None,
-        feedback_tokens=tokens,
-        feedback_limits=feedback_limits or _default_limits(),
-    )
-    answerer.after_record = usage_recorder(svc)
-    svc.decisions = DecisionWatch(audit_store, None, api_routes.request_status)
-    if review_desk:
-        try:
-            _shared_desk_state(svc, audit_store)
-        except BaseException:
-            if owned_store:
-                audit_store.close()
-            raise
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await asyncio.to_thread(_open_materials, svc)
-        await asyncio.to_thread(_open_runs, svc)
-        yield
-        if svc.background:
-            await asyncio.wait(svc.background, timeout=30)
-        assert svc.decisions is not None and svc.runs is not None
-        await svc.decisions.close()
-        await svc.runs.close()
-        answerer.close()
-        if svc.registry is not None and svc.owns_registry:
-            svc.registry.close()
-        if svc.desk_db is not None:  # the app opened it, on its own store or the caller's
-            svc.desk_db.close()
-        if owned_store:
-            audit_store.close()
 
     app = _App(
         title="tracerag",
         summary="Verified answers with their evidence, and a desk for human review.",
         version="1",
-        lifespan=lifespan,
+        lifespan=_lifespan(svc, owned_store),
         docs_url=None,
         redoc_url=None,
         openapi_url="/v1/openapi.json",
@@ -790,50 +871,6 @@ def create_app(
     app.state.secure_cookies = secure_cookies
     install_handlers(app)
     app.add_exception_handler(sse_routes.NothingToSend, sse_routes.nothing_to_send)
-
-    app.include_router(api_routes.router)
-    app.include_router(sse_routes.router)
-    app.include_router(feedback_routes.router)
-    app.include_router(api_routes.health)
-
-    @app.get("/static/review.css", include_in_schema=False)
-    async def stylesheet() -> Response:
-        css = resources.files("tracerag.server").joinpath("static/review.css").read_text("utf-8")
-        return Response(css, media_type="text/css", headers={"Cache-Control": "max-age=3600"})
-
-    @app.get("/v1/client/tracerag-stream.js", include_in_schema=False)
-    async def stream_helper() -> Response:
-        # under /v1 for CORS: a page on an allowed origin imports it as a module
-        js = resources.files("tracerag.server").joinpath("static/tracerag-stream.js")
-        return Response(
-            js.read_text("utf-8"),
-            media_type="text/javascript",
-            headers={"Cache-Control": "max-age=3600"},
-        )
-
-    @app.get("/", include_in_schema=False)
-    async def home() -> Response:
-        if review_desk:
-            return RedirectResponse("/review", status_code=303)
-        return JSONResponse({"service": "tracerag", "answer": "/v1/answer"})
-
-    if review_desk:
-        app.state.why_cache = WhyCache()
-        for router in (
-            desk_signin.router,
-            desk_queue.router,
-            desk_items.router,
-            desk_export.router,
-            review_api.router,
-            desk_materials.materials,
-        ):
-            app.include_router(router)
-        app.add_exception_handler(SignInRequired, desk_signin.sign_in_required)
-        app.add_exception_handler(FormRefused, form_refused)
-
-    app.add_middleware(RequestBodyLimitMiddleware, max_body_size=max_body_bytes)
-    app.add_middleware(DeclaredBodyLimit, limit=max_body_bytes)
-    if origins:
-        app.add_middleware(ApiCors, origins=origins)
-    app.add_middleware(SecurityHeaders)
+    _include_routes(app, review_desk)
+    _add_middleware(app, max_body_bytes, origins)
     return app
