@@ -68,6 +68,8 @@ PROPAGATED = {
 INTERNAL = {
     "ApiError": "the server's exception handler answers it in the JSON error shape",
     "SignInRequired": "the server's handler answers it with 401 or the sign-in page",
+    "FormRefused": "the server's handler answers it with the desk's 403 page (audited)",
+    "NothingToSend": "the server's handler answers it with 204: EventSource stops",
     "StageRefusal": "the run loop keeps the stage's output, then raises the refusal's error",
 }
 STAND_INS = {"ScriptedModelError"}

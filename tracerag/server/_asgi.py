@@ -109,6 +109,7 @@ from tracerag.server._routes import feedback as feedback_routes
 from tracerag.server._routes import sse as sse_routes
 from tracerag.server._routes.desk_form import FormRefused, form_refused
 from tracerag.server._routes.desk_views import WhyCache
+from tracerag.server._routes.sse import NothingToSend, nothing_to_send
 from tracerag.server._run_book import DEFAULT_MAX_RUNS, DEFAULT_TTL, DecisionWatch, RunBook
 from tracerag.server._run_table import open_run_table
 from tracerag.server._signed_urls import DEFAULT_TOKEN_SECONDS, StreamTokens
@@ -870,7 +871,7 @@ def create_app(
     app.state.review_desk = review_desk
     app.state.secure_cookies = secure_cookies
     install_handlers(app)
-    app.add_exception_handler(sse_routes.NothingToSend, sse_routes.nothing_to_send)
+    app.add_exception_handler(NothingToSend, nothing_to_send)
     _include_routes(app, review_desk)
     _add_middleware(app, max_body_bytes, origins)
     return app
