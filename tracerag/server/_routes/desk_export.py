@@ -4,30 +4,17 @@ stream that the desk and the review API both send (``tracerag desk export`` writ
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import (
-    Response,
-    StreamingResponse,
-)
+from fastapi.responses import Response, StreamingResponse
 
 from tracerag._routing import Route
-from tracerag.server._deps import (
-    Reviewer,
-    Services,
-    ServicesDep,
-    store_call,
-)
+from tracerag.server._deps import Reviewer, Services, ServicesDep, store_call
 from tracerag.server._error_shape import ApiError
 from tracerag.server._routes.desk_pages import page
-from tracerag.store._base import (
-    KIND_REVIEW_DECISION,
-    KIND_REVIEW_VOTE,
-    RequestNotFound,
-)
+from tracerag.store._base import KIND_REVIEW_DECISION, KIND_REVIEW_VOTE, RequestNotFound
 from tracerag.tools._desk_dataset import (
     BATCH,
     LABELS,
@@ -36,9 +23,6 @@ from tracerag.tools._desk_dataset import (
     csv_text,
     desk_row,
 )
-
-logger = logging.getLogger("tracerag.server")
-security_log = logging.getLogger("tracerag.server.security")
 
 router = APIRouter(prefix="/review", include_in_schema=False)
 
@@ -135,3 +119,6 @@ async def export_file(fmt: str, request: Request, session: Reviewer, svc: Servic
         media_type=EXPORT_FORMATS[fmt] + "; charset=utf-8",
         headers={"Content-Disposition": f'attachment; filename="desk-decisions.{fmt}"'},
     )
+
+
+__all__ = ["EXPORT_FORMATS", "export_stream", "export_summary", "router"]

@@ -5,18 +5,10 @@ Every form reaches its handler through ``DeskForm`` (CSRF checked, refusals audi
 
 from __future__ import annotations
 
-import logging
-
 from fastapi import APIRouter, Request
-from fastapi.responses import (
-    RedirectResponse,
-    Response,
-)
+from fastapi.responses import RedirectResponse, Response
 
-from tracerag.server._auth import (
-    Session,
-    valid_reviewer_name,
-)
+from tracerag.server._auth import Session, valid_reviewer_name
 from tracerag.server._deps import (
     Reviewer,
     Services,
@@ -48,9 +40,6 @@ from tracerag.store._base import (
     NotQueued,
     RequestNotFound,
 )
-
-logger = logging.getLogger("tracerag.server")
-security_log = logging.getLogger("tracerag.server.security")
 
 router = APIRouter(prefix="/review", include_in_schema=False)
 
@@ -289,3 +278,6 @@ async def assign_form(
         # handed over: the item is no longer this reviewer's to hold
         await desk_call(svc, form.claims.release, request_id, session.reviewer)
     return RedirectResponse(item_link(request_id), status_code=303)
+
+
+__all__ = ["COMMENT_CHARS", "item_response", "router"]

@@ -3,25 +3,15 @@ page, and the links and times the pages show."""
 
 from __future__ import annotations
 
-import logging
 import urllib.parse
 from datetime import datetime, timezone
 from typing import Any
 
-from fastapi.responses import (
-    HTMLResponse,
-)
+from fastapi.responses import HTMLResponse
 
-from tracerag.server._auth import (
-    Session,
-)
-from tracerag.server._deps import (
-    Services,
-)
+from tracerag.server._auth import Session
+from tracerag.server._deps import Services
 from tracerag.server._views import lang_of, when
-
-logger = logging.getLogger("tracerag.server")
-security_log = logging.getLogger("tracerag.server.security")
 
 
 def page(
@@ -82,3 +72,6 @@ def item_link(request_id: str, **query: str) -> str:
 
 def next_link(after: str | None = None) -> str:
     return "/review/next" + ("?" + urllib.parse.urlencode({"after": after}) if after else "")
+
+
+__all__ = ["error_page", "item_link", "next_link", "page", "when_epoch"]

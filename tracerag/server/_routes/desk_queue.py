@@ -3,37 +3,20 @@ of stale store claims, and the next item for a reviewer (``GET /review/next``)."
 
 from __future__ import annotations
 
-import logging
 import math
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import (
-    RedirectResponse,
-    Response,
-)
+from fastapi.responses import RedirectResponse, Response
 
-from tracerag.server._deps import (
-    Reviewer,
-    Services,
-    ServicesDep,
-    store_call,
-)
+from tracerag.server._deps import Reviewer, Services, ServicesDep, store_call
 from tracerag.server._desk import ItemNotes, next_item, notes_for, row_view
 from tracerag.server._error_shape import ApiError
 from tracerag.server._routes.desk_pages import item_link, page
 from tracerag.server._routes.desk_views import PAGE_SIZES, SIGNALS, SORTS, QueueQuery, WhyCache
 from tracerag.server._routes.review_decisions import rules_of
-from tracerag.store._base import (
-    AlreadyDecided,
-    NotQueued,
-    QueueItem,
-    RequestNotFound,
-)
-
-logger = logging.getLogger("tracerag.server")
-security_log = logging.getLogger("tracerag.server.security")
+from tracerag.store._base import AlreadyDecided, NotQueued, QueueItem, RequestNotFound
 
 router = APIRouter(prefix="/review", include_in_schema=False)
 
@@ -218,3 +201,6 @@ async def next_page(request: Request, session: Reviewer, svc: ServicesDep) -> Re
     if found is None:
         return RedirectResponse("/review?empty=1", status_code=303)
     return RedirectResponse(item_link(found), status_code=303)
+
+
+__all__ = ["choose_next", "expire_store_claims", "queue_listing", "router"]

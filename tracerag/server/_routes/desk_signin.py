@@ -12,11 +12,7 @@ import secrets
 import urllib.parse
 
 from fastapi import APIRouter, Request
-from fastapi.responses import (
-    HTMLResponse,
-    RedirectResponse,
-    Response,
-)
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from tracerag.server._auth import (
     COOKIE_NAME,
@@ -39,7 +35,6 @@ from tracerag.server._deps import (
 from tracerag.server._error_shape import problem
 from tracerag.server._routes.desk_pages import error_page, page
 
-logger = logging.getLogger("tracerag.server")
 security_log = logging.getLogger("tracerag.server.security")
 
 router = APIRouter(prefix="/review", include_in_schema=False)
@@ -216,3 +211,6 @@ async def signout(request: Request, session: Reviewer, svc: ServicesDep) -> Resp
     response = RedirectResponse("/review/signin", status_code=303)
     response.delete_cookie(COOKIE_NAME, path="/review")
     return response
+
+
+__all__ = ["router", "safe_next", "same_origin", "sign_in_required", "signin_page"]

@@ -4,15 +4,12 @@ routed-because signals of stored requests, and the judgements and banner of one 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import urllib.parse
 from typing import Any
 
 from fastapi import Request
 
-from tracerag.server._deps import (
-    Services,
-)
+from tracerag.server._deps import Services
 from tracerag.server._desk_config import QueueRules
 from tracerag.server._views import why
 from tracerag.store._base import (
@@ -22,10 +19,6 @@ from tracerag.store._base import (
     RequestNotFound,
 )
 from tracerag.store._codec import RequestTrail
-
-logger = logging.getLogger("tracerag.server")
-security_log = logging.getLogger("tracerag.server.security")
-
 
 PAGE_SIZES = (25, 50, 100)
 
@@ -185,3 +178,15 @@ def confirmation(
             "another reviewer."
         )
     return None
+
+
+__all__ = [
+    "PAGE_SIZES",
+    "SIGNALS",
+    "SORTS",
+    "JudgementView",
+    "QueueQuery",
+    "WhyCache",
+    "confirmation",
+    "judgement_views",
+]

@@ -5,38 +5,19 @@ HTML pages are not."""
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import (
-    JSONResponse,
-    Response,
-    StreamingResponse,
-)
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
-from tracerag.server._auth import (
-    NAMED,
-    valid_reviewer_name,
-)
+from tracerag.server._auth import NAMED, valid_reviewer_name
 from tracerag.server._bodies import Decision, DecisionRequest, QueuePage, Vote
-from tracerag.server._deps import (
-    Reviewer,
-    ServicesDep,
-    json_body,
-    store_call,
-    validation_detail,
-)
+from tracerag.server._deps import Reviewer, ServicesDep, json_body, store_call, validation_detail
 from tracerag.server._error_shape import ApiError, error_responses
 from tracerag.server._routes.desk_export import EXPORT_FORMATS, export_stream
 from tracerag.server._routes.review_decisions import decide
-from tracerag.store._base import (
-    RequestNotFound,
-)
-
-logger = logging.getLogger("tracerag.server")
-security_log = logging.getLogger("tracerag.server.security")
+from tracerag.store._base import RequestNotFound
 
 router = APIRouter(
     prefix="/review/api",
@@ -168,3 +149,6 @@ async def export_api(
         media_type=EXPORT_FORMATS[format] + "; charset=utf-8",
         headers={"Content-Disposition": f'attachment; filename="desk-decisions.{format}"'},
     )
+
+
+__all__ = ["router"]

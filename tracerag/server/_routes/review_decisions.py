@@ -12,12 +12,7 @@ from starlette.background import BackgroundTasks
 from tracerag.errors import InputError
 from tracerag.materials.feedback import record_review_outcome
 from tracerag.server._delivery import decision_payload
-from tracerag.server._deps import (
-    Services,
-    desk_call,
-    store_call,
-    text_problem,
-)
+from tracerag.server._deps import Services, desk_call, store_call, text_problem
 from tracerag.server._desk_config import QueueRules
 from tracerag.server._error_shape import ApiError
 from tracerag.server._routes.desk_pages import when_epoch
@@ -175,3 +170,6 @@ async def audit_refusal(svc: Services, request_id: str, actor: str, what: str) -
         )
     except Exception:
         logger.warning("could not audit a refused %s on %s", what, request_id)
+
+
+__all__ = ["audit_refusal", "decide", "rules_of"]
