@@ -310,3 +310,25 @@ def test_a_decision_and_a_verdict_are_one_schema_per_choice(doc):
     assert "correction" not in schemas["FeedbackRequest_deny"]["required"]
     response = doc["paths"]["/v1/schemas/response.json"]["get"]["responses"]["200"]
     assert list(response["content"]) == ["application/schema+json"]
+
+
+@pytest.mark.parametrize(
+    "content, accepted", [("我的笔记本还在保修期内吗？", True), ("a\x00b", False)]
+)
+def test_an_earlier_message_is_documented_as_the_server_takes_it(doc, store, content, accepted):
+    """A chat_history message with a NUL is refused (422), and the document says so."""
+    import re
+
+    pattern = doc["components"]["schemas"]["ChatTurn"]["properties"]["content"]["pattern"]
+    assert (re.fullmatch(pattern, content) is not None) is accepted
+    body = {"question": GOOD_QUESTION, "chat_history": [{"role": "user", "content": content}]}
+    with TestClient(make_app(store, make_pipeline([GOOD_ANSWER]))) as client:
+        reply = client.post("/v1/answer", json=body)
+    if accepted:
+        assert reply.status_code == 200, reply.text
+    else:
+        assert reply.status_code == 422
+        assert reply.json() == {
+            "error": "invalid_input",
+            "detail": "chat_history contains a NUL character",
+        }

@@ -182,6 +182,8 @@ def _as_accepted(components: dict[str, Any], svc: Services) -> None:
         for option in answer[name].get("anyOf", [answer[name]]):
             if option.get("type") == "string":
                 option["pattern"] = NO_NUL
+    if "ChatTurn" in components:  # an earlier message is refused with a NUL, as the question
+        components["ChatTurn"]["properties"]["content"]["pattern"] = NO_NUL
 
     visible_text = {
         "type": "string",
