@@ -76,3 +76,35 @@ def test_a_stream_with_nothing_left_answers_204_with_its_headers(store):
     assert again.headers["idempotency-replayed"] == "true"
     assert unknown.status_code == 400
     assert unknown.json()["error"] == "bad_request"
+
+
+@pytest.mark.integration
+def test_a_stream_left_while_it_waits_for_the_decision_stops_waiting(store):
+    """A caller that closes its stream while a reviewer has not decided leaves no waiter
+    behind on the server (a real server on 127.0.0.1, a real HTTP connection)."""
+    import time
+
+    import httpx
+    from server_fixtures import EVIL_QUESTION, running
+
+    app = make_app(store, make_pipeline())
+    watch = app.state.services.decisions
+    with running(app) as base, httpx.Client(base_url=base, timeout=10.0) as client:
+        with client.stream(
+            "POST", "/v1/answer/stream?until=decision", json={"question": EVIL_QUESTION}
+        ) as stream:
+            assert stream.status_code == 200
+            seen = ""
+            for chunk in stream.iter_text():
+                seen += chunk
+                if "event: response" in seen and seen.endswith("\n\n"):
+                    break
+            deadline = time.monotonic() + 10
+            while not watch._waiting and time.monotonic() < deadline:
+                time.sleep(0.02)  # the stream now waits for the reviewer
+            assert watch._waiting, "the stream never waited for the decision"
+        # the connection is closed: the server's stream ends and forgets its waiter
+        deadline = time.monotonic() + 10
+        while watch._waiting and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert watch._waiting == {}
