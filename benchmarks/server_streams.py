@@ -258,8 +258,8 @@ async def decision(a: str, b: str, n: int) -> dict[str, Any]:
 
 def table_ops(captured: list[list[tuple[str, str, Any]]], n: int = 500) -> dict[str, Any]:
     """CPU and wall time of one key claim and one run's events stored, on a SQLite table."""
+    from tracerag.server._run_book import encode
     from tracerag.server._run_table import open_run_table
-    from tracerag.server._runs import encode
     from tracerag.store._sqlite import SQLiteAuditStore
 
     shape = [(name, encode(data)) for name, _, data in captured[0]]
@@ -289,7 +289,7 @@ def table_ops(captured: list[list[tuple[str, str, Any]]], n: int = 500) -> dict[
 
 def memory(captured: list[list[tuple[str, str, Any]]], runs: int = 1000) -> dict[str, Any]:
     """Fill a run book to its bound with runs shaped like the captured streams."""
-    from tracerag.server._runs import Run, RunBook
+    from tracerag.server._run_book import Run, RunBook
 
     samples = [c for c in captured if c and c[-1][0] == "response"]
     book = RunBook(store=None, table=None, max_runs=runs)  # type: ignore[arg-type]

@@ -72,6 +72,8 @@ PROPAGATED = {
 INTERNAL = {
     "ApiError": "the server's exception handler answers it in the JSON error shape",
     "SignInRequired": "the server's handler answers it with 401 or the sign-in page",
+    "FormRefused": "the server's handler answers it with the desk's 403 page (audited)",
+    "NothingToSend": "the server's handler answers it with 204: EventSource stops",
     "StageRefusal": "the run loop keeps the stage's output, then raises the refusal's error",
     "NotDrawn": "the sample stage keeps it as a sample not drawn (no error of the request)",
 }
@@ -287,7 +289,7 @@ def test_the_docs_table_is_the_tree_with_the_servers_answers(index):
 
 def test_every_tree_class_a_caller_can_meet_is_exported(index):
     internal = {
-        "tracerag.server._runs.KeyReused",  # answered as 422 idempotency_key_reused
+        "tracerag.server._run_book.KeyReused",  # answered as 422 idempotency_key_reused
         "tracerag.server._run_table.RunTableError",  # answered as 503 store_unavailable
         "tracerag.server._desk_db.DeskStateError",  # answered as 503 store_unavailable
         "tracerag.server._target.AppTargetError",  # tracerag serve --app prints it

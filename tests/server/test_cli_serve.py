@@ -33,7 +33,7 @@ def test_serve_binds_loopback_with_the_token(served, tmp_path, monkeypatch):
     assert cli.main(["serve", "--store", str(tmp_path / "a.sqlite"), "--port", "8123"]) == 0
     ((app, options),) = served
     assert options["host"] == "127.0.0.1" and options["port"] == 8123
-    from tracerag.server._materials import governs
+    from tracerag.server._registry_wiring import governs
 
     # the served demo retrieval goes through the store's material registry
     assert governs(app.state.answerer.pipeline, app.state.services.registry)

@@ -3,6 +3,7 @@ an exact allow-list, and the stream's retry hint and keep-alive."""
 
 from __future__ import annotations
 
+import fastapi.routing
 import pytest
 
 pytest.importorskip("fastapi")
@@ -23,7 +24,6 @@ from server_fixtures import (
 from tracerag.contract import response_schema
 from tracerag.errors import ConfigurationError
 from tracerag.server._error_shape import ERROR_CODES
-from tracerag.server._routes import events as event_routes
 
 ORIGIN = "http://127.0.0.1:5173"
 
@@ -241,7 +241,8 @@ def test_cors_origins_from_the_environment(store, monkeypatch):
 
 
 def test_the_stream_sends_a_retry_hint_and_keep_alive_pings(store, monkeypatch):
-    monkeypatch.setattr(event_routes, "PING_SECONDS", 0.05)
+    # the keep-alive pings are FastAPI's (EventSourceResponse): its interval, shortened
+    monkeypatch.setattr(fastapi.routing, "_PING_INTERVAL", 0.05)
     pipeline = make_pipeline([GOOD_ANSWER], latency=0.3)  # each model call outlasts a ping
     with TestClient(make_app(store, pipeline)) as client:
         text = client.post("/v1/answer/stream", json={"question": GOOD_QUESTION}).text
@@ -309,3 +310,25 @@ def test_a_decision_and_a_verdict_are_one_schema_per_choice(doc):
     assert "correction" not in schemas["FeedbackRequest_deny"]["required"]
     response = doc["paths"]["/v1/schemas/response.json"]["get"]["responses"]["200"]
     assert list(response["content"]) == ["application/schema+json"]
+
+
+@pytest.mark.parametrize(
+    "content, accepted", [("我的笔记本还在保修期内吗？", True), ("a\x00b", False)]
+)
+def test_an_earlier_message_is_documented_as_the_server_takes_it(doc, store, content, accepted):
+    """A chat_history message with a NUL is refused (422), and the document says so."""
+    import re
+
+    pattern = doc["components"]["schemas"]["ChatTurn"]["properties"]["content"]["pattern"]
+    assert (re.fullmatch(pattern, content) is not None) is accepted
+    body = {"question": GOOD_QUESTION, "chat_history": [{"role": "user", "content": content}]}
+    with TestClient(make_app(store, make_pipeline([GOOD_ANSWER]))) as client:
+        reply = client.post("/v1/answer", json=body)
+    if accepted:
+        assert reply.status_code == 200, reply.text
+    else:
+        assert reply.status_code == 422
+        assert reply.json() == {
+            "error": "invalid_input",
+            "detail": "chat_history contains a NUL character",
+        }

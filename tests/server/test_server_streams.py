@@ -31,9 +31,9 @@ from server_fixtures import (
 )
 from waiting import await_until, wait_until
 
+from tracerag.server._run_book import RunBook
 from tracerag.server._run_table import open_run_table
-from tracerag.server._runs import RunBook
-from tracerag.server._tokens import StreamTokens
+from tracerag.server._signed_urls import StreamTokens
 from tracerag.store._sqlite import SQLiteAuditStore
 
 KEY = {"X-API-Key": API_KEY}
@@ -515,7 +515,7 @@ def test_without_the_table_a_key_still_holds_on_this_replica(store, caplog):
 def test_a_run_whose_replica_stopped_ends_in_request_unfinished(store):
     """Another replica took the key and stopped before it finished: a follower does not wait
     for ever, and says what is true."""
-    from tracerag.server._runs import fingerprint
+    from tracerag.server._run_book import fingerprint
 
     table = open_run_table(store)
     assert table is not None
@@ -549,7 +549,7 @@ def test_a_run_whose_replica_stopped_after_storing_its_record_is_replayed_from_i
             rid = a.post("/v1/answer", json={"question": GOOD_QUESTION}).json()["request_id"]
         table = open_run_table(store_a)
         assert table is not None
-        from tracerag.server._runs import fingerprint
+        from tracerag.server._run_book import fingerprint
 
         book = RunBook(store_a, table, follow_seconds=5)
         table.claim(
@@ -593,7 +593,7 @@ def test_after_its_events_expired_a_stream_gives_the_response_and_the_decision(s
 def test_a_decision_wait_outlives_a_failing_store(store, caplog):
     """The store fails while a caller waits: the wait goes on, and ends with the decision."""
     from tracerag.server._routes.api import request_status
-    from tracerag.server._runs import DecisionWatch
+    from tracerag.server._run_book import DecisionWatch
 
     with TestClient(make_app(store, make_pipeline())) as client:
         rid = client.post("/v1/answer", json={"question": EVIL_QUESTION}).json()["request_id"]

@@ -2,11 +2,11 @@
 
 ``create_app(pipeline=None, store=None, reviewer_token=None, api_key=None, ...)`` builds the
 FastAPI app (``_asgi.py``); ``tracerag serve`` runs it with uvicorn (``_serve.py``). The
-frontend API lives in ``_routes/api.py`` and ``_routes/events.py``, the desk in
-``_routes/review.py``; what they share (the app's services, the API key, JSON bodies, the
-signed-in reviewer) is in ``_deps.py``; ``_answerer.py`` runs the pipeline and stores each
-record; ``_error_shape.py`` holds the one error shape; ``_desk_db.py`` the desk's state in the
-shared store.
+frontend API lives in ``_routes/api.py`` and ``_routes/sse.py``, the desk in
+``_routes/desk_*.py`` and its JSON API in ``_routes/review_api.py``; what they share (the
+app's services, the API key, JSON bodies, the signed-in reviewer) is in ``_deps.py``;
+``_answerer.py`` runs the pipeline and stores each record; ``_error_shape.py`` holds the one
+error shape; ``_desk_db.py`` the desk's state in the shared store.
 ``uvicorn_options()`` is how ``tracerag serve`` runs uvicorn (forwarded headers believed only from
 configured proxies; requests uvicorn's parser refuses answered in the JSON error shape): pass it
 to ``uvicorn.run(app, **uvicorn_options())`` when serving your own app.
@@ -24,6 +24,8 @@ __all__ = ["create_app", "uvicorn_options"]
 
 
 def __getattr__(name: str) -> Any:
+    # lazy: importing tracerag.server costs nothing until the app is built, and FastAPI (the
+    # optional ``server`` extra) is needed only then
     if name == "create_app":
         from tracerag.server._asgi import create_app
 

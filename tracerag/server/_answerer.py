@@ -20,12 +20,19 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from langchain_core.runnables import Runnable
 from opentelemetry import context as otel_context
 
+from tracerag._llm import model_name
+from tracerag._pipeline import RAGPipeline
 from tracerag._runnable import StagedRunnable
+from tracerag._settings import PlanMode
 from tracerag.config import get_config
 from tracerag.contract import Response as RAGResponse
+from tracerag.demo._run import build_model
+from tracerag.demo.kb import build_retriever
 from tracerag.errors import ConfigurationError
 from tracerag.events import StageEvent
+from tracerag.prompts import DEFAULT_PROMPT_VERSION
 from tracerag.store._base import AuditStore, DuplicateRequest, InvalidRecord
+from tracerag.store._writer import AuditWriter
 
 if TYPE_CHECKING:
     from tracerag._pipeline import RAGPipeline
@@ -112,13 +119,6 @@ def demo_pipeline(
     that are quarantined, deleted, pending review or expired are withheld, the rest reranked by
     credibility (four of the eight most similar). First sight is left to the server's record
     hook (``Answerer.after_record``), off the answer's path."""
-    from tracerag._llm import model_name
-    from tracerag._pipeline import RAGPipeline
-    from tracerag._settings import PlanMode
-    from tracerag.demo._run import build_model
-    from tracerag.demo.kb import build_retriever
-    from tracerag.prompts import DEFAULT_PROMPT_VERSION
-
     llm = build_model(model, seed)
     retriever = (
         build_retriever(k=4)
@@ -168,8 +168,6 @@ class Answerer:
         commit_wait: float | None = None,
         commit_threads: int = COMMIT_THREADS,
     ) -> None:
-        from tracerag.store._writer import AuditWriter
-
         self.pipeline = pipeline
         self.store = store
         self.commit_wait = commit_wait_from_config() if commit_wait is None else commit_wait

@@ -10,7 +10,7 @@ Frontends (``X-API-Key`` when ``TRACERAG_API_KEY`` is set; bodies ``application/
 - ``POST /v1/requests`` — start a request; its ``events_url`` is the same stream for a
   browser's ``EventSource`` (``GET /v1/requests/{id}/events``, see ``routes/events.py``);
 - ``Idempotency-Key`` on the POSTs and ``Last-Event-ID`` on reconnect resume the same request
-  instead of asking again (``tracerag.server._runs``);
+  instead of asking again (``tracerag.server._run_book``);
 - ``GET /v1/requests/{id}`` — the outcome: state, decision and the answer the caller may show;
 - ``GET /v1/client/tracerag-stream.js`` — a small fetch-stream helper that resumes drops;
 - ``GET /v1/openapi.json`` and ``GET /v1/schemas/response.json`` — the API and the Response
@@ -38,49 +38,42 @@ Content-Security-Policy (no scripts at all).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
-import sys
-from collections.abc import AsyncIterator, Iterable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import FastAPI
-from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, RedirectResponse, Response
-from pydantic import BaseModel, TypeAdapter
-from pydantic.json_schema import JsonSchemaMode
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
+from tracerag._runnable import StagedRunnable
 from tracerag.config import get_config
 from tracerag.errors import ConfigurationError, TraceragError
+from tracerag.materials import FeedbackLimits, MaterialRegistry, UserTokens
 from tracerag.server._answerer import Answerer, DemoOptions, demo_pipeline
 from tracerag.server._auth import (
-    COOKIE_NAME,
     GENERATE_HINT,
     MIN_TOKEN_CHARS,
     REVIEWER_TOKEN_ENV,
     REVIEWERS_FILE_ENV,
     SESSION_SECONDS,
     ReviewerAuth,
+    SharedSessions,
+    SharedThrottle,
     read_reviewers_file,
     token_problem,
-)
-from tracerag.server._bodies import (
-    AnswerRequest,
-    DecisionRequest,
-    EventsTicket,
-    FeedbackRequest,
-    StreamEvent,
 )
 from tracerag.server._delivery import DecisionHook, Delivery
 from tracerag.server._deps import Services, SignInRequired
 from tracerag.server._desk_config import DeskConfig
-from tracerag.server._error_shape import Problem, install_handlers
-from tracerag.server._materials import usage_recorder
+from tracerag.server._desk_db import desk_db_like
+from tracerag.server._error_shape import install_handlers
 from tracerag.server._middleware import ApiCors, DeclaredBodyLimit, SecurityHeaders
+from tracerag.server._openapi import App
+from tracerag.server._registry_wiring import usage_recorder
 from tracerag.server._review_claims import (
     CLAIM_SECONDS,
     ClaimBoard,
@@ -88,9 +81,28 @@ from tracerag.server._review_claims import (
     SharedSkips,
     Skips,
 )
-from tracerag.server._runs import DEFAULT_MAX_RUNS, DEFAULT_TTL, DecisionWatch, RunBook
-from tracerag.server._tokens import DEFAULT_TOKEN_SECONDS, StreamTokens
+from tracerag.server._routes import (
+    api as api_routes,
+)
+from tracerag.server._routes import (
+    desk_export,
+    desk_items,
+    desk_materials,
+    desk_queue,
+    desk_signin,
+    review_api,
+)
+from tracerag.server._routes import feedback as feedback_routes
+from tracerag.server._routes import sse as sse_routes
+from tracerag.server._routes.desk_form import FormRefused, form_refused
+from tracerag.server._routes.desk_views import WhyCache
+from tracerag.server._routes.sse import NothingToSend, nothing_to_send
+from tracerag.server._run_book import DEFAULT_MAX_RUNS, DEFAULT_TTL, DecisionWatch, RunBook
+from tracerag.server._run_table import open_run_table
+from tracerag.server._signed_urls import DEFAULT_TOKEN_SECONDS, StreamTokens
+from tracerag.store import open_store
 from tracerag.store._base import AuditStore, StoreError
+from tracerag.store._open import journal_dir_for
 
 if TYPE_CHECKING:
     import jinja2
@@ -154,7 +166,7 @@ def _template_env() -> jinja2.Environment:
     """The review desk's templates, compiled once per process and shared by every app."""
     global _templates
     if _templates is None:
-        import jinja2
+        import jinja2  # the desk's pages only: an app without the desk never loads it
 
         _templates = jinja2.Environment(
             loader=jinja2.PackageLoader("tracerag.server", "templates"),
@@ -202,9 +214,6 @@ def _desk_config(value: DeskConfig | Mapping[str, Any] | str | None) -> DeskConf
 def _shared_desk_state(svc: Services, store: AuditStore) -> None:
     """Keep desk sessions, claims, skips and the sign-in lockout in the store's database, so
     every server process on the store shares them (in this process when it has none)."""
-    from tracerag.server._auth import SharedSessions, SharedThrottle
-    from tracerag.server._desk_db import desk_db_like
-
     assert svc.auth is not None and svc.claims is not None
     try:
         db = desk_db_like(store)
@@ -226,267 +235,9 @@ def _shared_desk_state(svc: Services, store: AuditStore) -> None:
     svc.skips = SharedSkips(db)
 
 
-SECURITY_SCHEMES: dict[str, dict[str, Any]] = {
-    "ApiKey": {
-        "type": "apiKey",
-        "in": "header",
-        "name": "X-API-Key",
-        "description": "The frontend API key (TRACERAG_API_KEY); keep it on your backend.",
-    },
-    "EventsToken": {
-        "type": "apiKey",
-        "in": "query",
-        "name": "token",
-        "description": "The token of an events URL (from POST /v1/requests): reads the "
-        "events of that one request until it expires.",
-    },
-    "ReviewerBearer": {
-        "type": "http",
-        "scheme": "bearer",
-        "description": "A reviewer token (TRACERAG_REVIEWER_TOKEN or a named token of the "
-        "reviewers file).",
-    },
-    "ReviewerSession": {
-        "type": "apiKey",
-        "in": "cookie",
-        "name": COOKIE_NAME,
-        "description": "The desk's sign-in session.",
-    },
-}
-
-
-def _security(path: str, method: str, svc: Services) -> list[dict[str, list[str]]] | None:
-    """Who may call an operation on this server, as OpenAPI security requirements."""
-    if path.startswith("/v1/"):
-        if svc.api_key is None:
-            return None  # the API is open on this server
-        if path.endswith("/events") and method == "get":
-            return [{"ApiKey": []}, {"EventsToken": []}]
-        return [{"ApiKey": []}]
-    if path.startswith("/review/api/"):
-        if method == "get":
-            return [{"ReviewerBearer": []}, {"ReviewerSession": []}]
-        return [{"ReviewerBearer": []}]
-    return None
-
-
-class _App(FastAPI):
-    """The server's app: its OpenAPI document declares the error shape, the security schemes
-    and the stream's events (``_openapi``)."""
-
-    def openapi(self) -> dict[str, Any]:
-        return _openapi(self)
-
-
-def _openapi(app: FastAPI) -> dict[str, Any]:
-    if app.openapi_schema:
-        return app.openapi_schema
-    svc: Services = app.state.services
-    schema = get_openapi(
-        title=app.title,
-        version=app.version,
-        summary=app.summary,
-        description=app.description,
-        routes=app.routes,
-    )
-    components = schema.setdefault("components", {}).setdefault("schemas", {})
-    ref = "#/components/schemas/{model}"
-    models: tuple[tuple[type[BaseModel], JsonSchemaMode], ...] = (
-        (AnswerRequest, "validation"),
-        (DecisionRequest, "validation"),
-        (FeedbackRequest, "validation"),
-        (EventsTicket, "serialization"),
-    )
-    for model, mode in models:
-        full = model.model_json_schema(ref_template=ref, mode=mode)
-        for name, sub in full.pop("$defs", {}).items():
-            components.setdefault(name, sub)
-        components[model.__name__] = full
-    union = TypeAdapter(StreamEvent).json_schema(ref_template=ref, mode="serialization")
-    for name, sub in union.pop("$defs", {}).items():
-        components.setdefault(name, sub)
-    components["StreamEvent"] = {
-        "title": "StreamEvent",
-        "description": "One event of an answer stream, told apart by `event` (the SSE "
-        "`event:` field); `data` is the event's line of JSON, `id` its `id:` field.",
-        **union,
-    }
-    _as_accepted(components, svc)
-    _events_as_sent(components)
-    # every error is JSON in the one error shape, whatever the route's success media type
-    problem_ref = {"$ref": "#/components/schemas/Problem"}
-    components["Problem"] = Problem.model_json_schema()
-    schemes: set[str] = set()
-    for path, item in schema.get("paths", {}).items():
-        for method, op in item.items():
-            responses = op.setdefault("responses", {})
-            responses.setdefault("default", {"description": "an error"})
-            for status, response in responses.items():
-                if status.startswith(("4", "5")) or status == "default":
-                    if path_is_readiness(op) and status == "503":
-                        continue
-                    response["content"] = {"application/json": {"schema": problem_ref}}
-            security = _security(path, method, svc)
-            if security:
-                op["security"] = security
-                schemes.update(name for option in security for name in option)
-    if schemes:
-        schema["components"]["securitySchemes"] = {
-            name: SECURITY_SCHEMES[name] for name in sorted(schemes)
-        }
-    app.openapi_schema = schema
-    return schema
-
-
-@functools.cache
-def _not_visible() -> str:
-    """A regex class of the characters a question cannot be made of alone (what
-    ``tracerag.text.is_invisible`` counts as showing nothing: whitespace, control, format,
-    private-use, unassigned and combining characters, blank fillers), listed from the Unicode
-    database this Python has."""
-    from tracerag.text._unicode import is_invisible
-
-    ranges: list[tuple[int, int]] = []
-    for code in range(sys.maxunicode + 1):
-        if 0xD800 <= code <= 0xDFFF or not is_invisible(chr(code)):
-            continue
-        if ranges and ranges[-1][1] == code - 1:
-            ranges[-1] = (ranges[-1][0], code)
-        else:
-            ranges.append((code, code))
-
-    def char(code: int) -> str:
-        return f"\\u{code:04x}" if code <= 0xFFFF else chr(code)
-
-    return "".join(char(a) if a == b else f"{char(a)}-{char(b)}" for a, b in ranges)
-
-
-#: no NUL (``text_problem``): every text field of a request body
-NO_NUL = "^[^\\u0000]*$"
-
-
-def _as_accepted(components: dict[str, Any], svc: Services) -> None:
-    """Say in the request schemas what the server checks beyond pydantic: a question with a
-    visible character and at most the pipeline's length, no NUL in any text, the shared
-    reviewer's name, and the fields a choice needs (``clarify`` its correction, ``edit`` its
-    final answer, ``edit`` and ``reject`` a reason) as one schema per choice."""
-    answer = components["AnswerRequest"]["properties"]
-    answer["question"].update(
-        minLength=1,
-        maxLength=svc.answerer.max_question_chars,
-        pattern=f"^[^\\u0000]*[^{_not_visible()}][^\\u0000]*$",
-    )
-    for name in ("session_id", "user_id", "channel"):
-        for option in answer[name].get("anyOf", [answer[name]]):
-            if option.get("type") == "string":
-                option["pattern"] = NO_NUL
-
-    visible_text = {
-        "type": "string",
-        "minLength": 1,
-        "pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$",
-    }
-
-    def union(model: str, field: str, required: dict[str, list[str]]) -> dict[str, Any]:
-        """The model as one component per choice of ``field`` (``<Model>_<choice>``), told
-        apart by that field."""
-        base = components[model]
-        mapping = {}
-        for variant in variants(model, field, required):
-            choice = variant["properties"][field]["const"]
-            name = f"{model}_{choice}"
-            components[name] = variant
-            mapping[choice] = f"#/components/schemas/{name}"
-        return {
-            "title": model,
-            "description": base.get("description", ""),
-            "discriminator": {"propertyName": field, "mapping": mapping},
-            "oneOf": [{"$ref": ref} for ref in mapping.values()],
-        }
-
-    def variants(model: str, field: str, required: dict[str, list[str]]) -> list[dict[str, Any]]:
-        base = components[model]
-        out = []
-        for choice, needs in required.items():
-            properties = dict(base["properties"])
-            properties[field] = {"const": choice, "type": "string"}
-            for name in needs:
-                limit = next((o.get("maxLength") for o in properties[name].get("anyOf", [])), None)
-                properties[name] = {**visible_text, **({"maxLength": limit} if limit else {})}
-            out.append(
-                {
-                    **{k: v for k, v in base.items() if k not in ("properties", "required")},
-                    "title": f"{model} ({choice})",
-                    "properties": properties,
-                    "required": sorted({*base.get("required", []), field, *needs}),
-                }
-            )
-        return out
-
-    decision = components["DecisionRequest"]
-    reviewer = decision["properties"]["reviewer"]
-    for option in reviewer.get("anyOf", [reviewer]):
-        if option.get("type") == "string":
-            option["pattern"] = "^[\\w .@+\\-]*[\\w.@+\\-][\\w .@+\\-]*$"
-            option["maxLength"] = 64
-    for field in ("final_answer", "reason"):
-        for option in decision["properties"][field].get("anyOf", []):
-            if option.get("type") == "string":
-                option["pattern"] = NO_NUL
-    components["DecisionRequest"] = union(
-        "DecisionRequest",
-        "action",
-        {"approve": [], "edit": ["final_answer", "reason"], "reject": ["reason"]},
-    )
-    feedback = components["FeedbackRequest"]
-    for field in ("request_id", "comment", "correction", "user_token", "user"):
-        prop = feedback["properties"][field]
-        for option in prop.get("anyOf", [prop]):
-            if option.get("type") == "string":
-                option["pattern"] = NO_NUL
-    components["FeedbackRequest"] = union(
-        "FeedbackRequest", "verdict", {"confirm": [], "deny": [], "clarify": ["correction"]}
-    )
-
-
-def _events_as_sent(components: dict[str, Any]) -> None:
-    """The stream's events as sent (``StreamEventSent``, the ``text/event-stream`` schema):
-    ``data`` is a line of JSON text on the wire (the SSE ``data:`` field), declared as that
-    string with its content's schema beside it (``contentSchema``). ``StreamEvent`` stays the
-    same union once ``data`` is parsed, the type a client's ``JSON.parse`` gives."""
-    from tracerag.server._bodies import STREAM_EVENT_MODELS
-
-    variants = []
-    for model in STREAM_EVENT_MODELS:
-        parsed = components[model.__name__]
-        properties = dict(parsed["properties"])
-        properties["data"] = {
-            "type": "string",
-            "description": "The event's data: one line of JSON text, of this schema.",
-            "contentMediaType": "application/json",
-            "contentSchema": parsed["properties"]["data"],
-        }
-        variants.append(
-            {
-                "title": f"{parsed['title']} (as sent)",
-                "type": "object",
-                "properties": properties,
-                "required": parsed["required"],
-            }
-        )
-    components["StreamEventSent"] = {
-        "title": "StreamEventSent",
-        "description": "One event of an answer stream as the wire carries it: `event`, `id` "
-        "and `data` (a line of JSON text) are its SSE fields. Parsed, it is a `StreamEvent`.",
-        "oneOf": variants,
-    }
-
-
 def _open_runs(svc: Services) -> None:
     """Open the answer-run table beside the store, so replicas share streams and keys (a store
     without a database of its own keeps them in this process, and says so)."""
-    from tracerag.server._run_table import open_run_table
-
     assert svc.runs is not None and svc.decisions is not None
     try:
         table = open_run_table(svc.store)
@@ -505,15 +256,8 @@ def _open_runs(svc: Services) -> None:
     svc.decisions.table = table
 
 
-def path_is_readiness(op: dict[str, Any]) -> bool:
-    """True for ``/readyz``, whose 503 carries the readiness report, not an error."""
-    return str(op.get("operationId", "")).startswith("readyz")
-
-
 def _feedback_tokens(key: str | None) -> UserTokens | None:
     """The signed user tokens of ``POST /v1/feedback`` (None: no key, no end-user verdicts)."""
-    from tracerag.materials import UserTokens
-
     value = (key if key is not None else get_config().feedback_key or "").strip()
     if not value:
         return None
@@ -524,16 +268,12 @@ def _feedback_tokens(key: str | None) -> UserTokens | None:
 
 
 def _default_limits() -> FeedbackLimits:
-    from tracerag.materials import FeedbackLimits
-
     return FeedbackLimits()
 
 
 def _registry_for(store: AuditStore) -> MaterialRegistry | None:
     """The material registry beside the store, or None when the store cannot hold one (the
     demo pipeline then retrieves without it, and the desk says so)."""
-    from tracerag.materials import MaterialRegistry
-
     try:
         return MaterialRegistry(store)
     except Exception as exc:
@@ -559,8 +299,6 @@ def _journal_for(
     store: AuditStore, journal: str | os.PathLike[str] | Literal[False] | None
 ) -> str | None:
     """The audit journal's directory for the server's store (None: no journal)."""
-    from tracerag.store._open import journal_dir_for
-
     if journal is False:
         return None
     if journal is not None and str(journal).strip():
@@ -585,8 +323,6 @@ def _journal_for(
 def _served(pipeline: Any) -> Any:
     """A ``create_agent`` app with ``TraceragMiddleware`` as the server runs it; anything else
     as it is."""
-    from tracerag._runnable import StagedRunnable
-
     if isinstance(pipeline, StagedRunnable) or not hasattr(pipeline, "nodes"):
         return pipeline
     try:
@@ -594,6 +330,132 @@ def _served(pipeline: Any) -> Any:
     except ImportError:  # LangChain's agents are not installed: it cannot be one
         return pipeline
     return served_agent(pipeline) or pipeline
+
+
+def _desk_auth(
+    review_desk: bool,
+    reviewer_token: str | None,
+    reviewers: Mapping[str, str] | str | None,
+    session_seconds: int,
+) -> ReviewerAuth | None:
+    """The desk's reviewer credentials (None without a desk); a desk never runs open."""
+    if not review_desk:
+        return None
+    token = (
+        reviewer_token if reviewer_token is not None else get_config().reviewer_token or ""
+    ).strip()
+    auth = _reviewer_auth(token, reviewers, session_seconds)
+    if auth is None:
+        raise ConfigurationError(
+            "the review desk needs reviewer credentials and will not run open: set "
+            f"{REVIEWER_TOKEN_ENV} (a token of at least {MIN_TOKEN_CHARS} characters) or "
+            f"{REVIEWERS_FILE_ENV}, or serve the answer API alone with review_desk=False "
+            "(tracerag serve --no-review-desk)"
+        )
+    return auth
+
+
+def _delivery_for(on_decision: DecisionHook | str | Delivery | None) -> Delivery:
+    """Who is told of each review decision (default env ``TRACERAG_DECISION_WEBHOOK``)."""
+    if on_decision is None:
+        on_decision = get_config().decision_webhook
+    try:
+        return on_decision if isinstance(on_decision, Delivery) else Delivery(on_decision)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from exc
+
+
+def _audit_store(store: AuditStore | str | None) -> tuple[AuditStore, bool]:
+    """The server's audit store, and whether the app opened it (and so closes it)."""
+    if store is None or isinstance(store, str):
+        return open_store(store), True
+    if hasattr(store, "append_record"):
+        return store, False
+    raise ConfigurationError(
+        f"store is an AuditStore or a store URL or path, not {type(store).__name__}"
+    )
+
+
+def _lifespan(
+    svc: Services, owned_store: bool
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's life: the registry and the run table opened at start; at the end, the
+    background work awaited and everything the app opened closed."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(_open_materials, svc)
+        await asyncio.to_thread(_open_runs, svc)
+        yield
+        if svc.background:
+            await asyncio.wait(svc.background, timeout=30)
+        assert svc.decisions is not None and svc.runs is not None
+        await svc.decisions.close()
+        await svc.runs.close()
+        svc.answerer.close()
+        if svc.registry is not None and svc.owns_registry:
+            svc.registry.close()
+        if svc.desk_db is not None:  # the app opened it, on its own store or the caller's
+            svc.desk_db.close()
+        if owned_store:
+            svc.store.close()
+
+    return lifespan
+
+
+async def _stylesheet() -> Response:
+    css = resources.files("tracerag.server").joinpath("static/review.css").read_text("utf-8")
+    return Response(css, media_type="text/css", headers={"Cache-Control": "max-age=3600"})
+
+
+async def _stream_helper() -> Response:
+    # under /v1 for CORS: a page on an allowed origin imports it as a module
+    js = resources.files("tracerag.server").joinpath("static/tracerag-stream.js")
+    return Response(
+        js.read_text("utf-8"),
+        media_type="text/javascript",
+        headers={"Cache-Control": "max-age=3600"},
+    )
+
+
+def _include_routes(app: FastAPI, review_desk: bool) -> None:
+    """The answer API, its streams, feedback and health; with the desk, its pages, its JSON
+    API and the material pages."""
+    for router in (api_routes.router, sse_routes.router, feedback_routes.router):
+        app.include_router(router)
+    app.include_router(api_routes.health)
+    app.add_api_route("/static/review.css", _stylesheet, include_in_schema=False)
+    app.add_api_route("/v1/client/tracerag-stream.js", _stream_helper, include_in_schema=False)
+
+    async def home() -> Response:
+        if review_desk:
+            return RedirectResponse("/review", status_code=303)
+        return JSONResponse({"service": "tracerag", "answer": "/v1/answer"})
+
+    app.add_api_route("/", home, include_in_schema=False)
+    if not review_desk:
+        return
+    app.state.why_cache = WhyCache()
+    for router in (
+        desk_signin.router,
+        desk_queue.router,
+        desk_items.router,
+        desk_export.router,
+        review_api.router,
+        desk_materials.materials,
+    ):
+        app.include_router(router)
+    app.add_exception_handler(SignInRequired, desk_signin.sign_in_required)
+    app.add_exception_handler(FormRefused, form_refused)
+
+
+def _add_middleware(app: FastAPI, max_body_bytes: int, origins: list[str]) -> None:
+    """Body limits, CORS for the listed origins, and the security headers (outermost)."""
+    app.add_middleware(RequestBodyLimitMiddleware, max_body_size=max_body_bytes)
+    app.add_middleware(DeclaredBodyLimit, limit=max_body_bytes)
+    if origins:
+        app.add_middleware(ApiCors, origins=origins)
+    app.add_middleware(SecurityHeaders)
 
 
 def create_app(
@@ -661,24 +523,9 @@ def create_app(
     the sign-in lockout live in the store's database, so several server processes on one store
     are interchangeable. Raises ``ConfigurationError`` on an unusable configuration.
     """
-    token = (
-        reviewer_token if reviewer_token is not None else get_config().reviewer_token or ""
-    ).strip()
-    auth = _reviewer_auth(token, reviewers, session_seconds) if review_desk else None
-    if review_desk and auth is None:
-        raise ConfigurationError(
-            "the review desk needs reviewer credentials and will not run open: set "
-            f"{REVIEWER_TOKEN_ENV} (a token of at least {MIN_TOKEN_CHARS} characters) or "
-            f"{REVIEWERS_FILE_ENV}, or serve the answer API alone with review_desk=False "
-            "(tracerag serve --no-review-desk)"
-        )
+    auth = _desk_auth(review_desk, reviewer_token, reviewers, session_seconds)
     key = (api_key if api_key is not None else get_config().api_key or "").strip() or None
-    if on_decision is None:
-        on_decision = get_config().decision_webhook
-    try:
-        delivery = on_decision if isinstance(on_decision, Delivery) else Delivery(on_decision)
-    except ValueError as exc:
-        raise ConfigurationError(str(exc)) from exc
+    delivery = _delivery_for(on_decision)
     origins = cors_origins_from(cors_origins)
     trace = trace_ui_from(trace_ui)
     if not (replay_seconds > 0 and max_runs >= 1 and events_token_seconds > 0):
@@ -687,85 +534,51 @@ def create_app(
         )
     desk = _desk_config(desk_config) if review_desk else None
 
-    owned_store = store is None or isinstance(store, str)
-    if store is None or isinstance(store, str):
-        from tracerag.store import open_store
-
-        audit_store = open_store(store)
-    elif hasattr(store, "append_record"):
-        audit_store = store
-    else:
-        raise ConfigurationError(
-            f"store is an AuditStore or a store URL or path, not {type(store).__name__}"
-        )
+    audit_store, owned_store = _audit_store(store)
     try:
         journal_dir = _journal_for(audit_store, journal)
-    except ConfigurationError:
+        tokens = _feedback_tokens(feedback_key)
+        registry = None
+        if pipeline is None:  # the demo pipeline retrieves through the store's material registry
+            registry = _registry_for(audit_store)
+            pipeline = demo_pipeline(model, registry=registry, **(demo_options or {}))
+        answerer = Answerer(
+            _served(pipeline), audit_store, journal=journal_dir, commit_wait=commit_wait
+        )
+        svc = Services(
+            store=audit_store,
+            answerer=answerer,
+            delivery=delivery,
+            review_desk=review_desk,
+            api_key=key,
+            auth=auth,
+            templates=_template_env() if review_desk else None,
+            claims=ClaimBoard(claim_seconds) if review_desk else None,
+            skips=Skips() if review_desk else None,
+            desk=desk,
+            trace_ui=trace,
+            body_timeout=body_timeout,
+            runs=RunBook(audit_store, None, scope=key or "", ttl=replay_seconds, max_runs=max_runs),
+            tokens=StreamTokens(key, events_token_seconds) if key else None,
+            registry=registry,
+            owns_registry=registry is not None,
+            feedback_tokens=tokens,
+            feedback_limits=feedback_limits or _default_limits(),
+        )
+        answerer.after_record = usage_recorder(svc)
+        svc.decisions = DecisionWatch(audit_store, None, api_routes.request_status)
+        if review_desk:
+            _shared_desk_state(svc, audit_store)
+    except BaseException:
         if owned_store:
             audit_store.close()
         raise
-    tokens = _feedback_tokens(feedback_key)
-    registry = None
-    if pipeline is None:  # the demo pipeline retrieves through the store's material registry
-        registry = _registry_for(audit_store)
-        pipeline = demo_pipeline(model, registry=registry, **(demo_options or {}))
-    pipeline = _served(pipeline)
-    answerer = Answerer(pipeline, audit_store, journal=journal_dir, commit_wait=commit_wait)
-    svc = Services(
-        store=audit_store,
-        answerer=answerer,
-        delivery=delivery,
-        review_desk=review_desk,
-        api_key=key,
-        auth=auth,
-        templates=_template_env() if review_desk else None,
-        claims=ClaimBoard(claim_seconds) if review_desk else None,
-        skips=Skips() if review_desk else None,
-        desk=desk,
-        trace_ui=trace,
-        body_timeout=body_timeout,
-        runs=RunBook(audit_store, None, scope=key or "", ttl=replay_seconds, max_runs=max_runs),
-        tokens=StreamTokens(key, events_token_seconds) if key else None,
-        registry=registry,
-        owns_registry=registry is not None,
-        feedback_tokens=tokens,
-        feedback_limits=feedback_limits or _default_limits(),
-    )
-    answerer.after_record = usage_recorder(svc)
-    from tracerag.server._routes.api import request_status
 
-    svc.decisions = DecisionWatch(audit_store, None, request_status)
-    if review_desk:
-        try:
-            _shared_desk_state(svc, audit_store)
-        except BaseException:
-            if owned_store:
-                audit_store.close()
-            raise
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await asyncio.to_thread(_open_materials, svc)
-        await asyncio.to_thread(_open_runs, svc)
-        yield
-        if svc.background:
-            await asyncio.wait(svc.background, timeout=30)
-        assert svc.decisions is not None and svc.runs is not None
-        await svc.decisions.close()
-        await svc.runs.close()
-        answerer.close()
-        if svc.registry is not None and svc.owns_registry:
-            svc.registry.close()
-        if svc.desk_db is not None:  # the app opened it, on its own store or the caller's
-            svc.desk_db.close()
-        if owned_store:
-            audit_store.close()
-
-    app = _App(
+    app = App(
         title="tracerag",
         summary="Verified answers with their evidence, and a desk for human review.",
         version="1",
-        lifespan=lifespan,
+        lifespan=_lifespan(svc, owned_store),
         docs_url=None,
         redoc_url=None,
         openapi_url="/v1/openapi.json",
@@ -777,52 +590,7 @@ def create_app(
     app.state.review_desk = review_desk
     app.state.secure_cookies = secure_cookies
     install_handlers(app)
-
-    from tracerag.server._routes import api as api_routes
-    from tracerag.server._routes import events as event_routes
-    from tracerag.server._routes import feedback as feedback_routes
-
-    app.include_router(api_routes.router)
-    app.include_router(event_routes.router)
-    app.include_router(feedback_routes.router)
-    app.include_router(api_routes.health)
-
-    @app.get("/static/review.css", include_in_schema=False)
-    async def stylesheet() -> Response:
-        css = resources.files("tracerag.server").joinpath("static/review.css").read_text("utf-8")
-        return Response(css, media_type="text/css", headers={"Cache-Control": "max-age=3600"})
-
-    @app.get("/v1/client/tracerag-stream.js", include_in_schema=False)
-    async def stream_helper() -> Response:
-        # under /v1 for CORS: a page on an allowed origin imports it as a module
-        js = resources.files("tracerag.server").joinpath("static/tracerag-stream.js")
-        return Response(
-            js.read_text("utf-8"),
-            media_type="text/javascript",
-            headers={"Cache-Control": "max-age=3600"},
-        )
-
-    @app.get("/", include_in_schema=False)
-    async def home() -> Response:
-        if review_desk:
-            return RedirectResponse("/review", status_code=303)
-        return JSONResponse({"service": "tracerag", "answer": "/v1/answer"})
-
-    if review_desk:
-        from tracerag.server._routes import review as review_routes
-
-        app.state.why_cache = review_routes.WhyCache()
-        app.include_router(review_routes.desk)
-        app.include_router(review_routes.api)
-        from tracerag.server._routes import materials as material_routes
-
-        app.include_router(material_routes.materials)
-
-        app.add_exception_handler(SignInRequired, review_routes.sign_in_required)
-
-    app.add_middleware(RequestBodyLimitMiddleware, max_body_size=max_body_bytes)
-    app.add_middleware(DeclaredBodyLimit, limit=max_body_bytes)
-    if origins:
-        app.add_middleware(ApiCors, origins=origins)
-    app.add_middleware(SecurityHeaders)
+    app.add_exception_handler(NothingToSend, nothing_to_send)
+    _include_routes(app, review_desk)
+    _add_middleware(app, max_body_bytes, origins)
     return app

@@ -14,20 +14,22 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 from fastapi import Depends, Request
 from pydantic import ValidationError
 
+from tracerag.materials import MaterialRegistry
 from tracerag.server._answerer import Answerer
 from tracerag.server._auth import COOKIE_NAME, NAMED, ReviewerAuth, Session, same_secret
 from tracerag.server._bodies import AnswerRequest
 from tracerag.server._delivery import Delivery
 from tracerag.server._error_shape import ApiError
 from tracerag.server._review_claims import ClaimBoard, Skips
-from tracerag.server._runs import DecisionWatch, RunBook, key_problem
-from tracerag.server._tokens import StreamTokens
+from tracerag.server._run_book import DecisionWatch, RunBook, key_problem
+from tracerag.server._signed_urls import StreamTokens
 from tracerag.store._base import AuditStore, StoreError
+from tracerag.text._unicode import is_invisible
 
 if TYPE_CHECKING:
     import jinja2
 
-    from tracerag.materials import FeedbackLimits, MaterialRegistry, UserTokens
+    from tracerag.materials import FeedbackLimits, UserTokens
     from tracerag.server._desk_config import DeskConfig
     from tracerag.server._desk_db import DeskDB
 
@@ -72,8 +74,6 @@ class Services:
     def materials(self) -> MaterialRegistry:
         """The material registry kept in the app's store, opened on first use."""
         if self.registry is None:
-            from tracerag.materials import MaterialRegistry
-
             self.registry = MaterialRegistry(self.store)
             self.owns_registry = True
         return self.registry
@@ -245,8 +245,6 @@ def validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
 def visible(text: str) -> bool:
     """True when the text has a character a person can see (``tracerag.text.is_invisible``'s
     rule, as the pipeline applies it: the OpenAPI document states the same)."""
-    from tracerag.text._unicode import is_invisible
-
     return not is_invisible(text)
 
 

@@ -19,7 +19,29 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from tracerag import errors as tracerag_errors
 from tracerag.errors import TraceragError
+from tracerag.materials import (
+    ConcurrentChange,
+    DuplicateFeedback,
+    FeedbackLimited,
+    InvalidTransition,
+    MaterialNotFound,
+    MaterialStoreError,
+)
+from tracerag.server._desk_db import DeskStateError
+from tracerag.server._run_book import KeyReused
+from tracerag.server._run_table import RunTableError
+from tracerag.store import (
+    AlreadyDecided,
+    AlreadyReviewed,
+    ClaimedByOther,
+    DuplicateRequest,
+    InvalidRecord,
+    NotQueued,
+    RequestNotFound,
+    StoreError,
+)
 
 logger = logging.getLogger("tracerag.server")
 
@@ -154,37 +176,14 @@ def error_statuses() -> dict[type[TraceragError], tuple[int, ErrorCode]]:
     An error takes the entry of the nearest class in its MRO: a request's fault is a 4xx, a
     store that cannot be used a 503, a pipeline or a setting of the server's own a 500.
     """
-    from tracerag import errors as e
-    from tracerag.materials import (
-        ConcurrentChange,
-        DuplicateFeedback,
-        FeedbackLimited,
-        InvalidTransition,
-        MaterialNotFound,
-        MaterialStoreError,
-    )
-    from tracerag.server._desk_db import DeskStateError
-    from tracerag.server._run_table import RunTableError
-    from tracerag.server._runs import KeyReused
-    from tracerag.store import (
-        AlreadyDecided,
-        AlreadyReviewed,
-        ClaimedByOther,
-        DuplicateRequest,
-        InvalidRecord,
-        NotQueued,
-        RequestNotFound,
-        StoreError,
-    )
-
     return {
-        e.TraceragError: (500, "internal_error"),
-        e.InputError: (422, "invalid_input"),
-        e.ConfigurationError: (500, "internal_error"),
-        e.AuthenticationError: (401, "unauthorized"),
-        e.ContractError: (500, "internal_error"),
-        e.PlanError: (500, "pipeline_failed"),
-        e.CallError: (500, "pipeline_failed"),
+        tracerag_errors.TraceragError: (500, "internal_error"),
+        tracerag_errors.InputError: (422, "invalid_input"),
+        tracerag_errors.ConfigurationError: (500, "internal_error"),
+        tracerag_errors.AuthenticationError: (401, "unauthorized"),
+        tracerag_errors.ContractError: (500, "internal_error"),
+        tracerag_errors.PlanError: (500, "pipeline_failed"),
+        tracerag_errors.CallError: (500, "pipeline_failed"),
         StoreError: (503, "store_unavailable"),
         RequestNotFound: (404, "not_found"),
         NotQueued: (404, "not_found"),

@@ -69,6 +69,7 @@ def configure_logging(level: str) -> None:
 
 def hash_token_line(name: str, stream: TextIO | None = None) -> int:
     """Print ``name:sha256:<hex>`` for a token read from standard input."""
+    # CLI start-up light: the server modules load only when a serve command runs
     from tracerag.server._auth import GENERATE_HINT, hash_token, token_problem, valid_reviewer_name
 
     if not valid_reviewer_name(name):
@@ -118,7 +119,7 @@ def _pipeline(
         raise ConfigurationError(
             f"{flags} set the demo pipeline; with --app the app's own settings hold"
         )
-    from tracerag.server._target import load_app
+    from tracerag.server._target import load_app  # CLI start-up light, as above
 
     app = load_app(args.app, factory=args.factory, app_dir=args.app_dir)
     return app, args.app, "extractive", {}
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from tracerag.server._asgi import create_app
+        from tracerag.server._asgi import create_app  # CLI start-up light, as above
     except ImportError as exc:
         print(
             "tracerag serve needs the 'server' extra: from the tracerag source tree, "
@@ -162,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigurationError as exc:
         print(f"tracerag serve: {exc}", file=sys.stderr)
         return 2
-    from tracerag.server._uvicorn import uvicorn_options
+    from tracerag.server._uvicorn import uvicorn_options  # CLI start-up light, as above
 
     options = uvicorn_options(args.forwarded_allow_ips)
     desk = "off" if args.no_review_desk else f"http://{args.host}:{args.port}/review"
@@ -183,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tracerag serve``."""
+    # CLI start-up light: every command's parser is built at start, its modules load on use
     from tracerag.tools._store_args import add_store_argument
 
     p = subparsers.add_parser(

@@ -14,7 +14,10 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from tracerag.store._audit_record import RecordMaterial
+from tracerag.store._base import KIND_EXPLANATION
 from tracerag.store._codec import RequestTrail
+from tracerag.telemetry._links import trace_link
+from tracerag.tools.explain import render_report
 
 if TYPE_CHECKING:
     from tracerag.materials import MaterialRegistry
@@ -323,9 +326,6 @@ def attribution_rows(trail: RequestTrail) -> tuple[str | None, list[MaterialPart
 def explanation_views(trail: RequestTrail) -> list[tuple[str, str, str]]:
     """The offline explanations stored for a request (``tracerag explain``), newest last:
     (when, by whom, the report as text)."""
-    from tracerag.store._base import KIND_EXPLANATION
-    from tracerag.tools.explain import render_report
-
     out = []
     for entry in trail.of_kind(KIND_EXPLANATION):
         try:
@@ -395,8 +395,6 @@ def item_context(
     trace_id = rec.trace_id
     trace_url = None
     if trace_ui is not None and trace_id:
-        from tracerag.telemetry._links import trace_link
-
         try:
             trace_url = trace_link(str(trace_id), trace_ui[0], trace_ui[1])
         except ValueError:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Literal, get_args
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal, get_args
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
+from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from tracerag._routing import Route
 from tracerag.contract import Response as RAGResponse
@@ -26,19 +28,21 @@ from tracerag.server._deps import (
     store_call,
 )
 from tracerag.server._error_shape import ApiError, error_responses
-from tracerag.server._routes.events import (
+from tracerag.server._routes.sse import (
     ANSWER_BODY,
     IDEMPOTENCY_HEADER,
     LAST_EVENT_ID_HEADER,
     REPLAYED_HEADER,
     STREAM_200,
+    StreamPlan,
     begin,
+    events_of,
     resume_after,
     run_headers,
     run_of,
-    stream_response,
+    stream_plan,
 )
-from tracerag.server._runs import fingerprint, parse_event_id
+from tracerag.server._run_book import fingerprint, parse_event_id
 from tracerag.store._base import RequestNotFound
 from tracerag.store._codec import RequestTrail
 
@@ -107,9 +111,44 @@ async def answer(
     return Response(final.text, media_type="application/json", headers=run_headers(run, replayed))
 
 
+async def answer_stream_plan(
+    request: Request,
+    response: Response,
+    data: AnswerInput,
+    key: IdempotencyKey,
+    svc: ServicesDep,
+    until: Literal["response", "decision"] = "response",
+) -> StreamPlan:
+    """The stream ``POST /v1/answer/stream`` sends: a new run, the run its key started, or the
+    run a reconnect's ``Last-Event-ID`` names (its errors and 204 come first)."""
+    last = request.headers.get("last-event-id")
+    parsed = parse_event_id(last) if last else None
+    if last and parsed is None:
+        raise ApiError(400, "bad_request", "Last-Event-ID is not an event id of this server")
+    if parsed is not None and key is None:
+        # a reconnect: resume the request the last event belongs to, never ask again
+        run = await run_of(svc, parsed[0])
+        if run.fingerprint and run.fingerprint != fingerprint(data):
+            raise ApiError(
+                409, "conflict", f"Last-Event-ID names request {parsed[0]!r}, another question"
+            )
+        replayed = True
+    else:
+        run, replayed = await begin(svc, request, data, key, resumable=True)
+    after = resume_after(run, last) if parsed is not None and parsed[0] == run.request_id else None
+    return stream_plan(
+        svc,
+        run,
+        after,
+        until_decision=until == "decision",
+        headers=run_headers(run, replayed),
+        response=response,
+    )
+
+
 @router.post(
     "/answer/stream",
-    response_class=StreamingResponse,
+    response_class=EventSourceResponse,
     summary="Answer a question, streaming each stage",
     description="Server-Sent Events: a `retry:` hint, then one `stage` event per stage as it "
     "completes (register, retrieve, plan, sample, verify, assemble; a wrapped app samples "
@@ -132,34 +171,10 @@ async def answer(
     },
 )
 async def answer_stream(
-    request: Request,
-    data: AnswerInput,
-    key: IdempotencyKey,
-    svc: ServicesDep,
-    until: Literal["response", "decision"] = "response",
-) -> Response:
-    last = request.headers.get("last-event-id")
-    parsed = parse_event_id(last) if last else None
-    if last and parsed is None:
-        raise ApiError(400, "bad_request", "Last-Event-ID is not an event id of this server")
-    if parsed is not None and key is None:
-        # a reconnect: resume the request the last event belongs to, never ask again
-        run = await run_of(svc, parsed[0])
-        if run.fingerprint and run.fingerprint != fingerprint(data):
-            raise ApiError(
-                409, "conflict", f"Last-Event-ID names request {parsed[0]!r}, another question"
-            )
-        replayed = True
-    else:
-        run, replayed = await begin(svc, request, data, key, resumable=True)
-    after = resume_after(run, last) if parsed is not None and parsed[0] == run.request_id else None
-    return stream_response(
-        svc,
-        run,
-        after,
-        until_decision=until == "decision",
-        headers=run_headers(run, replayed),
-    )
+    plan: Annotated[StreamPlan, Depends(answer_stream_plan)], svc: ServicesDep
+) -> AsyncIterator[ServerSentEvent]:
+    async for event in events_of(svc, plan):
+        yield event
 
 
 @router.get(

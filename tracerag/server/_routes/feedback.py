@@ -26,7 +26,10 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from tracerag._identity import DESK_NAMED, OperatorIdentity, fingerprint
+from tracerag._identity import DESK_NAMED, OperatorIdentity, fingerprint, hash_token
+from tracerag.materials import InvalidUserToken
+from tracerag.materials._principal import api_key_principal, declared_note
+from tracerag.materials.feedback import DuplicateFeedback, FeedbackLimited, record_feedback
 from tracerag.server._auth import NAMED
 from tracerag.server._bodies import FeedbackOutcome, FeedbackRequest
 from tracerag.server._deps import (
@@ -57,9 +60,6 @@ FEEDBACK_BODY = {
 
 def principal(request: Request, svc: Services, data: FeedbackRequest) -> OperatorIdentity:
     """Who gives the verdict (see the module's docstring); refuses a bad credential."""
-    from tracerag.materials import InvalidUserToken
-    from tracerag.materials._principal import api_key_principal, declared_note
-
     if data.user_token is not None:
         tokens = svc.feedback_tokens
         if tokens is None:
@@ -99,8 +99,6 @@ def principal(request: Request, svc: Services, data: FeedbackRequest) -> Operato
                 f"reviewer:{name}", DESK_NAMED, fingerprint(digest) if digest else None
             )
     if svc.api_key is not None:
-        from tracerag._identity import hash_token
-
         return api_key_principal(fingerprint(hash_token(svc.api_key)))
     return declared_note(data.user)
 
@@ -123,8 +121,6 @@ def principal(request: Request, svc: Services, data: FeedbackRequest) -> Operato
     openapi_extra={"requestBody": FEEDBACK_BODY},
 )
 async def feedback(request: Request, body: JsonBody, svc: ServicesDep) -> JSONResponse:
-    from tracerag.materials.feedback import DuplicateFeedback, FeedbackLimited, record_feedback
-
     try:
         data = FeedbackRequest.model_validate(body)
     except ValidationError as exc:

@@ -15,15 +15,16 @@ foreign page could otherwise make a browser ask questions on its behalf without 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import urllib.parse
 from collections.abc import AsyncIterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
+from fastapi.sse import EventSourceResponse, ServerSentEvent
 from opentelemetry import propagate
 
 from tracerag.contract import Response as RAGResponse
@@ -37,18 +38,16 @@ from tracerag.server._deps import (
     require_api_key,
 )
 from tracerag.server._error_shape import ApiError, error_responses
-from tracerag.server._runs import Event, KeyReused, Run, parse_event_id
+from tracerag.server._run_book import Event, KeyReused, Run, parse_event_id
 
 logger = logging.getLogger("tracerag.server")
 security_log = logging.getLogger("tracerag.server.security")
 
 RETRY_MS = 3000  # how long a browser's EventSource waits before reconnecting
-#: seconds of silence after which a stream sends a ``: ping`` comment
-PING_SECONDS = 15.0
+#: the longest a stream waits for its run without looking again (the ``: ping`` keep-alive
+#: comments of an idle stream are FastAPI's, every 15 s)
+WAKE_SECONDS = 15.0
 STAGE_NAMES = ("register", "retrieve", "plan", "sample", "verify", "assemble")
-PREAMBLE = f": tracerag answer stream\nretry: {RETRY_MS}\n\n".encode()
-PING = b": ping\n\n"
-STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 ANSWER_BODY = {
     "required": True,
@@ -124,12 +123,8 @@ def run_headers(run: Run, replayed: bool) -> dict[str, str]:
 # -- streaming a run ---------------------------------------------------------------------------
 
 
-def sse(name: str, data: Any, id_: str) -> bytes:
-    """One event on the wire: its id, its name and one line of JSON."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return f"event: {name}\nid: {id_}\ndata: {text}\n\n".encode()
-
-
+#: the stream's first block: a comment naming it, and how long EventSource waits to reconnect
+PREAMBLE = ServerSentEvent(comment="tracerag answer stream", retry=RETRY_MS)
 EVENT_PARTS = (*STAGE_NAMES, "response", "error", "decision")
 
 
@@ -167,67 +162,84 @@ def _after(run: Run, after: str | None, i: int) -> tuple[list[Event], bool]:
     return out, skipping
 
 
-def wire(request_id: str, event: Event) -> bytes:
-    """One event on the wire: its name, its id and one line of JSON."""
-    return f"event: {event.name}\nid: {request_id}:{event.part}\ndata: {event.text}\n\n".encode()
+def sent(request_id: str, event: Event) -> ServerSentEvent:
+    """One event of a run as sent: its name, its id and its line of JSON (as it was made)."""
+    return ServerSentEvent(event=event.name, id=f"{request_id}:{event.part}", raw_data=event.text)
 
 
-async def events_of(
-    svc: Services, run: Run, after: str | None, until_decision: bool
-) -> AsyncIterator[bytes]:
-    """The stream: the run's events after ``after``, then (when asked) the decision."""
-    yield PREAMBLE
-    i = 0
-    skip_to = after
-    while True:
-        batch, still = _after(run, skip_to, i)
-        i += len(run.events[i:])
-        skip_to = skip_to if still else None
-        for event in batch:
-            yield wire(run.request_id, event)
-        if i < len(run.events):
-            continue  # more came while these were sent
-        if run.done:
-            break
-        if not await run.changed(PING_SECONDS):
-            yield PING
-    if not (until_decision and svc.decisions is not None and run.awaits_decision(svc.store)):
-        return
-    waiting = asyncio.ensure_future(svc.decisions.wait(run.request_id))
-    try:
-        while True:
-            done, _ = await asyncio.wait({waiting}, timeout=PING_SECONDS)
-            if done:
-                status = waiting.result()
-                yield sse("decision", status, f"{run.request_id}:decision")
-                return
-            yield PING
-    finally:
-        if not waiting.done():
-            waiting.cancel()
-            await asyncio.gather(waiting, return_exceptions=True)
+def decision_sent(request_id: str, status: Any) -> ServerSentEvent:
+    """The reviewer's decision as sent: one line of JSON, as the run's events are."""
+    text = json.dumps(status, ensure_ascii=False, separators=(",", ":"))
+    return ServerSentEvent(event="decision", id=f"{request_id}:decision", raw_data=text)
 
 
-def stream_response(
+@dataclass(frozen=True)
+class StreamPlan:
+    """What a stream sends: the run's events after ``after``, then (``until_decision``) the
+    reviewer's decision. FastAPI's ``EventSourceResponse`` frames them and sends the ``: ping``
+    keep-alive comments while the stream is idle."""
+
+    run: Run
+    after: str | None
+    until_decision: bool
+
+
+class NothingToSend(Exception):
+    """A stream with nothing left to send: answered 204, which tells EventSource to stop."""
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        super().__init__("nothing left to send")
+        self.headers = headers
+
+
+async def nothing_to_send(request: Request, exc: Exception) -> Response:
+    """The exception handler that answers a ``NothingToSend`` with its 204."""
+    assert isinstance(exc, NothingToSend)
+    return Response(status_code=204, headers=exc.headers)
+
+
+def stream_plan(
     svc: Services,
     run: Run,
     after: str | None,
     *,
     until_decision: bool,
     headers: dict[str, str],
-) -> Response:
-    """The event stream after ``after``; 204 when nothing is left to send."""
+    response: Response,
+) -> StreamPlan:
+    """The stream after ``after``, its ``headers`` set on ``response``; ``NothingToSend`` when
+    nothing is left to send."""
     if after == "decision":
-        return Response(status_code=204, headers=headers)
+        raise NothingToSend(headers)
     if run.done:
         left, _ = _after(run, after, 0)
         if not left and not (until_decision and run.awaits_decision(svc.store)):
-            return Response(status_code=204, headers=headers)
-    return StreamingResponse(
-        events_of(svc, run, after, until_decision),
-        media_type="text/event-stream",
-        headers={**STREAM_HEADERS, **headers},
-    )
+            raise NothingToSend(headers)
+    response.headers.update(headers)
+    return StreamPlan(run, after, until_decision)
+
+
+async def events_of(svc: Services, plan: StreamPlan) -> AsyncIterator[ServerSentEvent]:
+    """The stream: the run's events after ``after``, then (when asked) the decision."""
+    run = plan.run
+    yield PREAMBLE
+    i = 0
+    skip_to = plan.after
+    while True:
+        batch, still = _after(run, skip_to, i)
+        i += len(run.events[i:])
+        skip_to = skip_to if still else None
+        for event in batch:
+            yield sent(run.request_id, event)
+        if i < len(run.events):
+            continue  # more came while these were sent
+        if run.done:
+            break
+        await run.changed(WAKE_SECONDS)
+    if not (plan.until_decision and svc.decisions is not None and run.awaits_decision(svc.store)):
+        return
+    status = await svc.decisions.wait(run.request_id)
+    yield decision_sent(run.request_id, status)
 
 
 # -- who may read a request's events ----------------------------------------------------------
@@ -330,9 +342,23 @@ async def start_request(
     return JSONResponse(body, status_code=202, headers=headers)
 
 
+async def events_plan(
+    request_id: str,
+    request: Request,
+    response: Response,
+    svc: ServicesDep,
+    _: None = Depends(events_reader),
+) -> StreamPlan:
+    """The stream ``GET /v1/requests/{id}/events`` sends (its errors and 204 come first)."""
+    run = await run_of(svc, request_id)
+    after = resume_after(run, request.headers.get("last-event-id"))
+    headers = {"X-Request-Id": run.request_id}
+    return stream_plan(svc, run, after, until_decision=True, headers=headers, response=response)
+
+
 @router.get(
     "/requests/{request_id}/events",
-    response_class=StreamingResponse,
+    response_class=EventSourceResponse,
     summary="The event stream of a request (EventSource)",
     description="Every event of the request so far, then the rest as they come: six `stage`, "
     "one `response` (or `error`), then — when the request was routed to a reviewer (decision "
@@ -350,16 +376,10 @@ async def start_request(
     openapi_extra={"parameters": [LAST_EVENT_ID_HEADER]},
 )
 async def request_events(
-    request_id: str,
-    request: Request,
-    svc: ServicesDep,
-    _: None = Depends(events_reader),
-) -> Response:
-    run = await run_of(svc, request_id)
-    after = resume_after(run, request.headers.get("last-event-id"))
-    return stream_response(
-        svc, run, after, until_decision=True, headers={"X-Request-Id": run.request_id}
-    )
+    request_id: str, plan: Annotated[StreamPlan, Depends(events_plan)], svc: ServicesDep
+) -> AsyncIterator[ServerSentEvent]:
+    async for event in events_of(svc, plan):
+        yield event
 
 
 @router.get(

@@ -1,7 +1,7 @@
 """The desk's materials view: pending writes to approve or reject (with the write gate's
 reasons), quarantines the denial rule proposed to confirm or dismiss, open conflicts,
 quarantined materials to restore, and each material's history. Whether quarantined materials
-are out of this server's retrieval is said as it is (``tracerag.server._materials``).
+are out of this server's retrieval is said as it is (``tracerag.server._registry_wiring``).
 
 Approve, reject and restore go through the registry's audited write path, exactly as
 ``tracerag materials approve|reject|restore`` do, under the signed-in reviewer's identity and
@@ -20,11 +20,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from tracerag._identity import DESK_NAMED, OperatorIdentity, fingerprint
+from tracerag.materials import (
+    ConcurrentChange,
+    InvalidTransition,
+    MaterialNotFound,
+)
 from tracerag.server._auth import NAMED, Session
 from tracerag.server._deps import Reviewer, Services, ServicesDep, form_of, store_call, text_problem
 from tracerag.server._error_shape import ApiError
-from tracerag.server._materials import retrieval_governed
-from tracerag.server._routes.review import error_page, page
+from tracerag.server._registry_wiring import retrieval_governed
+from tracerag.server._routes.desk_pages import error_page, page
 from tracerag.server._views import MATERIAL_ACTIONS, material_history, materials_overview
 
 if TYPE_CHECKING:
@@ -89,8 +94,6 @@ async def history_response(
     error: str | None = None,
     entered: dict[str, str] | None = None,
 ) -> Response:
-    from tracerag.materials import MaterialNotFound
-
     registry = await _registry(svc)
     try:
         context = await store_call(svc, material_history, registry, material_id)
@@ -124,12 +127,6 @@ async def history_page(request: Request, session: Reviewer, svc: ServicesDep) ->
 async def action_form(request: Request, session: Reviewer, svc: ServicesDep) -> Response:
     """Approve or reject a pending write, confirm (quarantine) or dismiss a proposed
     quarantine, or restore a quarantined material."""
-    from tracerag.materials import (
-        ConcurrentChange,
-        InvalidTransition,
-        MaterialNotFound,
-    )
-
     assert svc.auth is not None
     form = await form_of(request, svc)
     material_id = form.get("material_id", "").strip()

@@ -18,6 +18,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from tracerag.materials._rerank import CredibilityRetriever
+from tracerag.materials.feedback import record_usage
+
 if TYPE_CHECKING:
     from tracerag.materials import MaterialRegistry
     from tracerag.server._deps import Services
@@ -46,8 +49,6 @@ def _store_id(store: Any) -> str | None:  # any store: those without an identity
 def governs(pipeline: object, registry: MaterialRegistry | None) -> bool:
     """True when the pipeline's retrieval goes through a ``CredibilityRetriever`` whose
     registry lives in the same audit store as ``registry``."""
-    from tracerag.materials._rerank import CredibilityRetriever
-
     if registry is None:
         return False
     want = _store_id(registry.store)
@@ -71,8 +72,6 @@ def retrieval_governed(svc: Services) -> bool:
 def usage_recorder(svc: Services) -> Callable[[Mapping[str, Any]], None]:
     """A record hook: first sight and read hits of a persisted request's materials, in the
     app's registry (opened on first use; a store that cannot hold one is told once)."""
-    from tracerag.materials.feedback import record_usage
-
     unavailable: list[str] = []
 
     def record(rec: Mapping[str, Any]) -> None:
