@@ -601,16 +601,8 @@ class JudgeSupport:
             reasons.append(f"judge says: {note}")
         if asked.attempts > 1:
             reasons.append(f"after {asked.attempts} attempts")
-        return Support(
-            score=round(max(0.0, min(1.0, score)), 6),
-            supported=supported,
-            sentence=material_text[start:end],
-            start=start,
-            end=end,
-            backend=self.name,
-            reason="; ".join(reasons),
-            mismatches=mismatches,
-            candidates=((start, end, round(score, 4)),) if found is not None else (),
+        return self._support(
+            material_text, score, supported, (start, end), reasons, mismatches, found is not None
         )
 
     def _conclude_checker(
@@ -647,6 +639,21 @@ class JudgeSupport:
             inside, key=lambda s: len(claim_terms & set(content_terms(s.text))), default=None
         )
         start, end = (best.start, best.end) if best is not None else span
+        return self._support(material_text, score, supported, (start, end), reasons, mismatches)
+
+    def _support(
+        self,
+        material_text: str,
+        score: float,
+        supported: bool,
+        span: tuple[int, int],
+        reasons: list[str],
+        mismatches: tuple[str, ...],
+        located: bool = True,
+    ) -> Support:
+        """The verdict as a ``Support``: the score clamped to [0, 1], the sentence at ``span``,
+        and that sentence as the one candidate when it was located in the material."""
+        start, end = span
         return Support(
             score=round(max(0.0, min(1.0, score)), 6),
             supported=supported,
@@ -656,7 +663,7 @@ class JudgeSupport:
             backend=self.name,
             reason="; ".join(reasons),
             mismatches=mismatches,
-            candidates=((start, end, round(score, 4)),),
+            candidates=((start, end, round(score, 4)),) if located else (),
         )
 
     @staticmethod
