@@ -380,6 +380,7 @@ def _as_accepted(components: dict[str, Any], svc: Services) -> None:
         for option in answer[name].get("anyOf", [answer[name]]):
             if option.get("type") == "string":
                 option["pattern"] = NO_NUL
+    components["ChatTurn"]["properties"]["content"]["pattern"] = NO_NUL
 
     visible_text = {
         "type": "string",
