@@ -92,6 +92,21 @@ class Jaeger:
             found = self.trace(trace_id)
         return found
 
+    def wait_for_request(self, trace_id: str, most: int, timeout: float = 30) -> list[WireSpan]:
+        """A request's trace once it holds its root, its six stages and one generation per
+        sample drawn, as its sample span reports (adaptive sampling draws 2 to ``most``); what
+        it has when ``timeout`` runs out."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.trace(trace_id)
+            samples = [
+                s for s in found if s.attributes.get(semconv.SPAN_NAME) == semconv.SPAN_SAMPLE
+            ]
+            drawn = samples[0].attributes.get(semconv.SAMPLES_DRAWN) if samples else most
+            if len(found) >= 1 + 6 + int(drawn or most) or time.monotonic() > deadline:
+                return found
+            time.sleep(0.2)
+
     def services(self) -> list[str]:
         status, body, _ = get(f"{self.url}/api/services")
         assert status == 200
@@ -181,8 +196,12 @@ def start_jaeger(workdir: Path) -> Iterator[Jaeger]:
         log.close()
 
 
-def check_request_trace(spans: list[WireSpan], request_id: str, n_samples: int) -> SpanTree:
-    """One request's trace as issue 9 asks for it; returns the tree for further checks."""
+def check_request_trace(
+    spans: list[WireSpan], request_id: str, n_samples: int, *, every: bool = False
+) -> SpanTree:
+    """One request's trace as issue 9 asks for it, with one generation per sample drawn: 2 to
+    ``n_samples`` (adaptive sampling), exactly ``n_samples`` when ``every`` sample is drawn
+    (``min_samples=n_samples``); returns the tree for further checks."""
     tree = SpanTree(spans)
     assert spans, "no spans"
     (root,) = tree.roots()
@@ -193,6 +212,12 @@ def check_request_trace(spans: list[WireSpan], request_id: str, n_samples: int) 
         semconv.STAGE_SPANS.values()
     )
     (sample,) = tree.named(semconv.SPAN_SAMPLE)
+    assert sample.attributes[semconv.SAMPLES_MAX] == n_samples
+    drawn = sample.attributes[semconv.SAMPLES_DRAWN]
+    assert isinstance(drawn, int) and 2 <= drawn <= n_samples, drawn
+    if every:
+        assert drawn == n_samples
+    n_samples = drawn
     generations = tree.named(semconv.SPAN_SAMPLE_ONE)
     assert len(generations) == n_samples
     assert all(tree.parent(g) is sample for g in generations)

@@ -279,3 +279,13 @@ def test_the_origin_check_compares_host_and_port(app, origin, host, allowed):
             "/review/signin", data=form, headers={"Origin": origin}, follow_redirects=False
         )
         assert (reply.status_code == 303) is allowed, (origin, host, reply.status_code)
+
+
+def test_the_sign_in_page_lets_a_browser_send_its_origin(app):
+    """A browser sends ``Origin: null`` with a same-origin form post under ``no-referrer``, and
+    sign-in refuses a null Origin: the page's policy must keep this site's Origin (and still
+    send no referrer to another site)."""
+    with TestClient(app) as client:
+        page = client.get("/review/signin")
+    assert page.headers["referrer-policy"] == "same-origin"
+    assert '<meta name="referrer" content="same-origin">' in page.text

@@ -278,6 +278,21 @@ def test_the_documented_question_is_the_accepted_one(doc, question):
     assert documented == accepted, repr(question)
 
 
+def test_a_nul_in_the_chat_history_is_documented_as_refused(doc, store):
+    """The server refuses a NUL in an earlier message (422): the document says so, as it does
+    for the question (a schema-driven fuzzer found the turn's content undocumented)."""
+    import re
+
+    content = doc["components"]["schemas"]["ChatTurn"]["properties"]["content"]
+    assert re.fullmatch(content["pattern"], "a\x00b") is None
+    assert re.fullmatch(content["pattern"], "退货 ok") is not None
+    body = {"question": GOOD_QUESTION, "chat_history": [{"role": "user", "content": "a\x00b"}]}
+    with TestClient(make_app(store, make_pipeline([GOOD_ANSWER]))) as client:
+        reply = client.post("/v1/answer", json=body, headers={"X-API-Key": API_KEY})
+    assert reply.status_code == 422, reply.text
+    assert reply.json()["error"] == "invalid_input"
+
+
 def test_the_queues_bounds_are_documented_and_a_huge_offset_is_a_422(doc, tmp_path):
     params = {
         p["name"]: p["schema"] for p in doc["paths"]["/review/api/queue"]["get"]["parameters"]

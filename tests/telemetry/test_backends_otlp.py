@@ -3,7 +3,7 @@ the content-capture policy applied to what leaves the process."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
@@ -44,14 +44,25 @@ def pipeline(provider: SDKTracerProvider) -> RAGPipeline:
         ExtractiveChatModel(),
         prompt_version="demo-prompt-1",
         model_version="extractive-1",
-        n_samples=5,
+        n_samples=N_SAMPLES,
         temperature=0.7,
         tracer_provider=provider,
         audit=None,
     )
 
 
-def check_tree(spans: list[WireSpan], trace_id: str, request_id: str, n_samples: int) -> None:
+N_SAMPLES = 5
+
+
+def arrived(trace_ids: set[str]) -> Callable[[list[WireSpan]], bool]:
+    """True once every trace's root has arrived: a root ends after its children, and the batch
+    processor sends spans in the order they ended, one export after another."""
+    return lambda spans: trace_ids <= {s.trace_id for s in spans if s.parent_span_id is None}
+
+
+def check_tree(spans: list[WireSpan], trace_id: str, request_id: str) -> None:
+    """The six-stage tree of one request, with one generation span per sample drawn (adaptive
+    sampling stops once the route is settled: at least 2, at most ``N_SAMPLES``)."""
     tree = SpanTree([s for s in spans if s.trace_id == trace_id])
     (root,) = tree.roots()
     assert root.attributes[semconv.SPAN_NAME] == semconv.SPAN_REQUEST
@@ -66,6 +77,9 @@ def check_tree(spans: list[WireSpan], trace_id: str, request_id: str, n_samples:
         assert root.start_unix_nano <= stage.start_unix_nano <= stage.end_unix_nano
         assert stage.end_unix_nano <= root.end_unix_nano
     (sample,) = tree.named(semconv.SPAN_SAMPLE)
+    assert sample.attributes[semconv.SAMPLES_MAX] == N_SAMPLES
+    n_samples = sample.attributes[semconv.SAMPLES_DRAWN]
+    assert isinstance(n_samples, int) and 2 <= n_samples <= N_SAMPLES, n_samples
     generations = tree.named(semconv.SPAN_SAMPLE_ONE)
     assert len(generations) == n_samples
     assert all(tree.parent(g) is sample for g in generations)
@@ -89,11 +103,11 @@ def test_demo_tree_over_otlp_http() -> None:
         rag = pipeline(provider)
         responses = [rag.invoke(q) for q in questions]
         assert provider.force_flush(10_000)
-        expected = len(responses) * 12
-        assert receiver.wait_for(lambda spans: len(spans) >= expected), len(receiver.spans)
+        traces = {r.trace_id for r in responses}
+        assert receiver.wait_for(arrived(traces)), len(receiver.spans)
         provider.shutdown()
     for response in responses:
-        check_tree(receiver.spans, response.trace_id, response.request_id, 5)
+        check_tree(receiver.spans, response.trace_id, response.request_id)
     assert len({r.trace_id for r in responses}) == len(responses)
 
 
@@ -102,9 +116,9 @@ def test_demo_tree_over_otlp_grpc() -> None:
         provider = exporting_provider(receiver.endpoint, protocol="grpc")
         response = pipeline(provider).invoke(load_questions()[0]["question"])
         assert provider.force_flush(10_000)
-        assert receiver.wait_for(lambda spans: len(spans) >= 12)
+        assert receiver.wait_for(arrived({response.trace_id})), len(receiver.spans)
         provider.shutdown()
-    check_tree(receiver.spans, response.trace_id, response.request_id, 5)
+    check_tree(receiver.spans, response.trace_id, response.request_id)
 
 
 def all_strings(spans: list[WireSpan]) -> str:
@@ -121,8 +135,8 @@ def run_one(question: str) -> tuple[list[WireSpan], object]:
     with OtlpHttpReceiver() as receiver:
         provider = exporting_provider(receiver.endpoint)
         response = pipeline(provider).invoke(question)
-        provider.force_flush(10_000)
-        assert receiver.wait_for(lambda spans: len(spans) >= 12)
+        assert provider.force_flush(10_000)
+        assert receiver.wait_for(arrived({response.trace_id})), len(receiver.spans)
         provider.shutdown()
     return [s for s in receiver.spans if s.trace_id == response.trace_id], response
 

@@ -156,13 +156,21 @@ def demo_run(phoenix: str) -> dict[str, Any]:
                 if exc.code != 404:
                     raise
                 data = []
-            if len(data) >= 1 + 6 + 5:
+            if len(data) >= 1 + 6 + drawn(data):
                 spans[trace_id] = data
                 pending.discard(trace_id)
         if pending:
             time.sleep(0.5)
     assert not pending, f"Phoenix did not return the spans of {len(pending)} traces"
     return {"base": phoenix, "responses": responses, "spans": spans}
+
+
+def drawn(spans: list[dict[str, Any]]) -> int:
+    """How many samples the request drew, as its sample span says (adaptive sampling stops
+    once the route is settled); the most allowed while that span has not arrived."""
+    for span in by_name(spans, semconv.SPAN_SAMPLE):
+        return int(span["attributes"][semconv.SAMPLES_DRAWN])
+    return 5
 
 
 def by_name(spans: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
@@ -206,8 +214,12 @@ def test_retrieve_span_shows_documents_with_ids_and_scores(demo_run: dict[str, A
 
 def test_sample_spans_show_model_and_temperature(demo_run: dict[str, Any]) -> None:
     response = demo_run["responses"][0]
-    generations = by_name(demo_run["spans"][response.trace_id], semconv.SPAN_SAMPLE_ONE)
-    assert len(generations) == 5
+    spans = demo_run["spans"][response.trace_id]
+    (sample,) = by_name(spans, semconv.SPAN_SAMPLE)
+    assert sample["attributes"][semconv.SAMPLES_MAX] == 5
+    assert 2 <= drawn(spans) <= 5
+    generations = by_name(spans, semconv.SPAN_SAMPLE_ONE)
+    assert len(generations) == drawn(spans)
     for span in generations:
         attrs = span["attributes"]
         assert span["span_kind"] == "LLM"

@@ -52,7 +52,9 @@ CONTENT_SECURITY_POLICY = (
 SECURITY_HEADERS: dict[str, str] = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # no referrer to another site; this site's own forms keep their Origin (with no-referrer a
+    # browser sends ``Origin: null`` on a same-origin POST, and sign-in refuses a null Origin)
+    "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
 }
 
