@@ -31,7 +31,7 @@ from store_fixtures import make_record
 from tracerag import RAGPipeline
 from tracerag.demo.kb import build_retriever, load_questions
 from tracerag.demo.models.extractive import ExtractiveChatModel
-from tracerag.telemetry import _export, _instruments, _meters, _providers
+from tracerag.telemetry import _export, _instruments, _meters, _providers, _review
 from tracerag.testing import ScriptedChatModel
 
 pytestmark = pytest.mark.integration
@@ -99,6 +99,9 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
         backend_missing("the prometheus binary is not installed (apt-get install prometheus)")
     _meters.reset()
     _providers.reset_for_tests()
+    # the review gauges sum every queue this process watches: only this module's, so the
+    # backlog the dashboards read is the one it makes (earlier tests' stores may still be open)
+    _review.reset_for_tests()
     endpoint = _meters.start_prometheus_server(0)
     workdir = tmp_path_factory.mktemp("prometheus")
     config = workdir / "prometheus.yml"
